@@ -1,0 +1,104 @@
+/* ops.h — the CPU backend's operations: everything a forward pass of the Qwen3.5/3.6 family
+ * needs, over plain float32 activation buffers, threaded through the pool.
+ *
+ * Conventions: activations are row-major float32, one row per token: a buffer described as
+ * `[T][n]` holds T rows of n floats, row t at x + t*n (fastest dimension last in this
+ * notation, which is the reverse of ggml's `ne` order). Weight matrices are GGUF tensors
+ * `ne = {n_in, n_out}`: n_out rows of n_in elements in any computable dtype.
+ * No op allocates: scratch memory comes from the caller as `work` (from the work arena), sized
+ * by the matching `_work_bytes` function, which the memory plan also calls. `pool` may be NULL
+ * (single thread). All ops are deterministic for a given thread count.
+ * Read next: ops.c (reference semantics), src/arch/qwen35.c (the caller).
+ */
+#ifndef SNUG_OPS_H
+#define SNUG_OPS_H
+
+#include "core/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+/* y[T][n_out] = x[T][n_in] · Wᵀ, W a weight tensor of dtype `type` with n_out rows of n_in.
+ * Each weight row is read once per call (dequantized into per-thread scratch when T > 1), so a
+ * prompt chunk costs one pass over the weights. Threads split the output rows. */
+void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_t n_in,
+                    int64_t n_out, const float *x, int64_t T, float *y, void *work);
+size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads);
+
+/* ---- elementwise and norms ---------------------------------------------------------------- */
+/* y[T][n] = x · rsqrt(mean(x²) + eps) · w   (w may be NULL: no weight). y may alias x. */
+void snug_op_rmsnorm(const float *x, const float *w, float eps, int64_t T, int64_t n, float *y);
+/* In place: each of the `rows` rows of n floats scaled to unit L2 norm: x / sqrt(Σx² + eps). */
+void snug_op_l2norm(float *x, int64_t rows, int64_t n, float eps);
+/* In place NeoX-style rotary embedding on the first n_rot dims of each head:
+ * x: [T][n_heads][head_dim]; token t has position pos[t]; pairs (i, i + n_rot/2),
+ * θ_i = pos · base^(−2i/n_rot). Dims ≥ n_rot are untouched. */
+void snug_op_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                       const int32_t *pos, float base);
+static inline float snug_silu(float x);
+static inline float snug_sigmoid(float x);
+/* y[i] = silu(gate[i]) * up[i] for i < n (y may alias either). */
+void snug_op_swiglu(const float *gate, const float *up, int64_t n, float *y);
+
+/* ---- attention (full-attention layers) ---------------------------------------------------- */
+/* The attention cache of one layer for one sequence: K and V rows of Hkv·D elements per
+ * position, position p at base + p * row_bytes, in dtype F32 or F16. */
+struct snug_kv_view {
+    uint32_t type; /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16 */
+    void *k;       /* [n_ctx][Hkv][D] */
+    void *v;       /* [n_ctx][Hkv][D] */
+    int64_t n_ctx; /* capacity in positions */
+};
+/* Store k, v rows ([T][Hkv][D] float32) at positions pos0 .. pos0+T-1 (converted to the
+ * cache dtype). Caller guarantees pos0 + T <= n_ctx. */
+void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,
+                      const float *k, const float *v);
+/* Causal GQA attention for T query tokens at positions pos0 .. pos0+T-1 over the cache
+ * (which must already hold positions 0 .. pos0+T-1): query t attends to positions 0..pos0+t.
+ * q: [T][Hq][D], out: [T][Hq][D]; query head h uses kv head h / (Hq/Hkv); softmax(scale·q·k)
+ * computed as an online softmax over tiles of the cache, float32 throughout, so memory does
+ * not grow with the context. */
+void snug_op_attention(struct snug_pool *pool, const struct snug_kv_view *kv, int64_t Hq,
+                       int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
+                       float *out, void *work);
+size_t snug_op_attention_work_bytes(int64_t D, int n_threads);
+
+/* ---- Gated DeltaNet ----------------------------------------------------------------------- */
+/* Causal depthwise conv1d (kernel K) + SiLU over T tokens of C channels.
+ * x: [T][C] new inputs; conv_state: [K-1][C] the previous K-1 inputs (oldest first), updated in
+ * place to the last K-1 inputs; w: GGUF ssm_conv1d, ne = {K, C}, float32: w[c*K + j], j = K-1
+ * multiplies the current token. y: [T][C] = silu(Σ_j w[c][j] · x_{t-K+1+j}[c]). */
+void snug_op_conv_silu(const float *x, int64_t T, int64_t C, int64_t K, const float *w,
+                       float *conv_state, float *y);
+
+/* The gated delta rule for T tokens of one layer, all value heads, state in float32.
+ * q, k: [T][Nk][dk], already L2-normalised, q already scaled by 1/sqrt(dk).
+ * v:    [T][Nv][dv].  g: [T][Nv] log-decay (≤ 0).  beta: [T][Nv] in (0, 1).
+ * Value head j uses key head j % Nk (GGUF order). state: [Nv][dk][dv] (S[j][i][v]), updated in
+ * place. out: [T][Nv][dv].
+ * Per token:  S ← e^g S;  δ = β (v − Sᵀk);  S ← S + k δᵀ;  o = Sᵀ q.
+ * _step runs that recurrence token by token (decode); _chunked runs the chunked (C = 64) WY
+ * form over the prompt (spec §2.6). Both give the same numbers up to float rounding. */
+void snug_op_gated_delta_step(struct snug_pool *pool, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                              int64_t dv, const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, float *state, float *out);
+void snug_op_gated_delta_chunked(struct snug_pool *pool, int64_t T, int64_t Nk, int64_t Nv,
+                                 int64_t dk, int64_t dv, const float *q, const float *k,
+                                 const float *v, const float *g, const float *beta, float *state,
+                                 float *out, void *work);
+size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads);
+
+/* y[T][Nv][dv] = rmsnorm(o_j) · w · silu(z_j) per value head (w: [dv], shared by all heads). */
+void snug_op_gated_rmsnorm(const float *o, const float *z, const float *w, float eps, int64_t T,
+                           int64_t Nv, int64_t dv, float *y);
+
+#include <math.h>
+static inline float snug_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+static inline float snug_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+#endif /* SNUG_OPS_H */

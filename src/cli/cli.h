@@ -1,0 +1,26 @@
+/* cli.h — the `snug` subcommands. Each lives in its own cmd_<name>.c and returns the process
+ * exit status (0 = success). The CLI is the only code that prints to stdout or exits.
+ * Read next: main.c (dispatch), then the command you care about. */
+#ifndef SNUG_CLI_H
+#define SNUG_CLI_H
+
+#include "snug.h"
+
+int cmd_run(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+
+/* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
+int cli_fail(const char *cmd, const struct snug_err *err);
+
+/* Tiny argument helpers: argv[*i] is the flag; the value is argv[*i+1]. On a missing value
+ * they print an error and return NULL / false. */
+const char *cli_value(int argc, char **argv, int *i);
+int cli_int(int argc, char **argv, int *i, long *out);
+int cli_float(int argc, char **argv, int *i, double *out);
+
+#endif

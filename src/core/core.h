@@ -1,0 +1,87 @@
+/* core.h — small things every module uses: assertions, counted allocation, arenas, logging,
+ * timing. Invariant: every heap allocation of the library goes through snug_malloc/snug_free
+ * (so the allocation counter sees it) or comes from an arena; arenas never grow.
+ * Read next: threadpool.h, then ARCHITECTURE.md for the module map. */
+#ifndef SNUG_CORE_H
+#define SNUG_CORE_H
+
+#include "snug.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Always-on assertion for broken invariants (never for bad input: that is a status code). */
+#define SNUG_ASSERT(cond)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) snug_assert_fail(#cond, __FILE__, __LINE__);                                  \
+    } while (0)
+_Noreturn void snug_assert_fail(const char *cond, const char *file, int line);
+
+#define SNUG_MIN(a, b)      ((a) < (b) ? (a) : (b))
+#define SNUG_MAX(a, b)      ((a) > (b) ? (a) : (b))
+#define SNUG_ALIGN_UP(x, a) ((((x) + (a)-1) / (a)) * (a))
+
+/* ---- counted heap allocation ------------------------------------------------------------- */
+/* Thin wrappers over malloc/calloc/free that count calls; the counter proves that the token
+ * path allocates nothing (tests read it before and after prompt processing and decoding). */
+void *snug_malloc(size_t bytes);
+void *snug_calloc(size_t n, size_t size);
+void snug_free(void *p);
+uint64_t snug_alloc_count(void); /* number of snug_malloc/snug_calloc calls so far */
+
+/* ---- overflow-checked size arithmetic ---------------------------------------------------- */
+/* Return false on overflow (result untouched). Used by every parser for counts and offsets. */
+static inline bool snug_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    if (a != 0 && b > UINT64_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+static inline bool snug_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    if (b > UINT64_MAX - a) return false;
+    *out = a + b;
+    return true;
+}
+
+/* ---- arenas ------------------------------------------------------------------------------- */
+/* A budgeted bump allocator. One block of `cap` bytes is taken at init (the size comes from
+ * the memory plan); snug_arena_alloc never grows it: running out is a planning bug and
+ * fails loudly through SNUG_ASSERT with the arena's name and sizes. */
+struct snug_arena {
+    const char *name; /* borrowed, for messages */
+    uint8_t *base;
+    size_t cap;  /* bytes */
+    size_t used; /* bytes */
+    size_t peak; /* high-water mark of `used` */
+};
+int snug_arena_init(struct snug_arena *a, const char *name, size_t cap_bytes, struct snug_err *err);
+void snug_arena_free(struct snug_arena *a);
+/* Aligned bump allocation (align: power of two, >= 1). Memory is not zeroed. */
+void *snug_arena_alloc(struct snug_arena *a, size_t bytes, size_t align);
+static inline size_t snug_arena_mark(const struct snug_arena *a) {
+    return a->used;
+}
+static inline void snug_arena_reset_to(struct snug_arena *a, size_t mark) {
+    a->used = mark;
+}
+
+/* ---- logging (stderr only; the library never writes to stdout) --------------------------- */
+enum snug_log_level {
+    SNUG_LOG_ERROR = 0,
+    SNUG_LOG_WARN = 1,
+    SNUG_LOG_INFO = 2,
+    SNUG_LOG_DEBUG = 3
+};
+void snug_log_set_level(enum snug_log_level level);
+void snug_log(enum snug_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- time and memory readings ------------------------------------------------------------- */
+double snug_time_s(void);           /* monotonic seconds */
+uint64_t snug_peak_rss_bytes(void); /* peak resident set size of this process (VmHWM) */
+uint64_t snug_rss_bytes(void);      /* current resident set size (VmRSS) */
+
+#endif /* SNUG_CORE_H */
