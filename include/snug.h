@@ -62,6 +62,95 @@ const char *snug_status_str(int status);
 typedef int32_t snug_token;
 typedef int32_t snug_pos;
 
+/* ==== model and context ===================================================================
+ * Tutorial: load a model once, make a context (the per-sequence state: attention KV cache,
+ * DeltaNet states, scratch memory, all sized and allocated at init), then feed tokens.
+ *
+ *   struct snug_err err = {0};
+ *   struct snug_model *m = NULL;
+ *   struct snug_model_params mp = {.path = "model.gguf"};
+ *   if (snug_model_load(&m, &mp, &err)) { report(err.msg); }
+ *   struct snug_ctx_params cp = snug_ctx_default_params();   // n_ctx 4096, chunk 512, KV f16
+ *   struct snug_ctx *ctx = NULL;
+ *   if (snug_ctx_init(&ctx, m, &cp, &err)) { report(err.msg); }
+ *   float *logits = malloc(sizeof(float) * snug_model_n_vocab(m));
+ *   snug_ctx_eval(ctx, prompt, n_prompt, logits, SNUG_EVAL_LOGITS_LAST, &err); // prefill
+ *   snug_token next = argmax(logits);
+ *   snug_ctx_eval(ctx, &next, 1, logits, SNUG_EVAL_LOGITS_LAST, &err);         // decode
+ *   snug_ctx_free(ctx); snug_model_free(m);
+ *
+ * A context holds one sequence; snug_ctx_reset starts a new one without reallocating.
+ * snug_ctx_eval allocates nothing: every buffer comes from arenas sized at snug_ctx_init.
+ */
+struct snug_model;
+struct snug_ctx;
+struct snug_tokenizer;
+
+struct snug_model_params {
+    const char *path; /* the GGUF file (first part of a split model) */
+    int n_threads;    /* default thread count for contexts of this model; 0 = all online CPUs */
+};
+
+/* Open, validate and map a model: reads the hyper-parameters, maps every tensor (weights stay
+ * in the file mapping) and checks each tensor's shape against the hyper-parameters. Errors
+ * name the file and the offending key or tensor (expected vs actual). */
+int snug_model_load(struct snug_model **out, const struct snug_model_params *params,
+                    struct snug_err *err);
+void snug_model_free(struct snug_model *m);
+
+const char *snug_model_arch(const struct snug_model *m); /* "qwen35", "qwen35moe" */
+int32_t snug_model_n_vocab(const struct snug_model *m);
+int32_t snug_model_n_embd(const struct snug_model *m);
+int32_t snug_model_n_layer(const struct snug_model *m); /* trunk layers, without MTP blocks */
+int64_t snug_model_n_ctx_train(const struct snug_model *m);
+/* The vocabulary embedded in the GGUF, borrowed (lives as long as the model); NULL when the
+ * file carries no tokenizer. */
+const struct snug_tokenizer *snug_model_tokenizer(const struct snug_model *m);
+
+/* KV cache element type. Zero (the default) is F16. */
+enum snug_kv_type {
+    SNUG_KV_F16 = 0,
+    SNUG_KV_F32 = 1,
+};
+
+struct snug_ctx_params {
+    int32_t n_ctx;     /* maximum sequence length in tokens; 0 = 4096 (capped at train length) */
+    int32_t n_chunk;   /* maximum tokens per forward step (prompt chunk); 0 = 512 */
+    int32_t kv_type;   /* enum snug_kv_type */
+    int32_t n_threads; /* 0 = the model's n_threads */
+};
+struct snug_ctx_params snug_ctx_default_params(void);
+
+int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *params,
+                  struct snug_err *err);
+void snug_ctx_free(struct snug_ctx *ctx);
+/* Forget the sequence (KV positions and recurrent states); keeps every allocation. */
+void snug_ctx_reset(struct snug_ctx *ctx);
+
+/* snug_ctx_eval flags. */
+enum {
+    SNUG_EVAL_LOGITS_LAST = 0, /* logits_out holds [V]: the last token's logits */
+    SNUG_EVAL_LOGITS_ALL = 1,  /* logits_out holds [n][V]: one row per token */
+};
+
+/* Append n tokens to the sequence and run the model over them, in chunks of at most n_chunk
+ * tokens (DeltaNet uses the chunked rule for a chunk of more than one token and the step
+ * recurrence for one). logits_out may be NULL (state update only). Fails with
+ * SNUG_ERR_BUDGET, changing nothing, when n_past + n exceeds n_ctx; with SNUG_ERR_INVALID for
+ * an id outside the vocabulary. Allocates nothing. */
+int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
+                  unsigned flags, struct snug_err *err);
+int32_t snug_ctx_n_past(const struct snug_ctx *ctx); /* tokens in the sequence so far */
+int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx);
+
+/* Debug hook: called during snug_ctx_eval with the hidden rows [n][n_embd] of positions
+ * pos0 .. pos0+n-1 at each stage: stage 0 = token embeddings, stage l (1..n_layer) = output of
+ * layer l-1, stage n_layer+1 = after the final norm (those rows feed the LM head). The rows
+ * are borrowed for the duration of the call. NULL disables it. */
+typedef void (*snug_layer_hook)(void *user, int32_t stage, snug_pos pos0, int32_t n, int32_t n_embd,
+                                const float *rows);
+void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *user);
+
 #ifdef __cplusplus
 }
 #endif
