@@ -115,6 +115,17 @@ int snug_gguf_arr_str(const struct snug_gguf *g, const char *key, uint64_t i,
 int64_t snug_gguf_arr_i64(enum snug_gguf_type elem_type, const void *data, uint64_t i);
 double snug_gguf_arr_f64(enum snug_gguf_type elem_type, const void *data, uint64_t i);
 
+/* The encoded value of key i (the bytes after its type field; for arrays: element type, count,
+ * elements), borrowed from the mapping. Used to copy entries verbatim. */
+int snug_gguf_kv_raw(const struct snug_gguf *g, int64_t i, const void **raw, uint64_t *n_bytes);
+/* Short name of a metadata type ("u32", "str", "array", ...; "unknown" outside 0..12). */
+const char *snug_gguf_type_name(enum snug_gguf_type t);
+/* Element type and count of array key i (returns SNUG_ERR_INVALID when it is not an array). */
+int snug_gguf_key_arr_info(const struct snug_gguf *g, int64_t i, enum snug_gguf_type *elem_type,
+                           uint64_t *n);
+/* Number of files the model was opened from (1, or N for a split model). */
+uint32_t snug_gguf_n_files(const struct snug_gguf *g);
+
 /* ---- tensors ------------------------------------------------------------------------------ */
 int64_t snug_gguf_n_tensors(const struct snug_gguf *g);
 const struct snug_gguf_tensor *snug_gguf_tensor(const struct snug_gguf *g, int64_t i);
