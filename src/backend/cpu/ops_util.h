@@ -1,0 +1,125 @@
+/* ops_util.h — private helpers of the CPU ops: float32 dot / axpy loops written so the compiler
+ * vectorises them (many independent accumulators, fused multiply-add where the target has it),
+ * and branch-free IEEE half <-> float conversion for the F16 attention cache.
+ * Invariant: everything here is static inline, allocates nothing and has no state.
+ * Read next: ops_matmul.c and ops_attention.c (the users). */
+#ifndef SNUG_OPS_UTIL_H
+#define SNUG_OPS_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* a*b + c: a fused multiply-add where the CPU has one (so the loop vectorises to vfmadd),
+ * a plain multiply-add otherwise (fmaf would be a slow library call without hardware FMA). */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define SNUG_FMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define SNUG_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* Lanes of independent partial sums in the reductions: enough to fill two 512-bit registers,
+ * so the additions are not serialised on one accumulator. */
+#define SNUG_OPS_LANES 32
+
+/* Σ a[i]·b[i] over n floats, accumulated in float32 in SNUG_OPS_LANES partial sums. */
+static inline float snug_ops_dot(const float *restrict a, const float *restrict b, int64_t n) {
+    float acc[SNUG_OPS_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SNUG_OPS_LANES <= n; i += SNUG_OPS_LANES) {
+        for (int j = 0; j < SNUG_OPS_LANES; j++) acc[j] = SNUG_FMA(a[i + j], b[i + j], acc[j]);
+    }
+    float tail = 0.0f;
+    for (; i < n; i++) tail = SNUG_FMA(a[i], b[i], tail);
+    for (int w = SNUG_OPS_LANES / 2; w > 0; w /= 2) {
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    }
+    return acc[0] + tail;
+}
+
+/* Four dot products of rows w0..w3 with the same x, sharing the loads of x. */
+static inline void snug_ops_dot4(const float *restrict w0, const float *restrict w1,
+                                 const float *restrict w2, const float *restrict w3,
+                                 const float *restrict x, int64_t n, float out[4]) {
+    enum { L = 16 };
+    float a0[L] = {0}, a1[L] = {0}, a2[L] = {0}, a3[L] = {0};
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+        for (int j = 0; j < L; j++) {
+            float xv = x[i + j];
+            a0[j] = SNUG_FMA(w0[i + j], xv, a0[j]);
+            a1[j] = SNUG_FMA(w1[i + j], xv, a1[j]);
+            a2[j] = SNUG_FMA(w2[i + j], xv, a2[j]);
+            a3[j] = SNUG_FMA(w3[i + j], xv, a3[j]);
+        }
+    }
+    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    for (; i < n; i++) {
+        t0 = SNUG_FMA(w0[i], x[i], t0);
+        t1 = SNUG_FMA(w1[i], x[i], t1);
+        t2 = SNUG_FMA(w2[i], x[i], t2);
+        t3 = SNUG_FMA(w3[i], x[i], t3);
+    }
+    for (int w = L / 2; w > 0; w /= 2) {
+        for (int j = 0; j < w; j++) {
+            a0[j] += a0[j + w];
+            a1[j] += a1[j + w];
+            a2[j] += a2[j + w];
+            a3[j] += a3[j + w];
+        }
+    }
+    out[0] = a0[0] + t0;
+    out[1] = a1[0] + t1;
+    out[2] = a2[0] + t2;
+    out[3] = a3[0] + t3;
+}
+
+/* y[i] += a·x[i] over n floats (y and x must not overlap). */
+static inline void snug_ops_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = SNUG_FMA(a, x[i], y[i]);
+}
+
+/* y[i] *= a over n floats. */
+static inline void snug_ops_scale(float *y, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+/* IEEE binary16 -> binary32, exact, branch-free (vectorisable): the exponent/mantissa bits are
+ * moved into float position and multiplied by 2^112 (the bias difference 127 - 15), which also
+ * normalises half subnormals exactly; exponent 31 (inf/NaN) is then forced to 255. */
+static inline float snug_ops_f16_to_f32(uint16_t h) {
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+    float f;
+    memcpy(&f, &em, 4);
+    f *= 0x1p112f;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((h & 0x7c00u) == 0x7c00u) bits |= 0x7f800000u;
+    bits |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* binary32 -> binary16, round to nearest even; overflow gives ±inf, NaN stays NaN.
+ * Half subnormals: adding 0.5f makes float rounding (ulp 2^-24 there) do the work. */
+static inline uint16_t snug_ops_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u; /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {                       /* below 2^-14: half subnormal or zero */
+        float a;
+        memcpy(&a, &ax, 4);
+        a += 0.5f;
+        uint32_t b;
+        memcpy(&b, &a, 4);
+        return sign | (uint16_t)(b - 0x3f000000u);
+    }
+    uint32_t odd = (ax >> 13) & 1u;
+    ax += 0xc8000fffu + odd; /* rebias exponent by -112 and round half to even */
+    return sign | (uint16_t)(ax >> 13);
+}
+
+#endif /* SNUG_OPS_UTIL_H */
