@@ -1,11 +1,125 @@
-/* cmd_logits.c — `snug logits` (not yet written). */
+/* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
+ * [--kv f32|f16] [--ctx N]`: one forward over a JSON array of token ids, writing the [T][V]
+ * float32 logits (little-endian, row-major) — the format of the fixtures' logits.f32.
+ * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read a JSON array of integer token ids into a malloc'd array (caller frees). Prints the
+ * problem and returns NULL on failure. */
+snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        fprintf(stderr, "snug %s: %s:%d: %s\n", cmd, path, je.line, je.text);
+        return NULL;
+    }
+    if (!json_is_array(root) || json_array_size(root) == 0 || json_array_size(root) > INT32_MAX) {
+        fprintf(stderr, "snug %s: %s: expected a non-empty JSON array of token ids\n", cmd, path);
+        json_decref(root);
+        return NULL;
+    }
+    size_t n = json_array_size(root);
+    snug_token *ids = malloc(n * sizeof *ids);
+    if (!ids) {
+        json_decref(root);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(root, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            fprintf(stderr, "snug %s: %s: element %zu is not a token id\n", cmd, path, i);
+            free(ids);
+            json_decref(root);
+            return NULL;
+        }
+        ids[i] = (snug_token)json_integer_value(v);
+    }
+    json_decref(root);
+    *n_out = (int32_t)n;
+    return ids;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
+                    "[--chunk N] [--kv f32|f16] [--ctx N]\n");
+    return 2;
+}
 
 int cmd_logits(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug logits: not implemented yet\n");
-    return 2;
+    const char *model = NULL, *ids_path = NULL, *out_path = NULL, *kv = "f16";
+    long threads = 0, chunk = 0, n_ctx = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ids")) {
+            if (!(ids_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o")) {
+            if (!(out_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv")) {
+            if (!(kv = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (!cli_int(argc, argv, &i, &threads)) return 2;
+        } else if (!strcmp(a, "--chunk")) {
+            if (!cli_int(argc, argv, &i, &chunk)) return 2;
+        } else if (!strcmp(a, "--ctx")) {
+            if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
+        } else {
+            fprintf(stderr, "snug logits: unknown option '%s'\n", a);
+            return usage();
+        }
+    }
+    if (!model || !ids_path || !out_path) return usage();
+    if (strcmp(kv, "f16") && strcmp(kv, "f32")) {
+        fprintf(stderr, "snug logits: --kv wants f16 or f32, got '%s'\n", kv);
+        return 2;
+    }
+    int32_t n = 0;
+    snug_token *ids = cli_read_ids("logits", ids_path, &n);
+    if (!ids) return 1;
+
+    struct snug_err err = {0};
+    struct snug_model *m = NULL;
+    struct snug_ctx *ctx = NULL;
+    float *logits = NULL;
+    int ret = 1;
+    struct snug_model_params mp = {.path = model, .n_threads = (int)threads};
+    if (snug_model_load(&m, &mp, &err)) goto done;
+    struct snug_ctx_params cp = snug_ctx_default_params();
+    cp.n_ctx = n_ctx ? (int32_t)n_ctx : n;
+    cp.n_chunk = chunk ? (int32_t)chunk : 512;
+    cp.kv_type = strcmp(kv, "f32") ? SNUG_KV_F16 : SNUG_KV_F32;
+    cp.n_threads = (int32_t)threads;
+    if (snug_ctx_init(&ctx, m, &cp, &err)) goto done;
+    size_t V = (size_t)snug_model_n_vocab(m);
+    logits = malloc((size_t)n * V * sizeof(float));
+    if (!logits) {
+        snug_err_set(&err, SNUG_ERR_NOMEM, "cannot allocate %d x %zu logits", n, V);
+        goto done;
+    }
+    if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) goto done;
+    FILE *f = fopen(out_path, "wb");
+    if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
+        if (f) fclose(f);
+        snug_err_set(&err, SNUG_ERR_IO, "cannot write %s", out_path);
+        goto done;
+    }
+    if (fclose(f)) {
+        snug_err_set(&err, SNUG_ERR_IO, "cannot write %s", out_path);
+        goto done;
+    }
+    fprintf(stderr, "snug logits: wrote [%d][%zu] float32 to %s\n", n, V, out_path);
+    ret = 0;
+done:
+    if (ret) cli_fail("logits", &err);
+    free(logits);
+    snug_ctx_free(ctx);
+    snug_model_free(m);
+    free(ids);
+    return ret;
 }

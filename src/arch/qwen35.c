@@ -1,0 +1,399 @@
+/* qwen35.c — the Qwen3.5/3.6 hybrid trunk (Gated DeltaNet + gated attention, spec §2) and the
+ * dense `qwen35` architecture (SwiGLU FFN). The MoE file (qwen35moe.c) reuses the trunk and
+ * supplies its own FFN. Three things per architecture: load (map + shape-check tensors), plan
+ * (every buffer the forward needs), forward (straight-line ops over one chunk of tokens).
+ * Invariant: plan and forward size their buffers through the same *_buffers functions, so the
+ * work arena planned at context init always holds a step of n_chunk tokens.
+ * Read next: qwen35moe.c, src/backend/cpu/ops.h (the ops called here), spec/qwen35.md §2.
+ */
+#include "model/model.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- scratch layout ----------------------------------------------------------------------- */
+/* A bump over the work arena that can also just count (a == NULL): the plan calls the same
+ * buffer functions as the forward pass, with a == NULL, to get exact sizes. */
+struct bump {
+    struct snug_arena *a;
+    size_t bytes;
+};
+static void *bump_alloc(struct bump *b, size_t bytes) {
+    b->bytes += SNUG_ALIGN_UP(bytes, 64);
+    return b->a ? snug_arena_alloc(b->a, bytes, 64) : NULL;
+}
+static float *bump_f32(struct bump *b, int64_t n) {
+    return bump_alloc(b, (size_t)n * sizeof(float));
+}
+
+/* Trunk activations of one step of T tokens. Shapes in ops.h notation ([rows][cols]). */
+struct trunk_bufs {
+    float *x;   /* [T][H] residual stream */
+    float *xn;  /* [T][H] normed input of a mixer / FFN */
+    float *y;   /* [T][H] mixer / FFN output */
+    float *qg;  /* [T][Hq][2D] query|gate per head */
+    float *q;   /* [T][Hq][D] */
+    float *k;   /* [T][Hkv][D] */
+    float *v;   /* [T][Hkv][D] */
+    float *att; /* [T][Hq][D] */
+    float *mix; /* [T][conv_dim] in_proj_qkv output */
+    float *u;   /* [T][conv_dim] after conv + SiLU */
+    float *z;   /* [T][Nv·dv] */
+    float *bb;  /* [T][Nv] beta logits, then β */
+    float *aa;  /* [T][Nv] alpha, then g */
+    float *qd;  /* [T][Nk][dk] */
+    float *kd;  /* [T][Nk][dk] */
+    float *vd;  /* [T][Nv][dv] */
+    float *o;   /* [T][Nv][dv] delta-rule output */
+    float *on;  /* [T][Nv][dv] gated-normed output */
+    void *op_work;
+};
+
+/* Scratch bytes any ops.h call of the trunk or FFN may need (matmul, attention, delta). */
+static size_t op_work_bytes(const struct snug_model *m, int32_t n_threads) {
+    const struct snug_hparams *hp = &m->hp;
+    int64_t n_in = hp->n_embd;
+    n_in = SNUG_MAX(n_in, (int64_t)hp->n_head * hp->head_dim);
+    n_in = SNUG_MAX(n_in, (int64_t)hp->ssm_d_inner);
+    n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff);
+    n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff_exp);
+    n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff_shexp);
+    n_in = SNUG_MAX(n_in, 2 * (int64_t)hp->n_embd); /* MTP eh_proj */
+    size_t b = snug_op_matmul_work_bytes(n_in, n_threads);
+    b = SNUG_MAX(b, snug_op_attention_work_bytes(hp->head_dim, n_threads));
+    b = SNUG_MAX(b, snug_op_gated_delta_work_bytes(hp->ssm_d_state, hp->ssm_d_state, n_threads));
+    return b;
+}
+
+static void trunk_buffers(const struct snug_model *m, int32_t T, int32_t n_threads, struct bump *b,
+                          struct trunk_bufs *o) {
+    const struct snug_hparams *hp = &m->hp;
+    int64_t H = hp->n_embd, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    int64_t cd = snug_hp_conv_dim(hp), Nv = hp->ssm_dt_rank, Nk = hp->ssm_n_group;
+    int64_t dk = hp->ssm_d_state, di = hp->ssm_d_inner;
+    o->x = bump_f32(b, T * H);
+    o->xn = bump_f32(b, T * H);
+    o->y = bump_f32(b, T * H);
+    if (m->n_attn_layers || hp->n_nextn) {
+        o->qg = bump_f32(b, T * Hq * 2 * D);
+        o->q = bump_f32(b, T * Hq * D);
+        o->k = bump_f32(b, T * Hkv * D);
+        o->v = bump_f32(b, T * Hkv * D);
+        o->att = bump_f32(b, T * Hq * D);
+    }
+    if (m->n_rec_layers) {
+        o->mix = bump_f32(b, T * cd);
+        o->u = bump_f32(b, T * cd);
+        o->z = bump_f32(b, T * di);
+        o->bb = bump_f32(b, T * Nv);
+        o->aa = bump_f32(b, T * Nv);
+        o->qd = bump_f32(b, T * Nk * dk);
+        o->kd = bump_f32(b, T * Nk * dk);
+        o->vd = bump_f32(b, T * di);
+        o->o = bump_f32(b, T * di);
+        o->on = bump_f32(b, T * di);
+    }
+    o->op_work = bump_alloc(b, op_work_bytes(m, n_threads));
+}
+
+size_t snug_qwen35_trunk_work_bytes(const struct snug_model *m, int32_t T, int32_t n_threads) {
+    struct bump b = {0};
+    struct trunk_bufs o;
+    trunk_buffers(m, T, n_threads, &b, &o);
+    return b.bytes;
+}
+
+/* ---- load --------------------------------------------------------------------------------- */
+#define BT(field, suffix, f32, nd, a, b_, c)                                                       \
+    do {                                                                                           \
+        rc = snug_model_blk_tensor(m, &L->field, il, suffix, true, f32, nd, a, b_, c, err);        \
+        if (rc) return rc;                                                                         \
+    } while (0)
+
+/* The gated-attention tensors of block il (trunk attention layer or MTP block). */
+static int load_attention(struct snug_model *m, struct snug_layer *L, int il,
+                          struct snug_err *err) {
+    const struct snug_hparams *hp = &m->hp;
+    int64_t H = hp->n_embd, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    int rc;
+    BT(wq, "attn_q.weight", false, 2, H, 2 * Hq * D, 1);
+    BT(wk, "attn_k.weight", false, 2, H, Hkv * D, 1);
+    BT(wv, "attn_v.weight", false, 2, H, Hkv * D, 1);
+    BT(wo, "attn_output.weight", false, 2, Hq * D, H, 1);
+    BT(q_norm, "attn_q_norm.weight", true, 1, D, 1, 1);
+    BT(k_norm, "attn_k_norm.weight", true, 1, D, 1, 1);
+    return SNUG_OK;
+}
+
+/* Map the trunk: embeddings, output head, every layer's norms and mixer, and the MTP blocks'
+ * attention and nextn.* tensors (kept for speculative decoding). FFN tensors are the
+ * architecture's own (see load_dense_ffn and qwen35moe.c). */
+int snug_qwen35_load_trunk(struct snug_model *m, struct snug_err *err) {
+    struct snug_hparams *hp = &m->hp;
+    int64_t H = hp->n_embd, K = hp->conv_kernel, cd = snug_hp_conv_dim(hp);
+    int64_t Nv = hp->ssm_dt_rank, dv = hp->ssm_d_state, di = hp->ssm_d_inner;
+    int rc;
+    const struct snug_gguf_tensor *te = snug_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te) return snug_err_set(err, SNUG_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
+    if (te->ne[1] == 0 || te->ne[1] > INT32_MAX)
+        return snug_err_set(err, SNUG_ERR_FORMAT, "tensor 'token_embd.weight': vocabulary of %llu",
+                            (unsigned long long)te->ne[1]);
+    hp->n_vocab = (uint32_t)te->ne[1];
+    int64_t V = hp->n_vocab;
+    rc = snug_model_tensor(m, &m->tok_embd, "token_embd.weight", true, false, 2, H, V, 1, err);
+    if (rc) return rc;
+    rc = snug_model_tensor(m, &m->output_norm, "output_norm.weight", true, true, 1, H, 1, 1, err);
+    if (rc) return rc;
+    rc = snug_model_tensor(m, &m->output, "output.weight", false, false, 2, H, V, 1, err);
+    if (rc) return rc;
+    if (!m->output) m->output = m->tok_embd; /* tied embeddings */
+
+    m->n_attn_layers = m->n_rec_layers = 0;
+    for (uint32_t i = 0; i < hp->n_layer_all; i++) {
+        struct snug_layer *L = &m->layers[i];
+        int il = (int)i;
+        L->recurrent = hp->recurrent[i];
+        L->attn_idx = L->rec_idx = -1;
+        BT(attn_norm, "attn_norm.weight", true, 1, H, 1, 1);
+        BT(post_norm, "post_attention_norm.weight", true, 1, H, 1, 1);
+        if (i >= hp->n_layer) { /* MTP block: a full-attention layer plus the nextn tensors */
+            rc = load_attention(m, L, il, err);
+            if (rc) return rc;
+            BT(nextn_eh_proj, "nextn.eh_proj.weight", false, 2, 2 * H, H, 1);
+            BT(nextn_enorm, "nextn.enorm.weight", true, 1, H, 1, 1);
+            BT(nextn_hnorm, "nextn.hnorm.weight", true, 1, H, 1, 1);
+            rc = snug_model_blk_tensor(m, &L->nextn_shared_head_norm, il,
+                                       "nextn.shared_head_norm.weight", false, true, 1, H, 1, 1,
+                                       err);
+            if (rc) return rc;
+            if (!L->nextn_shared_head_norm) L->nextn_shared_head_norm = m->output_norm;
+        } else if (L->recurrent) {
+            L->rec_idx = (int32_t)m->n_rec_layers++;
+            BT(ssm_qkv, "attn_qkv.weight", false, 2, H, cd, 1);
+            BT(ssm_z, "attn_gate.weight", false, 2, H, di, 1);
+            BT(ssm_conv, "ssm_conv1d.weight", true, 2, K, cd, 1);
+            BT(ssm_dt, "ssm_dt.bias", true, 1, Nv, 1, 1);
+            BT(ssm_a, "ssm_a", true, 1, Nv, 1, 1);
+            BT(ssm_beta, "ssm_beta.weight", false, 2, H, Nv, 1);
+            BT(ssm_alpha, "ssm_alpha.weight", false, 2, H, Nv, 1);
+            BT(ssm_norm, "ssm_norm.weight", true, 1, dv, 1, 1);
+            BT(ssm_out, "ssm_out.weight", false, 2, di, H, 1);
+        } else {
+            L->attn_idx = (int32_t)m->n_attn_layers++;
+            rc = load_attention(m, L, il, err);
+            if (rc) return rc;
+        }
+    }
+    return SNUG_OK;
+}
+
+static int qwen35_load(struct snug_model *m, struct snug_err *err) {
+    int rc = snug_qwen35_load_trunk(m, err);
+    if (rc) return rc;
+    const struct snug_hparams *hp = &m->hp;
+    int64_t H = hp->n_embd, F = hp->n_ff;
+    if (F == 0)
+        return snug_err_set(err, SNUG_ERR_FORMAT, "%s.feed_forward_length is missing or 0",
+                            hp->arch);
+    for (uint32_t i = 0; i < hp->n_layer_all; i++) {
+        struct snug_layer *L = &m->layers[i];
+        int il = (int)i;
+        BT(ffn_gate, "ffn_gate.weight", false, 2, H, F, 1);
+        BT(ffn_up, "ffn_up.weight", false, 2, H, F, 1);
+        BT(ffn_down, "ffn_down.weight", false, 2, F, H, 1);
+    }
+    return SNUG_OK;
+}
+#undef BT
+
+/* ---- plan --------------------------------------------------------------------------------- */
+void snug_qwen35_plan_common(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+                             enum snug_kv_type kv_type, size_t ffn_work_bytes,
+                             struct snug_arch_plan *out) {
+    const struct snug_hparams *hp = &m->hp;
+    struct snug_kv_shape s = {
+        .n_attn = (int32_t)m->n_attn_layers,
+        .n_head_kv = (int32_t)hp->n_head_kv,
+        .head_dim = (int32_t)hp->head_dim,
+        .n_ctx = 1,
+        .type = kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+        .n_rec = (int32_t)m->n_rec_layers,
+        .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
+        .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
+    };
+    out->work_bytes = snug_qwen35_trunk_work_bytes(m, n_chunk, n_threads) + ffn_work_bytes;
+    out->kv_bytes_per_token = snug_kv_bytes_per_token(&s);
+    out->state_bytes = snug_kv_state_bytes(&s);
+}
+
+/* Dense SwiGLU FFN scratch: gate and up, [T][F] each. */
+static void dense_ffn_buffers(const struct snug_model *m, int32_t T, struct bump *b, float **gate,
+                              float **up) {
+    *gate = bump_f32(b, (int64_t)T * m->hp.n_ff);
+    *up = bump_f32(b, (int64_t)T * m->hp.n_ff);
+}
+
+static void qwen35_plan(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+                        enum snug_kv_type kv_type, struct snug_arch_plan *out) {
+    struct bump b = {0};
+    float *g, *u;
+    dense_ffn_buffers(m, n_chunk, &b, &g, &u);
+    snug_qwen35_plan_common(m, n_chunk, n_threads, kv_type, b.bytes, out);
+}
+
+/* ---- forward pieces ----------------------------------------------------------------------- */
+static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T, float *y) {
+    snug_op_matmul(f->pool, w->type, w->data, (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
+                   f->op_work);
+}
+
+static const float *f32(snug_tensor t) {
+    return (const float *)t->data;
+}
+
+/* Gated attention (spec §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache store,
+ * causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
+static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
+                      struct snug_kv_view *kv) {
+    const struct snug_hparams *hp = &f->m->hp;
+    int64_t T = f->T, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    matmul(f, L->wq, B->xn, T, B->qg);
+    matmul(f, L->wk, B->xn, T, B->k);
+    matmul(f, L->wv, B->xn, T, B->v);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hq; h++)
+            memcpy(B->q + (t * Hq + h) * D, B->qg + (t * Hq + h) * 2 * D, (size_t)D * 4);
+    snug_op_rmsnorm(B->q, f32(L->q_norm), hp->rms_eps, T * Hq, D, B->q);
+    snug_op_rmsnorm(B->k, f32(L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
+    snug_op_rope_neox(B->q, T, Hq, D, hp->n_rot, f->pos, hp->rope_base);
+    snug_op_rope_neox(B->k, T, Hkv, D, hp->n_rot, f->pos, hp->rope_base);
+    snug_op_kv_store(kv, Hkv, D, f->pos0, T, B->k, B->v);
+    snug_op_attention(f->pool, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att,
+                      f->op_work);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hq; h++) {
+            float *a = B->att + (t * Hq + h) * D;
+            const float *g = B->qg + (t * Hq + h) * 2 * D + D;
+            for (int64_t d = 0; d < D; d++) a[d] *= snug_sigmoid(g[d]);
+        }
+    matmul(f, L->wo, B->att, T, B->y);
+}
+
+/* softplus with PyTorch's default linear regime above 20 (torch.nn.functional.softplus). */
+static float softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+/* Gated DeltaNet (spec §2.5): projections, causal conv + SiLU (conv state), split [Q|K|V],
+ * L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
+ * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
+static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
+    const struct snug_hparams *hp = &f->m->hp;
+    int64_t T = f->T, Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
+    int64_t dv = dk, cd = snug_hp_conv_dim(hp), kd = Nk * dk, di = hp->ssm_d_inner;
+    matmul(f, L->ssm_qkv, B->xn, T, B->mix);
+    matmul(f, L->ssm_z, B->xn, T, B->z);
+    matmul(f, L->ssm_beta, B->xn, T, B->bb);
+    matmul(f, L->ssm_alpha, B->xn, T, B->aa);
+    snug_op_conv_silu(B->mix, T, cd, hp->conv_kernel, f32(L->ssm_conv),
+                      snug_kv_conv_state(f->kv, L->rec_idx), B->u);
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int64_t t = 0; t < T; t++) {
+        const float *u = B->u + t * cd;
+        memcpy(B->qd + t * kd, u, (size_t)kd * 4);
+        memcpy(B->kd + t * kd, u + kd, (size_t)kd * 4);
+        memcpy(B->vd + t * di, u + 2 * kd, (size_t)di * 4);
+    }
+    /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (spec §2.5 step 6). */
+    snug_op_l2norm(B->qd, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(B->kd, T * Nk, dk, 1e-6f);
+    for (int64_t i = 0; i < T * kd; i++) B->qd[i] *= qscale;
+    const float *a = f32(L->ssm_a), *dt = f32(L->ssm_dt);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < Nv; j++) {
+            B->bb[t * Nv + j] = snug_sigmoid(B->bb[t * Nv + j]);
+            B->aa[t * Nv + j] = a[j] * softplus(B->aa[t * Nv + j] + dt[j]);
+        }
+    float *S = snug_kv_delta_state(f->kv, L->rec_idx);
+    if (T == 1)
+        snug_op_gated_delta_step(f->pool, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S,
+                                 B->o);
+    else
+        snug_op_gated_delta_chunked(f->pool, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb,
+                                    S, B->o, f->op_work);
+    snug_op_gated_rmsnorm(B->o, B->z, f32(L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
+    matmul(f, L->ssm_out, B->on, T, B->y);
+}
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+/* One step over f->T tokens: embeddings, every trunk layer (pre-norm mixer + residual,
+ * pre-norm FFN + residual, spec §2.2), final norm, LM head into f->logits. */
+void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
+    const struct snug_model *m = f->m;
+    const struct snug_hparams *hp = &m->hp;
+    int64_t T = f->T, H = hp->n_embd, V = hp->n_vocab;
+    struct bump b = {.a = f->work};
+    struct trunk_bufs B;
+    trunk_buffers(m, f->T, f->n_threads, &b, &B);
+    f->op_work = B.op_work;
+
+    uint64_t erow = snug_dtype_row_bytes(m->tok_embd->type, (uint64_t)H);
+    for (int64_t t = 0; t < T; t++)
+        snug_dequantize_row(m->tok_embd->type,
+                            (const uint8_t *)m->tok_embd->data + (uint64_t)f->ids[t] * erow,
+                            B.x + t * H, H);
+    if (f->hook) f->hook(f->hook_user, 0, f->pos0, f->T, (int32_t)H, B.x);
+
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct snug_layer *L = &m->layers[il];
+        snug_op_rmsnorm(B.x, f32(L->attn_norm), hp->rms_eps, T, H, B.xn);
+        if (L->recurrent)
+            deltanet(f, L, &B);
+        else
+            attention(f, L, &B, &f->kv->views[L->attn_idx]);
+        add_rows(B.x, B.y, T * H);
+        snug_op_rmsnorm(B.x, f32(L->post_norm), hp->rms_eps, T, H, B.xn);
+        size_t mark = snug_arena_mark(f->work);
+        ffn(f, L, B.xn, B.y);
+        snug_arena_reset_to(f->work, mark);
+        add_rows(B.x, B.y, T * H);
+        if (f->hook) f->hook(f->hook_user, (int32_t)il + 1, f->pos0, f->T, (int32_t)H, B.x);
+    }
+
+    snug_op_rmsnorm(B.x, f32(m->output_norm), hp->rms_eps, T, H, B.xn);
+    if (f->hook) f->hook(f->hook_user, (int32_t)hp->n_layer + 1, f->pos0, f->T, (int32_t)H, B.xn);
+    if (!f->logits) return;
+    if (f->logits_all)
+        matmul(f, m->output, B.xn, T, f->logits);
+    else
+        matmul(f, m->output, B.xn + (T - 1) * H, 1, f->logits);
+    (void)V;
+}
+
+/* Dense SwiGLU FFN (spec §2.7): y = down(silu(gate·x) ⊙ up·x). */
+static void dense_ffn(struct snug_fwd *f, const struct snug_layer *L, const float *x, float *y) {
+    struct bump b = {.a = f->work};
+    float *g, *u;
+    dense_ffn_buffers(f->m, f->T, &b, &g, &u);
+    matmul(f, L->ffn_gate, x, f->T, g);
+    matmul(f, L->ffn_up, x, f->T, u);
+    snug_op_swiglu(g, u, (int64_t)f->T * f->m->hp.n_ff, g);
+    matmul(f, L->ffn_down, g, f->T, y);
+}
+
+static void qwen35_forward(struct snug_fwd *f) {
+    snug_qwen35_forward_common(f, dense_ffn);
+}
+
+const struct snug_arch snug_arch_qwen35 = {
+    .name = "qwen35",
+    .load = qwen35_load,
+    .plan = qwen35_plan,
+    .forward = qwen35_forward,
+};

@@ -1,0 +1,72 @@
+/* kv.c — allocation and reset of the attention KV cache and the DeltaNet states (see kv.h).
+ * Layout inside the one arena: the view table, then per attention layer K then V
+ * ([n_ctx][Hkv·D] each), then all conv states, then all delta states; each 64-byte aligned. */
+#include "kv.h"
+
+#include "quant/quant.h"
+
+#include <string.h>
+
+#define KV_ALIGN 64
+
+static size_t elem_bytes(uint32_t type) {
+    return type == SNUG_DTYPE_F16 ? 2 : 4;
+}
+
+static size_t row_bytes(const struct snug_kv_shape *s) {
+    return (size_t)s->n_head_kv * (size_t)s->head_dim * elem_bytes(s->type);
+}
+
+size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s) {
+    return 2 * (size_t)s->n_attn * row_bytes(s);
+}
+
+size_t snug_kv_state_bytes(const struct snug_kv_shape *s) {
+    return (size_t)s->n_rec * (size_t)(s->conv_elems + s->delta_elems) * sizeof(float);
+}
+
+size_t snug_kv_bytes(const struct snug_kv_shape *s) {
+    size_t b = SNUG_ALIGN_UP(sizeof(struct snug_kv_view) * (size_t)(s->n_attn + 1), KV_ALIGN);
+    b += 2 * (size_t)s->n_attn * SNUG_ALIGN_UP(row_bytes(s) * (size_t)s->n_ctx, KV_ALIGN);
+    b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float), KV_ALIGN);
+    b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float), KV_ALIGN);
+    return b + KV_ALIGN;
+}
+
+/* Allocate the arena and carve it; the caches start empty (states zeroed). */
+int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_err *err) {
+    memset(kv, 0, sizeof *kv);
+    if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32)
+        return snug_err_set(err, SNUG_ERR_INVALID, "KV cache type %u: expected f32 or f16",
+                            s->type);
+    kv->shape = *s;
+    int rc = snug_arena_init(&kv->arena, "kv", snug_kv_bytes(s), err);
+    if (rc) return rc;
+    kv->views = snug_arena_alloc(&kv->arena, sizeof(struct snug_kv_view) * (size_t)(s->n_attn + 1),
+                                 KV_ALIGN);
+    size_t lb = row_bytes(s) * (size_t)s->n_ctx;
+    for (int32_t i = 0; i < s->n_attn; i++) {
+        kv->views[i].type = s->type;
+        kv->views[i].n_ctx = s->n_ctx;
+        kv->views[i].k = snug_arena_alloc(&kv->arena, lb, KV_ALIGN);
+        kv->views[i].v = snug_arena_alloc(&kv->arena, lb, KV_ALIGN);
+    }
+    kv->conv = snug_arena_alloc(&kv->arena, (size_t)s->n_rec * (size_t)s->conv_elems * 4, KV_ALIGN);
+    kv->delta =
+        snug_arena_alloc(&kv->arena, (size_t)s->n_rec * (size_t)s->delta_elems * 4, KV_ALIGN);
+    snug_kv_reset(kv);
+    return SNUG_OK;
+}
+
+void snug_kv_free(struct snug_kv *kv) {
+    if (!kv) return;
+    snug_arena_free(&kv->arena);
+    memset(kv, 0, sizeof *kv);
+}
+
+void snug_kv_reset(struct snug_kv *kv) {
+    const struct snug_kv_shape *s = &kv->shape;
+    if (s->n_rec == 0) return;
+    memset(kv->conv, 0, (size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float));
+    memset(kv->delta, 0, (size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float));
+}

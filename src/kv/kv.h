@@ -1,0 +1,52 @@
+/* kv.h — the per-sequence caches of the hybrid models: the attention KV cache of every gated
+ * attention layer (F32 or F16 rows, exposed as ops.h views) and the recurrent state of every
+ * Gated DeltaNet layer (conv state [K-1][conv_dim] + delta state [Nv][dk][dv], float32).
+ * Owns one arena holding all of it, sized exactly by snug_kv_bytes at init.
+ * Invariant: nothing is allocated after snug_kv_init; reset only zeroes the recurrent state
+ * (KV rows past n_past are never read). Read next: src/arch/qwen35.c (the user).
+ */
+#ifndef SNUG_KV_H
+#define SNUG_KV_H
+
+#include "backend/cpu/ops.h"
+#include "core/core.h"
+
+struct snug_kv_shape {
+    int32_t n_attn;      /* attention layers */
+    int32_t n_head_kv;   /* Hkv */
+    int32_t head_dim;    /* D */
+    int32_t n_ctx;       /* positions */
+    uint32_t type;       /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16 */
+    int32_t n_rec;       /* DeltaNet layers */
+    int64_t conv_elems;  /* floats of one layer's conv state: (K-1) * conv_dim */
+    int64_t delta_elems; /* floats of one layer's delta state: Nv * dk * dv */
+};
+
+struct snug_kv {
+    struct snug_kv_shape shape;
+    struct snug_arena arena;
+    struct snug_kv_view *views; /* [n_attn] */
+    float *conv;                /* [n_rec][conv_elems] */
+    float *delta;               /* [n_rec][delta_elems] */
+};
+
+/* Bytes of K+V for one token over all attention layers. */
+size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s);
+/* Bytes of all recurrent states. */
+size_t snug_kv_state_bytes(const struct snug_kv_shape *s);
+/* Total bytes snug_kv_init allocates (attention + states + bookkeeping + alignment). */
+size_t snug_kv_bytes(const struct snug_kv_shape *s);
+
+int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_err *err);
+void snug_kv_free(struct snug_kv *kv);
+/* Start a new sequence: zero every recurrent state. */
+void snug_kv_reset(struct snug_kv *kv);
+
+static inline float *snug_kv_conv_state(struct snug_kv *kv, int32_t rec_idx) {
+    return kv->conv + (int64_t)rec_idx * kv->shape.conv_elems;
+}
+static inline float *snug_kv_delta_state(struct snug_kv *kv, int32_t rec_idx) {
+    return kv->delta + (int64_t)rec_idx * kv->shape.delta_elems;
+}
+
+#endif /* SNUG_KV_H */

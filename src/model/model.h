@@ -1,0 +1,157 @@
+/* model.h — the loaded model: hyper-parameters (read once from GGUF metadata), the tensor
+ * table (borrowed views into the file mapping, shapes checked at load), the architecture
+ * registry, and the context (one sequence: KV cache, recurrent state, scratch arena).
+ * Invariant: after snug_model_load every tensor pointer in struct snug_model has the shape the
+ * hyper-parameters imply, so forward code never re-checks; after snug_ctx_init nothing is
+ * allocated until snug_ctx_free.
+ * Read next: src/arch/qwen35.c (the forward pass), src/kv/kv.h (caches).
+ */
+#ifndef SNUG_MODEL_H
+#define SNUG_MODEL_H
+
+#include "backend/cpu/ops.h"
+#include "core/core.h"
+#include "core/threadpool.h"
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "snug.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SNUG_MAX_LAYERS 512
+
+/* Hyper-parameters, every key of spec §4.2 (`%s` = arch). Layer counts: n_layer_all is
+ * `block_count` (trunk + MTP blocks), n_layer = n_layer_all − n_nextn is the trunk. */
+struct snug_hparams {
+    char arch[32];
+    uint32_t n_vocab;     /* rows of token_embd */
+    uint32_t n_embd;      /* %s.embedding_length (H) */
+    uint32_t n_layer_all; /* %s.block_count */
+    uint32_t n_nextn;     /* %s.nextn_predict_layers (default 0) */
+    uint32_t n_layer;     /* n_layer_all - n_nextn */
+    uint32_t n_ff;        /* %s.feed_forward_length (dense; 0 for MoE files that lack it) */
+    uint32_t n_head;      /* %s.attention.head_count (Hq) */
+    uint32_t n_head_kv;   /* %s.attention.head_count_kv (Hkv) */
+    uint32_t head_dim;    /* %s.attention.key_length (D); value_length must equal it */
+    uint32_t n_rot;       /* %s.rope.dimension_count */
+    uint32_t rope_sections[4];
+    float rope_base;                  /* %s.rope.freq_base */
+    float rms_eps;                    /* %s.attention.layer_norm_rms_epsilon */
+    uint64_t n_ctx_train;             /* %s.context_length */
+    uint32_t conv_kernel;             /* %s.ssm.conv_kernel (K) */
+    uint32_t ssm_d_state;             /* %s.ssm.state_size (dk = dv) */
+    uint32_t ssm_n_group;             /* %s.ssm.group_count (Nk) */
+    uint32_t ssm_dt_rank;             /* %s.ssm.time_step_rank (Nv) */
+    uint32_t ssm_d_inner;             /* %s.ssm.inner_size (Nv·dv) */
+    uint32_t full_attn_interval;      /* %s.full_attention_interval (default 4) */
+    bool recurrent[SNUG_MAX_LAYERS];  /* per layer: DeltaNet (true) or attention */
+    uint32_t n_expert, n_expert_used; /* MoE: %s.expert_count, expert_used_count */
+    uint32_t n_ff_exp, n_ff_shexp;    /* MoE: expert / shared expert FFN widths */
+};
+
+/* Derived DeltaNet sizes. */
+static inline uint32_t snug_hp_conv_dim(const struct snug_hparams *hp) {
+    return 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+}
+
+typedef const struct snug_gguf_tensor *snug_tensor;
+
+/* The weights of one block (trunk layer or MTP block); NULL where the layer type lacks it. */
+struct snug_layer {
+    bool recurrent;
+    int32_t attn_idx; /* index among attention layers (KV cache slot), -1 for DeltaNet */
+    int32_t rec_idx;  /* index among DeltaNet layers (state slot), -1 for attention */
+    snug_tensor attn_norm, post_norm;
+    /* gated attention */
+    snug_tensor wq, wk, wv, wo, q_norm, k_norm;
+    /* Gated DeltaNet */
+    snug_tensor ssm_qkv, ssm_z, ssm_conv, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+    /* dense FFN */
+    snug_tensor ffn_gate, ffn_up, ffn_down;
+    /* MoE FFN */
+    snug_tensor gate_inp, gate_exps, up_exps, down_exps;
+    snug_tensor gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
+    /* MTP block only */
+    snug_tensor nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_shared_head_norm;
+};
+
+/* What a forward pass needs, for a context with the given limits (the memory planner's
+ * input). All sizes in bytes. */
+struct snug_arch_plan {
+    size_t work_bytes;         /* scratch for one chunk of n_chunk tokens */
+    size_t kv_bytes_per_token; /* attention K+V over all attention layers */
+    size_t state_bytes;        /* conv + delta states over all DeltaNet layers */
+};
+
+struct snug_model;
+struct snug_fwd;
+
+/* One registry entry per architecture (see model.c `ARCHS`). */
+struct snug_arch {
+    const char *name;
+    /* Map tensors into m->layers etc. and check every shape; errors name the tensor. */
+    int (*load)(struct snug_model *m, struct snug_err *err);
+    /* Report every buffer the forward pass needs. */
+    void (*plan)(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+                 enum snug_kv_type kv_type, struct snug_arch_plan *out);
+    /* Run T ≤ n_chunk tokens through the model (see struct snug_fwd). */
+    void (*forward)(struct snug_fwd *f);
+};
+
+struct snug_model {
+    struct snug_gguf *gguf;
+    struct snug_hparams hp;
+    const struct snug_arch *arch;
+    int n_threads;
+    snug_tensor tok_embd, output_norm, output;
+    struct snug_layer *layers;            /* [n_layer_all]: trunk, then MTP blocks */
+    uint32_t n_attn_layers, n_rec_layers; /* trunk only */
+    struct snug_tokenizer *tok;           /* owned; NULL if the file has no vocabulary */
+};
+
+/* One forward step, filled in by the context and consumed by arch->forward. */
+struct snug_fwd {
+    const struct snug_model *m;
+    struct snug_pool *pool;
+    int n_threads;
+    struct snug_arena *work; /* reset by the caller before each step */
+    void *op_work;           /* scratch for ops.h calls (set by the trunk forward) */
+    struct snug_kv *kv;
+    const snug_token *ids; /* [T] */
+    const int32_t *pos;    /* [T]: pos0 .. pos0+T-1 */
+    int32_t T, pos0;
+    float *logits; /* NULL, [T][V] (all) or [V] (last only) */
+    bool logits_all;
+    snug_layer_hook hook;
+    void *hook_user;
+};
+
+/* Arch helpers shared between registry entries (src/model/tensors.c). */
+/* Find a tensor and check its shape: n_dims dims with ne[0..n_dims) equal to the given values
+ * (extra dims must be 1). required=false: absent → *out = NULL, OK. `f32_only` demands F32
+ * (vectors read directly as floats); otherwise the type must be computable. */
+int snug_model_tensor(const struct snug_model *m, snug_tensor *out, const char *name, bool required,
+                      bool f32_only, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                      struct snug_err *err);
+/* Same, with the name built as "blk.<il>.<suffix>". */
+int snug_model_blk_tensor(const struct snug_model *m, snug_tensor *out, int il, const char *suffix,
+                          bool required, bool f32_only, int n_dims, int64_t ne0, int64_t ne1,
+                          int64_t ne2, struct snug_err *err);
+
+/* The architecture registry. */
+const struct snug_arch *snug_arch_find(const char *name);
+extern const struct snug_arch snug_arch_qwen35;
+extern const struct snug_arch snug_arch_qwen35moe;
+
+/* Shared trunk of the qwen35 family (src/arch/qwen35.c), used by qwen35moe. */
+typedef void (*snug_qwen35_ffn_fn)(struct snug_fwd *f, const struct snug_layer *L, const float *x,
+                                   float *y);
+int snug_qwen35_load_trunk(struct snug_model *m, struct snug_err *err);
+size_t snug_qwen35_trunk_work_bytes(const struct snug_model *m, int32_t T, int32_t n_threads);
+void snug_qwen35_plan_common(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+                             enum snug_kv_type kv_type, size_t ffn_work_bytes,
+                             struct snug_arch_plan *out);
+void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
+
+#endif /* SNUG_MODEL_H */
