@@ -1,11 +1,115 @@
-/* cmd_tokenize.c — `snug tokenize` (not yet written). */
+/* cmd_tokenize.c — `snug tokenize -m M.gguf (--text S | --file F) [--no-special] [--no-nfc]`:
+ * encode text with the model's tokenizer and print the ids as one JSON array on stdout.
+ * Special tokens (<|im_start|>, ...) in the text are parsed unless --no-special; --no-nfc skips
+ * NFC normalisation (llama.cpp's behaviour). A vocabulary-only GGUF is enough.
+ * Read next: src/tokenizer/tokenizer.h.
+ */
 #include "cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read a whole file into a malloc'd buffer; NULL (and a message in err) on failure. */
+static char *slurp(const char *path, size_t *len, struct snug_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snug_err_set(err, SNUG_ERR_IO, "cannot open --file %s", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+        }
+    }
+    bool bad = !buf || ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        snug_err_set(err, SNUG_ERR_IO, "cannot read --file %s", path);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: snug tokenize -m M.gguf (--text S | --file F) [--no-special] "
+                    "[--no-nfc]\n");
+    return 2;
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug tokenize: not implemented yet\n");
-    return 2;
+    const char *model = NULL, *text = NULL, *file = NULL;
+    bool special = true, nfc = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--text") || !strcmp(a, "-p")) {
+            if (!(text = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--file") || !strcmp(a, "-f")) {
+            if (!(file = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-special")) {
+            special = false;
+        } else if (!strcmp(a, "--no-nfc")) {
+            nfc = false;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "snug tokenize: unknown option '%s'\n", a);
+            return usage();
+        }
+    }
+    if (!model || (!text == !file)) return usage();
+
+    struct snug_err err = {0};
+    struct snug_gguf *g = NULL;
+    struct snug_tokenizer *tok = NULL;
+    char *buf = NULL;
+    snug_token *ids = NULL;
+    int ret = 1;
+    if (snug_gguf_open(&g, model, &err) != SNUG_OK) goto fail;
+    if (snug_tokenizer_load(&tok, g, &err) != SNUG_OK) goto fail;
+    snug_tokenizer_set_nfc(tok, nfc);
+    size_t len;
+    if (file) {
+        if (!(buf = slurp(file, &len, &err))) goto fail;
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+    size_t cap = len + 16, n = 0; /* at most one token per byte, plus nothing */
+    ids = malloc(cap * sizeof *ids);
+    if (!ids) {
+        snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory for %zu ids", cap);
+        goto fail;
+    }
+    if (snug_tokenizer_encode(tok, text, len, special, ids, cap, &n, &err) != SNUG_OK) goto fail;
+    putchar('[');
+    for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+    printf("]\n");
+    ret = fflush(stdout) == 0 ? 0 : 1;
+    goto done;
+fail:
+    ret = cli_fail("tokenize", &err);
+done:
+    free(ids);
+    free(buf);
+    snug_tokenizer_free(tok);
+    snug_gguf_close(g);
+    return ret;
 }
