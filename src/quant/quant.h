@@ -87,4 +87,35 @@ bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, co
 void snug_dequantize_row_ref(uint32_t type, const void *src, float *dst, int64_t n);
 float snug_dot_row_ref(uint32_t type, const void *w, const float *x, int64_t n);
 
+/* ---- recipes: which type each tensor of a model is stored in (recipe.c) ------------------- */
+/* A recipe is a target like "q4_k_m" plus llama.cpp's per-tensor rules (src/llama-quant.cpp):
+ * 1-D and sensitive tensors stay F32, output.weight (or a tied token_embd) gets Q6_K, some
+ * attn_v / attn_qkv / ffn_down layers get more bits, rows that are not a multiple of the block
+ * size fall back. Usage, mirroring llama.cpp's two passes over the tensors in file order:
+ *   struct snug_recipe r;
+ *   snug_recipe_init(&r, "q4_k_m", n_layer, n_expert);   (block_count, expert_count or 0)
+ *   for each tensor: snug_recipe_count(&r, name);
+ *   for each tensor, in the same order: type = snug_recipe_type(&r, name, n_dims, ne);
+ * The state is plain data; nothing allocates. */
+struct snug_recipe {
+    int kind;        /* internal recipe id */
+    int n_layer;     /* block_count: all layers (MTP layers included) */
+    int n_expert;    /* expert_count, 0 for a dense model */
+    int n_attn_v;    /* attn_v + attn_qkv tensors seen by snug_recipe_count */
+    int i_attn_v;    /* ... and handed out so far by snug_recipe_type */
+    int i_ffn_down;  /* ffn_down* tensors handed out so far (dense layer counter) */
+    bool has_output; /* the model has its own output.weight (else token_embd is tied) */
+};
+/* Returns false for an unknown recipe name (case-insensitive: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
+ * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S). */
+bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int n_expert);
+void snug_recipe_count(struct snug_recipe *r, const char *tensor_name);
+/* The type to store this tensor in (ne[0] is the row length). Call once per tensor, in order. */
+uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_dims,
+                          const uint64_t *ne);
+/* llama.cpp's general.file_type (enum llama_ftype) for the recipe, e.g. 15 for q4_k_m. */
+uint32_t snug_recipe_file_type(const struct snug_recipe *r);
+/* The recipe's canonical name ("q4_k_m"). */
+const char *snug_recipe_name(const struct snug_recipe *r);
+
 #endif /* SNUG_QUANT_H */
