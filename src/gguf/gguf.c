@@ -191,7 +191,7 @@ static bool take_str(struct cur *c, const char **s, uint64_t *len) {
     if (n > left(c)) {
         snug_err_set(c->err, SNUG_ERR_FORMAT,
                      "%s: %s: string length %llu at offset %llu exceeds the %llu bytes left in "
-                     "the file",
+                     "the file (truncated or corrupt)",
                      c->file, c->what, (unsigned long long)n, (unsigned long long)(c->pos - 8),
                      (unsigned long long)left(c));
         return false;
@@ -239,7 +239,7 @@ static bool skip_value(struct cur *c, uint32_t t, int depth, struct gguf_kv *kv)
     if (count > left(c) / min_elem) {
         snug_err_set(c->err, SNUG_ERR_FORMAT,
                      "%s: %s: array count %llu of %s needs at least %llu bytes each, only %llu "
-                     "bytes left",
+                     "bytes left (truncated or corrupt)",
                      c->file, c->what, (unsigned long long)count, type_name(et),
                      (unsigned long long)min_elem, (unsigned long long)left(c));
         return false;
@@ -358,7 +358,7 @@ static int part_parse(struct gguf_part *p, struct snug_err *err) {
     if (n_kv > left(&c) / GGUF_MIN_KV_BYTES) {
         snug_err_set(err, SNUG_ERR_FORMAT,
                      "%s: n_kv = %llu is impossible: each key/value needs at least %u bytes and "
-                     "only %llu bytes follow the header",
+                     "only %llu bytes follow the header (truncated or corrupt)",
                      p->path, (unsigned long long)n_kv, GGUF_MIN_KV_BYTES,
                      (unsigned long long)left(&c));
         goto fail;
@@ -366,7 +366,7 @@ static int part_parse(struct gguf_part *p, struct snug_err *err) {
     if (n_tensors > left(&c) / GGUF_MIN_TENSOR_BYTES) {
         snug_err_set(err, SNUG_ERR_FORMAT,
                      "%s: n_tensors = %llu is impossible: each tensor info needs at least %u bytes "
-                     "and only %llu bytes follow the header",
+                     "and only %llu bytes follow the header (truncated or corrupt)",
                      p->path, (unsigned long long)n_tensors, GGUF_MIN_TENSOR_BYTES,
                      (unsigned long long)left(&c));
         goto fail;

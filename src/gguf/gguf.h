@@ -144,6 +144,10 @@ int snug_gguf_writer_add_u64(struct snug_gguf_writer *w, const char *key, uint64
 int snug_gguf_writer_add_f32(struct snug_gguf_writer *w, const char *key, float v);
 int snug_gguf_writer_add_bool(struct snug_gguf_writer *w, const char *key, bool v);
 int snug_gguf_writer_add_str(struct snug_gguf_writer *w, const char *key, const char *v);
+/* Any fixed-size scalar (u8, i8, u16, i16, u32, i32, f32, bool, u64, i64, f64): the value's
+ * little-endian bytes at v. */
+int snug_gguf_writer_add_scalar(struct snug_gguf_writer *w, const char *key,
+                                enum snug_gguf_type type, const void *v);
 /* Numeric array: n elements of elem_type, packed little-endian at data (copied). */
 int snug_gguf_writer_add_arr(struct snug_gguf_writer *w, const char *key,
                              enum snug_gguf_type elem_type, uint64_t n, const void *data);
