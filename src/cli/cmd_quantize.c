@@ -1,11 +1,249 @@
-/* cmd_quantize.c — `snug quantize` (not yet written). */
+/* cmd_quantize.c — `snug quantize IN.gguf OUT.gguf TYPE [--threads N]`: rewrite a model with
+ * every tensor stored in the type the recipe TYPE picks (src/quant/recipe.c).
+ *
+ * All metadata is copied except general.file_type (set to llama.cpp's ftype for the recipe)
+ * and the split.* keys (the output is one file). Tensors stream one at a time, in file order:
+ * a tensor whose type does not change is copied byte for byte; any other is converted row by
+ * row (dequantize the source row to f32 → quantize), with the rows of a chunk spread over the
+ * thread pool. Memory: one output chunk plus one f32 row per thread, whatever the model size.
+ * Progress (one line per tensor) and a size summary go to stderr.
+ * Read next: src/quant/quant.h (kernels, recipes), src/gguf/gguf.h (reader / writer). */
 #include "cli.h"
+#include "core/core.h"
+#include "core/threadpool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_BYTES (16u << 20) /* target size of one converted chunk of output rows */
+
+/* One chunk of rows to convert: rows [row0, row0 + nrows) of the current tensor. */
+struct conv_job {
+    const uint8_t *src; /* the tensor's source bytes */
+    uint8_t *dst;       /* output chunk */
+    uint32_t src_type, dst_type;
+    int64_t ncols, row0, nrows;
+    uint64_t src_row_bytes, dst_row_bytes;
+    float *scratch; /* nth rows of ncols floats */
+    int bad;        /* set when a quantizer refused (cannot happen for a checked pair) */
+};
+
+/* Thread body: convert this thread's share of the chunk's rows. */
+static void conv_rows(void *ctx, int ith, int nth) {
+    struct conv_job *j = ctx;
+    long lo, hi;
+    snug_split_range((long)j->nrows, ith, nth, &lo, &hi);
+    float *row = j->scratch + (size_t)ith * (size_t)j->ncols;
+    for (long r = lo; r < hi; r++) {
+        const uint8_t *s = j->src + (uint64_t)(j->row0 + r) * j->src_row_bytes;
+        snug_dequantize_row(j->src_type, s, row, j->ncols);
+        if (!snug_quantize_row(j->dst_type, row, j->dst + (uint64_t)r * j->dst_row_bytes, j->ncols,
+                               NULL))
+            j->bad = 1;
+    }
+}
+
+/* "4096 x 1024" into buf. */
+static const char *shape_str(const struct snug_gguf_tensor *t, char *buf, size_t n) {
+    int k = snprintf(buf, n, "%llu", (unsigned long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < n; d++)
+        k += snprintf(buf + k, n - (size_t)k, " x %llu", (unsigned long long)t->ne[d]);
+    return buf;
+}
+
+/* Read "<arch>.<suffix>" as an integer, or `dflt` when absent. */
+static int arch_int(const struct snug_gguf *g, const char *arch, const char *suffix, int dflt,
+                    struct snug_err *err) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint32_t v = (uint32_t)dflt;
+    if (snug_gguf_get_u32_opt(g, key, &v, err) != SNUG_OK) return -1;
+    return (int)v;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: snug quantize IN.gguf OUT.gguf TYPE [--threads N]\n"
+                    "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n");
+    return 2;
+}
+
+/* Convert the whole file; returns a status and fills err. Owns nothing on return. */
+static int quantize_file(const char *in, const char *out, const char *type_name, int n_threads,
+                         struct snug_err *err) {
+    struct snug_gguf *g = NULL;
+    struct snug_gguf_writer *w = NULL;
+    struct snug_pool *pool = NULL;
+    uint32_t *types = NULL;
+    uint8_t *chunk = NULL;
+    float *scratch = NULL;
+    int rc = snug_gguf_open(&g, in, err);
+    if (rc != SNUG_OK) return rc;
+
+    /* hyper-parameters the recipe needs */
+    char arch[128] = "";
+    struct snug_gguf_str s;
+    if (snug_gguf_find_key(g, "general.architecture") >= 0 &&
+        snug_gguf_get_str(g, "general.architecture", &s, err) == SNUG_OK)
+        snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 120 ? s.len : 120), s.data);
+    int n_layer = arch_int(g, arch, "block_count", 0, err);
+    int n_expert = n_layer < 0 ? -1 : arch_int(g, arch, "expert_count", 0, err);
+    if (n_layer < 0 || n_expert < 0) {
+        rc = SNUG_ERR_FORMAT;
+        goto done;
+    }
+    struct snug_recipe recipe;
+    if (!snug_recipe_init(&recipe, type_name, n_layer, n_expert)) {
+        rc = snug_err_set(err, SNUG_ERR_INVALID,
+                          "unknown type '%s' (want f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k "
+                          "q5_k q6_k q4_k_m q5_k_m)",
+                          type_name);
+        goto done;
+    }
+
+    /* pass 1: pick every tensor's type (llama.cpp's two-pass counting, see recipe.c) */
+    int64_t nt = snug_gguf_n_tensors(g);
+    types = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *types);
+    if (!types) {
+        rc =
+            snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for %lld tensor types", (long long)nt);
+        goto done;
+    }
+    for (int64_t i = 0; i < nt; i++) snug_recipe_count(&recipe, snug_gguf_tensor(g, i)->name);
+    uint64_t max_cols = 1, in_bytes = 0, out_bytes = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        types[i] = snug_recipe_type(&recipe, t->name, t->n_dims, t->ne);
+        if (types[i] == t->type) continue;
+        const struct snug_dtype_info *si = snug_dtype_info(t->type);
+        if (!si || !si->computable) {
+            rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                              "%s: tensor %s is stored as %s, which snug cannot convert (to %s)",
+                              in, t->name, si ? si->name : "an unknown type",
+                              snug_dtype_info(types[i])->name);
+            goto done;
+        }
+        if (t->ne[0] > max_cols) max_cols = t->ne[0];
+    }
+
+    /* the writer: metadata, then tensor infos */
+    rc = snug_gguf_writer_open(&w, out, err);
+    if (rc != SNUG_OK) goto done;
+    for (int64_t i = 0; i < snug_gguf_n_kv(g) && rc == SNUG_OK; i++) {
+        const char *k = snug_gguf_key_name(g, i);
+        if (!strcmp(k, "general.file_type") || !strncmp(k, "split.", 6)) continue;
+        rc = snug_gguf_writer_copy_kv(w, g, i);
+    }
+    if (rc == SNUG_OK)
+        rc = snug_gguf_writer_add_u32(w, "general.file_type", snug_recipe_file_type(&recipe));
+    for (int64_t i = 0; i < nt && rc == SNUG_OK; i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        rc = snug_gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne);
+    }
+    if (rc != SNUG_OK) {
+        rc = snug_err_set(err, rc, "%s: %s", out, snug_gguf_writer_error(w));
+        goto done;
+    }
+
+    /* buffers and threads */
+    rc = snug_pool_init(&pool, n_threads, err);
+    if (rc != SNUG_OK) goto done;
+    int nth = snug_pool_size(pool);
+    chunk = snug_malloc(CHUNK_BYTES + 4 * max_cols); /* room for at least one row */
+    scratch = snug_malloc(sizeof(float) * (size_t)max_cols * (size_t)nth);
+    if (!chunk || !scratch) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for conversion buffers");
+        goto done;
+    }
+
+    /* pass 2: stream the tensors */
+    double t0 = snug_time_s();
+    for (int64_t i = 0; i < nt; i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        uint64_t ncols = t->ne[0], nrows = t->n_elems / (ncols ? ncols : 1);
+        uint64_t dst_rb = snug_dtype_row_bytes(types[i], ncols);
+        uint64_t dst_bytes = dst_rb * nrows;
+        if (types[i] == t->type) {
+            rc = snug_gguf_writer_write(w, t->data, t->n_bytes);
+        } else {
+            struct conv_job j = {.src = t->data,
+                                 .dst = chunk,
+                                 .src_type = t->type,
+                                 .dst_type = types[i],
+                                 .ncols = (int64_t)ncols,
+                                 .src_row_bytes = snug_dtype_row_bytes(t->type, ncols),
+                                 .dst_row_bytes = dst_rb,
+                                 .scratch = scratch};
+            uint64_t rows_per_chunk = dst_rb ? SNUG_MAX(1, CHUNK_BYTES / dst_rb) : 1;
+            for (uint64_t r0 = 0; r0 < nrows && rc == SNUG_OK; r0 += rows_per_chunk) {
+                j.row0 = (int64_t)r0;
+                j.nrows = (int64_t)SNUG_MIN(rows_per_chunk, nrows - r0);
+                snug_pool_run(pool, conv_rows, &j);
+                if (j.bad) {
+                    rc = snug_err_set(err, SNUG_ERR_INTERNAL, "quantizing %s to %s failed", t->name,
+                                      snug_dtype_info(types[i])->name);
+                    goto done;
+                }
+                rc = snug_gguf_writer_write(w, chunk, (uint64_t)j.nrows * dst_rb);
+            }
+        }
+        if (rc != SNUG_OK) {
+            rc = snug_err_set(err, rc, "%s: %s", out, snug_gguf_writer_error(w));
+            goto done;
+        }
+        char shape[96];
+        fprintf(stderr, "[%4lld/%4lld] %-40s %-22s %6s -> %-6s %9.3f MiB -> %9.3f MiB\n",
+                (long long)i + 1, (long long)nt, t->name, shape_str(t, shape, sizeof shape),
+                snug_dtype_info(t->type)->name, snug_dtype_info(types[i])->name,
+                (double)t->n_bytes / 1048576.0, (double)dst_bytes / 1048576.0);
+        in_bytes += t->n_bytes;
+        out_bytes += dst_bytes;
+    }
+    rc = snug_gguf_writer_close(w, err);
+    w = NULL;
+    if (rc != SNUG_OK) goto done;
+    fprintf(stderr,
+            "snug quantize: %s (%s) -> %s: %lld tensors, %.2f MiB -> %.2f MiB (%.1f%%), "
+            "file_type %u, %.1f s, %d threads\n",
+            in, arch[0] ? arch : "?", out, (long long)nt, (double)in_bytes / 1048576.0,
+            (double)out_bytes / 1048576.0,
+            in_bytes ? 100.0 * (double)out_bytes / (double)in_bytes : 0,
+            snug_recipe_file_type(&recipe), snug_time_s() - t0, nth);
+
+done:
+    if (w) snug_gguf_writer_abort(w);
+    snug_free(scratch);
+    snug_free(chunk);
+    snug_free(types);
+    snug_pool_free(pool);
+    snug_gguf_close(g);
+    return rc;
+}
 
 int cmd_quantize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug quantize: not implemented yet\n");
-    return 2;
+    const char *pos[3];
+    int npos = 0;
+    long threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
+            if (!cli_int(argc, argv, &i, &threads)) return 2;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "snug quantize: unknown option %s\n", argv[i]);
+            return usage();
+        } else if (npos < 3) {
+            pos[npos++] = argv[i];
+        } else {
+            return usage();
+        }
+    }
+    if (npos != 3 || threads < 0 || threads > 1024) return usage();
+    struct snug_err err = {0};
+    if (quantize_file(pos[0], pos[1], pos[2], (int)threads, &err) != SNUG_OK)
+        return cli_fail("quantize", &err);
+    return 0;
 }

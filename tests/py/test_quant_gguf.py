@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""test_quant_gguf.py - cross-check src/quant against independent implementations.
+
+1. Decoding: random-but-valid blocks of every computable type are decoded by snug (through the
+   test_quant_io helper built next to the snug binary) and by gguf-py's gguf.quants.dequantize;
+   the floats must be identical bit for bit.
+2. Encoding: snug's quantizer output is compared byte for byte with gguf-py's quantize (the
+   types it implements: F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and, when the reference
+   llama.cpp build exists (/work/ref/build/bin/libggml-base.so), with ggml_quantize_chunk for
+   every type including the K-quants; its RMSE is printed next to the reference's.
+3. `snug quantize`: an F32 GGUF written with gguf-py's GGUFWriter is converted to several
+   recipes; the output is read back with gguf-py's GGUFReader: metadata copied, file_type set,
+   per-tensor types as the recipe says, data equal to quantizing the source with snug's own
+   row quantizer, and a q4_k_m output requantized to q8_0 (dequantize -> quantize path).
+Env: SNUG_BIN (the snug binary; the helper is test_quant_io in the same folder).
+Prints "N passed, N failed"; exits non-zero on failure.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize
+
+passed = failed = 0
+
+
+def check(cond, msg):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", msg, file=sys.stderr)
+
+
+SNUG_BIN = os.environ.get("SNUG_BIN")
+if not SNUG_BIN:
+    here = os.path.dirname(os.path.abspath(__file__))
+    SNUG_BIN = os.path.join(here, "..", "..", "build", "snug")
+TOOL = os.path.join(os.path.dirname(SNUG_BIN), "test_quant_io")
+if not os.path.exists(TOOL):
+    print(f"FAIL: helper {TOOL} not built (cmake --build <dir> --target test_quant_io)", file=sys.stderr)
+    print("0 passed, 1 failed")
+    sys.exit(1)
+
+# name -> (gguf-py type, block elems, block bytes)
+TYPES = {
+    "f32": (T.F32, 1, 4), "f16": (T.F16, 1, 2), "bf16": (T.BF16, 1, 2),
+    "q8_0": (T.Q8_0, 32, 34), "q4_0": (T.Q4_0, 32, 18), "q4_1": (T.Q4_1, 32, 20),
+    "q5_0": (T.Q5_0, 32, 22), "q5_1": (T.Q5_1, 32, 24), "q4_K": (T.Q4_K, 256, 144),
+    "q5_K": (T.Q5_K, 256, 176), "q6_K": (T.Q6_K, 256, 210),
+}
+# byte offsets of f16 fields per block (kept finite so both decoders see ordinary numbers)
+F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2],
+              "q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208]}
+
+
+def tool(op, name, n, data):
+    r = subprocess.run([TOOL, op, name, str(n)], input=data, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"test_quant_io {op} {name}: {r.stderr.decode()}")
+    return r.stdout
+
+
+def random_blocks(rng, name, nblocks):
+    qt, be, bb = TYPES[name]
+    raw = rng.integers(0, 256, size=(nblocks, bb), dtype=np.uint8)
+    if name in ("f16", "bf16", "f32"):
+        vals = rng.standard_normal(nblocks * be).astype(np.float32) * 10
+        if name == "f16":
+            return vals.astype(np.float16).view(np.uint8).reshape(nblocks, bb)
+        if name == "bf16":
+            return (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(nblocks, bb)
+        return vals.view(np.uint8).reshape(nblocks, bb)
+    for off in F16_FIELDS[name]:  # random finite halves, including subnormals and negatives
+        h = (rng.standard_normal(nblocks) * rng.choice([1e-6, 1e-3, 1, 100], nblocks)).astype(np.float16)
+        raw[:, off:off + 2] = h.view(np.uint8).reshape(nblocks, 2)
+    return raw
+
+
+def test_decode(rng):
+    for name, (qt, be, bb) in TYPES.items():
+        nb = 64
+        blocks = random_blocks(rng, name, nb)
+        n = nb * be
+        mine = np.frombuffer(tool("deq", name, n, blocks.tobytes()), np.float32)
+        ref = dequantize(blocks.reshape(-1), qt).reshape(-1).astype(np.float32)
+        same = np.array_equal(mine.view(np.uint32), ref.view(np.uint32)) or np.array_equal(mine, ref)
+        check(same, f"{name}: decode differs from gguf-py at {np.flatnonzero(mine != ref)[:5]}")
+        # dot == sum(dequant * x) within float tolerance
+        x = rng.standard_normal(n).astype(np.float32)
+        d = np.frombuffer(tool("dot", name, n, blocks.tobytes() + x.tobytes()), np.float32)[0]
+        want = float(np.dot(ref.astype(np.float64), x.astype(np.float64)))
+        mag = float(np.abs(ref.astype(np.float64) * x).sum())
+        check(abs(d - want) <= 1e-5 * mag + 1e-30, f"{name}: dot {d} vs {want}")
+
+
+def load_ggml():
+    path = "/work/ref/build/bin/libggml-base.so"
+    if not os.path.exists(path):
+        print("SKIP: reference libggml-base.so not built; K-quant encoders not byte-checked", file=sys.stderr)
+        return None
+    lib = ctypes.CDLL(path)
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    return lib
+
+
+def test_encode(rng, ggml):
+    n = 256 * 48
+    rows = {
+        "gauss": rng.standard_normal(n).astype(np.float32),
+        "outliers": (rng.standard_normal(n) * np.where(rng.random(n) < 0.01, 30, 1)).astype(np.float32),
+        "small": (rng.standard_normal(n) * 1e-4).astype(np.float32),
+        "skewed": (np.abs(rng.standard_normal(n)) + 0.5).astype(np.float32),
+    }
+    rows["zeros_mixed"] = rows["gauss"].copy()
+    rows["zeros_mixed"][: 256 * 4] = 0
+    for name, (qt, be, bb) in TYPES.items():
+        if name == "f32":
+            continue
+        for kind, x in rows.items():
+            mine = np.frombuffer(tool("quant", name, n, x.tobytes()), np.uint8)
+            y = dequantize(mine, qt).reshape(-1)
+            rm = float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2)))
+            try:
+                ref = np.ascontiguousarray(quantize(x.reshape(-1, be * 8 if be > 1 else 256), qt)).reshape(-1).view(np.uint8)
+                check(np.array_equal(mine, ref), f"{name}/{kind}: bytes differ from gguf-py quantize "
+                      f"({int((mine != ref).sum())} bytes)")
+            except NotImplementedError:
+                pass
+            if ggml is not None and be > 1:
+                ref = np.zeros(n // be * bb, np.uint8)
+                ggml.ggml_quantize_chunk(int(qt), x.ctypes.data, ref.ctypes.data, 0, 1, n, None)
+                yr = dequantize(ref, qt).reshape(-1)
+                rr = float(np.sqrt(np.mean((yr - x) ** 2) / np.mean(x ** 2)))
+                check(np.array_equal(mine, ref), f"{name}/{kind}: bytes differ from ggml "
+                      f"({int((mine != ref).sum())} bytes), rmse {rm:.6f} vs {rr:.6f}")
+                check(rm <= rr * 1.0001 + 1e-12, f"{name}/{kind}: rmse {rm} worse than ggml {rr}")
+                if kind == "gauss":
+                    print(f"  {name:5s} rel rmse snug {rm:.6f}  ggml {rr:.6f}", file=sys.stderr)
+
+
+def write_model(path, rng, with_output=True):
+    w = gguf.GGUFWriter(path, "qwen35")
+    w.add_block_count(4)
+    w.add_uint32("qwen35.context_length", 4096)
+    w.add_string("general.name", "quant-test")
+    w.add_uint32("general.file_type", 0)
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    tensors = {
+        "token_embd.weight": rng.standard_normal((40, 512)).astype(np.float32),
+        "blk.0.attn_norm.weight": rng.standard_normal(512).astype(np.float32),
+        "blk.0.attn_qkv.weight": rng.standard_normal((64, 512)).astype(np.float32),
+        "blk.0.ssm_conv1d.weight": rng.standard_normal((64, 4)).astype(np.float32),
+        "blk.0.ssm_a": rng.standard_normal(16).astype(np.float32),
+        "blk.0.ffn_down.weight": rng.standard_normal((512, 768)).astype(np.float32),
+        "blk.1.ffn_down.weight": rng.standard_normal((512, 768)).astype(np.float32),
+        "blk.1.attn_v.weight": rng.standard_normal((32, 512)).astype(np.float32),
+        "blk.1.ffn_up.weight": rng.standard_normal((96, 512)).astype(np.float32),
+        "blk.1.odd.weight": rng.standard_normal((8, 96)).astype(np.float32),  # 96 cols: Q4_K -> Q5_0
+    }
+    if with_output:
+        tensors["output.weight"] = rng.standard_normal((40, 512)).astype(np.float32)
+    for k, v in tensors.items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tensors
+
+
+def run_quantize(src, dst, recipe):
+    r = subprocess.run([SNUG_BIN, "quantize", src, dst, recipe, "--threads", "2"], capture_output=True, text=True)
+    check(r.returncode == 0, f"snug quantize {recipe}: rc {r.returncode}: {r.stderr[-500:]}")
+    return r
+
+
+def test_cli(rng):
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "in.gguf")
+        tensors = write_model(src, rng)
+        expect = {  # q4_k_m: n_attn_v = 2: use_more_bits(0,2) no, (1,2) yes (1 >= 7*2/8); ffn_down n=4:
+            # use_more_bits(0,4) true (0 < 4/8=0? no; 0 >= 7*4/8=3? no; (0-0)%3==2? no) -> Q4_K
+            "q4_k_m": {"token_embd.weight": T.Q4_K, "output.weight": T.Q6_K, "blk.0.attn_norm.weight": T.F32,
+                       "blk.0.attn_qkv.weight": T.Q4_K, "blk.1.attn_v.weight": T.Q6_K,
+                       "blk.0.ssm_conv1d.weight": T.F32, "blk.0.ssm_a": T.F32,
+                       "blk.0.ffn_down.weight": T.Q4_K, "blk.1.ffn_down.weight": T.Q4_K,
+                       "blk.1.ffn_up.weight": T.Q4_K, "blk.1.odd.weight": T.Q5_0},
+            "q8_0": {k: (T.F32 if v.ndim < 2 or "norm" in k or "conv1d" in k else T.Q8_0) for k, v in tensors.items()},
+            "f16": {k: (T.F32 if v.ndim < 2 or "norm" in k or "conv1d" in k else T.F16) for k, v in tensors.items()},
+        }
+        ftypes = {"q4_k_m": 15, "q8_0": 7, "f16": 1}
+        for recipe, want in expect.items():
+            dst = os.path.join(d, f"out-{recipe}.gguf")
+            r = run_quantize(src, dst, recipe)
+            if r.returncode != 0:
+                continue
+            check("tensors" in r.stderr and "MiB" in r.stderr, f"{recipe}: no summary on stderr")
+            rd = gguf.GGUFReader(dst)
+            ft = rd.fields["general.file_type"]
+            check(int(ft.parts[ft.data[0]][0]) == ftypes[recipe], f"{recipe}: general.file_type")
+            nm = rd.fields["general.name"]
+            check(bytes(nm.parts[nm.data[0]]).decode() == "quant-test", f"{recipe}: general.name not copied")
+            toks = rd.fields["tokenizer.ggml.tokens"]
+            check(len(toks.data) == 3, f"{recipe}: token array not copied")
+            got = {t.name: t for t in rd.tensors}
+            check(set(got) == set(tensors), f"{recipe}: tensor set differs")
+            for name, t in got.items():
+                want_t = want.get(name)
+                check(t.tensor_type == want_t, f"{recipe}: {name} is {t.tensor_type.name}, want {want_t}")
+                x = tensors[name].reshape(-1)
+                ncols = tensors[name].shape[-1]
+                tname = {v[0]: k for k, v in TYPES.items()}[t.tensor_type]
+                # data must equal snug's row quantizer on the source, row by row
+                ref = b"".join(tool("quant", tname, ncols, r_.tobytes()) for r_ in tensors[name].reshape(-1, ncols))
+                check(bytes(np.asarray(t.data).reshape(-1).view(np.uint8)) == ref, f"{recipe}: {name} data differs")
+                y = dequantize(np.asarray(t.data), t.tensor_type).reshape(-1)
+                err = float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2)))
+                check(err < 0.1, f"{recipe}: {name} rel rmse {err}")
+        # requantize a quantized file: q4_k_m -> q8_0 goes through dequantize
+        dst2 = os.path.join(d, "re-q8_0.gguf")
+        r = run_quantize(os.path.join(d, "out-q4_k_m.gguf"), dst2, "q8_0")
+        if r.returncode == 0:
+            a = {t.name: t for t in gguf.GGUFReader(os.path.join(d, "out-q4_k_m.gguf")).tensors}
+            b = {t.name: t for t in gguf.GGUFReader(dst2).tensors}
+            for name in ("blk.0.ffn_down.weight", "output.weight"):
+                ya = dequantize(np.asarray(a[name].data), a[name].tensor_type).reshape(-1)
+                yb = dequantize(np.asarray(b[name].data), b[name].tensor_type).reshape(-1)
+                ref = quantize(ya.reshape(-1, 256).astype(np.float32), T.Q8_0).reshape(-1)
+                check(np.array_equal(np.asarray(b[name].data).reshape(-1).view(np.uint8), ref),
+                      f"requantized {name} differs from gguf-py q8_0 of the decoded source")
+                check(float(np.abs(ya - yb).max()) < 0.05 * float(np.abs(ya).max()), f"requantized {name} drifted")
+        # errors: unknown type, missing file
+        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "q3_k_m"], capture_output=True, text=True)
+        check(r.returncode != 0 and "unknown type" in r.stderr, f"unknown type accepted: {r.stderr}")
+        r = subprocess.run([SNUG_BIN, "quantize", os.path.join(d, "nope.gguf"), os.path.join(d, "x.gguf"), "q8_0"],
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and "nope.gguf" in r.stderr, f"missing input not reported: {r.stderr}")
+
+
+def main():
+    rng = np.random.default_rng(1234)
+    test_decode(rng)
+    test_encode(rng, load_ggml())
+    if os.path.exists(SNUG_BIN):
+        test_cli(rng)
+    else:
+        check(False, f"snug binary {SNUG_BIN} missing")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
