@@ -13,6 +13,8 @@ int cmd_logits(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
 int cli_fail(const char *cmd, const struct snug_err *err);

@@ -20,6 +20,8 @@ static const struct command COMMANDS[] = {
     {"perplexity", cmd_perplexity, "perplexity over windows: -m M.gguf --ids IDS.json"},
     {"gen", cmd_gen, "write a random-weight model: --preset NAME --type TYPE -o OUT.gguf"},
     {"quantize", cmd_quantize, "requantize a model: IN.gguf OUT.gguf TYPE"},
+    {"plan", cmd_plan, "memory plan and largest context for a budget: -m M.gguf [--budget SIZE]"},
+    {"serve", cmd_serve, "OpenAI-compatible server: -m M.gguf [--host H] [--port P]"},
 };
 
 static void usage(FILE *f) {
