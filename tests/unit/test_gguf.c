@@ -3,6 +3,7 @@
  * metadata type, a 3-part split, the malformed corpus in tests/data/gguf-bad/ (each file must
  * fail with its expected message), and in-memory truncations of a fixture at many offsets.
  * Read next: src/gguf/gguf.h, tests/data/make_bad_gguf.py. */
+#define _POSIX_C_SOURCE 200809L
 #include "gguf/gguf.h"
 
 #include "core/core.h"
@@ -468,6 +469,54 @@ static void test_truncations(void) {
     snug_free(buf);
 }
 
+/* A valid array of arrays (tests/fuzz/corpus-gguf/nested.gguf, from make_bad_gguf.py) opens,
+ * and the getters refuse it with a clear message. */
+static void test_nested(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus-gguf/nested.gguf", SNUG_SOURCE_DIR);
+    uint64_t size = 0;
+    uint8_t *buf = slurp(path, &size);
+    CHECKF(buf != NULL, "cannot read %s", path);
+    if (!buf) return;
+    struct snug_err err = {0};
+    struct snug_gguf *g = NULL;
+    CHECKF(snug_gguf_open_memory(&g, buf, size, "nested", &err) == SNUG_OK, "%s", err.msg);
+    if (g) {
+        enum snug_gguf_type et;
+        uint64_t n;
+        const void *data;
+        CHECK(snug_gguf_get_arr(g, "test.x", &et, &n, &data, &err) == SNUG_ERR_UNSUPPORTED);
+        CHECK(strstr(err.msg, "test.x") && strstr(err.msg, "nested"));
+        CHECK(snug_gguf_key_arr_info(g, 0, &et, &n) == SNUG_OK && et == SNUG_GGUF_ARRAY && n == 1);
+        snug_gguf_close(g);
+    }
+    snug_free(buf);
+}
+
+/* `snug info` on a fixture prints the architecture and the tensor total (skipped when the
+ * binary has not been built: unit tests do not depend on it). */
+static void test_info_cli(void) {
+    const char *dir = test_fixtures_dir();
+    if (!dir) return;
+    if (access(SNUG_BIN, X_OK) != 0) {
+        fprintf(stderr, "SKIP: %s not built, snug info not checked\n", SNUG_BIN);
+        return;
+    }
+    char cmd[8600], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "'%s' info -m '%s/moe/moe-f16.gguf'", SNUG_BIN, dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    if (!p) return;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK(pclose(p) == 0);
+    CHECK(strstr(out, "architecture:  qwen35moe") != NULL);
+    CHECK(strstr(out, "tokenizer.ggml.tokens") && strstr(out, "str[2048]"));
+    CHECK(strstr(out, "i32[4] [3, 3, 2, 0]") != NULL);
+    CHECK(strstr(out, "blk.0.ffn_down_exps.weight") && strstr(out, "[64, 256, 16]"));
+    CHECK(strstr(out, "total        76 tensors         10996064 bytes") != NULL);
+}
+
 int main(void) {
     test_fixtures();
     test_round_trip();
@@ -475,5 +524,7 @@ int main(void) {
     test_split();
     test_bad_corpus();
     test_truncations();
+    test_nested();
+    test_info_cli();
     return TEST_DONE();
 }
