@@ -167,7 +167,10 @@ int snug_model_load(struct snug_model **out, const struct snug_model_params *par
     if (!m) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory loading %s", params->path);
     m->n_threads = params->n_threads;
     int rc = snug_gguf_open(&m->gguf, params->path, err);
-    if (rc) goto fail;
+    if (rc) { /* the reader's message already names the file */
+        snug_model_free(m);
+        return rc;
+    }
     rc = read_hparams(m->gguf, &m->hp, err);
     if (rc) goto fail;
     m->arch = snug_arch_find(m->hp.arch);
@@ -185,7 +188,7 @@ int snug_model_load(struct snug_model **out, const struct snug_model_params *par
     *out = m;
     return SNUG_OK;
 fail:
-    snug_err_prefix(err, "loading %s: ", params->path);
+    snug_err_prefix(err, "loading %s", params->path);
     snug_model_free(m);
     return rc;
 }
