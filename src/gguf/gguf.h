@@ -106,9 +106,13 @@ int snug_gguf_get_bool_opt(const struct snug_gguf *g, const char *key, bool *out
 
 /* Arrays. For numeric element types *data points at `n` packed little-endian elements inside
  * the mapping (possibly unaligned: read with memcpy or the helpers below). For STRING arrays
- * use snug_gguf_arr_str (the reader indexes string arrays at open, so it is O(1)). */
+ * use snug_gguf_arr_str (the reader indexes string arrays at open, so it is O(1)); *data then
+ * points at the first element's encoding. An array of arrays is validated at open but refused
+ * here with SNUG_ERR_UNSUPPORTED ("nested arrays are not supported"). */
 int snug_gguf_get_arr(const struct snug_gguf *g, const char *key, enum snug_gguf_type *elem_type,
                       uint64_t *n, const void **data, struct snug_err *err);
+/* String i of a string array: SNUG_OK, SNUG_ERR_FORMAT (no such string-array key) or
+ * SNUG_ERR_INVALID (i out of range). No message: callers check the key with get_arr first. */
 int snug_gguf_arr_str(const struct snug_gguf *g, const char *key, uint64_t i,
                       struct snug_gguf_str *out);
 /* Element i of a numeric array as int64 / double (converting any integer / float type). */
