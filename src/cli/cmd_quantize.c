@@ -1,8 +1,12 @@
 /* cmd_quantize.c — `snug quantize IN.gguf OUT.gguf TYPE [--threads N]`: rewrite a model with
  * every tensor stored in the type the recipe TYPE picks (src/quant/recipe.c).
  *
- * All metadata is copied except general.file_type (set to llama.cpp's ftype for the recipe)
- * and the split.* keys (the output is one file). Tensors stream one at a time, in file order:
+ * All metadata is copied except general.file_type (set to llama.cpp's ftype for the recipe),
+ * general.quantization_version (set to 2, ggml's GGML_QNT_VERSION) and the split.* keys (the
+ * output is one file). Tensors are taken in llama.cpp's order: by blk.N layer number (other
+ * tensors first), then by name (llama-model-loader.h weight_name_comparer), because the
+ * recipe's "more bits" counters depend on it; the output lists them in that order too.
+ * They stream one at a time:
  * a tensor whose type does not change is copied byte for byte; any other is converted row by
  * row (dequantize the source row to f32 → quantize), with the rows of a chunk spread over the
  * thread pool. Memory: one output chunk plus one f32 row per thread, whatever the model size.
@@ -46,6 +50,21 @@ static void conv_rows(void *ctx, int ith, int nth) {
     }
 }
 
+/* llama.cpp's tensor order: layer number from "blk.N." (-1 for other tensors), then name. */
+static const struct snug_gguf *g_sort; /* qsort has no context argument; the CLI runs once */
+static int tensor_layer(const char *name) {
+    int l = -1;
+    if (sscanf(name, "blk.%d.", &l) != 1) l = -1;
+    return l;
+}
+static int cmp_tensor_order(const void *a, const void *b) {
+    const char *na = snug_gguf_tensor(g_sort, *(const int64_t *)a)->name;
+    const char *nb = snug_gguf_tensor(g_sort, *(const int64_t *)b)->name;
+    int la = tensor_layer(na), lb = tensor_layer(nb);
+    if (la != lb) return la < lb ? -1 : 1;
+    return strcmp(na, nb);
+}
+
 /* "4096 x 1024" into buf. */
 static const char *shape_str(const struct snug_gguf_tensor *t, char *buf, size_t n) {
     int k = snprintf(buf, n, "%llu", (unsigned long long)t->ne[0]);
@@ -77,6 +96,7 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     struct snug_gguf_writer *w = NULL;
     struct snug_pool *pool = NULL;
     uint32_t *types = NULL;
+    int64_t *order = NULL;
     uint8_t *chunk = NULL;
     float *scratch = NULL;
     int rc = snug_gguf_open(&g, in, err);
@@ -106,15 +126,19 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     /* pass 1: pick every tensor's type (llama.cpp's two-pass counting, see recipe.c) */
     int64_t nt = snug_gguf_n_tensors(g);
     types = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *types);
-    if (!types) {
+    order = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *order);
+    if (!types || !order) {
         rc =
             snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for %lld tensor types", (long long)nt);
         goto done;
     }
+    for (int64_t i = 0; i < nt; i++) order[i] = i;
+    g_sort = g;
+    qsort(order, (size_t)nt, sizeof *order, cmp_tensor_order);
     for (int64_t i = 0; i < nt; i++) snug_recipe_count(&recipe, snug_gguf_tensor(g, i)->name);
     uint64_t max_cols = 1, in_bytes = 0, out_bytes = 0;
-    for (int64_t i = 0; i < nt; i++) {
-        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+    for (int64_t i = 0; i < nt; i++) { /* types[i] is for the tensor order[i] */
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
         types[i] = snug_recipe_type(&recipe, t->name, t->n_dims, t->ne);
         if (types[i] == t->type) continue;
         const struct snug_dtype_info *si = snug_dtype_info(t->type);
@@ -133,13 +157,16 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     if (rc != SNUG_OK) goto done;
     for (int64_t i = 0; i < snug_gguf_n_kv(g) && rc == SNUG_OK; i++) {
         const char *k = snug_gguf_key_name(g, i);
-        if (!strcmp(k, "general.file_type") || !strncmp(k, "split.", 6)) continue;
+        if (!strcmp(k, "general.file_type") || !strcmp(k, "general.quantization_version") ||
+            !strncmp(k, "split.", 6))
+            continue;
         rc = snug_gguf_writer_copy_kv(w, g, i);
     }
+    if (rc == SNUG_OK) rc = snug_gguf_writer_add_u32(w, "general.quantization_version", 2);
     if (rc == SNUG_OK)
         rc = snug_gguf_writer_add_u32(w, "general.file_type", snug_recipe_file_type(&recipe));
     for (int64_t i = 0; i < nt && rc == SNUG_OK; i++) {
-        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
         rc = snug_gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne);
     }
     if (rc != SNUG_OK) {
@@ -161,7 +188,7 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     /* pass 2: stream the tensors */
     double t0 = snug_time_s();
     for (int64_t i = 0; i < nt; i++) {
-        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
         uint64_t ncols = t->ne[0], nrows = t->n_elems / (ncols ? ncols : 1);
         uint64_t dst_rb = snug_dtype_row_bytes(types[i], ncols);
         uint64_t dst_bytes = dst_rb * nrows;
@@ -217,6 +244,7 @@ done:
     snug_free(scratch);
     snug_free(chunk);
     snug_free(types);
+    snug_free(order);
     snug_pool_free(pool);
     snug_gguf_close(g);
     return rc;
