@@ -1,0 +1,67 @@
+/* chat.h — renders an OpenAI chat request (messages, tools, kwargs) into the Qwen3.5/3.6 prompt
+ * text, natively in C, byte-identical to the model's Jinja chat template rendered the Hugging
+ * Face way (../shared/spec/qwen36-chat_template.jinja, ../shared/spec/qwen35.md §5.2).
+ * Owns: nothing global; every call is pure (JSON in, a snug_malloc'd string out).
+ * Invariant: whatever the template raises on (raise_exception or a Jinja type error), the
+ * renderer rejects with SNUG_ERR_INVALID and the template's message — the server answers 400.
+ * Read next: outparse.h (the other direction: parsing what the model writes), chat.c.
+ */
+#ifndef SNUG_SERVER_CHAT_H
+#define SNUG_SERVER_CHAT_H
+
+#include "snug.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Template switches (the template's kwargs). */
+struct snug_chat_opts {
+    /* false renders the generation prompt as "<think>\n\n</think>\n\n" (thinking off);
+     * true as "<think>\n" (the model reasons first). Template: `enable_thinking is false`. */
+    bool enable_thinking;
+    /* true keeps the reasoning of every assistant turn in the history; false keeps only the
+     * reasoning of turns after the last real user query (the template's default). */
+    bool preserve_thinking;
+    /* append "<|im_start|>assistant\n" + the thinking prefix. */
+    bool add_generation_prompt;
+};
+
+/* Defaults: enable_thinking = `thinking_default` (the server flag), preserve_thinking false,
+ * add_generation_prompt true. */
+struct snug_chat_opts snug_chat_default_opts(bool thinking_default);
+
+/* Read the request's overrides into *opts (which holds the defaults on entry):
+ *   "add_generation_prompt": bool                       (top level, as vLLM)
+ *   "chat_template_kwargs": {"enable_thinking": bool, "preserve_thinking": bool}
+ * Jinja semantics are kept: thinking is off only for a JSON `false`, preserve_thinking is on
+ * only for a JSON `true`. A chat_template_kwargs that is not an object → SNUG_ERR_INVALID. */
+int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *request,
+                                struct snug_err *err);
+
+/* Render the prompt. `messages` is the request's array (borrowed); `tools` the request's
+ * "tools" array or NULL (an empty array means no tools, as in the template). Message content
+ * may be a string, null, or a list of parts ({"type":"text","text":..}; image/video parts
+ * render as the vision placeholders). Assistant tool_calls[].function.arguments may be a JSON
+ * object or a string holding one (the OpenAI wire form; parsed here, as servers do before
+ * calling the template). On success *out_prompt is a NUL-terminated snug_malloc'd string
+ * (caller snug_free's it) of *out_len bytes. On failure *out_prompt is NULL and err holds the
+ * template's message ("System message must be at the beginning.", "No user query found in
+ * messages.", ...) or a message naming the offending field; status SNUG_ERR_INVALID (or
+ * SNUG_ERR_NOMEM). */
+int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
+                     char **out_prompt, size_t *out_len, struct snug_err *err);
+
+/* True when the rendered prompt leaves the model inside a reasoning block (it ends with
+ * "<think>\n"): pass this as `in_reasoning` to snug_outparse_init. */
+bool snug_chat_prompt_in_reasoning(const char *prompt, size_t len);
+
+/* Test hook behind `snug serve --render-only REQUEST.json [--no-thinking]` (wired by the
+ * serve command): reads the request JSON (path "-" = stdin), renders it with the request's
+ * kwargs over the defaults (thinking on unless --no-thinking), prints the prompt to stdout
+ * exactly (no added newline) and returns 0; on a rejected request prints "error: <msg>" to
+ * stderr and returns 1 (2 for usage / I/O errors). Other arguments are ignored. Defined in
+ * render_cli.c — the one function of the server module that writes to stdout. */
+int snug_server_render_main(int argc, char **argv);
+
+#endif
