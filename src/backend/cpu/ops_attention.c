@@ -62,9 +62,7 @@ static const float *att_tile(const struct att_ctx *c, const void *base, int64_t 
     }
     const uint16_t *src = (const uint16_t *)base + p0 * row + kh * D;
     for (int64_t p = 0; p < np; p++) {
-        const uint16_t *s = src + p * row;
-        float *d = buf + p * D;
-        for (int64_t i = 0; i < D; i++) d[i] = snug_ops_f16_to_f32(s[i]);
+        snug_ops_f16_row(buf + p * D, src + p * row, D);
     }
     *ld = D;
     return buf;

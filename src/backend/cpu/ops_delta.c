@@ -2,7 +2,7 @@
  * the token-by-token recurrence for decode and the chunked (C = 64) WY form for prompts.
  * Both are parallel over value heads (each head's state S_j [dk][dv] is independent); value
  * head j reads key/query head j % Nk (GGUF order, spec §4.4).
- * Invariant: the state stays float32; the chunked form's scratch (DN_CHUNK·(dk+dv+2) floats
+ * Invariant: the state stays float32; the chunked form's scratch (DN_CHUNK·(dk+dv+3) floats
  * per thread) does not depend on T; nothing allocates.
  * Read next: ops_attention.c, src/arch/qwen35.c (the caller). */
 #include "backend/cpu/ops.h"
@@ -38,23 +38,13 @@ static void dn_step_head(const struct dn_ctx *c, int64_t j) {
         for (int64_t v0 = 0; v0 < dv; v0 += DN_COLS) {
             int64_t nc = SNUG_MIN((int64_t)DN_COLS, dv - v0);
             float sk[DN_COLS] = {0}, sq[DN_COLS] = {0}, delta[DN_COLS];
-            for (int64_t i = 0; i < dk; i++) {
-                const float *row = S + i * dv + v0;
-                float ki = k[i], qi = q[i];
-                for (int64_t x = 0; x < nc; x++) {
-                    sk[x] = SNUG_FMA(ki, row[x], sk[x]);
-                    sq[x] = SNUG_FMA(qi, row[x], sq[x]);
-                }
-            }
+            snug_ops_vm2(k, q, S + v0, dk, nc, dv, sk, sq);
             for (int64_t x = 0; x < nc; x++) {
                 delta[x] = beta * (v[v0 + x] - decay * sk[x]);
                 o[v0 + x] = decay * sq[x] + kq * delta[x];
             }
-            for (int64_t i = 0; i < dk; i++) {
-                float *row = S + i * dv + v0;
-                float ki = k[i];
-                for (int64_t x = 0; x < nc; x++) row[x] = SNUG_FMA(decay, row[x], ki * delta[x]);
-            }
+            for (int64_t i = 0; i < dk; i++)
+                snug_ops_axpby(S + i * dv + v0, decay, k[i], delta, nc);
         }
     }
 }
@@ -88,7 +78,7 @@ void snug_op_gated_delta_step(struct snug_pool *pool, int64_t T, int64_t Nk, int
 /* ---- chunked (WY) form -------------------------------------------------------------------- */
 
 static size_t dn_stride(int64_t dk, int64_t dv) {
-    size_t floats = (size_t)(DN_CHUNK * (dk + dv + 2));
+    size_t floats = (size_t)(DN_CHUNK * (dk + dv + 3));
     return SNUG_ALIGN_UP(floats * sizeof(float), 64);
 }
 
@@ -109,8 +99,8 @@ size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads) {
 static void dn_chunk_head(const struct dn_ctx *c, int64_t j, float *buf) {
     int64_t dk = c->dk, dv = c->dv, kh = j % c->Nk, Nv = c->Nv;
     int64_t ldq = c->Nk * dk, ldv = Nv * dv;
-    float *U = buf, *W = U + DN_CHUNK * dv;
-    float *gam = W + DN_CHUNK * dk, *bet = gam + DN_CHUNK;
+    float *U = buf, *W = U + DN_CHUNK * dv; /* W holds −W, so V' = U + (−W) S */
+    float *gam = W + DN_CHUNK * dk, *bet = gam + DN_CHUNK, *coef = bet + DN_CHUNK;
     float *S = c->state + j * dk * dv;
     for (int64_t c0 = 0; c0 < c->T; c0 += DN_CHUNK) {
         int64_t n = SNUG_MIN((int64_t)DN_CHUNK, c->T - c0);
@@ -123,45 +113,40 @@ static void dn_chunk_head(const struct dn_ctx *c, int64_t j, float *buf) {
             gam[r] = acc;
             bet[r] = c->beta[(c0 + r) * Nv + j];
         }
-        /* A, then U and W by forward substitution. */
+        /* Row r of A (as −A[r][s] in coef), then U_r and −W_r by forward substitution. */
         for (int64_t r = 0; r < n; r++) {
             const float *kr = K + r * ldq;
-            float *Ur = U + r * dv, *Wr = W + r * dk, Gr = expf(gam[r]);
+            float *Ur = U + r * dv, *Wr = W + r * dk, bG = -bet[r] * expf(gam[r]);
             for (int64_t x = 0; x < dv; x++) Ur[x] = bet[r] * V[r * ldv + x];
-            for (int64_t i = 0; i < dk; i++) Wr[i] = bet[r] * Gr * kr[i];
-            for (int64_t s = 0; s < r; s++) {
-                float a = bet[r] * snug_ops_dot(kr, K + s * ldq, dk) * expf(gam[r] - gam[s]);
-                snug_ops_axpy(Ur, -a, U + s * dv, dv);
-                snug_ops_axpy(Wr, -a, W + s * dk, dk);
-            }
+            for (int64_t i = 0; i < dk; i++) Wr[i] = bG * kr[i];
+            for (int64_t s = 0; s < r; s++)
+                coef[s] = -bet[r] * snug_ops_dot(kr, K + s * ldq, dk) * expf(gam[r] - gam[s]);
+            snug_ops_vm1(coef, U, r, dv, dv, Ur);
+            snug_ops_vm1(coef, W, r, dk, dk, Wr);
         }
-        /* V' = U − W S (over U), O from the incoming S and the in-chunk terms. */
+        /* V' = U − W S (over U) and Sᵀq_r in one read of S; then O_r = Γ_r Sᵀq_r plus the
+         * in-chunk terms Σ_{s≤r} e^{γ_r−γ_s} (q_r·k_s) V'_s. */
         for (int64_t r = 0; r < n; r++) {
-            float *Ur = U + r * dv, *Or = O + r * ldv;
-            const float *Wr = W + r * dk, *qr = Q + r * ldq;
+            float *Or = O + r * ldv;
             for (int64_t x = 0; x < dv; x++) Or[x] = 0.0f;
-            for (int64_t i = 0; i < dk; i++) {
-                snug_ops_axpy(Ur, -Wr[i], S + i * dv, dv);
-                snug_ops_axpy(Or, qr[i], S + i * dv, dv);
-            }
+            snug_ops_vm2(W + r * dk, Q + r * ldq, S, dk, dv, dv, U + r * dv, Or);
             snug_ops_scale(Or, expf(gam[r]), dv);
         }
         for (int64_t r = 0; r < n; r++) {
-            float *Or = O + r * ldv;
             const float *qr = Q + r * ldq;
-            for (int64_t s = 0; s <= r; s++) {
-                float a = snug_ops_dot(qr, K + s * ldq, dk) * expf(gam[r] - gam[s]);
-                snug_ops_axpy(Or, a, U + s * dv, dv);
-            }
+            for (int64_t s = 0; s <= r; s++)
+                coef[s] = snug_ops_dot(qr, K + s * ldq, dk) * expf(gam[r] - gam[s]);
+            snug_ops_vm1(coef, U, r + 1, dv, dv, O + r * ldv);
         }
-        /* S ← e^{γ_n} S + Σ_r e^{γ_n−γ_r} k_r V'_rᵀ; the coefficients reuse bet[]. */
+        /* S ← e^{γ_n} S + Σ_r e^{γ_n−γ_r} k_r V'_rᵀ, row i of S at a time; bet[] now holds
+         * e^{γ_n−γ_r}. */
         float gn = gam[n - 1], dn = expf(gn);
         for (int64_t r = 0; r < n; r++) bet[r] = expf(gn - gam[r]);
         for (int64_t i = 0; i < dk; i++) {
             float *Si = S + i * dv;
             snug_ops_scale(Si, dn, dv);
-            for (int64_t r = 0; r < n; r++)
-                snug_ops_axpy(Si, bet[r] * K[r * ldq + i], U + r * dv, dv);
+            for (int64_t r = 0; r < n; r++) coef[r] = bet[r] * K[r * ldq + i];
+            snug_ops_vm1(coef, U, n, dv, dv, Si);
         }
     }
 }

@@ -74,14 +74,92 @@ static inline void snug_ops_dot4(const float *restrict w0, const float *restrict
     out[3] = a3[0] + t3;
 }
 
+/* Elementwise loops run SNUG_OPS_BLK floats at a time (a constant trip count) and finish with a
+ * scalar tail: GCC's -O2 cost model vectorises only loops that need no epilogue. */
+#define SNUG_OPS_BLK 16
+
 /* y[i] += a·x[i] over n floats (y and x must not overlap). */
 static inline void snug_ops_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = SNUG_FMA(a, x[i], y[i]);
+    int64_t i = 0;
+    for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+        for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] = SNUG_FMA(a, x[i + j], y[i + j]);
+    for (; i < n; i++) y[i] = SNUG_FMA(a, x[i], y[i]);
+}
+
+/* Column block of the vector-matrix products below: its partial sums stay in registers. */
+#define SNUG_OPS_VM_COLS 32
+
+/* y[c] += Σ_i a[i]·M[i·ld + c] for c < cols (a row vector times a rows×cols matrix of leading
+ * dimension ld). Columns go SNUG_OPS_VM_COLS at a time so the sums live in registers and M is
+ * read once; y must not overlap M. */
+static inline void snug_ops_vm1(const float *restrict a, const float *restrict M, int64_t rows,
+                                int64_t cols, int64_t ld, float *restrict y) {
+    int64_t c0 = 0;
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        float acc[SNUG_OPS_VM_COLS];
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++) acc[c] = y[c0 + c];
+        for (int64_t i = 0; i < rows; i++) {
+            const float *m = M + i * ld + c0;
+            float ai = a[i];
+            for (int c = 0; c < SNUG_OPS_VM_COLS; c++) acc[c] = SNUG_FMA(ai, m[c], acc[c]);
+        }
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++) y[c0 + c] = acc[c];
+    }
+    for (int64_t i = 0; i < rows && c0 < cols; i++) {
+        for (int64_t c = c0; c < cols; c++) y[c] = SNUG_FMA(a[i], M[i * ld + c], y[c]);
+    }
+}
+
+/* Two products sharing the reads of M: ya += aᵀM and yb += bᵀM (as snug_ops_vm1). */
+static inline void snug_ops_vm2(const float *restrict a, const float *restrict b,
+                                const float *restrict M, int64_t rows, int64_t cols, int64_t ld,
+                                float *restrict ya, float *restrict yb) {
+    int64_t c0 = 0;
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        float pa[SNUG_OPS_VM_COLS], pb[SNUG_OPS_VM_COLS];
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++) pa[c] = ya[c0 + c], pb[c] = yb[c0 + c];
+        for (int64_t i = 0; i < rows; i++) {
+            const float *m = M + i * ld + c0;
+            float ai = a[i], bi = b[i];
+            for (int c = 0; c < SNUG_OPS_VM_COLS; c++) {
+                pa[c] = SNUG_FMA(ai, m[c], pa[c]);
+                pb[c] = SNUG_FMA(bi, m[c], pb[c]);
+            }
+        }
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++) ya[c0 + c] = pa[c], yb[c0 + c] = pb[c];
+    }
+    for (int64_t i = 0; i < rows && c0 < cols; i++) {
+        for (int64_t c = c0; c < cols; c++) {
+            ya[c] = SNUG_FMA(a[i], M[i * ld + c], ya[c]);
+            yb[c] = SNUG_FMA(b[i], M[i * ld + c], yb[c]);
+        }
+    }
 }
 
 /* y[i] *= a over n floats. */
 static inline void snug_ops_scale(float *y, float a, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] *= a;
+    int64_t i = 0;
+    for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+        for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] *= a;
+    for (; i < n; i++) y[i] *= a;
+}
+
+/* y[i] = a·y[i] + b·x[i] over n floats (the decay-and-update of a state row). */
+static inline void snug_ops_axpby(float *restrict y, float a, float b, const float *restrict x,
+                                  int64_t n) {
+    int64_t i = 0;
+    for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+        for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] = SNUG_FMA(a, y[i + j], b * x[i + j]);
+    for (; i < n; i++) y[i] = SNUG_FMA(a, y[i], b * x[i]);
+}
+
+/* dst[i] = float(src[i]) for n IEEE halves. */
+static inline float snug_ops_f16_to_f32(uint16_t h);
+static inline void snug_ops_f16_row(float *restrict dst, const uint16_t *restrict src, int64_t n) {
+    int64_t i = 0;
+    for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+        for (int j = 0; j < SNUG_OPS_BLK; j++) dst[i + j] = snug_ops_f16_to_f32(src[i + j]);
+    for (; i < n; i++) dst[i] = snug_ops_f16_to_f32(src[i]);
 }
 
 /* IEEE binary16 -> binary32, exact, branch-free (vectorisable): the exponent/mantissa bits are
