@@ -92,13 +92,20 @@ int cmd_tokenize(int argc, char **argv) {
     } else {
         len = strlen(text);
     }
-    size_t cap = len + 16, n = 0; /* at most one token per byte, plus nothing */
-    ids = malloc(cap * sizeof *ids);
-    if (!ids) {
-        snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory for %zu ids", cap);
-        goto fail;
+    /* one id per byte is enough unless NFC expands the text; then retry with the exact count */
+    size_t cap = len + 16, n = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(ids);
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) {
+            snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory for %zu ids", cap);
+            goto fail;
+        }
+        int rc = snug_tokenizer_encode(tok, text, len, special, ids, cap, &n, &err);
+        if (rc == SNUG_OK) break;
+        if (rc != SNUG_ERR_BUDGET || attempt == 1) goto fail;
+        cap = n;
     }
-    if (snug_tokenizer_encode(tok, text, len, special, ids, cap, &n, &err) != SNUG_OK) goto fail;
     putchar('[');
     for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
     printf("]\n");
