@@ -23,7 +23,8 @@ int snug_server_render_main(int argc, char **argv) {
         return 2;
     }
     json_error_t jerr;
-    json_t *req = !strcmp(path, "-") ? json_loadf(stdin, 0, &jerr) : json_load_file(path, 0, &jerr);
+    json_t *req = !strcmp(path, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &jerr)
+                                     : json_load_file(path, JSON_ALLOW_NUL, &jerr);
     if (!req) {
         fprintf(stderr, "error: %s: %s (line %d)\n", path, jerr.text, jerr.line);
         return 2;
