@@ -98,10 +98,11 @@ static enum cat category(const char *name) {
 }
 
 /* llama.cpp's tensor_allows_quantization, the parts that can apply to a GGUF we read: only
- * 2-D/3-D tensors whose name ends in "weight", never norms, the MoE router, conv1d kernels,
- * positional / token-type embeddings, or a few tiny per-architecture tables. Everything else
- * (biases, ssm_a, ssm_dt, ...) stays F32. */
-static bool allows_quantization(const char *name, uint32_t n_dims) {
+ * 2-D/3-D tensors (dimensions counted as ggml_n_dims does: [256, 1] is 1-D) whose name ends in
+ * "weight", never norms, the MoE router, conv1d kernels, positional / token-type embeddings, or a
+ * few tiny per-architecture tables. Everything else (biases, ssm_a, ssm_dt, ...) stays F32. */
+static bool allows_quantization(const char *name, uint32_t n_dims, const uint64_t *ne) {
+    while (n_dims > 1 && ne[n_dims - 1] == 1) n_dims--; /* ggml_n_dims ignores trailing 1s */
     if (n_dims < 2) return false;
     size_t len = strlen(name);
     if (len < 6 || strcmp(name + len - 6, "weight") != 0) return false;
@@ -158,7 +159,7 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
                           const uint64_t *ne) {
     const struct recipe_def *d = &RECIPES[r->kind];
     uint32_t t = d->base, ft = d->ftype;
-    if (!allows_quantization(name, n_dims)) return SNUG_DTYPE_F32;
+    if (!allows_quantization(name, n_dims, ne)) return SNUG_DTYPE_F32;
     if (!is_quantized(t)) return t;
     uint64_t nx = ne[0];
     enum cat c = category(name);

@@ -12,6 +12,10 @@
    recipes; the output is read back with gguf-py's GGUFReader: metadata copied, file_type set,
    per-tensor types as the recipe says, data equal to quantizing the source with snug's own
    row quantizer, and a q4_k_m output requantized to q8_0 (dequantize -> quantize path).
+4. Against llama.cpp itself, when the reference libllama.so exists: the trained and MoE fixture
+   GGUFs are quantized by `snug quantize` and by llama_model_quantize (through ctypes) for
+   several recipes; tensor order, types, bytes and metadata keys must be identical.
+   Fixtures missing -> visible SKIP, or FAIL when SNUG_REQUIRE_FIXTURES=1.
 Env: SNUG_BIN (the snug binary; the helper is test_quant_io in the same folder).
 Prints "N passed, N failed"; exits non-zero on failure.
 """
@@ -217,10 +221,10 @@ def test_cli(rng):
                 want_t = want.get(name)
                 check(t.tensor_type == want_t, f"{recipe}: {name} is {t.tensor_type.name}, want {want_t}")
                 x = tensors[name].reshape(-1)
-                ncols = tensors[name].shape[-1]
                 tname = {v[0]: k for k, v in TYPES.items()}[t.tensor_type]
-                # data must equal snug's row quantizer on the source, row by row
-                ref = b"".join(tool("quant", tname, ncols, r_.tobytes()) for r_ in tensors[name].reshape(-1, ncols))
+                # data must equal snug's row quantizer on the source (blocks never straddle rows,
+                # so quantizing the whole tensor as one row gives the same bytes)
+                ref = tool("quant", tname, x.size, x.tobytes())
                 check(bytes(np.asarray(t.data).reshape(-1).view(np.uint8)) == ref, f"{recipe}: {name} data differs")
                 y = dequantize(np.asarray(t.data), t.tensor_type).reshape(-1)
                 err = float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2)))
@@ -246,12 +250,91 @@ def test_cli(rng):
         check(r.returncode != 0 and "nope.gguf" in r.stderr, f"missing input not reported: {r.stderr}")
 
 
+class QuantParams(ctypes.Structure):
+    """llama.cpp include/llama.h `llama_model_quantize_params` (field order and types)."""
+    _fields_ = [("nthread", ctypes.c_int32), ("ftype", ctypes.c_int), ("output_tensor_type", ctypes.c_int),
+                ("token_embedding_type", ctypes.c_int), ("allow_requantize", ctypes.c_bool),
+                ("quantize_output_tensor", ctypes.c_bool), ("only_copy", ctypes.c_bool), ("pure", ctypes.c_bool),
+                ("keep_split", ctypes.c_bool), ("dry_run", ctypes.c_bool), ("imatrix", ctypes.c_void_p),
+                ("kv_overrides", ctypes.c_void_p), ("tt_overrides", ctypes.c_void_p),
+                ("prune_layers", ctypes.c_void_p), ("max_buf_size", ctypes.c_size_t)]
+
+
+def fixtures_dir():
+    d = os.environ.get("SNUG_FIXTURES") or os.path.join(
+        os.environ.get("SNUG_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")),
+        "..", "shared", "fixtures")
+    if os.path.isdir(d):
+        return d
+    if os.environ.get("SNUG_REQUIRE_FIXTURES") == "1":
+        check(False, f"fixtures folder {d} is missing and SNUG_REQUIRE_FIXTURES=1")
+    else:
+        print(f"SKIP: fixtures folder {d} is missing (set SNUG_FIXTURES)", file=sys.stderr)
+    return None
+
+
+def test_vs_llama():
+    fx = fixtures_dir()
+    lib_path = "/work/ref/build/bin/libllama.so"
+    if fx is None:
+        return
+    if not os.path.exists(lib_path):
+        print("SKIP: reference libllama.so not built; no comparison with llama.cpp's quantizer", file=sys.stderr)
+        return
+    lib = ctypes.CDLL(lib_path)
+    lib.llama_model_quantize_default_params.restype = QuantParams
+    lib.llama_model_quantize.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(QuantParams)]
+    lib.llama_model_quantize.restype = ctypes.c_uint32
+    cases = [("trained/trained-f16.gguf", "q4_k_m", 15), ("trained/trained-f16.gguf", "q5_k_m", 17),
+             ("trained/trained-f16.gguf", "q4_0", 2), ("moe/moe-f16.gguf", "q4_k_m", 15)]
+    with tempfile.TemporaryDirectory() as d:
+        for src_rel, recipe, ftype in cases:
+            src = os.path.join(fx, src_rel)
+            if not os.path.exists(src):
+                check(False, f"fixture {src} missing")
+                continue
+            ours, ref = os.path.join(d, "snug.gguf"), os.path.join(d, "ref.gguf")
+            if run_quantize(src, ours, recipe).returncode != 0:
+                continue
+            p = lib.llama_model_quantize_default_params()
+            p.ftype, p.nthread = ftype, 2
+            # llama.cpp logs to stderr; keep the test output readable
+            saved = os.dup(2)
+            with open(os.devnull, "w") as dn:
+                os.dup2(dn.fileno(), 2)
+                try:
+                    rc = lib.llama_model_quantize(src.encode(), ref.encode(), ctypes.byref(p))
+                finally:
+                    os.dup2(saved, 2)
+                    os.close(saved)
+            check(rc == 0, f"llama_model_quantize {src_rel} {recipe} failed ({rc})")
+            if rc != 0:
+                continue
+            a, b = gguf.GGUFReader(ours), gguf.GGUFReader(ref)
+            check([t.name for t in a.tensors] == [t.name for t in b.tensors], f"{src_rel} {recipe}: tensor order")
+            check(set(a.fields) == set(b.fields), f"{src_rel} {recipe}: keys {set(a.fields) ^ set(b.fields)}")
+            tb = {t.name: t for t in b.tensors}
+            ndiff = 0
+            for t in a.tensors:
+                u = tb.get(t.name)
+                same = u is not None and t.tensor_type == u.tensor_type and np.array_equal(
+                    np.asarray(t.data).reshape(-1).view(np.uint8), np.asarray(u.data).reshape(-1).view(np.uint8))
+                if not same:
+                    ndiff += 1
+                    print(f"  {recipe} {t.name}: snug {t.tensor_type.name} vs llama.cpp "
+                          f"{u.tensor_type.name if u else None}", file=sys.stderr)
+            check(ndiff == 0, f"{src_rel} {recipe}: {ndiff} tensors differ from llama.cpp's quantization")
+            print(f"  {src_rel} {recipe}: {len(a.tensors)} tensors identical to llama.cpp: {ndiff == 0}",
+                  file=sys.stderr)
+
+
 def main():
     rng = np.random.default_rng(1234)
     test_decode(rng)
     test_encode(rng, load_ggml())
     if os.path.exists(SNUG_BIN):
         test_cli(rng)
+        test_vs_llama()
     else:
         check(False, f"snug binary {SNUG_BIN} missing")
     print(f"{passed} passed, {failed} failed")

@@ -193,6 +193,9 @@ int main(void) {
         CHECK(snug_recipe_type(&r, "blk.4.ffn_down_exps.weight", 3, ne) == SNUG_DTYPE_Q4_K);
         CHECK(snug_recipe_type(&r, "blk.5.ffn_down_exps.weight", 3, ne) == SNUG_DTYPE_Q6_K);
         CHECK(snug_recipe_type(&r, "blk.5.ffn_gate_inp.weight", 2, ne) == SNUG_DTYPE_F32);
+        uint64_t ne_col[2] = {512, 1}; /* [512, 1] counts as 1-D (ggml_n_dims) */
+        CHECK(snug_recipe_type(&r, "blk.5.ffn_gate_inp_shexp.weight", 2, ne_col) == SNUG_DTYPE_F32);
+        CHECK(snug_recipe_type(&r, "blk.5.ffn_up_shexp.weight", 2, ne) == SNUG_DTYPE_Q4_K);
         CHECK(snug_recipe_type(&r, "blk.5.attn_output.weight", 2, ne) == SNUG_DTYPE_Q5_K);
     }
 
