@@ -561,6 +561,8 @@ int main(void) {
     test_delta();
 #ifdef SNUG_TEST_SANITIZED
     printf("bench skipped (sanitizer build)\n");
+    (void)bench_matmul;
+    (void)bench_delta;
 #else
     struct snug_pool *big = NULL;
     if (snug_pool_init(&big, 0, &err) == SNUG_OK) {

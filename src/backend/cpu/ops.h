@@ -8,7 +8,8 @@
  * No op allocates: scratch memory comes from the caller as `work` (from the work arena), sized
  * by the matching `_work_bytes` function, which the memory plan also calls. `pool` may be NULL
  * (single thread). All ops are deterministic for a given thread count.
- * Read next: ops.c (reference semantics), src/arch/qwen35.c (the caller).
+ * Read next: ops_basic.c, ops_matmul.c, ops_attention.c, ops_delta.c (one file per op family;
+ * ops_util.h holds their shared loops), src/arch/qwen35.c (the caller).
  */
 #ifndef SNUG_OPS_H
 #define SNUG_OPS_H
@@ -58,7 +59,8 @@ void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t p
  * (which must already hold positions 0 .. pos0+T-1): query t attends to positions 0..pos0+t.
  * q: [T][Hq][D], out: [T][Hq][D]; query head h uses kv head h / (Hq/Hkv); softmax(scale·q·k)
  * computed as an online softmax over tiles of the cache, float32 throughout, so memory does
- * not grow with the context. */
+ * not grow with the context. `work` (snug_op_attention_work_bytes) may be NULL for an F32
+ * cache. */
 void snug_op_attention(struct snug_pool *pool, const struct snug_kv_view *kv, int64_t Hq,
                        int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
                        float *out, void *work);
@@ -68,7 +70,8 @@ size_t snug_op_attention_work_bytes(int64_t D, int n_threads);
 /* Causal depthwise conv1d (kernel K) + SiLU over T tokens of C channels.
  * x: [T][C] new inputs; conv_state: [K-1][C] the previous K-1 inputs (oldest first), updated in
  * place to the last K-1 inputs; w: GGUF ssm_conv1d, ne = {K, C}, float32: w[c*K + j], j = K-1
- * multiplies the current token. y: [T][C] = silu(Σ_j w[c][j] · x_{t-K+1+j}[c]). */
+ * multiplies the current token. y: [T][C] = silu(Σ_j w[c][j] · x_{t-K+1+j}[c]).
+ * y must not overlap x or conv_state. */
 void snug_op_conv_silu(const float *x, int64_t T, int64_t C, int64_t K, const float *w,
                        float *conv_state, float *y);
 
