@@ -1,0 +1,513 @@
+/* engine.c — the engine thread, its slots and the job queue (see engine.h for the contract).
+ *
+ * Owns: one snug_ctx, sampler, detokenizer, logits row and token cache per slot; the queue.
+ * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
+ * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
+ * cannot be rolled back, so only exact extensions qualify).
+ * Decode runs slot by slot (one snug_ctx_eval of one token each); a cross-slot batched forward
+ * needs a batched eval in the model API and is left for later.
+ * Read next: http.c (the callbacks that turn tokens into responses).
+ */
+#include "server/engine.h"
+
+#include "core/core.h"
+#include "tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL, SLOT_GEN };
+
+struct slot {
+    int32_t index;
+    struct snug_ctx *ctx;
+    snug_token *toks; /* [n_ctx] tokens evaluated into ctx */
+    int32_t n_toks;
+    float *logits; /* [V] logits after the last evaluated token */
+    struct snug_sampler *smp;
+    struct snug_detok detok;
+    enum slot_state state;
+    struct snug_engine_job *job;
+    int32_t n_prefilled; /* prompt tokens in the context so far */
+    int32_t n_gen, script_pos;
+    double t_admit, t_prompt_done;
+    struct snug_engine_usage usage;
+    uint64_t last_used;
+};
+
+struct snug_engine {
+    struct snug_model *m;
+    const struct snug_tokenizer *tok;
+    int32_t V, n_ctx, n_chunk;
+    struct slot *slots;
+    int32_t n_slots;
+    snug_token end_ids[3];
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct snug_engine_job *q_head, *q_tail;
+    int32_t q_len, q_cap;
+    bool stop;
+    struct snug_engine_stats stats; /* guarded by mu */
+    uint64_t use_clock;
+    char self_test[600];
+};
+
+/* ==== helpers =============================================================================== */
+
+static bool is_end_token(const struct snug_engine *e, snug_token id) {
+    for (int i = 0; i < 3; i++)
+        if (e->end_ids[i] >= 0 && id == e->end_ids[i]) return true;
+    return false;
+}
+
+/* Log-softmax of the raw logits at `id`, and the n_top most likely tokens (descending). */
+static void compute_logprobs(const float *logits, int32_t V, snug_token id, int32_t n_top,
+                             struct snug_engine_logprob *lp) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    float lse = mx + (float)log(sum);
+    lp->logprob = logits[id] - lse;
+    if (n_top > SNUG_ENGINE_MAX_TOP_LOGPROBS) n_top = SNUG_ENGINE_MAX_TOP_LOGPROBS;
+    if (n_top > V) n_top = V;
+    lp->n_top = 0;
+    for (int32_t i = 0; i < V && n_top > 0; i++) {
+        float v = logits[i];
+        if (lp->n_top == n_top && v <= lp->top_logprob[n_top - 1]) continue;
+        int32_t k = lp->n_top < n_top ? lp->n_top++ : n_top - 1;
+        while (k > 0 && lp->top_logprob[k - 1] < v) {
+            lp->top_logprob[k] = lp->top_logprob[k - 1];
+            lp->top_id[k] = lp->top_id[k - 1];
+            k--;
+        }
+        lp->top_logprob[k] = v;
+        lp->top_id[k] = i;
+    }
+    for (int32_t k = 0; k < lp->n_top; k++) lp->top_logprob[k] -= lse;
+}
+
+/* End the slot's job: flush the detokenizer, report usage, free the slot (its cache stays). */
+static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_finish fin,
+                        const char *msg) {
+    struct snug_engine_job *j = s->job;
+    const char *txt;
+    size_t len;
+    snug_detok_flush(&s->detok, &txt, &len);
+    if (len && fin != SNUG_FINISH_CANCEL) j->on_token(j->user, -1, txt, len, NULL);
+    double now = snug_time_s();
+    s->usage.n_gen = s->n_gen;
+    if (s->state == SLOT_PREFILL) {
+        s->usage.prompt_ms = (now - s->t_admit) * 1e3;
+    } else {
+        s->usage.gen_ms = (now - s->t_prompt_done) * 1e3;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.slots_busy--;
+    e->stats.jobs_done++;
+    if (fin == SNUG_FINISH_CANCEL) e->stats.jobs_cancelled++;
+    if (s->state == SLOT_GEN) e->stats.gen_s += now - s->t_prompt_done;
+    pthread_mutex_unlock(&e->mu);
+    s->state = SLOT_FREE;
+    s->job = NULL;
+    s->last_used = ++e->use_clock;
+    j->on_done(j->user, fin, &s->usage, msg);
+}
+
+/* Pick the free slot for a prompt: the one whose cache is the longest strict prefix of it,
+ * else the least recently used. Returns the slot and the reusable prefix length. */
+static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_job *j,
+                              int32_t *n_reuse) {
+    struct slot *best = NULL, *lru = NULL;
+    int32_t best_n = 0;
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_FREE) continue;
+        if (!lru || s->last_used < lru->last_used) lru = s;
+        if (s->n_toks > best_n && s->n_toks < j->n_prompt &&
+            !memcmp(s->toks, j->prompt, (size_t)s->n_toks * sizeof(snug_token))) {
+            best = s;
+            best_n = s->n_toks;
+        }
+    }
+    *n_reuse = best ? best_n : 0;
+    return best ? best : lru;
+}
+
+/* Start a job on a slot: reset or reuse its state, set up the sampler. */
+static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine_job *j,
+                       int32_t n_reuse) {
+    s->job = j;
+    s->t_admit = snug_time_s();
+    memset(&s->usage, 0, sizeof s->usage);
+    s->usage.slot = s->index;
+    s->usage.n_prompt = j->n_prompt;
+    s->usage.n_cached = n_reuse;
+    s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
+    if (n_reuse == 0) {
+        snug_ctx_reset(s->ctx);
+        s->n_toks = 0;
+    }
+    s->n_prefilled = n_reuse;
+    s->n_gen = 0;
+    s->script_pos = 0;
+    snug_detok_reset(&s->detok);
+    s->state = SLOT_PREFILL;
+    struct snug_err err = {0};
+    snug_sampler_free(s->smp);
+    s->smp = NULL;
+    if (snug_sampler_init(&s->smp, &j->sampler, e->V, &err) != SNUG_OK) {
+        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
+        return;
+    }
+}
+
+/* ==== the step ============================================================================== */
+
+/* One prompt chunk for a prefilling slot. */
+static void slot_prefill(struct snug_engine *e, struct slot *s) {
+    struct snug_engine_job *j = s->job;
+    int32_t n = j->n_prompt - s->n_prefilled;
+    if (n > e->n_chunk) n = e->n_chunk;
+    struct snug_err err = {0};
+    double t0 = snug_time_s();
+    int rc = snug_ctx_eval(s->ctx, j->prompt + s->n_prefilled, n, s->logits, SNUG_EVAL_LOGITS_LAST,
+                           &err);
+    double t1 = snug_time_s();
+    if (rc != SNUG_OK) {
+        snug_ctx_reset(s->ctx);
+        s->n_toks = 0;
+        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
+        return;
+    }
+    memcpy(s->toks + s->n_toks, j->prompt + s->n_prefilled, (size_t)n * sizeof(snug_token));
+    s->n_toks += n;
+    s->n_prefilled += n;
+    pthread_mutex_lock(&e->mu);
+    e->stats.prompt_tokens += (uint64_t)n;
+    e->stats.prompt_s += t1 - t0;
+    pthread_mutex_unlock(&e->mu);
+    if (s->n_prefilled == j->n_prompt) {
+        s->state = SLOT_GEN;
+        s->t_prompt_done = t1;
+        s->usage.prompt_ms = (t1 - s->t_admit) * 1e3;
+    }
+}
+
+/* One decode token for a generating slot. */
+static void slot_decode(struct snug_engine *e, struct slot *s) {
+    struct snug_engine_job *j = s->job;
+    snug_token id;
+    if (j->script) {
+        if (s->script_pos >= j->n_script) {
+            slot_finish(e, s, SNUG_FINISH_STOP, NULL);
+            return;
+        }
+        id = j->script[s->script_pos++];
+    } else {
+        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+    }
+    struct snug_engine_logprob lp;
+    if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
+    s->n_gen++;
+    pthread_mutex_lock(&e->mu);
+    e->stats.gen_tokens++;
+    pthread_mutex_unlock(&e->mu);
+    if (is_end_token(e, id)) {
+        slot_finish(e, s, SNUG_FINISH_STOP, NULL);
+        return;
+    }
+    const char *txt = "";
+    size_t len = 0;
+    if (snug_detok_push(&s->detok, id, &txt, &len) != SNUG_OK) len = 0;
+    if (j->on_token(j->user, id, txt, len, j->logprobs ? &lp : NULL)) {
+        slot_finish(e, s, SNUG_FINISH_STOP, NULL);
+        return;
+    }
+    if ((j->max_tokens > 0 && s->n_gen >= j->max_tokens) || s->n_toks + 1 > e->n_ctx) {
+        slot_finish(e, s, SNUG_FINISH_LENGTH, NULL);
+        return;
+    }
+    struct snug_err err = {0};
+    if (snug_ctx_eval(s->ctx, &id, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) != SNUG_OK) {
+        snug_ctx_reset(s->ctx);
+        s->n_toks = 0;
+        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
+        return;
+    }
+    s->toks[s->n_toks++] = id;
+}
+
+/* Move queued jobs into free slots; jobs cancelled while queued (or all of them once the engine
+ * is stopping) are collected in *dead and
+ * reported by the caller after the lock is released. Called with e->mu held. */
+static void admit_locked(struct snug_engine *e, struct snug_engine_job **dead,
+                         struct slot **started, struct snug_engine_job **started_job,
+                         int32_t *n_started) {
+    *n_started = 0;
+    while (e->q_head) {
+        struct snug_engine_job *j = e->q_head;
+        if (e->stop || atomic_load(&j->cancel)) {
+            e->q_head = j->next;
+            if (!e->q_head) e->q_tail = NULL;
+            e->q_len--;
+            j->next = *dead;
+            *dead = j;
+            continue;
+        }
+        if (e->stats.slots_busy >= e->n_slots) break;
+        int32_t n_reuse = 0;
+        struct slot *s = pick_slot(e, j, &n_reuse);
+        e->q_head = j->next;
+        if (!e->q_head) e->q_tail = NULL;
+        e->q_len--;
+        e->stats.slots_busy++;
+        e->stats.cached_tokens += (uint64_t)n_reuse;
+        s->state = SLOT_PREFILL; /* reserve it now; slot_start runs unlocked */
+        started[*n_started] = s;
+        started_job[*n_started] = j;
+        s->n_prefilled = n_reuse;
+        (*n_started)++;
+    }
+}
+
+static void *engine_main(void *arg) {
+    struct snug_engine *e = arg;
+    struct slot **started = snug_calloc((size_t)e->n_slots, sizeof *started);
+    struct snug_engine_job **started_job = snug_calloc((size_t)e->n_slots, sizeof *started_job);
+    SNUG_ASSERT(started && started_job);
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        struct snug_engine_job *dead = NULL;
+        int32_t n_started = 0;
+        admit_locked(e, &dead, started, started_job, &n_started);
+        bool busy = e->stats.slots_busy > 0;
+        if (e->stop && !busy && !e->q_head) break;
+        if (!busy && !dead && !e->stop) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        bool stopping = e->stop;
+        e->stats.steps++;
+        pthread_mutex_unlock(&e->mu);
+
+        for (struct snug_engine_job *j = dead, *nx; j; j = nx) {
+            nx = j->next;
+            struct snug_engine_usage u = {.n_prompt = j->n_prompt, .slot = -1};
+            pthread_mutex_lock(&e->mu);
+            e->stats.jobs_done++;
+            e->stats.jobs_cancelled++;
+            pthread_mutex_unlock(&e->mu);
+            j->on_done(j->user, SNUG_FINISH_CANCEL, &u, NULL);
+        }
+        for (int32_t i = 0; i < n_started; i++) {
+            slot_start(e, started[i], started_job[i], started[i]->n_prefilled);
+        }
+        double now = snug_time_s();
+        for (int32_t i = 0; i < e->n_slots; i++) {
+            struct slot *s = &e->slots[i];
+            if (s->state == SLOT_FREE) continue;
+            if (stopping || atomic_load(&s->job->cancel))
+                slot_finish(e, s, SNUG_FINISH_CANCEL, NULL);
+            else if (s->job->deadline_s > 0 && now > s->job->deadline_s)
+                slot_finish(e, s, SNUG_FINISH_TIMEOUT, NULL);
+        }
+        for (int32_t i = 0; i < e->n_slots; i++)
+            if (e->slots[i].state == SLOT_PREFILL) slot_prefill(e, &e->slots[i]);
+        for (int32_t i = 0; i < e->n_slots; i++)
+            if (e->slots[i].state == SLOT_GEN) slot_decode(e, &e->slots[i]);
+
+        pthread_mutex_lock(&e->mu);
+        int64_t in_slots = 0;
+        for (int32_t i = 0; i < e->n_slots; i++) in_slots += e->slots[i].n_toks;
+        e->stats.tokens_in_slots = in_slots;
+    }
+    pthread_mutex_unlock(&e->mu);
+    snug_free(started);
+    snug_free(started_job);
+    return NULL;
+}
+
+/* ==== lifecycle ============================================================================= */
+
+/* Run a few tokens through slot 0 twice (with a reset between) and check the logits. */
+static void run_self_test(struct snug_engine *e) {
+    struct slot *s = &e->slots[0];
+    snug_token ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = (snug_token)((i * 7 + 3) % e->V);
+    struct snug_err err = {0};
+    float *first = snug_malloc((size_t)e->V * sizeof(float));
+    if (!first) {
+        snprintf(e->self_test, sizeof e->self_test, "failed: out of memory");
+        return;
+    }
+    snug_ctx_reset(s->ctx);
+    int rc = snug_ctx_eval(s->ctx, ids, 8, first, SNUG_EVAL_LOGITS_LAST, &err);
+    snug_ctx_reset(s->ctx);
+    if (rc == SNUG_OK) rc = snug_ctx_eval(s->ctx, ids, 8, s->logits, SNUG_EVAL_LOGITS_LAST, &err);
+    snug_ctx_reset(s->ctx);
+    if (rc != SNUG_OK) {
+        snprintf(e->self_test, sizeof e->self_test, "failed: %s", err.msg);
+    } else {
+        int32_t bad = 0, diff = 0;
+        for (int32_t i = 0; i < e->V; i++) {
+            if (!isfinite(first[i])) bad++;
+            if (first[i] != s->logits[i]) diff++;
+        }
+        if (bad)
+            snprintf(e->self_test, sizeof e->self_test, "failed: %d non-finite logits", bad);
+        else if (diff)
+            snprintf(e->self_test, sizeof e->self_test,
+                     "failed: %d logits differ after a context reset", diff);
+        else
+            snprintf(e->self_test, sizeof e->self_test, "ok");
+    }
+    snug_free(first);
+}
+
+int snug_engine_init(struct snug_engine **out, struct snug_model *m,
+                     const struct snug_engine_opts *o, struct snug_err *err) {
+    *out = NULL;
+    if (o->n_slots < 1 || o->n_slots > 256 || o->queue_cap < 1)
+        return snug_err_set(
+            err, SNUG_ERR_INVALID,
+            "engine: slots must be in 1..256 (got %d), queue capacity >= 1 (got %d)", o->n_slots,
+            o->queue_cap);
+    const struct snug_tokenizer *tok = snug_model_tokenizer(m);
+    if (!tok)
+        return snug_err_set(err, SNUG_ERR_FORMAT,
+                            "engine: the model file carries no tokenizer (tokenizer.ggml.*)");
+    struct snug_engine *e = snug_calloc(1, sizeof *e);
+    if (!e) return snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->V = snug_model_n_vocab(m);
+    e->n_slots = o->n_slots;
+    e->q_cap = o->queue_cap;
+    e->end_ids[0] = snug_tokenizer_eos(tok);
+    e->end_ids[1] = snug_tokenizer_im_end(tok);
+    e->end_ids[2] = snug_tokenizer_token_id(tok, "<|endoftext|>");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    int rc = SNUG_OK;
+    e->slots = snug_calloc((size_t)o->n_slots, sizeof *e->slots);
+    if (!e->slots) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    struct snug_ctx_params cp = snug_ctx_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.kv_type = o->kv_type;
+    cp.n_threads = o->n_threads;
+    for (int32_t i = 0; i < o->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->index = i;
+        rc = snug_ctx_init(&s->ctx, m, &cp, err);
+        if (rc != SNUG_OK) {
+            snug_err_prefix(err, "slot %d", i);
+            goto fail;
+        }
+        e->n_ctx = snug_ctx_n_ctx(s->ctx);
+        s->toks = snug_malloc((size_t)e->n_ctx * sizeof(snug_token));
+        s->logits = snug_malloc((size_t)e->V * sizeof(float));
+        if (!s->toks || !s->logits) {
+            rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for slot %d", i);
+            goto fail;
+        }
+        rc = snug_detok_init(&s->detok, tok, SNUG_DETOK_SKIP_CONTROL, err);
+        if (rc != SNUG_OK) goto fail;
+    }
+    e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
+    if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
+    e->stats.n_slots = e->n_slots;
+    e->stats.queue_cap = e->q_cap;
+    e->stats.n_ctx = e->n_ctx;
+    run_self_test(e);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        rc = snug_err_set(err, SNUG_ERR_INTERNAL, "engine: cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return SNUG_OK;
+fail:
+    snug_engine_free(e);
+    return rc;
+}
+
+void snug_engine_free(struct snug_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->slots) {
+        for (int32_t i = 0; i < e->n_slots; i++) {
+            struct slot *s = &e->slots[i];
+            snug_ctx_free(s->ctx);
+            snug_free(s->toks);
+            snug_free(s->logits);
+            snug_sampler_free(s->smp);
+            if (s->detok.tok) snug_detok_free(&s->detok);
+        }
+        snug_free(e->slots);
+    }
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    snug_free(e);
+}
+
+int snug_engine_submit(struct snug_engine *e, struct snug_engine_job *j, struct snug_err *err) {
+    if (j->n_prompt < 1)
+        return snug_err_set(err, SNUG_ERR_INVALID, "the prompt is empty (no tokens)");
+    if (j->n_prompt >= e->n_ctx)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "the prompt has %d tokens but the context holds %d tokens per slot "
+                            "(leave room for at least one generated token)",
+                            j->n_prompt, e->n_ctx);
+    pthread_mutex_lock(&e->mu);
+    int32_t free_slots = e->n_slots - e->stats.slots_busy;
+    if (e->stop || e->q_len - free_slots >= e->q_cap) {
+        pthread_mutex_unlock(&e->mu);
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "the server is busy: %d requests are already waiting (queue limit %d)",
+                            e->q_len, e->q_cap);
+    }
+    j->t_submit = snug_time_s();
+    j->next = NULL;
+    if (e->q_tail)
+        e->q_tail->next = j;
+    else
+        e->q_head = j;
+    e->q_tail = j;
+    e->q_len++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return SNUG_OK;
+}
+
+void snug_engine_wake(struct snug_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void snug_engine_get_stats(struct snug_engine *e, struct snug_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->queue_len = e->q_len;
+    pthread_mutex_unlock(&e->mu);
+}
+
+const char *snug_engine_self_test(const struct snug_engine *e) {
+    return e->self_test;
+}

@@ -1,0 +1,120 @@
+/* engine.h — the serving engine: one thread that owns the model's contexts (one per slot) and
+ * runs steps, and a bounded queue through which HTTP threads hand it jobs.
+ *
+ * A step: admit queued jobs to free slots (reusing a slot whose cached tokens are a strict
+ * prefix of the new prompt), run one prompt chunk for each prefilling slot, then one decode
+ * token for each generating slot (sample or follow the script, detokenize, call on_token).
+ * Invariant: only the engine thread touches contexts, samplers and detokenizers; a job is
+ * borrowed by the engine from submit until its on_done call returns, and never after.
+ * JSON never enters here: the callbacks (http.c) turn tokens into responses.
+ * Read next: engine.c, then http.c.
+ */
+#ifndef SNUG_SERVER_ENGINE_H
+#define SNUG_SERVER_ENGINE_H
+
+#include "sample/sample.h"
+#include "snug.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SNUG_ENGINE_MAX_TOP_LOGPROBS 20
+
+/* Why a job ended. */
+enum snug_engine_finish {
+    SNUG_FINISH_STOP = 0,   /* end-of-generation token, stop string, end of script */
+    SNUG_FINISH_LENGTH = 1, /* max_tokens or the context is full */
+    SNUG_FINISH_CANCEL = 2, /* the client went away (or the server shuts down) */
+    SNUG_FINISH_TIMEOUT = 3,
+    SNUG_FINISH_ERROR = 4, /* an eval failed; the message is in the job's err */
+};
+
+/* Log-probabilities of one generated token under the model's raw distribution. */
+struct snug_engine_logprob {
+    float logprob;
+    int32_t n_top;
+    snug_token top_id[SNUG_ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprob[SNUG_ENGINE_MAX_TOP_LOGPROBS];
+};
+
+/* Per-job counts and timings, filled by the engine before on_done. */
+struct snug_engine_usage {
+    int32_t n_prompt; /* prompt tokens */
+    int32_t n_cached; /* of which were reused from the slot's cache */
+    int32_t n_gen;    /* generated tokens (including a final end token) */
+    double prompt_ms; /* time in prompt processing */
+    double gen_ms;    /* time from the first decode to the end */
+    double queue_ms;  /* time waiting in the queue */
+    int32_t slot;     /* which slot ran it */
+};
+
+/* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
+ * on_done has returned, and may set `cancel` at any time from any thread. */
+struct snug_engine_job {
+    /* inputs (read-only once submitted) */
+    const snug_token *prompt; /* [n_prompt], borrowed */
+    int32_t n_prompt;
+    struct snug_sampler_params sampler;
+    int32_t max_tokens;       /* <= 0: until the context is full */
+    bool logprobs;            /* fill the logprob argument of on_token */
+    int32_t top_logprobs;     /* 0..SNUG_ENGINE_MAX_TOP_LOGPROBS */
+    double deadline_s;        /* snug_time_s() deadline, 0 = none */
+    const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
+    int32_t n_script;
+    /* Called on the engine thread for each generated token with the text that became complete
+     * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
+     * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
+    bool (*on_token)(void *user, snug_token id, const char *text, size_t len,
+                     const struct snug_engine_logprob *lp);
+    /* Called exactly once, on the engine thread, when the job ends (also for jobs cancelled in
+     * the queue). After it returns the engine forgets the job. */
+    void (*on_done)(void *user, enum snug_engine_finish finish,
+                    const struct snug_engine_usage *usage, const char *errmsg);
+    void *user;
+    atomic_bool cancel;
+    /* engine-private */
+    double t_submit;
+    struct snug_engine_job *next;
+};
+
+struct snug_engine_opts {
+    int32_t n_slots;   /* >= 1 */
+    int32_t n_ctx;     /* per slot */
+    int32_t kv_type;   /* enum snug_kv_type */
+    int32_t n_threads; /* per context; 0 = model default */
+    int32_t queue_cap; /* jobs waiting beyond the slots; >= 1 */
+};
+
+/* Live numbers for /health and /metrics (cumulative counters since start). */
+struct snug_engine_stats {
+    int32_t n_slots, slots_busy, queue_len, queue_cap, n_ctx;
+    int64_t tokens_in_slots; /* sum of cached tokens over slots (KV / state use) */
+    uint64_t prompt_tokens;  /* prompt tokens evaluated (excluding reused prefix) */
+    uint64_t cached_tokens;  /* prompt tokens reused from slot caches */
+    uint64_t gen_tokens;
+    double prompt_s, gen_s; /* engine time spent in prompt processing / decoding */
+    uint64_t jobs_done, jobs_cancelled;
+    uint64_t steps;
+};
+
+struct snug_engine;
+
+/* Make the contexts (one per slot, all allocated now) and start the engine thread. */
+int snug_engine_init(struct snug_engine **out, struct snug_model *m,
+                     const struct snug_engine_opts *opts, struct snug_err *err);
+/* Stop the thread (jobs still queued or running end with CANCEL) and free everything. */
+void snug_engine_free(struct snug_engine *e);
+
+/* Queue a job. SNUG_ERR_BUDGET when the queue is full (the caller answers 503),
+ * SNUG_ERR_INVALID when the prompt does not fit the context. */
+int snug_engine_submit(struct snug_engine *e, struct snug_engine_job *job, struct snug_err *err);
+/* Wake the engine (after setting a job's cancel flag, so the slot is freed at once). */
+void snug_engine_wake(struct snug_engine *e);
+void snug_engine_get_stats(struct snug_engine *e, struct snug_engine_stats *out);
+
+/* The boot self-test result ("ok" or what failed): init runs a short prompt through slot 0
+ * twice and checks the logits are finite and identical (a reset really resets). Borrowed. */
+const char *snug_engine_self_test(const struct snug_engine *e);
+
+#endif /* SNUG_SERVER_ENGINE_H */

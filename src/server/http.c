@@ -1,0 +1,529 @@
+/* http.c — the HTTP daemon (libmicrohttpd, one thread per connection), routing, auth, the
+ * small endpoints (/health, /metrics, /v1/models, /tokenize, /detokenize) and boot/shutdown.
+ *
+ * Owns: struct snug_srv (model, engine, daemon, counters) for the life of snug_server_run, and
+ * each connection's body buffer. Invariant: a body is accumulated up to max_body_bytes and
+ * then discarded (413); every answer is JSON (errors in OpenAI's {"error": {...}} shape) except
+ * /metrics (Prometheus text) and streams (SSE, reply.c). Nothing here prints to stdout.
+ * Read next: reply.c (generation requests), engine.c.
+ */
+#define _GNU_SOURCE
+#include "server/schema.h"
+#include "server/server_impl.h"
+
+#include "core/core.h"
+#include "tokenizer/tokenizer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ==== small helpers ========================================================================= */
+
+json_t *snug_srv_json_str(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    /* invalid UTF-8: keep valid sequences, replace every other byte by U+FFFD */
+    char *o = snug_malloc(n * 3 + 1);
+    if (!o) return json_string("");
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
+        if (ok && len > 1) {
+            json_t *probe = json_stringn(s + i, len);
+            ok = probe != NULL;
+            json_decref(probe);
+        }
+        if (ok && c != 0) {
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    j = json_stringn(o, k);
+    snug_free(o);
+    return j ? j : json_string("");
+}
+
+enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+    char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result res = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e) {
+    json_t *b =
+        json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", e->msg, "type",
+                  e->type ? e->type : "invalid_request_error", "param",
+                  e->param[0] ? json_string(e->param) : json_null(), "code", e->http_status);
+    return snug_srv_send_json(c, (unsigned)e->http_status, b);
+}
+
+void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) {
+    if (status >= SNUG_SRV_N_STATUS) status = 0;
+    atomic_fetch_add(&s->req_count[route][status], 1);
+}
+
+static const char *route_name(enum snug_route r) {
+    static const char *names[ROUTE_COUNT] = {"/v1/chat/completions",
+                                             "/v1/completions",
+                                             "/v1/models",
+                                             "/health",
+                                             "/metrics",
+                                             "/tokenize",
+                                             "/detokenize",
+                                             "other"};
+    return names[r];
+}
+
+/* ==== small endpoints ======================================================================= */
+
+static enum MHD_Result do_models(struct snug_srv *s, struct MHD_Connection *c) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    json_t *m =
+        json_pack("{s:s, s:s, s:i, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", s->model_id, "object",
+                  "model", "created", (json_int_t)s->created, "owned_by", "snug", "meta", "arch",
+                  snug_model_arch(s->model), "n_vocab", snug_model_n_vocab(s->model), "n_embd",
+                  snug_model_n_embd(s->model), "n_ctx", st.n_ctx, "n_ctx_train",
+                  (json_int_t)snug_model_n_ctx_train(s->model));
+    snug_srv_count(s, ROUTE_MODELS, 200);
+    return snug_srv_send_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static enum MHD_Result do_health(struct snug_srv *s, struct MHD_Connection *c) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    const char *self = snug_engine_self_test(s->engine);
+    bool ok = !strcmp(self, "ok");
+    json_t *b = json_pack(
+        "{s:s, s:s, s:s, s:{s:i, s:i, s:s, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:I, s:I, s:I}, "
+        "s:s, s:f}",
+        "status", ok ? "ok" : "error", "model", s->model_id, "arch", snug_model_arch(s->model),
+        "plan", "n_ctx", st.n_ctx, "n_slots", st.n_slots, "kv_type",
+        s->opts.kv_type == SNUG_KV_F32 ? "f32" : "f16", "n_threads", s->opts.n_threads, "slots",
+        "total", st.n_slots, "busy", st.slots_busy, "queued", st.queue_len, "queue_capacity",
+        st.queue_cap, "memory", "rss_bytes", (json_int_t)snug_rss_bytes(), "peak_rss_bytes",
+        (json_int_t)snug_peak_rss_bytes(), "tokens_in_slots", (json_int_t)st.tokens_in_slots,
+        "self_test", self, "uptime_s", snug_time_s() - s->t_start);
+    snug_srv_count(s, ROUTE_HEALTH, ok ? 200 : 503);
+    return snug_srv_send_json(c, ok ? 200 : 503, b);
+}
+
+static void metric(struct snug_sbuf *b, const char *name, const char *type, const char *help,
+                   double v) {
+    char line[512];
+    snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type,
+             name, v);
+    snug_sbuf_puts(b, line);
+}
+
+static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) {
+    snug_srv_count(s, ROUTE_METRICS, 200);
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    struct snug_sbuf b = {0};
+    char line[256];
+    snug_sbuf_puts(&b, "# HELP snug_requests_total HTTP requests answered, by route and status.\n"
+                       "# TYPE snug_requests_total counter\n");
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (int k = 0; k < SNUG_SRV_N_STATUS; k++) {
+            uint64_t n = atomic_load(&s->req_count[r][k]);
+            if (!n) continue;
+            snprintf(line, sizeof line, "snug_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
+                     route_name((enum snug_route)r), k, (unsigned long long)n);
+            snug_sbuf_puts(&b, line);
+        }
+    metric(&b, "snug_prompt_tokens_total", "counter", "Prompt tokens evaluated.",
+           (double)st.prompt_tokens);
+    metric(&b, "snug_prompt_tokens_cached_total", "counter",
+           "Prompt tokens reused from a slot's cache.", (double)st.cached_tokens);
+    metric(&b, "snug_generated_tokens_total", "counter", "Tokens generated.",
+           (double)st.gen_tokens);
+    metric(&b, "snug_prompt_tokens_per_second", "gauge",
+           "Prompt tokens per second of prompt processing time, since start.",
+           st.prompt_s > 0 ? st.prompt_tokens / st.prompt_s : 0);
+    metric(&b, "snug_generation_tokens_per_second", "gauge",
+           "Generated tokens per second of summed per-request generation time, since start.",
+           st.gen_s > 0 ? st.gen_tokens / st.gen_s : 0);
+    metric(&b, "snug_requests_finished_total", "counter", "Generation jobs finished.",
+           (double)st.jobs_done);
+    metric(&b, "snug_requests_cancelled_total", "counter",
+           "Generation jobs cancelled (client gone).", (double)st.jobs_cancelled);
+    metric(&b, "snug_queue_length", "gauge", "Requests waiting for a slot.", st.queue_len);
+    metric(&b, "snug_queue_capacity", "gauge", "Queue limit beyond free slots.", st.queue_cap);
+    metric(&b, "snug_slots_busy", "gauge", "Slots running a request.", st.slots_busy);
+    metric(&b, "snug_slots_total", "gauge", "Slots.", st.n_slots);
+    metric(&b, "snug_kv_tokens_used", "gauge",
+           "Tokens held in slot caches (attention KV and recurrent state).",
+           (double)st.tokens_in_slots);
+    metric(&b, "snug_kv_tokens_capacity", "gauge", "Slots x context.",
+           (double)st.n_slots * st.n_ctx);
+    metric(&b, "snug_kv_usage_ratio", "gauge", "KV use: used / capacity.",
+           st.n_ctx ? (double)st.tokens_in_slots / ((double)st.n_slots * st.n_ctx) : 0);
+    metric(&b, "snug_engine_steps_total", "counter", "Engine steps run.", (double)st.steps);
+    metric(&b, "snug_resident_memory_bytes", "gauge", "Resident set size.",
+           (double)snug_rss_bytes());
+    if (b.oom || !b.data) {
+        snug_sbuf_free(&b);
+        return MHD_NO;
+    }
+    size_t n = 0;
+    char *txt = snug_sbuf_take(&b, &n);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, txt, MHD_RESPMEM_MUST_COPY);
+    snug_free(txt);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result res = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+/* POST /tokenize {"content": str, "parse_special": bool = true, "with_pieces": bool}
+ *   → {"tokens": [ids]} or, with pieces, {"tokens": [{"id":, "piece":}]}. */
+static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                   size_t len) {
+    struct snug_server_error e = {0};
+    json_error_t je;
+    json_t *root = json_loadb(body, len, 0, &je);
+    json_t *content = json_object_get(root, "content");
+    json_t *ps = json_object_get(root, "parse_special"), *wp = json_object_get(root, "with_pieces");
+    if (!root || !json_is_object(root)) {
+        snug_server_error_set(&e, 400, "invalid_request_error", NULL,
+                              "the request body is not a JSON object%s%s", root ? "" : ": ",
+                              root ? "" : je.text);
+    } else if (!json_is_string(content)) {
+        snug_server_error_set(&e, 400, "invalid_request_error", "content",
+                              "'content' must be a string");
+    } else if ((ps && !json_is_boolean(ps)) || (wp && !json_is_boolean(wp))) {
+        snug_server_error_set(&e, 400, "invalid_request_error",
+                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces",
+                              "'%s' must be a boolean",
+                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces");
+    }
+    if (e.http_status) {
+        json_decref(root);
+        snug_srv_count(s, ROUTE_TOKENIZE, 400);
+        return snug_srv_send_error(c, &e);
+    }
+    size_t n = json_string_length(content), got = 0;
+    snug_token *ids = snug_malloc((n + 16) * sizeof *ids);
+    struct snug_err err = {0};
+    int rc = ids ? snug_tokenizer_encode(s->tok, json_string_value(content), n, !json_is_false(ps),
+                                         ids, n + 16, &got, &err)
+                 : SNUG_ERR_NOMEM;
+    json_t *arr = json_array();
+    for (size_t i = 0; rc == SNUG_OK && i < got; i++) {
+        if (json_is_true(wp)) {
+            size_t bl = 0;
+            const char *b = snug_tokenizer_token_bytes(s->tok, ids[i], &bl);
+            json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece",
+                                                 snug_srv_json_str(b ? b : "", bl)));
+        } else {
+            json_array_append_new(arr, json_integer(ids[i]));
+        }
+    }
+    snug_free(ids);
+    json_decref(root);
+    if (rc != SNUG_OK) {
+        json_decref(arr);
+        snug_server_error_set(&e, 500, "server_error", NULL, "tokenize failed: %s", err.msg);
+        snug_srv_count(s, ROUTE_TOKENIZE, 500);
+        return snug_srv_send_error(c, &e);
+    }
+    snug_srv_count(s, ROUTE_TOKENIZE, 200);
+    return snug_srv_send_json(c, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+/* POST /detokenize {"tokens": [ids]} → {"content": str} (valid UTF-8: broken bytes → U+FFFD). */
+static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                     size_t len) {
+    struct snug_server_error e = {0};
+    json_t *root = json_loadb(body, len, 0, NULL);
+    json_t *toks = json_object_get(root, "tokens");
+    int32_t V = snug_tokenizer_n_vocab(s->tok);
+    if (!json_is_array(toks)) {
+        snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
+                              "the body must be a JSON object with 'tokens': an array of ids");
+    } else {
+        size_t i;
+        json_t *t;
+        json_array_foreach(toks, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= V) {
+                snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
+                                      "'tokens[%zu]' must be a token id in [0, %d)", i, V);
+                break;
+            }
+        }
+    }
+    if (e.http_status) {
+        json_decref(root);
+        snug_srv_count(s, ROUTE_DETOKENIZE, 400);
+        return snug_srv_send_error(c, &e);
+    }
+    struct snug_detok d;
+    struct snug_err err = {0};
+    struct snug_sbuf out = {0};
+    if (snug_detok_init(&d, s->tok, 0, &err) == SNUG_OK) {
+        size_t i;
+        json_t *t;
+        const char *txt;
+        size_t tl;
+        json_array_foreach(toks, i, t) {
+            if (snug_detok_push(&d, (snug_token)json_integer_value(t), &txt, &tl) == SNUG_OK)
+                snug_sbuf_append(&out, txt, tl);
+        }
+        snug_detok_flush(&d, &txt, &tl);
+        snug_sbuf_append(&out, txt, tl);
+        snug_detok_free(&d);
+    }
+    json_decref(root);
+    json_t *b = json_pack("{s:o}", "content", snug_srv_json_str(out.data ? out.data : "", out.len));
+    snug_sbuf_free(&out);
+    snug_srv_count(s, ROUTE_DETOKENIZE, 200);
+    return snug_srv_send_json(c, 200, b);
+}
+
+/* ==== routing =============================================================================== */
+
+struct conn {
+    struct snug_sbuf body;
+    bool too_big;
+};
+
+static bool auth_ok(struct snug_srv *s, struct MHD_Connection *c) {
+    if (!s->opts.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    const char *k = h + 7, *want = s->opts.api_key;
+    size_t kl = strlen(k), wl = strlen(want);
+    unsigned diff = kl != wl;
+    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
+    return diff == 0;
+}
+
+static enum snug_route route_of(const char *url) {
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions"))
+        return ROUTE_CHAT;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) return ROUTE_COMPLETION;
+    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) return ROUTE_MODELS;
+    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) return ROUTE_HEALTH;
+    if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
+    if (!strcmp(url, "/tokenize")) return ROUTE_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return ROUTE_DETOKENIZE;
+    return ROUTE_OTHER;
+}
+
+static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
+                              int status, const char *type, const char *fmt, const char *arg) {
+    struct snug_server_error e;
+    snug_server_error_set(&e, status, type, NULL, fmt, arg);
+    snug_srv_count(s, r, (unsigned)status);
+    return snug_srv_send_error(c, &e);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+    struct snug_srv *s = cls;
+    struct conn *cc = *con_cls;
+    if (!cc) {
+        cc = snug_calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
+        if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
+            cc->too_big = true;
+            snug_sbuf_free(&cc->body);
+        }
+        if (!cc->too_big) snug_sbuf_append(&cc->body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    enum snug_route r = route_of(url);
+    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    if (r != ROUTE_HEALTH && !auth_ok(s, c))
+        return reject(s, c, r, 401, "authentication_error", "%s",
+                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
+    if (cc->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%zu bytes",
+                 s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20);
+        return reject(s, c, r, 413, "invalid_request_error",
+                      "the request body is larger than the limit of %s", msg);
+    }
+    if (cc->body.oom) return reject(s, c, r, 500, "server_error", "%s", "out of memory");
+    const char *body = cc->body.data ? cc->body.data : "";
+    size_t len = cc->body.len;
+    bool want_post =
+        r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE || r == ROUTE_DETOKENIZE;
+    if (r == ROUTE_OTHER)
+        return reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
+    if ((want_post && !post) || (!want_post && !get))
+        return reject(s, c, r, 405, "invalid_request_error", "this endpoint wants %s",
+                      want_post ? "POST" : "GET");
+    switch (r) {
+    case ROUTE_CHAT:
+        return snug_srv_generate(s, c, SNUG_REQ_CHAT, body, len);
+    case ROUTE_COMPLETION:
+        return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len);
+    case ROUTE_MODELS:
+        return do_models(s, c);
+    case ROUTE_HEALTH:
+        return do_health(s, c);
+    case ROUTE_METRICS:
+        return do_metrics(s, c);
+    case ROUTE_TOKENIZE:
+        return do_tokenize(s, c, body, len);
+    case ROUTE_DETOKENIZE:
+        return do_detokenize(s, c, body, len);
+    default:
+        return MHD_NO;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    struct conn *cc = *con_cls;
+    if (!cc) return;
+    snug_sbuf_free(&cc->body);
+    snug_free(cc);
+    *con_cls = NULL;
+}
+
+/* ==== boot and shutdown ===================================================================== */
+
+static int read_file(const char *path, char **out, size_t *out_len, struct snug_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return snug_err_set(err, SNUG_ERR_IO, "cannot open the script file %s: %s", path,
+                            strerror(errno));
+    struct snug_sbuf b = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) snug_sbuf_append(&b, chunk, n);
+    bool bad = ferror(f) || b.oom;
+    fclose(f);
+    if (bad) {
+        snug_sbuf_free(&b);
+        return snug_err_set(err, SNUG_ERR_IO, "cannot read the script file %s", path);
+    }
+    *out = snug_sbuf_take(&b, out_len);
+    return *out ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading %s", path);
+}
+
+int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
+    struct snug_srv *s = snug_calloc(1, sizeof *s);
+    if (!s) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    s->opts = *opts;
+    if (!s->opts.host) s->opts.host = "127.0.0.1";
+    if (s->opts.n_slots <= 0) s->opts.n_slots = 1;
+    if (s->opts.queue_cap <= 0) s->opts.queue_cap = 4 * s->opts.n_slots;
+    s->t_start = snug_time_s();
+    s->created = (long)time(NULL);
+    const char *base = strrchr(opts->model_path, '/');
+    snprintf(s->model_id, sizeof s->model_id, "%s", base ? base + 1 : opts->model_path);
+    int rc = SNUG_OK;
+
+    /* block the stop signals in every thread; this one waits for them below */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (opts->script_path &&
+        (rc = read_file(opts->script_path, &s->script_text, &s->script_len, err)))
+        goto done;
+    struct snug_model_params mp = {.path = opts->model_path, .n_threads = opts->n_threads};
+    if ((rc = snug_model_load(&s->model, &mp, err))) goto done;
+    s->tok = snug_model_tokenizer(s->model);
+    if (!s->tok) {
+        rc = snug_err_set(err, SNUG_ERR_FORMAT, "%s carries no tokenizer (tokenizer.ggml.* keys)",
+                          opts->model_path);
+        goto done;
+    }
+    struct snug_engine_opts eo = {.n_slots = s->opts.n_slots,
+                                  .n_ctx = opts->n_ctx,
+                                  .kv_type = opts->kv_type,
+                                  .n_threads = opts->n_threads,
+                                  .queue_cap = s->opts.queue_cap};
+    if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
+
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)opts->port);
+    if (inet_pton(AF_INET, s->opts.host, &addr.sin_addr) != 1) {
+        rc = snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", s->opts.host);
+        goto done;
+    }
+    s->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+        NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 512u,
+        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+    if (!s->daemon) {
+        rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
+                          opts->port);
+        goto done;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? di->port : opts->port;
+
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    fprintf(stderr,
+            "snug serve: model %s (%s, %d layers, n_embd %d, vocab %d)\n"
+            "snug serve: %d slot(s) x %d tokens of context, KV %s, queue %d, threads %d%s%s\n"
+            "snug serve: memory: %.1f MiB resident; self-test %s\n"
+            "snug serve: listening on http://%s:%d%s\n",
+            opts->model_path, snug_model_arch(s->model), snug_model_n_layer(s->model),
+            snug_model_n_embd(s->model), snug_model_n_vocab(s->model), st.n_slots, st.n_ctx,
+            opts->kv_type == SNUG_KV_F32 ? "f32" : "f16", st.queue_cap, opts->n_threads,
+            opts->no_think ? ", thinking off" : "",
+            s->script_text ? ", SCRIPTED generation (test mode)" : "", snug_rss_bytes() / 1048576.0,
+            snug_engine_self_test(s->engine), s->opts.host, port,
+            opts->api_key ? " (API key required)" : "");
+    if (opts->port_file) {
+        FILE *pf = fopen(opts->port_file, "w");
+        if (pf) fprintf(pf, "%d\n", port), fclose(pf);
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "snug serve: signal %d, shutting down\n", sig);
+
+done:
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    snug_engine_free(s->engine);
+    snug_model_free(s->model);
+    snug_free(s->script_text);
+    snug_free(s);
+    return rc;
+}
