@@ -67,7 +67,7 @@ void snug_sbuf_free(struct snug_sbuf *b) {
 }
 
 char *snug_sbuf_take(struct snug_sbuf *b, size_t *out_len) {
-    sbuf_reserve(b, 0);
+    if (sbuf_reserve(b, 0)) b->data[b->len] = 0;
     char *d = b->oom ? NULL : b->data;
     if (b->oom) snug_free(b->data);
     if (out_len) *out_len = d ? b->len : 0;
