@@ -1,11 +1,105 @@
-/* cmd_gen.c — `snug gen` (not yet written). */
+/* cmd_gen.c — `snug gen`: write a random-weight qwen35 / qwen35moe model (src/tools/gen.h).
+ *   snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S] [--vocab-from F.gguf|tokenizer.json]
+ *            [--set key=value ...] [--name NAME]
+ * Prints progress to stderr and a one-line summary (path, size, seconds) to stdout. */
 #include "cli.h"
 
+#include "core/core.h"
+#include "tools/gen.h"
+
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S]\n"
+            "                [--vocab-from F.gguf|tokenizer.json] [--set key=value ...]\n"
+            "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
+            "           qwen3.6-35b-a3b\n"
+            "  types:   f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n"
+            "  --set keys: arch n_vocab n_layer nextn_predict_layers context_length\n"
+            "    embedding_length feed_forward_length attention.head_count\n"
+            "    attention.head_count_kv attention.key_length rope.dimension_count\n"
+            "    rope.freq_base attention.layer_norm_rms_epsilon ssm.conv_kernel ssm.state_size\n"
+            "    ssm.group_count ssm.time_step_rank full_attention_interval expert_count\n"
+            "    expert_used_count expert_feed_forward_length expert_shared_feed_forward_length\n");
+}
+
+struct progress {
+    double t0, last;
+};
+
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+    struct progress *pr = user;
+    double now = snug_time_s();
+    if (now - pr->last < 2.0 && done != total) return;
+    pr->last = now;
+    fprintf(stderr, "\rsnug gen: %.1f / %.1f GiB (%.0f%%)", done / 1073741824.0,
+            total / 1073741824.0, total ? 100.0 * done / total : 100.0);
+    if (done == total) fprintf(stderr, "\n");
+}
 
 int cmd_gen(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug gen: not implemented yet\n");
-    return 2;
+    const char *preset = NULL, *type = NULL, *out = NULL, *vocab = NULL, *name = NULL;
+    const char *sets[64];
+    int n_sets = 0;
+    long seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--preset")) {
+            if (!(preset = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--type")) {
+            if (!(type = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+            if (!(out = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vocab-from")) {
+            if (!(vocab = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--name")) {
+            if (!(name = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (!cli_int(argc, argv, &i, &seed)) return 2;
+        } else if (!strcmp(a, "--set")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v) return 2;
+            if (n_sets == (int)(sizeof sets / sizeof sets[0])) {
+                fprintf(stderr, "snug gen: too many --set options\n");
+                return 2;
+            }
+            sets[n_sets++] = v;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "snug gen: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+    }
+    if (!preset || !type || !out) {
+        fprintf(stderr, "snug gen: --preset, --type and -o are required\n");
+        usage();
+        return 2;
+    }
+    struct snug_err err = {0};
+    struct snug_gen_config c;
+    if (snug_gen_preset(&c, preset, &err)) return cli_fail("gen", &err);
+    for (int i = 0; i < n_sets; i++)
+        if (snug_gen_set(&c, sets[i], &err)) return cli_fail("gen", &err);
+    struct progress pr = {snug_time_s(), 0};
+    struct snug_gen_params p = {
+        .out_path = out,
+        .type = type,
+        .seed = (uint64_t)seed,
+        .vocab_from = vocab,
+        .name = name,
+        .progress = on_progress,
+        .progress_user = &pr,
+    };
+    if (snug_gen_write(&c, &p, &err)) return cli_fail("gen", &err);
+    struct stat st;
+    double bytes = stat(out, &st) == 0 ? (double)st.st_size : 0;
+    printf("wrote %s: %s %s, %.1f MiB in %.1f s\n", out, preset, type, bytes / 1048576.0,
+           snug_time_s() - pr.t0);
+    return 0;
 }

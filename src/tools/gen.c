@@ -1,0 +1,601 @@
+/* gen.c — `snug gen`: presets, --set overrides, the tensor list of a qwen35 / qwen35moe model
+ * and the streaming random-weight writer (see gen.h).
+ *
+ * Weight recipe (our choice, made so a forward pass stays finite): matrices ~ N(0, 0.02);
+ * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, spec §4.4);
+ * ssm_a = -U(0.1, 1) (the converter stores -exp(A_log), which is negative); ssm_dt.bias
+ * ~ N(0, 0.1); conv kernels ~ N(0, 0.1). Every tensor has its own generator seeded from
+ * (seed, tensor name), so the file does not depend on the order of generation.
+ * Read next: src/quant/quant.h (recipes), src/tools/vocab.h, src/arch/qwen35.c (the loader).
+ */
+#include "tools/gen.h"
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "sample/sample.h"
+#include "tools/vocab.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- presets ------------------------------------------------------------------------------ */
+
+/* demo: the shape of the trained fixture (fixtures/README.md) with the built-in vocabulary.
+ * qwen3.6-27b / qwen3.6-35b-a3b: spec §1.1 / §1.2. */
+int snug_gen_preset(struct snug_gen_config *c, const char *name, struct snug_err *err) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->arch, sizeof c->arch, "qwen35");
+    c->n_ctx_train = 262144;
+    c->rope_base = 1e7f;
+    c->rms_eps = 1e-6f;
+    c->conv_kernel = 4;
+    c->full_attn_interval = 4;
+    c->n_nextn = 1;
+    if (!strcmp(name, "demo") || !strcmp(name, "demo-moe")) {
+        c->n_embd = 256;
+        c->n_layer = 4;
+        c->n_ff = 512;
+        c->n_head = 4;
+        c->n_head_kv = 2;
+        c->head_dim = 64;
+        c->n_rot = 16;
+        c->ssm_d_state = 64;
+        c->ssm_n_group = 2;
+        c->ssm_dt_rank = 6;
+        if (!strcmp(name, "demo-moe")) { /* the MoE fixture: 16 experts, 4 used, no MTP */
+            snprintf(c->arch, sizeof c->arch, "qwen35moe");
+            c->n_ff = 0;
+            c->ssm_dt_rank = 4;
+            c->n_nextn = 0;
+            c->n_expert = 16;
+            c->n_expert_used = 4;
+            c->n_ff_exp = 64;
+            c->n_ff_shexp = 64;
+        }
+    } else if (!strcmp(name, "qwen3.6-27b")) {
+        c->n_vocab = 248320;
+        c->n_embd = 5120;
+        c->n_layer = 64;
+        c->n_ff = 17408;
+        c->n_head = 24;
+        c->n_head_kv = 4;
+        c->head_dim = 256;
+        c->n_rot = 64;
+        c->ssm_d_state = 128;
+        c->ssm_n_group = 16;
+        c->ssm_dt_rank = 48;
+    } else if (!strcmp(name, "qwen3.6-35b-a3b")) {
+        snprintf(c->arch, sizeof c->arch, "qwen35moe");
+        c->n_vocab = 248320;
+        c->n_embd = 2048;
+        c->n_layer = 40;
+        c->n_head = 16;
+        c->n_head_kv = 2;
+        c->head_dim = 256;
+        c->n_rot = 64;
+        c->ssm_d_state = 128;
+        c->ssm_n_group = 16;
+        c->ssm_dt_rank = 32;
+        c->n_expert = 256;
+        c->n_expert_used = 8;
+        c->n_ff_exp = 512;
+        c->n_ff_shexp = 512;
+    } else {
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "unknown preset '%s': expected demo, demo-moe, qwen3.6-27b or "
+                            "qwen3.6-35b-a3b",
+                            name);
+    }
+    return SNUG_OK;
+}
+
+/* ---- --set key=value ---------------------------------------------------------------------- */
+
+enum field_kind { F_U32, F_U64, F_F32 };
+struct field {
+    const char *key;
+    enum field_kind kind;
+    size_t off;
+};
+#define FLD(k, kind, member)                                                                       \
+    { k, kind, offsetof(struct snug_gen_config, member) }
+static const struct field FIELDS[] = {
+    FLD("n_vocab", F_U32, n_vocab),
+    FLD("n_layer", F_U32, n_layer),
+    FLD("nextn_predict_layers", F_U32, n_nextn),
+    FLD("context_length", F_U64, n_ctx_train),
+    FLD("embedding_length", F_U32, n_embd),
+    FLD("feed_forward_length", F_U32, n_ff),
+    FLD("attention.head_count", F_U32, n_head),
+    FLD("attention.head_count_kv", F_U32, n_head_kv),
+    FLD("attention.key_length", F_U32, head_dim),
+    FLD("rope.dimension_count", F_U32, n_rot),
+    FLD("rope.freq_base", F_F32, rope_base),
+    FLD("attention.layer_norm_rms_epsilon", F_F32, rms_eps),
+    FLD("ssm.conv_kernel", F_U32, conv_kernel),
+    FLD("ssm.state_size", F_U32, ssm_d_state),
+    FLD("ssm.group_count", F_U32, ssm_n_group),
+    FLD("ssm.time_step_rank", F_U32, ssm_dt_rank),
+    FLD("full_attention_interval", F_U32, full_attn_interval),
+    FLD("expert_count", F_U32, n_expert),
+    FLD("expert_used_count", F_U32, n_expert_used),
+    FLD("expert_feed_forward_length", F_U32, n_ff_exp),
+    FLD("expert_shared_feed_forward_length", F_U32, n_ff_shexp),
+};
+
+int snug_gen_set(struct snug_gen_config *c, const char *kv, struct snug_err *err) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return snug_err_set(err, SNUG_ERR_INVALID, "--set '%s': expected key=value", kv);
+    size_t klen = (size_t)(eq - kv);
+    const char *val = eq + 1;
+    if (klen == 4 && !strncmp(kv, "arch", 4)) {
+        if (strcmp(val, "qwen35") && strcmp(val, "qwen35moe"))
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "--set arch=%s: expected qwen35 or qwen35moe", val);
+        snprintf(c->arch, sizeof c->arch, "%s", val);
+        return SNUG_OK;
+    }
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
+        const struct field *f = &FIELDS[i];
+        if (strlen(f->key) != klen || strncmp(f->key, kv, klen)) continue;
+        char *end;
+        errno = 0;
+        if (f->kind == F_F32) {
+            double x = strtod(val, &end);
+            if (errno || end == val || *end || !isfinite(x))
+                return snug_err_set(err, SNUG_ERR_INVALID, "--set %s: '%s' is not a number", f->key,
+                                    val);
+            *(float *)((char *)c + f->off) = (float)x;
+        } else {
+            unsigned long long x = strtoull(val, &end, 10);
+            if (errno || end == val || *end || val[0] == '-' ||
+                (f->kind == F_U32 && x > UINT32_MAX))
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "--set %s: '%s' is not a non-negative integer%s", f->key, val,
+                                    f->kind == F_U32 ? " below 2^32" : "");
+            if (f->kind == F_U32)
+                *(uint32_t *)((char *)c + f->off) = (uint32_t)x;
+            else
+                *(uint64_t *)((char *)c + f->off) = (uint64_t)x;
+        }
+        return SNUG_OK;
+    }
+    char keys[1024];
+    size_t o = 0;
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0] && o < sizeof keys; i++)
+        o += (size_t)snprintf(keys + o, sizeof keys - o, " %s", FIELDS[i].key);
+    return snug_err_set(err, SNUG_ERR_INVALID, "--set: unknown key '%.*s'; known: arch%s",
+                        (int)klen, kv, keys);
+}
+
+int snug_gen_validate(const struct snug_gen_config *c, struct snug_err *err) {
+    bool moe = !strcmp(c->arch, "qwen35moe");
+    if (!moe && strcmp(c->arch, "qwen35"))
+        return snug_err_set(err, SNUG_ERR_INVALID, "arch '%s': expected qwen35 or qwen35moe",
+                            c->arch);
+    if (c->n_layer == 0 || c->n_layer + c->n_nextn > 512)
+        return snug_err_set(err, SNUG_ERR_INVALID, "n_layer %u (+ %u MTP): expected 1..512 in all",
+                            c->n_layer, c->n_nextn);
+    if (c->n_embd == 0 || c->n_head == 0 || c->n_head_kv == 0 || c->head_dim == 0 ||
+        c->n_head % c->n_head_kv)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "embedding_length %u, head_count %u, head_count_kv %u, key_length %u: "
+                            "expected non-zero, heads a multiple of kv heads",
+                            c->n_embd, c->n_head, c->n_head_kv, c->head_dim);
+    if (c->n_rot == 0 || c->n_rot > c->head_dim || c->n_rot % 2)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "rope.dimension_count %u: expected an even number in 2..%u", c->n_rot,
+                            c->head_dim);
+    if (c->ssm_n_group == 0 || c->ssm_dt_rank == 0 || c->ssm_d_state == 0 ||
+        c->ssm_dt_rank % c->ssm_n_group)
+        return snug_err_set(
+            err, SNUG_ERR_INVALID,
+            "ssm.group_count %u, ssm.time_step_rank %u, ssm.state_size %u: expected "
+            "non-zero, time_step_rank a multiple of group_count",
+            c->ssm_n_group, c->ssm_dt_rank, c->ssm_d_state);
+    if (c->conv_kernel < 1 || c->conv_kernel > 16 || c->full_attn_interval == 0)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "ssm.conv_kernel %u (1..16), full_attention_interval %u (> 0)",
+                            c->conv_kernel, c->full_attn_interval);
+    if (moe) {
+        if (c->n_expert == 0 || c->n_expert_used == 0 || c->n_expert_used > c->n_expert ||
+            c->n_ff_exp == 0 || c->n_ff_shexp == 0)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "qwen35moe: expert_count %u, expert_used_count %u, expert ffn %u, "
+                                "shared ffn %u: expected non-zero, used <= count",
+                                c->n_expert, c->n_expert_used, c->n_ff_exp, c->n_ff_shexp);
+    } else if (c->n_ff == 0) {
+        return snug_err_set(err, SNUG_ERR_INVALID, "qwen35: feed_forward_length must be > 0");
+    }
+    if (!(c->rms_eps > 0) || !(c->rope_base > 0))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "rope.freq_base %g and layer_norm_rms_epsilon %g must be > 0",
+                            (double)c->rope_base, (double)c->rms_eps);
+    return SNUG_OK;
+}
+
+/* ---- the tensor list ---------------------------------------------------------------------- */
+
+enum init_kind { I_GAUSS, I_NORM, I_SSM_A, I_DT_BIAS, I_CONV };
+
+struct gen_tensor {
+    char name[64];
+    uint32_t n_dims;
+    uint64_t ne[4];
+    enum init_kind init;
+    uint32_t type;
+};
+
+struct tensor_list {
+    struct gen_tensor *t;
+    size_t n, cap;
+};
+
+static void add_t(struct tensor_list *l, enum init_kind init, int layer, const char *suffix,
+                  uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+    SNUG_ASSERT(l->n < l->cap);
+    struct gen_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    else
+        snprintf(t->name, sizeof t->name, "%s", suffix);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2, t->ne[3] = 1;
+    t->init = init;
+}
+
+/* Every tensor of spec §4.3 in llama.cpp's order: globals, then layer by layer (the MTP
+ * blocks last, as blk.{n_layer + i}). Returns the count; l->t must hold 32 per layer + 3. */
+static void build_tensors(const struct snug_gen_config *c, uint32_t n_vocab,
+                          struct tensor_list *l) {
+    const uint64_t H = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv;
+    const uint64_t dk = c->ssm_d_state, Nk = c->ssm_n_group, Nv = c->ssm_dt_rank;
+    const uint64_t di = Nv * dk, cd = 2 * Nk * dk + di;
+    const bool moe = !strcmp(c->arch, "qwen35moe");
+    add_t(l, I_GAUSS, -1, "token_embd.weight", 2, H, n_vocab, 1);
+    add_t(l, I_NORM, -1, "output_norm.weight", 1, H, 1, 1);
+    add_t(l, I_GAUSS, -1, "output.weight", 2, H, n_vocab, 1);
+    const uint32_t n_all = c->n_layer + c->n_nextn;
+    for (uint32_t il = 0; il < n_all; il++) {
+        int b = (int)il;
+        bool mtp = il >= c->n_layer;
+        bool rec = !mtp && (il + 1) % c->full_attn_interval != 0;
+        add_t(l, I_NORM, b, "attn_norm.weight", 1, H, 1, 1);
+        if (rec) {
+            add_t(l, I_GAUSS, b, "attn_qkv.weight", 2, H, cd, 1);
+            add_t(l, I_GAUSS, b, "attn_gate.weight", 2, H, di, 1);
+            add_t(l, I_CONV, b, "ssm_conv1d.weight", 2, c->conv_kernel, cd, 1);
+            add_t(l, I_DT_BIAS, b, "ssm_dt.bias", 1, Nv, 1, 1);
+            add_t(l, I_SSM_A, b, "ssm_a", 1, Nv, 1, 1);
+            add_t(l, I_GAUSS, b, "ssm_beta.weight", 2, H, Nv, 1);
+            add_t(l, I_GAUSS, b, "ssm_alpha.weight", 2, H, Nv, 1);
+            add_t(l, I_NORM, b, "ssm_norm.weight", 1, dk, 1, 1);
+            add_t(l, I_GAUSS, b, "ssm_out.weight", 2, di, H, 1);
+        } else {
+            add_t(l, I_GAUSS, b, "attn_q.weight", 2, H, 2 * Hq * D, 1);
+            add_t(l, I_GAUSS, b, "attn_k.weight", 2, H, Hkv * D, 1);
+            add_t(l, I_GAUSS, b, "attn_v.weight", 2, H, Hkv * D, 1);
+            add_t(l, I_GAUSS, b, "attn_output.weight", 2, Hq * D, H, 1);
+            add_t(l, I_NORM, b, "attn_q_norm.weight", 1, D, 1, 1);
+            add_t(l, I_NORM, b, "attn_k_norm.weight", 1, D, 1, 1);
+        }
+        add_t(l, I_NORM, b, "post_attention_norm.weight", 1, H, 1, 1);
+        if (moe) {
+            const uint64_t E = c->n_expert, F = c->n_ff_exp, Fs = c->n_ff_shexp;
+            add_t(l, I_GAUSS, b, "ffn_gate_inp.weight", 2, H, E, 1);
+            add_t(l, I_GAUSS, b, "ffn_gate_exps.weight", 3, H, F, E);
+            add_t(l, I_GAUSS, b, "ffn_up_exps.weight", 3, H, F, E);
+            add_t(l, I_GAUSS, b, "ffn_down_exps.weight", 3, F, H, E);
+            add_t(l, I_GAUSS, b, "ffn_gate_inp_shexp.weight", 2, H, 1, 1);
+            add_t(l, I_GAUSS, b, "ffn_gate_shexp.weight", 2, H, Fs, 1);
+            add_t(l, I_GAUSS, b, "ffn_up_shexp.weight", 2, H, Fs, 1);
+            add_t(l, I_GAUSS, b, "ffn_down_shexp.weight", 2, Fs, H, 1);
+        } else {
+            add_t(l, I_GAUSS, b, "ffn_gate.weight", 2, H, c->n_ff, 1);
+            add_t(l, I_GAUSS, b, "ffn_up.weight", 2, H, c->n_ff, 1);
+            add_t(l, I_GAUSS, b, "ffn_down.weight", 2, c->n_ff, H, 1);
+        }
+        if (mtp) {
+            add_t(l, I_GAUSS, b, "nextn.eh_proj.weight", 2, 2 * H, H, 1);
+            add_t(l, I_NORM, b, "nextn.enorm.weight", 1, H, 1, 1);
+            add_t(l, I_NORM, b, "nextn.hnorm.weight", 1, H, 1, 1);
+            add_t(l, I_NORM, b, "nextn.shared_head_norm.weight", 1, H, 1, 1);
+        }
+    }
+}
+
+/* ---- random values ------------------------------------------------------------------------ */
+
+static uint64_t name_seed(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name, mixed with the seed */
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    return h ^ (seed * 0x9E3779B97F4A7C15ull);
+}
+
+/* n values of the tensor's distribution (Box-Muller for the normals). */
+static void fill_values(struct snug_rng *r, enum init_kind k, float *x, uint64_t n) {
+    if (k == I_SSM_A) {
+        for (uint64_t i = 0; i < n; i++) x[i] = (float)-(0.1 + 0.9 * snug_rng_uniform(r));
+        return;
+    }
+    const double scale = k == I_DT_BIAS || k == I_CONV ? 0.1 : 0.02;
+    const double shift = k == I_NORM ? 1.0 : 0.0;
+    for (uint64_t i = 0; i < n; i += 2) {
+        double u1 = 1.0 - snug_rng_uniform(r), u2 = snug_rng_uniform(r);
+        double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        x[i] = (float)(shift + scale * m * cos(a));
+        if (i + 1 < n) x[i + 1] = (float)(shift + scale * m * sin(a));
+    }
+}
+
+/* Encode one row of n floats as `type` into dst. */
+static void encode_row(uint32_t type, const float *x, void *dst, uint64_t n) {
+    if (type == SNUG_DTYPE_F32) {
+        memcpy(dst, x, n * sizeof(float));
+    } else if (type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16) {
+        uint16_t *o = dst;
+        for (uint64_t i = 0; i < n; i++)
+            o[i] = type == SNUG_DTYPE_F16 ? snug_f32_to_f16(x[i]) : snug_f32_to_bf16(x[i]);
+    } else {
+        bool ok = snug_quantize_row(type, x, dst, (int64_t)n, NULL);
+        SNUG_ASSERT(ok); /* the recipe only hands out computable types */
+    }
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+#define DIRECT_MAX_ELEMS (4ull << 20) /* tensors up to this size are drawn value by value */
+#define POOL_ROWS        32           /* rows quantized once for the block pool */
+#define OUT_BUF_BYTES    (4u << 20)
+
+struct gen_bufs {
+    float *row;    /* [max row elems] */
+    uint8_t *pool; /* [POOL_ROWS × max row bytes] */
+    uint8_t *out;  /* [OUT_BUF_BYTES], at least one row */
+    size_t out_cap;
+};
+
+/* Stream one tensor's data into the writer. */
+static int write_tensor(struct snug_gguf_writer *w, const struct gen_tensor *t, uint64_t seed,
+                        struct gen_bufs *b, const char *path, struct snug_err *err) {
+    struct snug_rng r;
+    snug_rng_seed(&r, name_seed(seed, t->name));
+    const uint64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const uint64_t rb = snug_dtype_row_bytes(t->type, ne0);
+    const uint64_t n_elems = ne0 * rows;
+    const uint32_t be = snug_dtype_info(t->type)->block_elems;
+    /* pool chunks: one block, or 32 elements for the plain float types */
+    const uint64_t chunk_elems = be == 1 ? 32 : be;
+    const bool pooled = n_elems > DIRECT_MAX_ELEMS && rows > POOL_ROWS && ne0 % chunk_elems == 0;
+    const uint64_t rows_per_buf = SNUG_MAX(1, b->out_cap / rb);
+    if (pooled)
+        for (uint64_t i = 0; i < POOL_ROWS; i++) {
+            fill_values(&r, t->init, b->row, ne0);
+            encode_row(t->type, b->row, b->pool + i * rb, ne0);
+        }
+    const uint64_t n_chunks = ne0 / chunk_elems, chunk_bytes = rb / SNUG_MAX(1, n_chunks);
+    for (uint64_t r0 = 0; r0 < rows; r0 += rows_per_buf) {
+        uint64_t nr = SNUG_MIN(rows_per_buf, rows - r0);
+        for (uint64_t i = 0; i < nr; i++) {
+            uint8_t *dst = b->out + i * rb;
+            if (!pooled) {
+                fill_values(&r, t->init, b->row, ne0);
+                encode_row(t->type, b->row, dst, ne0);
+                continue;
+            }
+            for (uint64_t c = 0; c < n_chunks; c++) { /* any chunk of any pool row */
+                uint64_t pick = snug_rng_next(&r) % (POOL_ROWS * n_chunks);
+                memcpy(dst + c * chunk_bytes, b->pool + pick * chunk_bytes, chunk_bytes);
+            }
+        }
+        if (snug_gguf_writer_write(w, b->out, nr * rb))
+            return snug_err_set(err, SNUG_ERR_IO, "%s: writing %s: %s", path, t->name,
+                                snug_gguf_writer_error(w));
+    }
+    return SNUG_OK;
+}
+
+/* Pad v to n tokens with UNUSED tokens "<|unused_N|>" (the tokenizer ignores that type). */
+static int pad_vocab(struct snug_vocab *v, uint64_t n, struct snug_err *err) {
+    struct snug_gguf_str *toks = snug_calloc(n, sizeof *toks);
+    int32_t *types = snug_calloc(n, sizeof *types);
+    if (!toks || !types) goto nomem;
+    memcpy(toks, v->tokens, v->n_tokens * sizeof *toks);
+    memcpy(types, v->token_types, v->n_tokens * sizeof *types);
+    for (uint64_t i = v->n_tokens; i < n; i++) {
+        char buf[48];
+        int len = snprintf(buf, sizeof buf, "<|unused_%llu|>", (unsigned long long)i);
+        char *s = snug_malloc((size_t)len + 1);
+        if (!s) {
+            for (uint64_t j = v->n_tokens; j < i; j++) snug_free((void *)toks[j].data);
+            goto nomem;
+        }
+        memcpy(s, buf, (size_t)len + 1);
+        toks[i] = (struct snug_gguf_str){(uint64_t)len, s};
+        types[i] = SNUG_TOKEN_UNUSED;
+    }
+    snug_free(v->tokens);
+    snug_free(v->token_types);
+    v->tokens = toks;
+    v->token_types = types;
+    v->n_tokens = n;
+    return SNUG_OK;
+nomem:
+    snug_free(toks);
+    snug_free(types);
+    return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory padding the vocabulary to %llu",
+                        (unsigned long long)n);
+}
+
+static int load_vocab(struct snug_vocab *v, const char *from, struct snug_err *err) {
+    if (!from) return snug_vocab_builtin(v, err);
+    size_t n = strlen(from);
+    if (n >= 5 && !strcmp(from + n - 5, ".gguf")) {
+        struct snug_gguf *g;
+        int rc = snug_gguf_open(&g, from, err);
+        if (rc) return rc;
+        rc = snug_vocab_from_gguf(v, g, err);
+        snug_gguf_close(g);
+        return rc;
+    }
+    return snug_vocab_from_hf_json(v, from, err);
+}
+
+#define WCHK(call)                                                                                 \
+    do {                                                                                           \
+        if (call) {                                                                                \
+            rc = snug_err_set(err, SNUG_ERR_IO, "%s: %s", p->out_path, snug_gguf_writer_error(w)); \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* The whole file: config checks, vocabulary, tensor types from the recipe, metadata, data. */
+int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params *p,
+                   struct snug_err *err) {
+    int rc = snug_gen_validate(c, err);
+    if (rc) return rc;
+    if (!p->out_path || !p->type)
+        return snug_err_set(err, SNUG_ERR_INVALID, "gen: an output path and a type are needed");
+    const bool moe = !strcmp(c->arch, "qwen35moe");
+    const uint32_t n_all = c->n_layer + c->n_nextn;
+    struct snug_recipe recipe;
+    if (!snug_recipe_init(&recipe, p->type, (int)n_all, moe ? (int)c->n_expert : 0))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "unknown type '%s': expected f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
+                            "q4_k q5_k q6_k q4_k_m q5_k_m",
+                            p->type);
+
+    struct snug_vocab v = {0};
+    struct tensor_list tl = {0};
+    struct gen_bufs b = {0};
+    struct snug_gguf_writer *w = NULL;
+    rc = load_vocab(&v, p->vocab_from, err);
+    if (rc) goto fail;
+    uint64_t n_vocab = c->n_vocab ? c->n_vocab : v.n_tokens;
+    if (n_vocab < v.n_tokens) {
+        rc = snug_err_set(err, SNUG_ERR_INVALID,
+                          "n_vocab %llu is smaller than the vocabulary (%llu tokens%s%s)",
+                          (unsigned long long)n_vocab, (unsigned long long)v.n_tokens,
+                          p->vocab_from ? " in " : "", p->vocab_from ? p->vocab_from : "");
+        goto fail;
+    }
+    if (n_vocab > INT32_MAX) {
+        rc = snug_err_set(err, SNUG_ERR_INVALID, "n_vocab %llu is too large",
+                          (unsigned long long)n_vocab);
+        goto fail;
+    }
+    if (n_vocab > v.n_tokens && (rc = pad_vocab(&v, n_vocab, err))) goto fail;
+
+    tl.cap = 3 + (size_t)n_all * 32;
+    tl.t = snug_calloc(tl.cap, sizeof *tl.t);
+    if (!tl.t) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    build_tensors(c, (uint32_t)n_vocab, &tl);
+    for (size_t i = 0; i < tl.n; i++) snug_recipe_count(&recipe, tl.t[i].name);
+    uint64_t max_row_elems = 0, max_row_bytes = 0, total = 0;
+    for (size_t i = 0; i < tl.n; i++) {
+        struct gen_tensor *t = &tl.t[i];
+        t->type = snug_recipe_type(&recipe, t->name, t->n_dims, t->ne);
+        uint64_t rb = snug_dtype_row_bytes(t->type, t->ne[0]);
+        if (rb == 0) { /* no block fits this row length: keep it exact */
+            t->type = SNUG_DTYPE_F32;
+            rb = snug_dtype_row_bytes(t->type, t->ne[0]);
+        }
+        max_row_elems = SNUG_MAX(max_row_elems, t->ne[0] + 1);
+        max_row_bytes = SNUG_MAX(max_row_bytes, rb);
+        total += rb * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    b.out_cap = SNUG_MAX((size_t)OUT_BUF_BYTES, (size_t)max_row_bytes);
+    b.row = snug_malloc((size_t)max_row_elems * sizeof(float));
+    b.pool = snug_malloc((size_t)max_row_bytes * POOL_ROWS);
+    b.out = snug_malloc(b.out_cap);
+    if (!b.row || !b.pool || !b.out) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for generation buffers");
+        goto fail;
+    }
+
+    rc = snug_gguf_writer_open(&w, p->out_path, err);
+    if (rc) goto fail;
+    char k[128];
+    const char *a = c->arch;
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
+    WCHK(snug_gguf_writer_add_str(w, "general.architecture", a));
+    WCHK(snug_gguf_writer_add_str(w, "general.type", "model"));
+    WCHK(snug_gguf_writer_add_str(w, "general.name", p->name ? p->name : "snug random"));
+    WCHK(snug_gguf_writer_add_u32(w, "general.file_type", snug_recipe_file_type(&recipe)));
+    WCHK(snug_gguf_writer_add_u32(w, "general.quantization_version", 2));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("block_count"), n_all));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("context_length"),
+                                  (uint32_t)SNUG_MIN(c->n_ctx_train, UINT32_MAX)));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("embedding_length"), c->n_embd));
+    if (!moe) WCHK(snug_gguf_writer_add_u32(w, KEY("feed_forward_length"), c->n_ff));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("attention.head_count"), c->n_head));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), c->n_head_kv));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("attention.key_length"), c->head_dim));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("attention.value_length"), c->head_dim));
+    WCHK(snug_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_eps));
+    WCHK(snug_gguf_writer_add_f32(w, KEY("rope.freq_base"), c->rope_base));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("rope.dimension_count"), c->n_rot));
+    /* mrope sections: the 27B's [11, 11, 10, 0] scaled to n_rot / 2 frequency slots */
+    int32_t half = (int32_t)c->n_rot / 2, s0 = (half * 11 + 16) / 32;
+    int32_t sect[4] = {s0, s0, half - 2 * s0, 0};
+    if (sect[2] < 0) sect[0] = half, sect[1] = sect[2] = 0;
+    WCHK(snug_gguf_writer_add_arr(w, KEY("rope.dimension_sections"), SNUG_GGUF_INT32, 4, sect));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("ssm.conv_kernel"), c->conv_kernel));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("ssm.state_size"), c->ssm_d_state));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("ssm.group_count"), c->ssm_n_group));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("ssm.time_step_rank"), c->ssm_dt_rank));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("ssm.inner_size"), c->ssm_dt_rank * c->ssm_d_state));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("full_attention_interval"), c->full_attn_interval));
+    uint8_t recur[512];
+    for (uint32_t i = 0; i < n_all; i++)
+        recur[i] = i < c->n_layer && (i + 1) % c->full_attn_interval != 0;
+    WCHK(snug_gguf_writer_add_arr(w, KEY("attention.recurrent_layers"), SNUG_GGUF_BOOL, n_all,
+                                  recur));
+    WCHK(snug_gguf_writer_add_u32(w, KEY("nextn_predict_layers"), c->n_nextn));
+    if (moe) {
+        WCHK(snug_gguf_writer_add_u32(w, KEY("expert_count"), c->n_expert));
+        WCHK(snug_gguf_writer_add_u32(w, KEY("expert_used_count"), c->n_expert_used));
+        WCHK(snug_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), c->n_ff_exp));
+        WCHK(snug_gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), c->n_ff_shexp));
+    }
+#undef KEY
+    rc = snug_vocab_write_gguf(&v, w, err);
+    if (rc) goto fail;
+    for (size_t i = 0; i < tl.n; i++)
+        WCHK(
+            snug_gguf_writer_add_tensor(w, tl.t[i].name, tl.t[i].type, tl.t[i].n_dims, tl.t[i].ne));
+    uint64_t done = 0;
+    for (size_t i = 0; i < tl.n; i++) {
+        const struct gen_tensor *t = &tl.t[i];
+        rc = write_tensor(w, t, p->seed, &b, p->out_path, err);
+        if (rc) goto fail;
+        done += snug_dtype_row_bytes(t->type, t->ne[0]) * t->ne[1] * t->ne[2] * t->ne[3];
+        if (p->progress) p->progress(p->progress_user, done, total);
+    }
+    rc = snug_gguf_writer_close(w, err);
+    w = NULL;
+    if (rc) goto fail;
+    snug_free(b.row);
+    snug_free(b.pool);
+    snug_free(b.out);
+    snug_free(tl.t);
+    snug_vocab_free(&v);
+    return SNUG_OK;
+fail:
+    if (w) snug_gguf_writer_abort(w);
+    snug_free(b.row);
+    snug_free(b.pool);
+    snug_free(b.out);
+    snug_free(tl.t);
+    snug_vocab_free(&v);
+    return rc;
+}
