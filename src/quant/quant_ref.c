@@ -27,17 +27,25 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
-/* IEEE binary16 -> binary32, exact (every half is representable as a float). Subnormal
- * halves are mant * 2^-24; exponent 31 is inf (mant 0) or NaN (payload kept). */
+/* IEEE binary16 -> binary32, exact (every half is representable as a float). Written without
+ * branches so row loops over it vectorise: shift exponent+mantissa into place and rebias the
+ * exponent (+112); exponent 31 (inf/NaN) rebias further to 255; exponent 0 (zero/subnormal)
+ * is rebuilt as 2^-14 · (1 + m/1024) − 2^-14 = m · 2^-24 in float arithmetic on normal
+ * numbers (so it stays exact even with flush-to-zero / denormals-are-zero modes set). */
+static inline float f16_to_f32_inline(uint16_t h) {
+    uint32_t o = (uint32_t)(h & 0x7fff) << 13;
+    uint32_t e = o & 0x0f800000u;
+    uint32_t normal = o + (112u << 23);
+    uint32_t special = o + (224u << 23); /* 112 + 112: exponent 31 -> 255 */
+    float sub = bits_f32(o + (113u << 23)) - 0x1p-14f;
+    uint32_t r = e == 0x0f800000u ? special : normal;
+    uint32_t sb = f32_bits(sub);
+    r = e == 0 ? sb : r;
+    return bits_f32(r | (uint32_t)(h & 0x8000) << 16);
+}
+
 float snug_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    if (exp == 0) {
-        float v = (float)mant * 0x1p-24f; /* zero or subnormal, exact */
-        return bits_f32(f32_bits(v) | sign);
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+    return f16_to_f32_inline(h);
 }
 
 /* binary32 -> binary16, round to nearest, ties to even. Overflow goes to inf, values below
@@ -81,7 +89,7 @@ uint16_t snug_f32_to_bf16(float f) {
 /* Each writes one block's elements to y. `b` points at the packed block. */
 
 static inline float rd_f16(const uint8_t *p) {
-    return snug_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+    return f16_to_f32_inline((uint16_t)(p[0] | (p[1] << 8)));
 }
 static inline uint32_t rd_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
