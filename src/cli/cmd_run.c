@@ -1,11 +1,239 @@
-/* cmd_run.c — `snug run` (not yet written). */
+/* cmd_run.c — `snug run`: tokenize a prompt, evaluate it, then sample and stream text.
+ *   snug run -m M.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
+ *            [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P]
+ *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N] [-f FILE]
+ * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
+ * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
+ * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
 #include "cli.h"
 
+#include "core/core.h"
+#include "sample/sample.h"
+#include "tokenizer/tokenizer.h"
+
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
+            "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
+            "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
+            "                [--threads N] [--ctx N]\n"
+            "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
+            "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
+            "  --ctx defaults to prompt + N tokens.\n");
+}
+
+/* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (n + 1 < cap) break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0, *len = n;
+    return buf;
+}
 
 int cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug run: not implemented yet\n");
-    return 2;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    long n_predict = 128, top_k = 40, threads = 0, n_ctx = 0, last_n = 64, seed = -1;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int ok = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            ok = !!(model_path = cli_value(argc, argv, &i));
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            ok = !!(prompt = cli_value(argc, argv, &i));
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+            ok = !!(prompt_file = cli_value(argc, argv, &i));
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+            ok = cli_int(argc, argv, &i, &n_predict);
+        else if (!strcmp(a, "--temp"))
+            ok = cli_float(argc, argv, &i, &temp);
+        else if (!strcmp(a, "--top-k"))
+            ok = cli_int(argc, argv, &i, &top_k);
+        else if (!strcmp(a, "--top-p"))
+            ok = cli_float(argc, argv, &i, &top_p);
+        else if (!strcmp(a, "--min-p"))
+            ok = cli_float(argc, argv, &i, &min_p);
+        else if (!strcmp(a, "--repeat-penalty"))
+            ok = cli_float(argc, argv, &i, &rep);
+        else if (!strcmp(a, "--repeat-last-n"))
+            ok = cli_int(argc, argv, &i, &last_n);
+        else if (!strcmp(a, "--presence-penalty"))
+            ok = cli_float(argc, argv, &i, &pres);
+        else if (!strcmp(a, "--frequency-penalty"))
+            ok = cli_float(argc, argv, &i, &freq);
+        else if (!strcmp(a, "--seed"))
+            ok = cli_int(argc, argv, &i, &seed);
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
+            ok = cli_int(argc, argv, &i, &threads);
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c"))
+            ok = cli_int(argc, argv, &i, &n_ctx);
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "snug run: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!model_path || (!prompt && !prompt_file)) {
+        fprintf(stderr, "snug run: -m and -p (or -f) are required\n");
+        usage();
+        return 2;
+    }
+    if (n_predict < 0 || n_predict > (1L << 30) || threads < 0 || threads > 4096 || n_ctx < 0 ||
+        n_ctx > (1L << 30) || top_k < 0 || top_k > (1L << 30) || last_n < -1 ||
+        last_n > (1L << 30)) {
+        fprintf(stderr, "snug run: -n, --threads, --ctx, --top-k, --repeat-last-n out of range\n");
+        return 2;
+    }
+    if (seed < 0) seed = (long)time(NULL);
+
+    struct snug_err err = {0};
+    int status = 1;
+    char *file_text = NULL;
+    size_t prompt_len = 0;
+    if (prompt_file) {
+        file_text = read_file(prompt_file, &prompt_len);
+        if (!file_text) {
+            fprintf(stderr, "snug run: cannot read prompt file %s\n", prompt_file);
+            return 1;
+        }
+        prompt = file_text;
+    } else {
+        prompt_len = strlen(prompt);
+    }
+
+    struct snug_model *m = NULL;
+    struct snug_ctx *ctx = NULL;
+    struct snug_sampler *smp = NULL;
+    struct snug_detok dt = {0};
+    snug_token *ids = NULL;
+    float *logits = NULL;
+    double t_load = snug_time_s();
+    struct snug_model_params mp = {.path = model_path, .n_threads = (int)threads};
+    if (snug_model_load(&m, &mp, &err)) goto fail;
+    const struct snug_tokenizer *tok = snug_model_tokenizer(m);
+    if (!tok) {
+        snug_err_set(&err, SNUG_ERR_FORMAT, "%s has no vocabulary (tokenizer.ggml.* keys)",
+                     model_path);
+        goto fail;
+    }
+    size_t n_prompt = 0;
+    int rc = snug_tokenizer_encode(tok, prompt, prompt_len, true, NULL, 0, &n_prompt, &err);
+    if (rc && rc != SNUG_ERR_BUDGET) goto fail;
+    if (n_prompt > (size_t)(1 << 30)) {
+        snug_err_set(&err, SNUG_ERR_INVALID, "prompt of %zu tokens is too long", n_prompt);
+        goto fail;
+    }
+    size_t cap = n_prompt + (size_t)n_predict + 1;
+    ids = malloc(cap * sizeof *ids);
+    const int32_t V = snug_model_n_vocab(m);
+    logits = malloc((size_t)V * sizeof *logits);
+    if (!ids || !logits) {
+        snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (n_prompt && snug_tokenizer_encode(tok, prompt, prompt_len, true, ids, cap, &n_prompt, &err))
+        goto fail;
+    if (n_prompt == 0) { /* an empty prompt starts from BOS */
+        snug_token bos = snug_tokenizer_bos(tok);
+        if (bos < 0) {
+            snug_err_set(&err, SNUG_ERR_INVALID, "the prompt is empty and the model has no BOS");
+            goto fail;
+        }
+        ids[n_prompt++] = bos;
+    }
+    struct snug_ctx_params cp = snug_ctx_default_params();
+    cp.n_threads = (int32_t)threads;
+    cp.n_ctx = n_ctx ? (int32_t)n_ctx : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
+    if (snug_ctx_init(&ctx, m, &cp, &err)) goto fail;
+    int32_t room = snug_ctx_n_ctx(ctx) - (int32_t)n_prompt;
+    if (room < 0) {
+        snug_err_set(&err, SNUG_ERR_BUDGET, "the prompt has %zu tokens, more than --ctx %d",
+                     n_prompt, snug_ctx_n_ctx(ctx));
+        goto fail;
+    }
+    if (n_predict > room) {
+        fprintf(stderr, "snug run: context of %d tokens leaves room for %d new tokens\n",
+                snug_ctx_n_ctx(ctx), room);
+        n_predict = room;
+    }
+    struct snug_sampler_params sp = snug_sampler_params_default();
+    sp.temperature = (float)temp;
+    sp.top_k = (int32_t)top_k;
+    sp.top_p = (float)top_p;
+    sp.min_p = (float)min_p;
+    sp.repeat_penalty = (float)rep;
+    sp.repeat_last_n = (int32_t)last_n;
+    sp.presence_penalty = (float)pres;
+    sp.frequency_penalty = (float)freq;
+    sp.seed = (uint64_t)seed;
+    if (snug_sampler_init(&smp, &sp, V, &err)) goto fail;
+    if (snug_detok_init(&dt, tok, SNUG_DETOK_SKIP_CONTROL, &err)) goto fail;
+    t_load = snug_time_s() - t_load;
+
+    /* prompt */
+    double t0 = snug_time_s();
+    if (snug_ctx_eval(ctx, ids, (int32_t)n_prompt, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto fail;
+    double t_prompt = snug_time_s() - t0;
+
+    /* generation */
+    const snug_token eos = snug_tokenizer_eos(tok), im_end = snug_tokenizer_im_end(tok);
+    size_t n = n_prompt;
+    long n_gen = 0;
+    const char *out;
+    size_t out_len;
+    t0 = snug_time_s();
+    while (n_gen < n_predict) {
+        snug_token t = snug_sampler_sample(smp, logits, ids, (int32_t)n);
+        n_gen++;
+        if (t == eos || t == im_end) break;
+        ids[n++] = t;
+        if (snug_detok_push(&dt, t, &out, &out_len)) {
+            snug_err_set(&err, SNUG_ERR_INTERNAL, "sampled token %d is outside the vocabulary", t);
+            goto fail;
+        }
+        fwrite(out, 1, out_len, stdout);
+        fflush(stdout);
+        if (n_gen == n_predict) break;
+        if (snug_ctx_eval(ctx, &t, 1, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto fail;
+    }
+    snug_detok_flush(&dt, &out, &out_len);
+    fwrite(out, 1, out_len, stdout);
+    fflush(stdout);
+    double t_gen = snug_time_s() - t0;
+    fprintf(stderr,
+            "\n\nsnug run: load %.2f s | prompt %zu tokens, %.2f s, %.1f tok/s | "
+            "generation %ld tokens, %.2f s, %.1f tok/s | seed %ld | peak memory %.1f MiB\n",
+            t_load, n_prompt, t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen,
+            t_gen > 0 ? n_gen / t_gen : 0.0, seed, snug_peak_rss_bytes() / 1048576.0);
+    status = 0;
+fail:
+    if (status) cli_fail("run", &err);
+    snug_detok_free(&dt);
+    snug_sampler_free(smp);
+    snug_ctx_free(ctx);
+    snug_model_free(m);
+    free(ids);
+    free(logits);
+    free(file_text);
+    return status;
 }
