@@ -2,7 +2,7 @@
 """test_tokenizer_hf.py — snug's tokenizer against an independent implementation.
 
 Builds a tokenizer.json for Hugging Face `tokenizers` from the ggml-vocab-qwen35 GGUF's tokens,
-merges and token types (read with the PyPI `gguf` package), with the Qwen3.5 split regex,
+merges and token types (read in Python with the `gguf` package's type table, not snug's reader), with the Qwen3.5 split regex,
 ByteLevel and NFC, then encodes >= 1 MB of deterministic mixed text (stdlib Python source, prose
 in many scripts, emoji with ZWJ and skin tones, combining marks, whitespace runs, tabs/CRLF,
 digit runs, special tokens) both with HF and with `snug tokenize --file` in ~64 KB pieces, and
@@ -55,21 +55,64 @@ QWEN35_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N
              r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
+def read_tokenizer_kv(path):
+    """The tokenizer.ggml.{tokens,token_type,merges} arrays of a GGUF.
+
+    Uses the PyPI `gguf` package's value-type table and a direct little-endian walk of the
+    key/value section (the layout documented in gguf's README): gguf.GGUFReader builds a numpy
+    view per array element and needs ~10 s of CPU for a 151K-token vocabulary, too slow here.
+    """
+    import struct
+    from gguf import GGUFValueType as T
+
+    scalar = {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I",
+              T.INT32: "i", T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q",
+              T.FLOAT64: "d"}
+    with open(path, "rb") as fh:
+        buf = fh.read()
+    magic, version, n_tensors, n_kv = struct.unpack_from("<IIQQ", buf, 0)
+    assert buf[:4] == b"GGUF" and version == 3, f"{path}: not a GGUF v3 file"
+    off = 24
+
+    def read_str(off):
+        (n,) = struct.unpack_from("<Q", buf, off)
+        return buf[off + 8:off + 8 + n].decode("utf-8"), off + 8 + n
+
+    def read_val(t, off):
+        t = T(t)
+        if t == T.STRING:
+            return read_str(off)
+        if t == T.ARRAY:
+            et, n = struct.unpack_from("<IQ", buf, off)
+            off += 12
+            if T(et) in scalar:
+                fmt = "<%d%s" % (n, scalar[T(et)])
+                return list(struct.unpack_from(fmt, buf, off)), off + struct.calcsize(fmt)
+            out = []
+            for _ in range(n):
+                v, off = read_val(et, off)
+                out.append(v)
+            return out, off
+        fmt = "<" + scalar[t]
+        return struct.unpack_from(fmt, buf, off)[0], off + struct.calcsize(fmt)
+
+    kv = {}
+    for _ in range(n_kv):
+        key, off = read_str(off)
+        (t,) = struct.unpack_from("<I", buf, off)
+        kv[key], off = read_val(t, off + 4)
+    return kv
+
+
 def hf_tokenizer_from_gguf(path):
     """A `tokenizers.Tokenizer` built only from the GGUF's tokenizer.ggml.* arrays."""
-    import gguf
     from tokenizers import Tokenizer
 
-    r = gguf.GGUFReader(path)
-
-    def strings(key):
-        f = r.fields[key]
-        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-    tokens = strings("tokenizer.ggml.tokens")
-    merges = strings("tokenizer.ggml.merges")
-    tf = r.fields["tokenizer.ggml.token_type"]
-    types = [int(tf.parts[i][0]) for i in tf.data]
+    kv = read_tokenizer_kv(path)
+    tokens = kv["tokenizer.ggml.tokens"]
+    merges = kv["tokenizer.ggml.merges"]
+    types = kv["tokenizer.ggml.token_type"]
+    check(kv["tokenizer.ggml.pre"] == "qwen35", "ggml-vocab-qwen35.gguf: pre is not qwen35")
     vocab, added = {}, []
     for i, (t, ty) in enumerate(zip(tokens, types)):
         if ty in (3, 4):  # CONTROL -> special, USER_DEFINED -> added, non-special
