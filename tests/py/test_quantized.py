@@ -5,6 +5,7 @@ Q8_0 3.9e-4 (ppl 4.2837), Q6_K 2.2e-3, Q5_K_M 5.8e-3, Q4_K_M 2.05e-2 (ppl 4.3186
 Files quantized by llama.cpp itself (tests/data/llamacpp/, made with llama-quantize) must load
 and run too, within the same bounds."""
 import os
+import re
 import tempfile
 
 from snugtest import Results, fixtures_dir, kl_stats, load_json, read_f32, run
@@ -20,8 +21,10 @@ LLAMA = {  # type: (median KL bound, perplexity bound or None)
 
 def ppl_of(model, ids):
     out = run("perplexity", "-m", model, "--ids", ids, "--window", 1024).stdout
-    # the last number printed on stdout is the perplexity
-    return float(out.split()[-1])
+    m = re.search(r"perplexity ([0-9.]+)", out)
+    if not m:
+        raise RuntimeError(f"no perplexity in the output of snug perplexity:\n{out}")
+    return float(m.group(1))
 
 
 def main():
