@@ -14,10 +14,15 @@ void snug_op_rmsnorm(const float *x, const float *w, float eps, int64_t T, int64
         float *yr = y + t * n;
         float ss = snug_ops_dot(xr, xr, n);
         float s = 1.0f / sqrtf(ss / (float)n + eps);
-        if (w) {
-            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * s * w[i];
+        int64_t i = 0;
+        if (w) { /* constant-trip blocks so -O2 vectorises (see ops_util.h) */
+            for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+                for (int j = 0; j < SNUG_OPS_BLK; j++) yr[i + j] = xr[i + j] * s * w[i + j];
+            for (; i < n; i++) yr[i] = xr[i] * s * w[i];
         } else {
-            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * s;
+            for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
+                for (int j = 0; j < SNUG_OPS_BLK; j++) yr[i + j] = xr[i + j] * s;
+            for (; i < n; i++) yr[i] = xr[i] * s;
         }
     }
 }
