@@ -277,6 +277,11 @@ static void test_vectors(const char *fx) {
         free(one);
     }
     CHECK(cl == 3 && !memcmp(c, euro, 3));
+    CHECK(snug_detok_push(&d, 2, &c, &cl) == SNUG_OK && cl == 10 && !memcmp(c, "<|im_end|>", 10));
+    snug_detok_free(&d);
+    CHECK(snug_detok_init(&d, t, SNUG_DETOK_SKIP_CONTROL, &err) == SNUG_OK);
+    CHECK(snug_detok_push(&d, 2, &c, &cl) == SNUG_OK && cl == 0);
+    CHECK(snug_detok_push(&d, 2042, &c, &cl) == SNUG_OK && cl == 7 && !memcmp(c, "<think>", 7));
     CHECK(snug_detok_push(&d, -1, &c, &cl) == SNUG_ERR_INVALID && cl == 0);
     CHECK(snug_detok_push(&d, 2048, &c, &cl) == SNUG_ERR_INVALID && cl == 0);
     snug_detok_free(&d);

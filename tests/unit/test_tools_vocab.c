@@ -137,9 +137,54 @@ static void test_hf_vs_gguf(const char *fx) {
     CHECK(strstr(err.msg, "/nonexistent/tokenizer.json") != NULL);
 }
 
+/* The qwen2 pre-tokenizer keeps combining marks out of words; qwen35 joins them. With the
+ * full-size vocabulary (NFC off, decomposed input) the two must tokenise Thai differently and
+ * both must decode back to the input. */
+static void test_qwen2_pretok(const char *fx) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/tokenizer/ggml-vocab-qwen35.gguf", fx);
+    struct snug_err err = {0};
+    struct snug_gguf *g = NULL;
+    struct snug_vocab v;
+    CHECK(snug_gguf_open(&g, p, &err) == SNUG_OK);
+    if (!g) return;
+    CHECK(snug_vocab_from_gguf(&v, g, &err) == SNUG_OK);
+    snug_gguf_close(g);
+    struct snug_tokenizer *t35 = NULL, *t2 = NULL;
+    CHECK(snug_vocab_tokenizer(&v, &t35, &err) == SNUG_OK);
+    snprintf(v.pre, sizeof v.pre, "qwen2");
+    CHECK(snug_vocab_tokenizer(&v, &t2, &err) == SNUG_OK);
+    snprintf(v.pre, sizeof v.pre, "gpt4o");
+    struct snug_tokenizer *bad = NULL;
+    CHECK(snug_vocab_tokenizer(&v, &bad, &err) == SNUG_ERR_UNSUPPORTED && !bad);
+    CHECK(strstr(err.msg, "gpt4o") != NULL);
+    snug_vocab_free(&v);
+    if (!t35 || !t2) return;
+    CHECK(snug_tokenizer_pretok(t2) == SNUG_PRETOK_QWEN2);
+    const char *text =
+        "\xe0\xb9\x84\xe0\xb8\x97\xe0\xb8\xa2\x20\xe0\xb9\x80\xe0\xb8\x9b\xe0\xb9\x87\xe0\xb8\x99"
+        "\xe0\xb8\xa1\xe0\xb8\x99\xe0\xb8\xb8\xe0\xb8\xa9\xe0\xb8\xa2\xe0\xb9\x8c"; /* Thai, with
+                                                                                       vowel and
+                                                                                       tone marks */
+    size_t len = strlen(text), n35, n2, d35, d2;
+    snug_token a[64], b[64];
+    char da[128], db[128];
+    CHECK(snug_tokenizer_encode(t35, text, len, false, a, 64, &n35, &err) == SNUG_OK);
+    CHECK(snug_tokenizer_encode(t2, text, len, false, b, 64, &n2, &err) == SNUG_OK);
+    CHECK(n35 != n2 || memcmp(a, b, n2 * sizeof *a));
+    CHECK(snug_tokenizer_decode(t35, a, n35, da, sizeof da, &d35, &err) == SNUG_OK);
+    CHECK(snug_tokenizer_decode(t2, b, n2, db, sizeof db, &d2, &err) == SNUG_OK);
+    CHECK(d35 == len && d2 == len && !memcmp(da, text, len) && !memcmp(db, text, len));
+    snug_tokenizer_free(t35);
+    snug_tokenizer_free(t2);
+}
+
 int main(void) {
     test_builtin();
     const char *fx = test_fixtures_dir();
-    if (fx) test_hf_vs_gguf(fx);
+    if (fx) {
+        test_hf_vs_gguf(fx);
+        test_qwen2_pretok(fx);
+    }
     return TEST_DONE();
 }
