@@ -1,11 +1,8 @@
-""
-        "test_gen_run.py — `snug gen` and `snug run` checked from outside with independent tools.
+"""test_gen_run.py — `snug gen` and `snug run` checked from outside with independent tools.
 
-        * gen : the demo model in f32 / q8_0 /
-                q4_k_m is read back with the `gguf` Python package(not our reader) and
-    its tensors dequantized with gguf.quants
-    : every block must decode to finite values with the intended
-      statistics(matrices ~N(0, 0.02), norms ~1, ssm_a < 0); with the
+* gen: the demo model in f32 / q8_0 / q4_k_m is read back with the `gguf` Python package (not
+  our reader) and its tensors dequantized with gguf.quants: every block must decode to finite
+  values with the intended statistics (matrices ~ N(0, 0.02), norms ~ 1, ssm_a < 0); with the
   fixture tokenizer the tensor names and shapes equal those of the trained fixture (written by
   llama.cpp's converter); the same seed gives byte-identical files.
 * run: greedy `snug run` on the trained fixture, prompted with the text of ids.json, prints the
@@ -71,7 +68,7 @@ def check_stats(path, typ):
         elif t.name.endswith("norm.weight"):
             check(abs(v.mean() - 1) < 0.05, f"{typ}: {t.name} mean {v.mean()}")
         elif t.name.endswith(".weight") and "conv1d" not in t.name and v.size >= 4096:
-#q4 quantization of N(0, 0.02) keeps the spread within ~15 %
+            # q4 quantization of N(0, 0.02) keeps the spread within ~15%
             check(abs(v.mean()) < 0.003 and 0.017 < v.std() < 0.023,
                   f"{typ}: {t.name} mean {v.mean():.4f} std {v.std():.4f}")
     return r
@@ -83,12 +80,12 @@ def main():
             p = os.path.join(d, f"demo-{typ}.gguf")
             if gen(p, typ):
                 check_stats(p, typ)
-#determinism : same seed->identical bytes; another seed->different
+        # determinism: same seed -> identical bytes; another seed -> different
         a, b, c = (os.path.join(d, x) for x in ("a.gguf", "b.gguf", "c.gguf"))
         if gen(a, "q4_k_m", seed=7) and gen(b, "q4_k_m", seed=7) and gen(c, "q4_k_m", seed=8):
             check(filecmp.cmp(a, b, shallow=False), "same seed, different bytes")
             check(not filecmp.cmp(a, c, shallow=False), "different seed, same bytes")
-#bad options fail with a message
+        # bad options fail with a message
         r = subprocess.run([SNUG, "gen", "--preset", "demo", "--type", "q4_k_m", "-o",
                             os.path.join(d, "x.gguf"), "--set", "nonsense=3"],
                            capture_output=True, text=True)
@@ -106,7 +103,7 @@ def main():
 
 
 def fixture_checks(d):
-#gen demo with the fixture vocabulary has exactly the trained fixture's tensors
+    # gen demo with the fixture vocabulary has exactly the trained fixture's tensors
     tokjson = os.path.join(FIX, "tokenizer", "tokenizer.json")
     p = os.path.join(d, "demo-vocab.gguf")
     if gen(p, "f16", "--vocab-from", tokjson):
@@ -122,7 +119,7 @@ def fixture_checks(d):
                       f"key {k}: {ours_kv[k].contents() if k in ours_kv else None} vs "
                       f"{f.contents()}")
 
-#greedy run reproduces the reference continuation's text
+    # greedy run reproduces the reference continuation's text
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokjson)
     ids = json.load(open(os.path.join(FIX, "trained", "ids.json")))
@@ -137,7 +134,7 @@ def fixture_checks(d):
     check(r.returncode == 0, f"run rc {r.returncode}: {r.stderr[-400:]}")
     check(out == want, f"greedy text differs:\n got {out!r}\nwant {want!r}")
     check(b"tok/s" in r.stderr and b"peak memory" in r.stderr, "run prints timings on stderr")
-#sampling is reproducible per seed
+    # sampling is reproducible per seed
     args = [SNUG, "run", "-m", os.path.join(FIX, "trained", "trained-f16.gguf"), "-p",
             "import os\n", "-n", "24", "--temp", "1.0", "--seed"]
     o1 = subprocess.run(args + ["5"], capture_output=True).stdout
