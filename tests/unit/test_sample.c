@@ -27,7 +27,7 @@ static int rank_of(const double *p, int n, int i) {
 /* Expected distribution for temperature/top-k/top-p/min-p (no penalties), computed by ranks. */
 static void chain_ref(const float *logits, int n, float temp, int top_k, float top_p, float min_p,
                       double *out) {
-    double z[4096], p[4096], keep[4096];
+    static double z[4096], p[4096], keep[4096];
     for (int i = 0; i < n; i++) z[i] = logits[i] / temp;
     softmax_ref(z, n, p);
     for (int i = 0; i < n; i++) keep[i] = 1;
@@ -37,14 +37,17 @@ static void chain_ref(const float *logits, int n, float temp, int top_k, float t
     double mass = 0;
     for (int i = 0; i < n; i++) mass += keep[i] * p[i];
     if (top_p < 1) { /* token i kept iff the mass ranked strictly before it is < top_p·mass */
-        double kp[4096];
+        static double kp[4096], mass_at_rank[4096];
+        static int rk[4096];
         for (int i = 0; i < n; i++) kp[i] = keep[i] ? p[i] : -1;
+        for (int i = 0; i < n; i++) rk[i] = rank_of(kp, n, i); /* kept tokens rank 0..nk-1 */
+        for (int i = 0; i < n; i++)
+            if (keep[i]) mass_at_rank[rk[i]] = p[i];
         for (int i = 0; i < n; i++) {
             if (!keep[i]) continue;
             double before = 0;
-            for (int j = 0; j < n; j++)
-                if (kp[j] >= 0 && rank_of(kp, n, j) < rank_of(kp, n, i)) before += p[j];
-            if (before >= top_p * mass && rank_of(kp, n, i) > 0) keep[i] = 0;
+            for (int r = 0; r < rk[i]; r++) before += mass_at_rank[r];
+            if (before >= top_p * mass && rk[i] > 0) keep[i] = 0;
         }
     }
     double pmax = 0;
