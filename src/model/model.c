@@ -239,7 +239,7 @@ int snug_model_tensor(const struct snug_model *m, snug_tensor *out, const char *
         return snug_err_set(err, SNUG_ERR_FORMAT, "tensor '%s' is missing (architecture %s)", name,
                             m->hp.arch);
     }
-    int64_t want[3] = {ne0, ne1, ne2};
+    int64_t want[SNUG_GGUF_MAX_DIMS] = {ne0, ne1, ne2, 1};
     bool ok = true;
     for (int i = 0; i < SNUG_GGUF_MAX_DIMS; i++) {
         int64_t w = i < n_dims ? want[i] : 1;

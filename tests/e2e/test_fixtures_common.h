@@ -13,6 +13,20 @@
 #include <jansson.h>
 #include <stdint.h>
 
+/* Sanitizer builds run ~10x slower: they cover memory safety on a reduced matrix (each chunk
+ * size once, thread counts alternating) and skip the longest runs, which the normal build
+ * checks numerically. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FX_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FX_SANITIZED 1
+#endif
+#endif
+#ifndef FX_SANITIZED
+#define FX_SANITIZED 0
+#endif
+
 static char *fx_path(const char *dir, const char *model, const char *file) {
     static char buf[8][4096];
     static int slot;

@@ -108,9 +108,13 @@ int main(void) {
 
     static const int32_t chunks[] = {1, 7, 64, 300};
     for (int th = 1; th <= 2; th++)
-        for (size_t i = 0; i < 4; i++) test_prompt(m, chunks[i], th, SNUG_KV_F32);
+        for (size_t i = 0; i < 4; i++)
+            if (!FX_SANITIZED || (int)(i % 2) + 1 == th) test_prompt(m, chunks[i], th, SNUG_KV_F32);
     test_prompt(m, 64, 2, SNUG_KV_F16);
-    test_long(m);
+    if (FX_SANITIZED)
+        printf("SKIP 1536-token long logits in a sanitizer build (the normal build checks them)\n");
+    else
+        test_long(m);
     test_greedy(m);
     snug_model_free(m);
     free(IDS);

@@ -144,6 +144,11 @@ static void test_cli(void) {
         free(got);
     }
     remove("test_fixtures_trained.f32");
+    if (FX_SANITIZED) {
+        printf(
+            "SKIP perplexity of 4096 tokens in a sanitizer build (the normal build checks it)\n");
+        return;
+    }
     snprintf(cmd, sizeof cmd, "%s perplexity -m %s --ids %s --threads 2", SNUG_BIN, model,
              fx_path(FX, "trained", "ppl_ids.json"));
     FILE *p = popen(cmd, "r");
@@ -175,12 +180,13 @@ int main(void) {
 
     static const int32_t chunks[] = {1, 7, 64, 300};
     for (int th = 1; th <= 2; th++)
-        for (size_t i = 0; i < 4; i++) test_prompt(m, chunks[i], th, SNUG_KV_F32);
+        for (size_t i = 0; i < 4; i++)
+            if (!FX_SANITIZED || (int)(i % 2) + 1 == th) test_prompt(m, chunks[i], th, SNUG_KV_F32);
     test_prompt(m, 64, 2, SNUG_KV_F16);
-    test_prompt(m, 1, 2, SNUG_KV_F16);
+    if (!FX_SANITIZED) test_prompt(m, 1, 2, SNUG_KV_F16);
     test_hidden(m);
     test_greedy(m, SNUG_KV_F32);
-    test_greedy(m, SNUG_KV_F16);
+    if (!FX_SANITIZED) test_greedy(m, SNUG_KV_F16);
     test_budget(m);
     test_cli();
 
