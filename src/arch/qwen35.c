@@ -52,8 +52,7 @@ struct trunk_bufs {
 };
 
 /* Scratch bytes any ops.h call of the trunk or FFN may need (matmul, attention, delta). */
-static size_t op_work_bytes(const struct snug_model *m, int32_t n_threads) {
-    const struct snug_hparams *hp = &m->hp;
+static size_t op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
     int64_t n_in = hp->n_embd;
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_head * hp->head_dim);
     n_in = SNUG_MAX(n_in, (int64_t)hp->ssm_d_inner);
@@ -67,23 +66,22 @@ static size_t op_work_bytes(const struct snug_model *m, int32_t n_threads) {
     return b;
 }
 
-static void trunk_buffers(const struct snug_model *m, int32_t T, int32_t n_threads, struct bump *b,
-                          struct trunk_bufs *o) {
-    const struct snug_hparams *hp = &m->hp;
+static void trunk_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_threads,
+                          struct bump *b, struct trunk_bufs *o) {
     int64_t H = hp->n_embd, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     int64_t cd = snug_hp_conv_dim(hp), Nv = hp->ssm_dt_rank, Nk = hp->ssm_n_group;
     int64_t dk = hp->ssm_d_state, di = hp->ssm_d_inner;
     o->x = bump_f32(b, T * H);
     o->xn = bump_f32(b, T * H);
     o->y = bump_f32(b, T * H);
-    if (m->n_attn_layers || hp->n_nextn) {
+    if (snug_hp_n_attn_layers(hp) || hp->n_nextn) {
         o->qg = bump_f32(b, T * Hq * 2 * D);
         o->q = bump_f32(b, T * Hq * D);
         o->k = bump_f32(b, T * Hkv * D);
         o->v = bump_f32(b, T * Hkv * D);
         o->att = bump_f32(b, T * Hq * D);
     }
-    if (m->n_rec_layers) {
+    if (snug_hp_n_rec_layers(hp)) {
         o->mix = bump_f32(b, T * cd);
         o->u = bump_f32(b, T * cd);
         o->z = bump_f32(b, T * di);
@@ -95,13 +93,13 @@ static void trunk_buffers(const struct snug_model *m, int32_t T, int32_t n_threa
         o->o = bump_f32(b, T * di);
         o->on = bump_f32(b, T * di);
     }
-    o->op_work = bump_alloc(b, op_work_bytes(m, n_threads));
+    o->op_work = bump_alloc(b, op_work_bytes(hp, n_threads));
 }
 
-size_t snug_qwen35_trunk_work_bytes(const struct snug_model *m, int32_t T, int32_t n_threads) {
+size_t snug_qwen35_trunk_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads) {
     struct bump b = {0};
     struct trunk_bufs o;
-    trunk_buffers(m, T, n_threads, &b, &o);
+    trunk_buffers(hp, T, n_threads, &b, &o);
     return b.bytes;
 }
 
@@ -209,38 +207,37 @@ static int qwen35_load(struct snug_model *m, struct snug_err *err) {
 #undef BT
 
 /* ---- plan --------------------------------------------------------------------------------- */
-void snug_qwen35_plan_common(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                              enum snug_kv_type kv_type, size_t ffn_work_bytes,
                              struct snug_arch_plan *out) {
-    const struct snug_hparams *hp = &m->hp;
     struct snug_kv_shape s = {
-        .n_attn = (int32_t)m->n_attn_layers,
+        .n_attn = (int32_t)snug_hp_n_attn_layers(hp),
         .n_head_kv = (int32_t)hp->n_head_kv,
         .head_dim = (int32_t)hp->head_dim,
         .n_ctx = 1,
         .type = kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
-        .n_rec = (int32_t)m->n_rec_layers,
+        .n_rec = (int32_t)snug_hp_n_rec_layers(hp),
         .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
         .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
     };
-    out->work_bytes = snug_qwen35_trunk_work_bytes(m, n_chunk, n_threads) + ffn_work_bytes;
+    out->work_bytes = snug_qwen35_trunk_work_bytes(hp, n_chunk, n_threads) + ffn_work_bytes;
     out->kv_bytes_per_token = snug_kv_bytes_per_token(&s);
     out->state_bytes = snug_kv_state_bytes(&s);
 }
 
 /* Dense SwiGLU FFN scratch: gate and up, [T][F] each. */
-static void dense_ffn_buffers(const struct snug_model *m, int32_t T, struct bump *b, float **gate,
-                              float **up) {
-    *gate = bump_f32(b, (int64_t)T * m->hp.n_ff);
-    *up = bump_f32(b, (int64_t)T * m->hp.n_ff);
+static void dense_ffn_buffers(const struct snug_hparams *hp, int32_t T, struct bump *b,
+                              float **gate, float **up) {
+    *gate = bump_f32(b, (int64_t)T * hp->n_ff);
+    *up = bump_f32(b, (int64_t)T * hp->n_ff);
 }
 
-static void qwen35_plan(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+static void qwen35_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                         enum snug_kv_type kv_type, struct snug_arch_plan *out) {
     struct bump b = {0};
     float *g, *u;
-    dense_ffn_buffers(m, n_chunk, &b, &g, &u);
-    snug_qwen35_plan_common(m, n_chunk, n_threads, kv_type, b.bytes, out);
+    dense_ffn_buffers(hp, n_chunk, &b, &g, &u);
+    snug_qwen35_plan_common(hp, n_chunk, n_threads, kv_type, b.bytes, out);
 }
 
 /* ---- forward pieces ----------------------------------------------------------------------- */
@@ -340,7 +337,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     int64_t T = f->T, H = hp->n_embd, V = hp->n_vocab;
     struct bump b = {.a = f->work};
     struct trunk_bufs B;
-    trunk_buffers(m, f->T, f->n_threads, &b, &B);
+    trunk_buffers(hp, f->T, f->n_threads, &b, &B);
     f->op_work = B.op_work;
 
     uint64_t erow = snug_dtype_row_bytes(m->tok_embd->type, (uint64_t)H);
@@ -380,7 +377,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
 static void dense_ffn(struct snug_fwd *f, const struct snug_layer *L, const float *x, float *y) {
     struct bump b = {.a = f->work};
     float *g, *u;
-    dense_ffn_buffers(f->m, f->T, &b, &g, &u);
+    dense_ffn_buffers(&f->m->hp, f->T, &b, &g, &u);
     matmul(f, L->ffn_gate, x, f->T, g);
     matmul(f, L->ffn_up, x, f->T, u);
     snug_op_swiglu(g, u, (int64_t)f->T * f->m->hp.n_ff, g);

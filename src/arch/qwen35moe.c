@@ -29,9 +29,8 @@ static size_t align64(size_t n) {
 }
 
 /* Lay out (a != NULL) or count (a == NULL) the MoE scratch of a step of T tokens. */
-static size_t moe_buffers(const struct snug_model *m, int32_t T, struct snug_arena *a,
+static size_t moe_buffers(const struct snug_hparams *hp, int32_t T, struct snug_arena *a,
                           struct moe_bufs *o) {
-    const struct snug_hparams *hp = &m->hp;
     size_t E = hp->n_expert, k = hp->n_expert_used, H = hp->n_embd;
     size_t F = SNUG_MAX(hp->n_ff_exp, hp->n_ff_shexp), t = (size_t)T;
     size_t sz[] = {t * E * 4, t * k * 4, t * k * 4, t * 4,     t * 4,
@@ -83,10 +82,11 @@ static int moe_load(struct snug_model *m, struct snug_err *err) {
 }
 #undef BT
 
-static void moe_plan(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+static void moe_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                      enum snug_kv_type kv_type, struct snug_arch_plan *out) {
     struct moe_bufs o;
-    snug_qwen35_plan_common(m, n_chunk, n_threads, kv_type, moe_buffers(m, n_chunk, NULL, &o), out);
+    snug_qwen35_plan_common(hp, n_chunk, n_threads, kv_type, moe_buffers(hp, n_chunk, NULL, &o),
+                            out);
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -126,7 +126,7 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     int64_t T = f->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     int64_t F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
     struct moe_bufs B;
-    moe_buffers(f->m, f->T, f->work, &B);
+    moe_buffers(&f->m->hp, f->T, f->work, &B);
 
     snug_op_matmul(f->pool, L->gate_inp->type, L->gate_inp->data, H, E, x, T, B.logits, f->op_work);
     for (int64_t t = 0; t < T; t++) route(B.logits + t * E, E, k, B.sel + t * k, B.selw + t * k);

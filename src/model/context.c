@@ -58,7 +58,7 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
     c->n_threads = snug_pool_size(c->pool);
 
     struct snug_arch_plan plan;
-    m->arch->plan(m, p.n_chunk, c->n_threads, (enum snug_kv_type)p.kv_type, &plan);
+    m->arch->plan(&m->hp, p.n_chunk, c->n_threads, (enum snug_kv_type)p.kv_type, &plan);
     const struct snug_hparams *hp = &m->hp;
     struct snug_kv_shape s = {
         .n_attn = (int32_t)m->n_attn_layers,

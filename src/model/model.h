@@ -54,6 +54,15 @@ struct snug_hparams {
 static inline uint32_t snug_hp_conv_dim(const struct snug_hparams *hp) {
     return 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
 }
+/* Trunk DeltaNet layers (recurrent[i] for i < n_layer); the rest of the trunk is attention. */
+static inline uint32_t snug_hp_n_rec_layers(const struct snug_hparams *hp) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < hp->n_layer && i < SNUG_MAX_LAYERS; i++) n += hp->recurrent[i];
+    return n;
+}
+static inline uint32_t snug_hp_n_attn_layers(const struct snug_hparams *hp) {
+    return hp->n_layer - snug_hp_n_rec_layers(hp);
+}
 
 typedef const struct snug_gguf_tensor *snug_tensor;
 
@@ -92,8 +101,9 @@ struct snug_arch {
     const char *name;
     /* Map tensors into m->layers etc. and check every shape; errors name the tensor. */
     int (*load)(struct snug_model *m, struct snug_err *err);
-    /* Report every buffer the forward pass needs. */
-    void (*plan)(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+    /* Report every buffer the forward pass needs. Takes only hyper-parameters, so the memory
+     * planner (src/plan) can size a preset without a file. */
+    void (*plan)(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                  enum snug_kv_type kv_type, struct snug_arch_plan *out);
     /* Run T ≤ n_chunk tokens through the model (see struct snug_fwd). */
     void (*forward)(struct snug_fwd *f);
@@ -148,8 +158,8 @@ extern const struct snug_arch snug_arch_qwen35moe;
 typedef void (*snug_qwen35_ffn_fn)(struct snug_fwd *f, const struct snug_layer *L, const float *x,
                                    float *y);
 int snug_qwen35_load_trunk(struct snug_model *m, struct snug_err *err);
-size_t snug_qwen35_trunk_work_bytes(const struct snug_model *m, int32_t T, int32_t n_threads);
-void snug_qwen35_plan_common(const struct snug_model *m, int32_t n_chunk, int32_t n_threads,
+size_t snug_qwen35_trunk_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);
+void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                              enum snug_kv_type kv_type, size_t ffn_work_bytes,
                              struct snug_arch_plan *out);
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);

@@ -82,13 +82,13 @@ static void test_trained(const char *fx) {
     CHECK(snug_model_tokenizer(m) != NULL);
     /* plan: K+V of 1 attention layer × 2 heads × 64 dims; states 3 × (3·640 + 6·64·64) floats */
     struct snug_arch_plan p;
-    m->arch->plan(m, 512, 2, SNUG_KV_F16, &p);
+    m->arch->plan(&m->hp, 512, 2, SNUG_KV_F16, &p);
     CHECK(p.kv_bytes_per_token == 2 * 2 * 64 * 2);
     CHECK(p.state_bytes == 3 * (3 * 640 + 6 * 64 * 64) * 4);
-    m->arch->plan(m, 512, 2, SNUG_KV_F32, &p);
+    m->arch->plan(&m->hp, 512, 2, SNUG_KV_F32, &p);
     CHECK(p.kv_bytes_per_token == 2 * 2 * 64 * 4);
     size_t w512 = p.work_bytes;
-    m->arch->plan(m, 64, 2, SNUG_KV_F32, &p);
+    m->arch->plan(&m->hp, 64, 2, SNUG_KV_F32, &p);
     printf("plan: work %zu bytes at chunk 512, %zu at chunk 64; kv %zu B/token; state %zu B\n",
            w512, p.work_bytes, p.kv_bytes_per_token, p.state_bytes);
     CHECK(p.work_bytes < w512 && p.work_bytes > 64 * 256 * 4 * 3);
