@@ -242,6 +242,8 @@ static void enc_free(struct enc *e) {
     if (e->jit) pcre2_jit_stack_free(e->jit);
 }
 
+/* Scan the raw text for added tokens (leftmost, longest first); encode the text between them
+ * with encode_text. Ids are counted past `cap` so the caller learns the size it needs. */
 int snug_tokenizer_encode(const struct snug_tokenizer *t, const char *text, size_t len,
                           bool parse_special, snug_token *out_ids, size_t cap, size_t *n_out,
                           struct snug_err *err) {

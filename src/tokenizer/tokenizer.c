@@ -342,6 +342,8 @@ static int build_merges(struct snug_tokenizer *t, const struct snug_tokenizer_de
     return rc;
 }
 
+/* Validate the descriptor, pick the regex, and build every table (tokenizer.h has the contract).
+ * Order matters: tokens first (merges resolve their parts through the token table). */
 int snug_tokenizer_init(struct snug_tokenizer **out, const struct snug_tokenizer_desc *d,
                         struct snug_err *err) {
     *out = NULL;
@@ -396,6 +398,8 @@ static int get_special_id(const struct snug_gguf *g, const char *key, int32_t *o
     return SNUG_OK;
 }
 
+/* Gather the tokenizer.ggml.* keys into a descriptor (borrowing the GGUF's strings for the
+ * duration of the call) and hand it to snug_tokenizer_init, which copies what it keeps. */
 int snug_tokenizer_load(struct snug_tokenizer **out, const struct snug_gguf *g,
                         struct snug_err *err) {
     *out = NULL;
