@@ -46,6 +46,12 @@ def main():
             p = os.path.join(llama_dir, f"trained-{t}.gguf")
             if os.path.exists(p):
                 models["llama.cpp " + t] = p
+        for t in LLAMA:
+            p = os.path.join(llama_dir, f"trained-{t}.gguf")
+            if os.path.exists(p):
+                with open(p, "rb") as a, open(models[t], "rb") as b:
+                    same = a.read() == b.read()
+                res.check(same, f"snug quantize {t} writes the same bytes as llama.cpp's quantizer")
         for name, path in models.items():
             t = name.split()[-1]
             bound, ppl_bound = LLAMA[t]
