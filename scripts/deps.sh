@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # deps.sh — install what building and testing snug needs on Debian 12, only what is missing.
 # Debian packages: compilers, CMake/Ninja, PCRE2 (pre-tokenizer regex), utf8proc (NFC),
-# jansson (JSON at the edges), libmicrohttpd (HTTP). Python packages (tests only): numpy,
+# jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client). Python packages (tests only): numpy,
 # tokenizers, gguf, jinja2, openai, pytest.
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
-      libutf8proc-dev libjansson-dev libmicrohttpd-dev python3)
+      libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

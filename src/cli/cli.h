@@ -15,6 +15,9 @@ int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_stress(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
 int cli_fail(const char *cmd, const struct snug_err *err);

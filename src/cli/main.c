@@ -22,6 +22,9 @@ static const struct command COMMANDS[] = {
     {"quantize", cmd_quantize, "requantize a model: IN.gguf OUT.gguf TYPE"},
     {"plan", cmd_plan, "memory plan and largest context for a budget: -m M.gguf [--budget SIZE]"},
     {"serve", cmd_serve, "OpenAI-compatible server: -m M.gguf [--host H] [--port P]"},
+    {"verify", cmd_verify, "functional checks of an OpenAI-compatible server: [--url U]"},
+    {"stress", cmd_stress, "long-context boundary checks of a server: [--url U]"},
+    {"bench", cmd_bench, "speed of a server: [--url U] [--json] [--svg F]"},
 };
 
 static void usage(FILE *f) {
