@@ -1,12 +1,13 @@
 /* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool, the
- * KV/state caches (src/kv) and the work arena, all sized at snug_ctx_init from the
- * architecture's plan; snug_ctx_eval splits the input into chunks of at most n_chunk tokens
+ * KV/state caches (src/kv) and the work arena, all sized at snug_ctx_init by the memory
+ * planner (src/plan/plan.h); snug_ctx_eval splits the input into chunks of at most n_chunk tokens
  * and runs the architecture's forward on each.
  * Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count around it).
  * Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
+#include "plan/plan.h"
 #include "quant/quant.h"
 
 #include <string.h>
@@ -57,26 +58,24 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
     if (rc) goto fail;
     c->n_threads = snug_pool_size(c->pool);
 
-    struct snug_arch_plan plan;
-    m->arch->plan(&m->hp, p.n_chunk, c->n_threads, (enum snug_kv_type)p.kv_type, &plan);
-    const struct snug_hparams *hp = &m->hp;
-    struct snug_kv_shape s = {
-        .n_attn = (int32_t)m->n_attn_layers,
-        .n_head_kv = (int32_t)hp->n_head_kv,
-        .head_dim = (int32_t)hp->head_dim,
+    /* Every arena size comes from the memory planner (src/plan), the same numbers
+     * `snug plan` prints; nothing here computes a size of its own. */
+    struct snug_plan_limits lim = {
         .n_ctx = p.n_ctx,
-        .type = p.kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
-        .n_rec = (int32_t)m->n_rec_layers,
-        .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
-        .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
+        .n_slots = 1,
+        .n_chunk = p.n_chunk,
+        .n_threads = c->n_threads,
+        .kv_type = p.kv_type,
+        .backend = SNUG_BACKEND_CPU,
     };
-    SNUG_ASSERT(snug_kv_bytes_per_token(&s) == plan.kv_bytes_per_token);
-    SNUG_ASSERT(snug_kv_state_bytes(&s) == plan.state_bytes);
-    rc = snug_kv_init(&c->kv, &s, err);
+    struct snug_plan plan;
+    rc = snug_plan_make(&m->hp, NULL, &lim, &plan, err);
+    if (rc) goto fail;
+    rc = snug_kv_init(&c->kv, &plan.kv_shape, err);
     if (rc) goto fail;
     rc = snug_arena_init(&c->work, "work", plan.work_bytes, err);
     if (rc) goto fail;
-    c->pos = snug_malloc((size_t)p.n_chunk * sizeof *c->pos);
+    c->pos = snug_malloc(plan.pos_bytes);
     if (!c->pos) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
         goto fail;

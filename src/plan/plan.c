@@ -1,0 +1,220 @@
+/* plan.c — the memory planner (see plan.h; formulas with their sources in docs/memory.md).
+ * Owns nothing: a plan is plain data. Every size comes from the function the allocating code
+ * uses itself (snug_kv_bytes for the KV/state arena, the architecture's plan hook for the
+ * work arena), so the plan cannot drift from the allocation.
+ * Read next: src/model/context.c (allocates from the plan), src/cli/cmd_plan.c (prints it).
+ */
+#include "plan/plan.h"
+
+#include "model/presets.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const snug_plan_kv_names[] = {"f16", "f32", NULL};
+
+int snug_plan_kv_parse(const char *name) {
+    for (int i = 0; snug_plan_kv_names[i]; i++)
+        if (!strcmp(name, snug_plan_kv_names[i])) return i;
+    return -1;
+}
+
+struct snug_plan_limits snug_plan_limits_default(void) {
+    return (struct snug_plan_limits){.n_ctx = 4096, .n_slots = 1, .n_chunk = 512, .n_threads = 1};
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+static void add_weight(struct snug_plan_weights *w, uint32_t type, uint64_t bytes) {
+    uint32_t t = type < SNUG_PLAN_MAX_DTYPES ? type : SNUG_PLAN_MAX_DTYPES - 1;
+    w->bytes[t] += bytes;
+    w->count[t]++;
+    w->total += bytes;
+}
+
+void snug_plan_weights_from_gguf(const struct snug_gguf *g, struct snug_plan_weights *w) {
+    memset(w, 0, sizeof *w);
+    for (int64_t i = 0; i < snug_gguf_n_tensors(g); i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        add_weight(w, t->type, t->n_bytes);
+    }
+}
+
+static int recipe_tensor(void *user, const struct snug_tensor_desc *t) {
+    uint64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    add_weight(user, t->type, snug_dtype_row_bytes(t->type, t->ne[0]) * rows);
+    return 0;
+}
+
+int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *recipe,
+                                  struct snug_plan_weights *w, struct snug_err *err) {
+    memset(w, 0, sizeof *w);
+    return snug_model_tensor_types(hp, recipe, recipe_tensor, w, err);
+}
+
+/* ---- the plan ----------------------------------------------------------------------------- */
+static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                 bool estimated) {
+    SNUG_ASSERT(p->n_items < SNUG_PLAN_MAX_ITEMS);
+    struct snug_plan_item *it = &p->items[p->n_items++];
+    snprintf(it->name, sizeof it->name, "%s", name);
+    it->bytes = bytes;
+    it->device = dev;
+    it->estimated = estimated;
+    p->total += bytes;
+    bool gpu_budget = p->lim.backend == SNUG_BACKEND_CUDA;
+    if ((dev == SNUG_DEVICE_GPU) == gpu_budget) p->device_total += bytes;
+}
+
+/* CUDA runtime overheads: not allocations of ours, so ESTIMATES (labelled in every output).
+ * Context: the CUDA context and module images on a recent datacenter GPU take a few hundred
+ * MiB of device memory (nvidia-smi on an idle context: 300-600 MiB); we assume 512 MiB.
+ * cuBLAS: 32 MiB workspace per handle (cuBLAS docs, "cublasSetWorkspace": the default on
+ * Hopper is 32 MiB). */
+#define CUDA_CONTEXT_BYTES     (512ull << 20)
+#define CUBLAS_WORKSPACE_BYTES (32ull << 20)
+
+int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                   const struct snug_plan_limits *lim_in, struct snug_plan *out,
+                   struct snug_err *err) {
+    memset(out, 0, sizeof *out);
+    struct snug_plan_limits lim = lim_in ? *lim_in : snug_plan_limits_default();
+    if (lim.n_slots == 0) lim.n_slots = 1;
+    if (lim.n_chunk == 0) lim.n_chunk = 512;
+    if (lim.n_threads == 0) lim.n_threads = 1;
+    if (lim.n_ctx < 1 || lim.n_ctx > INT32_MAX || lim.n_slots < 1 || lim.n_chunk < 1 ||
+        lim.n_draft < 0 || lim.n_threads < 1)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "plan: context %lld (1..2^31-1), slots %d, chunk %d, threads %d "
+                            "(>= 1), draft %d (>= 0)",
+                            (long long)lim.n_ctx, lim.n_slots, lim.n_chunk, lim.n_threads,
+                            lim.n_draft);
+    const int32_t n_kv = (int32_t)(sizeof snug_plan_kv_names / sizeof *snug_plan_kv_names) - 1;
+    if (lim.kv_type < 0 || lim.kv_type >= n_kv)
+        return snug_err_set(err, SNUG_ERR_INVALID, "plan: KV type %d: expected f16 or f32",
+                            lim.kv_type);
+    if (lim.backend != SNUG_BACKEND_CPU && lim.backend != SNUG_BACKEND_CUDA)
+        return snug_err_set(err, SNUG_ERR_INVALID, "plan: backend %d: expected cpu or cuda",
+                            (int)lim.backend);
+    const struct snug_arch *arch = snug_arch_find(hp->arch);
+    if (!arch || !arch->plan)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "plan: no memory plan for architecture '%s'",
+                            hp->arch);
+    if (lim.n_chunk > lim.n_ctx) lim.n_chunk = (int32_t)lim.n_ctx;
+    out->lim = lim;
+    const enum snug_device dev =
+        lim.backend == SNUG_BACKEND_CUDA ? SNUG_DEVICE_GPU : SNUG_DEVICE_HOST;
+    const uint64_t S = (uint64_t)lim.n_slots, V = hp->n_vocab;
+
+    /* weights, per stored type */
+    if (w)
+        for (uint32_t t = 0; t < SNUG_PLAN_MAX_DTYPES; t++) {
+            if (!w->count[t]) continue;
+            const struct snug_dtype_info *ti = snug_dtype_info(t);
+            char name[48];
+            snprintf(name, sizeof name, "weights %s", ti ? ti->name : "other");
+            item(out, name, w->bytes[t], dev, false);
+        }
+
+    /* KV + recurrent state: one arena per slot, laid out by snug_kv_bytes */
+    struct snug_arch_plan ap;
+    arch->plan(hp, lim.n_chunk, lim.n_threads, (enum snug_kv_type)lim.kv_type, &ap);
+    struct snug_kv_shape s = {
+        .n_attn = (int32_t)snug_hp_n_attn_layers(hp),
+        .n_head_kv = (int32_t)hp->n_head_kv,
+        .head_dim = (int32_t)hp->head_dim,
+        .n_ctx = (int32_t)lim.n_ctx,
+        .type = lim.kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+        .n_rec = (int32_t)snug_hp_n_rec_layers(hp),
+        .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
+        .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
+    };
+    SNUG_ASSERT(snug_kv_bytes_per_token(&s) == ap.kv_bytes_per_token);
+    SNUG_ASSERT(snug_kv_state_bytes(&s) == ap.state_bytes);
+    struct snug_kv_shape s0 = s;
+    s0.n_ctx = 0;
+    const uint64_t kv_all = snug_kv_bytes(&s), kv_fixed = snug_kv_bytes(&s0);
+    out->kv_shape = s;
+    item(out, "kv cache (attention)", S * (kv_all - kv_fixed), dev, false);
+    item(out, "recurrent state", S * kv_fixed, dev, false);
+    /* Speculative decoding with a draft of N tokens verifies N+1 positions in one step; to
+     * roll the recurrent state back to the last accepted one we keep the state after each of
+     * them: N+1 copies of every DeltaNet layer's conv + delta state (64-byte aligned). */
+    if (lim.n_draft > 0) {
+        out->snapshot_bytes =
+            (size_t)(lim.n_draft + 1) * SNUG_ALIGN_UP(snug_kv_state_bytes(&s), (size_t)64);
+        item(out, "state snapshots (mtp)", S * out->snapshot_bytes, dev, false);
+    }
+    /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64) */
+    out->work_bytes = SNUG_ALIGN_UP(ap.work_bytes, (size_t)64);
+    item(out, "work arena (per chunk)", S * out->work_bytes, dev, false);
+    out->pos_bytes = (size_t)lim.n_chunk * sizeof(int32_t);
+    item(out, "positions", S * out->pos_bytes, dev, false);
+    /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
+    item(out, "logits", S * V * 4, SNUG_DEVICE_HOST, false);
+    item(out, "sampler", S * 6 * V * 4, SNUG_DEVICE_HOST, false);
+    if (lim.backend == SNUG_BACKEND_CUDA) {
+        item(out, "logits (device)", S * V * 4, SNUG_DEVICE_GPU, false);
+        item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
+        item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);
+    }
+    return SNUG_OK;
+}
+
+int64_t snug_plan_max_ctx(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                          const struct snug_plan_limits *lim_in, uint64_t budget, int64_t ctx_cap) {
+    struct snug_plan_limits lim = lim_in ? *lim_in : snug_plan_limits_default();
+    if (ctx_cap <= 0) ctx_cap = hp->n_ctx_train ? (int64_t)hp->n_ctx_train : INT32_MAX;
+    ctx_cap = SNUG_MIN(ctx_cap, (int64_t)INT32_MAX);
+    struct snug_plan p;
+    struct snug_err e;
+    int64_t lo = 0, hi = ctx_cap; /* invariant: lo fits (or is 0), everything above hi fails */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        lim.n_ctx = mid;
+        if (snug_plan_make(hp, w, &lim, &p, &e) == SNUG_OK && p.device_total <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+bool snug_plan_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || !(x >= 0) || !isfinite(x)) return false;
+    double mul = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return false;
+    double v = x * mul;
+    if (v >= 18446744073709551615.0) return false;
+    *out = (uint64_t)(v + 0.5);
+    return true;
+}

@@ -1,0 +1,92 @@
+/* plan.h — the memory planner: from hyper-parameters, the weight tensor table and the run's
+ * limits (context, slots, chunk, KV format, MTP draft length, backend, threads) it computes
+ * every buffer a run allocates, as named items (name, bytes, device, estimated?). Contexts and
+ * backends take their arena sizes from here (snug_ctx_init calls snug_plan_make); nothing
+ * computes its own. Formulas: docs/memory.md.
+ * Invariant: plan and allocation share the layout functions (snug_kv_bytes, the arch plan
+ * hook's buffer functions), so a planned arena is exactly the arena allocated; every item is
+ * monotone non-decreasing in n_ctx (the max-context solver depends on it).
+ * Read next: plan.c, src/model/context.c (the user), src/arch/qwen35.c (work arena).
+ */
+#ifndef SNUG_PLAN_H
+#define SNUG_PLAN_H
+
+#include "kv/kv.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum snug_backend { SNUG_BACKEND_CPU = 0, SNUG_BACKEND_CUDA = 1 };
+enum snug_device { SNUG_DEVICE_HOST = 0, SNUG_DEVICE_GPU = 1 };
+
+/* Weight bytes per dtype (and count of tensors), from a GGUF tensor table or a recipe. */
+#define SNUG_PLAN_MAX_DTYPES 64
+struct snug_plan_weights {
+    uint64_t bytes[SNUG_PLAN_MAX_DTYPES];
+    uint32_t count[SNUG_PLAN_MAX_DTYPES];
+    uint64_t total;
+};
+
+/* The run's limits. Zero fields take defaults (snug_plan_limits_default). */
+struct snug_plan_limits {
+    int64_t n_ctx;     /* positions per slot */
+    int32_t n_slots;   /* concurrent sequences (each a context); default 1 */
+    int32_t n_chunk;   /* tokens per forward step; default 512, clamped to n_ctx */
+    int32_t n_draft;   /* MTP draft length (0 = no speculative decoding) */
+    int32_t n_threads; /* thread-pool size (scratch of some ops is per thread); default 1 */
+    int32_t kv_type;   /* enum snug_kv_type */
+    enum snug_backend backend;
+};
+
+struct snug_plan_item {
+    char name[48];
+    uint64_t bytes;
+    enum snug_device device;
+    bool estimated; /* not a computed allocation (CUDA runtime overheads) */
+};
+
+#define SNUG_PLAN_MAX_ITEMS 48
+struct snug_plan {
+    struct snug_plan_limits lim; /* after defaults and clamping */
+    struct snug_plan_item items[SNUG_PLAN_MAX_ITEMS];
+    int n_items;
+    uint64_t total;        /* all items */
+    uint64_t device_total; /* items on the budgeted device: GPU for cuda, host for cpu */
+    /* What one context (one slot) allocates, for snug_ctx_init: */
+    struct snug_kv_shape kv_shape; /* its KV/state arena (snug_kv_bytes(&kv_shape) bytes) */
+    size_t work_bytes;             /* its work arena (one step of n_chunk tokens) */
+    size_t pos_bytes;              /* its position table */
+    size_t snapshot_bytes;         /* per slot: recurrent-state copies for rollback */
+};
+
+/* The KV format names the engine has, in enum order, NULL-terminated ("f16", "f32"). */
+extern const char *const snug_plan_kv_names[];
+/* "f16" -> SNUG_KV_F16 ...; -1 if unknown. */
+int snug_plan_kv_parse(const char *name);
+
+struct snug_plan_limits snug_plan_limits_default(void);
+
+/* Weight bytes of an opened GGUF (tensor table only: no data is read). */
+void snug_plan_weights_from_gguf(const struct snug_gguf *g, struct snug_plan_weights *w);
+/* Weight bytes of a model of shape hp quantized with `recipe` (presets.h enumeration). */
+int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *recipe,
+                                  struct snug_plan_weights *w, struct snug_err *err);
+
+/* Compute the plan. w may be NULL (no weight items: what a context needs on top of a loaded
+ * model). SNUG_ERR_INVALID for bad limits or an architecture without a plan hook. */
+int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                   const struct snug_plan_limits *lim, struct snug_plan *out, struct snug_err *err);
+
+/* The largest n_ctx in [1, ctx_cap] whose plan's device_total fits `budget` bytes (binary
+ * search; every item is monotone in n_ctx). 0 when not even one position fits. ctx_cap 0 =
+ * the model's trained context (or 2^31-1 if unknown). */
+int64_t snug_plan_max_ctx(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                          const struct snug_plan_limits *lim, uint64_t budget, int64_t ctx_cap);
+
+/* Parse a size: "23.5GiB", "24G", "512MiB", "1e9" or plain bytes; K/M/G/T (and KiB..., KB...
+ * — all binary: a memory budget is in powers of two). false on a malformed string. */
+bool snug_plan_parse_size(const char *s, uint64_t *out);
+
+#endif /* SNUG_PLAN_H */
