@@ -87,6 +87,40 @@ bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, co
 void snug_dequantize_row_ref(uint32_t type, const void *src, float *dst, int64_t n);
 float snug_dot_row_ref(uint32_t type, const void *w, const float *x, int64_t n);
 
+/* ---- run-time CPU dispatch (quant_act.c) ------------------------------------------------- */
+/* Kernel sets: the scalar reference, AVX2 (+FMA, F16C) and AVX-512 (F, BW, VL, VNNI). The
+ * level is detected once (cpuid) on first use; the environment variable SNUG_CPU=scalar|avx2|
+ * avx512 caps it (a level the CPU lacks is never used). Thread-safe to query at any time. */
+enum snug_cpu_level { SNUG_CPU_SCALAR = 0, SNUG_CPU_AVX2 = 1, SNUG_CPU_AVX512 = 2 };
+int snug_cpu_level(void);
+/* Force a level (tests, benchmarks); it is capped at what the CPU has. Returns the level now in
+ * effect. Not meant to be called while other threads run kernels. */
+int snug_cpu_set_level(int level);
+const char *snug_cpu_level_name(int level);
+
+/* ---- int8 activations (quant_act.c) ------------------------------------------------------- */
+/* Matrix products quantize each activation row once to 8 bits and take integer dot products
+ * with the weight blocks, as llama.cpp does. The activation format depends on the weight type:
+ *   SNUG_DTYPE_Q8_0 — blocks of 32 int8 with a float scale (for Q8_0 weights),
+ *   SNUG_DTYPE_Q8_K — blocks of 256 int8, a float scale and sums per 16 (Q4_K, Q5_K, Q6_K),
+ *   SNUG_DTYPE_F32  — the activations stay float32 (F32, F16, BF16 and every other type).
+ * snug_act_dot's result equals Σ dequant(w)·dequant(xq) up to float rounding (the integer
+ * parts are exact). */
+uint32_t snug_act_type(uint32_t wtype);
+/* Bytes of one quantized activation row of n elements (n · 4 for the float format). */
+size_t snug_act_row_bytes(uint32_t wtype, int64_t n);
+/* Quantize (or, for the float format, copy) one row of n activations into xq. */
+void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n);
+/* out[c] = dot(w row, activation row c) for c < nc (1..4); activation row c is at xq + c·xs
+ * bytes. For the float format the rows are plain float32 and any n works for F32/F16/BF16;
+ * other float-format types require n to be a multiple of their block. */
+void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
+                  float *out);
+/* The scalar reference versions of the two (tests compare the dispatched ones to these). */
+void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n);
+void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
+                      float *out);
+
 /* ---- recipes: which type each tensor of a model is stored in (recipe.c) ------------------- */
 /* A recipe is a target like "q4_k_m" plus llama.cpp's per-tensor rules (src/llama-quant.cpp):
  * 1-D and sensitive tensors stay F32, output.weight (or a tied token_embd) gets Q6_K, some

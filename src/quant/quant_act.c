@@ -1,0 +1,367 @@
+/* quant_act.c — int8 activations: the reference (scalar) quantizers and integer dot kernels,
+ * and the run-time dispatch that picks the scalar, AVX2 or AVX-512 kernel set once.
+ *
+ * Activation formats (quant_act.h): A32 (32 int8 + float scale) pairs with Q8_0 weights, A256
+ * (256 int8 + float scale + int16 sums per 16, the role of ggml's block_q8_K) with the K-quants.
+ * The idea — quantize the activation row once per matrix product and take integer dot
+ * products with the weight blocks, folding the weight's scales and mins in per block — is
+ * llama.cpp's (ggml-cpu/quants.c ggml_vec_dot_*_q8_*; read, not copied); the layouts and code
+ * here are snug's. Rounding is round-to-nearest-even of x · (127 / amax), so every level
+ * produces the same bytes. Invariant: nothing allocates; the table is written once.
+ * Read next: quant_simd.inc (the vector versions of these kernels). */
+#include "core/core.h"
+#include "quant.h"
+#include "quant_act.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+float snug_act_f16(const uint8_t *p) {
+    return snug_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+/* 6-bit scale and min of K-quant sub-block j (layout in quant_ref.c, kscale). */
+void snug_act_kscale(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* ---- reference quantizers ----------------------------------------------------------------- */
+
+/* One group of m floats -> int8 with scale amax/127 (zero group: scale 0, all q 0). */
+static float quant_group(const float *x, int8_t *q, int m) {
+    float amax = 0;
+    for (int i = 0; i < m; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < m; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
+    return amax / 127.0f;
+}
+
+static void quant_a32_ref(const float *x, void *xq, int64_t n) {
+    uint8_t *o = xq;
+    for (int64_t b = 0; b < n / 32; b++, o += SNUG_A32_BYTES, x += 32) {
+        float d = quant_group(x, (int8_t *)o, 32);
+        memcpy(o + 32, &d, 4);
+    }
+}
+
+static void quant_a256_ref(const float *x, void *xq, int64_t n) {
+    uint8_t *o = xq;
+    for (int64_t b = 0; b < n / 256; b++, o += SNUG_A256_BYTES, x += 256) {
+        const int8_t *q = (const int8_t *)o;
+        float d = quant_group(x, (int8_t *)o, 256);
+        memcpy(o + 256, &d, 4);
+        for (int k = 0; k < 16; k++) {
+            int16_t s = 0;
+            for (int i = 0; i < 16; i++) s = (int16_t)(s + q[16 * k + i]);
+            memcpy(o + 260 + 2 * k, &s, 2);
+        }
+    }
+}
+
+/* ---- reference dot kernels ---------------------------------------------------------------- */
+
+static float rd_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+static int rd_i16(const uint8_t *p) {
+    int16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Q8_0 · A32: per block (d_w · d_x) · Σ q_w q_x. */
+static float dot1_q8_0(const uint8_t *w, const uint8_t *x, int64_t n) {
+    float s = 0;
+    for (int64_t b = 0; b < n / 32; b++, w += 34, x += SNUG_A32_BYTES) {
+        const int8_t *qw = (const int8_t *)(w + 2), *qx = (const int8_t *)x;
+        int32_t is = 0;
+        for (int i = 0; i < 32; i++) is += qw[i] * qx[i];
+        s += snug_act_f16(w) * rd_f32(x + 32) * (float)is;
+    }
+    return s;
+}
+
+/* Q4_K / Q5_K · A256: per super-block d·d_x·Σ_j sc_j Σ q·x − dmin·d_x·Σ_j m_j Σ x (integer
+ * sums exact). `qh` NULL selects Q4_K (layout in quant_ref.c, deq_q4_k / deq_q5_k). */
+static float dot1_q45_k(const uint8_t *w, const uint8_t *x, int64_t n, int five) {
+    float s = 0;
+    size_t bb = five ? 176 : 144;
+    for (int64_t b = 0; b < n / 256; b++, w += bb, x += SNUG_A256_BYTES) {
+        const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (five ? 48 : 16);
+        const int8_t *qx = (const int8_t *)x;
+        int32_t sumi = 0, summ = 0;
+        for (int c = 0; c < 4; c++) {
+            int s0, m0, s1, m1;
+            snug_act_kscale(sc, 2 * c, &s0, &m0);
+            snug_act_kscale(sc, 2 * c + 1, &s1, &m1);
+            int32_t a0 = 0, a1 = 0;
+            for (int l = 0; l < 32; l++) {
+                int q0 = qs[32 * c + l] & 0xf, q1 = qs[32 * c + l] >> 4;
+                if (five) {
+                    q0 |= ((qh[l] >> (2 * c)) & 1) << 4;
+                    q1 |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+                a0 += q0 * qx[64 * c + l];
+                a1 += q1 * qx[64 * c + 32 + l];
+            }
+            sumi += s0 * a0 + s1 * a1;
+            summ += m0 * (rd_i16(x + 260 + 2 * (4 * c)) + rd_i16(x + 260 + 2 * (4 * c + 1))) +
+                    m1 * (rd_i16(x + 260 + 2 * (4 * c + 2)) + rd_i16(x + 260 + 2 * (4 * c + 3)));
+        }
+        float dx = rd_f32(x + 256);
+        s += snug_act_f16(w) * dx * (float)sumi - snug_act_f16(w + 2) * dx * (float)summ;
+    }
+    return s;
+}
+
+/* Q6_K · A256: per super-block d·d_x·Σ_k sc_k (Σ q·x − 32·Σ x) over the 16 sub-blocks. */
+static float dot1_q6_k(const uint8_t *w, const uint8_t *x, int64_t n) {
+    float s = 0;
+    for (int64_t b = 0; b < n / 256; b++, w += 210, x += SNUG_A256_BYTES) {
+        const int8_t *qx = (const int8_t *)x;
+        int32_t q[256];
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            for (int l = 0; l < 32; l++) {
+                q[128 * h + l] = (ql[l] & 0xf) | ((qh[l] & 3) << 4);
+                q[128 * h + l + 32] = (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4);
+                q[128 * h + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                q[128 * h + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            }
+        }
+        const int8_t *sc = (const int8_t *)(w + 192);
+        int32_t sumi = 0;
+        for (int k = 0; k < 16; k++) {
+            int32_t a = 0;
+            for (int i = 0; i < 16; i++) a += q[16 * k + i] * qx[16 * k + i];
+            sumi += sc[k] * (a - 32 * rd_i16(x + 260 + 2 * k));
+        }
+        s += snug_act_f16(w + 208) * rd_f32(x + 256) * (float)sumi;
+    }
+    return s;
+}
+
+static void dot_q8_0_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_q8_0(w, (const uint8_t *)xq + c * xs, n);
+}
+static void dot_q4_k_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_q45_k(w, (const uint8_t *)xq + c * xs, n, 0);
+}
+static void dot_q5_k_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_q45_k(w, (const uint8_t *)xq + c * xs, n, 1);
+}
+static void dot_q6_k_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_q6_k(w, (const uint8_t *)xq + c * xs, n);
+}
+static void dot_f32_ref(const void *w, const float *x, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++)
+        o[c] = snug_dot_row_ref(SNUG_DTYPE_F32, w, (const float *)((const uint8_t *)x + c * xs), n);
+}
+static void dot_f16_ref(const void *w, const float *x, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++)
+        o[c] = snug_dot_row_ref(SNUG_DTYPE_F16, w, (const float *)((const uint8_t *)x + c * xs), n);
+}
+static void dot_bf16_ref(const void *w, const float *x, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++)
+        o[c] =
+            snug_dot_row_ref(SNUG_DTYPE_BF16, w, (const float *)((const uint8_t *)x + c * xs), n);
+}
+
+void snug_qkernels_ref(struct snug_qkernels *k) {
+    *k = (struct snug_qkernels){
+        .quant_a32 = quant_a32_ref,
+        .quant_a256 = quant_a256_ref,
+        .dot_q8_0 = dot_q8_0_ref,
+        .dot_q4_k = dot_q4_k_ref,
+        .dot_q5_k = dot_q5_k_ref,
+        .dot_q6_k = dot_q6_k_ref,
+        .dot_f32 = dot_f32_ref,
+        .dot_f16 = dot_f16_ref,
+        .dot_bf16 = dot_bf16_ref,
+    };
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+static struct snug_qkernels g_ref, g_cur;
+static int g_hw = -1;      /* best level the CPU (and this build) supports */
+static atomic_int g_level; /* level in effect */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static int detect_hw(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    struct snug_qkernels tmp;
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (avx512 && snug_qkernels_avx512(&tmp)) return SNUG_CPU_AVX512;
+    if (avx2 && snug_qkernels_avx2(&tmp)) return SNUG_CPU_AVX2;
+#endif
+    return SNUG_CPU_SCALAR;
+}
+
+static void install(int level) {
+    struct snug_qkernels k = g_ref;
+    if (level >= SNUG_CPU_AVX512 && snug_qkernels_avx512(&k)) {
+        level = SNUG_CPU_AVX512;
+    } else if (level >= SNUG_CPU_AVX2 && snug_qkernels_avx2(&k)) {
+        level = SNUG_CPU_AVX2;
+    } else {
+        k = g_ref;
+        level = SNUG_CPU_SCALAR;
+    }
+    g_cur = k;
+    atomic_store(&g_level, level);
+}
+
+static void init_once(void) {
+    snug_qkernels_ref(&g_ref);
+    g_hw = detect_hw();
+    int level = g_hw;
+    const char *env = getenv("SNUG_CPU");
+    if (env && *env) {
+        if (!strcasecmp(env, "scalar"))
+            level = SNUG_CPU_SCALAR;
+        else if (!strcasecmp(env, "avx2"))
+            level = SNUG_MIN(level, SNUG_CPU_AVX2);
+        else if (!strcasecmp(env, "avx512"))
+            level = SNUG_MIN(level, SNUG_CPU_AVX512);
+    }
+    install(level);
+}
+
+int snug_cpu_level(void) {
+    pthread_once(&g_once, init_once);
+    return atomic_load(&g_level);
+}
+
+int snug_cpu_set_level(int level) {
+    pthread_once(&g_once, init_once);
+    install(SNUG_MIN(SNUG_MAX(level, SNUG_CPU_SCALAR), g_hw));
+    return atomic_load(&g_level);
+}
+
+const char *snug_cpu_level_name(int level) {
+    switch (level) {
+    case SNUG_CPU_SCALAR:
+        return "scalar";
+    case SNUG_CPU_AVX2:
+        return "avx2";
+    case SNUG_CPU_AVX512:
+        return "avx512";
+    default:
+        return "?";
+    }
+}
+
+static const struct snug_qkernels *kern(void) {
+    pthread_once(&g_once, init_once);
+    return &g_cur;
+}
+
+/* ---- public entry points ------------------------------------------------------------------ */
+
+uint32_t snug_act_type(uint32_t wtype) {
+    switch (wtype) {
+    case SNUG_DTYPE_Q8_0:
+        return SNUG_DTYPE_Q8_0;
+    case SNUG_DTYPE_Q4_K:
+    case SNUG_DTYPE_Q5_K:
+    case SNUG_DTYPE_Q6_K:
+        return SNUG_DTYPE_Q8_K;
+    default:
+        return SNUG_DTYPE_F32;
+    }
+}
+
+size_t snug_act_row_bytes(uint32_t wtype, int64_t n) {
+    switch (snug_act_type(wtype)) {
+    case SNUG_DTYPE_Q8_0:
+        return (size_t)(n / 32) * SNUG_A32_BYTES;
+    case SNUG_DTYPE_Q8_K:
+        return (size_t)(n / 256) * SNUG_A256_BYTES;
+    default:
+        return (size_t)n * sizeof(float);
+    }
+}
+
+static void act_quantize(const struct snug_qkernels *k, uint32_t wtype, const float *x, void *xq,
+                         int64_t n) {
+    switch (snug_act_type(wtype)) {
+    case SNUG_DTYPE_Q8_0:
+        SNUG_ASSERT(n % 32 == 0);
+        k->quant_a32(x, xq, n);
+        return;
+    case SNUG_DTYPE_Q8_K:
+        SNUG_ASSERT(n % 256 == 0);
+        k->quant_a256(x, xq, n);
+        return;
+    default:
+        if (xq != x) memcpy(xq, x, (size_t)n * sizeof(float));
+        return;
+    }
+}
+
+static void act_dot(const struct snug_qkernels *k, uint32_t wtype, const void *w, const void *xq,
+                    size_t xs, int nc, int64_t n, float *out) {
+    SNUG_ASSERT(nc >= 1 && nc <= 4);
+    switch (wtype) {
+    case SNUG_DTYPE_Q8_0:
+        k->dot_q8_0(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_Q4_K:
+        k->dot_q4_k(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_Q5_K:
+        k->dot_q5_k(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_Q6_K:
+        k->dot_q6_k(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_F32:
+        k->dot_f32(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_F16:
+        k->dot_f16(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_BF16:
+        k->dot_bf16(w, xq, xs, nc, n, out);
+        return;
+    default:
+        /* the remaining block types: dequantize-and-dot on float activations */
+        for (int c = 0; c < nc; c++)
+            out[c] = snug_dot_row(wtype, w, (const float *)((const uint8_t *)xq + c * xs), n);
+        return;
+    }
+}
+
+void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n) {
+    act_quantize(kern(), wtype, x, xq, n);
+}
+void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
+                  float *out) {
+    act_dot(kern(), wtype, w, xq, xs, nc, n, out);
+}
+void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
+    pthread_once(&g_once, init_once);
+    act_quantize(&g_ref, wtype, x, xq, n);
+}
+void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
+                      float *out) {
+    pthread_once(&g_once, init_once);
+    act_dot(&g_ref, wtype, w, xq, xs, nc, n, out);
+}

@@ -1,0 +1,44 @@
+/* quant_act.h — private to src/quant: the int8 activation block layouts and the kernel table
+ * that quant_dispatch.c fills from the scalar (quant_act.c), AVX2 (quant_avx2.c) and AVX-512
+ * (quant_avx512.c) implementations. The public entry points are in quant.h.
+ * Invariant: every table entry of every level computes the same integers; only the order of
+ * float additions may differ between levels.
+ * Read next: quant_act.c (the reference semantics), quant_simd.inc (the vector versions). */
+#ifndef SNUG_QUANT_ACT_H
+#define SNUG_QUANT_ACT_H
+
+#include "quant.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A32: 32 activations as int8 with one float scale; x ≈ d · q, |q| ≤ 127 (36 bytes). */
+#define SNUG_A32_BYTES 36
+/* A256: 256 activations as int8, one float scale, and the sums of q over each 16 (292 bytes):
+ * qs[256] | float d | int16 bsums[16]. */
+#define SNUG_A256_BYTES 292
+
+/* Dot of one weight row with nc (1..4) quantized activation rows (xq + c·xs), n elements. */
+typedef void (*snug_actdot_fn)(const void *w, const void *xq, size_t xs, int nc, int64_t n,
+                               float *out);
+/* Dot of one float-family weight row (F32/F16/BF16) with nc (1..4) float rows x + c·xs. */
+typedef void (*snug_fdot_fn)(const void *w, const float *x, size_t xs, int nc, int64_t n,
+                             float *out);
+typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);
+
+struct snug_qkernels {
+    snug_actq_fn quant_a32, quant_a256;
+    snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k;
+    snug_fdot_fn dot_f32, dot_f16, dot_bf16;
+};
+
+void snug_qkernels_ref(struct snug_qkernels *k);
+/* These return false when the binary was built without that kernel set. */
+bool snug_qkernels_avx2(struct snug_qkernels *k);
+bool snug_qkernels_avx512(struct snug_qkernels *k);
+
+/* Shared scalar helpers (quant_act.c). */
+float snug_act_f16(const uint8_t *p); /* little-endian half at p */
+void snug_act_kscale(const uint8_t *s, int j, int *sc, int *mn);
+
+#endif

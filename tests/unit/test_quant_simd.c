@@ -1,0 +1,171 @@
+/* test_quant_simd.c — every SIMD kernel level (AVX2, AVX-512) against the scalar reference,
+ * and the reference int8-activation kernels against plain double arithmetic.
+ *
+ * What is checked, and against what:
+ *  - activation quantizers (A32, A256): byte-identical blocks at every level, on odd lengths,
+ *    zero blocks, outliers and tiny values;
+ *  - the reference dot kernels: equal to Σ dequant(w)·dequant(xq) computed in double (so the
+ *    integer formulation, scales, mins and offsets are right);
+ *  - each level's dot kernels (Q8_0, Q4_K, Q5_K, Q6_K with int8 activations; F32, F16, BF16 on
+ *    float activations, odd n) for 1..4 activation rows at odd strides: within 2e-6·Σ|w·x| of
+ *    the reference (only the order of float additions differs);
+ *  - the SNUG_CPU level switch reports what it installed.
+ * Read next: src/quant/quant_act.c, src/quant/quant_simd.inc. */
+#include "core/core.h"
+#include "quant/quant.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint64_t rng_u64(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+static float rng_gauss(void) {
+    double u = (double)((rng_u64() >> 11) + 1) * 0x1p-53, v = (double)(rng_u64() >> 11) * 0x1p-53;
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* Random row with some structure: a zero stretch, an outlier, tiny values. */
+static void fill_row(float *x, int64_t n, int variant) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_gauss();
+    if (variant == 1 && n >= 64)
+        for (int64_t i = 0; i < 32; i++) x[i] = 0;
+    if (variant == 2) x[rng_u64() % (uint64_t)n] = 300.0f;
+    if (variant == 3)
+        for (int64_t i = 0; i < n; i++) x[i] *= 1e-30f;
+}
+
+/* Dequantize an activation row (A32 / A256 / float) into y. */
+static void deq_act(uint32_t wtype, const uint8_t *xq, int64_t n, double *y) {
+    uint32_t at = snug_act_type(wtype);
+    int64_t g = at == SNUG_DTYPE_Q8_0 ? 32 : at == SNUG_DTYPE_Q8_K ? 256 : 0;
+    if (!g) {
+        for (int64_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, xq + 4 * i, 4);
+            y[i] = f;
+        }
+        return;
+    }
+    size_t bb = g == 32 ? 36 : 292;
+    for (int64_t b = 0; b < n / g; b++) {
+        const uint8_t *p = xq + b * bb;
+        float d;
+        memcpy(&d, p + g, 4);
+        for (int64_t i = 0; i < g; i++) y[b * g + i] = (double)d * (int8_t)p[i];
+    }
+}
+
+static const int levels[3] = {SNUG_CPU_SCALAR, SNUG_CPU_AVX2, SNUG_CPU_AVX512};
+
+static void test_quantizers(void) {
+    int64_t lens[] = {256, 768, 2304, 4096};
+    uint32_t wt[2] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q4_K};
+    float *x = snug_malloc(4096 * sizeof(float));
+    uint8_t *a = snug_malloc(8192), *b = snug_malloc(8192);
+    for (int li = 1; li < 3; li++) {
+        if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+        int bad = 0, runs = 0;
+        for (int k = 0; k < 2; k++)
+            for (size_t ni = 0; ni < sizeof lens / sizeof *lens; ni++)
+                for (int v = 0; v < 4; v++) {
+                    int64_t n = lens[ni] + (k == 0 ? 32 * v : 0);
+                    if (k == 0 && n > 4096) n = 4096 - 32;
+                    fill_row(x, n, v);
+                    size_t rb = snug_act_row_bytes(wt[k], n);
+                    memset(a, 0x55, rb), memset(b, 0xaa, rb);
+                    snug_act_quantize(wt[k], x, a, n);
+                    snug_act_quantize_ref(wt[k], x, b, n);
+                    bad += memcmp(a, b, rb) != 0;
+                    runs++;
+                }
+        CHECKF(bad == 0, "%s quantizers: %d of %d rows differ from the reference",
+               snug_cpu_level_name(levels[li]), bad, runs);
+        printf("quantize act  %-6s  %d rows byte-identical to scalar\n",
+               snug_cpu_level_name(levels[li]), runs - bad);
+    }
+    snug_cpu_set_level(SNUG_CPU_AVX512);
+    snug_free(x), snug_free(a), snug_free(b);
+}
+
+static void test_dots(void) {
+    uint32_t types[] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K,
+                        SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16};
+    int64_t nmax = 2560;
+    float *wf = snug_malloc((size_t)nmax * 4), *x = snug_malloc((size_t)nmax * 4 * 4);
+    float *wd = snug_malloc((size_t)nmax * 4);
+    double *xd = snug_malloc((size_t)nmax * 8);
+    uint8_t *wq = snug_malloc((size_t)nmax * 4), *xq = snug_malloc((size_t)nmax * 4 * 4 + 4096);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti];
+        const struct snug_dtype_info *info = snug_dtype_info(type);
+        bool fl = snug_act_type(type) == SNUG_DTYPE_F32;
+        int64_t lens[3] = {info->block_elems, 5 * (int64_t)info->block_elems, 2560};
+        if (fl) lens[0] = 37, lens[1] = 301;
+        double worst_ref = 0, worst_lvl[3] = {0, 0, 0};
+        for (int ni = 0; ni < 3; ni++) {
+            int64_t n = lens[ni];
+            for (int v = 0; v < 4; v++) {
+                fill_row(wf, n, v == 3 ? 0 : v);
+                CHECK(snug_quantize_row(type, wf, wq, n, NULL));
+                snug_dequantize_row_ref(type, wq, wd, n);
+                size_t rb = snug_act_row_bytes(type, n);
+                size_t xs = rb + 4 * (size_t)(1 + ni); /* odd stride between rows */
+                for (int c = 0; c < 4; c++) {
+                    fill_row(x + c * n, n, v);
+                    snug_act_quantize_ref(type, x + c * n, xq + c * xs, n);
+                }
+                for (int nc = 1; nc <= 4; nc++) {
+                    float ref[4], got[4];
+                    snug_act_dot_ref(type, wq, xq, xs, nc, n, ref);
+                    for (int c = 0; c < nc; c++) {
+                        deq_act(type, xq + c * xs, n, xd);
+                        double s = 0, m = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                            s += wd[i] * xd[i];
+                            m += fabs(wd[i] * xd[i]);
+                        }
+                        double e = m > 0 ? fabs(ref[c] - s) / m : fabs(ref[c]);
+                        if (!(e <= worst_ref)) worst_ref = e;
+                        for (int li = 1; li < 3; li++) {
+                            if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+                            snug_act_dot(type, wq, xq, xs, nc, n, got);
+                            double eg = m > 0 ? fabs(got[c] - ref[c]) / m : fabs(got[c]);
+                            if (!(eg <= worst_lvl[li])) worst_lvl[li] = eg;
+                        }
+                    }
+                }
+            }
+        }
+        CHECKF(worst_ref < 2e-6, "%s reference dot vs double: err/Σ|wx| = %.3g", info->name,
+               worst_ref);
+        for (int li = 1; li < 3; li++)
+            CHECKF(worst_lvl[li] < 2e-6, "%s %s dot vs reference: err/Σ|wx| = %.3g", info->name,
+                   snug_cpu_level_name(levels[li]), worst_lvl[li]);
+        printf("dot %-5s  ref vs double %.2g   avx2 vs ref %.2g   avx512 vs ref %.2g\n", info->name,
+               worst_ref, worst_lvl[1], worst_lvl[2]);
+    }
+    snug_cpu_set_level(SNUG_CPU_AVX512);
+    snug_free(wf), snug_free(x), snug_free(wd), snug_free(xd), snug_free(wq), snug_free(xq);
+}
+
+int main(void) {
+    int hw = snug_cpu_set_level(SNUG_CPU_AVX512);
+    printf("cpu level: %s\n", snug_cpu_level_name(hw));
+    CHECK(snug_cpu_set_level(SNUG_CPU_SCALAR) == SNUG_CPU_SCALAR);
+    CHECK(snug_cpu_level() == SNUG_CPU_SCALAR);
+    snug_cpu_set_level(hw);
+#if defined(__x86_64__)
+    if (hw == SNUG_CPU_SCALAR) printf("SKIP: no AVX2 on this CPU: only the reference is tested\n");
+#endif
+    test_quantizers();
+    test_dots();
+    return TEST_DONE();
+}
