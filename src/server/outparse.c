@@ -169,6 +169,10 @@ static void call_begin(struct snug_outparse *p) {
     memmove(p->name.data, p->name.data + a, b - a);
     p->name.len = b - a;
     p->name.data[p->name.len] = 0;
+    for (size_t i = 0; i < p->name.len; i++) { /* names are identifiers: keep them printable */
+        unsigned char c = (unsigned char)p->name.data[i];
+        if (c < 0x20 || c >= 0x7F) p->name.data[i] = '_';
+    }
     p->call_live = p->name.len > 0;
     p->n_params = 0;
     snug_sbuf_reset(&p->args);
@@ -184,6 +188,8 @@ static void call_param(struct snug_outparse *p, const char *v, size_t n) {
     size_t a = 0, b = p->pname.len;
     while (a < b && is_ws(p->pname.data[a])) a++;
     while (b > a && is_ws(p->pname.data[b - 1])) b--;
+    for (size_t i = a; i < b; i++) /* keys: no control characters (JSON parsers refuse NUL) */
+        if ((unsigned char)p->pname.data[i] < 0x20) p->pname.data[i] = '_';
     snug_sbuf_reset(&p->delta);
     snug_sbuf_puts(&p->delta, p->n_params ? ", " : "{");
     snug_json_dumps_str(&p->delta, p->pname.data + a, b - a);

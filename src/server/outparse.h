@@ -38,7 +38,8 @@ enum snug_outparse_kind {
 struct snug_outparse_event {
     enum snug_outparse_kind kind;
     int index;        /* tool-call index (TOOL_*), else -1 */
-    const char *name; /* function name (TOOL_START, TOOL_END), else NULL */
+    const char *name; /* function name (TOOL_START, TOOL_END), else NULL; printable ASCII
+                         (other bytes of a generated name are replaced by '_') */
     const char *text;
     size_t len;
 };
