@@ -611,13 +611,36 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
-        int rc = tokenize_alloc(s->tok, text, tlen, &r->prompt, &n_prompt, &err);
-        snug_free(text);
-        if (rc != SNUG_OK) {
-            snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
-            goto reject;
+        /* tool_choice "required" / a named function: the assistant turn is begun for the model
+         * (reasoning closed, "<tool_call>" and, when named, "<function=NAME>" written), and the
+         * same text is fed to the output parser as if generated, so the response is a tool
+         * call whatever the model continues with (the parser closes what it leaves open). */
+        struct snug_sbuf full = {0}, force = {0};
+        if (tools && (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED)) {
+            if (in_reasoning) snug_sbuf_puts(&force, "\n</think>\n\n");
+            snug_sbuf_puts(&force, "<tool_call>\n");
+            if (q->tool_choice == SNUG_TOOL_NAMED) {
+                snug_sbuf_puts(&force, "<function=");
+                snug_sbuf_puts(&force, q->tool_name);
+                snug_sbuf_puts(&force, ">\n");
+            }
         }
-        if (snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err)) {
+        snug_sbuf_append(&full, text, tlen);
+        if (force.len) snug_sbuf_append(&full, force.data, force.len);
+        snug_free(text);
+        int rc = full.oom || force.oom
+                     ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
+                     : tokenize_alloc(s->tok, full.data, full.len, &r->prompt, &n_prompt, &err);
+        snug_sbuf_free(&full);
+        if (rc == SNUG_OK)
+            rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
+        if (rc == SNUG_OK && force.len) {
+            pthread_mutex_lock(&r->mu);
+            rc = snug_outparse_feed(r->parser, force.data, force.len, &err);
+            pthread_mutex_unlock(&r->mu);
+        }
+        snug_sbuf_free(&force);
+        if (rc != SNUG_OK) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }

@@ -141,16 +141,16 @@ def test_real(res, A, fx, tmp):
     ids = json.load(open(os.path.join(fx, "trained", "ids.json")))
     greedy = json.load(open(os.path.join(fx, "trained", "greedy.json")))
     greedy = greedy["ids"] if isinstance(greedy, dict) else greedy
-    ref = A.raw("POST", "/detokenize", {"tokens": greedy[:24]})[1]["content"]
-    r = cl.completions.create(model="trained-f16.gguf", prompt=ids, max_tokens=24, temperature=0)
+    ref = A.raw("POST", "/detokenize", {"tokens": greedy[:16]})[1]["content"]
+    r = cl.completions.create(model="trained-f16.gguf", prompt=ids, max_tokens=16, temperature=0)
     res.check(r.choices[0].text == ref, "greedy completion (ids prompt) = HF greedy reference")
-    res.check(r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 24 and
-              r.usage.total_tokens == len(ids) + 24 and r.choices[0].finish_reason == "length",
+    res.check(r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 16 and
+              r.usage.total_tokens == len(ids) + 16 and r.choices[0].finish_reason == "length",
               f"completion usage {r.usage.prompt_tokens}+{r.usage.completion_tokens}, finish length")
 
     # prefix reuse: prime a slot with the first 200 ids (max_tokens 1 leaves exactly them cached)
     cl.completions.create(model="trained-f16.gguf", prompt=ids[:200], max_tokens=1, temperature=0)
-    r2 = cl.completions.create(model="trained-f16.gguf", prompt=ids, max_tokens=24, temperature=0)
+    r2 = cl.completions.create(model="trained-f16.gguf", prompt=ids, max_tokens=16, temperature=0)
     cached = (r2.usage.model_extra or {}).get("prompt_tokens_details", {}) or {}
     cached = cached.get("cached_tokens") if isinstance(cached, dict) else None
     if cached is None and r2.usage.prompt_tokens_details is not None:
@@ -207,6 +207,14 @@ def test_real(res, A, fx, tmp):
                               e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob for e in lp)
     res.check(ok, "logprobs: 6 entries, greedy = top-1, sorted")
 
+    # a named tool_choice makes even this model answer with that call (arguments: a JSON object)
+    r = cl.chat.completions.create(
+        model="trained-f16.gguf", messages=msgs, tools=TOOLS, max_tokens=8, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    tc = r.choices[0].message.tool_calls or []
+    res.check(len(tc) == 1 and tc[0].function.name == "get_weather" and
+              isinstance(json.loads(tc[0].function.arguments), dict), "named tool_choice on a real model")
+
     # errors
     def err(body, status, param=None, path="/v1/chat/completions", key=KEY, what=""):
         st, b, _ = A.raw("POST", path, body, key=key)
@@ -262,7 +270,7 @@ def test_real(res, A, fx, tmp):
     st, txt, _ = A.raw("GET", "/metrics")
     gen = [ln for ln in txt.splitlines() if ln.startswith("snug_generated_tokens_total ")]
     res.check(st == 200 and 'snug_requests_total{route="/v1/chat/completions",status="400"}' in txt
-              and gen and float(gen[0].split()[1]) >= 24 and "snug_slots_busy 0" in txt,
+              and gen and float(gen[0].split()[1]) >= 16 and "snug_slots_busy 0" in txt,
               "metrics: requests by status, token counters, slots")
 
 
@@ -301,6 +309,21 @@ def test_scripted(res, B):
     tc = r.choices[0].message.tool_calls or []
     res.check(len(tc) == 1 and json.loads(tc[0].function.arguments) == {"city": "Rome"},
               "drift: JSON tool call without closing tag")
+    # tool_choice: a named function / "required" begin the call for the model
+    r = cl.chat.completions.create(
+        model="trained-f16.gguf", messages=msgs, tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        extra_body={"snug_script": "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"})
+    tc = r.choices[0].message.tool_calls or []
+    res.check(len(tc) == 1 and tc[0].function.name == "get_weather" and
+              json.loads(tc[0].function.arguments) == {"city": "Oslo"} and
+              r.choices[0].finish_reason == "tool_calls", "tool_choice named: forced call")
+    content, reas, calls, finish, _, _ = collect_stream(cl.chat.completions.create(
+        model="trained-f16.gguf", messages=msgs, tools=TOOLS, tool_choice="required", stream=True,
+        extra_body={"snug_script": "<function=get_weather>\n<parameter=city>\nLima\n</parameter>\n"}))
+    res.check(len(calls) == 1 and calls[0][0] == "get_weather" and
+              json.loads(calls[0][1]) == {"city": "Lima"} and finish == "tool_calls" and not reas,
+              "tool_choice required (stream, unclosed call)")
     # thinking off: content only
     r = cl.chat.completions.create(model="trained-f16.gguf", messages=msgs,
                                    extra_body={"snug_script": "Hello there.",
