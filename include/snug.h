@@ -118,6 +118,8 @@ struct snug_ctx_params {
     int32_t n_chunk;   /* maximum tokens per forward step (prompt chunk); 0 = 512 */
     int32_t kv_type;   /* enum snug_kv_type */
     int32_t n_threads; /* 0 = the model's n_threads */
+    int32_t n_draft;   /* speculative decoding: the most MTP drafts per step (0 = off); > 0
+                          needs an MTP block and allocates its cache and rollback snapshots */
 };
 struct snug_ctx_params snug_ctx_default_params(void);
 
@@ -131,6 +133,8 @@ void snug_ctx_reset(struct snug_ctx *ctx);
 enum {
     SNUG_EVAL_LOGITS_LAST = 0, /* logits_out holds [V]: the last token's logits */
     SNUG_EVAL_LOGITS_ALL = 1,  /* logits_out holds [n][V]: one row per token */
+    SNUG_EVAL_SNAPSHOT = 2,    /* keep a rollback point after each token (speculative
+                                  verification: n <= n_draft + 1 and n <= n_chunk) */
 };
 
 /* Append n tokens to the sequence and run the model over them, in chunks of at most n_chunk
@@ -150,6 +154,60 @@ int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx);
 typedef void (*snug_layer_hook)(void *user, int32_t stage, snug_pos pos0, int32_t n, int32_t n_embd,
                                 const float *rows);
 void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *user);
+
+/* ==== speculative decoding with the MTP block (docs/spec-decode.md) ========================
+ * A context made with n_draft > 0 keeps the trunk's last hidden rows and runs the model's MTP
+ * block on them (spec §3). One step, for a sampled token `next` that is not yet evaluated:
+ *   snug_ctx_draft(ctx, next, k, d, &nd, &err);               // k drafts by MTP argmax
+ *   ids = [next, d_1..d_nd]; snug_ctx_eval(ctx, ids, nd + 1, logits,
+ *                          SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, &err);   // verify
+ *   accept a prefix of a drafts, then snug_ctx_truncate(ctx, n_past0 + a + 1, &err);
+ * (src/spec/spec.h snug_spec_step does all of it with a sampler, greedy or Leviathan
+ * rejection sampling.) Everything is allocated at snug_ctx_init. */
+
+/* MTP blocks in the file (`nextn_predict_layers`); 0 = no speculative decoding. */
+int32_t snug_model_n_nextn(const struct snug_model *m);
+/* The n_draft the context was made with (0 = speculation off). */
+int32_t snug_ctx_n_draft(const struct snug_ctx *ctx);
+
+/* Evaluate like snug_ctx_eval with SNUG_EVAL_LOGITS_ALL into logits (may be NULL) and also
+ * write the step-1 MTP logits of every position whose next token this call supplies into
+ * mtp_logits: on a fresh context [n-1][V], row p = MTP(hidden at p, ids[p+1], position p),
+ * the layout of the fixtures' mtp_logits.f32. Needs n_draft > 0. */
+int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits,
+                      float *mtp_logits, struct snug_err *err);
+
+/* Draft up to k tokens after `next` (sampled from the last eval's logits, not yet evaluated):
+ * MTP step 1 over the positions the last eval(s) processed with their next tokens (filling
+ * the MTP cache), draft 1 = argmax at the last position, drafts 2..k chain the MTP's own
+ * hidden output at position + 1 (spec §3.3). k is clamped to n_draft and to the context left
+ * for verifying; *n_out gets the count (0 when no room). Allocates nothing. */
+int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token *drafts,
+                   int32_t *n_out, struct snug_err *err);
+
+/* Roll the sequence back to n_past tokens: attention caches are truncated and the DeltaNet
+ * conv/delta states restored from the snapshot taken after token n_past - 1 by the last
+ * SNUG_EVAL_SNAPSHOT eval (or rebuilt, see snug_spec_set_rollback). n_past 0 is a reset.
+ * SNUG_ERR_INVALID when no snapshot covers n_past. */
+int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err);
+
+/* Acceptance statistics, accumulated over the context's life (snug_ctx_reset keeps them).
+ * Mean acceptance length = n_emitted / n_steps (tokens per verification, bonus included);
+ * acceptance rate at draft position i = accepted_at[i] / proposed_at[i]. */
+#define SNUG_SPEC_MAX_DRAFT 16
+struct snug_spec_stats {
+    int64_t n_steps;    /* verifications */
+    int64_t n_drafted;  /* draft tokens proposed */
+    int64_t n_accepted; /* draft tokens accepted */
+    int64_t n_emitted;  /* tokens produced by verifications (accepted + 1 each) */
+    int64_t proposed_at[SNUG_SPEC_MAX_DRAFT];
+    int64_t accepted_at[SNUG_SPEC_MAX_DRAFT];
+};
+void snug_ctx_spec_stats(const struct snug_ctx *ctx, struct snug_spec_stats *out);
+void snug_ctx_spec_stats_reset(struct snug_ctx *ctx);
+/* Drafts per step used by snug_spec_step: 0 (plain decoding) .. n_draft. Default n_draft. */
+int snug_ctx_set_spec(struct snug_ctx *ctx, int32_t draft_k, struct snug_err *err);
+int32_t snug_ctx_spec_k(const struct snug_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -220,7 +220,10 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
         .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
         .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
     };
-    out->work_bytes = snug_qwen35_trunk_work_bytes(hp, n_chunk, n_threads) + ffn_work_bytes;
+    /* a step is either a trunk step or an MTP step (speculative decoding), never both */
+    size_t trunk = snug_qwen35_trunk_work_bytes(hp, n_chunk, n_threads);
+    size_t mtp = snug_qwen35_mtp_work_bytes(hp, n_chunk, n_threads);
+    out->work_bytes = SNUG_MAX(trunk, mtp) + ffn_work_bytes;
     out->kv_bytes_per_token = snug_kv_bytes_per_token(&s);
     out->state_bytes = snug_kv_state_bytes(&s);
 }
@@ -283,6 +286,23 @@ static float softplus(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
+/* The delta rule of a verification step (speculative decoding): the step recurrence token by
+ * token, saving the state after token t into snapshot slot t, so a partial acceptance can roll
+ * back to any of the T positions (kv.h). Same numbers as T single-token decode steps. */
+static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
+                               const struct trunk_bufs *B, float *S) {
+    const struct snug_hparams *hp = &f->m->hp;
+    int64_t Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = dk;
+    int64_t kd = Nk * dk, di = hp->ssm_d_inner;
+    SNUG_ASSERT(f->T <= f->kv->n_snap);
+    for (int64_t t = 0; t < f->T; t++) {
+        snug_op_gated_delta_step(f->pool, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd,
+                                 B->vd + t * di, B->aa + t * Nv, B->bb + t * Nv, S, B->o + t * di);
+        memcpy(snug_kv_snap_delta(f->kv, (int32_t)t, L->rec_idx), S,
+               (size_t)f->kv->shape.delta_elems * sizeof(float));
+    }
+}
+
 /* Gated DeltaNet (spec §2.5): projections, causal conv + SiLU (conv state), split [Q|K|V],
  * L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
  * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
@@ -294,8 +314,17 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     matmul(f, L->ssm_z, B->xn, T, B->z);
     matmul(f, L->ssm_beta, B->xn, T, B->bb);
     matmul(f, L->ssm_alpha, B->xn, T, B->aa);
-    snug_op_conv_silu(B->mix, T, cd, hp->conv_kernel, f32(L->ssm_conv),
-                      snug_kv_conv_state(f->kv, L->rec_idx), B->u);
+    float *conv = snug_kv_conv_state(f->kv, L->rec_idx);
+    if (f->kv->snap_on) { /* token by token, saving the conv state after each */
+        for (int64_t t = 0; t < T; t++) {
+            snug_op_conv_silu(B->mix + t * cd, 1, cd, hp->conv_kernel, f32(L->ssm_conv), conv,
+                              B->u + t * cd);
+            memcpy(snug_kv_snap_conv(f->kv, (int32_t)t, L->rec_idx), conv,
+                   (size_t)f->kv->shape.conv_elems * sizeof(float));
+        }
+    } else {
+        snug_op_conv_silu(B->mix, T, cd, hp->conv_kernel, f32(L->ssm_conv), conv, B->u);
+    }
     float qscale = 1.0f / sqrtf((float)dk);
     for (int64_t t = 0; t < T; t++) {
         const float *u = B->u + t * cd;
@@ -314,7 +343,9 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
             B->aa[t * Nv + j] = a[j] * softplus(B->aa[t * Nv + j] + dt[j]);
         }
     float *S = snug_kv_delta_state(f->kv, L->rec_idx);
-    if (T == 1)
+    if (f->kv->snap_on) {
+        deltanet_snapshots(f, L, B, S);
+    } else if (T == 1)
         snug_op_gated_delta_step(f->pool, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S,
                                  B->o);
     else
@@ -365,6 +396,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
 
     snug_op_rmsnorm(B.x, f32(m->output_norm), hp->rms_eps, T, H, B.xn);
     if (f->hook) f->hook(f->hook_user, (int32_t)hp->n_layer + 1, f->pos0, f->T, (int32_t)H, B.xn);
+    if (f->hidden_out) memcpy(f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
     if (!f->logits) return;
     if (f->logits_all)
         matmul(f, m->output, B.xn, T, f->logits);
@@ -388,9 +420,14 @@ static void qwen35_forward(struct snug_fwd *f) {
     snug_qwen35_forward_common(f, dense_ffn);
 }
 
+static void qwen35_mtp_forward(struct snug_fwd *f) {
+    snug_qwen35_mtp_forward_common(f, dense_ffn);
+}
+
 const struct snug_arch snug_arch_qwen35 = {
     .name = "qwen35",
     .load = qwen35_load,
     .plan = qwen35_plan,
     .forward = qwen35_forward,
+    .mtp_forward = qwen35_mtp_forward,
 };

@@ -172,9 +172,15 @@ static void moe_forward(struct snug_fwd *f) {
     snug_qwen35_forward_common(f, moe_ffn);
 }
 
+/* The MTP block with this architecture's MoE FFN (qwen35_mtp.c). */
+static void moe_mtp_forward(struct snug_fwd *f) {
+    snug_qwen35_mtp_forward_common(f, moe_ffn);
+}
+
 const struct snug_arch snug_arch_qwen35moe = {
     .name = "qwen35moe",
     .load = moe_load,
     .plan = moe_plan,
     .forward = moe_forward,
+    .mtp_forward = moe_mtp_forward,
 };

@@ -1,6 +1,7 @@
 /* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
- * [--kv f32|f16] [--ctx N]`: one forward over a JSON array of token ids, writing the [T][V]
- * float32 logits (little-endian, row-major) — the format of the fixtures' logits.f32.
+ * [--kv f32|f16] [--ctx N] [--mtp]`: one forward over a JSON array of token ids, writing the
+ * [T][V] float32 logits (little-endian, row-major) — the format of the fixtures' logits.f32.
+ * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
 
@@ -46,13 +47,14 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
 
 static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
-                    "[--chunk N] [--kv f32|f16] [--ctx N]\n");
+                    "[--chunk N] [--kv f32|f16] [--ctx N] [--mtp]\n");
     return 2;
 }
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL, *kv = "f16";
     long threads = 0, chunk = 0, n_ctx = 0;
+    int mtp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -67,6 +69,8 @@ int cmd_logits(int argc, char **argv) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!cli_int(argc, argv, &i, &chunk)) return 2;
+        } else if (!strcmp(a, "--mtp")) {
+            mtp = 1;
         } else if (!strcmp(a, "--ctx")) {
             if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
         } else {
@@ -95,6 +99,11 @@ int cmd_logits(int argc, char **argv) {
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
     cp.kv_type = strcmp(kv, "f32") ? SNUG_KV_F16 : SNUG_KV_F32;
     cp.n_threads = (int32_t)threads;
+    cp.n_draft = mtp; /* the MTP state (cache, hidden rows) comes with speculative decoding */
+    if (mtp && n < 2) {
+        snug_err_set(&err, SNUG_ERR_INVALID, "--mtp needs at least 2 token ids, got %d", n);
+        goto done;
+    }
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto done;
     size_t V = (size_t)snug_model_n_vocab(m);
     logits = malloc((size_t)n * V * sizeof(float));
@@ -102,7 +111,12 @@ int cmd_logits(int argc, char **argv) {
         snug_err_set(&err, SNUG_ERR_NOMEM, "cannot allocate %d x %zu logits", n, V);
         goto done;
     }
-    if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) goto done;
+    if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
+        if (snug_ctx_eval_mtp(ctx, ids, n, NULL, logits, &err)) goto done;
+        n -= 1;
+    } else if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) {
+        goto done;
+    }
     FILE *f = fopen(out_path, "wb");
     if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
         if (f) fclose(f);

@@ -60,6 +60,7 @@ int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_
 
 void snug_kv_free(struct snug_kv *kv) {
     if (!kv) return;
+    snug_free(kv->snap);
     snug_arena_free(&kv->arena);
     memset(kv, 0, sizeof *kv);
 }
@@ -69,4 +70,42 @@ void snug_kv_reset(struct snug_kv *kv) {
     if (s->n_rec == 0) return;
     memset(kv->conv, 0, (size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float));
     memset(kv->delta, 0, (size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float));
+}
+
+size_t snug_kv_snap_bytes(const struct snug_kv_shape *s, int32_t n) {
+    return (size_t)n * SNUG_ALIGN_UP(snug_kv_state_bytes(s), (size_t)KV_ALIGN);
+}
+
+/* One heap block of n slots; slot t starts at a 64-byte multiple from the block. */
+int snug_kv_snap_init(struct snug_kv *kv, int32_t n, struct snug_err *err) {
+    if (n < 0) return snug_err_set(err, SNUG_ERR_INVALID, "KV snapshots: %d slots", n);
+    if (kv->snap && kv->n_snap == n) return SNUG_OK;
+    snug_free(kv->snap);
+    kv->snap = NULL;
+    kv->n_snap = 0;
+    kv->snap_on = false;
+    size_t bytes = snug_kv_snap_bytes(&kv->shape, n);
+    if (bytes == 0) return SNUG_OK;
+    kv->snap = snug_calloc(1, bytes);
+    if (!kv->snap)
+        return snug_err_set(err, SNUG_ERR_NOMEM, "KV snapshots: cannot allocate %zu bytes", bytes);
+    kv->n_snap = n;
+    kv->snap_stride = SNUG_ALIGN_UP(snug_kv_state_bytes(&kv->shape), (size_t)KV_ALIGN) / 4;
+    return SNUG_OK;
+}
+
+void snug_kv_snap_save(struct snug_kv *kv, int32_t t) {
+    SNUG_ASSERT(t >= 0 && t < kv->n_snap);
+    const struct snug_kv_shape *s = &kv->shape;
+    if (s->n_rec == 0) return;
+    memcpy(snug_kv_snap_conv(kv, t, 0), kv->conv, (size_t)s->n_rec * (size_t)s->conv_elems * 4);
+    memcpy(snug_kv_snap_delta(kv, t, 0), kv->delta, (size_t)s->n_rec * (size_t)s->delta_elems * 4);
+}
+
+void snug_kv_snap_restore(struct snug_kv *kv, int32_t t) {
+    SNUG_ASSERT(t >= 0 && t < kv->n_snap);
+    const struct snug_kv_shape *s = &kv->shape;
+    if (s->n_rec == 0) return;
+    memcpy(kv->conv, snug_kv_snap_conv(kv, t, 0), (size_t)s->n_rec * (size_t)s->conv_elems * 4);
+    memcpy(kv->delta, snug_kv_snap_delta(kv, t, 0), (size_t)s->n_rec * (size_t)s->delta_elems * 4);
 }

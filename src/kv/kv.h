@@ -3,13 +3,19 @@
  * Gated DeltaNet layer (conv state [K-1][conv_dim] + delta state [Nv][dk][dv], float32).
  * Owns one arena holding all of it, sized exactly by snug_kv_bytes at init.
  * Invariant: nothing is allocated after snug_kv_init; reset only zeroes the recurrent state
- * (KV rows past n_past are never read). Read next: src/arch/qwen35.c (the user).
+ * (KV rows past n_past are never read). Rollback (speculative decoding): snug_kv_snap_init
+ * adds n snapshot slots, each a full copy of the recurrent states; while `snap_on` is set the
+ * forward saves the state after token t of the step into slot t (see qwen35.c deltanet), and
+ * snug_kv_snap_restore copies a slot back. Attention rows need no snapshot: truncating
+ * n_past is enough. Read next: src/arch/qwen35.c (the user).
  */
 #ifndef SNUG_KV_H
 #define SNUG_KV_H
 
 #include "backend/cpu/ops.h"
 #include "core/core.h"
+
+#include <stdbool.h>
 
 struct snug_kv_shape {
     int32_t n_attn;      /* attention layers */
@@ -28,6 +34,11 @@ struct snug_kv {
     struct snug_kv_view *views; /* [n_attn] */
     float *conv;                /* [n_rec][conv_elems] */
     float *delta;               /* [n_rec][delta_elems] */
+    /* rollback snapshots (NULL/0 unless snug_kv_snap_init was called) */
+    float *snap;        /* [n_snap][snap_stride]: conv states, then delta states */
+    int32_t n_snap;     /* slots */
+    size_t snap_stride; /* floats per slot (64-byte aligned) */
+    bool snap_on;       /* the forward saves per-token states into slots 0..T-1 */
 };
 
 /* Bytes of K+V for one token over all attention layers. */
@@ -41,6 +52,22 @@ int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_
 void snug_kv_free(struct snug_kv *kv);
 /* Start a new sequence: zero every recurrent state. */
 void snug_kv_reset(struct snug_kv *kv);
+
+/* Bytes of n snapshot slots (what snug_kv_snap_init allocates; the plan's snapshot item). */
+size_t snug_kv_snap_bytes(const struct snug_kv_shape *s, int32_t n);
+/* Allocate n snapshot slots (at context init; idempotent for the same n). */
+int snug_kv_snap_init(struct snug_kv *kv, int32_t n, struct snug_err *err);
+/* Copy every recurrent state into slot t / back from slot t. */
+void snug_kv_snap_save(struct snug_kv *kv, int32_t t);
+void snug_kv_snap_restore(struct snug_kv *kv, int32_t t);
+static inline float *snug_kv_snap_conv(struct snug_kv *kv, int32_t t, int32_t rec_idx) {
+    return kv->snap + (size_t)t * kv->snap_stride + (size_t)rec_idx * (size_t)kv->shape.conv_elems;
+}
+static inline float *snug_kv_snap_delta(struct snug_kv *kv, int32_t t, int32_t rec_idx) {
+    return kv->snap + (size_t)t * kv->snap_stride +
+           (size_t)kv->shape.n_rec * (size_t)kv->shape.conv_elems +
+           (size_t)rec_idx * (size_t)kv->shape.delta_elems;
+}
 
 static inline float *snug_kv_conv_state(struct snug_kv *kv, int32_t rec_idx) {
     return kv->conv + (int64_t)rec_idx * kv->shape.conv_elems;

@@ -1,13 +1,15 @@
 /* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool, the
  * KV/state caches (src/kv) and the work arena, all sized at snug_ctx_init by the memory
  * planner (src/plan/plan.h); snug_ctx_eval splits the input into chunks of at most n_chunk tokens
- * and runs the architecture's forward on each.
+ * and runs the architecture's forward on each. With n_draft > 0 it also owns the MTP state
+ * (src/spec) and the rollback snapshots; see snug_ctx_truncate.
  * Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count around it).
  * Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
 #include "plan/plan.h"
+#include "spec/spec.h"
 #include "quant/quant.h"
 
 #include <string.h>
@@ -23,6 +25,11 @@ struct snug_ctx {
     int32_t n_past;
     snug_layer_hook hook;
     void *hook_user;
+    struct snug_spec *spec; /* NULL unless n_draft > 0 */
+    float *mtp_sink;        /* snug_ctx_eval_mtp: where MTP step-1 logits go */
+    int64_t mtp_rows;       /* rows written there so far */
+    snug_pos snap_pos0;     /* the last SNUG_EVAL_SNAPSHOT eval: first position */
+    int32_t snap_n;         /* and its token count (0: no rollback point) */
 };
 
 struct snug_ctx_params snug_ctx_default_params(void) {
@@ -49,6 +56,9 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
     }
     if (p.n_chunk == 0) p.n_chunk = 512;
     if (p.n_chunk > p.n_ctx) p.n_chunk = p.n_ctx;
+    if (p.n_draft < 0 || p.n_draft > SNUG_SPEC_MAX_DRAFT)
+        return snug_err_set(err, SNUG_ERR_INVALID, "context: n_draft %d: expected 0..%d", p.n_draft,
+                            SNUG_SPEC_MAX_DRAFT);
 
     struct snug_ctx *c = snug_calloc(1, sizeof *c);
     if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
@@ -64,6 +74,7 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
         .n_ctx = p.n_ctx,
         .n_slots = 1,
         .n_chunk = p.n_chunk,
+        .n_draft = p.n_draft,
         .n_threads = c->n_threads,
         .kv_type = p.kv_type,
         .backend = SNUG_BACKEND_CPU,
@@ -80,6 +91,14 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
+    if (p.n_draft > 0) { /* speculative decoding: MTP state + n_draft + 1 rollback slots */
+        rc = snug_spec_init(&c->spec, m, p.n_ctx, p.n_chunk, p.n_draft,
+                            (enum snug_kv_type)p.kv_type, err);
+        if (rc) goto fail;
+        SNUG_ASSERT(plan.snapshot_bytes == snug_kv_snap_bytes(&plan.kv_shape, p.n_draft + 1));
+        rc = snug_kv_snap_init(&c->kv, p.n_draft + 1, err);
+        if (rc) goto fail;
+    }
     *out = c;
     return SNUG_OK;
 fail:
@@ -89,6 +108,7 @@ fail:
 
 void snug_ctx_free(struct snug_ctx *ctx) {
     if (!ctx) return;
+    snug_spec_free(ctx->spec);
     snug_free(ctx->pos);
     snug_arena_free(&ctx->work);
     snug_kv_free(&ctx->kv);
@@ -98,7 +118,9 @@ void snug_ctx_free(struct snug_ctx *ctx) {
 
 void snug_ctx_reset(struct snug_ctx *ctx) {
     ctx->n_past = 0;
+    ctx->snap_n = 0;
     snug_kv_reset(&ctx->kv);
+    if (ctx->spec) snug_spec_reset(ctx->spec);
 }
 
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
@@ -132,7 +154,18 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
                                 "eval: token id %d at index %d is outside the vocabulary [0, %u)",
                                 ids[i], i, m->hp.n_vocab);
     bool all = flags & SNUG_EVAL_LOGITS_ALL;
+    bool snap = flags & SNUG_EVAL_SNAPSHOT;
+    if (snap && (!ctx->spec || n > ctx->p.n_draft + 1))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "eval: a snapshot eval of %d tokens needs a context with n_draft >= "
+                            "%d (this one has %d)",
+                            n, n - 1, ctx->p.n_draft);
     int64_t V = m->hp.n_vocab;
+    ctx->snap_n = 0;
+    bool recompute = snap && ctx->spec->recompute;
+    if (recompute) snug_kv_snap_save(&ctx->kv, 0); /* the state before the verification */
+    ctx->kv.snap_on = snap && !recompute;
+    if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
         for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
@@ -145,6 +178,7 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
                 lg = logits_out;
         }
         struct snug_fwd f = {
+            .hidden_out = ctx->spec ? ctx->spec->hid : NULL,
             .m = m,
             .pool = ctx->pool,
             .n_threads = ctx->n_threads,
@@ -159,8 +193,115 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
+        if (ctx->spec) { /* the pending rows learn their next token: MTP step 1 over them */
+            float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
+            ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
+            snug_arena_reset_to(&ctx->work, 0);
+        }
         m->arch->forward(&f);
+        if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }
+    ctx->kv.snap_on = false;
     return SNUG_OK;
+}
+
+/* ---- speculative decoding (src/spec) ------------------------------------------------------ */
+struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx) {
+    return ctx->spec;
+}
+int32_t snug_ctx_n_draft(const struct snug_ctx *ctx) {
+    return ctx->p.n_draft;
+}
+int32_t snug_model_n_nextn(const struct snug_model *m) {
+    return (int32_t)m->hp.n_nextn;
+}
+
+/* The fields of a forward step every MTP run shares with the trunk's. */
+static struct snug_fwd base_fwd(struct snug_ctx *ctx) {
+    return (struct snug_fwd){
+        .m = ctx->m, .pool = ctx->pool, .n_threads = ctx->n_threads, .work = &ctx->work};
+}
+
+int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits,
+                      float *mtp_logits, struct snug_err *err) {
+    if (!ctx->spec)
+        return snug_err_set(err, SNUG_ERR_INVALID, "MTP logits need a context with n_draft > 0");
+    ctx->mtp_sink = mtp_logits;
+    ctx->mtp_rows = 0;
+    int rc = snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, err);
+    if (rc == SNUG_OK) { /* the rows whose next token is in ids, all but the last position */
+        struct snug_fwd base = base_fwd(ctx);
+        snug_spec_flush_known(ctx->spec, &base,
+                              mtp_logits ? mtp_logits + ctx->mtp_rows * (int64_t)ctx->m->hp.n_vocab
+                                         : NULL);
+    }
+    ctx->mtp_sink = NULL;
+    return rc;
+}
+
+int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token *drafts,
+                   int32_t *n_out, struct snug_err *err) {
+    *n_out = 0;
+    if (!ctx->spec) return snug_err_set(err, SNUG_ERR_INVALID, "draft: context has n_draft 0");
+    struct snug_fwd base = base_fwd(ctx);
+    return snug_spec_draft(ctx->spec, &base, ctx->n_past, ctx->p.n_ctx, next, k, drafts, n_out,
+                           err);
+}
+
+/* Back to n_past tokens: the attention rows past it are dead, the recurrent states come from
+ * the snapshot after token n_past - 1 (or are rebuilt from the state before the verification
+ * by running the kept tokens again, in recompute mode), the MTP's pending rows are cut. */
+int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err) {
+    if (n_past == ctx->n_past) return SNUG_OK;
+    if (n_past == 0) {
+        snug_ctx_reset(ctx);
+        return SNUG_OK;
+    }
+    if (ctx->snap_n == 0 || n_past <= ctx->snap_pos0 || n_past > ctx->snap_pos0 + ctx->snap_n)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "truncate to %d tokens: the recurrent state can only go back to a "
+                            "token of the last snapshot eval (positions %d..%d)",
+                            n_past, ctx->snap_pos0, ctx->snap_pos0 + ctx->snap_n - 1);
+    int32_t keep = n_past - ctx->snap_pos0; /* tokens of the snapshot eval that stay */
+    struct snug_spec *sp = ctx->spec;
+    if (sp->recompute) {
+        snug_kv_snap_restore(&ctx->kv, 0);
+        for (int32_t i = 0; i < keep; i++) ctx->pos[i] = ctx->snap_pos0 + i;
+        snug_arena_reset_to(&ctx->work, 0);
+        struct snug_fwd f = base_fwd(ctx);
+        f.kv = &ctx->kv;
+        f.ids = sp->hid_ids;
+        f.pos = ctx->pos;
+        f.T = keep;
+        f.pos0 = ctx->snap_pos0;
+        ctx->m->arch->forward(&f);
+    } else {
+        snug_kv_snap_restore(&ctx->kv, keep - 1);
+    }
+    ctx->n_past = n_past;
+    if (sp->hid_pos0 == ctx->snap_pos0) sp->n_hid = SNUG_MIN(sp->n_hid, keep);
+    return SNUG_OK;
+}
+
+void snug_ctx_spec_stats(const struct snug_ctx *ctx, struct snug_spec_stats *out) {
+    if (ctx->spec)
+        *out = ctx->spec->stats;
+    else
+        memset(out, 0, sizeof *out);
+}
+void snug_ctx_spec_stats_reset(struct snug_ctx *ctx) {
+    if (ctx->spec) memset(&ctx->spec->stats, 0, sizeof ctx->spec->stats);
+}
+
+int snug_ctx_set_spec(struct snug_ctx *ctx, int32_t draft_k, struct snug_err *err) {
+    if (draft_k < 0 || draft_k > ctx->p.n_draft)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "speculative drafts %d: expected 0..%d (the context's n_draft)",
+                            draft_k, ctx->p.n_draft);
+    if (ctx->spec) ctx->spec->k = draft_k;
+    return SNUG_OK;
+}
+int32_t snug_ctx_spec_k(const struct snug_ctx *ctx) {
+    return ctx->spec ? ctx->spec->k : 0;
 }

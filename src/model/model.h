@@ -107,6 +107,11 @@ struct snug_arch {
                  enum snug_kv_type kv_type, struct snug_arch_plan *out);
     /* Run T ≤ n_chunk tokens through the model (see struct snug_fwd). */
     void (*forward)(struct snug_fwd *f);
+    /* One MTP step over T ≤ n_chunk positions (spec §3.2): f->ids are the tokens x_{p+1},
+     * f->pos the positions p, f->mtp_hidden_in the trunk's (or the MTP's own) hidden rows,
+     * f->kv the MTP block's cache (view 0). Writes h' to f->hidden_out (if set) and logits
+     * to f->logits. NULL when the architecture has no MTP. (src/arch/qwen35_mtp.c) */
+    void (*mtp_forward)(struct snug_fwd *f);
 };
 
 struct snug_model {
@@ -135,6 +140,8 @@ struct snug_fwd {
     bool logits_all;
     snug_layer_hook hook;
     void *hook_user;
+    float *hidden_out;          /* NULL or [T][H]: rows after the final norm (MTP input) */
+    const float *mtp_hidden_in; /* mtp_forward only: [T][H] hidden input rows */
 };
 
 /* Arch helpers shared between registry entries (src/model/tensors.c). */
@@ -163,5 +170,9 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
                              enum snug_kv_type kv_type, size_t ffn_work_bytes,
                              struct snug_arch_plan *out);
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
+/* The MTP block of the qwen35 family (src/arch/qwen35_mtp.c): scratch of a step of T
+ * positions (without the FFN's) and the forward (see snug_arch.mtp_forward). */
+size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);
+void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 
 #endif /* SNUG_MODEL_H */

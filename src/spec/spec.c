@@ -1,0 +1,275 @@
+/* spec.c — speculative decoding with the MTP block: the per-context MTP state, MTP step 1 over
+ * the trunk's pending hidden rows, chained drafting, and the draft → verify → accept →
+ * rollback step with greedy or rejection-sampling acceptance (spec §3.3, §3.4).
+ * Invariant: see spec.h (pending rows end at n_past - 1); nothing here allocates after
+ * snug_spec_init. Read next: src/arch/qwen35_mtp.c (the MTP forward), src/model/context.c
+ * (eval, truncate), docs/spec-decode.md.
+ */
+#include "spec/spec.h"
+
+#include "quant/quant.h"
+
+#include <string.h>
+
+/* The MTP block's cache: one attention layer of the trunk's attention shape. */
+static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t n_ctx,
+                                         enum snug_kv_type kv_type) {
+    return (struct snug_kv_shape){
+        .n_attn = 1,
+        .n_head_kv = (int32_t)hp->n_head_kv,
+        .head_dim = (int32_t)hp->head_dim,
+        .n_ctx = n_ctx,
+        .type = kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+    };
+}
+
+/* Lay out (a != NULL) or count the buffers of struct snug_spec; returns the bytes. */
+static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
+                           struct snug_arena *a, struct snug_spec *o) {
+    size_t C = (size_t)n_chunk, H = hp->n_embd, V = hp->n_vocab, K1 = (size_t)n_draft + 1;
+    size_t sz[] = {C * H * 4, C * 4, C * 4,      C * 4, C * H * 4,
+                   H * 4,     H * 4, K1 * V * 4, V * 4, K1 * 4};
+    void **dst[] = {(void **)&o->hid,   (void **)&o->hid_ids, (void **)&o->tok, (void **)&o->pos,
+                    (void **)&o->h2,    (void **)&o->ha,      (void **)&o->hb,  (void **)&o->logits,
+                    (void **)&o->probs, (void **)&o->batch};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        total += SNUG_ALIGN_UP(sz[i], 64);
+        if (a) *dst[i] = snug_arena_alloc(a, sz[i], 64);
+    }
+    return total + 64;
+}
+
+size_t snug_spec_bytes(const struct snug_hparams *hp, int32_t n_ctx, int32_t n_chunk,
+                       int32_t n_draft, enum snug_kv_type kv_type) {
+    struct snug_kv_shape s = mtp_kv_shape(hp, n_ctx, kv_type);
+    struct snug_spec tmp;
+    return snug_kv_bytes(&s) + spec_buffers(hp, n_chunk, n_draft, NULL, &tmp);
+}
+
+int snug_spec_init(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
+                   int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
+                   struct snug_err *err) {
+    *out = NULL;
+    const struct snug_hparams *hp = &m->hp;
+    if (hp->n_nextn == 0 || !m->arch->mtp_forward)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "speculative decoding (n_draft %d) needs an MTP block, but this %s "
+                            "model has %s.nextn_predict_layers = 0; use n_draft 0",
+                            n_draft, hp->arch, hp->arch);
+    if (n_draft < 1 || n_draft > SNUG_SPEC_MAX_DRAFT || n_draft + 1 > n_chunk)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "n_draft %d: expected 1..%d and at most n_chunk - 1 (%d)", n_draft,
+                            SNUG_SPEC_MAX_DRAFT, n_chunk - 1);
+    struct snug_spec *sp = snug_calloc(1, sizeof *sp);
+    if (!sp) return snug_err_set(err, SNUG_ERR_NOMEM, "speculative decoding: out of memory");
+    struct snug_kv_shape s = mtp_kv_shape(hp, n_ctx, kv_type);
+    int rc = snug_kv_init(&sp->kv, &s, err);
+    if (rc) goto fail;
+    rc = snug_arena_init(&sp->arena, "spec", spec_buffers(hp, n_chunk, n_draft, NULL, sp), err);
+    if (rc) goto fail;
+    spec_buffers(hp, n_chunk, n_draft, &sp->arena, sp);
+    sp->n_chunk = n_chunk;
+    sp->n_draft = sp->k = n_draft;
+    sp->H = hp->n_embd;
+    sp->V = hp->n_vocab;
+    snug_rng_seed(&sp->rng, 0);
+    *out = sp;
+    return SNUG_OK;
+fail:
+    snug_spec_free(sp);
+    return rc;
+}
+
+void snug_spec_free(struct snug_spec *sp) {
+    if (!sp) return;
+    snug_kv_free(&sp->kv);
+    snug_arena_free(&sp->arena);
+    snug_free(sp);
+}
+
+void snug_spec_reset(struct snug_spec *sp) {
+    sp->n_hid = 0;
+    sp->hid_pos0 = 0;
+}
+
+/* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids. */
+static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snug_token *ids,
+                    int32_t T, snug_pos pos0, const float *hin, float *hout, float *logits,
+                    bool all) {
+    for (int32_t i = 0; i < T; i++) sp->pos[i] = pos0 + i;
+    snug_arena_reset_to(base->work, 0);
+    struct snug_fwd f = *base;
+    f.kv = &sp->kv;
+    f.ids = ids;
+    f.pos = sp->pos;
+    f.T = T;
+    f.pos0 = pos0;
+    f.logits = logits;
+    f.logits_all = all;
+    f.hook = NULL;
+    f.hidden_out = hout;
+    f.mtp_hidden_in = hin;
+    base->m->arch->mtp_forward(&f);
+}
+
+int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
+                        float *sink) {
+    int32_t P = sp->n_hid;
+    if (P == 0) return 0;
+    for (int32_t i = 0; i + 1 < P; i++) sp->tok[i] = sp->hid_ids[i + 1];
+    sp->tok[P - 1] = next;
+    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid, sp->h2, sink ? sink : sp->logits,
+            sink != NULL);
+    memcpy(sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    if (sink) memcpy(sp->logits, sink + (int64_t)(P - 1) * sp->V, (size_t)sp->V * sizeof(float));
+    sp->n_hid = 0;
+    return P;
+}
+
+int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink) {
+    int32_t P = sp->n_hid;
+    if (P < 2) return 0;
+    mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid, sp->h2, sink, true);
+    memmove(sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    sp->hid_ids[0] = sp->hid_ids[P - 1];
+    sp->hid_pos0 += P - 1;
+    sp->n_hid = 1;
+    return P - 1;
+}
+
+void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0) {
+    SNUG_ASSERT(T <= sp->n_chunk);
+    memcpy(sp->hid_ids, ids, (size_t)T * sizeof *ids);
+    sp->hid_pos0 = pos0;
+    sp->n_hid = T;
+}
+
+/* Lowest index of the largest value (ties -> lowest id, like the greedy sampler). */
+static snug_token argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (snug_token)best;
+}
+
+int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n_past,
+                    int32_t n_ctx, snug_token next, int32_t k, snug_token *drafts, int32_t *n_out,
+                    struct snug_err *err) {
+    *n_out = 0;
+    if (next < 0 || (int64_t)next >= sp->V)
+        return snug_err_set(err, SNUG_ERR_INVALID, "draft: token %d is outside the vocabulary",
+                            next);
+    if (sp->n_hid == 0 || sp->hid_pos0 + sp->n_hid != n_past)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "draft: no hidden state of position %d: drafting follows an eval "
+                            "(and a truncate) of the context",
+                            n_past - 1);
+    /* verification needs k + 1 positions from n_past */
+    k = SNUG_MIN(k, sp->n_draft);
+    k = SNUG_MIN(k, n_ctx - n_past - 1);
+    if (k <= 0) return SNUG_OK;
+    snug_spec_flush(sp, base, next, NULL);
+    drafts[0] = argmax(sp->logits, sp->V);
+    /* steps 2..k: the previous draft as input token, the MTP's own h' as hidden input, the
+     * position one further (spec §3.3) */
+    for (int32_t j = 1; j < k; j++) {
+        mtp_run(sp, base, &drafts[j - 1], 1, n_past - 1 + j, sp->ha, sp->hb, sp->logits, false);
+        float *t = sp->ha;
+        sp->ha = sp->hb;
+        sp->hb = t;
+        drafts[j] = argmax(sp->logits, sp->V);
+    }
+    *n_out = k;
+    return SNUG_OK;
+}
+
+/* Draw from probs[n] (sums to ~1) with one uniform number. */
+static snug_token draw(const float *probs, int64_t n, double u) {
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) total += probs[i];
+    double r = u * total, acc = 0;
+    int64_t last = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue;
+        acc += probs[i];
+        last = i;
+        if (r < acc) return (snug_token)i;
+    }
+    return (snug_token)(last < 0 ? 0 : last);
+}
+
+int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
+                   int32_t cap, int32_t *n_new, struct snug_err *err) {
+    *n_new = 0;
+    struct snug_spec *sp = snug_ctx_spec(ctx);
+    if (n_hist < 1 || cap < n_hist + 1)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "spec step: history of %d tokens with capacity %d (needs the pending "
+                            "token and room for one more)",
+                            n_hist, cap);
+    if (!sp) return snug_err_set(err, SNUG_ERR_INVALID, "spec step: context has n_draft 0");
+    const int64_t V = sp->V;
+    const snug_token next = hist[n_hist - 1];
+    const int32_t n_past = snug_ctx_n_past(ctx);
+    int32_t k = 0;
+    snug_token drafts[SNUG_SPEC_MAX_DRAFT];
+    if (snug_ctx_spec_k(ctx) > 0) {
+        int rc = snug_ctx_draft(ctx, next, SNUG_MIN(snug_ctx_spec_k(ctx), cap - n_hist - 1), drafts,
+                                &k, err);
+        if (rc) return rc;
+    }
+    if (k == 0) { /* plain decoding step */
+        float *lg = sp->logits;
+        int rc = snug_ctx_eval(ctx, &next, 1, lg, SNUG_EVAL_LOGITS_LAST, err);
+        if (rc) return rc;
+        hist[n_hist] = snug_sampler_sample(smp, lg, hist, n_hist);
+        *n_new = 1;
+        return SNUG_OK;
+    }
+    sp->batch[0] = next;
+    memcpy(sp->batch + 1, drafts, (size_t)k * sizeof *drafts);
+    int rc = snug_ctx_eval(ctx, sp->batch, k + 1, sp->logits,
+                           SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, err);
+    if (rc) return rc;
+    /* acceptance, row i verifies draft i (row k gives the bonus token) */
+    int32_t acc = 0;
+    snug_token emit = -1;
+    for (int32_t i = 0; i <= k; i++) {
+        snug_sampler_probs(smp, sp->logits + (int64_t)i * V, hist, n_hist + i, sp->probs);
+        double u = snug_rng_uniform(&sp->rng);
+        if (i == k) {
+            emit = draw(sp->probs, V, u);
+            break;
+        }
+        snug_token d = drafts[i];
+        if (u < (double)sp->probs[d]) {
+            hist[n_hist + i] = d;
+            acc++;
+            continue;
+        }
+        sp->probs[d] = 0; /* the residual max(p - onehot(d), 0) */
+        emit = draw(sp->probs, V, snug_rng_uniform(&sp->rng));
+        break;
+    }
+    hist[n_hist + acc] = emit;
+    *n_new = acc + 1;
+    struct snug_spec_stats *st = &sp->stats;
+    st->n_steps++;
+    st->n_drafted += k;
+    st->n_accepted += acc;
+    st->n_emitted += acc + 1;
+    for (int32_t i = 0; i < k; i++) st->proposed_at[i]++;
+    for (int32_t i = 0; i < acc; i++) st->accepted_at[i]++;
+    return snug_ctx_truncate(ctx, n_past + acc + 1, err);
+}
+
+void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed) {
+    struct snug_spec *sp = snug_ctx_spec(ctx);
+    if (sp) snug_rng_seed(&sp->rng, seed);
+}
+
+void snug_spec_set_rollback(struct snug_ctx *ctx, bool recompute) {
+    struct snug_spec *sp = snug_ctx_spec(ctx);
+    if (sp) sp->recompute = recompute;
+}

@@ -1,0 +1,87 @@
+/* spec.h — speculative decoding with the MTP block (spec §3): the per-context MTP state
+ * (its own attention cache, the trunk's pending hidden rows, draft/verify scratch and the
+ * acceptance statistics) and one draft → verify → accept → rollback step with a sampler.
+ * Owned by struct snug_ctx (src/model/context.c), which calls the hooks below from
+ * snug_ctx_eval; everything is allocated at init (snug_spec_bytes is the plan's number).
+ * Invariant: the pending rows hid[0..n_hid) are the trunk's post-norm hidden states at
+ * positions hid_pos0.. and end at the context's n_past - 1; their tokens are hid_ids, and the
+ * token after the last is not known yet. Read next: spec.c, docs/spec-decode.md.
+ */
+#ifndef SNUG_SPEC_H
+#define SNUG_SPEC_H
+
+#include "kv/kv.h"
+#include "model/model.h"
+#include "sample/sample.h"
+#include "snug.h"
+
+struct snug_spec {
+    struct snug_kv kv; /* the MTP block's attention cache (one layer, no recurrent state) */
+    struct snug_arena arena;
+    int32_t n_chunk, n_draft, k; /* k: drafts per snug_spec_step */
+    int64_t H, V;
+    float *hid;          /* [n_chunk][H] pending trunk hidden rows */
+    snug_token *hid_ids; /* [n_chunk] their tokens */
+    snug_token *tok;     /* [n_chunk] MTP input tokens (shifted) */
+    int32_t *pos;        /* [n_chunk] MTP positions */
+    float *h2;           /* [n_chunk][H] MTP output rows h' */
+    float *ha, *hb;      /* [H] chained drafting rows */
+    float *logits;       /* [n_draft + 1][V] verification (and drafting) logits */
+    float *probs;        /* [V] */
+    snug_token *batch;   /* [n_draft + 1] verification ids */
+    snug_pos hid_pos0;
+    int32_t n_hid;
+    bool recompute;      /* rollback by recomputation instead of per-token snapshots */
+    struct snug_rng rng; /* acceptance draws and residual sampling */
+    struct snug_spec_stats stats;
+};
+
+/* Bytes snug_spec_init allocates for a context (the memory plan's "mtp" items), besides the
+ * recurrent-state snapshots (snug_kv_snap_bytes, n_draft + 1 slots). */
+size_t snug_spec_bytes(const struct snug_hparams *hp, int32_t n_ctx, int32_t n_chunk,
+                       int32_t n_draft, enum snug_kv_type kv_type);
+int snug_spec_init(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
+                   int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
+                   struct snug_err *err);
+void snug_spec_free(struct snug_spec *sp);
+void snug_spec_reset(struct snug_spec *sp); /* forget pending rows (keeps the statistics) */
+
+/* Context hooks (snug_ctx_eval). `base` carries model, pool, threads and the work arena.
+ * flush: run MTP step 1 over the pending rows, `next` being the token after the last; logits
+ * of all rows go to sink ([n_hid][V]) when non-NULL, else the last row's to sp->logits;
+ * the last h' row to sp->ha. Returns the rows processed. push: record a trunk step's rows. */
+int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
+                        float *sink);
+void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0);
+/* MTP step 1 over the pending rows whose next token is already known (all but the last),
+ * logits [n_hid - 1][V] to sink (may be NULL); the last row stays pending. */
+int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink);
+
+/* The drafting of snug_ctx_draft (see snug.h); n_past = the context's. */
+int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n_past,
+                    int32_t n_ctx, snug_token next, int32_t k, snug_token *drafts, int32_t *n_out,
+                    struct snug_err *err);
+
+/* The context's MTP state, NULL when it was made with n_draft = 0 (context.c). */
+struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx);
+
+/* One speculative step. hist[0..n_hist) is the sequence so far; its last token is sampled but
+ * not evaluated yet (the context holds n_hist - 1 tokens); cap is hist's capacity. Drafts
+ * k = snug_ctx_spec_k tokens (clamped to the context and to cap), verifies them in one trunk
+ * forward and accepts by the sampler's distribution: greedy (one-hot) keeps drafts equal to
+ * the argmax, otherwise draft d is kept with probability p(d) and a rejection samples from p
+ * with d removed (Leviathan et al. for a deterministic draft, spec §3.4), so every emitted
+ * token follows the sampler's distribution exactly. Rolls the context back to the accepted
+ * tokens and appends the *n_new (1..k+1) emitted tokens to hist; the last one is again
+ * pending. The penalties of the sampler see hist. Allocates nothing. */
+int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
+                   int32_t cap, int32_t *n_new, struct snug_err *err);
+
+/* Seed the acceptance/residual random stream (default seed 0). */
+void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
+/* Rollback strategy for measurements: false (default) = per-token snapshots during
+ * verification (step recurrence); true = save the state before verification, verify with
+ * the chunked rule and recompute the accepted tokens after a partial acceptance. */
+void snug_spec_set_rollback(struct snug_ctx *ctx, bool recompute);
+
+#endif /* SNUG_SPEC_H */
