@@ -1,17 +1,24 @@
 /* ops_matmul.c — y = x · Wᵀ for weights of any computable dtype, threaded over output rows.
- * T == 1 (decode): one fused dequantize-dot (snug_dot_row) per weight row.
- * T > 1 (prompt chunk): each thread dequantizes a block of MM_ROWS weight rows into its scratch
- * once and dots them with all T activation rows, so the weights are read once per call.
- * Invariant: allocates nothing; a thread's scratch is MM_ROWS·n_in floats of `work`; results
- * do not depend on the thread count (each output element is one thread's fixed-order sum).
+ * Weights with an int8 activation format (quant.h snug_act_type: Q8_0, Q4_K, Q5_K, Q6_K)
+ * quantize the activation rows once per call, MM_TILE rows at a time into `work` (threads
+ * split the rows), then each thread takes its weight rows and dots each one with the tile's
+ * activation rows four at a time (snug_act_dot: the weight block is decoded once for four
+ * rows, and the row stays in L1 while the tile streams from L2). F32/F16/BF16 weights run the
+ * same loop on float activations. Other block types (Q4_0, Q5_x, Q4_1) dequantize MM_ROWS
+ * weight rows into per-thread scratch and dot them as float rows.
+ * Invariant: allocates nothing; results do not depend on the thread count (each output
+ * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
  * Read next: src/quant/quant.h (row kernels), ops_attention.c. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
 #include "core/core.h"
 #include "quant/quant.h"
 
-/* Weight rows dequantized at a time per thread: their floats stay in L2 while every activation
- * row streams past them (MM_ROWS·n_in·4 bytes: 128 KiB at n_in = 4096). */
+/* Activation rows quantized per pass: the tile (≈ 1.14 bytes per element per row) stays in L2
+ * while every weight row of the thread passes over it; weights are read ceil(T / MM_TILE)
+ * times per call. */
+#define MM_TILE 64
+/* Weight rows dequantized at a time per thread for the float fallback. */
 #define MM_ROWS 8
 
 struct mm_ctx {
@@ -21,61 +28,79 @@ struct mm_ctx {
     int64_t n_in, n_out, T;
     const float *x;
     float *y;
-    uint8_t *work; /* aligned base */
+    /* quantized path: activation rows t0 .. t0+tt-1 at xq + (t - t0) · xrb */
+    uint8_t *xq;
+    size_t xrb;
+    int64_t t0, tt;
+    /* float fallback: per-thread scratch */
+    uint8_t *scratch;
     size_t per_thread;
 };
 
-/* Per-thread scratch stride in bytes, a multiple of 64. */
+/* Bytes of one quantized activation row, whatever the format (A32 or A256), rounded to 64. */
+static size_t act_row_max(int64_t n_in) {
+    size_t a = (size_t)(n_in / 32) * 36, b = (size_t)(n_in / 256) * 292;
+    return SNUG_ALIGN_UP(SNUG_MAX(a, b), 64);
+}
+/* Per-thread float scratch stride in bytes, a multiple of 64. */
 static size_t mm_stride(int64_t n_in) {
     return SNUG_ALIGN_UP((size_t)n_in * MM_ROWS * sizeof(float), 64);
 }
 
 size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    return mm_stride(n_in) * (size_t)n_threads + 64;
+    return act_row_max(n_in) * MM_TILE + mm_stride(n_in) * (size_t)n_threads + 128;
 }
 
-/* Decode form: y[r] = dot(W_r, x) for this thread's rows. */
-static void mm_task_vec(void *vctx, int ith, int nth) {
+/* Threads quantize their share of the tile's activation rows. */
+static void mm_task_quant(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->tt, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++)
+        snug_act_quantize(c->type, c->x + (c->t0 + i) * c->n_in, c->xq + (size_t)i * c->xrb,
+                          c->n_in);
+}
+
+/* Each thread: its weight rows × the tile's activation rows, four activation rows per call. */
+static void mm_task_dot(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     long lo, hi;
     snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
-        const void *wr = c->w + (size_t)r * c->row_bytes;
-        c->y[r] = c->type == SNUG_DTYPE_F32 ? snug_ops_dot(wr, c->x, c->n_in)
-                                            : snug_dot_row(c->type, wr, c->x, c->n_in);
+        const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
+        for (int64_t t = 0; t < c->tt; t += 4) {
+            int nc = (int)SNUG_MIN((int64_t)4, c->tt - t);
+            float o[4];
+            snug_act_dot(c->type, wr, c->xq + (size_t)t * c->xrb, c->xrb, nc, c->n_in, o);
+            for (int k = 0; k < nc; k++) c->y[(c->t0 + t + k) * c->n_out + r] = o[k];
+        }
     }
 }
 
-/* Prompt form: blocks of MM_ROWS rows, dequantized once, dotted with every activation row
- * (four rows at a time so each activation load feeds four products). */
-static void mm_task_mat(void *vctx, int ith, int nth) {
+/* Float fallback for block types without an int8 kernel: blocks of MM_ROWS rows are
+ * dequantized once into the thread's scratch and dotted with every activation row. */
+static void mm_task_deq(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     int64_t n_in = c->n_in, n_out = c->n_out;
-    float *scratch = (float *)(c->work + c->per_thread * (size_t)ith);
+    float *scratch = (float *)(c->scratch + c->per_thread * (size_t)ith);
     long n_blocks = (long)((n_out + MM_ROWS - 1) / MM_ROWS), blo, bhi;
     snug_split_range(n_blocks, ith, nth, &blo, &bhi);
-    const float *rows[MM_ROWS];
+    size_t xs = (size_t)n_in * sizeof(float);
     for (long b = blo; b < bhi; b++) {
         int64_t r0 = (int64_t)b * MM_ROWS;
         int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
+        for (int i = 0; i < nr; i++)
+            snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
+                                scratch + (size_t)i * n_in, n_in);
         for (int i = 0; i < nr; i++) {
-            const void *wr = c->w + (size_t)(r0 + i) * c->row_bytes;
-            if (c->type == SNUG_DTYPE_F32) {
-                rows[i] = wr;
-            } else {
-                snug_dequantize_row(c->type, wr, scratch + (size_t)i * n_in, n_in);
-                rows[i] = scratch + (size_t)i * n_in;
+            for (int64_t t = 0; t < c->T; t += 4) {
+                int nc = (int)SNUG_MIN((int64_t)4, c->T - t);
+                float o[4];
+                snug_act_dot(SNUG_DTYPE_F32, scratch + (size_t)i * n_in, c->x + t * n_in, xs, nc,
+                             n_in, o);
+                for (int k = 0; k < nc; k++) c->y[(t + k) * n_out + r0 + i] = o[k];
             }
-        }
-        for (int64_t t = 0; t < c->T; t++) {
-            const float *xt = c->x + t * n_in;
-            float *yt = c->y + t * n_out + r0;
-            int i = 0;
-            for (; i + 4 <= nr; i += 4) {
-                snug_ops_dot4(rows[i], rows[i + 1], rows[i + 2], rows[i + 3], xt, n_in, yt + i);
-            }
-            for (; i < nr; i++) yt[i] = snug_ops_dot(rows[i], xt, n_in);
         }
     }
 }
@@ -96,11 +121,34 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         .y = y,
         .per_thread = mm_stride(n_in),
     };
-    if (T == 1) {
-        snug_pool_run(pool, mm_task_vec, &c);
+    uint32_t at = snug_act_type(type);
+    bool float_w = type == SNUG_DTYPE_F32 || type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16;
+    if (at == SNUG_DTYPE_F32 && (float_w || work == NULL)) {
+        /* float activations used in place, MM_TILE rows per pass */
+        c.xrb = (size_t)n_in * sizeof(float);
+        for (c.t0 = 0; c.t0 < T; c.t0 += MM_TILE) {
+            c.tt = SNUG_MIN((int64_t)MM_TILE, T - c.t0);
+            c.xq = (uint8_t *)(uintptr_t)(x + c.t0 * n_in);
+            snug_pool_run(pool, mm_task_dot, &c);
+            c.xq = NULL;
+        }
         return;
     }
-    SNUG_ASSERT(work != NULL);
-    c.work = (uint8_t *)SNUG_ALIGN_UP((uintptr_t)work, 64);
-    snug_pool_run(pool, mm_task_mat, &c);
+    SNUG_ASSERT(work != NULL); /* (only a float fallback with T == 1 may run without) */
+    uint8_t *base = (uint8_t *)SNUG_ALIGN_UP((uintptr_t)work, 64);
+    if (at == SNUG_DTYPE_F32) {
+        c.scratch = base + act_row_max(n_in) * MM_TILE;
+        snug_pool_run(pool, mm_task_deq, &c);
+        return;
+    }
+    c.xq = base;
+    c.xrb = snug_act_row_bytes(type, n_in);
+    for (c.t0 = 0; c.t0 < T; c.t0 += MM_TILE) {
+        c.tt = SNUG_MIN((int64_t)MM_TILE, T - c.t0);
+        if (c.tt == 1)
+            mm_task_quant(&c, 0, 1); /* one row: not worth waking the pool */
+        else
+            snug_pool_run(pool, mm_task_quant, &c);
+        snug_pool_run(pool, mm_task_dot, &c);
+    }
 }
