@@ -39,6 +39,7 @@ struct snug_outparse {
     size_t pos;
     size_t scan;          /* bytes of the pending input known to hold no terminator start */
     bool seg_started;     /* the current reasoning/content run has emitted text */
+    bool content_any;     /* some content was emitted (later runs start with "\n") */
     struct snug_sbuf ws;  /* whitespace held at the end of the current run */
     struct snug_sbuf tmp; /* scratch for one text event */
     int n_calls;
@@ -141,6 +142,9 @@ static void emit_text(struct snug_outparse *p, enum snug_outparse_kind kind, con
         while (n && is_ws(*s)) s++, n--;
         if (!n) return;
         p->seg_started = true;
+        /* runs of content are joined by a newline: the parts around a removed tag could
+         * otherwise form a tag (or glue two words) when the client concatenates them */
+        if (kind == SNUG_OUTPARSE_CONTENT && p->content_any) snug_sbuf_putc(&p->ws, '\n');
     }
     size_t body = n;
     while (body && is_ws(s[body - 1])) body--;
@@ -150,6 +154,7 @@ static void emit_text(struct snug_outparse *p, enum snug_outparse_kind kind, con
         snug_sbuf_append(&p->tmp, s, body);
         snug_sbuf_reset(&p->ws);
         if (!p->tmp.oom) emit(p, kind, -1, NULL, p->tmp.data, p->tmp.len);
+        if (kind == SNUG_OUTPARSE_CONTENT) p->content_any = true;
     }
     snug_sbuf_append(&p->ws, s + body, n - body);
 }

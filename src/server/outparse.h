@@ -9,8 +9,10 @@
  * Invariants: the events do not depend on how the text is split into pieces; no tag, and no
  * prefix of one, ever reaches a content run ("<" is held back until resolved); reasoning never
  * contains "</think>"; every argument string is a JSON object; leading/trailing whitespace of
- * each reasoning/content run is dropped; text events never split a UTF-8 sequence (given
- * valid UTF-8 in). Read next: outparse.c; chat.h for the prompt side.
+ * each reasoning/content run is dropped and content runs (the text between tool calls or
+ * dropped tags) are joined by one "\n", so the concatenated content holds no tag either; text
+ * events never split a UTF-8 sequence (given valid UTF-8 in). Read next: outparse.c; chat.h for the
+ * prompt side.
  */
 #ifndef SNUG_SERVER_OUTPARSE_H
 #define SNUG_SERVER_OUTPARSE_H
@@ -49,8 +51,9 @@ typedef void (*snug_outparse_emit_fn)(void *user, const struct snug_outparse_eve
 struct snug_outparse;
 
 /* Make a parser. `tools` is the request's "tools" array (or NULL); it is referenced (json_incref)
- * for the parser's lifetime, and types arguments: a parameter whose schema type is "string"
- * (or a list containing "string") stays a JSON string; any other parameter (typed number,
+ * for the parser's lifetime, and types arguments: a parameter whose schema admits a string
+ * (type "string" or a list containing it, an anyOf/oneOf alternative that does, or an
+ * all-string enum without a type) stays a JSON string; any other parameter (typed number,
  * integer, boolean, object, array, or not in the schema) becomes the JSON value its text parses
  * as, else a string ("True"/"False" also read as booleans when the schema says boolean).
  * `in_reasoning`: the prompt ended with "<think>\n" (snug_chat_prompt_in_reasoning).

@@ -284,7 +284,8 @@ const json_t *snug_schema_find_param(const json_t *tools, const char *name, cons
     return NULL;
 }
 
-/* True when the schema's "type" is "string" or a list that contains "string". */
+/* True when the schema admits a string: "type" is "string" or a list containing it, an
+ * anyOf/oneOf alternative does, or (no type) an enum whose values are all strings. */
 static bool schema_is_string(const json_t *schema) {
     const json_t *t = json_object_get(schema, "type");
     if (json_is_string(t)) return !strcmp(json_string_value(t), "string");
@@ -292,7 +293,18 @@ static bool schema_is_string(const json_t *schema) {
         const json_t *x = json_array_get(t, i);
         if (json_is_string(x) && !strcmp(json_string_value(x), "string")) return true;
     }
-    return false;
+    if (t) return false;
+    static const char *const alts[] = {"anyOf", "oneOf"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *a = json_object_get(schema, alts[k]);
+        for (size_t i = 0; json_is_array(a) && i < json_array_size(a); i++)
+            if (schema_is_string(json_array_get(a, i))) return true;
+    }
+    const json_t *e = json_object_get(schema, "enum");
+    if (!json_is_array(e) || !json_array_size(e)) return false;
+    for (size_t i = 0; i < json_array_size(e); i++)
+        if (!json_is_string(json_array_get(e, i))) return false;
+    return true;
 }
 
 /* ASCII case-insensitive equality of n bytes of a with the lowercase word w. */

@@ -3,7 +3,7 @@
  * seed of the split points, the rest = generated text, where bytes 0xF8..0xFF expand to the
  * tags (so the fuzzer reaches deep states quickly). The text is parsed whole, one byte at a
  * time, and in seeded random pieces; the invariants: identical results, no "<tool_call>" or
- * "<function=" in a content run, no "</think>" in reasoning, every arguments string a JSON
+ * "<function=" in the content, no "</think>" in reasoning, every arguments string a JSON
  * object equal to the concatenation of its deltas, nothing after END, no crash or leak.
  */
 #include "core/core.h"
@@ -24,8 +24,8 @@ static const char *TOOLS =
     "\"boolean\"},\"o\":{\"type\":\"object\"}}}}}]";
 
 struct acc {
-    struct snug_sbuf reasoning, content, run, calls; /* calls: "name\0args\0" records */
-    struct snug_sbuf args;                           /* deltas of the open call */
+    struct snug_sbuf reasoning, content, calls; /* calls: "name\0args\0" records */
+    struct snug_sbuf args;                      /* deltas of the open call */
     int n_start, n_end;
     bool ended;
 };
@@ -46,7 +46,6 @@ static void fail(const char *why) {
 static void on_event(void *user, const struct snug_outparse_event *ev) {
     struct acc *a = user;
     if (a->ended) fail("event after END");
-    if (ev->kind != SNUG_OUTPARSE_CONTENT) snug_sbuf_reset(&a->run);
     switch (ev->kind) {
     case SNUG_OUTPARSE_REASONING:
         snug_sbuf_append(&a->reasoning, ev->text, ev->len);
@@ -54,9 +53,8 @@ static void on_event(void *user, const struct snug_outparse_event *ev) {
         break;
     case SNUG_OUTPARSE_CONTENT:
         snug_sbuf_append(&a->content, ev->text, ev->len);
-        snug_sbuf_append(&a->run, ev->text, ev->len);
-        if (has(a->run.data, a->run.len, "<tool_call>") ||
-            has(a->run.data, a->run.len, "<function="))
+        if (has(a->content.data, a->content.len, "<tool_call>") ||
+            has(a->content.data, a->content.len, "<function="))
             fail("tag in content");
         break;
     case SNUG_OUTPARSE_TOOL_START:
@@ -95,7 +93,6 @@ static void on_event(void *user, const struct snug_outparse_event *ev) {
 static void acc_free(struct acc *a) {
     snug_sbuf_free(&a->reasoning);
     snug_sbuf_free(&a->content);
-    snug_sbuf_free(&a->run);
     snug_sbuf_free(&a->calls);
     snug_sbuf_free(&a->args);
 }

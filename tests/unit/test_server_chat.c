@@ -65,6 +65,34 @@ static void test_dumps(void) {
     snug_json_dumps_str(&b, "a\xff\xc3(b", 5);
     CHECKF(!strcmp(b.data, "\"a\xEF\xBF\xBD\xEF\xBF\xBD(b\""), "got %s", b.data);
     snug_sbuf_free(&b);
+
+    /* argument typing by schema */
+    static const struct {
+        const char *schema, *text, *want;
+    } typed[] = {
+        {"{\"type\":\"string\"}", "42", "\"42\""},
+        {"{\"type\":[\"string\",\"null\"]}", "true", "\"true\""},
+        {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}", "7", "\"7\""},
+        {"{\"enum\":[\"1\",\"2\"]}", "1", "\"1\""},
+        {"{\"enum\":[1,2]}", "1", "1"},
+        {"{\"type\":\"integer\"}", " 42 ", "42"},
+        {"{\"type\":\"integer\"}", "forty", "\"forty\""},
+        {"{\"type\":\"number\"}", "1e2", "100.0"},
+        {"{\"type\":\"boolean\"}", "False", "false"},
+        {"{\"type\":\"array\"}", "[1, \"a\"]", "[1, \"a\"]"},
+        {"{\"type\":\"object\"}", "{\"b\":1,\"a\":2}", "{\"b\": 1, \"a\": 2}"},
+        {NULL, "null", "null"},
+        {NULL, "text\nmore", "\"text\\nmore\""},
+    };
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) {
+        json_t *sch = typed[i].schema ? json_loads(typed[i].schema, 0, &jerr) : NULL;
+        snug_sbuf_reset(&b);
+        snug_schema_typed_value(&b, sch, typed[i].text, strlen(typed[i].text));
+        CHECKF(b.data && !strcmp(b.data, typed[i].want), "typed %zu: got %s want %s", i, b.data,
+               typed[i].want);
+        json_decref(sch);
+    }
+    snug_sbuf_free(&b);
 }
 
 /* ==== rendering ============================================================================== */
@@ -158,7 +186,7 @@ static void test_render(void) {
 
 /* Everything the events said, plus invariant violations found on the way. */
 struct got {
-    struct snug_sbuf reasoning, content, run;
+    struct snug_sbuf reasoning, content;
     int n_calls;
     char names[MAX_CALLS][64];
     struct snug_sbuf args[MAX_CALLS], args_end[MAX_CALLS];
@@ -193,7 +221,6 @@ static bool valid_utf8(const char *s, size_t n) {
 static void got_emit(void *user, const struct snug_outparse_event *ev) {
     struct got *g = user;
     if (g->ended) g->bad++;
-    if (ev->kind != SNUG_OUTPARSE_CONTENT) snug_sbuf_reset(&g->run);
     switch (ev->kind) {
     case SNUG_OUTPARSE_REASONING:
         snug_sbuf_append(&g->reasoning, ev->text, ev->len);
@@ -203,9 +230,9 @@ static void got_emit(void *user, const struct snug_outparse_event *ev) {
     case SNUG_OUTPARSE_CONTENT:
         if (!ev->len) g->bad++;
         snug_sbuf_append(&g->content, ev->text, ev->len);
-        snug_sbuf_append(&g->run, ev->text, ev->len);
         if (!valid_utf8(ev->text, ev->len)) g->bad++;
-        if (strstr(g->run.data, "<tool_call>") || strstr(g->run.data, "<function=")) g->bad++;
+        if (strstr(g->content.data, "<tool_call>") || strstr(g->content.data, "<function="))
+            g->bad++;
         break;
     case SNUG_OUTPARSE_TOOL_START:
         if (ev->index != g->n_calls || g->n_calls >= MAX_CALLS) {
@@ -242,7 +269,6 @@ static void got_emit(void *user, const struct snug_outparse_event *ev) {
 static void got_free(struct got *g) {
     snug_sbuf_free(&g->reasoning);
     snug_sbuf_free(&g->content);
-    snug_sbuf_free(&g->run);
     for (int i = 0; i < MAX_CALLS; i++) {
         snug_sbuf_free(&g->args[i]);
         snug_sbuf_free(&g->args_end[i]);
@@ -345,7 +371,7 @@ static const struct pcase CASES[] = {
      false,
      "Let me check.\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>\nDone.",
      "",
-     "Let me check.Done.",
+     "Let me check.\nDone.",
      {{"f", "{}"}}},
     {"two calls",
      false,
@@ -431,12 +457,7 @@ static const struct pcase CASES[] = {
      "",
      "",
      {{"get_weather", "{\"city\": \"a<b</par\"}"}}},
-    {"unicode",
-     true,
-     "réflexion 🎉</think>\n\nréponse 日",
-     "réflexion 🎉",
-     "réponse 日",
-     {{0}}},
+    {"unicode", true, "réflexion 🎉</think>\n\nréponse 日", "réflexion 🎉", "réponse 日", {{0}}},
     {"truncated in the function name",
      false,
      "text <tool_call>\n<function=get_wea",
@@ -449,8 +470,14 @@ static const struct pcase CASES[] = {
      "",
      "not json",
      {{0}}},
-    {"empty tool call", false, "a<tool_call>\n</tool_call>b", "", "ab", {{0}}},
+    {"empty tool call", false, "a<tool_call>\n</tool_call>b", "", "a\nb", {{0}}},
     {"whitespace inside content kept", false, "a \n b\n\n\nc   ", "", "a \n b\n\n\nc", {{0}}},
+    {"a tag prefix before dropped garbage cannot join into a tag",
+     false,
+     "x <t<tool_call><tool_call>ool_call> y",
+     "",
+     "x <t\nool_call> y",
+     {{0}}},
     {"literal <think> later is content", false, "x <think> y", "", "x <think> y", {{0}}},
 };
 
