@@ -1,0 +1,197 @@
+/* cuda_basic.cu — the cheap per-row device ops: rmsnorm, l2norm, NeoX partial rotary, SwiGLU,
+ * the sigmoid output gate, the gated RMSNorm of the DeltaNet output and the causal depthwise
+ * conv + SiLU with its carried state. Semantics: src/backend/cpu/ops.h / ops_basic.c.
+ * Invariant: memory-bound, one pass over the data; norms use one block per row (all reads
+ * complete, behind a barrier, before any aliased write); nothing allocates.
+ * Read next: cuda_attention.cu. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define ROW_THREADS 256
+
+/* y = x · rsqrt(mean(x²) + eps) · w, one block per row. */
+__global__ void k_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y) {
+    __shared__ float sh[32];
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * s * (w ? w[i] : 1.0f);
+}
+
+/* x /= sqrt(Σx² + eps), one block per row. */
+__global__ void k_l2norm(float *x, int64_t n, float eps) {
+    __shared__ float sh[32];
+    float *xr = x + blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] *= s;
+}
+
+/* One thread per (token, head, pair i < n_rot/2): rotate (x_i, x_{i+half}) by
+ * θ = pos · base^(−2i/n_rot), the angle in double as on the CPU (positions up to 262K keep
+ * full float accuracy in cos/sin). */
+__global__ void k_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
+                            const int32_t *pos, double log2_base) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * n_heads * half) return;
+    int64_t i = idx % half, th = idx / half, t = th / n_heads;
+    double theta = (double)pos[t] * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    float c = (float)cd, s = (float)sd;
+    float *xh = x + th * head_dim;
+    float a = xh[i], b = xh[i + half];
+    xh[i] = a * c - b * s;
+    xh[i + half] = b * c + a * s;
+}
+
+__global__ void k_swiglu(const float *gate, const float *up, int64_t n, float *y) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = gate[i];
+        y[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+__global__ void k_sigmoid_mul(const float *x, const float *gate, int64_t n, float *y) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] / (1.0f + expf(-gate[i]));
+}
+
+/* y = w · rmsnorm(o) · silu(z) per (token, value head) row of dv; one block per row. */
+__global__ void k_gated_rmsnorm(const float *o, const float *z, const float *w, float eps,
+                                int64_t dv, float *y) {
+    __shared__ float sh[32];
+    size_t off = (size_t)blockIdx.x * dv;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) ss = fmaf(o[off + i], o[off + i], ss);
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss / (float)dv + eps);
+    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
+        float zz = z[off + i];
+        y[off + i] = w[i] * (o[off + i] * s) * (zz / (1.0f + expf(-zz)));
+    }
+}
+
+#define CONV_KMAX 8
+/* One thread per channel: the window (last K-1 inputs) lives in registers, so the carried
+ * state is read once and written once whatever T is. */
+template <int K>
+__global__ void k_conv_silu(const float *x, int64_t T, int64_t C, const float *w, float *state,
+                            float *y) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[K], wc[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) wc[j] = w[c * K + j];
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) win[j] = state[j * C + c];
+    for (int64_t t = 0; t < T; t++) {
+        win[K - 1] = x[t * C + c];
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc = fmaf(wc[j], win[j], acc);
+        y[t * C + c] = acc / (1.0f + expf(-acc));
+#pragma unroll
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) state[j * C + c] = win[j];
+}
+
+static unsigned nblk(int64_t n, int b) {
+    return (unsigned)((n + b - 1) / b);
+}
+
+extern "C" int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const float *w, float eps,
+                                 int64_t T, int64_t n, float *y, struct snug_err *err) {
+    if (T <= 0) return SNUG_OK;
+    k_rmsnorm<<<(unsigned)T, ROW_THREADS, 0, SNUG_CU_STREAM(cu)>>>(x, w, eps, n, y);
+    return snug_cu_launched(err, "rmsnorm");
+}
+
+extern "C" int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, float eps,
+                                struct snug_err *err) {
+    if (rows <= 0) return SNUG_OK;
+    int th = n <= 128 ? 128 : ROW_THREADS;
+    k_l2norm<<<(unsigned)rows, th, 0, SNUG_CU_STREAM(cu)>>>(x, n, eps);
+    return snug_cu_launched(err, "l2norm");
+}
+
+extern "C" int snug_cuda_rope_neox(struct snug_cuda *cu, float *x, int64_t T, int64_t n_heads,
+                                   int64_t head_dim, int64_t n_rot, const int32_t *pos, float base,
+                                   struct snug_err *err) {
+    if (n_rot > head_dim || n_rot % 2 || n_rot <= 0)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda rope: n_rot %lld must be even and in "
+                            "(0, head_dim %lld]",
+                            (long long)n_rot, (long long)head_dim);
+    int64_t n = T * n_heads * (n_rot / 2);
+    if (n <= 0) return SNUG_OK;
+    k_rope_neox<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, T, n_heads, head_dim, n_rot / 2,
+                                                              pos, log2((double)base));
+    return snug_cu_launched(err, "rope_neox");
+}
+
+extern "C" int snug_cuda_swiglu(struct snug_cuda *cu, const float *gate, const float *up, int64_t n,
+                                float *y, struct snug_err *err) {
+    if (n <= 0) return SNUG_OK;
+    k_swiglu<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(gate, up, n, y);
+    return snug_cu_launched(err, "swiglu");
+}
+
+extern "C" int snug_cuda_sigmoid_mul(struct snug_cuda *cu, const float *x, const float *gate,
+                                     int64_t n, float *y, struct snug_err *err) {
+    if (n <= 0) return SNUG_OK;
+    k_sigmoid_mul<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, gate, n, y);
+    return snug_cu_launched(err, "sigmoid_mul");
+}
+
+extern "C" int snug_cuda_gated_rmsnorm(struct snug_cuda *cu, const float *o, const float *z,
+                                       const float *w, float eps, int64_t T, int64_t Nv, int64_t dv,
+                                       float *y, struct snug_err *err) {
+    if (T * Nv <= 0) return SNUG_OK;
+    k_gated_rmsnorm<<<(unsigned)(T * Nv), 128, 0, SNUG_CU_STREAM(cu)>>>(o, z, w, eps, dv, y);
+    return snug_cu_launched(err, "gated_rmsnorm");
+}
+
+extern "C" int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t C,
+                                   int64_t K, const float *w, float *conv_state, float *y,
+                                   struct snug_err *err) {
+    if (T <= 0) return SNUG_OK;
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    unsigned b = nblk(C, 128);
+    switch (K) {
+    case 2:
+        k_conv_silu<2><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 3:
+        k_conv_silu<3><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 4:
+        k_conv_silu<4><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 5:
+        k_conv_silu<5><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 6:
+        k_conv_silu<6><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 7:
+        k_conv_silu<7><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    case 8:
+        k_conv_silu<8><<<b, 128, 0, s>>>(x, T, C, w, conv_state, y);
+        break;
+    default:
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda conv: kernel size %lld (2..%d "
+                            "supported)",
+                            (long long)K, CONV_KMAX);
+    }
+    return snug_cu_launched(err, "conv_silu");
+}

@@ -1,0 +1,221 @@
+/* cuda_common.cuh — device helpers shared by the CUDA kernel files: warp reductions, f16/bf16
+ * loads, the launch-error check, and the per-type "decode 8 consecutive weights" functions
+ * the matvec and dequantise kernels are built on.
+ * Block layouts are ggml's (as restated in src/quant/quant_ref.c, the reference decoders these
+ * must match bit for bit in the values they produce).
+ * Invariant: header-only, device code and tiny host helpers; nothing allocates.
+ * Read next: cuda_matmul.cu. */
+#ifndef SNUG_CUDA_COMMON_CUH
+#define SNUG_CUDA_COMMON_CUH
+
+/* The C headers declare C functions but carry no extern "C" guards of their own. */
+extern "C" {
+#include "quant/quant.h"
+#include "snug.h"
+}
+#include "backend/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define SNUG_CU_STREAM(cu) ((cudaStream_t)(cu)->stream)
+
+/* After a launch: turn a launch error into a status with the kernel's name. */
+static inline int snug_cu_launched(struct snug_err *err, const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return SNUG_OK;
+    return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda: launching %s failed: %s", kernel,
+                        cudaGetErrorString(e));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every thread gets it.
+ * `sh` is 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float ld_f16(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+/* The 6-bit scale/min of K-quant sub-block j (0..7) from the 12-byte scale field. */
+__device__ __forceinline__ void kscale(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Decode elements e0 .. e0+7 (e0 a multiple of 8) of a row of `TYPE` starting at `row` into
+ * y[8]. Every block type keeps 8 aligned consecutive elements inside one sub-block, so one
+ * scale (and min) covers all eight. Plain float rows are read with 16-byte loads. */
+template <int TYPE> __device__ __forceinline__ void deq8(const uint8_t *row, int64_t e0, float *y);
+
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_F32>(const uint8_t *row, int64_t e0, float *y) {
+    const float4 *p = (const float4 *)(row + e0 * 4);
+    float4 a = __ldg(p), b = __ldg(p + 1);
+    y[0] = a.x, y[1] = a.y, y[2] = a.z, y[3] = a.w, y[4] = b.x, y[5] = b.y, y[6] = b.z, y[7] = b.w;
+}
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_F16>(const uint8_t *row, int64_t e0, float *y) {
+    uint4 u = __ldg((const uint4 *)(row + e0 * 2));
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        y[2 * i] = f.x, y[2 * i + 1] = f.y;
+    }
+}
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_BF16>(const uint8_t *row, int64_t e0, float *y) {
+    uint4 u = __ldg((const uint4 *)(row + e0 * 2));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        y[2 * i] = __uint_as_float(w[i] << 16);
+        y[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+/* Q4_0: 18 bytes / 32: f16 d | qs[16]; element j<16 low nibble of qs[j], j+16 high nibble. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q4_0>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 18;
+    int j = (int)(e0 & 31);
+    float d = ld_f16(b);
+    const uint8_t *qs = b + 2 + (j & 15);
+    int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[i] = (float)(((qs[i] >> sh) & 0xf) - 8) * d;
+}
+/* Q4_1: 20 bytes / 32: f16 d | f16 m | qs[16]; value q*d + m. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q4_1>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 20;
+    int j = (int)(e0 & 31);
+    float d = ld_f16(b), m = ld_f16(b + 2);
+    const uint8_t *qs = b + 4 + (j & 15);
+    int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[i] = (float)((qs[i] >> sh) & 0xf) * d + m;
+}
+/* Q5_0: 22 bytes / 32: f16 d | u32 qh | qs[16]; 5th bit of element j is bit j of qh. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q5_0>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 22;
+    int j = (int)(e0 & 31);
+    float d = ld_f16(b);
+    uint32_t qh = b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+    const uint8_t *qs = b + 6 + (j & 15);
+    int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((qs[i] >> sh) & 0xf) | (int)(((qh >> (j + i)) & 1) << 4);
+        y[i] = (float)(q - 16) * d;
+    }
+}
+/* Q5_1: 24 bytes / 32: f16 d | f16 m | u32 qh | qs[16]; value q*d + m. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q5_1>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 24;
+    int j = (int)(e0 & 31);
+    float d = ld_f16(b), m = ld_f16(b + 2);
+    uint32_t qh = b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
+    const uint8_t *qs = b + 8 + (j & 15);
+    int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((qs[i] >> sh) & 0xf) | (int)(((qh >> (j + i)) & 1) << 4);
+        y[i] = (float)q * d + m;
+    }
+}
+/* Q8_0: 34 bytes / 32: f16 d | int8 qs[32]. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q8_0>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 34;
+    float d = ld_f16(b);
+    const int8_t *qs = (const int8_t *)(b + 2 + (e0 & 31));
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[i] = (float)qs[i] * d;
+}
+/* Q4_K: 144 bytes / 256: f16 d | f16 dmin | scales[12] | qs[128]; elements 64c..64c+31 are
+ * the low nibbles of qs[32c..], 64c+32.. the high nibbles; value d*sc*q - dmin*m. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q4_K>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 144;
+    int i = (int)(e0 & 255), c = i >> 6, w = i & 63, l = w & 31, hi = w >> 5;
+    int sc, mn;
+    kscale(b + 4, 2 * c + hi, &sc, &mn);
+    float d = ld_f16(b) * (float)sc, o = ld_f16(b + 2) * (float)mn;
+    uint2 u = *(const uint2 *)(b + 16 + 32 * c + l); /* 8-aligned: 144·k + 16 + 32c + 8m */
+    uint32_t s = hi ? 4 : 0;
+    uint32_t a0 = (u.x >> s) & 0x0f0f0f0fu, a1 = (u.y >> s) & 0x0f0f0f0fu;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        y[k] = d * (float)((a0 >> (8 * k)) & 0xf) - o;
+        y[4 + k] = d * (float)((a1 >> (8 * k)) & 0xf) - o;
+    }
+}
+/* Q5_K: 176 bytes / 256: f16 d | f16 dmin | scales[12] | qh[32] | qs[128]; the 5th bit of
+ * element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q5_K>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 176;
+    int i = (int)(e0 & 255), c = i >> 6, w = i & 63, l = w & 31, hi = w >> 5;
+    int sc, mn;
+    kscale(b + 4, 2 * c + hi, &sc, &mn);
+    float d = ld_f16(b) * (float)sc, o = ld_f16(b + 2) * (float)mn;
+    uint2 u = *(const uint2 *)(b + 48 + 32 * c + l);
+    uint2 h = *(const uint2 *)(b + 16 + l);
+    uint32_t s = hi ? 4 : 0, hs = 2 * c + hi;
+    uint32_t a0 = (u.x >> s) & 0x0f0f0f0fu, a1 = (u.y >> s) & 0x0f0f0f0fu;
+    uint32_t h0 = (h.x >> hs) & 0x01010101u, h1 = (h.y >> hs) & 0x01010101u;
+    a0 |= h0 << 4;
+    a1 |= h1 << 4;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        y[k] = d * (float)((a0 >> (8 * k)) & 0x1f) - o;
+        y[4 + k] = d * (float)((a1 >> (8 * k)) & 0x1f) - o;
+    }
+}
+/* Q6_K: 210 bytes / 256: ql[128] | qh[64] | int8 sc[16] | f16 d; value d*sc*(q-32). In half
+ * h (128 elements), for l<32 the quarters l, l+32, l+64, l+96 take: low nibble of ql[l], low
+ * of ql[l+32], high of ql[l], high of ql[l+32]; top two bits from bit pairs 0,2,4,6 of qh[l];
+ * scale sc[8h + l/16 + 2·quarter]. (210-byte blocks: byte loads only.) */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q6_K>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 210;
+    int i = (int)(e0 & 255), h = i >> 7, r = i & 127, qq = r >> 5, l = r & 31;
+    const uint8_t *ql = b + 64 * h + (qq & 1) * 32 + l, *qh = b + 128 + 32 * h + l;
+    float d = ld_f16(b + 208) * (float)(int8_t)b[192 + 8 * h + (l >> 4) + 2 * qq];
+    int ls = (qq >> 1) * 4, hsft = 2 * qq;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int q = ((ql[k] >> ls) & 0xf) | (((qh[k] >> hsft) & 3) << 4);
+        y[k] = d * (float)(q - 32);
+    }
+}
+
+#endif /* SNUG_CUDA_COMMON_CUH */

@@ -1,0 +1,244 @@
+/* cuda_matmul.cu — matrix products on the device: the decode matvec (one warp per weight row,
+ * weights dequantised in registers, f32 accumulate) for every computable weight type, the
+ * dequantise-to-bf16 kernel, and the prompt-chunk product (bf16 tiles through cuBLAS).
+ * Invariant: one pass over the weights per call; no allocation (scratch is `work`).
+ * Read next: cuda_common.cuh (the per-type decoders), cuda_basic.cu. */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <cublas_v2.h>
+
+#define MV_WARPS 4 /* rows per block of the matvec kernel */
+
+/* y[t][row] = Σ_e W[row][e] x[t][e] for t < T (NT = 1, or 8 with a runtime T <= 8). Warp per
+ * row; lane l takes the 8-element groups l, l+32, ...: adjacent lanes read adjacent bytes of
+ * the row and adjacent 32-byte pieces of x, so both streams are coalesced. Each group is
+ * decoded once and used for all T inputs. */
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+             const float *__restrict__ x, int T, float *__restrict__ y) {
+    int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (row >= n_out) return;
+    int lane = threadIdx.x & 31;
+    const uint8_t *wr = w + (size_t)row * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    int64_t ng = n_in >> 3;
+#pragma unroll 2
+    for (int64_t g = lane; g < ng; g += 32) {
+        float wv[8];
+        deq8<TYPE>(wr, g << 3, wv);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (NT > 1 && t >= T) break;
+            const float4 *xp = (const float4 *)(x + (size_t)t * n_in + (g << 3));
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            float s = acc[t];
+            s = fmaf(wv[0], a.x, s);
+            s = fmaf(wv[1], a.y, s);
+            s = fmaf(wv[2], a.z, s);
+            s = fmaf(wv[3], a.w, s);
+            s = fmaf(wv[4], b.x, s);
+            s = fmaf(wv[5], b.y, s);
+            s = fmaf(wv[6], b.z, s);
+            s = fmaf(wv[7], b.w, s);
+            acc[t] = s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (NT > 1 && t >= T) break;
+        float s = warp_sum(acc[t]);
+        if (lane == 0) y[(size_t)t * n_out + row] = s;
+    }
+}
+
+/* dst[row][e] = bf16(W[row][e]) for rows < n_rows: one thread per 8-element group, one
+ * 16-byte store each. */
+template <int TYPE>
+__global__ void k_dequant_bf16(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in,
+                               int64_t n_rows, uint16_t *__restrict__ dst) {
+    int64_t gpr = n_in >> 3;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= gpr * n_rows) return;
+    int64_t row = i / gpr, g = i - row * gpr;
+    float v[8];
+    deq8<TYPE>(w + (size_t)row * row_bytes, g << 3, v);
+    uint4 o;
+    __nv_bfloat162 p[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    memcpy(&o, p, 16);
+    *(uint4 *)(dst + row * n_in + (g << 3)) = o;
+}
+
+/* f32 -> bf16, n elements (any n). */
+__global__ void k_f32_to_bf16(const float *__restrict__ x, int64_t n, __nv_bfloat16 *y) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* The launchers of one type (a table indexed by dtype keeps the dispatch to one switch). */
+struct mm_fns {
+    void (*mv1)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
+    void (*mv8)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
+    void (*deq)(const uint8_t *, size_t, int64_t, int64_t, uint16_t *);
+    int64_t align; /* n_in must be a multiple of this */
+};
+#define MM_FNS(T, A)                                                                               \
+    do {                                                                                           \
+        f->mv1 = k_matvec<T, 1>;                                                                   \
+        f->mv8 = k_matvec<T, 8>;                                                                   \
+        f->deq = k_dequant_bf16<T>;                                                                \
+        f->align = A;                                                                              \
+    } while (0)
+
+static bool mm_lookup(uint32_t type, struct mm_fns *f) {
+    switch (type) {
+    case SNUG_DTYPE_F32:
+        MM_FNS(SNUG_DTYPE_F32, 8);
+        return true;
+    case SNUG_DTYPE_F16:
+        MM_FNS(SNUG_DTYPE_F16, 8);
+        return true;
+    case SNUG_DTYPE_BF16:
+        MM_FNS(SNUG_DTYPE_BF16, 8);
+        return true;
+    case SNUG_DTYPE_Q4_0:
+        MM_FNS(SNUG_DTYPE_Q4_0, 32);
+        return true;
+    case SNUG_DTYPE_Q4_1:
+        MM_FNS(SNUG_DTYPE_Q4_1, 32);
+        return true;
+    case SNUG_DTYPE_Q5_0:
+        MM_FNS(SNUG_DTYPE_Q5_0, 32);
+        return true;
+    case SNUG_DTYPE_Q5_1:
+        MM_FNS(SNUG_DTYPE_Q5_1, 32);
+        return true;
+    case SNUG_DTYPE_Q8_0:
+        MM_FNS(SNUG_DTYPE_Q8_0, 32);
+        return true;
+    case SNUG_DTYPE_Q4_K:
+        MM_FNS(SNUG_DTYPE_Q4_K, 256);
+        return true;
+    case SNUG_DTYPE_Q5_K:
+        MM_FNS(SNUG_DTYPE_Q5_K, 256);
+        return true;
+    case SNUG_DTYPE_Q6_K:
+        MM_FNS(SNUG_DTYPE_Q6_K, 256);
+        return true;
+    default:
+        return false;
+    }
+}
+
+extern "C" bool snug_cuda_type_supported(uint32_t type) {
+    struct mm_fns f = {};
+    return mm_lookup(type, &f);
+}
+
+/* Shared argument checks of matmul and dequant: a known type, n_in a multiple of its
+ * alignment, a 16-byte-aligned weight pointer. */
+static int mm_check(uint32_t type, const void *w, int64_t n_in, int64_t n_out, struct mm_fns *f,
+                    struct snug_err *err) {
+    const struct snug_dtype_info *ti = snug_dtype_info(type);
+    if (!mm_lookup(type, f))
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda matmul: weight type %s (%u) has no "
+                            "device kernel",
+                            ti ? ti->name : "?", type);
+    if (n_in <= 0 || n_out <= 0 || n_in % f->align)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda matmul: %s rows of %lld elements "
+                            "(need a positive multiple of %lld), %lld rows",
+                            ti->name, (long long)n_in, (long long)f->align, (long long)n_out);
+    if ((uintptr_t)w % 16)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda matmul: weight pointer not 16-byte "
+                            "aligned");
+    return SNUG_OK;
+}
+
+extern "C" int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const void *w,
+                                      int64_t n_in, int64_t n_rows, uint16_t *dst,
+                                      struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_rows, &f, err);
+    if (st) return st;
+    int64_t n = (n_in >> 3) * n_rows;
+    void (*k)(const uint8_t *, size_t, int64_t, int64_t, uint16_t *) = f.deq;
+    k<<<(unsigned)((n + 255) / 256), 256, 0, SNUG_CU_STREAM(cu)>>>(
+        (const uint8_t *)w, snug_dtype_row_bytes(type, (uint64_t)n_in), n_in, n_rows, dst);
+    return snug_cu_launched(err, "dequant_bf16");
+}
+
+static size_t align256(size_t x) {
+    return (x + 255) & ~(size_t)255;
+}
+
+extern "C" size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T) {
+    if (T <= SNUG_CUDA_MATVEC_MAX_T) return 0;
+    int64_t rows = n_out < SNUG_CUDA_GEMM_TILE_ROWS ? n_out : SNUG_CUDA_GEMM_TILE_ROWS;
+    return align256((size_t)(T * n_in) * 2) + align256((size_t)(rows * n_in) * 2) + 256;
+}
+
+/* Decode (T <= 8): the matvec kernel. Prompt chunks: x to bf16 once, then per tile of rows
+ * dequantise W to bf16 and let cuBLAS compute y[:, tile] (column-major view: y_tile
+ * (rows × T, ld n_out) = W_tileᵀ-view · x, i.e. GEMM(opA = T, opB = N)). */
+extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                                int64_t n_out, const float *x, int64_t T, float *y, void *work,
+                                struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_out, &f, err);
+    if (st) return st;
+    if (T <= 0) return SNUG_OK;
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    if (T <= SNUG_CUDA_MATVEC_MAX_T) {
+        unsigned blocks = (unsigned)((n_out + MV_WARPS - 1) / MV_WARPS);
+        if (T == 1)
+            f.mv1<<<blocks, MV_WARPS * 32, 0, s>>>((const uint8_t *)w, rb, n_in, n_out, x, 1, y);
+        else
+            f.mv8<<<blocks, MV_WARPS * 32, 0, s>>>((const uint8_t *)w, rb, n_in, n_out, x, (int)T,
+                                                   y);
+        return snug_cu_launched(err, "matvec");
+    }
+    if (!work)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda matmul: T = %lld needs work memory "
+                            "(snug_cuda_matmul_work_bytes)",
+                            (long long)T);
+    if (n_in > INT32_MAX || n_out > INT32_MAX || T > INT32_MAX)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda matmul: dimensions exceed int32");
+    uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)wk;
+    uint16_t *wt = (uint16_t *)(wk + align256((size_t)(T * n_in) * 2));
+    int64_t nx = T * n_in;
+    k_f32_to_bf16<<<(unsigned)((nx + 255) / 256), 256, 0, s>>>(x, nx, xb);
+    if ((st = snug_cu_launched(err, "f32_to_bf16"))) return st;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < n_out; r0 += SNUG_CUDA_GEMM_TILE_ROWS) {
+        int64_t rows =
+            n_out - r0 < SNUG_CUDA_GEMM_TILE_ROWS ? n_out - r0 : SNUG_CUDA_GEMM_TILE_ROWS;
+        const void *a = (const uint8_t *)w + (size_t)r0 * rb;
+        if (type != SNUG_DTYPE_BF16) {
+            int64_t n = (n_in >> 3) * rows;
+            f.deq<<<(unsigned)((n + 255) / 256), 256, 0, s>>>((const uint8_t *)a, rb, n_in, rows,
+                                                              wt);
+            if ((st = snug_cu_launched(err, "dequant_bf16"))) return st;
+            a = wt;
+        }
+        cublasStatus_t bs = cublasGemmEx(
+            (cublasHandle_t)cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)n_in,
+            &one, a, CUDA_R_16BF, (int)n_in, xb, CUDA_R_16BF, (int)n_in, &zero, y + r0, CUDA_R_32F,
+            (int)n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return snug_err_set(err, SNUG_ERR_INTERNAL,
+                                "cuda matmul: cublasGemmEx failed "
+                                "(status %d) for %lld×%lld×%lld",
+                                (int)bs, (long long)rows, (long long)T, (long long)n_in);
+    }
+    return SNUG_OK;
+}

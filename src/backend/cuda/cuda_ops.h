@@ -1,0 +1,132 @@
+/* cuda_ops.h — the CUDA backend's operations, callable from C: the same ops as the CPU backend
+ * (src/backend/cpu/ops.h, whose comments define the semantics) on device memory.
+ *
+ * Every pointer an op takes is a DEVICE pointer (cudaMalloc'd by the caller), except `cu`.
+ * All ops are queued on the context's one stream and return at once (asynchronous);
+ * snug_cuda_sync waits and reports the first device error. Ops never allocate: scratch comes
+ * from the caller as `work`, sized by the matching *_work_bytes function (the memory plan calls
+ * those). Ops return SNUG_OK or an error (bad shape, unsupported type, launch failure) with a
+ * message in `err`; they never print or exit.
+ * Read next: cuda_common.cuh (shared device helpers), cuda_matmul.cu, cuda_basic.cu,
+ * cuda_attention.cu, cuda_delta.cu; tests/ops/test_cuda_ops.c (each op against the CPU one). */
+#ifndef SNUG_CUDA_OPS_H
+#define SNUG_CUDA_OPS_H
+
+#include "snug.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One device, one stream, one cuBLAS handle. */
+struct snug_cuda {
+    int device;
+    void *stream; /* cudaStream_t */
+    void *cublas; /* cublasHandle_t */
+    int sm_count;
+    int cc_major, cc_minor;
+    size_t smem_optin; /* largest dynamic shared memory a block may opt into */
+    char name[256];
+};
+
+/* Open device `device` (0 = first): creates the stream and the cuBLAS handle. */
+int snug_cuda_init(struct snug_cuda *cu, int device, struct snug_err *err);
+/* Destroys the stream and the handle; NULL or a zeroed struct is a no-op. */
+void snug_cuda_free(struct snug_cuda *cu);
+/* Wait for everything queued; report the first asynchronous device error. */
+int snug_cuda_sync(struct snug_cuda *cu, struct snug_err *err);
+
+/* ---- device memory (load time only; never on the token path) ------------------------------ */
+int snug_cuda_malloc(void **p, size_t bytes, struct snug_err *err);
+void snug_cuda_dfree(void *p); /* NULL is a no-op */
+int snug_cuda_upload(struct snug_cuda *cu, void *dst, const void *src, size_t bytes,
+                     struct snug_err *err); /* synchronous host -> device */
+int snug_cuda_download(struct snug_cuda *cu, void *dst, const void *src, size_t bytes,
+                       struct snug_err *err); /* synchronous device -> host */
+int snug_cuda_copy(struct snug_cuda *cu, void *dst, const void *src, size_t bytes,
+                   struct snug_err *err); /* asynchronous device -> device */
+/* Free and total device memory in bytes (cudaMemGetInfo). */
+int snug_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err);
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+/* Whether `type` has device kernels (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K). */
+bool snug_cuda_type_supported(uint32_t type);
+/* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
+ * T <= SNUG_CUDA_MATVEC_MAX_T runs the decode kernel (one pass over W, dequantised in
+ * registers, f32 accumulate; work unused). Larger T dequantises W in tiles of
+ * SNUG_CUDA_GEMM_TILE_ROWS rows to bf16 and multiplies with cuBLAS (bf16 operands, f32
+ * accumulate and output); work must hold snug_cuda_matmul_work_bytes(n_in, n_out, T).
+ * n_in must be a multiple of 256 for K-quants, of 32 for the other block types, of 8 for
+ * f32/f16/bf16. */
+#define SNUG_CUDA_MATVEC_MAX_T   8
+#define SNUG_CUDA_GEMM_TILE_ROWS 4096
+int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                     int64_t n_out, const float *x, int64_t T, float *y, void *work,
+                     struct snug_err *err);
+size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
+/* Dequantise rows [0, n_rows) of W to bf16 (dst: n_rows × n_in uint16). Used by matmul;
+ * exposed for tests and for callers that keep a bf16 copy. */
+int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                           int64_t n_rows, uint16_t *dst, struct snug_err *err);
+
+/* ---- elementwise and norms (ops.h semantics) ----------------------------------------------- */
+int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const float *w, float eps, int64_t T,
+                      int64_t n, float *y, struct snug_err *err);
+int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, float eps,
+                     struct snug_err *err);
+/* pos: device int32[T]. */
+int snug_cuda_rope_neox(struct snug_cuda *cu, float *x, int64_t T, int64_t n_heads,
+                        int64_t head_dim, int64_t n_rot, const int32_t *pos, float base,
+                        struct snug_err *err);
+int snug_cuda_swiglu(struct snug_cuda *cu, const float *gate, const float *up, int64_t n, float *y,
+                     struct snug_err *err);
+/* y[i] = x[i] · sigmoid(gate[i]) (the output gate of the full-attention layers). */
+int snug_cuda_sigmoid_mul(struct snug_cuda *cu, const float *x, const float *gate, int64_t n,
+                          float *y, struct snug_err *err);
+int snug_cuda_gated_rmsnorm(struct snug_cuda *cu, const float *o, const float *z, const float *w,
+                            float eps, int64_t T, int64_t Nv, int64_t dv, float *y,
+                            struct snug_err *err);
+/* y must not overlap x or conv_state (as on the CPU). */
+int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t C, int64_t K,
+                        const float *w, float *conv_state, float *y, struct snug_err *err);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+/* Same layout as struct snug_kv_view (ops.h), device pointers; type F32 or F16. */
+struct snug_cuda_kv {
+    uint32_t type;
+    void *k, *v;
+    int64_t n_ctx;
+};
+int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hkv, int64_t D,
+                       int64_t pos0, int64_t T, const float *k, const float *v,
+                       struct snug_err *err);
+/* Causal GQA attention of T queries at pos0.. over the cache, flash-style (online softmax;
+ * the cache is read in place in its own dtype). Long contexts are split across blocks
+ * (partial max/sum/output in `work`, then merged). D <= 256, D % 32 == 0. */
+int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
+                        int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
+                        float scale, float *out, void *work, struct snug_err *err);
+size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t T);
+
+/* ---- Gated DeltaNet (ops.h semantics; state f32 [Nv][dk][dv]) ------------------------------ */
+int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                               int64_t dv, const float *q, const float *k, const float *v,
+                               const float *g, const float *beta, float *state, float *out,
+                               struct snug_err *err);
+/* The prompt form (ops.h: chunked, C = 64). In this first slice it runs the same
+ * column-parallel recurrence as _step (state in registers, tokens staged in shared memory);
+ * the WY tensor-core form is the planned replacement. dk in {32, 64, 96, 128}. */
+int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
+                                  int64_t dk, int64_t dv, const float *q, const float *k,
+                                  const float *v, const float *g, const float *beta, float *state,
+                                  float *out, struct snug_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNUG_CUDA_OPS_H */

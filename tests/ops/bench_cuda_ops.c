@@ -1,0 +1,238 @@
+/* bench_cuda_ops.c — timings of the CUDA kernels against the two ceilings measured in the
+ * same run: device-to-device copy bandwidth (bytes read + written) and the cuBLAS bf16
+ * matrix rate. Matvec: 5120×17408 and 17408×5120 in Q4_K and Q8_0 (decode, bytes/time vs
+ * copy bandwidth); GEMM: 8192 tokens × 5120 × 17408 (bf16 weights = pure cuBLAS, and Q4_K =
+ * dequantise tiles + cuBLAS); attention decode over a 200K F16 cache; delta decode step.
+ * Weights rotate over enough copies to exceed the 60 MB L2. Random data, never zeros.
+ * Needs a GPU; not registered with ctest. Record results in docs/perf/cuda-kernels.md.
+ * Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h. */
+#include "backend/cuda/cuda_ops.h"
+#include "core/core.h"
+#include "quant/quant.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct snug_cuda cu;
+static struct snug_err err;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        if ((call) != SNUG_OK) {                                                                   \
+            fprintf(stderr, "FATAL %s:%d: %s\n", __FILE__, __LINE__, err.msg);                     \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+/* A device buffer of random bytes (for quantised weights) or random floats. */
+static void *dev_rand(size_t bytes, int as_float) {
+    uint8_t *h = malloc(bytes);
+    if (as_float)
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+            float f = frand();
+            memcpy(h + i, &f, 4);
+        }
+    else
+        for (size_t i = 0; i < bytes; i++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            h[i] = (uint8_t)(rng >> 32);
+        }
+    void *d;
+    OK(snug_cuda_malloc(&d, bytes, &err));
+    OK(snug_cuda_upload(&cu, d, h, bytes, &err));
+    free(h);
+    return d;
+}
+/* Random quantised weights with sane scales: quantise one random row and tile it with a few
+ * distinct rows (the decoders do the same work whatever the values). */
+static void *dev_weights(uint32_t type, int64_t n_in, int64_t n_out) {
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    enum { DISTINCT = 64 };
+    uint8_t *rows = malloc(rb * DISTINCT);
+    float *src = malloc((size_t)n_in * 4);
+    for (int r = 0; r < DISTINCT; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+        snug_quantize_row(type, src, rows + r * rb, n_in, NULL);
+    }
+    uint8_t *h = malloc(rb * (size_t)n_out);
+    for (int64_t r = 0; r < n_out; r++) memcpy(h + r * rb, rows + (r % DISTINCT) * rb, rb);
+    void *d;
+    OK(snug_cuda_malloc(&d, rb * n_out, &err));
+    OK(snug_cuda_upload(&cu, d, h, rb * n_out, &err));
+    free(h), free(rows), free(src);
+    return d;
+}
+
+static cudaEvent_t e0, e1;
+static void tic(void) {
+    cudaEventRecord(e0, (cudaStream_t)cu.stream);
+}
+static double toc_ms(void) {
+    float ms;
+    cudaEventRecord(e1, (cudaStream_t)cu.stream);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms;
+}
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    return v[n / 2];
+}
+
+int main(void) {
+    OK(snug_cuda_init(&cu, 0, &err));
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
+    enum { REP = 20 };
+    double t[REP];
+
+    /* ceiling 1: device copy, 2 GiB, bytes read + written */
+    size_t cb = (size_t)2 << 30;
+    void *ca = dev_rand(cb, 0), *cbuf;
+    OK(snug_cuda_malloc(&cbuf, cb, &err));
+    for (int i = 0; i < 3; i++) OK(snug_cuda_copy(&cu, cbuf, ca, cb, &err));
+    for (int i = 0; i < REP; i++) {
+        tic();
+        OK(snug_cuda_copy(&cu, cbuf, ca, cb, &err));
+        t[i] = toc_ms();
+    }
+    double copy_bw = 2.0 * cb / (median(t, REP) * 1e-3) / 1e9;
+    printf("ceiling: device copy %.0f GB/s (2 GiB, read+write, median of %d)\n", copy_bw, REP);
+    snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
+
+    /* matvec (decode): rotate over NCOPY weight copies so each call streams from HBM */
+    enum { NCOPY = 8 };
+    uint32_t mt[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q8_0};
+    int64_t shapes[2][2] = {{5120, 17408}, {17408, 5120}};
+    for (int ti = 0; ti < 2; ti++)
+        for (int si = 0; si < 2; si++) {
+            int64_t n_in = shapes[si][0], n_out = shapes[si][1];
+            void *w[NCOPY];
+            for (int c = 0; c < NCOPY; c++) w[c] = dev_weights(mt[ti], n_in, n_out);
+            float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
+            double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
+            for (int T = 1; T <= 8; T *= 8) {
+                for (int i = 0; i < NCOPY; i++)
+                    OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, NULL, &err));
+                for (int i = 0; i < REP; i++) {
+                    tic();
+                    for (int c = 0; c < NCOPY; c++)
+                        OK(snug_cuda_matmul(&cu, mt[ti], w[c], n_in, n_out, x, T, y, NULL, &err));
+                    t[i] = toc_ms() / NCOPY;
+                }
+                double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
+                printf("matvec %-5s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  %5.1f%% "
+                       "of copy (floor %.1f us)\n",
+                       snug_dtype_info(mt[ti])->name, (long long)n_in, (long long)n_out, T,
+                       ms * 1e3, bw, 100 * bw / copy_bw, bytes / copy_bw / 1e3);
+            }
+            for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
+            snug_cuda_dfree(x), snug_cuda_dfree(y);
+        }
+
+    /* ceiling 2 and the prompt product: 8192 × 5120 × 17408 */
+    int64_t T = 8192, n_in = 5120, n_out = 17408;
+    double flop = 2.0 * T * n_in * n_out;
+    float *x = dev_rand((size_t)(T * n_in) * 4, 1), *y;
+    OK(snug_cuda_malloc((void **)&y, (size_t)(T * n_out) * 4, &err));
+    uint32_t gt[2] = {SNUG_DTYPE_BF16, SNUG_DTYPE_Q4_K};
+    double gemm_rate = 0;
+    for (int g = 0; g < 2; g++) {
+        void *w =
+            g == 0 ? dev_rand((size_t)(n_in * n_out) * 2, 0) : dev_weights(gt[g], n_in, n_out);
+        if (g == 0) { /* random bytes as bf16: clear exponents that would make inf/NaN */
+            uint16_t *h = malloc((size_t)(n_in * n_out) * 2);
+            for (int64_t i = 0; i < n_in * n_out; i++) h[i] = snug_f32_to_bf16(frand());
+            OK(snug_cuda_upload(&cu, w, h, (size_t)(n_in * n_out) * 2, &err));
+            free(h);
+        }
+        size_t wb = snug_cuda_matmul_work_bytes(n_in, n_out, T);
+        void *work;
+        OK(snug_cuda_malloc(&work, wb, &err));
+        for (int i = 0; i < 2; i++)
+            OK(snug_cuda_matmul(&cu, gt[g], w, n_in, n_out, x, T, y, work, &err));
+        enum { GREP = 7 };
+        for (int i = 0; i < GREP; i++) {
+            tic();
+            OK(snug_cuda_matmul(&cu, gt[g], w, n_in, n_out, x, T, y, work, &err));
+            t[i] = toc_ms();
+        }
+        double ms = median(t, GREP), rate = flop / (ms * 1e-3) / 1e12;
+        if (g == 0) gemm_rate = rate;
+        printf("matmul %-5s T=%lld n_in=%lld n_out=%lld: %8.2f ms  %6.1f TFLOP/s  %5.1f%% of the "
+               "bf16 cuBLAS rate (x f32->bf16 conversion included)\n",
+               snug_dtype_info(gt[g])->name, (long long)T, (long long)n_in, (long long)n_out, ms,
+               rate, 100 * rate / gemm_rate);
+        snug_cuda_dfree(w), snug_cuda_dfree(work);
+    }
+    snug_cuda_dfree(x), snug_cuda_dfree(y);
+
+    /* attention decode over 200K cached F16 positions (27B shape: Hq 24, Hkv 4, D 256) */
+    {
+        int64_t Hq = 24, Hkv = 4, D = 256, ctx = 200000;
+        size_t kvb = (size_t)ctx * Hkv * D * 2;
+        struct snug_cuda_kv kv = {SNUG_DTYPE_F16, dev_rand(kvb, 0), dev_rand(kvb, 0), ctx};
+        uint16_t *h = malloc(kvb); /* sane f16 values */
+        for (size_t i = 0; i < kvb / 2; i++) h[i] = snug_f32_to_f16(frand());
+        OK(snug_cuda_upload(&cu, kv.k, h, kvb, &err));
+        OK(snug_cuda_upload(&cu, kv.v, h, kvb, &err));
+        free(h);
+        float *q = dev_rand((size_t)Hq * D * 4, 1), *o = dev_rand((size_t)Hq * D * 4, 1);
+        void *work;
+        OK(snug_cuda_malloc(&work, snug_cuda_attention_work_bytes(Hq, D, 1) + 1, &err));
+        for (int i = 0; i < REP; i++) {
+            tic();
+            OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctx - 1, 1, q, 0.0625f, o, work, &err));
+            t[i] = toc_ms();
+        }
+        double ms = median(t, REP), bw = 2.0 * kvb / (ms * 1e-3) / 1e9;
+        printf("attention decode f16 ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f GB/s  %5.1f%% "
+               "of copy\n",
+               (long long)ctx, ms * 1e3, bw, 100 * bw / copy_bw);
+        snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v), snug_cuda_dfree(q), snug_cuda_dfree(o),
+            snug_cuda_dfree(work);
+    }
+
+    /* gated delta: decode step and a 8192-token prompt (27B shape: Nk 16, Nv 48, dk=dv=128) */
+    {
+        int64_t Nk = 16, Nv = 48, dk = 128, dv = 128, Tp = 8192;
+        float *q = dev_rand((size_t)(Tp * Nk * dk) * 4, 1),
+              *k = dev_rand((size_t)(Tp * Nk * dk) * 4, 1);
+        float *v = dev_rand((size_t)(Tp * Nv * dv) * 4, 1), *g = dev_rand((size_t)(Tp * Nv) * 4, 1);
+        float *b = dev_rand((size_t)(Tp * Nv) * 4, 1), *S = dev_rand((size_t)(Nv * dk * dv) * 4, 1);
+        float *o = dev_rand((size_t)(Tp * Nv * dv) * 4, 1);
+        for (int i = 0; i < REP; i++) {
+            tic();
+            OK(snug_cuda_gated_delta_step(&cu, 1, Nk, Nv, dk, dv, q, k, v, g, b, S, o, &err));
+            t[i] = toc_ms();
+        }
+        double ms = median(t, REP), bytes = 2.0 * Nv * dk * dv * 4;
+        printf("delta step T=1 (27B shape): %8.1f us  state r+w %.0f GB/s\n", ms * 1e3,
+               bytes / (ms * 1e-3) / 1e9);
+        for (int i = 0; i < 3; i++) {
+            tic();
+            OK(snug_cuda_gated_delta_chunked(&cu, Tp, Nk, Nv, dk, dv, q, k, v, g, b, S, o, &err));
+            t[i] = toc_ms();
+        }
+        ms = median(t, 3);
+        printf("delta prompt T=%lld (27B shape): %8.2f ms  (%.0f tokens/s per layer)\n",
+               (long long)Tp, ms, Tp / (ms * 1e-3));
+        snug_cuda_dfree(q), snug_cuda_dfree(k), snug_cuda_dfree(v), snug_cuda_dfree(g),
+            snug_cuda_dfree(b), snug_cuda_dfree(S), snug_cuda_dfree(o);
+    }
+    OK(snug_cuda_sync(&cu, &err));
+    snug_cuda_free(&cu);
+    return 0;
+}

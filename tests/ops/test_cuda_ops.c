@@ -1,0 +1,332 @@
+/* test_cuda_ops.c — the CUDA backend's ops against the CPU ops (the reference semantics), on
+ * odd shapes and fresh random data (the seed is printed; SNUG_SEED=n repeats a run).
+ * Needs a GPU: built when nvcc is found, not registered with ctest; run it on the device
+ * machine. Each check prints the max abs error, the error relative to max|ref| and PASS/FAIL;
+ * the last line is "N passed, N failed". Outputs are poisoned (NaN) before each GPU op, so an
+ * unwritten element fails.
+ * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/core.h"
+#include "quant/quant.h"
+#include "test.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <time.h>
+
+static struct snug_cuda cu;
+static struct snug_err err;
+static uint64_t rng;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float *rnd(int64_t n, float scale) {
+    float *x = snug_malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        int st_ = (call);                                                                          \
+        if (st_ != SNUG_OK) {                                                                      \
+            fprintf(stderr, "FATAL %s:%d: %s\n", __FILE__, __LINE__, err.msg);                     \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void *dup_dev(const void *h, size_t bytes) {
+    void *d;
+    OK(snug_cuda_malloc(&d, bytes, &err));
+    if (h) OK(snug_cuda_upload(&cu, d, h, bytes, &err));
+    return d;
+}
+static void *dev_poison(size_t bytes) {
+    void *d;
+    OK(snug_cuda_malloc(&d, bytes, &err));
+    cudaMemset(d, 0xff, bytes); /* all-ones floats are NaN */
+    return d;
+}
+static float *get(const void *d, int64_t n) {
+    float *h = snug_malloc((size_t)n * sizeof(float));
+    OK(snug_cuda_sync(&cu, &err));
+    OK(snug_cuda_download(&cu, h, d, (size_t)n * sizeof(float), &err));
+    return h;
+}
+
+/* Compare, print, count: error relative to max|ref| must be <= tol; NaN fails. */
+static void cmp(const char *what, const float *got, const float *ref, int64_t n, double tol) {
+    double mx = 0, ma = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) bad = 1;
+        double d = fabs((double)got[i] - ref[i]);
+        if (d > ma) ma = d;
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+    }
+    double rel = ma / (mx > 0 ? mx : 1);
+    int pass = !bad && rel <= tol;
+    printf("%-44s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e %s\n", what, (long long)n, ma, rel, tol,
+           pass ? "PASS" : "FAIL");
+    CHECKF(pass, "%s", what);
+}
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
+    const struct snug_dtype_info *ti = snug_dtype_info(type);
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    uint8_t *w = snug_malloc(rb * (size_t)n_out);
+    float *src = rnd(n_in, 1.0f);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+    }
+    float *x = rnd(T * n_in, 1.0f), *ref = snug_malloc((size_t)(T * n_out) * sizeof(float));
+    void *cw = snug_malloc(snug_op_matmul_work_bytes(n_in, 1));
+    snug_op_matmul(NULL, type, w, n_in, n_out, x, T, ref, cw);
+    void *dw = dup_dev(w, rb * n_out), *dx = dup_dev(x, (size_t)(T * n_in) * 4);
+    void *dy = dev_poison((size_t)(T * n_out) * 4);
+    size_t wb = snug_cuda_matmul_work_bytes(n_in, n_out, T);
+    void *dwork = wb ? dup_dev(NULL, wb) : NULL;
+    OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
+    float *got = get(dy, T * n_out);
+    char name[96];
+    snprintf(name, sizeof name, "matmul %s %lldx%lld T=%lld%s", ti->name, (long long)n_out,
+             (long long)n_in, (long long)T, T > SNUG_CUDA_MATVEC_MAX_T ? " (bf16 cuBLAS)" : "");
+    cmp(name, got, ref, T * n_out, T > SNUG_CUDA_MATVEC_MAX_T ? 2e-2 : 2e-5);
+    if (T == 1) { /* the bf16 dequantisation against the reference decoder */
+        uint16_t *db;
+        OK(snug_cuda_malloc((void **)&db, (size_t)(n_in * n_out) * 2, &err));
+        OK(snug_cuda_dequant_bf16(&cu, type, dw, n_in, n_out, db, &err));
+        uint16_t *hb = snug_malloc((size_t)(n_in * n_out) * 2);
+        OK(snug_cuda_sync(&cu, &err));
+        OK(snug_cuda_download(&cu, hb, db, (size_t)(n_in * n_out) * 2, &err));
+        float *gf = snug_malloc((size_t)(n_in * n_out) * 4),
+              *rf = snug_malloc((size_t)(n_in * n_out) * 4);
+        for (int64_t r = 0; r < n_out; r++)
+            snug_dequantize_row(type, w + r * rb, rf + r * n_in, n_in);
+        int64_t exact = 0;
+        for (int64_t i = 0; i < n_in * n_out; i++) {
+            gf[i] = snug_bf16_to_f32(hb[i]);
+            exact += hb[i] == snug_f32_to_bf16(rf[i]);
+        }
+        snprintf(name, sizeof name, "dequant_bf16 %s (%lld/%lld exact)", ti->name, (long long)exact,
+                 (long long)(n_in * n_out));
+        cmp(name, gf, rf, n_in * n_out, 4e-3);
+        CHECKF(exact == n_in * n_out, "dequant_bf16 %s: %lld of %lld rounded as the CPU would",
+               ti->name, (long long)exact, (long long)(n_in * n_out));
+        snug_cuda_dfree(db);
+        snug_free(hb), snug_free(gf), snug_free(rf);
+    }
+    snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy), snug_cuda_dfree(dwork);
+    snug_free(w), snug_free(src), snug_free(x), snug_free(ref), snug_free(cw), snug_free(got);
+}
+
+/* ---- elementwise and norms ---------------------------------------------------------------- */
+static void test_basic(void) {
+    int64_t T = 5, n = 1000;
+    float *x = rnd(T * n, 3.0f), *w = rnd(n, 1.0f), *ref = snug_malloc((size_t)(T * n) * 4);
+    float *dx = dup_dev(x, T * n * 4), *dw = dup_dev(w, n * 4), *dy = dev_poison(T * n * 4);
+    snug_op_rmsnorm(x, w, 1e-6f, T, n, ref);
+    OK(snug_cuda_rmsnorm(&cu, dx, dw, 1e-6f, T, n, dy, &err));
+    float *got = get(dy, T * n);
+    cmp("rmsnorm 5x1000", got, ref, T * n, 1e-5);
+    snug_free(got);
+    snug_op_rmsnorm(x, NULL, 1e-6f, T, n, ref);
+    OK(snug_cuda_rmsnorm(&cu, dx, NULL, 1e-6f, T, n, dx, &err)); /* in place, no weight */
+    got = get(dx, T * n);
+    cmp("rmsnorm 5x1000 in place, w=NULL", got, ref, T * n, 1e-5);
+    snug_free(got);
+
+    int64_t rows = 37, hd = 128;
+    float *a = rnd(rows * hd, 2.0f);
+    float *da = dup_dev(a, rows * hd * 4);
+    snug_op_l2norm(a, rows, hd, 1e-6f);
+    OK(snug_cuda_l2norm(&cu, da, rows, hd, 1e-6f, &err));
+    got = get(da, rows * hd);
+    cmp("l2norm 37x128", got, a, rows * hd, 1e-5);
+    snug_free(got), snug_free(a), snug_cuda_dfree(da);
+
+    int64_t Tr = 7, H = 5, D = 64, nrot = 32;
+    int32_t pos[7];
+    for (int i = 0; i < Tr; i++) pos[i] = (int32_t)((frand() + 1.0f) * 130000.0f);
+    pos[0] = 0;
+    float *r = rnd(Tr * H * D, 1.0f);
+    float *dr = dup_dev(r, Tr * H * D * 4);
+    int32_t *dpos = dup_dev(pos, sizeof pos);
+    snug_op_rope_neox(r, Tr, H, D, nrot, pos, 10000000.0f);
+    OK(snug_cuda_rope_neox(&cu, dr, Tr, H, D, nrot, dpos, 10000000.0f, &err));
+    got = get(dr, Tr * H * D);
+    cmp("rope_neox 7x5x64 rot 32, pos to 260K", got, r, Tr * H * D, 1e-5);
+    snug_free(got), snug_free(r), snug_cuda_dfree(dr), snug_cuda_dfree(dpos);
+
+    int64_t m = 3001;
+    float *g = rnd(m, 6.0f), *u = rnd(m, 2.0f), *o = snug_malloc(m * 4);
+    float *dg = dup_dev(g, m * 4), *du = dup_dev(u, m * 4), *dout = dev_poison(m * 4);
+    snug_op_swiglu(g, u, m, o);
+    OK(snug_cuda_swiglu(&cu, dg, du, m, dout, &err));
+    got = get(dout, m);
+    cmp("swiglu 3001", got, o, m, 1e-6);
+    snug_free(got);
+    for (int64_t i = 0; i < m; i++) o[i] = u[i] * snug_sigmoid(g[i]);
+    OK(snug_cuda_sigmoid_mul(&cu, du, dg, m, dout, &err));
+    got = get(dout, m);
+    cmp("sigmoid_mul 3001", got, o, m, 1e-6);
+    snug_free(got), snug_free(g), snug_free(u), snug_free(o);
+    snug_cuda_dfree(dg), snug_cuda_dfree(du), snug_cuda_dfree(dout);
+
+    int64_t Tg = 3, Nv = 7, dv = 96;
+    float *oo = rnd(Tg * Nv * dv, 2.0f), *z = rnd(Tg * Nv * dv, 3.0f), *gw = rnd(dv, 1.0f);
+    float *gref = snug_malloc(Tg * Nv * dv * 4);
+    float *doo = dup_dev(oo, Tg * Nv * dv * 4), *dz = dup_dev(z, Tg * Nv * dv * 4),
+          *dgw = dup_dev(gw, dv * 4), *dgy = dev_poison(Tg * Nv * dv * 4);
+    snug_op_gated_rmsnorm(oo, z, gw, 1e-6f, Tg, Nv, dv, gref);
+    OK(snug_cuda_gated_rmsnorm(&cu, doo, dz, dgw, 1e-6f, Tg, Nv, dv, dgy, &err));
+    got = get(dgy, Tg * Nv * dv);
+    cmp("gated_rmsnorm 3x7x96", got, gref, Tg * Nv * dv, 1e-5);
+    snug_free(got), snug_free(oo), snug_free(z), snug_free(gw), snug_free(gref);
+    snug_cuda_dfree(doo), snug_cuda_dfree(dz), snug_cuda_dfree(dgw), snug_cuda_dfree(dgy);
+
+    /* conv: a 9-token prompt then a 1-token and a 2-token step, the state carried */
+    int64_t C = 300, K = 4, steps[3] = {9, 1, 2};
+    float *cwt = rnd(C * K, 1.0f), *cst = rnd((K - 1) * C, 1.0f);
+    float *dcw = dup_dev(cwt, C * K * 4), *dcs = dup_dev(cst, (K - 1) * C * 4);
+    for (int s = 0; s < 3; s++) {
+        int64_t Tc = steps[s];
+        float *cx = rnd(Tc * C, 2.0f), *cy = snug_malloc(Tc * C * 4);
+        float *dcx = dup_dev(cx, Tc * C * 4), *dcy = dev_poison(Tc * C * 4);
+        snug_op_conv_silu(cx, Tc, C, K, cwt, cst, cy);
+        OK(snug_cuda_conv_silu(&cu, dcx, Tc, C, K, dcw, dcs, dcy, &err));
+        got = get(dcy, Tc * C);
+        char name[64];
+        snprintf(name, sizeof name, "conv_silu K=4 C=300 T=%lld (call %d)", (long long)Tc, s);
+        cmp(name, got, cy, Tc * C, 1e-5);
+        snug_free(got);
+        got = get(dcs, (K - 1) * C);
+        cmp("  conv state after it", got, cst, (K - 1) * C, 0);
+        snug_free(got), snug_free(cx), snug_free(cy), snug_cuda_dfree(dcx), snug_cuda_dfree(dcy);
+    }
+    snug_free(cwt), snug_free(cst), snug_cuda_dfree(dcw), snug_cuda_dfree(dcs);
+    snug_free(x), snug_free(w), snug_free(ref);
+    snug_cuda_dfree(dx), snug_cuda_dfree(dw), snug_cuda_dfree(dy);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+static void test_attention(uint32_t type, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0,
+                           int64_t T) {
+    int64_t n_ctx = pos0 + T + 3, row = Hkv * D;
+    size_t es = type == SNUG_DTYPE_F16 ? 2 : 4;
+    struct snug_kv_view hv = {type, snug_malloc(n_ctx * row * es), snug_malloc(n_ctx * row * es),
+                              n_ctx};
+    struct snug_cuda_kv dv = {type, dup_dev(NULL, n_ctx * row * es),
+                              dup_dev(NULL, n_ctx * row * es), n_ctx};
+    /* the cache: the prefix in one store, then the chunk's own rows, on both sides */
+    int64_t parts[2][2] = {{0, pos0}, {pos0, T}};
+    for (int p = 0; p < 2; p++) {
+        int64_t n = parts[p][1];
+        if (!n) continue;
+        float *k = rnd(n * row, 2.0f), *v = rnd(n * row, 1.0f);
+        float *dk = dup_dev(k, n * row * 4), *dvv = dup_dev(v, n * row * 4);
+        snug_op_kv_store(&hv, Hkv, D, parts[p][0], n, k, v);
+        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], n, dk, dvv, &err));
+        OK(snug_cuda_sync(&cu, &err));
+        snug_free(k), snug_free(v), snug_cuda_dfree(dk), snug_cuda_dfree(dvv);
+    }
+    float *q = rnd(T * Hq * D, 1.0f), *ref = snug_malloc(T * Hq * D * 4);
+    float scale = 1.0f / sqrtf((float)D);
+    void *cw = snug_malloc(snug_op_attention_work_bytes(D, 1) + 64);
+    snug_op_attention(NULL, &hv, Hq, Hkv, D, pos0, T, q, scale, ref, cw);
+    float *dq = dup_dev(q, T * Hq * D * 4), *dout = dev_poison(T * Hq * D * 4);
+    size_t wb = snug_cuda_attention_work_bytes(Hq, D, T);
+    void *dw = wb ? dup_dev(NULL, wb) : NULL;
+    OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, T, dq, scale, dout, dw, &err));
+    float *got = get(dout, T * Hq * D);
+    char name[96];
+    snprintf(name, sizeof name, "attention %s Hq=%lld Hkv=%lld D=%lld pos0=%lld T=%lld",
+             type == SNUG_DTYPE_F16 ? "f16" : "f32", (long long)Hq, (long long)Hkv, (long long)D,
+             (long long)pos0, (long long)T);
+    cmp(name, got, ref, T * Hq * D, 2e-5);
+    snug_free(got), snug_free(q), snug_free(ref), snug_free(cw), snug_free(hv.k), snug_free(hv.v);
+    snug_cuda_dfree(dq), snug_cuda_dfree(dout), snug_cuda_dfree(dw), snug_cuda_dfree(dv.k),
+        snug_cuda_dfree(dv.v);
+}
+
+/* ---- gated delta rule --------------------------------------------------------------------- */
+static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv) {
+    float *q = rnd(T * Nk * dk, 1.0f), *k = rnd(T * Nk * dk, 1.0f), *v = rnd(T * Nv * dv, 1.0f);
+    float *g = rnd(T * Nv, 1.0f), *beta = rnd(T * Nv, 1.0f), *S = rnd(Nv * dk * dv, 0.5f);
+    snug_op_l2norm(q, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(k, T * Nk, dk, 1e-6f);
+    for (int64_t i = 0; i < T * Nk * dk; i++) q[i] /= sqrtf((float)dk);
+    for (int64_t i = 0; i < T * Nv; i++) {
+        g[i] = -fabsf(g[i]) * 1.5f;
+        beta[i] = 0.5f + 0.49f * beta[i];
+    }
+    float *dq = dup_dev(q, T * Nk * dk * 4), *dk_ = dup_dev(k, T * Nk * dk * 4),
+          *dvv = dup_dev(v, T * Nv * dv * 4), *dg = dup_dev(g, T * Nv * 4),
+          *db = dup_dev(beta, T * Nv * 4), *dS = dup_dev(S, Nv * dk * dv * 4),
+          *dout = dev_poison(T * Nv * dv * 4);
+    float *ref = snug_malloc(T * Nv * dv * 4);
+    if (chunked) {
+        void *w = snug_malloc(snug_op_gated_delta_work_bytes(dk, dv, 1));
+        snug_op_gated_delta_chunked(NULL, T, Nk, Nv, dk, dv, q, k, v, g, beta, S, ref, w);
+        snug_free(w);
+        OK(snug_cuda_gated_delta_chunked(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout,
+                                         &err));
+    } else {
+        snug_op_gated_delta_step(NULL, T, Nk, Nv, dk, dv, q, k, v, g, beta, S, ref);
+        OK(snug_cuda_gated_delta_step(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout,
+                                      &err));
+    }
+    float *got = get(dout, T * Nv * dv);
+    char name[96];
+    snprintf(name, sizeof name, "delta %s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld",
+             chunked ? "chunked" : "step", (long long)T, (long long)Nk, (long long)Nv,
+             (long long)dk, (long long)dv);
+    cmp(name, got, ref, T * Nv * dv, 1e-4);
+    snug_free(got);
+    got = get(dS, Nv * dk * dv);
+    cmp("  state after it", got, S, Nv * dk * dv, 1e-4);
+    snug_free(got), snug_free(q), snug_free(k), snug_free(v), snug_free(g), snug_free(beta),
+        snug_free(S), snug_free(ref);
+    snug_cuda_dfree(dq), snug_cuda_dfree(dk_), snug_cuda_dfree(dvv), snug_cuda_dfree(dg),
+        snug_cuda_dfree(db), snug_cuda_dfree(dS), snug_cuda_dfree(dout);
+}
+
+int main(void) {
+    const char *seed = getenv("SNUG_SEED");
+    rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    if (!rng) rng = 88172645463325252ull;
+    printf("seed %llu\n", (unsigned long long)rng);
+    if (snug_cuda_init(&cu, 0, &err) != SNUG_OK) {
+        fprintf(stderr, "no usable CUDA device: %s\n", err.msg);
+        return 1;
+    }
+    printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
+    uint32_t types[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q4_0,
+                        SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0, SNUG_DTYPE_Q5_1, SNUG_DTYPE_Q8_0,
+                        SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        test_matmul(types[i], 768, 37, 1);
+        test_matmul(types[i], 512, 45, 3);
+    }
+    test_matmul(SNUG_DTYPE_Q4_K, 1024, 4096 + 45, 37);
+    test_matmul(SNUG_DTYPE_Q8_0, 768, 301, 129);
+    test_matmul(SNUG_DTYPE_BF16, 768, 301, 9);
+    test_basic();
+    uint32_t kt[2] = {SNUG_DTYPE_F32, SNUG_DTYPE_F16};
+    for (int i = 0; i < 2; i++) {
+        test_attention(kt[i], 6, 2, 128, 300, 1);
+        test_attention(kt[i], 6, 2, 64, 77, 45);
+        test_attention(kt[i], 24, 4, 256, 5000, 1);
+        test_attention(kt[i], 8, 8, 32, 0, 19);
+    }
+    test_delta(0, 1, 2, 6, 128, 128);
+    test_delta(0, 5, 3, 3, 64, 96);
+    test_delta(1, 133, 2, 6, 128, 128);
+    test_delta(1, 64, 1, 3, 32, 40);
+    snug_cuda_free(&cu);
+    return TEST_DONE();
+}
