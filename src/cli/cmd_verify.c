@@ -1,11 +1,92 @@
-/* cmd_verify.c — `snug verify` (not yet written). */
+/* cmd_verify.c — `snug verify`: run the nine functional checks (src/ops/verify.c) against an
+ * OpenAI-compatible server and print a table (or --json). The exit status is the number of
+ * failed checks; a skip is shown with its reason and is not a pass.
+ * Read next: src/ops/ops.h.
+ */
 #include "cli.h"
 
+#include "ops/ops.h"
+
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void verify_usage(void) {
+    fprintf(stderr,
+            "usage: snug verify [--url http://127.0.0.1:8080] [--model M] [--api-key K] [--json]\n"
+            "                   [--timeout SECONDS]\n"
+            "  Nine functional checks of an OpenAI-compatible server (snug, vLLM, llama.cpp):\n"
+            "  reachable, engine-self-check (/health), basic-answer, tool-call, streaming,\n"
+            "  thinking, quality, speculative (/metrics), stream-tool-thinking.\n"
+            "  Exit status = number of failed checks. --json prints\n"
+            "  {\"checks\": [{\"name\", \"status\": pass|fail|skip, \"detail\"}]}.\n");
+}
+
+/* Progress on a terminal: one rewritten stderr line. */
+static void progress(void *user, const char *label, int done, int total) {
+    (void)user;
+    if (!isatty(2)) return;
+    int w = 24, f = total ? done * w / total : 0;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-24s", f, "########################", w - f, "", done,
+            total, label);
+    if (done == total) fprintf(stderr, "\r%*s\r", 60, "");
+    fflush(stderr);
+}
 
 int cmd_verify(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "snug verify: not implemented yet\n");
-    return 2;
+    const char *url = NULL, *model = NULL, *key = NULL;
+    bool as_json = false;
+    double timeout = 600;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--url")) {
+            if (!(url = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--model")) {
+            if (!(model = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!(key = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--timeout")) {
+            if (!cli_float(argc, argv, &i, &timeout) || timeout <= 0) return 2;
+        } else if (!strcmp(a, "--json")) {
+            as_json = true;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            verify_usage();
+            return 0;
+        } else {
+            fprintf(stderr, "snug verify: unknown option '%s'\n", a);
+            verify_usage();
+            return 2;
+        }
+    }
+    struct snug_err err = {0};
+    struct snug_ops_client c;
+    if (snug_ops_client_init(&c, url, model, key, &err)) return cli_fail("verify", &err);
+    c.timeout_s = timeout;
+    json_t *res = NULL;
+    if (snug_ops_verify(&c, progress, NULL, &res, &err)) return cli_fail("verify", &err);
+    json_t *checks = json_object_get(res, "checks");
+    int failed = snug_ops_count_failed(checks);
+    if (as_json) {
+        json_dumpf(res, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+    } else {
+        printf("snug verify %s (model %s)\n", c.base, c.model[0] ? c.model : "?");
+        size_t i;
+        json_t *r;
+        int pass = 0, skip = 0;
+        json_array_foreach(checks, i, r) {
+            const char *st = json_string_value(json_object_get(r, "status"));
+            pass += !strcmp(st, "pass");
+            skip += !strcmp(st, "skip");
+            printf("  %-5s %-21s %s\n",
+                   !strcmp(st, "pass")   ? "PASS"
+                   : !strcmp(st, "fail") ? "FAIL"
+                                         : "SKIP",
+                   json_string_value(json_object_get(r, "name")),
+                   json_string_value(json_object_get(r, "detail")));
+        }
+        printf("%d passed, %d failed, %d skipped\n", pass, failed, skip);
+    }
+    json_decref(res);
+    return failed;
 }
