@@ -330,6 +330,8 @@ static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv cont
     return SNUG_OK;
 }
 
+/* The whole template, top to bottom: the system/tools turn, the scan for the last real user
+ * query, the turns, the generation prompt (see chat.h for the contract). */
 int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
                      char **out_prompt, size_t *out_len, struct snug_err *err) {
     *out_prompt = NULL;
