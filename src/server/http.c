@@ -105,7 +105,7 @@ static enum MHD_Result do_models(struct snug_srv *s, struct MHD_Connection *c) {
     struct snug_engine_stats st;
     snug_engine_get_stats(s->engine, &st);
     json_t *m =
-        json_pack("{s:s, s:s, s:i, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", s->model_id, "object",
+        json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", s->model_id, "object",
                   "model", "created", (json_int_t)s->created, "owned_by", "snug", "meta", "arch",
                   snug_model_arch(s->model), "n_vocab", snug_model_n_vocab(s->model), "n_embd",
                   snug_model_n_embd(s->model), "n_ctx", st.n_ctx, "n_ctx_train",

@@ -380,7 +380,7 @@ static json_t *final_json(const struct reply *r) {
     }
     json_object_set_new(choice, "logprobs",
                         r->req.logprobs ? logprobs_json(r, 0, r->n_lps) : json_null());
-    return json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o, s:o}", "id", r->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", r->id, "object",
                      r->req.kind == SNUG_REQ_CHAT ? "chat.completion" : "text_completion",
                      "created", (json_int_t)r->created, "model", r->srv->model_id, "choices",
                      choice, "usage", usage_json(r), "timings", timings_json(r));
@@ -409,7 +409,7 @@ static json_t *chunk(const struct reply *r, json_t *delta, const char *finish) {
         choice = json_pack("{s:i, s:o}", "index", 0, "text", delta ? delta : json_string(""));
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(choice, "logprobs", json_null());
-    return json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", r->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
                      r->req.kind == SNUG_REQ_CHAT ? "chat.completion.chunk" : "text_completion",
                      "created", (json_int_t)r->created, "model", r->srv->model_id, "choices",
                      choice);
@@ -471,7 +471,7 @@ static void stream_collect(struct reply *r) {
             json_object_set_new(ch, "timings", timings_json(r));
             sse_put(r, ch);
             if (r->req.include_usage) {
-                sse_put(r, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", r->id, "object",
+                sse_put(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
                                      chat ? "chat.completion.chunk" : "text_completion", "created",
                                      (json_int_t)r->created, "model", r->srv->model_id, "choices",
                                      "usage", usage_json(r)));
