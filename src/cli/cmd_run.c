@@ -2,6 +2,7 @@
  *   snug run -m M.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
  *            [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P]
  *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N] [-f FILE]
+ *            [--spec-draft N]   (speculative decoding with the model's MTP block, N drafts)
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
  * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
  * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
@@ -9,6 +10,7 @@
 
 #include "core/core.h"
 #include "sample/sample.h"
+#include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -21,10 +23,11 @@ static void usage(void) {
             "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
             "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
-            "                [--threads N] [--ctx N]\n"
+            "                [--threads N] [--ctx N] [--spec-draft N]\n"
             "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
             "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
-            "  --ctx defaults to prompt + N tokens.\n");
+            "  --ctx defaults to prompt + N tokens. --spec-draft N: speculative decoding with\n"
+            "  the model's MTP block, N drafts per step (0 = off, the default).\n");
 }
 
 /* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
@@ -49,6 +52,7 @@ static char *read_file(const char *path, size_t *len) {
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     long n_predict = 128, top_k = 40, threads = 0, n_ctx = 0, last_n = 64, seed = -1;
+    long spec_draft = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -81,6 +85,8 @@ int cmd_run(int argc, char **argv) {
             ok = cli_int(argc, argv, &i, &seed);
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
             ok = cli_int(argc, argv, &i, &threads);
+        else if (!strcmp(a, "--spec-draft"))
+            ok = cli_int(argc, argv, &i, &spec_draft);
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c"))
             ok = cli_int(argc, argv, &i, &n_ctx);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -100,8 +106,10 @@ int cmd_run(int argc, char **argv) {
     }
     if (n_predict < 0 || n_predict > (1L << 30) || threads < 0 || threads > 4096 || n_ctx < 0 ||
         n_ctx > (1L << 30) || top_k < 0 || top_k > (1L << 30) || last_n < -1 ||
-        last_n > (1L << 30)) {
-        fprintf(stderr, "snug run: -n, --threads, --ctx, --top-k, --repeat-last-n out of range\n");
+        last_n > (1L << 30) || spec_draft < 0 || spec_draft > SNUG_SPEC_MAX_DRAFT) {
+        fprintf(stderr,
+                "snug run: -n, --threads, --ctx, --top-k, --repeat-last-n, --spec-draft out of "
+                "range\n");
         return 2;
     }
     if (seed < 0) seed = (long)time(NULL);
@@ -143,7 +151,7 @@ int cmd_run(int argc, char **argv) {
         snug_err_set(&err, SNUG_ERR_INVALID, "prompt of %zu tokens is too long", n_prompt);
         goto fail;
     }
-    size_t cap = n_prompt + (size_t)n_predict + 1;
+    size_t cap = n_prompt + (size_t)n_predict + 1 + (size_t)spec_draft + 1;
     ids = malloc(cap * sizeof *ids);
     const int32_t V = snug_model_n_vocab(m);
     logits = malloc((size_t)V * sizeof *logits);
@@ -163,6 +171,7 @@ int cmd_run(int argc, char **argv) {
     }
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_threads = (int32_t)threads;
+    cp.n_draft = (int32_t)spec_draft;
     cp.n_ctx = n_ctx ? (int32_t)n_ctx : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto fail;
     int32_t room = snug_ctx_n_ctx(ctx) - (int32_t)n_prompt;
@@ -202,11 +211,25 @@ int cmd_run(int argc, char **argv) {
     const char *out;
     size_t out_len;
     t0 = snug_time_s();
+    snug_spec_seed(ctx, (uint64_t)seed);
+    size_t n_done = n; /* speculative: tokens in ids[n_done..n) are not streamed yet */
     while (n_gen < n_predict) {
-        snug_token t = snug_sampler_sample(smp, logits, ids, (int32_t)n);
+        snug_token t;
+        if (spec_draft > 0 && n_done < n) { /* emitted by the last speculative step */
+            t = ids[n_done++];
+        } else if (spec_draft > 0 && n_gen > 0) {
+            int32_t nn = 0;
+            if (snug_spec_step(ctx, smp, ids, (int32_t)n, (int32_t)cap, &nn, &err)) goto fail;
+            n_done = n;
+            n += (size_t)nn;
+            t = ids[n_done++];
+        } else {
+            t = snug_sampler_sample(smp, logits, ids, (int32_t)n);
+            if (spec_draft > 0) n_done = n + 1;
+        }
         n_gen++;
         if (t == eos || t == im_end) break;
-        ids[n++] = t;
+        if (spec_draft == 0 || n_gen == 1) ids[n++] = t;
         if (snug_detok_push(&dt, t, &out, &out_len)) {
             snug_err_set(&err, SNUG_ERR_INTERNAL, "sampled token %d is outside the vocabulary", t);
             goto fail;
@@ -214,7 +237,8 @@ int cmd_run(int argc, char **argv) {
         fwrite(out, 1, out_len, stdout);
         fflush(stdout);
         if (n_gen == n_predict) break;
-        if (snug_ctx_eval(ctx, &t, 1, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto fail;
+        if (spec_draft == 0 && snug_ctx_eval(ctx, &t, 1, logits, SNUG_EVAL_LOGITS_LAST, &err))
+            goto fail;
     }
     snug_detok_flush(&dt, &out, &out_len);
     fwrite(out, 1, out_len, stdout);
@@ -225,6 +249,21 @@ int cmd_run(int argc, char **argv) {
             "generation %ld tokens, %.2f s, %.1f tok/s | seed %ld | peak memory %.1f MiB\n",
             t_load, n_prompt, t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen,
             t_gen > 0 ? n_gen / t_gen : 0.0, seed, snug_peak_rss_bytes() / 1048576.0);
+    if (spec_draft > 0) {
+        struct snug_spec_stats st;
+        snug_ctx_spec_stats(ctx, &st);
+        fprintf(stderr,
+                "snug run: speculative (MTP, %ld drafts): %lld verifications, %.3f tokens per "
+                "verification, %lld of %lld drafts accepted; by draft position:",
+                spec_draft, (long long)st.n_steps,
+                st.n_steps ? (double)st.n_emitted / (double)st.n_steps : 0.0,
+                (long long)st.n_accepted, (long long)st.n_drafted);
+        for (long i = 0; i < spec_draft; i++)
+            fprintf(stderr, " %.3f",
+                    st.proposed_at[i] ? (double)st.accepted_at[i] / (double)st.proposed_at[i]
+                                      : 0.0);
+        fprintf(stderr, "\n");
+    }
     status = 0;
 fail:
     if (status) cli_fail("run", &err);
