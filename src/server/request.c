@@ -123,6 +123,8 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
     if (has) r->max_tokens = (int32_t)x;
     if ((v = field(o, "stop"))) {
         if (json_is_string(v)) {
+            if (json_string_length(v) > SNUG_REQ_MAX_STOP_BYTES)
+                return bad(e, "stop", "'stop' is longer than %d bytes", SNUG_REQ_MAX_STOP_BYTES);
             if (json_string_length(v)) r->stop[r->n_stop++] = json_string_value(v);
         } else if (json_is_array(v)) {
             if (json_array_size(v) > SNUG_REQ_MAX_STOP)
@@ -132,6 +134,9 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
             json_t *s;
             json_array_foreach(v, i, s) {
                 if (!json_is_string(s)) return bad(e, "stop", "'stop[%zu]' must be a string", i);
+                if (json_string_length(s) > SNUG_REQ_MAX_STOP_BYTES)
+                    return bad(e, "stop", "'stop[%zu]' is longer than %d bytes", i,
+                               SNUG_REQ_MAX_STOP_BYTES);
                 if (json_string_length(s)) r->stop[r->n_stop++] = json_string_value(s);
             }
         } else {

@@ -55,7 +55,8 @@ enum snug_server_tool_choice {
     SNUG_TOOL_NAMED = 3,
 };
 
-#define SNUG_REQ_MAX_STOP 16
+#define SNUG_REQ_MAX_STOP       16
+#define SNUG_REQ_MAX_STOP_BYTES 512 /* keeps the per-token stop-string check cheap */
 
 /* A validated request. Strings and JSON values are borrowed from `root`, which the struct
  * owns (one reference) until snug_server_req_free. */

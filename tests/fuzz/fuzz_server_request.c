@@ -20,7 +20,8 @@ static void check_req(const struct snug_server_req *r) {
     if (!r->root) __builtin_trap();
     if (r->n_stop < 0 || r->n_stop > SNUG_REQ_MAX_STOP) __builtin_trap();
     for (int i = 0; i < r->n_stop; i++)
-        if (!r->stop[i] || !r->stop[i][0]) __builtin_trap();
+        if (!r->stop[i] || !r->stop[i][0] || strlen(r->stop[i]) > SNUG_REQ_MAX_STOP_BYTES)
+            __builtin_trap();
     if (r->top_logprobs < 0 || r->top_logprobs > 20) __builtin_trap();
     if (r->max_tokens < 0) __builtin_trap();
     if (!(r->sampler.temperature >= 0) || !(r->sampler.top_p >= 0 && r->sampler.top_p <= 1))

@@ -230,6 +230,7 @@ def test_real(res, A, fx, tmp):
     err(dict(base, max_tokens=1.5), 400, "max_tokens")
     err(dict(base, stop=[1]), 400, "stop")
     err(dict(base, n=2), 400, "n")
+    err(dict(base, stop=["x" * 600]), 400, "stop", what="stop string too long")
     err(dict(base, messages="hi"), 400, "messages")
     err(dict(base, tool_choice="sometimes"), 400, "tool_choice")
     err(dict(base, model="gpt-4"), 404, "model", what="unknown model")
