@@ -305,7 +305,9 @@ static void build_haystack(struct snug_ops_buf *b, size_t n_chars, const char *m
             snug_ops_buf_printf(b, "\n%s\n", middle);
             placed = true;
         }
-        snug_ops_buf_puts(b, FILLER[(i + salt) % N_FILLER]);
+        const char *f = FILLER[(i + salt) % N_FILLER];
+        size_t room = n_chars - (b->len - start), fl = strlen(f);
+        snug_ops_buf_add(b, f, fl < room ? fl : room);
     }
     if (!placed) snug_ops_buf_printf(b, "\n%s\n", middle);
 }
