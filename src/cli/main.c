@@ -25,6 +25,8 @@ static const struct command COMMANDS[] = {
     {"verify", cmd_verify, "functional checks of an OpenAI-compatible server: [--url U]"},
     {"stress", cmd_stress, "long-context boundary checks of a server: [--url U]"},
     {"bench", cmd_bench, "speed of a server: [--url U] [--json] [--svg F]"},
+    {"bench-local", cmd_bench_local,
+     "prompt/generation speed on this CPU: -m M.gguf [-p 512] [-n 128] [-t 2]"},
 };
 
 static void usage(FILE *f) {

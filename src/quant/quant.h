@@ -111,7 +111,9 @@ uint32_t snug_act_type(uint32_t wtype);
 size_t snug_act_row_bytes(uint32_t wtype, int64_t n);
 /* Quantize (or, for the float format, copy) one row of n activations into xq. */
 void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n);
-/* out[c] = dot(w row, activation row c) for c < nc (1..4); activation row c is at xq + c·xs
+/* Most activation rows one snug_act_dot call takes. */
+#define SNUG_ACT_MAX_ROWS 8
+/* out[c] = dot(w row, activation row c) for c < nc (1..8); activation row c is at xq + c·xs
  * bytes. For the float format the rows are plain float32 and any n works for F32/F16/BF16;
  * other float-format types require n to be a multiple of their block. */
 void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,

@@ -318,7 +318,7 @@ static void act_quantize(const struct snug_qkernels *k, uint32_t wtype, const fl
 
 static void act_dot(const struct snug_qkernels *k, uint32_t wtype, const void *w, const void *xq,
                     size_t xs, int nc, int64_t n, float *out) {
-    SNUG_ASSERT(nc >= 1 && nc <= 4);
+    SNUG_ASSERT(nc >= 1 && nc <= SNUG_ACT_MAX_ROWS);
     switch (wtype) {
     case SNUG_DTYPE_Q8_0:
         k->dot_q8_0(w, xq, xs, nc, n, out);

@@ -18,10 +18,12 @@
  * qs[256] | float d | int16 bsums[16]. */
 #define SNUG_A256_BYTES 292
 
-/* Dot of one weight row with nc (1..4) quantized activation rows (xq + c·xs), n elements. */
+/* Dot of one weight row with nc (1..SNUG_ACT_MAX_ROWS) quantized activation rows (xq + c·xs), n
+ * elements. */
 typedef void (*snug_actdot_fn)(const void *w, const void *xq, size_t xs, int nc, int64_t n,
                                float *out);
-/* Dot of one float-family weight row (F32/F16/BF16) with nc (1..4) float rows x + c·xs. */
+/* Dot of one float-family weight row (F32/F16/BF16) with nc (1..SNUG_ACT_MAX_ROWS) float rows x +
+ * c·xs. */
 typedef void (*snug_fdot_fn)(const void *w, const float *x, size_t xs, int nc, int64_t n,
                              float *out);
 typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);

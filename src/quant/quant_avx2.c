@@ -7,6 +7,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC target("avx2,fma,f16c")
 #define SIMD_VNNI   0
+#define SIMD_512    0
 #define SIMD_EXPORT snug_qkernels_avx2
 #include "quant_simd.inc"
 #else

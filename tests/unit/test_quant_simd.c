@@ -7,7 +7,7 @@
  *  - the reference dot kernels: equal to Σ dequant(w)·dequant(xq) computed in double (so the
  *    integer formulation, scales, mins and offsets are right);
  *  - each level's dot kernels (Q8_0, Q4_K, Q5_K, Q6_K with int8 activations; F32, F16, BF16 on
- *    float activations, odd n) for 1..4 activation rows at odd strides: within 2e-6·Σ|w·x| of
+ *    float activations, odd n) for 1..8 activation rows at odd strides: within 2e-6·Σ|w·x| of
  *    the reference (only the order of float additions differs);
  *  - the SNUG_CPU level switch reports what it installed.
  * Read next: src/quant/quant_act.c, src/quant/quant_simd.inc. */
@@ -99,10 +99,10 @@ static void test_dots(void) {
     uint32_t types[] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K,
                         SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16};
     int64_t nmax = 2560;
-    float *wf = snug_malloc((size_t)nmax * 4), *x = snug_malloc((size_t)nmax * 4 * 4);
+    float *wf = snug_malloc((size_t)nmax * 4), *x = snug_malloc((size_t)nmax * 4 * 8);
     float *wd = snug_malloc((size_t)nmax * 4);
     double *xd = snug_malloc((size_t)nmax * 8);
-    uint8_t *wq = snug_malloc((size_t)nmax * 4), *xq = snug_malloc((size_t)nmax * 4 * 4 + 4096);
+    uint8_t *wq = snug_malloc((size_t)nmax * 4), *xq = snug_malloc((size_t)nmax * 4 * 8 + 8192);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t type = types[ti];
         const struct snug_dtype_info *info = snug_dtype_info(type);
@@ -118,12 +118,12 @@ static void test_dots(void) {
                 snug_dequantize_row_ref(type, wq, wd, n);
                 size_t rb = snug_act_row_bytes(type, n);
                 size_t xs = rb + 4 * (size_t)(1 + ni); /* odd stride between rows */
-                for (int c = 0; c < 4; c++) {
+                for (int c = 0; c < 8; c++) {
                     fill_row(x + c * n, n, v);
                     snug_act_quantize_ref(type, x + c * n, xq + c * xs, n);
                 }
-                for (int nc = 1; nc <= 4; nc++) {
-                    float ref[4], got[4];
+                for (int nc = 1; nc <= SNUG_ACT_MAX_ROWS; nc++) {
+                    float ref[8], got[8];
                     snug_act_dot_ref(type, wq, xq, xs, nc, n, ref);
                     for (int c = 0; c < nc; c++) {
                         deq_act(type, xq + c * xs, n, xd);

@@ -2,7 +2,7 @@
  * Weights with an int8 activation format (quant.h snug_act_type: Q8_0, Q4_K, Q5_K, Q6_K)
  * quantize the activation rows once per call, MM_TILE rows at a time into `work` (threads
  * split the rows), then each thread takes its weight rows and dots each one with the tile's
- * activation rows four at a time (snug_act_dot: the weight block is decoded once for four
+ * activation rows eight at a time (snug_act_dot: the weight block is decoded once for eight
  * rows, and the row stays in L1 while the tile streams from L2). F32/F16/BF16 weights run the
  * same loop on float activations. Other block types (Q4_0, Q5_x, Q4_1) dequantize MM_ROWS
  * weight rows into per-thread scratch and dot them as float rows.
@@ -62,16 +62,16 @@ static void mm_task_quant(void *vctx, int ith, int nth) {
                           c->n_in);
 }
 
-/* Each thread: its weight rows × the tile's activation rows, four activation rows per call. */
+/* Each thread: its weight rows × the tile's activation rows, eight activation rows per call. */
 static void mm_task_dot(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     long lo, hi;
     snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
-        for (int64_t t = 0; t < c->tt; t += 4) {
-            int nc = (int)SNUG_MIN((int64_t)4, c->tt - t);
-            float o[4];
+        for (int64_t t = 0; t < c->tt; t += SNUG_ACT_MAX_ROWS) {
+            int nc = (int)SNUG_MIN((int64_t)SNUG_ACT_MAX_ROWS, c->tt - t);
+            float o[SNUG_ACT_MAX_ROWS];
             snug_act_dot(c->type, wr, c->xq + (size_t)t * c->xrb, c->xrb, nc, c->n_in, o);
             for (int k = 0; k < nc; k++) c->y[(c->t0 + t + k) * c->n_out + r] = o[k];
         }
@@ -94,9 +94,9 @@ static void mm_task_deq(void *vctx, int ith, int nth) {
             snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
                                 scratch + (size_t)i * n_in, n_in);
         for (int i = 0; i < nr; i++) {
-            for (int64_t t = 0; t < c->T; t += 4) {
-                int nc = (int)SNUG_MIN((int64_t)4, c->T - t);
-                float o[4];
+            for (int64_t t = 0; t < c->T; t += SNUG_ACT_MAX_ROWS) {
+                int nc = (int)SNUG_MIN((int64_t)SNUG_ACT_MAX_ROWS, c->T - t);
+                float o[SNUG_ACT_MAX_ROWS];
                 snug_act_dot(SNUG_DTYPE_F32, scratch + (size_t)i * n_in, c->x + t * n_in, xs, nc,
                              n_in, o);
                 for (int k = 0; k < nc; k++) c->y[(t + k) * n_out + r0 + i] = o[k];

@@ -1,0 +1,210 @@
+/* cmd_bench_local.c — `snug bench-local`: time prompt processing and generation of a model on
+ * this machine through the public API, in the shape of llama-bench's pp/tg tests, plus the
+ * numbers for a memory-bandwidth ceiling (weight bytes read per generated token, and the
+ * bandwidth of a large multi-threaded memcpy measured in the same run).
+ * pp<P>: a fresh sequence evaluates P random tokens in one call (chunks of up to 512);
+ * tg<N>: a fresh sequence evaluates N tokens one at a time. Each is run once to warm up, then
+ * --reps times; mean and standard deviation of tokens/s are printed, one result per line.
+ * Read next: bench/cpu.sh (runs this next to llama-bench), docs/perf/cpu.md. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of weights one decoded token reads: every tensor except the token embedding (one row
+ * is gathered; counted whole when tied to the output), MTP blocks (not run when decoding), and
+ * routed experts scaled by used/total. */
+static uint64_t bytes_per_token(const char *path, struct snug_err *err) {
+    struct snug_gguf *g;
+    if (snug_gguf_open(&g, path, err) != SNUG_OK) return 0;
+    struct snug_gguf_str arch = {0};
+    char key[128];
+    uint32_t n_layer = 0, n_mtp = 0, n_exp = 0, n_used = 0;
+    if (snug_gguf_get_str(g, "general.architecture", &arch, err) == SNUG_OK && arch.len < 64) {
+        char a[64];
+        memcpy(a, arch.data, arch.len);
+        a[arch.len] = 0;
+        snprintf(key, sizeof key, "%s.block_count", a);
+        snug_gguf_get_u32_opt(g, key, &n_layer, err);
+        snprintf(key, sizeof key, "%s.nextn_predict_layers", a);
+        snug_gguf_get_u32_opt(g, key, &n_mtp, err);
+        snprintf(key, sizeof key, "%s.expert_count", a);
+        snug_gguf_get_u32_opt(g, key, &n_exp, err);
+        snprintf(key, sizeof key, "%s.expert_used_count", a);
+        snug_gguf_get_u32_opt(g, key, &n_used, err);
+    }
+    bool tied = snug_gguf_find_tensor(g, "output.weight") == NULL;
+    uint64_t total = 0;
+    for (int64_t i = 0; i < snug_gguf_n_tensors(g); i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        unsigned blk;
+        if (sscanf(t->name, "blk.%u.", &blk) == 1 && blk + n_mtp >= n_layer && n_mtp) continue;
+        if (!strcmp(t->name, "token_embd.weight") && !tied) continue;
+        if (strstr(t->name, "_exps") && n_exp > 0) {
+            total += t->n_bytes / n_exp * n_used;
+            continue;
+        }
+        total += t->n_bytes;
+    }
+    snug_gguf_close(g);
+    return total;
+}
+
+struct copy_arg {
+    char *dst;
+    const char *src;
+    size_t n;
+    int reps;
+};
+static void *copy_main(void *p) {
+    struct copy_arg *a = p;
+    for (int r = 0; r < a->reps; r++) memcpy(a->dst, a->src, a->n);
+    return NULL;
+}
+
+/* Bandwidth of a large memcpy over n_threads threads, in bytes/s of read + write traffic
+ * (best of 5 runs of 512 MiB each way). Returns 0 when memory is short. */
+static double memcpy_bandwidth(int n_threads) {
+    size_t n = (size_t)512 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a), free(b);
+        return 0;
+    }
+    memset(a, 1, n), memset(b, 2, n);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        pthread_t th[64];
+        struct copy_arg arg[64];
+        int nt = SNUG_MIN(SNUG_MAX(n_threads, 1), 64);
+        double t0 = snug_time_s();
+        for (int i = 0; i < nt; i++) {
+            size_t lo = n / (size_t)nt * (size_t)i,
+                   hi = i == nt - 1 ? n : n / (size_t)nt * (size_t)(i + 1);
+            arg[i] = (struct copy_arg){b + lo, a + lo, hi - lo, 1};
+            if (i > 0) pthread_create(&th[i], NULL, copy_main, &arg[i]);
+        }
+        copy_main(&arg[0]);
+        for (int i = 1; i < nt; i++) pthread_join(th[i], NULL);
+        double dt = snug_time_s() - t0;
+        best = SNUG_MAX(best, 2.0 * (double)n / dt);
+    }
+    free(a), free(b);
+    return best;
+}
+
+static void stats(const double *v, int n, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: snug bench-local -m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5]\n"
+                    "  prints pp<P> and tg<N> tokens/s (mean ± sd over reps), the weight bytes\n"
+                    "  read per generated token and the memcpy bandwidth of this machine.\n"
+                    "  SNUG_CPU=scalar|avx2|avx512 caps the kernel level.\n");
+    return 2;
+}
+
+int cmd_bench_local(int argc, char **argv) {
+    const char *path = NULL;
+    long n_p = 512, n_g = 128, n_t = 2, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p")) {
+            if (!cli_int(argc, argv, &i, &n_p)) return 2;
+        } else if (!strcmp(a, "-n")) {
+            if (!cli_int(argc, argv, &i, &n_g)) return 2;
+        } else if (!strcmp(a, "-t")) {
+            if (!cli_int(argc, argv, &i, &n_t)) return 2;
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
+            if (!cli_int(argc, argv, &i, &reps)) return 2;
+        } else if (!strcmp(a, "--local")) {
+            continue;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "snug bench-local: unknown option '%s'\n", a);
+            return usage();
+        }
+    }
+    if (!path || n_p < 0 || n_g < 0 || n_t < 1 || reps < 1 || reps > 100) return usage();
+    struct snug_err err = {0};
+    struct snug_model *m = NULL;
+    struct snug_model_params mp = {.path = path, .n_threads = (int)n_t};
+    if (snug_model_load(&m, &mp, &err) != SNUG_OK) return cli_fail("bench-local", &err);
+    struct snug_ctx_params cp = snug_ctx_default_params();
+    cp.n_ctx = (int32_t)SNUG_MAX(n_p, n_g) + 16;
+    cp.n_chunk = 512;
+    cp.n_threads = (int)n_t;
+    struct snug_ctx *ctx = NULL;
+    if (snug_ctx_init(&ctx, m, &cp, &err) != SNUG_OK) {
+        snug_model_free(m);
+        return cli_fail("bench-local", &err);
+    }
+    int32_t V = snug_model_n_vocab(m);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    snug_token *ids = malloc(sizeof(snug_token) * (size_t)SNUG_MAX(n_p, 1));
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i < n_p; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (snug_token)((rng >> 33) % (uint64_t)V);
+    }
+    int rc = 0;
+    double *v = calloc((size_t)reps, sizeof(double));
+    printf("model: %s  threads: %ld  kernels: %s\n", path, n_t,
+           snug_cpu_level_name(snug_cpu_level()));
+    if (n_p > 0) {
+        for (long r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
+            snug_ctx_reset(ctx);
+            double t0 = snug_time_s();
+            rc = snug_ctx_eval(ctx, ids, (int32_t)n_p, logits, SNUG_EVAL_LOGITS_LAST, &err);
+            if (r >= 0) v[r] = (double)n_p / (snug_time_s() - t0);
+        }
+        double mean, sd;
+        stats(v, (int)reps, &mean, &sd);
+        if (!rc) printf("pp%ld: %.2f ± %.2f t/s\n", n_p, mean, sd);
+    }
+    if (n_g > 0) {
+        for (long r = -1; r < reps && !rc; r++) {
+            snug_ctx_reset(ctx);
+            snug_token tok = ids[0];
+            double t0 = snug_time_s();
+            for (long i = 0; i < n_g && !rc; i++) {
+                rc = snug_ctx_eval(ctx, &tok, 1, logits, SNUG_EVAL_LOGITS_LAST, &err);
+                tok = (snug_token)((tok * 31 + 7) % V);
+            }
+            if (r >= 0) v[r] = (double)n_g / (snug_time_s() - t0);
+        }
+        double mean, sd;
+        stats(v, (int)reps, &mean, &sd);
+        if (!rc) {
+            printf("tg%ld: %.2f ± %.2f t/s\n", n_g, mean, sd);
+            uint64_t bpt = bytes_per_token(path, &err);
+            double bw = memcpy_bandwidth((int)n_t);
+            printf("bytes/token: %llu\n", (unsigned long long)bpt);
+            printf("memcpy bandwidth: %.2f GB/s (read+write, %ld threads)\n", bw / 1e9, n_t);
+            if (bpt && bw > 0)
+                printf("tg ceiling: %.2f t/s; tg is %.1f%% of it\n", bw / (double)bpt,
+                       100.0 * mean / (bw / (double)bpt));
+        }
+    }
+    free(v), free(ids), free(logits);
+    snug_ctx_free(ctx);
+    snug_model_free(m);
+    return rc ? cli_fail("bench-local", &err) : 0;
+}
