@@ -5,8 +5,9 @@ the trained fixture's Hugging Face greedy continuation, the chat renderer and th
 B (--script: generation follows a scripted text through the real detokenizer, output parser and
 SSE path) for reasoning / tool-call splitting, stop strings, disconnects and 8 concurrent
 streams; C (1 slot, queue 1) for 503 + Retry-After. Runnable as a script; prints
-"N passed, N failed". Model: `snug gen --preset demo --type q8_0` when that works, else
-../shared/fixtures/trained/trained-f16.gguf (the greedy reference checks need the fixture).
+"N passed, N failed". Model: ../shared/fixtures/trained/trained-f16.gguf (small, and its
+Hugging Face greedy continuation is the reference for the real-sampling checks); skipped
+visibly without fixtures, failed with SNUG_REQUIRE_FIXTURES=1.
 """
 import http.client
 import json
