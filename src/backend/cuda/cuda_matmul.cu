@@ -7,50 +7,74 @@
 
 #include <cublas_v2.h>
 
-#define MV_WARPS 4 /* rows per block of the matvec kernel */
+#define MV_WARPS 4 /* warps per block of the matvec kernel */
+#define MV_ROWS  4 /* weight rows per block */
 
-/* y[t][row] = Σ_e W[row][e] x[t][e] for t < T (NT = 1, or 8 with a runtime T <= 8). Warp per
- * row; lane l takes the 8-element groups l, l+32, ...: adjacent lanes read adjacent bytes of
- * the row and adjacent 32-byte pieces of x, so both streams are coalesced. Each group is
- * decoded once and used for all T inputs. */
+/* y[t][row] = Σ_e W[row][e] x[t][e] for t < T (NT = 1, or 8 with a runtime T <= 8).
+ * A block of MV_WARPS warps owns MV_ROWS rows; thread i takes the 8-element groups i,
+ * i + 128, ... of every one of those rows, so adjacent threads read adjacent bytes of each
+ * row and adjacent 32-byte pieces of x (both coalesced), each x piece is loaded once for all
+ * MV_ROWS rows (version 1 reloaded x per row: the x stream, 8x the Q4 weight bytes, saturated
+ * L1), and each weight group is decoded once for all T inputs. Partial sums meet in shared
+ * memory at the end. */
 template <int TYPE, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
              const float *__restrict__ x, int T, float *__restrict__ y) {
-    int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (row >= n_out) return;
-    int lane = threadIdx.x & 31;
-    const uint8_t *wr = w + (size_t)row * row_bytes;
-    float acc[NT];
+    int64_t row0 = (int64_t)blockIdx.x * MV_ROWS;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const uint8_t *wr[MV_ROWS];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int r = 0; r < MV_ROWS; r++) /* rows past the end re-read the last row, unused */
+        wr[r] = w + (size_t)(row0 + r < n_out ? row0 + r : n_out - 1) * row_bytes;
+    float acc[NT][MV_ROWS];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) acc[t][r] = 0.0f;
     int64_t ng = n_in >> 3;
 #pragma unroll 2
-    for (int64_t g = lane; g < ng; g += 32) {
-        float wv[8];
-        deq8<TYPE>(wr, g << 3, wv);
+    for (int64_t g = threadIdx.x; g < ng; g += MV_WARPS * 32) {
+        float wv[MV_ROWS][8];
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) deq8<TYPE>(wr[r], g << 3, wv[r]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (NT > 1 && t >= T) break;
             const float4 *xp = (const float4 *)(x + (size_t)t * n_in + (g << 3));
             float4 a = __ldg(xp), b = __ldg(xp + 1);
-            float s = acc[t];
-            s = fmaf(wv[0], a.x, s);
-            s = fmaf(wv[1], a.y, s);
-            s = fmaf(wv[2], a.z, s);
-            s = fmaf(wv[3], a.w, s);
-            s = fmaf(wv[4], b.x, s);
-            s = fmaf(wv[5], b.y, s);
-            s = fmaf(wv[6], b.z, s);
-            s = fmaf(wv[7], b.w, s);
-            acc[t] = s;
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                float s = acc[t][r];
+                s = fmaf(wv[r][0], a.x, s);
+                s = fmaf(wv[r][1], a.y, s);
+                s = fmaf(wv[r][2], a.z, s);
+                s = fmaf(wv[r][3], a.w, s);
+                s = fmaf(wv[r][4], b.x, s);
+                s = fmaf(wv[r][5], b.y, s);
+                s = fmaf(wv[r][6], b.z, s);
+                s = fmaf(wv[r][7], b.w, s);
+                acc[t][r] = s;
+            }
         }
     }
+    __shared__ float part[MV_WARPS][NT][MV_ROWS];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        if (NT > 1 && t >= T) break;
-        float s = warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * n_out + row] = s;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            float s = warp_sum(acc[t][r]);
+            if (lane == 0) part[wid][t][r] = s;
+        }
+    __syncthreads();
+    if (threadIdx.x < NT * MV_ROWS) {
+        int t = threadIdx.x / MV_ROWS, r = threadIdx.x % MV_ROWS;
+        if (t < T && row0 + r < n_out) {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < MV_WARPS; k++) s += part[k][t][r];
+            y[(size_t)t * n_out + row0 + r] = s;
+        }
     }
 }
 
@@ -197,7 +221,7 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     cudaStream_t s = SNUG_CU_STREAM(cu);
     if (T <= SNUG_CUDA_MATVEC_MAX_T) {
-        unsigned blocks = (unsigned)((n_out + MV_WARPS - 1) / MV_WARPS);
+        unsigned blocks = (unsigned)((n_out + MV_ROWS - 1) / MV_ROWS);
         if (T == 1)
             f.mv1<<<blocks, MV_WARPS * 32, 0, s>>>((const uint8_t *)w, rb, n_in, n_out, x, 1, y);
         else
