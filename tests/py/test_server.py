@@ -409,8 +409,60 @@ def test_queue(res, C):
     res.check(idle, f"queued and running requests cancelled when their clients left ({dt:.2f} s)")
 
 
+def soak(res, model, tmp, seconds):
+    """`test_server.py --soak [SECONDS]` (not run by ctest): 32 streaming clients with real
+    sampling for SECONDS against --slots 4, then 100 clients that drop mid-stream. Every stream
+    must complete, no slot may stay busy, and resident memory must stay flat."""
+    S = Server(model, tmp, "soak", "--slots", "4", "--ctx", "512", "--queue", "64")
+    cl = S.client()
+    stop_at = time.time() + seconds
+    done, errors, rss = [0], [], []
+    lock = threading.Lock()
+
+    def client(i):
+        while time.time() < stop_at:
+            try:
+                s = cl.chat.completions.create(model="trained-f16.gguf", max_tokens=24, stream=True,
+                                               messages=[{"role": "user", "content": f"hi {i}"}])
+                _, _, _, finish, _, _ = collect_stream(s)
+                with lock:
+                    done[0] += finish in ("stop", "length")
+                    if finish not in ("stop", "length"):
+                        errors.append(f"finish {finish}")
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    errors.append(str(e))
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    [t.start() for t in ts]
+    while any(t.is_alive() for t in ts):
+        rss.append(S.health()["memory"]["rss_bytes"])
+        time.sleep(1)
+    res.check(not errors and done[0] > 32, f"soak: {done[0]} streams completed, {len(errors)} errors "
+              f"{errors[:3]}; RSS {rss[len(rss) // 4] / 2**20:.1f} -> {rss[-1] / 2**20:.1f} MiB")
+    res.check(rss[-1] <= rss[len(rss) // 4] * 1.1 + (4 << 20), "soak: memory flat")
+    for i in range(100):
+        sock = socket.create_connection(("127.0.0.1", S.port))
+        body = json.dumps({"prompt": f"def f{i}(", "stream": True, "max_tokens": 400}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while i % 2 and got.count(b"data:") < 2:
+            got += sock.recv(4096)
+        sock.close()
+    idle, dt = wait_idle(S, 30)
+    res.check(idle, f"soak: 100 dropped clients leave no busy slot ({dt:.2f} s to idle)")
+    res.check(S.stop() == 0, "soak server exits cleanly")
+
+
 def main():
     res = Results()
+    if "--soak" in sys.argv:
+        fx = fixtures_dir(res)
+        secs = float(sys.argv[sys.argv.index("--soak") + 1]) if len(sys.argv) > sys.argv.index("--soak") + 1 else 60
+        with tempfile.TemporaryDirectory() as tmp:
+            soak(res, os.path.join(fx, "trained", "trained-f16.gguf"), tmp, secs)
+        res.done()
     fx = fixtures_dir(res)
     if fx is None:
         res.done()
