@@ -9,6 +9,7 @@
 #include "model/presets.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +218,70 @@ bool snug_plan_parse_size(const char *s, uint64_t *out) {
     if (v >= 18446744073709551615.0) return false;
     *out = (uint64_t)(v + 0.5);
     return true;
+}
+
+/* snprintf into buf at *o, tracking the wanted length even past the end. */
+static void put(char *buf, size_t n, size_t *o, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static void put(char *buf, size_t n, size_t *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(*o < n ? buf + *o : NULL, *o < n ? n - *o : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) *o += (size_t)k;
+}
+
+size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, size_t n) {
+    enum { BAR = 24 };
+    size_t o = 0;
+    if (n) buf[0] = 0;
+    const double ref = budget ? (double)budget : (double)SNUG_MAX(p->device_total, 1);
+    put(buf, n, &o, "  %-30s %15s %11s %7s  %s\n", "item", "bytes", "MiB",
+        budget ? "budget" : "share", "");
+    for (int i = 0; i < p->n_items; i++) {
+        const struct snug_plan_item *it = &p->items[i];
+        double share = (double)it->bytes / ref;
+        int fill = (int)(share * BAR + 0.5);
+        char bar[BAR + 1];
+        for (int k = 0; k < BAR; k++) bar[k] = k < fill ? '#' : '.';
+        bar[BAR] = 0;
+        put(buf, n, &o, "%c %-30s %15llu %11.1f %6.1f%%  %s%s\n", it->estimated ? '~' : ' ',
+            it->name, (unsigned long long)it->bytes, (double)it->bytes / 1048576.0, 100 * share,
+            bar, it->device == SNUG_DEVICE_GPU ? " gpu" : "");
+    }
+    put(buf, n, &o, "  %-30s %15llu %11.1f %6.1f%%\n",
+        p->lim.backend == SNUG_BACKEND_CUDA ? "total on the gpu" : "total",
+        (unsigned long long)p->device_total, (double)p->device_total / 1048576.0,
+        100 * (double)p->device_total / ref);
+    if (budget)
+        put(buf, n, &o, "  %-30s %15llu %11.1f\n", "budget", (unsigned long long)budget,
+            (double)budget / 1048576.0);
+    if (p->total != p->device_total)
+        put(buf, n, &o, "  %-30s %15llu %11.1f\n", "host (not in the gpu budget)",
+            (unsigned long long)(p->total - p->device_total),
+            (double)(p->total - p->device_total) / 1048576.0);
+    return o;
+}
+
+int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                    const struct snug_plan_limits *lim, uint64_t budget, struct snug_plan *out,
+                    struct snug_err *err) {
+    int rc = snug_plan_make(hp, w, lim, out, err);
+    if (rc || !budget || out->device_total <= budget) return rc;
+    int64_t max = snug_plan_max_ctx(hp, w, lim, budget, 0);
+    const char *kv = snug_plan_kv_names[out->lim.kv_type];
+    if (max == 0)
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "the memory plan needs %.2f GiB but the budget is %.2f GiB, and no "
+                            "context fits (the weights and fixed buffers alone exceed it)",
+                            (double)out->device_total / 1073741824.0,
+                            (double)budget / 1073741824.0);
+    return snug_err_set(err, SNUG_ERR_BUDGET,
+                        "the memory plan for a context of %lld tokens needs %.2f GiB but the "
+                        "budget is %.2f GiB; the largest context that fits is %lld (KV %s)",
+                        (long long)out->lim.n_ctx, (double)out->device_total / 1073741824.0,
+                        (double)budget / 1073741824.0, (long long)max, kv);
 }

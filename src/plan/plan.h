@@ -85,6 +85,18 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
 int64_t snug_plan_max_ctx(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                           const struct snug_plan_limits *lim, uint64_t budget, int64_t ctx_cap);
 
+/* The budget table as text into buf (always NUL-terminated; returns the length it wanted):
+ * one line per item — name, bytes, MiB, share of the budget (of the total when budget is 0)
+ * and a text bar — then the total. Estimated items are marked "~". */
+size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, size_t n);
+
+/* For run/serve at boot: make the plan and check it against the budget (0 = no budget).
+ * SNUG_ERR_BUDGET when it does not fit, the message naming the total, the budget and the
+ * largest context that would fit. */
+int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                    const struct snug_plan_limits *lim, uint64_t budget, struct snug_plan *out,
+                    struct snug_err *err);
+
 /* Parse a size: "23.5GiB", "24G", "512MiB", "1e9" or plain bytes; K/M/G/T (and KiB..., KB...
  * — all binary: a memory budget is in powers of two). false on a malformed string. */
 bool snug_plan_parse_size(const char *s, uint64_t *out);

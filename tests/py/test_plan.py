@@ -1,0 +1,164 @@
+"""test_plan.py — `snug plan` against independent references (issue 3 acceptance).
+
+1. Weight bytes: for shrunk overrides of the qwen3.6-27b and qwen3.6-35b-a3b presets, the
+   plan's weight bytes (--preset ... --weights T) equal the tensor bytes of the `snug gen` file
+   of that shape, summed by gguf-py (a second reader), and `snug plan -m` on the file agrees.
+2. KV and state items match formulas computed here from the hyper-parameters.
+3. qwen3.6-27b, Q4_K_M, budget 23.5 GiB: `--ctx max` per KV format (printed); the plan at the
+   maximum fits, one more position does not; f32 KV gives a smaller maximum than f16.
+4. Sizes: 23.5GiB, 24G, plain bytes; errors for bad input.
+Runs with SNUG_BIN (ctest sets it); prints "N passed, N failed".
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SNUG = os.environ.get("SNUG_BIN") or os.path.join(
+    os.environ.get("SNUG_SOURCE_DIR", "."), "build", "snug")
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def plan(*args, ok=True):
+    r = subprocess.run([SNUG, "plan", "--json", "--threads", "2", *args],
+                       capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        print(r.stderr)
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), r.stderr
+
+
+def gguf_tensor_bytes(path):
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+    return sum(int(t.n_bytes) for t in r.tensors)
+
+
+SHRINK = {
+    # rows stay multiples of 256 so the k-quants apply, as in the full models
+    "qwen3.6-27b": ["n_layer=4", "n_vocab=1024", "embedding_length=512",
+                    "feed_forward_length=1024"],
+    "qwen3.6-35b-a3b": ["n_layer=4", "n_vocab=1024", "embedding_length=512", "expert_count=16"],
+}
+
+
+def test_weight_bytes(tmp):
+    for preset, sets in SHRINK.items():
+        for wt in ["q4_k_m", "q8_0", "q6_k"]:
+            setargs = [a for s in sets for a in ("--set", s)]
+            out = os.path.join(tmp, f"{preset}-{wt}.gguf")
+            r = subprocess.run([SNUG, "gen", "--preset", preset, "--type", wt, "-o", out,
+                                *setargs], capture_output=True, text=True)
+            check(r.returncode == 0, f"gen {preset} {wt}: {r.stderr[-300:]}")
+            if r.returncode:
+                continue
+            want = gguf_tensor_bytes(out)
+            rc, p, _ = plan("--preset", preset, "--weights", wt, *setargs)
+            check(rc == 0 and p["weights_bytes"] == want,
+                  f"{preset} {wt}: plan weights {p and p['weights_bytes']} vs file {want}")
+            rc, pf, _ = plan("-m", out)
+            check(rc == 0 and pf["weights_bytes"] == want, f"{preset} {wt}: plan -m vs file")
+            # everything but the weights is a function of the shape: identical items
+            check(rc == 0 and pf["items"] == p["items"], f"{preset} {wt}: -m and --preset items")
+            print(f"{preset} (shrunk) {wt}: weights {want} bytes: plan == gen file")
+            os.unlink(out)
+
+
+def test_formulas():
+    # 27B: 16 attention layers (every 4th of 64), Hkv 4, D 256; 48 DeltaNet layers with
+    # conv state (K-1)·conv_dim floats, conv_dim = 2·16·128 + 48·128 = 10240, delta 48·128·128
+    n_ctx = 10000
+    for kv, eb in (("f16", 2), ("f32", 4)):
+        rc, p, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", str(n_ctx),
+                        "--kv", kv)
+        att = 16 * 2 * n_ctx * 4 * 256 * eb
+        check(p["items"]["kv cache (attention)"] == att,
+              f"27b kv {kv}: {p['items']['kv cache (attention)']} vs {att}")
+        state = 48 * (3 * 10240 + 48 * 128 * 128) * 4
+        rs = p["items"]["recurrent state"]
+        check(state <= rs <= state + 4096, f"27b state {rs} vs {state} (+ tables/alignment)")
+    # the work arena is bounded by the chunk, not the context
+    _, a, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "4096")
+    _, b, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "200000")
+    check(a["items"]["work arena (per chunk)"] == b["items"]["work arena (per chunk)"],
+          "work arena independent of the context")
+    _, c, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--chunk", "64")
+    check(c["items"]["work arena (per chunk)"] < a["items"]["work arena (per chunk)"],
+          "work arena shrinks with the chunk")
+    # MTP snapshots: draft+1 copies of the recurrent states (without tables)
+    _, d, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--mtp", "3")
+    check(d["items"]["state snapshots (mtp)"] == 4 * 48 * (3 * 10240 + 48 * 128 * 128) * 4,
+          "mtp snapshots")
+    # slots multiply the per-sequence items
+    _, e, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--slots", "3")
+    check(e["items"]["kv cache (attention)"] == 3 * a["items"]["kv cache (attention)"], "slots")
+    # cuda: estimated overheads, labelled; logits on both sides
+    _, g, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--backend", "cuda")
+    check(len(g["estimated"]) == 2 and all("estimated" in n for n in g["estimated"]),
+          "cuda estimates labelled")
+    check(g["all_bytes"] > g["total_bytes"], "cuda: host items outside the device total")
+
+
+def test_max_ctx():
+    res = {}
+    for kv in ["f16", "f32"]:
+        rc, p, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--budget", "23.5GiB",
+                        "--ctx", "max", "--kv", kv)
+        check(rc == 0 and p["fits"] and p["total_bytes"] <= 25232932864, f"max {kv} fits")
+        res[kv] = p["max_ctx"]
+        check(p["max_ctx_per_kv"][kv] == p["max_ctx"], "per-kv table agrees")
+        rc, q, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--budget", "23.5GiB",
+                        "--ctx", str(p["max_ctx"] + 1), "--kv", kv, ok=False)
+        check(rc == 1 and not q["fits"], f"{kv}: one more position does not fit")
+        print(f"qwen3.6-27b Q4_K_M, 23.5 GiB: largest context with KV {kv}: {p['max_ctx']} "
+              f"({p['total_bytes']} bytes planned)")
+    check(0 < res["f32"] < res["f16"], "f32 KV fits less context than f16")
+    # human table: names the maximum per KV type
+    r = subprocess.run([SNUG, "plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m",
+                        "--budget", "23.5GiB", "--ctx", "max"], capture_output=True, text=True)
+    check(r.returncode == 0 and f"KV f16: {res['f16']}" in r.stdout and "#" in r.stdout,
+          "table output")
+
+
+def test_sizes_and_errors():
+    for s, want in (("23.5GiB", 25232932864), ("24G", 24 << 30), ("1000000", 1000000),
+                    ("512MiB", 512 << 20)):
+        _, p, _ = plan("--preset", "demo", "--weights", "f16", "--budget", s)
+        check(p["budget"] == want, f"size {s}: {p['budget']} vs {want}")
+    for args in (["--preset", "nope", "--weights", "q4_k_m"], ["--preset", "demo"],
+                 ["--preset", "demo", "--weights", "q9"], ["--preset", "demo", "--weights",
+                 "f16", "--budget", "lots"], ["--preset", "demo", "--weights", "f16", "--ctx",
+                 "max"], ["-m", "/nonexistent.gguf"]):
+        r = subprocess.run([SNUG, "plan", *args], capture_output=True, text=True)
+        check(r.returncode != 0 and r.stderr.strip() != "", f"error for {args}")
+    # a budget nothing fits in: exit 1 and a message
+    r = subprocess.run([SNUG, "plan", "--preset", "qwen3.6-27b", "--weights", "q8_0",
+                        "--budget", "8G", "--ctx", "max"], capture_output=True, text=True)
+    check(r.returncode == 1 and "not even" in r.stderr, "budget below the weights")
+
+
+def main():
+    if not os.path.exists(SNUG):
+        print(f"FAIL: snug binary {SNUG} not found")
+        print("0 passed, 1 failed")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        test_weight_bytes(tmp)
+    test_formulas()
+    test_max_ctx()
+    test_sizes_and_errors()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
