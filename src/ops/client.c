@@ -227,7 +227,7 @@ static int exchange(const struct snug_ops_client *c, const char *method, const c
         return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a response");
     }
     out->body = buf_take(&x.body, &out->len);
-    out->json = json_loadb(out->body, out->len, 0, NULL);
+    out->json = json_loadb(out->body, out->len, JSON_ALLOW_NUL, NULL);
     return SNUG_OK;
 }
 
@@ -273,7 +273,7 @@ static void sse_line(struct xfer *x, char *line, size_t len) {
         st->done = true;
         return;
     }
-    json_t *ev = json_loadb(p, n, 0, NULL);
+    json_t *ev = json_loadb(p, n, JSON_ALLOW_NUL, NULL);
     if (!json_is_object(ev)) {
         st->n_bad_events++;
         json_decref(ev);

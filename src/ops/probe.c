@@ -72,7 +72,26 @@ json_t *snug_ops_check(const char *name, const char *status, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return json_pack("{s:s,s:s,s:s}", "name", name, "status", status, "detail", detail);
+    /* %.Ns truncation (or a server's bytes) may split a UTF-8 sequence: jansson wants valid
+     * UTF-8, so replace each byte of a broken sequence with '?' */
+    unsigned char *u = (unsigned char *)detail;
+    for (size_t i = 0; u[i];) {
+        int n = u[i] < 0x80             ? 1
+                : (u[i] & 0xE0) == 0xC0 ? 2
+                : (u[i] & 0xF0) == 0xE0 ? 3
+                : (u[i] & 0xF8) == 0xF0 ? 4
+                                        : 0;
+        bool ok = n > 0;
+        for (int k = 1; ok && k < n; k++) ok = (u[i + k] & 0xC0) == 0x80;
+        if (ok && n == 2 && u[i] < 0xC2) ok = false;
+        if (!ok) {
+            u[i++] = '?';
+            continue;
+        }
+        i += (size_t)n;
+    }
+    json_t *r = json_pack("{s:s,s:s,s:s}", "name", name, "status", status, "detail", detail);
+    return r ? r : json_pack("{s:s,s:s,s:s}", "name", name, "status", status, "detail", "?");
 }
 
 int snug_ops_count_failed(const json_t *checks) {
