@@ -107,10 +107,17 @@ int64_t snug_model_n_ctx_train(const struct snug_model *m);
  * file carries no tokenizer. */
 const struct snug_tokenizer *snug_model_tokenizer(const struct snug_model *m);
 
-/* KV cache element type. Zero (the default) is F16. */
+/* KV cache format of the attention layers. Zero (the default) is F16. The compressed formats
+ * (docs/kv-formats.md, src/kv/kvfmt.h): BF16; Q8_0 (ggml blocks of 32); FP8 (e4m3, one float
+ * scale per head vector); TQ4 / TQ3 (TurboQuant: rotated, Lloyd-Max 4 / 3 bits, fp16 norm). */
 enum snug_kv_type {
     SNUG_KV_F16 = 0,
     SNUG_KV_F32 = 1,
+    SNUG_KV_BF16 = 2,
+    SNUG_KV_Q8_0 = 3,
+    SNUG_KV_FP8 = 4,
+    SNUG_KV_TQ4 = 5,
+    SNUG_KV_TQ3 = 6,
 };
 
 struct snug_ctx_params {
@@ -120,6 +127,8 @@ struct snug_ctx_params {
     int32_t n_threads; /* 0 = the model's n_threads */
     int32_t n_draft;   /* speculative decoding: the most MTP drafts per step (0 = off); > 0
                           needs an MTP block and allocates its cache and rollback snapshots */
+    int32_t kv_type_k; /* K and V formats chosen independently (enum snug_kv_type); when both */
+    int32_t kv_type_v; /* are SNUG_KV_F16 (zero, the default) kv_type applies to both */
 };
 struct snug_ctx_params snug_ctx_default_params(void);
 

@@ -61,7 +61,7 @@ static size_t op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff_shexp);
     n_in = SNUG_MAX(n_in, 2 * (int64_t)hp->n_embd); /* MTP eh_proj */
     size_t b = snug_op_matmul_work_bytes(n_in, n_threads);
-    b = SNUG_MAX(b, snug_op_attention_work_bytes(hp->head_dim, n_threads));
+    b = SNUG_MAX(b, snug_op_kvq_attention_work_bytes(hp->head_dim, n_threads));
     b = SNUG_MAX(b, snug_op_gated_delta_work_bytes(hp->ssm_d_state, hp->ssm_d_state, n_threads));
     return b;
 }
@@ -216,6 +216,7 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
         .head_dim = (int32_t)hp->head_dim,
         .n_ctx = 1,
         .type = kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+        .fmt = kv_type, /* a kvfmt code: the K/V formats (src/kv/kvfmt.h) */
         .n_rec = (int32_t)snug_hp_n_rec_layers(hp),
         .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
         .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
@@ -269,9 +270,9 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
     snug_op_rmsnorm(B->k, f32(L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
     snug_op_rope_neox(B->q, T, Hq, D, hp->n_rot, f->pos, hp->rope_base);
     snug_op_rope_neox(B->k, T, Hkv, D, hp->n_rot, f->pos, hp->rope_base);
-    snug_op_kv_store(kv, Hkv, D, f->pos0, T, B->k, B->v);
-    snug_op_attention(f->pool, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att,
-                      f->op_work);
+    snug_op_kvq_store(kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
+    snug_op_kvq_attention(f->pool, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att,
+                          f->op_work);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < Hq; h++) {
             float *a = B->att + (t * Hq + h) * D;

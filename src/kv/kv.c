@@ -1,8 +1,10 @@
 /* kv.c — allocation and reset of the attention KV cache and the DeltaNet states (see kv.h).
  * Layout inside the one arena: the view table, then per attention layer K then V
- * ([n_ctx][Hkv·D] each), then all conv states, then all delta states; each 64-byte aligned. */
+ * ([n_ctx][Hkv·D] each, or [n_ctx][Hkv] stored vectors of the shape's kvfmt formats), then all conv
+ * states, then all delta states; each 64-byte aligned. */
 #include "kv.h"
 
+#include "kv/kvfmt.h"
 #include "quant/quant.h"
 
 #include <string.h>
@@ -13,12 +15,22 @@ static size_t elem_bytes(uint32_t type) {
     return type == SNUG_DTYPE_F16 ? 2 : 4;
 }
 
-static size_t row_bytes(const struct snug_kv_shape *s) {
+/* Whether the shape selects kvfmt formats (else the plain F32/F16 `type`); *k, *v the formats. */
+static bool shape_fmt(const struct snug_kv_shape *s, int *k, int *v) {
+    if (s->fmt == SNUG_KV_F16 || s->fmt == SNUG_KV_F32) return false;
+    return snug_kvfmt_split(s->fmt, k, v);
+}
+
+/* Bytes of one position of K (which 0) or V (which 1) over all kv heads. */
+static size_t row_bytes_of(const struct snug_kv_shape *s, int which) {
+    int k, v;
+    if (shape_fmt(s, &k, &v))
+        return (size_t)s->n_head_kv * snug_kvfmt_vec_bytes(which ? v : k, s->head_dim);
     return (size_t)s->n_head_kv * (size_t)s->head_dim * elem_bytes(s->type);
 }
 
 size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s) {
-    return 2 * (size_t)s->n_attn * row_bytes(s);
+    return (size_t)s->n_attn * (row_bytes_of(s, 0) + row_bytes_of(s, 1));
 }
 
 size_t snug_kv_state_bytes(const struct snug_kv_shape *s) {
@@ -27,7 +39,8 @@ size_t snug_kv_state_bytes(const struct snug_kv_shape *s) {
 
 size_t snug_kv_bytes(const struct snug_kv_shape *s) {
     size_t b = SNUG_ALIGN_UP(sizeof(struct snug_kv_view) * (size_t)(s->n_attn + 1), KV_ALIGN);
-    b += 2 * (size_t)s->n_attn * SNUG_ALIGN_UP(row_bytes(s) * (size_t)s->n_ctx, KV_ALIGN);
+    for (int which = 0; which < 2; which++)
+        b += (size_t)s->n_attn * SNUG_ALIGN_UP(row_bytes_of(s, which) * (size_t)s->n_ctx, KV_ALIGN);
     b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float), KV_ALIGN);
     b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float), KV_ALIGN);
     return b + KV_ALIGN;
@@ -39,17 +52,28 @@ int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_
     if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32)
         return snug_err_set(err, SNUG_ERR_INVALID, "KV cache type %u: expected f32 or f16",
                             s->type);
+    int kf = SNUG_KV_F16, vf = SNUG_KV_F16;
+    bool fmt = shape_fmt(s, &kf, &vf);
+    if (s->fmt != SNUG_KV_F16 && s->fmt != SNUG_KV_F32 &&
+        (!fmt || !snug_kvfmt_supports(kf, s->head_dim) || !snug_kvfmt_supports(vf, s->head_dim)))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "KV cache format code %d (K %s, V %s) cannot store head_dim %d "
+                            "vectors (q8_0 needs a multiple of 32, tq4/tq3 of 64)",
+                            s->fmt, fmt ? snug_kvfmt_name(kf) : "?",
+                            fmt ? snug_kvfmt_name(vf) : "?", s->head_dim);
     kv->shape = *s;
     int rc = snug_arena_init(&kv->arena, "kv", snug_kv_bytes(s), err);
     if (rc) return rc;
     kv->views = snug_arena_alloc(&kv->arena, sizeof(struct snug_kv_view) * (size_t)(s->n_attn + 1),
                                  KV_ALIGN);
-    size_t lb = row_bytes(s) * (size_t)s->n_ctx;
+    size_t kb = row_bytes_of(s, 0) * (size_t)s->n_ctx, vb = row_bytes_of(s, 1) * (size_t)s->n_ctx;
     for (int32_t i = 0; i < s->n_attn; i++) {
-        kv->views[i].type = s->type;
+        kv->views[i].type = fmt ? SNUG_KV_VIEW_FMT : s->type;
+        kv->views[i].k_fmt = kf;
+        kv->views[i].v_fmt = vf;
         kv->views[i].n_ctx = s->n_ctx;
-        kv->views[i].k = snug_arena_alloc(&kv->arena, lb, KV_ALIGN);
-        kv->views[i].v = snug_arena_alloc(&kv->arena, lb, KV_ALIGN);
+        kv->views[i].k = snug_arena_alloc(&kv->arena, kb, KV_ALIGN);
+        kv->views[i].v = snug_arena_alloc(&kv->arena, vb, KV_ALIGN);
     }
     kv->conv = snug_arena_alloc(&kv->arena, (size_t)s->n_rec * (size_t)s->conv_elems * 4, KV_ALIGN);
     kv->delta =

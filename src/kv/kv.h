@@ -1,5 +1,6 @@
 /* kv.h — the per-sequence caches of the hybrid models: the attention KV cache of every gated
- * attention layer (F32 or F16 rows, exposed as ops.h views) and the recurrent state of every
+ * attention layer (F32 or F16 rows, or the compressed formats of kvfmt.h, chosen separately for
+ * K and V; exposed as ops.h views) and the recurrent state of every
  * Gated DeltaNet layer (conv state [K-1][conv_dim] + delta state [Nv][dk][dv], float32).
  * Owns one arena holding all of it, sized exactly by snug_kv_bytes at init.
  * Invariant: nothing is allocated after snug_kv_init; reset only zeroes the recurrent state
@@ -23,6 +24,8 @@ struct snug_kv_shape {
     int32_t head_dim;    /* D */
     int32_t n_ctx;       /* positions */
     uint32_t type;       /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16 */
+    int32_t fmt;         /* K/V formats, snug_kvfmt_code (kvfmt.h); codes 0 and 1 (f16 or f32
+                            for both) defer to `type`, any other selects the formats */
     int32_t n_rec;       /* DeltaNet layers */
     int64_t conv_elems;  /* floats of one layer's conv state: (K-1) * conv_dim */
     int64_t delta_elems; /* floats of one layer's delta state: Nv * dk * dv */

@@ -46,11 +46,16 @@ void snug_op_swiglu(const float *gate, const float *up, int64_t n, float *y);
 /* The attention cache of one layer for one sequence: K and V rows of Hkv·D elements per
  * position, position p at base + p * row_bytes, in dtype F32 or F16. */
 struct snug_kv_view {
-    uint32_t type; /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16 */
+    uint32_t type; /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16, or SNUG_KV_VIEW_FMT */
     void *k;       /* [n_ctx][Hkv][D] */
     void *v;       /* [n_ctx][Hkv][D] */
     int64_t n_ctx; /* capacity in positions */
+    int32_t k_fmt; /* type SNUG_KV_VIEW_FMT: the K and V formats (enum snug_kv_type, */
+    int32_t v_fmt; /* src/kv/kvfmt.h); a position holds Hkv stored vectors of each */
 };
+/* View type of a cache in the formats of src/kv/kvfmt.h (compressed or a mixed K/V pair):
+ * written and read by snug_op_kvq_store / snug_op_kvq_attention (ops_attention_kvq.c). */
+#define SNUG_KV_VIEW_FMT 0x4b56u
 /* Store k, v rows ([T][Hkv][D] float32) at positions pos0 .. pos0+T-1 (converted to the
  * cache dtype). Caller guarantees pos0 + T <= n_ctx. */
 void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,
@@ -65,6 +70,17 @@ void snug_op_attention(struct snug_pool *pool, const struct snug_kv_view *kv, in
                        int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
                        float *out, void *work);
 size_t snug_op_attention_work_bytes(int64_t D, int n_threads);
+/* The same two operations for any view: a plain F32/F16 view goes to the functions above, a
+ * SNUG_KV_VIEW_FMT view to the compressed-cache kernels, which quantize each new K/V vector as
+ * it is stored and attend over the stored cache directly (query rotated once for rotated K,
+ * tiles decoded into per-thread scratch, output inverse-rotated once for rotated V); work is
+ * snug_op_kvq_attention_work_bytes (≥ snug_op_attention_work_bytes), independent of n_ctx. */
+void snug_op_kvq_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,
+                       const float *k, const float *v);
+void snug_op_kvq_attention(struct snug_pool *pool, const struct snug_kv_view *kv, int64_t Hq,
+                           int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
+                           float scale, float *out, void *work);
+size_t snug_op_kvq_attention_work_bytes(int64_t D, int n_threads);
 
 /* ---- Gated DeltaNet ----------------------------------------------------------------------- */
 /* Causal depthwise conv1d (kernel K) + SiLU over T tokens of C channels.
