@@ -409,6 +409,18 @@ def test_queue(res, C):
     res.check(idle, f"queued and running requests cancelled when their clients left ({dt:.2f} s)")
 
 
+def test_timeout(res, D):
+    """--timeout 1: a generation that would run for many seconds ends after about 1 s."""
+    very_long = " ".join(f"t{i}" for i in range(3000))
+    t0 = time.time()
+    st, b, _ = D.raw("POST", "/v1/completions", {"prompt": "x", "snug_script": very_long}, key=None)
+    dt = time.time() - t0
+    res.check(st == 200 and b["choices"][0]["finish_reason"] == "length" and
+              0 < b["usage"]["completion_tokens"] < 3000 and 0.9 < dt < 30,
+              f"per-request timeout: finish length after {dt:.1f} s, "
+              f"{b['usage']['completion_tokens'] if st == 200 else b} tokens")
+
+
 def soak(res, model, tmp, seconds):
     """`test_server.py --soak [SECONDS]` (not run by ctest): 32 streaming clients with real
     sampling for SECONDS against --slots 4, then 100 clients that drop mid-stream. Every stream
@@ -480,9 +492,12 @@ def main():
             C = Server(model, tmp, "C", "--slots", "1", "--queue", "1", "--ctx", "512",
                        "--script", __file__)
             servers.append(C)
+            D = Server(model, tmp, "D", "--timeout", "1", "--ctx", "4096", "--script", __file__)
+            servers.append(D)
             test_real(res, A, fx, tmp)
             test_scripted(res, B)
             test_queue(res, C)
+            test_timeout(res, D)
         finally:
             for s in servers:
                 rc = s.stop()
