@@ -15,6 +15,7 @@
 #define ATT_MAX_GROUP 8 /* query heads handled together by one task */
 
 /* Store T rows of k and v (each [Hkv][D]) at positions pos0.., converting to the cache dtype. */
+SNUG_OPS_CLONES
 void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,
                       const float *k, const float *v) {
     SNUG_ASSERT(pos0 >= 0 && pos0 + T <= kv->n_ctx);
@@ -70,6 +71,7 @@ static const float *att_tile(const struct att_ctx *c, const void *base, int64_t 
 
 /* One task: query token t, kv head kh, query heads h0..h1-1; tasks are dealt round-robin so
  * the long (late-token) and short tasks mix across threads. */
+SNUG_OPS_CLONES
 static void att_task(void *vctx, int ith, int nth) {
     const struct att_ctx *c = vctx;
     int64_t D = c->D, Hq = c->Hq;

@@ -8,6 +8,7 @@
 #include "core/core.h"
 
 /* RMSNorm of each of T rows: y = x / sqrt(mean(x²) + eps) · w (spec §2.3; w NULL = 1). */
+SNUG_OPS_CLONES
 void snug_op_rmsnorm(const float *x, const float *w, float eps, int64_t T, int64_t n, float *y) {
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * n;
@@ -28,6 +29,7 @@ void snug_op_rmsnorm(const float *x, const float *w, float eps, int64_t T, int64
 }
 
 /* In-place L2 normalisation of each row: x / sqrt(Σx² + eps) (spec §2.5 step 6). */
+SNUG_OPS_CLONES
 void snug_op_l2norm(float *x, int64_t rows, int64_t n, float eps) {
     for (int64_t r = 0; r < rows; r++) {
         float *xr = x + r * n;
@@ -40,6 +42,7 @@ void snug_op_l2norm(float *x, int64_t rows, int64_t n, float eps) {
  * step 3): for i < n_rot/2, θ = pos · base^(−2i/n_rot), and the pair (x_i, x_{i+n_rot/2}) is
  * rotated by θ. The angle and its cos/sin are computed in double once per (token, i) and
  * applied to all heads, so long positions keep full float accuracy. */
+SNUG_OPS_CLONES
 void snug_op_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                        const int32_t *pos, float base) {
     SNUG_ASSERT(n_rot <= head_dim && n_rot % 2 == 0);
@@ -60,12 +63,14 @@ void snug_op_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, i
 }
 
 /* y = silu(gate) ⊙ up, elementwise; y may alias gate or up (each element is read first). */
+SNUG_OPS_CLONES
 void snug_op_swiglu(const float *gate, const float *up, int64_t n, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = snug_silu(gate[i]) * up[i];
 }
 
 /* Gated RMSNorm per value head (spec §2.3, linear_attn.norm): y = w · rmsnorm(o) · silu(z).
  * y may alias o or z. */
+SNUG_OPS_CLONES
 void snug_op_gated_rmsnorm(const float *o, const float *z, const float *w, float eps, int64_t T,
                            int64_t Nv, int64_t dv, float *y) {
     for (int64_t r = 0; r < T * Nv; r++) {
@@ -79,6 +84,7 @@ void snug_op_gated_rmsnorm(const float *o, const float *z, const float *w, float
 /* Causal depthwise conv1d + SiLU (spec §2.5 step 2). Input position p of the window is the
  * new row x[p] for p >= 0 and the carried state row conv_state[K-1+p] for p < 0. The state
  * is updated to the last K-1 inputs at the end. y must not overlap x or conv_state. */
+SNUG_OPS_CLONES
 void snug_op_conv_silu(const float *x, int64_t T, int64_t C, int64_t K, const float *w,
                        float *conv_state, float *y) {
     SNUG_ASSERT(K >= 1);

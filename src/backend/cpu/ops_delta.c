@@ -26,6 +26,7 @@ struct dn_ctx {
  * S'ᵀq = e^g Sᵀq + (k·q) δ, so one read of S gives both Sᵀk (for δ) and Sᵀq, and a second
  * pass writes S'. Columns of S are independent, so this runs DN_COLS columns at a time with
  * its vectors on the stack. */
+SNUG_OPS_CLONES
 static void dn_step_head(const struct dn_ctx *c, int64_t j) {
     int64_t dk = c->dk, dv = c->dv, kh = j % c->Nk;
     float *S = c->state + j * dk * dv;
@@ -96,6 +97,7 @@ size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads) {
  *   O_r = Γ_r Sᵀq_r + Σ_{s≤r} e^{γ_r−γ_s} (q_r·k_s) V'_s;
  *   S ← e^{γ_n} S + Σ_r e^{γ_n−γ_r} k_r V'_rᵀ.
  * A last partial chunk simply has n < 64 (the zero padding of the spec contributes nothing). */
+SNUG_OPS_CLONES
 static void dn_chunk_head(const struct dn_ctx *c, int64_t j, float *buf) {
     int64_t dk = c->dk, dv = c->dv, kh = j % c->Nk, Nv = c->Nv;
     int64_t ldq = c->Nk * dk, ldv = Nv * dv;

@@ -18,6 +18,20 @@
 #define SNUG_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
+/* Hot op functions are compiled three times (x86-64-v4 = AVX-512, v3 = AVX2+FMA, baseline) and
+ * the loader picks one for the CPU it runs on (GCC function multi-versioning, ifunc), so a
+ * build without -march=native still vectorises them with the widest registers the CPU has.
+ * Only where the build targets plain x86-64 and the toolchain supports it; a native build
+ * (SNUG_NATIVE=ON) compiles them once. The loops use explicit lane arrays and no FMA
+ * contraction (-std=c11), so every version gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__) &&       \
+    defined(__linux__)
+#define SNUG_OPS_CLONES                                                                            \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SNUG_OPS_CLONES
+#endif
+
 /* Lanes of independent partial sums in the reductions: enough to fill two 512-bit registers,
  * so the additions are not serialised on one accumulator. */
 #define SNUG_OPS_LANES 32
