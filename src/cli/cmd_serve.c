@@ -11,11 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* --kv names, indexed by enum snug_kv_type (include/snug.h). */
+static const char *const KV_NAMES[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
+
 static void serve_usage(void) {
     fprintf(
         stderr,
         "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
-        "                  [--kv f16|f32] [--api-key K] [--threads N] [--no-think]\n"
+        "                  [--kv f16|f32|bf16|q8_0|fp8|tq4|tq3] [--api-key K] [--threads N] "
+        "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
         "       snug serve --render-only REQUEST.json [--no-thinking]\n"
@@ -60,12 +64,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--kv")) {
             const char *k = cli_value(argc, argv, &i);
             if (!k) return 2;
-            if (!strcmp(k, "f16"))
-                o.kv_type = 0;
-            else if (!strcmp(k, "f32"))
-                o.kv_type = 1;
-            else {
-                fprintf(stderr, "snug serve: --kv wants f16 or f32, got '%s'\n", k);
+            o.kv_type = -1;
+            for (int t = 0; t < (int)(sizeof KV_NAMES / sizeof KV_NAMES[0]); t++)
+                if (!strcmp(k, KV_NAMES[t])) o.kv_type = t;
+            if (o.kv_type < 0) {
+                fprintf(stderr,
+                        "snug serve: --kv wants f16, f32, bf16, q8_0, fp8, tq4 or tq3, got '%s'\n",
+                        k);
                 return 2;
             }
         } else if (!strcmp(a, "--api-key")) {

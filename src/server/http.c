@@ -87,6 +87,12 @@ void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) 
     atomic_fetch_add(&s->req_count[route][status], 1);
 }
 
+/* The --kv name of a KV cache type (enum snug_kv_type). */
+static const char *kv_name(int32_t t) {
+    static const char *const names[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
+    return t >= 0 && t < (int32_t)(sizeof names / sizeof names[0]) ? names[t] : "?";
+}
+
 static const char *route_name(enum snug_route r) {
     static const char *names[ROUTE_COUNT] = {"/v1/chat/completions",
                                              "/v1/completions",
@@ -123,12 +129,12 @@ static enum MHD_Result do_health(struct snug_srv *s, struct MHD_Connection *c) {
         "{s:s, s:s, s:s, s:{s:i, s:i, s:s, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:I, s:I, s:I}, "
         "s:s, s:f}",
         "status", ok ? "ok" : "error", "model", s->model_id, "arch", snug_model_arch(s->model),
-        "plan", "n_ctx", st.n_ctx, "n_slots", st.n_slots, "kv_type",
-        s->opts.kv_type == SNUG_KV_F32 ? "f32" : "f16", "n_threads", s->opts.n_threads, "slots",
-        "total", st.n_slots, "busy", st.slots_busy, "queued", st.queue_len, "queue_capacity",
-        st.queue_cap, "memory", "rss_bytes", (json_int_t)snug_rss_bytes(), "peak_rss_bytes",
-        (json_int_t)snug_peak_rss_bytes(), "tokens_in_slots", (json_int_t)st.tokens_in_slots,
-        "self_test", self, "uptime_s", snug_time_s() - s->t_start);
+        "plan", "n_ctx", st.n_ctx, "n_slots", st.n_slots, "kv_type", kv_name(s->opts.kv_type),
+        "n_threads", s->opts.n_threads, "slots", "total", st.n_slots, "busy", st.slots_busy,
+        "queued", st.queue_len, "queue_capacity", st.queue_cap, "memory", "rss_bytes",
+        (json_int_t)snug_rss_bytes(), "peak_rss_bytes", (json_int_t)snug_peak_rss_bytes(),
+        "tokens_in_slots", (json_int_t)st.tokens_in_slots, "self_test", self, "uptime_s",
+        snug_time_s() - s->t_start);
     snug_srv_count(s, ROUTE_HEALTH, ok ? 200 : 503);
     return snug_srv_send_json(c, ok ? 200 : 503, b);
 }
@@ -506,7 +512,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
             "snug serve: listening on http://%s:%d%s\n",
             opts->model_path, snug_model_arch(s->model), snug_model_n_layer(s->model),
             snug_model_n_embd(s->model), snug_model_n_vocab(s->model), st.n_slots, st.n_ctx,
-            opts->kv_type == SNUG_KV_F32 ? "f32" : "f16", st.queue_cap, opts->n_threads,
+            kv_name(opts->kv_type), st.queue_cap, opts->n_threads,
             opts->no_think ? ", thinking off" : "",
             s->script_text ? ", SCRIPTED generation (test mode)" : "", snug_rss_bytes() / 1048576.0,
             snug_engine_self_test(s->engine), s->opts.host, port,
