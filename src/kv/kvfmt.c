@@ -19,6 +19,7 @@
 #include "quant/quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const FMT_NAMES[SNUG_KVFMT_N] = {"f16", "f32", "bf16", "q8_0",
@@ -64,6 +65,17 @@ bool snug_kvfmt_split(int32_t code, int *k, int *v) {
     *k = kk;
     *v = vv;
     return true;
+}
+
+const char *snug_kvfmt_code_name(int32_t code, char *buf, size_t n) {
+    int k, v;
+    if (!snug_kvfmt_split(code, &k, &v))
+        snprintf(buf, n, "?");
+    else if (k == v)
+        snprintf(buf, n, "%s", FMT_NAMES[k]);
+    else
+        snprintf(buf, n, "%s/%s", FMT_NAMES[k], FMT_NAMES[v]);
+    return buf;
 }
 
 int64_t snug_kvfmt_group(int64_t D) {

@@ -33,6 +33,9 @@ int32_t snug_kvfmt_code(int k, int v);
 /* Split a code; false (and f16/f16) for a code no pair encodes to. */
 bool snug_kvfmt_split(int32_t code, int *k, int *v);
 
+/* A code's name into buf: "tq3" for equal formats, "tq4/tq3" (K/V) for a mix, "?" if invalid. */
+const char *snug_kvfmt_code_name(int32_t code, char *buf, size_t n);
+
 /* Whether fmt can store head vectors of D elements (q8_0: D % 32 == 0; tq*: D % 64 == 0). */
 bool snug_kvfmt_supports(int fmt, int64_t D);
 /* TurboQuant group size for head size D: 128 if D % 128 == 0, else 64. */

@@ -8,6 +8,7 @@
  */
 #include "model.h"
 
+#include "kv/kvfmt.h"
 #include "plan/plan.h"
 #include "spec/spec.h"
 #include "quant/quant.h"
@@ -46,9 +47,16 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "context: n_ctx %d, n_chunk %d, n_threads %d must not be negative",
                             p.n_ctx, p.n_chunk, p.n_threads);
-    if (p.kv_type != SNUG_KV_F16 && p.kv_type != SNUG_KV_F32)
-        return snug_err_set(err, SNUG_ERR_INVALID, "context: kv_type %d: expected f16 or f32",
-                            p.kv_type);
+    /* K/V cache formats (src/kv/kvfmt.h): kv_type_k / kv_type_v when either is set, else
+     * kv_type for both; from here on p.kv_type is the kvfmt code of the pair. */
+    bool kv_pair = p.kv_type_k != SNUG_KV_F16 || p.kv_type_v != SNUG_KV_F16;
+    if (!snug_kvfmt_name(p.kv_type) || !snug_kvfmt_name(p.kv_type_k) ||
+        !snug_kvfmt_name(p.kv_type_v))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "context: kv_type %d / K %d / V %d: expected formats 0..%d (f16 f32 "
+                            "bf16 q8_0 fp8 tq4 tq3)",
+                            p.kv_type, p.kv_type_k, p.kv_type_v, SNUG_KVFMT_N - 1);
+    if (kv_pair) p.kv_type = snug_kvfmt_code(p.kv_type_k, p.kv_type_v);
     if (p.n_ctx == 0) {
         p.n_ctx = 4096;
         if (m->hp.n_ctx_train && (uint64_t)p.n_ctx > m->hp.n_ctx_train)

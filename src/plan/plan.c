@@ -6,6 +6,7 @@
  */
 #include "plan/plan.h"
 
+#include "kv/kvfmt.h"
 #include "model/presets.h"
 
 #include <math.h>
@@ -14,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const snug_plan_kv_names[] = {"f16", "f32", NULL};
+/* The kvfmt formats in enum order (src/kv/kvfmt.h; a K/V mix is a kvfmt code). */
+const char *const snug_plan_kv_names[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3", NULL};
 
 int snug_plan_kv_parse(const char *name) {
     for (int i = 0; snug_plan_kv_names[i]; i++)
@@ -91,10 +93,17 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
                             "(>= 1), draft %d (>= 0)",
                             (long long)lim.n_ctx, lim.n_slots, lim.n_chunk, lim.n_threads,
                             lim.n_draft);
-    const int32_t n_kv = (int32_t)(sizeof snug_plan_kv_names / sizeof *snug_plan_kv_names) - 1;
-    if (lim.kv_type < 0 || lim.kv_type >= n_kv)
-        return snug_err_set(err, SNUG_ERR_INVALID, "plan: KV type %d: expected f16 or f32",
+    int kfmt, vfmt; /* kv_type is a kvfmt code: one format for both, or a K/V mix */
+    if (!snug_kvfmt_split(lim.kv_type, &kfmt, &vfmt))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "plan: KV type %d: expected a format (f16 f32 bf16 q8_0 fp8 tq4 tq3) "
+                            "or a K/V pair of them (snug_kvfmt_code)",
                             lim.kv_type);
+    if (!snug_kvfmt_supports(kfmt, hp->head_dim) || !snug_kvfmt_supports(vfmt, hp->head_dim))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "plan: KV format K %s / V %s cannot store head_dim %u vectors (q8_0 "
+                            "needs a multiple of 32, tq4/tq3 of 64); choose another --kv",
+                            snug_kvfmt_name(kfmt), snug_kvfmt_name(vfmt), (unsigned)hp->head_dim);
     if (lim.backend != SNUG_BACKEND_CPU && lim.backend != SNUG_BACKEND_CUDA)
         return snug_err_set(err, SNUG_ERR_INVALID, "plan: backend %d: expected cpu or cuda",
                             (int)lim.backend);
@@ -127,6 +136,7 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
         .head_dim = (int32_t)hp->head_dim,
         .n_ctx = (int32_t)lim.n_ctx,
         .type = lim.kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+        .fmt = lim.kv_type, /* bytes per token per format: snug_kvfmt_vec_bytes via kv.c */
         .n_rec = (int32_t)snug_hp_n_rec_layers(hp),
         .conv_elems = (int64_t)(hp->conv_kernel - 1) * snug_hp_conv_dim(hp),
         .delta_elems = (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state,
@@ -272,7 +282,8 @@ int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weight
     int rc = snug_plan_make(hp, w, lim, out, err);
     if (rc || !budget || out->device_total <= budget) return rc;
     int64_t max = snug_plan_max_ctx(hp, w, lim, budget, 0);
-    const char *kv = snug_plan_kv_names[out->lim.kv_type];
+    char kvname[24];
+    const char *kv = snug_kvfmt_code_name(out->lim.kv_type, kvname, sizeof kvname);
     if (max == 0)
         return snug_err_set(err, SNUG_ERR_BUDGET,
                             "the memory plan needs %.2f GiB but the budget is %.2f GiB, and no "
