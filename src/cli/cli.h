@@ -29,4 +29,15 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_int(int argc, char **argv, int *i, long *out);
 int cli_float(int argc, char **argv, int *i, double *out);
 
+/* KV cache formats (cli_kv.c): `--kv TYPE` sets K and V, `--kv-k` / `--kv-v` one each. Start
+ * from CLI_KV_DEFAULT (f16); cli_kv_flag consumes argv[*i] when it is one of the three flags
+ * (1), prints an error naming the formats and returns -1 on a bad value, 0 if not a KV flag. */
+struct cli_kv {
+    int k, v; /* enum snug_kv_type */
+};
+#define CLI_KV_DEFAULT ((struct cli_kv){SNUG_KV_F16, SNUG_KV_F16})
+int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *kv);
+int32_t cli_kv_code(const struct cli_kv *kv); /* the plan's kv_type (snug_kvfmt_code) */
+void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp);
+
 #endif

@@ -1,6 +1,7 @@
 /* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
- * [--kv f32|f16] [--ctx N] [--mtp]`: one forward over a JSON array of token ids, writing the
- * [T][V] float32 logits (little-endian, row-major) — the format of the fixtures' logits.f32.
+ * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]`: one forward over a JSON array of
+ * token ids, writing the [T][V] float32 logits (little-endian, row-major) — the format of the
+ * fixtures' logits.f32.
  * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
@@ -47,24 +48,28 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
 
 static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
-                    "[--chunk N] [--kv f32|f16] [--ctx N] [--mtp]\n");
+                    "[--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]\n"
+                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
+                    "and V)\n");
     return 2;
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *ids_path = NULL, *out_path = NULL, *kv = "f16";
+    const char *model = NULL, *ids_path = NULL, *out_path = NULL;
+    struct cli_kv kv = CLI_KV_DEFAULT;
     long threads = 0, chunk = 0, n_ctx = 0;
     int mtp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int r;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--ids")) {
             if (!(ids_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o")) {
             if (!(out_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kv")) {
-            if (!(kv = cli_value(argc, argv, &i))) return 2;
+        } else if ((r = cli_kv_flag(argc, argv, &i, "logits", &kv)) != 0) {
+            if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
         } else if (!strcmp(a, "--chunk")) {
@@ -79,10 +84,6 @@ int cmd_logits(int argc, char **argv) {
         }
     }
     if (!model || !ids_path || !out_path) return usage();
-    if (strcmp(kv, "f16") && strcmp(kv, "f32")) {
-        fprintf(stderr, "snug logits: --kv wants f16 or f32, got '%s'\n", kv);
-        return 2;
-    }
     int32_t n = 0;
     snug_token *ids = cli_read_ids("logits", ids_path, &n);
     if (!ids) return 1;
@@ -97,7 +98,7 @@ int cmd_logits(int argc, char **argv) {
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = n_ctx ? (int32_t)n_ctx : n;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
-    cp.kv_type = strcmp(kv, "f32") ? SNUG_KV_F16 : SNUG_KV_F32;
+    cli_kv_params(&kv, &cp);
     cp.n_threads = (int32_t)threads;
     cp.n_draft = mtp; /* the MTP state (cache, hidden rows) comes with speculative decoding */
     if (mtp && n < 2) {

@@ -1,8 +1,8 @@
 /* cmd_perplexity.c — `snug perplexity -m M.gguf --ids IDS.json [--window 1024] [--threads N]
- * [--chunk N] [--kv f32|f16]`: split the ids into independent windows of `window` tokens
- * (a shorter tail window is dropped, as fixtures/README.md defines for ppl_ids.json), run
- * each from an empty context, and print exp(mean NLL) over every prediction of every window
- * (window − 1 per window). */
+ * [--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE]`: split the ids into independent windows of
+ * `window` tokens (a shorter tail window is dropped, as fixtures/README.md defines for
+ * ppl_ids.json), run each from an empty context, and print exp(mean NLL) over every prediction of
+ * every window (window − 1 per window). */
 #include "cli.h"
 
 #include <math.h>
@@ -14,7 +14,8 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out);
 
 static int usage(void) {
     fprintf(stderr, "usage: snug perplexity -m M.gguf --ids IDS.json [--window 1024] "
-                    "[--threads N] [--chunk N] [--kv f32|f16]\n");
+                    "[--threads N] [--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE]\n"
+                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format)\n");
     return 2;
 }
 
@@ -28,16 +29,18 @@ static double nll(const float *row, int64_t V, int32_t target) {
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *ids_path = NULL, *kv = "f16";
+    const char *model = NULL, *ids_path = NULL;
+    struct cli_kv kv = CLI_KV_DEFAULT;
     long threads = 0, chunk = 0, window = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int r;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--ids")) {
             if (!(ids_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kv")) {
-            if (!(kv = cli_value(argc, argv, &i))) return 2;
+        } else if ((r = cli_kv_flag(argc, argv, &i, "perplexity", &kv)) != 0) {
+            if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
         } else if (!strcmp(a, "--chunk")) {
@@ -52,10 +55,6 @@ int cmd_perplexity(int argc, char **argv) {
     if (!model || !ids_path) return usage();
     if (window < 2 || window > (1 << 24)) {
         fprintf(stderr, "snug perplexity: --window must be in 2..16777216\n");
-        return 2;
-    }
-    if (strcmp(kv, "f16") && strcmp(kv, "f32")) {
-        fprintf(stderr, "snug perplexity: --kv wants f16 or f32, got '%s'\n", kv);
         return 2;
     }
     int32_t n = 0;
@@ -78,7 +77,7 @@ int cmd_perplexity(int argc, char **argv) {
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = (int32_t)window;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
-    cp.kv_type = strcmp(kv, "f32") ? SNUG_KV_F16 : SNUG_KV_F32;
+    cli_kv_params(&kv, &cp);
     cp.n_threads = (int32_t)threads;
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto done;
     int64_t V = snug_model_n_vocab(m);

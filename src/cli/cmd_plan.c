@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include "kv/kvfmt.h"
 #include "model/presets.h"
 #include "plan/plan.h"
 
@@ -17,10 +18,13 @@ static void usage(void) {
     fprintf(
         stderr,
         "usage: snug plan (-m MODEL.gguf | --preset NAME --weights TYPE [--set key=value]...)\n"
-        "                 [--budget SIZE] [--ctx N|max] [--kv f16|f32] [--mtp N] [--slots N]\n"
-        "                 [--chunk N] [--threads N] [--backend cpu|cuda] [--json]\n"
+        "                 [--budget SIZE] [--ctx N|max] [--kv KV] [--kv-k KV] [--kv-v KV]\n"
+        "                 [--mtp N] [--slots N] [--chunk N] [--threads N] [--backend cpu|cuda]\n"
+        "                 [--json]\n"
         "  presets: demo demo-moe qwen3.6-27b qwen3.6-35b-a3b; TYPE: a quantize recipe\n"
-        "  (q4_k_m q5_k_m q6_k q8_0 f16 ...); SIZE: 23.5GiB, 24G, 512M or bytes (binary units)\n"
+        "  (q4_k_m q5_k_m q6_k q8_0 f16 ...); KV: the attention cache format, f16 f32 bf16\n"
+        "  q8_0 fp8 tq4 tq3 (--kv both, --kv-k / --kv-v each; docs/kv-formats.md);\n"
+        "  SIZE: 23.5GiB, 24G, 512M or bytes (binary units)\n"
         "  --ctx max needs --budget and reports the largest context that fits (per KV type\n"
         "  in --json: max_ctx_per_kv). Default --ctx 4096; the budget counts host memory on\n"
         "  cpu and device memory on cuda (cuda overheads are estimates, marked ~).\n");
@@ -43,11 +47,13 @@ int cmd_plan(int argc, char **argv) {
     uint64_t budget = 0;
     bool json = false;
     struct snug_plan_limits lim = snug_plan_limits_default();
+    struct cli_kv kv = CLI_KV_DEFAULT;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     lim.n_threads = threads > 0 ? (int32_t)threads : 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
+        int r;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--preset")) {
@@ -68,16 +74,9 @@ int cmd_plan(int argc, char **argv) {
                         s);
                 return 2;
             }
-        } else if (!strcmp(a, "--kv")) {
-            const char *s = cli_value(argc, argv, &i);
-            if (!s) return 2;
-            if ((lim.kv_type = snug_plan_kv_parse(s)) < 0) {
-                fprintf(stderr, "snug plan: --kv '%s': expected one of", s);
-                for (int k = 0; snug_plan_kv_names[k]; k++)
-                    fprintf(stderr, " %s", snug_plan_kv_names[k]);
-                fprintf(stderr, "\n");
-                return 2;
-            }
+        } else if ((r = cli_kv_flag(argc, argv, &i, "plan", &kv)) != 0) {
+            if (r < 0) return 2;
+            lim.kv_type = cli_kv_code(&kv);
         } else if (!strcmp(a, "--backend")) {
             const char *s = cli_value(argc, argv, &i);
             if (!s) return 2;
@@ -143,7 +142,9 @@ int cmd_plan(int argc, char **argv) {
         l.kv_type = n_kv;
         max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, budget, 0) : -1;
     }
-    int64_t max_ctx = budget ? max_per_kv[lim.kv_type] : -1;
+    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, budget, 0) : -1;
+    char kv_name[24];
+    snug_kvfmt_code_name(lim.kv_type, kv_name, sizeof kv_name);
     if (ctx_arg && !strcmp(ctx_arg, "max")) {
         if (!budget) {
             fprintf(stderr, "snug plan: --ctx max needs --budget SIZE\n");
@@ -177,8 +178,8 @@ int cmd_plan(int argc, char **argv) {
         json_str(hp.arch);
         printf(", \"backend\": \"%s\", \"kv\": \"%s\", \"ctx\": %lld, \"slots\": %d, "
                "\"chunk\": %d, \"mtp\": %d, \"threads\": %d, \"n_ctx_train\": %llu",
-               lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu", snug_plan_kv_names[lim.kv_type],
-               (long long)p.lim.n_ctx, p.lim.n_slots, p.lim.n_chunk, p.lim.n_draft, p.lim.n_threads,
+               lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu", kv_name, (long long)p.lim.n_ctx,
+               p.lim.n_slots, p.lim.n_chunk, p.lim.n_draft, p.lim.n_threads,
                (unsigned long long)hp.n_ctx_train);
         if (budget)
             printf(", \"budget\": %llu, \"fits\": %s, \"max_ctx\": %lld",
@@ -216,8 +217,8 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("snug plan: %s (%s), ctx %lld, %d slot%s, chunk %d, kv %s, mtp %d, %s, %d threads\n",
            what, hp.arch, (long long)p.lim.n_ctx, p.lim.n_slots, p.lim.n_slots == 1 ? "" : "s",
-           p.lim.n_chunk, snug_plan_kv_names[lim.kv_type], p.lim.n_draft,
-           lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu", p.lim.n_threads);
+           p.lim.n_chunk, kv_name, p.lim.n_draft, lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu",
+           p.lim.n_threads);
     char buf[8192];
     snug_plan_format(&p, budget, buf, sizeof buf);
     fputs(buf, stdout);

@@ -1,0 +1,39 @@
+/* cli_kv.c — the KV cache format flags shared by run, logits, perplexity and plan:
+ * `--kv TYPE` sets K and V, `--kv-k TYPE` / `--kv-v TYPE` each (TYPE: f16 f32 bf16 q8_0 fp8
+ * tq4 tq3, src/kv/kvfmt.h). The later flag wins for its half. Read next: docs/kv-formats.md.
+ */
+#include "cli.h"
+
+#include "kv/kvfmt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Consume argv[*i] if it is a KV flag (see cli.h). */
+int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *kv) {
+    const char *a = argv[*i];
+    int which = !strcmp(a, "--kv") ? 0 : !strcmp(a, "--kv-k") ? 1 : !strcmp(a, "--kv-v") ? 2 : -1;
+    if (which < 0) return 0;
+    const char *s = cli_value(argc, argv, i);
+    if (!s) return -1;
+    int f = snug_kvfmt_parse(s);
+    if (f < 0) {
+        fprintf(stderr, "snug %s: %s '%s': expected one of", cmd, a, s);
+        for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
+        fprintf(stderr, "\n");
+        return -1;
+    }
+    if (which != 2) kv->k = f;
+    if (which != 1) kv->v = f;
+    return 1;
+}
+
+int32_t cli_kv_code(const struct cli_kv *kv) {
+    return snug_kvfmt_code(kv->k, kv->v);
+}
+
+void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp) {
+    cp->kv_type = kv->k == kv->v ? kv->k : SNUG_KV_F16;
+    cp->kv_type_k = kv->k == kv->v ? SNUG_KV_F16 : kv->k;
+    cp->kv_type_v = kv->k == kv->v ? SNUG_KV_F16 : kv->v;
+}
