@@ -187,16 +187,14 @@ static uint8_t f32_to_e4m3(float f) {
     return sign | (uint8_t)(c > 0x7E ? 0x7E : c);
 }
 
+/* Branch-free (a select, so the decode loop vectorises): subnormals are m·2^-9, normals have
+ * float exponent E − 7 + 127 and the 3 mantissa bits on top of float's 23. */
 static inline float e4m3_to_f32(uint8_t c) {
     uint32_t E = (c >> 3) & 15, m = c & 7;
-    float a;
-    if (E == 0) {
-        a = (float)m * 0.001953125f;
-    } else {
-        uint32_t bits = ((E + 120u) << 23) | (m << 20);
-        memcpy(&a, &bits, 4);
-    }
-    return c & 0x80 ? -a : a;
+    uint32_t bits = ((E + 120u) << 23) | (m << 20) | ((uint32_t)(c & 0x80) << 24);
+    float a, sub = (float)m * 0.001953125f;
+    memcpy(&a, &bits, 4);
+    return E ? a : (c & 0x80 ? -sub : sub);
 }
 
 /* ---- TurboQuant --------------------------------------------------------------------------- */
@@ -324,11 +322,12 @@ void snug_kvfmt_decode(int fmt, const void *src, int64_t D, float *out) {
             out[i] = snug_f16_to_f32(h);
         }
         break;
-    case SNUG_KV_BF16:
+    case SNUG_KV_BF16: /* bfloat16 is the top half of a float */
         for (int64_t i = 0; i < D; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
-            out[i] = snug_bf16_to_f32(h);
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(out + i, &bits, 4);
         }
         break;
     case SNUG_KV_Q8_0:

@@ -394,12 +394,58 @@ static void test_plain_dispatch(struct snug_pool *pool) {
     snug_free(work);
 }
 
+/* KVQ_BENCH=1: decode attention (one query token, the 27B's shape: 24 query / 4 kv heads of
+ * 256) over 4K and 32K cached tokens per format, on this CPU with 2 threads; f16 through the
+ * plain kernel (ops_attention.c) in the same run. Prints ms per call and cache GB/s. */
+static void bench(struct snug_pool *pool) {
+    enum { Hq = 24, Hkv = 4, D = 256 };
+    static const int fmts[] = {-1,          SNUG_KV_F16, SNUG_KV_BF16, SNUG_KV_Q8_0,
+                               SNUG_KV_FP8, SNUG_KV_TQ4, SNUG_KV_TQ3};
+    static const int64_t ctxs[] = {4096, 32768};
+    float *x = snug_malloc((size_t)(Hkv * D) * 4), q[Hq * D], o[Hq * D];
+    void *work = snug_malloc(snug_op_kvq_attention_work_bytes(D, snug_pool_size(pool)));
+    for (int i = 0; i < Hq * D; i++) q[i] = gauss();
+    for (size_t ci = 0; ci < 2; ci++)
+        for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+            int64_t n = ctxs[ci];
+            int f = fmts[fi] < 0 ? SNUG_KV_F16 : fmts[fi];
+            size_t vb = snug_kvfmt_vec_bytes(f, D) * Hkv;
+            struct snug_kv_view kv = {.type = fmts[fi] < 0 ? SNUG_DTYPE_F16 : SNUG_KV_VIEW_FMT,
+                                      .k = snug_malloc(vb * (size_t)n),
+                                      .v = snug_malloc(vb * (size_t)n),
+                                      .n_ctx = n,
+                                      .k_fmt = f,
+                                      .v_fmt = f};
+            for (int64_t p = 0; p < n; p++) {
+                for (int i = 0; i < Hkv * D; i++) x[i] = gauss();
+                snug_op_kvq_store(&kv, Hkv, D, p, 1, x, x);
+            }
+            int reps = n > 10000 ? 3 : 10;
+            snug_op_kvq_attention(pool, &kv, Hq, Hkv, D, n - 1, 1, q, 0.0625f, o, work);
+            double t0 = snug_time_s();
+            for (int r = 0; r < reps; r++)
+                snug_op_kvq_attention(pool, &kv, Hq, Hkv, D, n - 1, 1, q, 0.0625f, o, work);
+            double ms = (snug_time_s() - t0) / reps * 1e3;
+            printf("bench ctx %6lld %-12s %8.3f ms/layer  %7.1f calls/s  cache %6.2f GB/s\n",
+                   (long long)n, fmts[fi] < 0 ? "f16 (plain)" : snug_kvfmt_name(f), ms, 1e3 / ms,
+                   2.0 * (double)vb * (double)n / (ms * 1e6));
+            snug_free(kv.k), snug_free(kv.v);
+        }
+    snug_free(x), snug_free(work);
+}
+
 int main(void) {
     const char *r = getenv("KVQ_REPORT");
     g_report = r && *r == '1';
     struct snug_pool *pool = NULL;
     struct snug_err err;
     if (snug_pool_init(&pool, 2, &err)) return 1;
+    const char *b = getenv("KVQ_BENCH");
+    if (b && *b == '1') {
+        bench(pool);
+        snug_pool_free(pool);
+        return 0;
+    }
     test_codebooks();
     test_names_sizes();
     test_round_trips();
