@@ -160,7 +160,7 @@ int cmd_bench_local(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)V);
     snug_token *ids = malloc(sizeof(snug_token) * (size_t)SNUG_MAX(n_p, 1));
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < n_p; i++) {
+    for (long i = 0; i < SNUG_MAX(n_p, 1); i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (snug_token)((rng >> 33) % (uint64_t)V);
     }

@@ -48,9 +48,10 @@ static float quant_group(const float *x, int8_t *q, int m) {
 
 static void quant_a32_ref(const float *x, void *xq, int64_t n) {
     uint8_t *o = xq;
-    for (int64_t b = 0; b < n / 32; b++, o += SNUG_A32_BYTES, x += 32) {
-        float d = quant_group(x, (int8_t *)o, 32);
-        memcpy(o + 32, &d, 4);
+    int64_t nb = n / 32;
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        float d = quant_group(x, (int8_t *)(o + snug_a32_q(nb, b)), 32);
+        memcpy(o + snug_a32_d(nb, b), &d, 4);
     }
 }
 
@@ -84,11 +85,12 @@ static int rd_i16(const uint8_t *p) {
 /* Q8_0 · A32: per block (d_w · d_x) · Σ q_w q_x. */
 static float dot1_q8_0(const uint8_t *w, const uint8_t *x, int64_t n) {
     float s = 0;
-    for (int64_t b = 0; b < n / 32; b++, w += 34, x += SNUG_A32_BYTES) {
-        const int8_t *qw = (const int8_t *)(w + 2), *qx = (const int8_t *)x;
+    int64_t nb = n / 32;
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        const int8_t *qw = (const int8_t *)(w + 2), *qx = (const int8_t *)(x + snug_a32_q(nb, b));
         int32_t is = 0;
         for (int i = 0; i < 32; i++) is += qw[i] * qx[i];
-        s += snug_act_f16(w) * rd_f32(x + 32) * (float)is;
+        s += snug_act_f16(w) * rd_f32(x + snug_a32_d(nb, b)) * (float)is;
     }
     return s;
 }

@@ -12,8 +12,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A32: 32 activations as int8 with one float scale; x ≈ d · q, |q| ≤ 127 (36 bytes). */
+/* A32: blocks of 32 activations as int8 with one float scale each; x ≈ d · q, |q| ≤ 127
+ * (36 bytes per block). Blocks are stored in groups of up to 8 (256 elements): the group's
+ * int8 values first, then its scales, so kernels load 8 scales with one instruction. Block b
+ * of a row: group g = b / 8 with m = min(8, n_blocks - 8g) blocks, j = b % 8; its q at byte
+ * 288g + 32j, its scale at 288g + 32m + 4j. */
 #define SNUG_A32_BYTES 36
+static inline size_t snug_a32_q(int64_t nb, int64_t b) {
+    return (size_t)(288 * (b / 8) + 32 * (b % 8));
+}
+static inline size_t snug_a32_d(int64_t nb, int64_t b) {
+    int64_t g = b / 8, m = nb - 8 * g < 8 ? nb - 8 * g : 8;
+    return (size_t)(288 * g + 32 * m + 4 * (b % 8));
+}
 /* A256: 256 activations as int8, one float scale, and the sums of q over each 16 (292 bytes):
  * qs[256] | float d | int16 bsums[16]. */
 #define SNUG_A256_BYTES 292

@@ -54,12 +54,15 @@ static void deq_act(uint32_t wtype, const uint8_t *xq, int64_t n, double *y) {
         }
         return;
     }
-    size_t bb = g == 32 ? 36 : 292;
-    for (int64_t b = 0; b < n / g; b++) {
-        const uint8_t *p = xq + b * bb;
+    int64_t nb = n / g;
+    for (int64_t b = 0; b < nb; b++) {
+        /* A32: groups of 8 blocks, values then scales (quant_act.h); A256: 292-byte blocks */
+        size_t qo = g == 32 ? (size_t)(288 * (b / 8) + 32 * (b % 8)) : (size_t)b * 292;
+        int64_t m = g == 32 ? (nb - 8 * (b / 8) < 8 ? nb - 8 * (b / 8) : 8) : 0;
+        size_t dof = g == 32 ? (size_t)(288 * (b / 8) + 32 * m + 4 * (b % 8)) : qo + 256;
         float d;
-        memcpy(&d, p + g, 4);
-        for (int64_t i = 0; i < g; i++) y[b * g + i] = (double)d * (int8_t)p[i];
+        memcpy(&d, xq + dof, 4);
+        for (int64_t i = 0; i < g; i++) y[b * g + i] = (double)d * (int8_t)xq[qo + i];
     }
 }
 
