@@ -321,8 +321,10 @@ static double kv_get(const struct snug_kv_view *kv, const void *base, int64_t id
 static void attn_case(int64_t Hq, int64_t Hkv, int64_t D, uint32_t type, int64_t T1, int64_t T2,
                       struct errs *acc) {
     int64_t n_ctx = T1 + T2 + 3, row = Hkv * D, es = type == SNUG_DTYPE_F32 ? 4 : 2;
-    struct snug_kv_view kv = {type, snug_malloc((size_t)(n_ctx * row * es)),
-                              snug_malloc((size_t)(n_ctx * row * es)), n_ctx};
+    struct snug_kv_view kv = {.type = type,
+                              .k = snug_malloc((size_t)(n_ctx * row * es)),
+                              .v = snug_malloc((size_t)(n_ctx * row * es)),
+                              .n_ctx = n_ctx};
     int64_t Tt = T1 + T2;
     float *k = falloc(Tt * row), *v = falloc(Tt * row), *q = falloc(Tt * Hq * D);
     float *out[3];
