@@ -48,8 +48,12 @@ struct trunk_bufs {
     float *vd;  /* [T][Nv][dv] */
     float *o;   /* [T][Nv][dv] delta-rule output */
     float *on;  /* [T][Nv][dv] gated-normed output */
+    float *lg;  /* [LG_ROWS][V] logits staging (backends whose memory is not the host's) */
     void *op_work;
 };
+
+/* Logits rows computed per slice on a device backend before they are copied to the host. */
+#define LG_ROWS 8
 
 /* Scratch bytes any ops.h call of the trunk or FFN may need (matmul, attention, delta). */
 static size_t op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
@@ -93,6 +97,7 @@ static void trunk_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_th
         o->o = bump_f32(b, T * di);
         o->on = bump_f32(b, T * di);
     }
+    o->lg = bump_f32(b, (int64_t)SNUG_MIN(T, LG_ROWS) * hp->n_vocab);
     o->op_work = bump_alloc(b, op_work_bytes(hp, n_threads));
 }
 
@@ -245,13 +250,29 @@ static void qwen35_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t 
 }
 
 /* ---- forward pieces ----------------------------------------------------------------------- */
+/* Every op goes through the step's backend (backend.h); activations live in its memory. */
+#define OP(name, ...) (be->ops->name(be, __VA_ARGS__))
+
 static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T, float *y) {
-    snug_op_matmul(f->pool, w->type, w->data, (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
-                   f->op_work);
+    struct snug_be *be = snug_fwd_be(f);
+    OP(matmul, w->type, OP(weight, w, 0), (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
+       f->op_work);
 }
 
-static const float *f32(snug_tensor t) {
-    return (const float *)t->data;
+/* A float32 vector weight in the backend's memory. */
+static const float *f32(struct snug_fwd *f, snug_tensor t) {
+    struct snug_be *be = snug_fwd_be(f);
+    return (const float *)OP(weight, t, 0);
+}
+
+/* Host view of n floats of backend memory: the buffer itself on the CPU, else a copy in the
+ * host work arena (freed by the caller's arena mark). */
+static const float *host_view(struct snug_fwd *f, const float *src, int64_t n) {
+    struct snug_be *be = snug_fwd_be(f);
+    if (be->host_memory) return src;
+    float *h = snug_arena_alloc(snug_fwd_host_work(f), (size_t)n * sizeof(float), 64);
+    OP(download, h, src, (size_t)n * sizeof(float));
+    return h;
 }
 
 /* Gated attention (spec §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache store,
@@ -259,32 +280,22 @@ static const float *f32(snug_tensor t) {
 static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
                       struct snug_kv_view *kv) {
     const struct snug_hparams *hp = &f->m->hp;
+    struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const int32_t *pos = f->pos_be ? f->pos_be : f->pos;
     matmul(f, L->wq, B->xn, T, B->qg);
     matmul(f, L->wk, B->xn, T, B->k);
     matmul(f, L->wv, B->xn, T, B->v);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Hq; h++)
-            memcpy(B->q + (t * Hq + h) * D, B->qg + (t * Hq + h) * 2 * D, (size_t)D * 4);
-    snug_op_rmsnorm(B->q, f32(L->q_norm), hp->rms_eps, T * Hq, D, B->q);
-    snug_op_rmsnorm(B->k, f32(L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
-    snug_op_rope_neox(B->q, T, Hq, D, hp->n_rot, f->pos, hp->rope_base);
-    snug_op_rope_neox(B->k, T, Hkv, D, hp->n_rot, f->pos, hp->rope_base);
-    snug_op_kvq_store(kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
-    snug_op_kvq_attention(f->pool, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att,
-                          f->op_work);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Hq; h++) {
-            float *a = B->att + (t * Hq + h) * D;
-            const float *g = B->qg + (t * Hq + h) * 2 * D + D;
-            for (int64_t d = 0; d < D; d++) a[d] *= snug_sigmoid(g[d]);
-        }
+    OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
+    OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
+    OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
+    OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
+    OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
+    OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
+    OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
+    OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
+    OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
-}
-
-/* softplus with PyTorch's default linear regime above 20 (torch.nn.functional.softplus). */
-static float softplus(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
 }
 
 /* The delta rule of a verification step (speculative decoding): the step recurrence token by
@@ -295,7 +306,7 @@ static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
     const struct snug_hparams *hp = &f->m->hp;
     int64_t Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = dk;
     int64_t kd = Nk * dk, di = hp->ssm_d_inner;
-    SNUG_ASSERT(f->T <= f->kv->n_snap);
+    SNUG_ASSERT(f->T <= f->kv->n_snap && snug_fwd_be(f)->host_memory);
     for (int64_t t = 0; t < f->T; t++) {
         snug_op_gated_delta_step(f->pool, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd,
                                  B->vd + t * di, B->aa + t * Nv, B->bb + t * Nv, S, B->o + t * di);
@@ -309,8 +320,10 @@ static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
  * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
 static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;
+    struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
     int64_t dv = dk, cd = snug_hp_conv_dim(hp), kd = Nk * dk, di = hp->ssm_d_inner;
+    const float *convw = f32(f, L->ssm_conv);
     matmul(f, L->ssm_qkv, B->xn, T, B->mix);
     matmul(f, L->ssm_z, B->xn, T, B->z);
     matmul(f, L->ssm_beta, B->xn, T, B->bb);
@@ -318,46 +331,32 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     float *conv = snug_kv_conv_state(f->kv, L->rec_idx);
     if (f->kv->snap_on) { /* token by token, saving the conv state after each */
         for (int64_t t = 0; t < T; t++) {
-            snug_op_conv_silu(B->mix + t * cd, 1, cd, hp->conv_kernel, f32(L->ssm_conv), conv,
-                              B->u + t * cd);
+            OP(conv_silu, B->mix + t * cd, 1, cd, hp->conv_kernel, convw, conv, B->u + t * cd);
             memcpy(snug_kv_snap_conv(f->kv, (int32_t)t, L->rec_idx), conv,
                    (size_t)f->kv->shape.conv_elems * sizeof(float));
         }
     } else {
-        snug_op_conv_silu(B->mix, T, cd, hp->conv_kernel, f32(L->ssm_conv), conv, B->u);
+        OP(conv_silu, B->mix, T, cd, hp->conv_kernel, convw, conv, B->u);
     }
     float qscale = 1.0f / sqrtf((float)dk);
-    for (int64_t t = 0; t < T; t++) {
-        const float *u = B->u + t * cd;
-        memcpy(B->qd + t * kd, u, (size_t)kd * 4);
-        memcpy(B->kd + t * kd, u + kd, (size_t)kd * 4);
-        memcpy(B->vd + t * di, u + 2 * kd, (size_t)di * 4);
-    }
+    OP(copy2d, B->qd, kd, B->u, cd, kd, T); /* split [Q|K|V] per token */
+    OP(copy2d, B->kd, kd, B->u + kd, cd, kd, T);
+    OP(copy2d, B->vd, di, B->u + 2 * kd, cd, di, T);
     /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (spec §2.5 step 6). */
-    snug_op_l2norm(B->qd, T * Nk, dk, 1e-6f);
-    snug_op_l2norm(B->kd, T * Nk, dk, 1e-6f);
-    for (int64_t i = 0; i < T * kd; i++) B->qd[i] *= qscale;
-    const float *a = f32(L->ssm_a), *dt = f32(L->ssm_dt);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < Nv; j++) {
-            B->bb[t * Nv + j] = snug_sigmoid(B->bb[t * Nv + j]);
-            B->aa[t * Nv + j] = a[j] * softplus(B->aa[t * Nv + j] + dt[j]);
-        }
+    OP(l2norm, B->qd, T * Nk, dk, 1e-6f);
+    OP(l2norm, B->kd, T * Nk, dk, 1e-6f);
+    OP(scale, B->qd, T * kd, qscale);
+    OP(delta_gates, B->bb, B->aa, f32(f, L->ssm_a), f32(f, L->ssm_dt), T, Nv);
     float *S = snug_kv_delta_state(f->kv, L->rec_idx);
     if (f->kv->snap_on) {
         deltanet_snapshots(f, L, B, S);
     } else if (T == 1)
-        snug_op_gated_delta_step(f->pool, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S,
-                                 B->o);
+        OP(delta_step, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S, B->o);
     else
-        snug_op_gated_delta_chunked(f->pool, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb,
-                                    S, B->o, f->op_work);
-    snug_op_gated_rmsnorm(B->o, B->z, f32(L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
+        OP(delta_chunked, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S, B->o,
+           f->op_work);
+    OP(gated_rmsnorm, B->o, B->z, f32(f, L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
     matmul(f, L->ssm_out, B->on, T, B->y);
-}
-
-static void add_rows(float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -366,54 +365,72 @@ static void add_rows(float *x, const float *y, int64_t n) {
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     const struct snug_model *m = f->m;
     const struct snug_hparams *hp = &m->hp;
+    struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, H = hp->n_embd, V = hp->n_vocab;
     struct bump b = {.a = f->work};
     struct trunk_bufs B;
     trunk_buffers(hp, f->T, f->n_threads, &b, &B);
     f->op_work = B.op_work;
+    struct snug_arena *hw = snug_fwd_host_work(f);
+    size_t hmark = snug_arena_mark(hw);
 
-    uint64_t erow = snug_dtype_row_bytes(m->tok_embd->type, (uint64_t)H);
-    for (int64_t t = 0; t < T; t++)
-        snug_dequantize_row(m->tok_embd->type,
-                            (const uint8_t *)m->tok_embd->data + (uint64_t)f->ids[t] * erow,
-                            B.x + t * H, H);
-    if (f->hook) f->hook(f->hook_user, 0, f->pos0, f->T, (int32_t)H, B.x);
+    OP(embed, m->tok_embd, f->ids, T, H, B.x);
+    if (f->hook) {
+        f->hook(f->hook_user, 0, f->pos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
+        snug_arena_reset_to(hw, hmark);
+    }
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct snug_layer *L = &m->layers[il];
-        snug_op_rmsnorm(B.x, f32(L->attn_norm), hp->rms_eps, T, H, B.xn);
+        OP(rmsnorm, B.x, f32(f, L->attn_norm), hp->rms_eps, T, H, B.xn);
         if (L->recurrent)
             deltanet(f, L, &B);
         else
             attention(f, L, &B, &f->kv->views[L->attn_idx]);
-        add_rows(B.x, B.y, T * H);
-        snug_op_rmsnorm(B.x, f32(L->post_norm), hp->rms_eps, T, H, B.xn);
+        OP(add, B.x, B.y, T * H);
+        OP(rmsnorm, B.x, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
         size_t mark = snug_arena_mark(f->work);
         ffn(f, L, B.xn, B.y);
         snug_arena_reset_to(f->work, mark);
-        add_rows(B.x, B.y, T * H);
-        if (f->hook) f->hook(f->hook_user, (int32_t)il + 1, f->pos0, f->T, (int32_t)H, B.x);
+        snug_arena_reset_to(hw, hmark);
+        OP(add, B.x, B.y, T * H);
+        if (f->hook) {
+            f->hook(f->hook_user, (int32_t)il + 1, f->pos0, f->T, (int32_t)H,
+                    host_view(f, B.x, T * H));
+            snug_arena_reset_to(hw, hmark);
+        }
     }
 
-    snug_op_rmsnorm(B.x, f32(m->output_norm), hp->rms_eps, T, H, B.xn);
-    if (f->hook) f->hook(f->hook_user, (int32_t)hp->n_layer + 1, f->pos0, f->T, (int32_t)H, B.xn);
-    if (f->hidden_out) memcpy(f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
+    OP(rmsnorm, B.x, f32(f, m->output_norm), hp->rms_eps, T, H, B.xn);
+    if (f->hook) {
+        f->hook(f->hook_user, (int32_t)hp->n_layer + 1, f->pos0, f->T, (int32_t)H,
+                host_view(f, B.xn, T * H));
+        snug_arena_reset_to(hw, hmark);
+    }
+    if (f->hidden_out) OP(download, f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
     if (!f->logits) return;
-    if (f->logits_all)
-        matmul(f, m->output, B.xn, T, f->logits);
-    else
-        matmul(f, m->output, B.xn + (T - 1) * H, 1, f->logits);
-    (void)V;
+    int64_t r0 = f->logits_all ? 0 : T - 1;
+    if (be->host_memory) {
+        matmul(f, m->output, B.xn + r0 * H, T - r0, f->logits);
+        return;
+    }
+    /* device: slices of LG_ROWS rows through the staging buffer, each copied to the host */
+    for (int64_t r = r0; r < T; r += LG_ROWS) {
+        int64_t n = SNUG_MIN((int64_t)LG_ROWS, T - r);
+        matmul(f, m->output, B.xn + r * H, n, B.lg);
+        OP(download, f->logits + (r - r0) * V, B.lg, (size_t)(n * V) * sizeof(float));
+    }
 }
 
 /* Dense SwiGLU FFN (spec §2.7): y = down(silu(gate·x) ⊙ up·x). */
 static void dense_ffn(struct snug_fwd *f, const struct snug_layer *L, const float *x, float *y) {
+    struct snug_be *be = snug_fwd_be(f);
     struct bump b = {.a = f->work};
     float *g, *u;
     dense_ffn_buffers(&f->m->hp, f->T, &b, &g, &u);
     matmul(f, L->ffn_gate, x, f->T, g);
     matmul(f, L->ffn_up, x, f->T, u);
-    snug_op_swiglu(g, u, (int64_t)f->T * f->m->hp.n_ff, g);
+    OP(swiglu, g, u, (int64_t)f->T * f->m->hp.n_ff, g);
     matmul(f, L->ffn_down, g, f->T, y);
 }
 

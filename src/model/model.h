@@ -9,6 +9,7 @@
 #ifndef SNUG_MODEL_H
 #define SNUG_MODEL_H
 
+#include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "core/core.h"
 #include "core/threadpool.h"
@@ -142,7 +143,27 @@ struct snug_fwd {
     void *hook_user;
     float *hidden_out;          /* NULL or [T][H]: rows after the final norm (MTP input) */
     const float *mtp_hidden_in; /* mtp_forward only: [T][H] hidden input rows */
+    /* The backend the ops run on (backend.h); NULL = the CPU over `pool` (snug_fwd_be fills
+     * be_cpu). With a device backend `work` is an arena over device memory, `host_work` a
+     * host arena for the little host-side work (MoE routing, hook copies), `pos_be` the
+     * positions in device memory; NULL host_work / pos_be mean work / pos. */
+    struct snug_be *be;
+    struct snug_be be_cpu;
+    struct snug_arena *host_work;
+    const int32_t *pos_be;
 };
+
+/* The step's backend (the CPU one over f->pool unless the context chose another). */
+static inline struct snug_be *snug_fwd_be(struct snug_fwd *f) {
+    if (!f->be) {
+        snug_backend_cpu_init(&f->be_cpu, f->pool);
+        f->be = &f->be_cpu;
+    }
+    return f->be;
+}
+static inline struct snug_arena *snug_fwd_host_work(struct snug_fwd *f) {
+    return f->host_work ? f->host_work : f->work;
+}
 
 /* Arch helpers shared between registry entries (src/model/tensors.c). */
 /* Find a tensor and check its shape: n_dims dims with ne[0..n_dims) equal to the given values

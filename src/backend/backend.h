@@ -1,0 +1,139 @@
+/* backend.h — the one small interface every compute backend implements (design.md: "backends
+ * are interchangeable behind one small interface"): the ops the architectures call, over
+ * activation buffers that live in the backend's own memory (host for the CPU, device for CUDA).
+ * The architecture forward (src/arch/qwen35.c, qwen35moe.c) calls only these; it never touches
+ * an activation with the host CPU, so a forward runs unchanged on any backend.
+ * Invariant: every op of struct snug_backend_ops is implemented by every backend (a missing
+ * one is a build error: each backend fills the table with designated initialisers and the
+ * CUDA build checks it). Ops never allocate; errors are sticky in `status`/`err` (the first
+ * one wins) and the caller checks them after the step (snug_backend_finish).
+ * Read next: backend_cpu.c (wraps src/backend/cpu/ops.h), cuda/cuda_backend.c (wraps
+ * cuda/cuda_ops.h), src/arch/qwen35.c (the caller).
+ */
+#ifndef SNUG_BACKEND_H
+#define SNUG_BACKEND_H
+
+#include "backend/cpu/ops.h"
+#include "core/threadpool.h"
+#include "gguf/gguf.h"
+#include "snug.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct snug_be;
+
+/* Pointers below (x, y, w, state, kv views, idx...) are in the backend's memory unless the
+ * parameter is named host_*. Semantics: ops.h, except the additions documented here. */
+struct snug_backend_ops {
+    const char *name;
+    /* The backend's copy of a weight tensor (byte offset `off` into its data). */
+    const void *(*weight)(struct snug_be *be, const struct snug_gguf_tensor *t, uint64_t off);
+    void (*matmul)(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
+                   const float *x, int64_t T, float *y, void *work);
+    void (*rmsnorm)(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
+                    int64_t n, float *y);
+    void (*l2norm)(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps);
+    void (*rope_neox)(struct snug_be *be, float *x, int64_t T, int64_t n_heads, int64_t head_dim,
+                      int64_t n_rot, const int32_t *pos, float base);
+    void (*swiglu)(struct snug_be *be, const float *gate, const float *up, int64_t n, float *y);
+    /* y[i] = x[i] · sigmoid(gate[i]) */
+    void (*sigmoid_mul)(struct snug_be *be, const float *x, const float *gate, int64_t n, float *y);
+    void (*gated_rmsnorm)(struct snug_be *be, const float *o, const float *z, const float *w,
+                          float eps, int64_t T, int64_t Nv, int64_t dv, float *y);
+    void (*conv_silu)(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
+                      const float *w, float *conv_state, float *y);
+    void (*kv_store)(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
+                     int64_t pos0, int64_t T, const float *k, const float *v);
+    void (*attention)(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq, int64_t Hkv,
+                      int64_t D, int64_t pos0, int64_t T, const float *q, float scale, float *out,
+                      void *work);
+    void (*delta_step)(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                       int64_t dv, const float *q, const float *k, const float *v, const float *g,
+                       const float *beta, float *state, float *out);
+    void (*delta_chunked)(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                          int64_t dv, const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, float *state, float *out, void *work);
+    /* x[i] += y[i] */
+    void (*add)(struct snug_be *be, float *x, const float *y, int64_t n);
+    /* x[i] *= s */
+    void (*scale)(struct snug_be *be, float *x, int64_t n, float s);
+    /* DeltaNet gates, in place over [T][Nv]: beta = sigmoid(beta);
+     * g = a[j] · softplus(g + dt[j]) (softplus linear above 20, as PyTorch). */
+    void (*delta_gates)(struct snug_be *be, float *beta, float *g, const float *a, const float *dt,
+                        int64_t T, int64_t Nv);
+    /* rows × n floats: dst + r·dpitch ← src + r·spitch (pitches in floats). */
+    void (*copy2d)(struct snug_be *be, float *dst, int64_t dpitch, const float *src, int64_t spitch,
+                   int64_t n, int64_t rows);
+    /* x[T][H] = rows ids[t] of the embedding table t (dequantised to f32). host_ids. */
+    void (*embed)(struct snug_be *be, const struct snug_gguf_tensor *table,
+                  const snug_token *host_ids, int64_t T, int64_t H, float *x);
+    /* Copies between host memory and the backend's (synchronous). */
+    void (*upload)(struct snug_be *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(struct snug_be *be, void *host_dst, const void *src, size_t bytes);
+    /* dst[i][:] = src[idx[i]][:] for i < n (rows of H floats). */
+    void (*gather_rows)(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
+                        int64_t n, int64_t H);
+    /* MoE combine: y[t][:] = Σ_j w[t·k+j] · d[slot[t·k+j]][:] (j in order), t < T. */
+    void (*moe_combine)(struct snug_be *be, float *y, const float *d, const int32_t *slot,
+                        const float *w, int64_t T, int64_t k, int64_t H);
+    /* y[t][:] += sigmoid(glogit[t]) · d[t][:] (the MoE shared expert's gate). */
+    void (*add_gated)(struct snug_be *be, float *y, const float *d, const float *glogit, int64_t T,
+                      int64_t H);
+};
+
+struct snug_be {
+    const struct snug_backend_ops *ops;
+    bool host_memory;       /* activations are plain host memory (the CPU backend) */
+    struct snug_pool *pool; /* CPU: the thread pool (may be NULL) */
+    void *impl;             /* the backend's own state */
+    int status;             /* first error of the current step (SNUG_OK if none) */
+    struct snug_err err;    /* its message */
+};
+
+/* The CPU backend over ops.h with thread pool `pool` (NULL: one thread). No allocation. */
+void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool);
+
+/* Record an error (the first one of a step wins). Returns st. */
+int snug_backend_fail(struct snug_be *be, int st, const char *fmt, ...);
+/* After a step: SNUG_OK, or the first recorded error copied into err (and cleared). */
+int snug_backend_finish(struct snug_be *be, struct snug_err *err);
+
+/* ---- the CUDA backend (src/backend/cuda/cuda_backend.c) ------------------------------------
+ * One object per context: a CUDA context (device 0, one stream), the weights uploaded once into
+ * one device allocation per GGUF file, and one device allocation per planned arena (KV +
+ * recurrent state, work, op scratch). Without nvcc at build time every function returns
+ * SNUG_ERR_UNSUPPORTED ("built without CUDA"); without a GPU, open fails with the runtime's
+ * reason. */
+struct snug_kv;
+struct snug_kv_shape;
+struct snug_cuda_limits {
+    const struct snug_kv_shape *kv_shape; /* the plan's KV/state shape (F16 or F32 cache) */
+    size_t kv_bytes;                      /* snug_kv_bytes(kv_shape): the KV/state arena */
+    size_t work_bytes;                    /* the plan's work arena (activations of a step) */
+    int32_t n_chunk;                      /* tokens per step */
+    int64_t n_embd;                       /* H (embedding staging) */
+    int64_t n_head, head_dim;             /* attention scratch */
+};
+bool snug_backend_cuda_built(void);
+/* Device op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
+ * matrix has max_n_in inputs and max_n_out outputs. */
+size_t snug_backend_cuda_scratch_bytes(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk,
+                                       int64_t Hq, int64_t D);
+int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
+                           const struct snug_cuda_limits *lim, struct snug_err *err);
+void snug_backend_cuda_close(struct snug_be *be);                   /* NULL is a no-op */
+struct snug_kv *snug_backend_cuda_kv(struct snug_be *be);           /* device views */
+struct snug_arena *snug_backend_cuda_work(struct snug_be *be);      /* over device memory */
+struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be); /* host */
+int32_t *snug_backend_cuda_pos(struct snug_be *be);                 /* device [n_chunk] */
+/* Zero every recurrent state (a new sequence). */
+void snug_backend_cuda_reset(struct snug_be *be);
+/* Wait for the queued step; the first device or recorded error. */
+int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err);
+/* Device bytes taken by this backend (all its allocations) and cudaMemGetInfo. */
+size_t snug_backend_cuda_bytes(const struct snug_be *be);
+int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err);
+
+#endif /* SNUG_BACKEND_H */

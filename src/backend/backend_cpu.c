@@ -1,0 +1,221 @@
+/* backend_cpu.c — the CPU backend behind struct snug_backend_ops: thin wrappers over the ops of
+ * src/backend/cpu/ops.h plus the small elementwise ops the architectures used to do inline
+ * (residual add, scale, DeltaNet gates, strided copies, gather/combine for MoE). Activations
+ * are host memory; weights are the GGUF mapping itself. Also the sticky-error helpers every
+ * backend shares. Invariant: no allocation; results identical to calling ops.h directly.
+ * Read next: backend.h (the interface), cuda/cuda_backend.c (the other implementation).
+ */
+#include "backend/backend.h"
+
+#include "quant/quant.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int snug_backend_fail(struct snug_be *be, int st, const char *fmt, ...) {
+    if (be->status != SNUG_OK) return st;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof be->err.msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    be->status = st;
+    snug_err_set(&be->err, st, "%s", msg);
+    return st;
+}
+
+int snug_backend_finish(struct snug_be *be, struct snug_err *err) {
+    int st = be->status;
+    if (st == SNUG_OK) return SNUG_OK;
+    be->status = SNUG_OK;
+    return snug_err_set(err, st, "%s", be->err.msg);
+}
+
+static const void *cpu_weight(struct snug_be *be, const struct snug_gguf_tensor *t, uint64_t off) {
+    return (const uint8_t *)t->data + off;
+}
+static void cpu_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in,
+                       int64_t n_out, const float *x, int64_t T, float *y, void *work) {
+    snug_op_matmul(be->pool, type, w, n_in, n_out, x, T, y, work);
+}
+static void cpu_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
+                        int64_t n, float *y) {
+    snug_op_rmsnorm(x, w, eps, T, n, y);
+}
+static void cpu_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
+    snug_op_l2norm(x, rows, n, eps);
+}
+static void cpu_rope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t hd, int64_t n_rot,
+                     const int32_t *pos, float base) {
+    snug_op_rope_neox(x, T, nh, hd, n_rot, pos, base);
+}
+static void cpu_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
+    snug_op_swiglu(g, u, n, y);
+}
+static void cpu_sigmoid_mul(struct snug_be *be, const float *x, const float *g, int64_t n,
+                            float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * snug_sigmoid(g[i]);
+}
+static void cpu_gated_rmsnorm(struct snug_be *be, const float *o, const float *z, const float *w,
+                              float eps, int64_t T, int64_t Nv, int64_t dv, float *y) {
+    snug_op_gated_rmsnorm(o, z, w, eps, T, Nv, dv, y);
+}
+static void cpu_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
+                          const float *w, float *st, float *y) {
+    snug_op_conv_silu(x, T, C, K, w, st, y);
+}
+static void cpu_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
+                         int64_t pos0, int64_t T, const float *k, const float *v) {
+    snug_op_kvq_store(kv, Hkv, D, pos0, T, k, v); /* any cache format */
+}
+static void cpu_attention(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq,
+                          int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
+                          float scale, float *out, void *work) {
+    snug_op_kvq_attention(be->pool, kv, Hq, Hkv, D, pos0, T, q, scale, out, work);
+}
+static void cpu_delta_step(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                           int64_t dv, const float *q, const float *k, const float *v,
+                           const float *g, const float *beta, float *state, float *out) {
+    snug_op_gated_delta_step(be->pool, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out);
+}
+static void cpu_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                              int64_t dv, const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, float *state, float *out,
+                              void *work) {
+    snug_op_gated_delta_chunked(be->pool, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, work);
+}
+static void cpu_add(struct snug_be *be, float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+static void cpu_scale(struct snug_be *be, float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+/* softplus with PyTorch's default linear regime above 20 (torch.nn.functional.softplus). */
+static float softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+static void cpu_delta_gates(struct snug_be *be, float *beta, float *g, const float *a,
+                            const float *dt, int64_t T, int64_t Nv) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < Nv; j++) {
+            beta[t * Nv + j] = snug_sigmoid(beta[t * Nv + j]);
+            g[t * Nv + j] = a[j] * softplus(g[t * Nv + j] + dt[j]);
+        }
+}
+static void cpu_copy2d(struct snug_be *be, float *dst, int64_t dp, const float *src, int64_t sp,
+                       int64_t n, int64_t rows) {
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dp, src + r * sp, (size_t)n * 4);
+}
+static void cpu_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
+                      int64_t T, int64_t H, float *x) {
+    uint64_t erow = snug_dtype_row_bytes(t->type, (uint64_t)H);
+    for (int64_t i = 0; i < T; i++)
+        snug_dequantize_row(t->type, (const uint8_t *)t->data + (uint64_t)ids[i] * erow, x + i * H,
+                            H);
+}
+static void cpu_copy(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (dst != src && bytes) memcpy(dst, src, bytes);
+}
+static void cpu_gather_rows(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
+                            int64_t n, int64_t H) {
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * H, src + (int64_t)idx[i] * H, (size_t)H * 4);
+}
+static void cpu_moe_combine(struct snug_be *be, float *y, const float *d, const int32_t *slot,
+                            const float *w, int64_t T, int64_t k, int64_t H) {
+    for (int64_t t = 0; t < T; t++) {
+        float *yr = y + t * H;
+        memset(yr, 0, (size_t)H * 4);
+        for (int64_t j = 0; j < k; j++) {
+            const float *dr = d + (int64_t)slot[t * k + j] * H;
+            float wj = w[t * k + j];
+            for (int64_t c = 0; c < H; c++) yr[c] += wj * dr[c];
+        }
+    }
+}
+static void cpu_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
+                          int64_t H) {
+    for (int64_t t = 0; t < T; t++) {
+        float s = snug_sigmoid(gl[t]);
+        for (int64_t c = 0; c < H; c++) y[t * H + c] += s * d[t * H + c];
+    }
+}
+
+static const struct snug_backend_ops CPU_OPS = {
+    .name = "cpu",
+    .weight = cpu_weight,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .l2norm = cpu_l2norm,
+    .rope_neox = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .gated_rmsnorm = cpu_gated_rmsnorm,
+    .conv_silu = cpu_conv_silu,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .delta_step = cpu_delta_step,
+    .delta_chunked = cpu_delta_chunked,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .delta_gates = cpu_delta_gates,
+    .copy2d = cpu_copy2d,
+    .embed = cpu_embed,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .gather_rows = cpu_gather_rows,
+    .moe_combine = cpu_moe_combine,
+    .add_gated = cpu_add_gated,
+};
+
+void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool) {
+    memset(be, 0, sizeof *be);
+    be->ops = &CPU_OPS;
+    be->host_memory = true;
+    be->pool = pool;
+}
+
+#ifndef SNUG_HAVE_CUDA
+/* Built without nvcc: the CUDA backend's entry points say so. */
+static int no_cuda(struct snug_err *err) {
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                        "backend cuda: this snug was built without CUDA (nvcc not found at "
+                        "configure time); rebuild on a machine with the CUDA toolkit or use "
+                        "--backend cpu");
+}
+bool snug_backend_cuda_built(void) {
+    return false;
+}
+size_t snug_backend_cuda_scratch_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
+    return 0;
+}
+int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
+                           const struct snug_cuda_limits *lim, struct snug_err *err) {
+    *out = NULL;
+    return no_cuda(err);
+}
+void snug_backend_cuda_close(struct snug_be *be) {}
+struct snug_kv *snug_backend_cuda_kv(struct snug_be *be) {
+    return NULL;
+}
+struct snug_arena *snug_backend_cuda_work(struct snug_be *be) {
+    return NULL;
+}
+struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
+    return NULL;
+}
+int32_t *snug_backend_cuda_pos(struct snug_be *be) {
+    return NULL;
+}
+void snug_backend_cuda_reset(struct snug_be *be) {}
+int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err) {
+    return no_cuda(err);
+}
+size_t snug_backend_cuda_bytes(const struct snug_be *be) {
+    return 0;
+}
+int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
+    *free_b = *total_b = 0;
+    return no_cuda(err);
+}
+#endif

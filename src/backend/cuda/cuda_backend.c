@@ -1,0 +1,397 @@
+/* cuda_backend.c — the CUDA implementation of struct snug_backend_ops (backend.h): each op
+ * forwards to cuda_ops.h / cuda_backend.h on the context's stream, recording the first error;
+ * plus the per-context device memory: weights (one allocation per GGUF file, uploaded at open),
+ * the KV/state arena laid out as attention views + recurrent states, the work arena the
+ * architecture bumps its activations from, the op scratch, and the positions.
+ * Invariant: every cudaMalloc happens in snug_backend_cuda_open; the token path only queues
+ * kernels and small synchronous copies (embeddings, MoE routing, logits).
+ * Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
+ */
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "kv/kv.h"
+#include "quant/quant.h"
+
+#include <cuda_runtime.h>
+#include <string.h>
+
+#define MAX_FILES 64
+
+struct cuda_be {
+    struct snug_be be; /* first: the interface */
+    struct snug_cuda cu;
+    bool cu_ok;
+    uint32_t n_files;
+    const uint8_t *hbase[MAX_FILES]; /* host start of each file's tensor data */
+    uint8_t *dbase[MAX_FILES];       /* its device copy */
+    size_t wbytes[MAX_FILES];
+    void *kv_mem;
+    size_t kv_bytes;
+    struct snug_kv kv; /* views point into kv_mem (device); views array on the host */
+    void *work_mem;
+    size_t work_bytes;
+    struct snug_arena work, host_work;
+    void *scratch;
+    size_t scratch_bytes;
+    int32_t *pos; /* device [n_chunk] */
+    float *stage; /* host [n_chunk][H]: embedding rows before upload */
+    int64_t stage_floats;
+    size_t total; /* device bytes allocated here */
+};
+
+static struct cuda_be *CB(struct snug_be *be) {
+    return (struct cuda_be *)be;
+}
+
+/* Keep the first error of a step. */
+static void keep(struct snug_be *be, int st, struct snug_err *e) {
+    if (st != SNUG_OK && be->status == SNUG_OK) {
+        be->status = st;
+        be->err = *e;
+    }
+}
+/* Record a failure of a runtime call that has no snug status of its own. */
+static void bfail(struct snug_be *be, const char *what, cudaError_t e) {
+    struct snug_err x = {0};
+    keep(be,
+         snug_err_set(&x, SNUG_ERR_INTERNAL, "cuda: %s failed: %s", what, cudaGetErrorString(e)),
+         &x);
+}
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        struct snug_err e_ = {0};                                                                  \
+        struct snug_err *err = &e_;                                                                \
+        keep(be, (call), err);                                                                     \
+    } while (0)
+
+static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *t, uint64_t off) {
+    struct cuda_be *c = CB(be);
+    uint32_t f = t->file_idx < c->n_files ? t->file_idx : 0;
+    return c->dbase[f] + ((const uint8_t *)t->data - c->hbase[f]) + off;
+}
+static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
+                      const float *x, int64_t T, float *y, void *work) {
+    struct cuda_be *c = CB(be);
+    CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
+}
+static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
+                       int64_t n, float *y) {
+    CK(snug_cuda_rmsnorm(&CB(be)->cu, x, w, eps, T, n, y, err));
+}
+static void cb_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
+    CK(snug_cuda_l2norm(&CB(be)->cu, x, rows, n, eps, err));
+}
+static void cb_rope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t hd, int64_t n_rot,
+                    const int32_t *pos, float base) {
+    CK(snug_cuda_rope_neox(&CB(be)->cu, x, T, nh, hd, n_rot, pos, base, err));
+}
+static void cb_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
+    CK(snug_cuda_swiglu(&CB(be)->cu, g, u, n, y, err));
+}
+static void cb_sigmoid_mul(struct snug_be *be, const float *x, const float *g, int64_t n,
+                           float *y) {
+    CK(snug_cuda_sigmoid_mul(&CB(be)->cu, x, g, n, y, err));
+}
+static void cb_gated_rmsnorm(struct snug_be *be, const float *o, const float *z, const float *w,
+                             float eps, int64_t T, int64_t Nv, int64_t dv, float *y) {
+    CK(snug_cuda_gated_rmsnorm(&CB(be)->cu, o, z, w, eps, T, Nv, dv, y, err));
+}
+static void cb_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
+                         const float *w, float *st, float *y) {
+    CK(snug_cuda_conv_silu(&CB(be)->cu, x, T, C, K, w, st, y, err));
+}
+static struct snug_cuda_kv cuda_view(const struct snug_kv_view *v) {
+    return (struct snug_cuda_kv){.type = v->type, .k = v->k, .v = v->v, .n_ctx = v->n_ctx};
+}
+static void cb_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
+                        int64_t pos0, int64_t T, const float *k, const float *v) {
+    struct snug_cuda_kv cv = cuda_view(kv);
+    CK(snug_cuda_kv_store(&CB(be)->cu, &cv, Hkv, D, pos0, T, k, v, err));
+}
+static void cb_attention(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq, int64_t Hkv,
+                         int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
+                         float *out, void *work) {
+    struct cuda_be *c = CB(be);
+    struct snug_cuda_kv cv = cuda_view(kv);
+    CK(snug_cuda_attention(&c->cu, &cv, Hq, Hkv, D, pos0, T, q, scale, out, c->scratch, err));
+}
+static void cb_delta_step(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                          int64_t dv, const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, float *state, float *out) {
+    CK(snug_cuda_gated_delta_step(&CB(be)->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
+                                  err));
+}
+static void cb_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                             int64_t dv, const float *q, const float *k, const float *v,
+                             const float *g, const float *beta, float *state, float *out,
+                             void *work) {
+    CK(snug_cuda_gated_delta_chunked(&CB(be)->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
+                                     err));
+}
+static void cb_add(struct snug_be *be, float *x, const float *y, int64_t n) {
+    CK(snug_cuda_add(&CB(be)->cu, x, y, n, err));
+}
+static void cb_scale(struct snug_be *be, float *x, int64_t n, float s) {
+    CK(snug_cuda_scale(&CB(be)->cu, x, n, s, err));
+}
+static void cb_delta_gates(struct snug_be *be, float *beta, float *g, const float *a,
+                           const float *dt, int64_t T, int64_t Nv) {
+    CK(snug_cuda_delta_gates(&CB(be)->cu, beta, g, a, dt, T, Nv, err));
+}
+static void cb_copy2d(struct snug_be *be, float *dst, int64_t dp, const float *src, int64_t sp,
+                      int64_t n, int64_t rows) {
+    if (n <= 0 || rows <= 0) return;
+    cudaError_t e =
+        cudaMemcpy2DAsync(dst, (size_t)dp * 4, src, (size_t)sp * 4, (size_t)n * 4, (size_t)rows,
+                          cudaMemcpyDeviceToDevice, (cudaStream_t)CB(be)->cu.stream);
+    if (e != cudaSuccess) bfail(be, "cudaMemcpy2DAsync", e);
+}
+static void cb_upload(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CK(snug_cuda_upload(&CB(be)->cu, dst, src, bytes, err));
+}
+static void cb_download(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CK(snug_cuda_download(&CB(be)->cu, dst, src, bytes, err));
+}
+/* Embedding rows are dequantised on the host from the mapping (T·H floats, cheap) and
+ * uploaded: the table never needs a device-side f32 copy. */
+static void cb_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
+                     int64_t T, int64_t H, float *x) {
+    struct cuda_be *c = CB(be);
+    if (T * H > c->stage_floats) {
+        bfail(be, "embedding (rows exceed the chunk)", cudaErrorInvalidValue);
+        return;
+    }
+    uint64_t erow = snug_dtype_row_bytes(t->type, (uint64_t)H);
+    for (int64_t i = 0; i < T; i++)
+        snug_dequantize_row(t->type, (const uint8_t *)t->data + (uint64_t)ids[i] * erow,
+                            c->stage + i * H, H);
+    cb_upload(be, x, c->stage, (size_t)(T * H) * sizeof(float));
+}
+static void cb_gather_rows(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
+                           int64_t n, int64_t H) {
+    CK(snug_cuda_gather_rows(&CB(be)->cu, dst, src, idx, n, H, err));
+}
+static void cb_moe_combine(struct snug_be *be, float *y, const float *d, const int32_t *slot,
+                           const float *w, int64_t T, int64_t k, int64_t H) {
+    CK(snug_cuda_moe_combine(&CB(be)->cu, y, d, slot, w, T, k, H, err));
+}
+static void cb_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
+                         int64_t H) {
+    CK(snug_cuda_add_gated(&CB(be)->cu, y, d, gl, T, H, err));
+}
+
+static const struct snug_backend_ops CUDA_OPS = {
+    .name = "cuda",
+    .weight = cb_weight,
+    .matmul = cb_matmul,
+    .rmsnorm = cb_rmsnorm,
+    .l2norm = cb_l2norm,
+    .rope_neox = cb_rope,
+    .swiglu = cb_swiglu,
+    .sigmoid_mul = cb_sigmoid_mul,
+    .gated_rmsnorm = cb_gated_rmsnorm,
+    .conv_silu = cb_conv_silu,
+    .kv_store = cb_kv_store,
+    .attention = cb_attention,
+    .delta_step = cb_delta_step,
+    .delta_chunked = cb_delta_chunked,
+    .add = cb_add,
+    .scale = cb_scale,
+    .delta_gates = cb_delta_gates,
+    .copy2d = cb_copy2d,
+    .embed = cb_embed,
+    .upload = cb_upload,
+    .download = cb_download,
+    .gather_rows = cb_gather_rows,
+    .moe_combine = cb_moe_combine,
+    .add_gated = cb_add_gated,
+};
+
+bool snug_backend_cuda_built(void) {
+    return true;
+}
+
+size_t snug_backend_cuda_scratch_bytes(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk,
+                                       int64_t Hq, int64_t D) {
+    size_t a = snug_cuda_matmul_work_bytes(max_n_in, max_n_out, n_chunk);
+    size_t b = snug_cuda_attention_work_bytes(Hq, D, n_chunk);
+    return SNUG_MAX(a, b);
+}
+
+static int dmalloc(struct cuda_be *c, void **p, size_t bytes, const char *what,
+                   struct snug_err *err) {
+    int rc = snug_cuda_malloc(p, bytes, err);
+    if (rc) return snug_err_prefix(err, "backend cuda: %s (%zu bytes)", what, bytes);
+    c->total += bytes ? bytes : 1;
+    return SNUG_OK;
+}
+
+/* Upload the tensor data of every GGUF file (the range its tensors span) in 256 MiB pieces. */
+static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t *max_in,
+                          int64_t *max_out, struct snug_err *err) {
+    const uint8_t *lo[MAX_FILES] = {0}, *hi[MAX_FILES] = {0};
+    int64_t n = snug_gguf_n_tensors(g);
+    for (int64_t i = 0; i < n; i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        if (t->file_idx >= MAX_FILES)
+            return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                                "backend cuda: tensor in split part %u: at most %d parts",
+                                t->file_idx, MAX_FILES);
+        const uint8_t *s = t->data, *e = s + t->n_bytes;
+        if (!lo[t->file_idx] || s < lo[t->file_idx]) lo[t->file_idx] = s;
+        if (e > hi[t->file_idx]) hi[t->file_idx] = e;
+        if (t->file_idx + 1 > c->n_files) c->n_files = t->file_idx + 1;
+        if (t->n_dims >= 2) {
+            *max_in = SNUG_MAX(*max_in, (int64_t)t->ne[0]);
+            *max_out = SNUG_MAX(*max_out, (int64_t)t->ne[1]);
+        }
+    }
+    for (uint32_t f = 0; f < c->n_files; f++) {
+        if (!lo[f]) continue;
+        c->hbase[f] = lo[f];
+        c->wbytes[f] = (size_t)(hi[f] - lo[f]);
+        int rc = dmalloc(c, (void **)&c->dbase[f], c->wbytes[f], "weights", err);
+        if (rc) return rc;
+        for (size_t off = 0; off < c->wbytes[f]; off += (size_t)256 << 20) {
+            size_t len = SNUG_MIN((size_t)256 << 20, c->wbytes[f] - off);
+            rc = snug_cuda_upload(&c->cu, c->dbase[f] + off, lo[f] + off, len, err);
+            if (rc) return rc;
+        }
+    }
+    return SNUG_OK;
+}
+
+/* The KV/state arena on the device: per attention layer K then V ([n_ctx][Hkv][D]), then
+ * every conv state, then every delta state — inside the planned snug_kv_bytes. */
+static int layout_kv(struct cuda_be *c, const struct snug_kv_shape *s, size_t planned,
+                     struct snug_err *err) {
+    if ((s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) || (s->fmt != 0 && s->fmt != 1))
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "backend cuda: KV cache type %u: the CUDA attention reads f16 or f32 "
+                            "caches (use --kv f16 or f32)",
+                            s->type);
+    size_t elt = s->type == SNUG_DTYPE_F16 ? 2 : 4;
+    size_t row = (size_t)s->n_ctx * (size_t)s->n_head_kv * (size_t)s->head_dim * elt;
+    row = SNUG_ALIGN_UP(row, (size_t)256);
+    size_t conv = SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * 4, (size_t)256);
+    size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
+    size_t need = 2 * row * (size_t)s->n_attn + conv + delta;
+    size_t bytes = SNUG_MAX(need, planned);
+    int rc = dmalloc(c, &c->kv_mem, bytes, "kv cache + recurrent state", err);
+    if (rc) return rc;
+    c->kv_bytes = bytes;
+    c->kv.shape = *s;
+    c->kv.views = snug_calloc((size_t)s->n_attn + 1, sizeof *c->kv.views);
+    if (!c->kv.views) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+    uint8_t *p = c->kv_mem;
+    for (int32_t i = 0; i < s->n_attn; i++) {
+        c->kv.views[i].type = s->type;
+        c->kv.views[i].n_ctx = s->n_ctx;
+        c->kv.views[i].k = p;
+        c->kv.views[i].v = p + row;
+        p += 2 * row;
+    }
+    c->kv.conv = (float *)p;
+    c->kv.delta = (float *)(p + conv);
+    return SNUG_OK;
+}
+
+int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
+                           const struct snug_cuda_limits *lim, struct snug_err *err) {
+    *out = NULL;
+    struct cuda_be *c = snug_calloc(1, sizeof *c);
+    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+    c->be.ops = &CUDA_OPS;
+    c->be.impl = c;
+    int rc = snug_cuda_init(&c->cu, 0, err);
+    if (rc) {
+        snug_err_prefix(err, "backend cuda: no usable GPU");
+        goto fail;
+    }
+    c->cu_ok = true;
+    int64_t max_in = 0, max_out = 0;
+    if ((rc = upload_weights(c, g, &max_in, &max_out, err))) goto fail;
+    if ((rc = layout_kv(c, lim->kv_shape, lim->kv_bytes, err))) goto fail;
+    c->work_bytes = lim->work_bytes;
+    if ((rc = dmalloc(c, &c->work_mem, c->work_bytes, "work arena", err))) goto fail;
+    c->work = (struct snug_arena){.name = "work (cuda)", .base = c->work_mem, .cap = c->work_bytes};
+    c->scratch_bytes =
+        snug_backend_cuda_scratch_bytes(max_in, max_out, lim->n_chunk, lim->n_head, lim->head_dim);
+    if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
+    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 4, "positions", err))) goto fail;
+    /* host side: embedding staging and the host work arena (routing, hook copies) */
+    c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;
+    c->stage = snug_malloc((size_t)c->stage_floats * sizeof(float));
+    if (!c->stage) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+        goto fail;
+    }
+    if ((rc = snug_arena_init(&c->host_work, "host work (cuda)", lim->work_bytes, err))) goto fail;
+    snug_backend_cuda_reset(&c->be);
+    if ((rc = snug_cuda_sync(&c->cu, err))) goto fail;
+    *out = &c->be;
+    return SNUG_OK;
+fail:
+    snug_backend_cuda_close(&c->be);
+    return rc;
+}
+
+void snug_backend_cuda_close(struct snug_be *be) {
+    if (!be) return;
+    struct cuda_be *c = CB(be);
+    if (c->cu_ok) cudaStreamSynchronize((cudaStream_t)c->cu.stream);
+    for (uint32_t f = 0; f < c->n_files; f++) snug_cuda_dfree(c->dbase[f]);
+    snug_cuda_dfree(c->kv_mem);
+    snug_cuda_dfree(c->work_mem);
+    snug_cuda_dfree(c->scratch);
+    snug_cuda_dfree(c->pos);
+    snug_free(c->kv.views);
+    snug_free(c->stage);
+    snug_arena_free(&c->host_work);
+    if (c->cu_ok) snug_cuda_free(&c->cu);
+    snug_free(c);
+}
+
+struct snug_kv *snug_backend_cuda_kv(struct snug_be *be) {
+    return &CB(be)->kv;
+}
+struct snug_arena *snug_backend_cuda_work(struct snug_be *be) {
+    return &CB(be)->work;
+}
+struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
+    return &CB(be)->host_work;
+}
+int32_t *snug_backend_cuda_pos(struct snug_be *be) {
+    return CB(be)->pos;
+}
+
+void snug_backend_cuda_reset(struct snug_be *be) {
+    struct cuda_be *c = CB(be);
+    const struct snug_kv_shape *s = &c->kv.shape;
+    size_t conv = (size_t)s->n_rec * (size_t)s->conv_elems * 4;
+    size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
+    cudaStream_t st = (cudaStream_t)c->cu.stream;
+    cudaError_t e = cudaMemsetAsync(c->kv.conv, 0, conv, st);
+    if (e == cudaSuccess) e = cudaMemsetAsync(c->kv.delta, 0, delta, st);
+    if (e != cudaSuccess) bfail(be, "cudaMemsetAsync", e);
+}
+
+int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err) {
+    int rc = snug_cuda_sync(&CB(be)->cu, err);
+    if (rc) return rc;
+    if (be->status != SNUG_OK) {
+        rc = be->status;
+        be->status = SNUG_OK;
+        return snug_err_set(err, rc, "%s", be->err.msg);
+    }
+    return SNUG_OK;
+}
+
+size_t snug_backend_cuda_bytes(const struct snug_be *be) {
+    return ((const struct cuda_be *)be)->total;
+}
+
+int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
+    return snug_cuda_mem_info(free_b, total_b, err);
+}

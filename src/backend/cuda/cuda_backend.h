@@ -1,0 +1,30 @@
+/* cuda_backend.h — the small device kernels the backend interface (src/backend/backend.h) adds
+ * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather and the MoE combine.
+ * Device pointers; queued on the context's stream; never allocate.
+ * Read next: cuda_extra.cu (the kernels), cuda_backend.c (the vtable that calls them).
+ */
+#ifndef SNUG_CUDA_BACKEND_H
+#define SNUG_CUDA_BACKEND_H
+
+#include "backend/cuda/cuda_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int snug_cuda_add(struct snug_cuda *cu, float *x, const float *y, int64_t n, struct snug_err *err);
+int snug_cuda_scale(struct snug_cuda *cu, float *x, int64_t n, float s, struct snug_err *err);
+int snug_cuda_delta_gates(struct snug_cuda *cu, float *beta, float *g, const float *a,
+                          const float *dt, int64_t T, int64_t Nv, struct snug_err *err);
+int snug_cuda_gather_rows(struct snug_cuda *cu, float *dst, const float *src, const int32_t *idx,
+                          int64_t n, int64_t H, struct snug_err *err);
+int snug_cuda_moe_combine(struct snug_cuda *cu, float *y, const float *d, const int32_t *slot,
+                          const float *w, int64_t T, int64_t k, int64_t H, struct snug_err *err);
+int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *d, const float *glogit,
+                        int64_t T, int64_t H, struct snug_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNUG_CUDA_BACKEND_H */
