@@ -107,6 +107,10 @@ const char *snug_cpu_level_name(int level);
  * snug_act_dot's result equals Σ dequant(w)·dequant(xq) up to float rounding (the integer
  * parts are exact). */
 uint32_t snug_act_type(uint32_t wtype);
+/* Whether matrix products should use the int8 path for this weight type (accuracy policy in
+ * quant_act.c; env SNUG_ACT8=all|none overrides). When false they dequantize weight rows and
+ * dot them with float activations. */
+bool snug_act_int8_use(uint32_t wtype);
 /* Bytes of one quantized activation row of n elements (n · 4 for the float format). */
 size_t snug_act_row_bytes(uint32_t wtype, int64_t n);
 /* Quantize (or, for the float format, copy) one row of n activations into xq. */

@@ -277,6 +277,42 @@ static const struct snug_qkernels *kern(void) {
 
 /* ---- public entry points ------------------------------------------------------------------ */
 
+snug_deq_fn snug_act_deq_fn(uint32_t type) {
+    const struct snug_qkernels *k = kern();
+    switch (type) {
+    case SNUG_DTYPE_Q8_0:
+        return k->deq_q8_0;
+    case SNUG_DTYPE_Q4_K:
+        return k->deq_q4_k;
+    case SNUG_DTYPE_Q5_K:
+        return k->deq_q5_k;
+    case SNUG_DTYPE_Q6_K:
+        return k->deq_q6_k;
+    default:
+        return NULL;
+    }
+}
+
+/* Which weight types matrix products run on int8 activations. Default: Q4_K only — measured on
+ * the trained fixture (tests/py/test_quantized.py), int8 activations push the median KL of
+ * Q8_0, Q5_K_M and Q6_K models 0.4-8% above llama.cpp's published numbers, so those keep float
+ * activations (dequantized weight rows, FMA). SNUG_ACT8=all turns them on for every type with
+ * an int8 kernel (faster prompts, slightly less accurate); SNUG_ACT8=none turns them off. */
+static int g_act8 = -1; /* 0 none, 1 Q4_K, 2 all */
+static pthread_once_t g_act8_once = PTHREAD_ONCE_INIT;
+static void act8_init(void) {
+    const char *e = getenv("SNUG_ACT8");
+    g_act8 = 1;
+    if (e && !strcasecmp(e, "all")) g_act8 = 2;
+    if (e && !strcasecmp(e, "none")) g_act8 = 0;
+}
+
+bool snug_act_int8_use(uint32_t wtype) {
+    pthread_once(&g_act8_once, act8_init);
+    if (snug_act_type(wtype) == SNUG_DTYPE_F32) return false;
+    return g_act8 == 2 || (g_act8 == 1 && wtype == SNUG_DTYPE_Q4_K);
+}
+
 uint32_t snug_act_type(uint32_t wtype) {
     switch (wtype) {
     case SNUG_DTYPE_Q8_0:

@@ -38,12 +38,17 @@ typedef void (*snug_actdot_fn)(const void *w, const void *xq, size_t xs, int nc,
 typedef void (*snug_fdot_fn)(const void *w, const float *x, size_t xs, int nc, int64_t n,
                              float *out);
 typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);
+/* Dequantize a row of n elements (bit-identical to snug_dequantize_row_ref). */
+typedef void (*snug_deq_fn)(const void *src, float *dst, int64_t n);
 
 struct snug_qkernels {
     snug_actq_fn quant_a32, quant_a256;
     snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k;
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
+    snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k; /* NULL: use the reference */
 };
+/* The dispatched dequantizer for a type, or NULL when the reference is the only one. */
+snug_deq_fn snug_act_deq_fn(uint32_t type);
 
 void snug_qkernels_ref(struct snug_qkernels *k);
 /* These return false when the binary was built without that kernel set. */

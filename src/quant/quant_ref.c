@@ -10,6 +10,7 @@
  * Read next: quant_quantize.c (the encoders), recipe.c (which type a tensor gets). */
 #include "core/core.h"
 #include "quant.h"
+#include "quant_act.h"
 
 #include <math.h>
 #include <string.h>
@@ -339,11 +340,37 @@ float snug_dot_row_ref(uint32_t type, const void *w, const float *x, int64_t n) 
     return sum;
 }
 
-/* The dispatching entry points. No faster kernels are registered yet: they are the reference. */
+/* The dispatching entry points: the run-time selected vector dequantizer where there is one
+ * (quant_act.c; bit-identical to the reference), else the reference. */
 void snug_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
+    snug_deq_fn f = snug_act_deq_fn(type);
+    if (f) {
+        const struct snug_dtype_info *t = snug_dtype_info(type);
+        SNUG_ASSERT(t && n >= 0 && n % t->block_elems == 0);
+        f(src, dst, n);
+        return;
+    }
     snug_dequantize_row_ref(type, src, dst, n);
 }
 
+/* Dot with float activations: F32/F16/BF16 go straight to the dispatched FMA kernel; types with
+ * a vector dequantizer decode 256 elements at a time onto the stack and dot them with it. */
 float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n) {
-    return snug_dot_row_ref(type, w, x, n);
+    float out;
+    if (type == SNUG_DTYPE_F32 || type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16) {
+        snug_act_dot(type, w, x, 0, 1, n, &out);
+        return out;
+    }
+    snug_deq_fn f = snug_act_deq_fn(type);
+    const struct snug_dtype_info *t = snug_dtype_info(type);
+    if (!f || n % 256 != 0 || 256 % t->block_elems != 0) return snug_dot_row_ref(type, w, x, n);
+    float buf[256];
+    float sum = 0;
+    size_t chunk_bytes = (size_t)(256 / t->block_elems) * t->block_bytes;
+    for (int64_t i = 0; i < n; i += 256) {
+        f((const uint8_t *)w + (size_t)(i / 256) * chunk_bytes, buf, 256);
+        snug_act_dot(SNUG_DTYPE_F32, buf, x + i, 0, 1, 256, &out);
+        sum += out;
+    }
+    return sum;
 }

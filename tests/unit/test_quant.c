@@ -232,7 +232,9 @@ static void test_type(uint32_t type) {
         float got = snug_dot_row(type, Q, V, n);
         float got_ref = snug_dot_row_ref(type, Q, V, n);
         CHECKF(fabs(got - want) <= 1e-5 * mag + 1e-30, "%s dot %.8g vs %.8g", nm, got, want);
-        CHECK(got == got_ref);
+        /* the dispatched (vector) dot sums in another order than the reference */
+        CHECKF(fabs(got - got_ref) <= 1e-6 * mag + 1e-30, "%s dot %.8g vs reference %.8g", nm, got,
+               got_ref);
     }
 
     int64_t n = 2 * be;

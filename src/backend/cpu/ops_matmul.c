@@ -4,8 +4,10 @@
  * split the rows), then each thread takes its weight rows and dots each one with the tile's
  * activation rows eight at a time (snug_act_dot: the weight block is decoded once for eight
  * rows, and the row stays in L1 while the tile streams from L2). F32/F16/BF16 weights run the
- * same loop on float activations. Other block types (Q4_0, Q5_x, Q4_1) dequantize MM_ROWS
- * weight rows into per-thread scratch and dot them as float rows.
+ * same loop on float activations. Other block types — and the int8-capable ones that the
+ * accuracy policy keeps on float activations (quant.h snug_act_int8_use: by default all but
+ * Q4_K) — dequantize MM_ROWS weight rows into per-thread scratch (vectorised, exact) and dot
+ * them as float rows with every activation row.
  * Invariant: allocates nothing; results do not depend on the thread count (each output
  * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
  * Read next: src/quant/quant.h (row kernels), ops_attention.c. */
@@ -78,6 +80,15 @@ static void mm_task_dot(void *vctx, int ith, int nth) {
     }
 }
 
+/* Decode form with float activations for block types: y[r] = snug_dot_row(W_r, x). */
+static void mm_task_vec(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++)
+        c->y[r] = snug_dot_row(c->type, c->w + (size_t)r * c->row_bytes, c->x, c->n_in);
+}
+
 /* Float fallback for block types without an int8 kernel: blocks of MM_ROWS rows are
  * dequantized once into the thread's scratch and dotted with every activation row. */
 static void mm_task_deq(void *vctx, int ith, int nth) {
@@ -121,9 +132,17 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         .y = y,
         .per_thread = mm_stride(n_in),
     };
-    uint32_t at = snug_act_type(type);
+    uint32_t at = snug_act_int8_use(type) ? snug_act_type(type) : SNUG_DTYPE_F32;
     bool float_w = type == SNUG_DTYPE_F32 || type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16;
-    if (at == SNUG_DTYPE_F32 && (float_w || work == NULL)) {
+    if (at == SNUG_DTYPE_F32 && !float_w && (T == 1 || work == NULL)) {
+        for (int64_t t = 0; t < T; t++) {
+            c.x = x + t * n_in;
+            c.y = y + t * n_out;
+            snug_pool_run(pool, mm_task_vec, &c);
+        }
+        return;
+    }
+    if (at == SNUG_DTYPE_F32 && float_w) {
         /* float activations used in place, MM_TILE rows per pass */
         c.xrb = (size_t)n_in * sizeof(float);
         for (c.t0 = 0; c.t0 < T; c.t0 += MM_TILE) {
@@ -134,7 +153,7 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         }
         return;
     }
-    SNUG_ASSERT(work != NULL); /* (only a float fallback with T == 1 may run without) */
+    SNUG_ASSERT(work != NULL); /* (only T == 1 with float activations may run without) */
     uint8_t *base = (uint8_t *)SNUG_ALIGN_UP((uintptr_t)work, 64);
     if (at == SNUG_DTYPE_F32) {
         c.scratch = base + act_row_max(n_in) * MM_TILE;
