@@ -121,14 +121,16 @@ enum snug_kv_type {
 };
 
 struct snug_ctx_params {
-    int32_t n_ctx;     /* maximum sequence length in tokens; 0 = 4096 (capped at train length) */
-    int32_t n_chunk;   /* maximum tokens per forward step (prompt chunk); 0 = 512 */
-    int32_t kv_type;   /* enum snug_kv_type */
-    int32_t n_threads; /* 0 = the model's n_threads */
-    int32_t n_draft;   /* speculative decoding: the most MTP drafts per step (0 = off); > 0
-                          needs an MTP block and allocates its cache and rollback snapshots */
-    int32_t kv_type_k; /* K and V formats chosen independently (enum snug_kv_type); when both */
-    int32_t kv_type_v; /* are SNUG_KV_F16 (zero, the default) kv_type applies to both */
+    int32_t n_ctx;        /* maximum sequence length in tokens; 0 = 4096 (capped at train length) */
+    int32_t n_chunk;      /* maximum tokens per forward step (prompt chunk); 0 = 512 */
+    int32_t kv_type;      /* enum snug_kv_type */
+    int32_t n_threads;    /* 0 = the model's n_threads */
+    int32_t n_draft;      /* speculative decoding: the most MTP drafts per step (0 = off); > 0
+                             needs an MTP block and allocates its cache and rollback snapshots */
+    int32_t kv_type_k;    /* K and V formats chosen independently (enum snug_kv_type); when both */
+    int32_t kv_type_v;    /* are SNUG_KV_F16 (zero, the default) kv_type applies to both */
+    int32_t backend;      /* 0 = CPU, 1 = CUDA (src/backend/backend.h; device 0) */
+    uint64_t vram_budget; /* backend CUDA: bytes the whole plan must fit (0 = no check) */
 };
 struct snug_ctx_params snug_ctx_default_params(void);
 

@@ -40,4 +40,15 @@ int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *k
 int32_t cli_kv_code(const struct cli_kv *kv); /* the plan's kv_type (snug_kvfmt_code) */
 void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp);
 
+/* Backend flags (cli_backend.c): `--backend cpu|cuda`, `--vram-budget SIZE`; same return
+ * convention as cli_kv_flag. */
+struct cli_backend {
+    int backend; /* 0 cpu, 1 cuda */
+    uint64_t vram_budget;
+};
+int cli_backend_flag(int argc, char **argv, int *i, const char *cmd, struct cli_backend *b);
+void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp);
+/* backend cuda: print the device memory in use (cudaMemGetInfo) to stderr, tagged `when`. */
+void cli_backend_report(const struct cli_backend *b, const char *when);
+
 #endif

@@ -47,16 +47,20 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
-                    "[--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]\n"
-                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
-                    "and V)\n");
+    fprintf(
+        stderr,
+        "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
+        "[--chunk N] [--kv TYPE] "
+        "[--backend cpu|cuda] [--vram-budget SIZE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]\n"
+        "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
+        "and V)\n");
     return 2;
 }
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
+    struct cli_backend bk = {0};
     long threads = 0, chunk = 0, n_ctx = 0;
     int mtp = 0;
     for (int i = 1; i < argc; i++) {
@@ -69,6 +73,8 @@ int cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "-o")) {
             if (!(out_path = cli_value(argc, argv, &i))) return 2;
         } else if ((r = cli_kv_flag(argc, argv, &i, "logits", &kv)) != 0) {
+            if (r < 0) return 2;
+        } else if ((r = cli_backend_flag(argc, argv, &i, "logits", &bk)) != 0) {
             if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
@@ -99,6 +105,7 @@ int cmd_logits(int argc, char **argv) {
     cp.n_ctx = n_ctx ? (int32_t)n_ctx : n;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
     cli_kv_params(&kv, &cp);
+    cli_backend_params(&bk, &cp);
     cp.n_threads = (int32_t)threads;
     cp.n_draft = mtp; /* the MTP state (cache, hidden rows) comes with speculative decoding */
     if (mtp && n < 2) {
@@ -118,6 +125,7 @@ int cmd_logits(int argc, char **argv) {
     } else if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) {
         goto done;
     }
+    cli_backend_report(&bk, "after the prompt");
     FILE *f = fopen(out_path, "wb");
     if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
         if (f) fclose(f);

@@ -14,7 +14,8 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out);
 
 static int usage(void) {
     fprintf(stderr, "usage: snug perplexity -m M.gguf --ids IDS.json [--window 1024] "
-                    "[--threads N] [--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE]\n"
+                    "[--threads N] [--chunk N] [--kv TYPE] "
+                    "[--backend cpu|cuda] [--vram-budget SIZE] [--kv-k TYPE] [--kv-v TYPE]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format)\n");
     return 2;
 }
@@ -31,6 +32,7 @@ static double nll(const float *row, int64_t V, int32_t target) {
 int cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
+    struct cli_backend bk = {0};
     long threads = 0, chunk = 0, window = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -40,6 +42,8 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(a, "--ids")) {
             if (!(ids_path = cli_value(argc, argv, &i))) return 2;
         } else if ((r = cli_kv_flag(argc, argv, &i, "perplexity", &kv)) != 0) {
+            if (r < 0) return 2;
+        } else if ((r = cli_backend_flag(argc, argv, &i, "perplexity", &bk)) != 0) {
             if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
@@ -78,6 +82,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = (int32_t)window;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
     cli_kv_params(&kv, &cp);
+    cli_backend_params(&bk, &cp);
     cp.n_threads = (int32_t)threads;
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto done;
     int64_t V = snug_model_n_vocab(m);

@@ -20,18 +20,19 @@
 #include <time.h>
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
-            "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-            "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
-            "                [--threads N] [--ctx N] [--spec-draft N] [--kv TYPE]\n"
-            "                [--kv-k TYPE] [--kv-v TYPE]\n"
-            "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
-            "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
-            "  --ctx defaults to prompt + N tokens. --spec-draft N: speculative decoding with\n"
-            "  the model's MTP block, N drafts per step (0 = off, the default).\n"
-            "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
-            "  (default) f32 bf16 q8_0 fp8 tq4 tq3.\n");
+    fprintf(
+        stderr,
+        "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
+        "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
+        "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
+        "                [--threads N] [--ctx N] [--spec-draft N] [--kv TYPE]\n"
+        "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE]\n"
+        "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
+        "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
+        "  --ctx defaults to prompt + N tokens. --spec-draft N: speculative decoding with\n"
+        "  the model's MTP block, N drafts per step (0 = off, the default).\n"
+        "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
+        "  (default) f32 bf16 q8_0 fp8 tq4 tq3.\n");
 }
 
 /* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
@@ -59,10 +60,13 @@ int cmd_run(int argc, char **argv) {
     long spec_draft = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     struct cli_kv kv = CLI_KV_DEFAULT;
+    struct cli_backend bk = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int ok = 1, r;
         if ((r = cli_kv_flag(argc, argv, &i, "run", &kv)) != 0)
+            ok = r > 0;
+        else if ((r = cli_backend_flag(argc, argv, &i, "run", &bk)) != 0)
             ok = r > 0;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             ok = !!(model_path = cli_value(argc, argv, &i));
@@ -180,6 +184,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.n_draft = (int32_t)spec_draft;
     cli_kv_params(&kv, &cp);
+    cli_backend_params(&bk, &cp);
     cp.n_ctx = n_ctx ? (int32_t)n_ctx : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto fail;
     int32_t room = snug_ctx_n_ctx(ctx) - (int32_t)n_prompt;

@@ -31,10 +31,51 @@ struct snug_ctx {
     int64_t mtp_rows;       /* rows written there so far */
     snug_pos snap_pos0;     /* the last SNUG_EVAL_SNAPSHOT eval: first position */
     int32_t snap_n;         /* and its token count (0: no rollback point) */
+    struct snug_be *gpu;    /* the CUDA backend (backend cuda), NULL on the CPU */
 };
 
 struct snug_ctx_params snug_ctx_default_params(void) {
     return (struct snug_ctx_params){.n_ctx = 4096, .n_chunk = 512, .kv_type = SNUG_KV_F16};
+}
+
+/* The CUDA side of snug_ctx_init: check the whole plan (weights included) against
+ * p->vram_budget, then open the backend, which takes one device allocation per planned arena
+ * and uploads the weights. Speculative decoding stays on the CPU for now. */
+static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct snug_ctx_params *p,
+                         const struct snug_plan_limits *lim, struct snug_plan *plan,
+                         struct snug_err *err) {
+    if (p->n_draft > 0)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "backend cuda: speculative decoding (n_draft %d) is CPU-only so far; "
+                            "drop --spec-draft or use --backend cpu",
+                            p->n_draft);
+    struct snug_plan_weights w;
+    snug_plan_weights_from_gguf(m->gguf, &w);
+    int rc = snug_plan_check(&m->hp, &w, lim, p->vram_budget, plan, err);
+    if (rc) return rc;
+    struct snug_cuda_limits cl = {
+        .kv_shape = &plan->kv_shape,
+        .kv_bytes = snug_kv_bytes(&plan->kv_shape),
+        .work_bytes = plan->work_bytes,
+        .n_chunk = plan->lim.n_chunk,
+        .n_embd = m->hp.n_embd,
+        .n_head = m->hp.n_head,
+        .head_dim = m->hp.head_dim,
+    };
+    size_t free0 = 0, free1 = 0, total = 0;
+    struct snug_err e2 = {0};
+    snug_backend_cuda_mem_info(&free0, &total, &e2);
+    rc = snug_backend_cuda_open(&c->gpu, m->gguf, &cl, err);
+    if (rc) return rc;
+    snug_backend_cuda_mem_info(&free1, &total, &e2);
+    snug_log(SNUG_LOG_INFO,
+             "cuda: device memory free %.1f MiB before load, %.1f MiB after (of %.1f MiB); "
+             "backend holds %.1f MiB; plan device total %.1f MiB",
+             free0 / 1048576.0, free1 / 1048576.0, total / 1048576.0,
+             snug_backend_cuda_bytes(c->gpu) / 1048576.0, plan->device_total / 1048576.0);
+    c->pos = snug_malloc(plan->pos_bytes);
+    if (!c->pos) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    return SNUG_OK;
 }
 
 /* Build the context: resolve defaults, ask the architecture for its plan, allocate the caches
@@ -85,9 +126,15 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
         .n_draft = p.n_draft,
         .n_threads = c->n_threads,
         .kv_type = p.kv_type,
-        .backend = SNUG_BACKEND_CPU,
+        .backend = p.backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU,
     };
     struct snug_plan plan;
+    if (p.backend == 1) { /* the CUDA backend: device arenas from the plan, budget checked */
+        rc = ctx_init_cuda(c, m, &p, &lim, &plan, err);
+        if (rc) goto fail;
+        *out = c;
+        return SNUG_OK;
+    }
     rc = snug_plan_make(&m->hp, NULL, &lim, &plan, err);
     if (rc) goto fail;
     rc = snug_kv_init(&c->kv, &plan.kv_shape, err);
@@ -120,6 +167,7 @@ void snug_ctx_free(struct snug_ctx *ctx) {
     snug_free(ctx->pos);
     snug_arena_free(&ctx->work);
     snug_kv_free(&ctx->kv);
+    snug_backend_cuda_close(ctx->gpu);
     snug_pool_free(ctx->pool);
     snug_free(ctx);
 }
@@ -127,7 +175,10 @@ void snug_ctx_free(struct snug_ctx *ctx) {
 void snug_ctx_reset(struct snug_ctx *ctx) {
     ctx->n_past = 0;
     ctx->snap_n = 0;
-    snug_kv_reset(&ctx->kv);
+    if (ctx->gpu)
+        snug_backend_cuda_reset(ctx->gpu);
+    else
+        snug_kv_reset(&ctx->kv);
     if (ctx->spec) snug_spec_reset(ctx->spec);
 }
 
@@ -201,12 +252,27 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
+        if (ctx->gpu) { /* activations, caches and positions on the device */
+            f.be = ctx->gpu;
+            f.kv = snug_backend_cuda_kv(ctx->gpu);
+            f.work = snug_backend_cuda_work(ctx->gpu);
+            f.host_work = snug_backend_cuda_host_work(ctx->gpu);
+            snug_arena_reset_to(f.work, 0);
+            snug_arena_reset_to(f.host_work, 0);
+            int32_t *dpos = snug_backend_cuda_pos(ctx->gpu);
+            ctx->gpu->ops->upload(ctx->gpu, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
+            f.pos_be = dpos;
+        }
         if (ctx->spec) { /* the pending rows learn their next token: MTP step 1 over them */
             float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
             ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
             snug_arena_reset_to(&ctx->work, 0);
         }
         m->arch->forward(&f);
+        if (ctx->gpu) {
+            int rc = snug_backend_cuda_sync(ctx->gpu, err);
+            if (rc) return rc;
+        }
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }

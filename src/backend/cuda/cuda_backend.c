@@ -70,9 +70,22 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
     uint32_t f = t->file_idx < c->n_files ? t->file_idx : 0;
     return c->dbase[f] + ((const uint8_t *)t->data - c->hbase[f]) + off;
 }
+/* Matrices with few outputs (the MoE router, the shared-expert gate, the DeltaNet beta/alpha
+ * projections) always run the f32 matvec kernel, SNUG_CUDA_MATVEC_MAX_T rows at a time: they
+ * are cheap, and their outputs feed discontinuous decisions (top-k routing) that bf16
+ * activations would flip on near ties. */
+#define PRECISE_MAX_OUT 512
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
     struct cuda_be *c = CB(be);
+    if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT) {
+        for (int64_t r = 0; r < T; r += SNUG_CUDA_MATVEC_MAX_T) {
+            int64_t n = SNUG_MIN((int64_t)SNUG_CUDA_MATVEC_MAX_T, T - r);
+            CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x + r * n_in, n, y + r * n_out,
+                                c->scratch, err));
+        }
+        return;
+    }
     CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
 }
 static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,

@@ -1,0 +1,41 @@
+#!/bin/sh
+# run_e2e_device.sh — the whole model on the GPU: `snug logits|perplexity --backend cuda` on the
+# trained and MoE fixtures, compared with the reference logits (median KL <= 1e-4) and the
+# greedy tokens (decode path: --chunk 1, argmax identical for >= 16 steps). Not in ctest (CI
+# has no GPU). The device machine lacks the CLI's -dev packages, so `snug` is built here
+# (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
+#   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
+# Usage on the device: sh tests/ops/run_e2e_device.sh [devcarry] [outdir]
+D=${1:-devcarry}
+O=${2:-${OUT:-/tmp/e2e}}
+mkdir -p "$O"
+[ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
+export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
+S="$D/snug"
+fail=0
+mem() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; }
+cat_ids() { python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))+json.load(open(sys.argv[2]))))" "$1" "$2"; }
+for m in trained moe; do
+  F=$D/fx/$m
+  G=$(ls $F/*.gguf)
+  V=2048
+  echo "== $m: prompt path (chunk 512) =="
+  $S logits --backend cuda -m "$G" --ids $F/ids.json -o $O/$m.f32 || fail=1
+  python3 tests/ops/compare_logits.py $O/$m.f32 $F/logits.f32 $V || fail=1
+  echo "== $m: decode path (chunk 1, prompt + greedy tokens teacher-forced) =="
+  cat_ids $F/ids.json $F/greedy.json > $O/${m}_all.json
+  N=$(python3 -c "import json; print(len(json.load(open('$F/ids.json'))))")
+  $S logits --backend cuda --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_dec.f32 || fail=1
+  python3 tests/ops/compare_logits.py $O/${m}_dec.f32 $F/greedy_logits.f32 $V \
+    --greedy $F/greedy.json --offset "$N" || fail=1
+  echo "== $m: chunk 64 =="
+  $S logits --backend cuda --chunk 64 -m "$G" --ids $F/ids.json -o $O/${m}_64.f32 || fail=1
+  python3 tests/ops/compare_logits.py $O/${m}_64.f32 $F/logits.f32 $V || fail=1
+done
+echo "== trained: perplexity (reference 4.2773) =="
+$S perplexity --backend cuda -m $D/fx/trained/trained-f16.gguf --ids $D/fx/trained/ppl_ids.json || fail=1
+echo "== budget: a 1 MiB --vram-budget must be refused =="
+if $S logits --backend cuda --vram-budget 1MiB -m $D/fx/trained/trained-f16.gguf --ids $D/fx/trained/ids.json -o $O/x.f32; then fail=1; fi
+mem
+echo "e2e device: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail
