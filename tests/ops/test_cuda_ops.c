@@ -232,8 +232,10 @@ static void test_attention(uint32_t type, int64_t Hq, int64_t Hkv, int64_t D, in
                            int64_t T) {
     int64_t n_ctx = pos0 + T + 3, row = Hkv * D;
     size_t es = type == SNUG_DTYPE_F16 ? 2 : 4;
-    struct snug_kv_view hv = {type, snug_malloc(n_ctx * row * es), snug_malloc(n_ctx * row * es),
-                              n_ctx};
+    struct snug_kv_view hv = {.type = type,
+                              .k = snug_malloc(n_ctx * row * es),
+                              .v = snug_malloc(n_ctx * row * es),
+                              .n_ctx = n_ctx};
     struct snug_cuda_kv dv = {type, dup_dev(NULL, n_ctx * row * es),
                               dup_dev(NULL, n_ctx * row * es), n_ctx};
     /* the cache: the prefix in one store, then the chunk's own rows, on both sides */
