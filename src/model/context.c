@@ -70,7 +70,7 @@ static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct 
     snug_backend_cuda_mem_info(&free1, &total, &e2);
     snug_log(SNUG_LOG_INFO,
              "cuda: device memory free %.1f MiB before load, %.1f MiB after (of %.1f MiB); "
-             "backend holds %.1f MiB; plan device total %.1f MiB",
+             "backend holds %.1f MiB; plan device total %.1f MiB\n",
              free0 / 1048576.0, free1 / 1048576.0, total / 1048576.0,
              snug_backend_cuda_bytes(c->gpu) / 1048576.0, plan->device_total / 1048576.0);
     c->pos = snug_malloc(plan->pos_bytes);
