@@ -51,4 +51,11 @@ void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp)
 /* backend cuda: print the device memory in use (cudaMemGetInfo) to stderr, tagged `when`. */
 void cli_backend_report(const struct cli_backend *b, const char *when);
 
+/* The memory plan at boot (cli_plan.c): print the plan of the context about to be created
+ * (cp as given to snug_ctx_init) to stderr; SNUG_ERR_BUDGET, naming the largest context that
+ * fits, when it exceeds budget bytes (0 = no budget). */
+struct snug_model;
+int cli_plan_boot(const char *cmd, const struct snug_model *m, const struct snug_ctx_params *cp,
+                  uint64_t budget, struct snug_err *err);
+
 #endif

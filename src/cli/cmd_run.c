@@ -10,6 +10,7 @@
 #include "cli.h"
 
 #include "core/core.h"
+#include "plan/plan.h"
 #include "sample/sample.h"
 #include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
@@ -27,6 +28,7 @@ static void usage(void) {
         "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
         "                [--threads N] [--ctx N] [--spec-draft N] [--kv TYPE]\n"
         "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE]\n"
+        "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
         "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
         "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
         "  --ctx defaults to prompt + N tokens. --spec-draft N: speculative decoding with\n"
@@ -61,6 +63,7 @@ int cmd_run(int argc, char **argv) {
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
+    uint64_t budget = 0; /* --budget: host bytes the whole plan must fit (0 = none) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int ok = 1, r;
@@ -68,7 +71,12 @@ int cmd_run(int argc, char **argv) {
             ok = r > 0;
         else if ((r = cli_backend_flag(argc, argv, &i, "run", &bk)) != 0)
             ok = r > 0;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        else if (!strcmp(a, "--budget")) {
+            const char *v = cli_value(argc, argv, &i);
+            ok = v && snug_plan_parse_size(v, &budget);
+            if (v && !ok)
+                fprintf(stderr, "snug run: --budget '%s': expected a size such as 23.5GiB\n", v);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             ok = !!(model_path = cli_value(argc, argv, &i));
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
             ok = !!(prompt = cli_value(argc, argv, &i));
@@ -186,6 +194,8 @@ int cmd_run(int argc, char **argv) {
     cli_kv_params(&kv, &cp);
     cli_backend_params(&bk, &cp);
     cp.n_ctx = n_ctx ? (int32_t)n_ctx : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
+    /* the plan at boot: printed, refused over --budget (host) / --vram-budget (cuda) */
+    if (cli_plan_boot("run", m, &cp, cp.backend == 1 ? bk.vram_budget : budget, &err)) goto fail;
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto fail;
     int32_t room = snug_ctx_n_ctx(ctx) - (int32_t)n_prompt;
     if (room < 0) {

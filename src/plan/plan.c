@@ -276,23 +276,33 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
     return o;
 }
 
+/* "23.50 GiB" or "70.5 MiB": whichever reads better. */
+static const char *human(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+    else
+        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
 int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                     const struct snug_plan_limits *lim, uint64_t budget, struct snug_plan *out,
                     struct snug_err *err) {
     int rc = snug_plan_make(hp, w, lim, out, err);
     if (rc || !budget || out->device_total <= budget) return rc;
     int64_t max = snug_plan_max_ctx(hp, w, lim, budget, 0);
-    char kvname[24];
-    const char *kv = snug_kvfmt_code_name(out->lim.kv_type, kvname, sizeof kvname);
+    char need[32], have[32], kv[24];
+    human(out->device_total, need, sizeof need);
+    human(budget, have, sizeof have);
+    snug_kvfmt_code_name(out->lim.kv_type, kv, sizeof kv);
     if (max == 0)
         return snug_err_set(err, SNUG_ERR_BUDGET,
-                            "the memory plan needs %.2f GiB but the budget is %.2f GiB, and no "
-                            "context fits (the weights and fixed buffers alone exceed it)",
-                            (double)out->device_total / 1073741824.0,
-                            (double)budget / 1073741824.0);
+                            "the memory plan needs %s but the budget is %s, and no context fits "
+                            "(the weights and fixed buffers alone exceed it)",
+                            need, have);
     return snug_err_set(err, SNUG_ERR_BUDGET,
-                        "the memory plan for a context of %lld tokens needs %.2f GiB but the "
-                        "budget is %.2f GiB; the largest context that fits is %lld (KV %s)",
-                        (long long)out->lim.n_ctx, (double)out->device_total / 1073741824.0,
-                        (double)budget / 1073741824.0, (long long)max, kv);
+                        "the memory plan for a context of %lld tokens needs %s but the budget is "
+                        "%s; the largest context that fits is %lld (KV %s, chunk %d)",
+                        (long long)out->lim.n_ctx, need, have, (long long)max, kv,
+                        (int)SNUG_MIN((int64_t)out->lim.n_chunk, max));
 }
