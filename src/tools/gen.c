@@ -12,6 +12,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "model/presets.h"
 #include "quant/quant.h"
 #include "sample/sample.h"
 #include "tools/vocab.h"
@@ -236,78 +237,59 @@ struct tensor_list {
     size_t n, cap;
 };
 
-static void add_t(struct tensor_list *l, enum init_kind init, int layer, const char *suffix,
-                  uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+/* The initialiser of a tensor, from its name (the norms end in "norm.weight"). */
+static enum init_kind init_of(const char *name) {
+    size_t n = strlen(name);
+#define ENDS(sfx) (n >= sizeof(sfx) - 1 && !strcmp(name + n - (sizeof(sfx) - 1), sfx))
+    if (ENDS(".ssm_a")) return I_SSM_A;
+    if (ENDS(".ssm_dt.bias")) return I_DT_BIAS;
+    if (ENDS(".ssm_conv1d.weight")) return I_CONV;
+    if (ENDS("norm.weight")) return I_NORM;
+    return I_GAUSS;
+#undef ENDS
+}
+
+static int push_tensor(void *user, const struct snug_tensor_desc *d) {
+    struct tensor_list *l = user;
     SNUG_ASSERT(l->n < l->cap);
     struct gen_tensor *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
-    if (layer >= 0)
-        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
-    else
-        snprintf(t->name, sizeof t->name, "%s", suffix);
-    t->n_dims = n_dims;
-    t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2, t->ne[3] = 1;
-    t->init = init;
+    snprintf(t->name, sizeof t->name, "%s", d->name);
+    t->n_dims = d->n_dims;
+    memcpy(t->ne, d->ne, sizeof t->ne);
+    t->init = init_of(d->name);
+    return 0;
 }
 
-/* Every tensor of spec §4.3 in llama.cpp's order: globals, then layer by layer (the MTP
- * blocks last, as blk.{n_layer + i}). Returns the count; l->t must hold 32 per layer + 3. */
+/* Every tensor of spec §4.3 in llama.cpp's order, from the one shared enumeration
+ * (src/model/presets.h, which the memory planner uses too, so plans and files agree to the
+ * byte). l->t must hold 32 per layer + 3. */
 static void build_tensors(const struct snug_gen_config *c, uint32_t n_vocab,
                           struct tensor_list *l) {
-    const uint64_t H = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv;
-    const uint64_t dk = c->ssm_d_state, Nk = c->ssm_n_group, Nv = c->ssm_dt_rank;
-    const uint64_t di = Nv * dk, cd = 2 * Nk * dk + di;
-    const bool moe = !strcmp(c->arch, "qwen35moe");
-    add_t(l, I_GAUSS, -1, "token_embd.weight", 2, H, n_vocab, 1);
-    add_t(l, I_NORM, -1, "output_norm.weight", 1, H, 1, 1);
-    add_t(l, I_GAUSS, -1, "output.weight", 2, H, n_vocab, 1);
-    const uint32_t n_all = c->n_layer + c->n_nextn;
-    for (uint32_t il = 0; il < n_all; il++) {
-        int b = (int)il;
-        bool mtp = il >= c->n_layer;
-        bool rec = !mtp && (il + 1) % c->full_attn_interval != 0;
-        add_t(l, I_NORM, b, "attn_norm.weight", 1, H, 1, 1);
-        if (rec) {
-            add_t(l, I_GAUSS, b, "attn_qkv.weight", 2, H, cd, 1);
-            add_t(l, I_GAUSS, b, "attn_gate.weight", 2, H, di, 1);
-            add_t(l, I_CONV, b, "ssm_conv1d.weight", 2, c->conv_kernel, cd, 1);
-            add_t(l, I_DT_BIAS, b, "ssm_dt.bias", 1, Nv, 1, 1);
-            add_t(l, I_SSM_A, b, "ssm_a", 1, Nv, 1, 1);
-            add_t(l, I_GAUSS, b, "ssm_beta.weight", 2, H, Nv, 1);
-            add_t(l, I_GAUSS, b, "ssm_alpha.weight", 2, H, Nv, 1);
-            add_t(l, I_NORM, b, "ssm_norm.weight", 1, dk, 1, 1);
-            add_t(l, I_GAUSS, b, "ssm_out.weight", 2, di, H, 1);
-        } else {
-            add_t(l, I_GAUSS, b, "attn_q.weight", 2, H, 2 * Hq * D, 1);
-            add_t(l, I_GAUSS, b, "attn_k.weight", 2, H, Hkv * D, 1);
-            add_t(l, I_GAUSS, b, "attn_v.weight", 2, H, Hkv * D, 1);
-            add_t(l, I_GAUSS, b, "attn_output.weight", 2, Hq * D, H, 1);
-            add_t(l, I_NORM, b, "attn_q_norm.weight", 1, D, 1, 1);
-            add_t(l, I_NORM, b, "attn_k_norm.weight", 1, D, 1, 1);
-        }
-        add_t(l, I_NORM, b, "post_attention_norm.weight", 1, H, 1, 1);
-        if (moe) {
-            const uint64_t E = c->n_expert, F = c->n_ff_exp, Fs = c->n_ff_shexp;
-            add_t(l, I_GAUSS, b, "ffn_gate_inp.weight", 2, H, E, 1);
-            add_t(l, I_GAUSS, b, "ffn_gate_exps.weight", 3, H, F, E);
-            add_t(l, I_GAUSS, b, "ffn_up_exps.weight", 3, H, F, E);
-            add_t(l, I_GAUSS, b, "ffn_down_exps.weight", 3, F, H, E);
-            add_t(l, I_GAUSS, b, "ffn_gate_inp_shexp.weight", 2, H, 1, 1);
-            add_t(l, I_GAUSS, b, "ffn_gate_shexp.weight", 2, H, Fs, 1);
-            add_t(l, I_GAUSS, b, "ffn_up_shexp.weight", 2, H, Fs, 1);
-            add_t(l, I_GAUSS, b, "ffn_down_shexp.weight", 2, Fs, H, 1);
-        } else {
-            add_t(l, I_GAUSS, b, "ffn_gate.weight", 2, H, c->n_ff, 1);
-            add_t(l, I_GAUSS, b, "ffn_up.weight", 2, H, c->n_ff, 1);
-            add_t(l, I_GAUSS, b, "ffn_down.weight", 2, c->n_ff, H, 1);
-        }
-        if (mtp) {
-            add_t(l, I_GAUSS, b, "nextn.eh_proj.weight", 2, 2 * H, H, 1);
-            add_t(l, I_NORM, b, "nextn.enorm.weight", 1, H, 1, 1);
-            add_t(l, I_NORM, b, "nextn.hnorm.weight", 1, H, 1, 1);
-            add_t(l, I_NORM, b, "nextn.shared_head_norm.weight", 1, H, 1, 1);
-        }
-    }
+    struct snug_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    snprintf(hp.arch, sizeof hp.arch, "%s", c->arch);
+    hp.n_vocab = n_vocab;
+    hp.n_embd = c->n_embd;
+    hp.n_layer = c->n_layer;
+    hp.n_nextn = c->n_nextn;
+    hp.n_ff = c->n_ff;
+    hp.n_head = c->n_head;
+    hp.n_head_kv = c->n_head_kv;
+    hp.head_dim = c->head_dim;
+    hp.n_rot = c->n_rot;
+    hp.n_ctx_train = c->n_ctx_train;
+    hp.conv_kernel = c->conv_kernel;
+    hp.ssm_d_state = c->ssm_d_state;
+    hp.ssm_n_group = c->ssm_n_group;
+    hp.ssm_dt_rank = c->ssm_dt_rank;
+    hp.full_attn_interval = c->full_attn_interval;
+    hp.n_expert = c->n_expert;
+    hp.n_expert_used = c->n_expert_used;
+    hp.n_ff_exp = c->n_ff_exp;
+    hp.n_ff_shexp = c->n_ff_shexp;
+    snug_hparams_derive(&hp);
+    snug_model_tensor_list(&hp, push_tensor, l);
 }
 
 /* ---- random values ------------------------------------------------------------------------ */
