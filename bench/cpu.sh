@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/cpu.sh — CPU speed of snug next to llama.cpp on the same GGUF files.
 #
-# Makes (once, cached in $MODELS) a ~1.3B-parameter qwen35 model and a ~1.3B qwen35moe model
+# Makes (once, cached in $MODELS) a ~0.9B-parameter qwen35 model and a ~0.9B qwen35moe model
 # with `snug gen`, each as Q8_0 and Q4_K_M, then for every file runs, interleaved round by round:
 #   snug bench-local -m F -p 512 -n 128 -t $THREADS --reps $REPS
 #   $LLAMA_BENCH     -m F -p 512 -n 128 -t $THREADS -r $REPS      (when LLAMA_BENCH is set)
@@ -26,12 +26,16 @@ ONLY=${ONLY:-}
 LLAMA_BENCH=${LLAMA_BENCH:-}
 mkdir -p "$MODELS"
 
-# ~1.3B parameters each: 151936-token vocabulary, 2048 wide (embedding + output ≈ 0.62B).
-DENSE_SET=(--set n_vocab=151936 --set embedding_length=2048 --set n_layer=12
+# The vocabulary (needed by llama.cpp's loader) comes from the trained fixture: 2048 tokens, so
+# the parameters are nearly all in the layers. Dense: 16 layers 2048 wide, FFN 6144 (0.93B);
+# MoE: 4 layers (n_layer must be a multiple of full_attention_interval for llama.cpp),
+# 64 experts of 512 (8 used) + shared expert (0.9B, 0.2B active).
+VOCAB=${VOCAB:-$ROOT/../shared/fixtures/trained/trained-f16.gguf}
+DENSE_SET=(--vocab-from "$VOCAB" --set n_vocab=2048 --set embedding_length=2048 --set n_layer=16
   --set nextn_predict_layers=0 --set feed_forward_length=6144 --set attention.head_count=8
   --set attention.head_count_kv=2 --set ssm.group_count=16 --set ssm.time_step_rank=16)
-MOE_SET=(--set n_vocab=151936 --set n_layer=4 --set nextn_predict_layers=0
-  --set expert_count=48 --set expert_used_count=8)
+MOE_SET=(--vocab-from "$VOCAB" --set n_vocab=2048 --set n_layer=4 --set nextn_predict_layers=0
+  --set expert_count=64 --set expert_used_count=8)
 
 gen() { # name preset type set...
   local name=$1 preset=$2 type=$3
