@@ -277,6 +277,10 @@ static const struct snug_qkernels *kern(void) {
 
 /* ---- public entry points ------------------------------------------------------------------ */
 
+float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n) {
+    return kern()->fdot_q8_0;
+}
+
 snug_deq_fn snug_act_deq_fn(uint32_t type) {
     const struct snug_qkernels *k = kern();
     switch (type) {

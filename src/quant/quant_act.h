@@ -45,8 +45,11 @@ struct snug_qkernels {
     snug_actq_fn quant_a32, quant_a256;
     snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k;
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
-    snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k; /* NULL: use the reference */
+    snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
+    float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
 };
+/* The dispatched fused Q8_0 · float dot, or NULL. */
+float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n);
 /* The dispatched dequantizer for a type, or NULL when the reference is the only one. */
 snug_deq_fn snug_act_deq_fn(uint32_t type);
 
