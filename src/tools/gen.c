@@ -25,72 +25,37 @@
 
 /* ---- presets ------------------------------------------------------------------------------ */
 
-/* demo: the shape of the trained fixture (fixtures/README.md) with the built-in vocabulary.
- * qwen3.6-27b / qwen3.6-35b-a3b: spec §1.1 / §1.2. */
+/* The preset shapes live in one place, src/model/presets.c (the memory planner sizes them
+ * too, so a plan and a generated file agree to the byte); this copies them into the gen
+ * config. For the demo presets n_vocab stays 0 ("the vocabulary's size") so that
+ * --vocab-from can bring any vocabulary. */
 int snug_gen_preset(struct snug_gen_config *c, const char *name, struct snug_err *err) {
+    struct snug_hparams hp;
+    int rc = snug_preset_find(name, &hp, err);
+    if (rc) return rc;
     memset(c, 0, sizeof *c);
-    snprintf(c->arch, sizeof c->arch, "qwen35");
-    c->n_ctx_train = 262144;
-    c->rope_base = 1e7f;
-    c->rms_eps = 1e-6f;
-    c->conv_kernel = 4;
-    c->full_attn_interval = 4;
-    c->n_nextn = 1;
-    if (!strcmp(name, "demo") || !strcmp(name, "demo-moe")) {
-        c->n_embd = 256;
-        c->n_layer = 4;
-        c->n_ff = 512;
-        c->n_head = 4;
-        c->n_head_kv = 2;
-        c->head_dim = 64;
-        c->n_rot = 16;
-        c->ssm_d_state = 64;
-        c->ssm_n_group = 2;
-        c->ssm_dt_rank = 6;
-        if (!strcmp(name, "demo-moe")) { /* the MoE fixture: 16 experts, 4 used, no MTP */
-            snprintf(c->arch, sizeof c->arch, "qwen35moe");
-            c->n_ff = 0;
-            c->ssm_dt_rank = 4;
-            c->n_nextn = 0;
-            c->n_expert = 16;
-            c->n_expert_used = 4;
-            c->n_ff_exp = 64;
-            c->n_ff_shexp = 64;
-        }
-    } else if (!strcmp(name, "qwen3.6-27b")) {
-        c->n_vocab = 248320;
-        c->n_embd = 5120;
-        c->n_layer = 64;
-        c->n_ff = 17408;
-        c->n_head = 24;
-        c->n_head_kv = 4;
-        c->head_dim = 256;
-        c->n_rot = 64;
-        c->ssm_d_state = 128;
-        c->ssm_n_group = 16;
-        c->ssm_dt_rank = 48;
-    } else if (!strcmp(name, "qwen3.6-35b-a3b")) {
-        snprintf(c->arch, sizeof c->arch, "qwen35moe");
-        c->n_vocab = 248320;
-        c->n_embd = 2048;
-        c->n_layer = 40;
-        c->n_head = 16;
-        c->n_head_kv = 2;
-        c->head_dim = 256;
-        c->n_rot = 64;
-        c->ssm_d_state = 128;
-        c->ssm_n_group = 16;
-        c->ssm_dt_rank = 32;
-        c->n_expert = 256;
-        c->n_expert_used = 8;
-        c->n_ff_exp = 512;
-        c->n_ff_shexp = 512;
-    } else {
-        return snug_err_set(err, SNUG_ERR_INVALID,
-                            "unknown preset '%s': expected demo, demo-moe, qwen3.6-27b or "
-                            "qwen3.6-35b-a3b",
-                            name);
-    }
+    snprintf(c->arch, sizeof c->arch, "%.15s", hp.arch);
+    c->n_vocab = strncmp(name, "demo", 4) ? hp.n_vocab : 0;
+    c->n_layer = hp.n_layer;
+    c->n_nextn = hp.n_nextn;
+    c->n_ctx_train = hp.n_ctx_train;
+    c->n_embd = hp.n_embd;
+    c->n_ff = hp.n_ff;
+    c->n_head = hp.n_head;
+    c->n_head_kv = hp.n_head_kv;
+    c->head_dim = hp.head_dim;
+    c->n_rot = hp.n_rot;
+    c->rope_base = hp.rope_base;
+    c->rms_eps = hp.rms_eps;
+    c->conv_kernel = hp.conv_kernel;
+    c->ssm_d_state = hp.ssm_d_state;
+    c->ssm_n_group = hp.ssm_n_group;
+    c->ssm_dt_rank = hp.ssm_dt_rank;
+    c->full_attn_interval = hp.full_attn_interval;
+    c->n_expert = hp.n_expert;
+    c->n_expert_used = hp.n_expert_used;
+    c->n_ff_exp = hp.n_ff_exp;
+    c->n_ff_shexp = hp.n_ff_shexp;
     return SNUG_OK;
 }
 
