@@ -19,6 +19,7 @@ static void serve_usage(void) {
         stderr,
         "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
         "                  [--kv f16|f32|bf16|q8_0|fp8|tq4|tq3] [--api-key K] [--threads N] "
+        "[--spec-draft N] "
         "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
@@ -26,6 +27,7 @@ static void serve_usage(void) {
         "  --ctx       context per slot in tokens (default 4096, capped at the training length)\n"
         "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
         "              free slots before 503 (default 4 x slots)\n"
+        "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
         "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n");
@@ -34,7 +36,7 @@ static void serve_usage(void) {
 int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--render-only")) return snug_server_render_main(argc, argv);
-    struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1};
+    struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -55,6 +57,12 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             o.n_slots = (int32_t)v;
+        } else if (!strcmp(a, "--spec-draft")) {
+            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 16) {
+                fprintf(stderr, "snug serve: --spec-draft wants 0..16 (0 = off)\n");
+                return 2;
+            }
+            o.n_draft = (int32_t)v;
         } else if (!strcmp(a, "--queue")) {
             if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 100000) return 2;
             o.queue_cap = (int32_t)v;

@@ -11,6 +11,7 @@
 #include "server/engine.h"
 
 #include "core/core.h"
+#include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -36,12 +37,18 @@ struct slot {
     double t_admit, t_prompt_done;
     struct snug_engine_usage usage;
     uint64_t last_used;
+    /* speculative decoding: toks[n_toks - 1] is sampled but not evaluated while spec_pending;
+     * pend[i_pend..n_pend) are emitted tokens of the last step not yet handed out */
+    bool spec_pending;
+    snug_token pend[SNUG_SPEC_MAX_DRAFT + 1];
+    int32_t n_pend, i_pend;
+    struct snug_spec_stats spec0; /* the context's statistics when the job started */
 };
 
 struct snug_engine {
     struct snug_model *m;
     const struct snug_tokenizer *tok;
-    int32_t V, n_ctx, n_chunk;
+    int32_t V, n_ctx, n_chunk, n_draft;
     struct slot *slots;
     int32_t n_slots;
     snug_token end_ids[3];
@@ -103,6 +110,13 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     if (len && fin != SNUG_FINISH_CANCEL) j->on_token(j->user, -1, txt, len, NULL);
     double now = snug_time_s();
     s->usage.n_gen = s->n_gen;
+    if (e->n_draft > 0) {
+        struct snug_spec_stats st;
+        snug_ctx_spec_stats(s->ctx, &st);
+        s->usage.spec_steps = st.n_steps - s->spec0.n_steps;
+        s->usage.spec_drafted = st.n_drafted - s->spec0.n_drafted;
+        s->usage.spec_accepted = st.n_accepted - s->spec0.n_accepted;
+    }
     if (s->state == SLOT_PREFILL) {
         s->usage.prompt_ms = (now - s->t_admit) * 1e3;
     } else {
@@ -114,6 +128,13 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     if (fin == SNUG_FINISH_CANCEL) e->stats.jobs_cancelled++;
     if (s->state == SLOT_GEN) e->stats.gen_s += now - s->t_prompt_done;
     pthread_mutex_unlock(&e->mu);
+    if (s->spec_pending) {
+        /* the pending token (and any emitted past a stop) is not in the context: keep the
+         * cache equal to what was evaluated */
+        s->n_toks = snug_ctx_n_past(s->ctx);
+        s->spec_pending = false;
+    }
+    s->n_pend = s->i_pend = 0;
     s->state = SLOT_FREE;
     s->job = NULL;
     s->last_used = ++e->use_clock;
@@ -149,6 +170,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     s->usage.slot = s->index;
     s->usage.n_prompt = j->n_prompt;
     s->usage.n_cached = n_reuse;
+    if (e->n_draft > 0) snug_ctx_spec_stats(s->ctx, &s->spec0);
     s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
     if (n_reuse == 0) {
         snug_ctx_reset(s->ctx);
@@ -200,6 +222,40 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     }
 }
 
+/* The next token of a speculative slot: the first one is sampled from the prompt's logits and
+ * left pending (not evaluated); later ones come from snug_spec_step, which evaluates the
+ * pending token with up to n_draft MTP drafts in one forward and appends 1..n_draft + 1
+ * tokens to s->toks; they are handed out one per call from s->pend. Returns false when the
+ * slot was finished on an error. */
+static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
+    if (s->i_pend < s->n_pend) {
+        *id = s->pend[s->i_pend++];
+        return true;
+    }
+    if (!s->spec_pending) {
+        *id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        s->toks[s->n_toks++] = *id;
+        s->spec_pending = true;
+        return true;
+    }
+    struct snug_err err = {0};
+    int32_t n0 = s->n_toks, n_new = 0;
+    if (snug_spec_step(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, &n_new, &err) != SNUG_OK ||
+        n_new < 1) {
+        snug_ctx_reset(s->ctx);
+        s->n_toks = 0;
+        s->spec_pending = false;
+        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg[0] ? err.msg : "speculative step failed");
+        return false;
+    }
+    s->n_toks = n0 + n_new;
+    memcpy(s->pend, s->toks + n0, (size_t)n_new * sizeof(snug_token));
+    s->n_pend = n_new;
+    s->i_pend = 1;
+    *id = s->pend[0];
+    return true;
+}
+
 /* One decode token for a generating slot. */
 static void slot_decode(struct snug_engine *e, struct slot *s) {
     struct snug_engine_job *j = s->job;
@@ -210,6 +266,8 @@ static void slot_decode(struct snug_engine *e, struct slot *s) {
             return;
         }
         id = j->script[s->script_pos++];
+    } else if (e->n_draft > 0 && !j->logprobs) {
+        if (!spec_next(e, s, &id)) return;
     } else {
         id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
     }
@@ -234,6 +292,7 @@ static void slot_decode(struct snug_engine *e, struct slot *s) {
         slot_finish(e, s, SNUG_FINISH_LENGTH, NULL);
         return;
     }
+    if (s->spec_pending) return; /* the next snug_spec_step evaluates it */
     struct snug_err err = {0};
     if (snug_ctx_eval(s->ctx, &id, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) != SNUG_OK) {
         snug_ctx_reset(s->ctx);
@@ -242,6 +301,24 @@ static void slot_decode(struct snug_engine *e, struct slot *s) {
         return;
     }
     s->toks[s->n_toks++] = id;
+}
+
+/* Sum the slots' acceptance statistics into e->stats.spec (engine thread, e->mu held). */
+static void sum_spec_stats_locked(struct snug_engine *e) {
+    struct snug_spec_stats *t = &e->stats.spec;
+    memset(t, 0, sizeof *t);
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct snug_spec_stats st;
+        snug_ctx_spec_stats(e->slots[i].ctx, &st);
+        t->n_steps += st.n_steps;
+        t->n_drafted += st.n_drafted;
+        t->n_accepted += st.n_accepted;
+        t->n_emitted += st.n_emitted;
+        for (int k = 0; k < SNUG_SPEC_MAX_DRAFT; k++) {
+            t->proposed_at[k] += st.proposed_at[k];
+            t->accepted_at[k] += st.accepted_at[k];
+        }
+    }
 }
 
 /* Move queued jobs into free slots; jobs cancelled while queued (or all of them once the engine
@@ -327,6 +404,7 @@ static void *engine_main(void *arg) {
         int64_t in_slots = 0;
         for (int32_t i = 0; i < e->n_slots; i++) in_slots += e->slots[i].n_toks;
         e->stats.tokens_in_slots = in_slots;
+        if (e->n_draft > 0) sum_spec_stats_locked(e);
     }
     pthread_mutex_unlock(&e->mu);
     snug_free(started);
@@ -405,6 +483,8 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     cp.n_ctx = o->n_ctx;
     cp.kv_type = o->kv_type;
     cp.n_threads = o->n_threads;
+    cp.n_draft = o->n_draft > SNUG_SPEC_MAX_DRAFT ? SNUG_SPEC_MAX_DRAFT : o->n_draft;
+    e->n_draft = cp.n_draft;
     for (int32_t i = 0; i < o->n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->index = i;
@@ -428,6 +508,7 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->stats.n_slots = e->n_slots;
     e->stats.queue_cap = e->q_cap;
     e->stats.n_ctx = e->n_ctx;
+    e->stats.n_draft = e->n_draft;
     run_self_test(e);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         rc = snug_err_set(err, SNUG_ERR_INTERNAL, "engine: cannot start the engine thread");

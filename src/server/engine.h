@@ -47,6 +47,8 @@ struct snug_engine_usage {
     double gen_ms;    /* time from the first decode to the end */
     double queue_ms;  /* time waiting in the queue */
     int32_t slot;     /* which slot ran it */
+    /* speculative decoding during this request: verification steps, drafts proposed/accepted */
+    int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
 /* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
@@ -84,6 +86,7 @@ struct snug_engine_opts {
     int32_t kv_type;   /* enum snug_kv_type */
     int32_t n_threads; /* per context; 0 = model default */
     int32_t queue_cap; /* jobs waiting beyond the slots; >= 1 */
+    int32_t n_draft;   /* MTP drafts per speculative step; 0 = plain decoding */
 };
 
 /* Live numbers for /health and /metrics (cumulative counters since start). */
@@ -96,6 +99,8 @@ struct snug_engine_stats {
     double prompt_s, gen_s; /* engine time spent in prompt processing / decoding */
     uint64_t jobs_done, jobs_cancelled;
     uint64_t steps;
+    int32_t n_draft;             /* speculative drafts per step, 0 = off */
+    struct snug_spec_stats spec; /* summed over the slots' contexts */
 };
 
 struct snug_engine;

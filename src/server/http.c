@@ -183,6 +183,33 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_queue_capacity", "gauge", "Queue limit beyond free slots.", st.queue_cap);
     metric(&b, "snug_slots_busy", "gauge", "Slots running a request.", st.slots_busy);
     metric(&b, "snug_slots_total", "gauge", "Slots.", st.n_slots);
+    if (st.n_draft > 0) {
+        const struct snug_spec_stats *sp = &st.spec;
+        metric(&b, "snug_spec_draft_length", "gauge", "MTP drafts per speculative step.",
+               st.n_draft);
+        metric(&b, "snug_spec_drafts_total", "counter", "Speculative verification steps.",
+               (double)sp->n_steps);
+        metric(&b, "snug_spec_draft_tokens_total", "counter", "Draft tokens proposed.",
+               (double)sp->n_drafted);
+        metric(&b, "snug_spec_accepted_tokens_total", "counter", "Draft tokens accepted.",
+               (double)sp->n_accepted);
+        metric(&b, "snug_spec_emitted_tokens_total", "counter",
+               "Tokens produced by verification steps (accepted drafts + 1 each).",
+               (double)sp->n_emitted);
+        metric(&b, "snug_spec_mean_acceptance_length", "gauge",
+               "Tokens per verification step, the bonus token included.",
+               sp->n_steps > 0 ? (double)sp->n_emitted / (double)sp->n_steps : 0);
+        snug_sbuf_puts(&b, "# HELP snug_spec_acceptance_rate Acceptance rate of the draft at a "
+                           "position (1 = first draft).\n"
+                           "# TYPE snug_spec_acceptance_rate gauge\n");
+        for (int k = 0; k < st.n_draft && k < SNUG_SPEC_MAX_DRAFT; k++) {
+            snprintf(line, sizeof line, "snug_spec_acceptance_rate{position=\"%d\"} %.6g\n", k + 1,
+                     sp->proposed_at[k] > 0
+                         ? (double)sp->accepted_at[k] / (double)sp->proposed_at[k]
+                         : 0.0);
+            snug_sbuf_puts(&b, line);
+        }
+    }
     metric(&b, "snug_kv_tokens_used", "gauge",
            "Tokens held in slot caches (attention KV and recurrent state).",
            (double)st.tokens_in_slots);
@@ -476,11 +503,20 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
                           opts->model_path);
         goto done;
     }
-    struct snug_engine_opts eo = {.n_slots = s->opts.n_slots,
-                                  .n_ctx = opts->n_ctx,
-                                  .kv_type = opts->kv_type,
-                                  .n_threads = opts->n_threads,
-                                  .queue_cap = s->opts.queue_cap};
+    struct snug_engine_opts eo = {
+        .n_slots = s->opts.n_slots,
+        .n_ctx = opts->n_ctx,
+        .kv_type = opts->kv_type,
+        .n_threads = opts->n_threads,
+        .queue_cap = s->opts.queue_cap,
+        .n_draft = opts->n_draft < 0 ? (snug_model_n_nextn(s->model) > 0 ? 3 : 0) : opts->n_draft};
+    if (eo.n_draft > 0 && snug_model_n_nextn(s->model) <= 0) {
+        rc = snug_err_set(err, SNUG_ERR_INVALID,
+                          "--spec-draft %d: %s has no MTP block (nextn_predict_layers = 0); use "
+                          "--spec-draft 0",
+                          eo.n_draft, opts->model_path);
+        goto done;
+    }
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
 
     struct sockaddr_in addr = {0};
@@ -507,12 +543,13 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     snug_engine_get_stats(s->engine, &st);
     fprintf(stderr,
             "snug serve: model %s (%s, %d layers, n_embd %d, vocab %d)\n"
-            "snug serve: %d slot(s) x %d tokens of context, KV %s, queue %d, threads %d%s%s\n"
+            "snug serve: %d slot(s) x %d tokens of context, KV %s, queue %d, threads %d, "
+            "spec-draft %d%s%s\n"
             "snug serve: memory: %.1f MiB resident; self-test %s\n"
             "snug serve: listening on http://%s:%d%s\n",
             opts->model_path, snug_model_arch(s->model), snug_model_n_layer(s->model),
             snug_model_n_embd(s->model), snug_model_n_vocab(s->model), st.n_slots, st.n_ctx,
-            kv_name(opts->kv_type), st.queue_cap, opts->n_threads,
+            kv_name(opts->kv_type), st.queue_cap, opts->n_threads, st.n_draft,
             opts->no_think ? ", thinking off" : "",
             s->script_text ? ", SCRIPTED generation (test mode)" : "", snug_rss_bytes() / 1048576.0,
             snug_engine_self_test(s->engine), s->opts.host, port,

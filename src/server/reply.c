@@ -281,12 +281,21 @@ static json_t *usage_json(const struct reply *r) {
 static json_t *timings_json(const struct reply *r) {
     const struct snug_engine_usage *u = &r->usage;
     int32_t pn = u->n_prompt - u->n_cached;
-    return json_pack("{s:i, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i}", "prompt_n", pn, "cache_n",
-                     u->n_cached, "prompt_ms", u->prompt_ms, "prompt_per_second",
-                     u->prompt_ms > 0 ? pn * 1e3 / u->prompt_ms : 0.0, "predicted_n", u->n_gen,
-                     "predicted_ms", u->gen_ms, "predicted_per_second",
-                     u->gen_ms > 0 ? u->n_gen * 1e3 / u->gen_ms : 0.0, "queue_ms", u->queue_ms,
-                     "slot", u->slot);
+    json_t *t = json_pack("{s:i, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i}", "prompt_n", pn,
+                          "cache_n", u->n_cached, "prompt_ms", u->prompt_ms, "prompt_per_second",
+                          u->prompt_ms > 0 ? pn * 1e3 / u->prompt_ms : 0.0, "predicted_n", u->n_gen,
+                          "predicted_ms", u->gen_ms, "predicted_per_second",
+                          u->gen_ms > 0 ? u->n_gen * 1e3 / u->gen_ms : 0.0, "queue_ms", u->queue_ms,
+                          "slot", u->slot);
+    if (t && u->spec_steps > 0) {
+        /* speculative decoding (llama.cpp's draft_n / draft_n_accepted, plus snug's own) */
+        json_object_set_new(t, "draft_n", json_integer(u->spec_drafted));
+        json_object_set_new(t, "draft_n_accepted", json_integer(u->spec_accepted));
+        json_object_set_new(t, "spec_steps", json_integer(u->spec_steps));
+        json_object_set_new(t, "spec_mean_acceptance_length",
+                            json_real((double)(u->spec_accepted + u->spec_steps) / u->spec_steps));
+    }
+    return t;
 }
 
 static json_t *token_str(const struct reply *r, snug_token id, json_t **bytes) {
