@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "server/chat.h"
+#include "plan/plan.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -19,7 +20,7 @@ static void serve_usage(void) {
         stderr,
         "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
         "                  [--kv f16|f32|bf16|q8_0|fp8|tq4|tq3] [--api-key K] [--threads N] "
-        "[--spec-draft N] "
+        "[--spec-draft N] [--budget SIZE] "
         "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
@@ -27,6 +28,7 @@ static void serve_usage(void) {
         "  --ctx       context per slot in tokens (default 4096, capped at the training length)\n"
         "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
         "              free slots before 503 (default 4 x slots)\n"
+        "  --budget SIZE  refuse to start when the memory plan exceeds SIZE (e.g. 2GiB)\n"
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
@@ -57,6 +59,12 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             o.n_slots = (int32_t)v;
+        } else if (!strcmp(a, "--budget")) {
+            const char *b = cli_value(argc, argv, &i);
+            if (!b || !snug_plan_parse_size(b, &o.budget)) {
+                fprintf(stderr, "snug serve: --budget wants a size such as 2GiB or 512MiB\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--spec-draft")) {
             if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 16) {
                 fprintf(stderr, "snug serve: --spec-draft wants 0..16 (0 = off)\n");

@@ -12,6 +12,8 @@
 #include "server/server_impl.h"
 
 #include "core/core.h"
+#include "model/model.h"
+#include "plan/plan.h"
 #include "tokenizer/tokenizer.h"
 
 #include <arpa/inet.h>
@@ -19,6 +21,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +108,50 @@ static const char *route_name(enum snug_route r) {
     return names[r];
 }
 
+/* The memory plan at boot: the limits the engine's contexts will be made with (snug_ctx_init's
+ * defaults resolved the same way: n_ctx 4096 capped at the trained length, chunk 512, one
+ * context per slot), the table printed to stderr, SNUG_ERR_BUDGET (naming the largest context
+ * that fits, from snug_plan_check) when the total exceeds --budget. Keeps total and item count
+ * for /health. */
+static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, struct snug_err *err) {
+    const struct snug_model *m = s->model;
+    int64_t n_ctx = eo->n_ctx ? eo->n_ctx : 4096;
+    if (!eo->n_ctx && m->hp.n_ctx_train && (uint64_t)n_ctx > m->hp.n_ctx_train)
+        n_ctx = (int64_t)m->hp.n_ctx_train;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t threads = eo->n_threads ? eo->n_threads : m->n_threads;
+    if (threads <= 0) threads = online > 0 ? (int32_t)online : 1;
+    struct snug_plan_limits lim = {.n_ctx = n_ctx,
+                                   .n_slots = eo->n_slots,
+                                   .n_chunk = 512,
+                                   .n_draft = eo->n_draft,
+                                   .n_threads = threads,
+                                   .kv_type = eo->kv_type,
+                                   .backend = SNUG_BACKEND_CPU};
+    struct snug_plan_weights w;
+    snug_plan_weights_from_gguf(m->gguf, &w);
+    struct snug_plan *plan = snug_malloc(sizeof *plan);
+    char *buf = snug_malloc(8192);
+    if (!plan || !buf) {
+        snug_free(plan);
+        snug_free(buf);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "serve: out of memory for the memory plan");
+    }
+    int rc = snug_plan_check(&m->hp, &w, &lim, s->opts.budget, plan, err);
+    if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
+        fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",
+                plan->lim.n_slots, (long long)plan->lim.n_ctx, plan->lim.n_chunk,
+                kv_name(eo->kv_type), plan->lim.n_draft);
+        snug_plan_format(plan, s->opts.budget, buf, 8192);
+        fputs(buf, stderr);
+        s->plan_total = plan->total;
+        s->plan_items = plan->n_items;
+    }
+    snug_free(plan);
+    snug_free(buf);
+    return rc;
+}
+
 /* ==== small endpoints ======================================================================= */
 
 static enum MHD_Result do_models(struct snug_srv *s, struct MHD_Connection *c) {
@@ -135,6 +182,14 @@ static enum MHD_Result do_health(struct snug_srv *s, struct MHD_Connection *c) {
         (json_int_t)snug_rss_bytes(), "peak_rss_bytes", (json_int_t)snug_peak_rss_bytes(),
         "tokens_in_slots", (json_int_t)st.tokens_in_slots, "self_test", self, "uptime_s",
         snug_time_s() - s->t_start);
+    json_t *mem = json_object_get(b, "memory");
+    if (mem) {
+        json_object_set_new(mem, "planned_bytes", json_integer((json_int_t)s->plan_total));
+        json_object_set_new(mem, "planned_items", json_integer(s->plan_items));
+        json_object_set_new(mem, "budget_bytes", json_integer((json_int_t)s->opts.budget));
+    }
+    json_t *pl = json_object_get(b, "plan");
+    if (pl) json_object_set_new(pl, "spec_draft", json_integer(st.n_draft));
     snug_srv_count(s, ROUTE_HEALTH, ok ? 200 : 503);
     return snug_srv_send_json(c, ok ? 200 : 503, b);
 }
@@ -517,6 +572,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
                           eo.n_draft, opts->model_path);
         goto done;
     }
+    if ((rc = boot_plan(s, &eo, err))) goto done;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
 
     struct sockaddr_in addr = {0};

@@ -41,6 +41,9 @@ struct snug_srv {
     size_t script_len;
     atomic_uint_least64_t req_count[ROUTE_COUNT][SNUG_SRV_N_STATUS];
     atomic_uint_least64_t id_counter;
+    /* the memory plan made at boot (src/plan) for model, ctx, slots, chunk, KV and drafts */
+    uint64_t plan_total;
+    int plan_items;
 };
 
 /* Queue a JSON response (steals `body`); returns MHD's result. */

@@ -4,18 +4,22 @@ Two servers on the trained fixture (it has an MTP block): P with --spec-draft 0,
 --spec-draft 3 and 2 slots. Greedy completions (plain and streamed, several prompts, a reused
 prefix) must be byte-identical; /metrics must show verification steps with a mean acceptance
 length > 1 and per-position rates in [0, 1]; each response's timings carry draft counts; a
-sampled request (temperature 0.8, seeded) completes with the asked length. Prints
+sampled request (temperature 0.8, seeded) completes with the asked length. The memory plan:
+printed at boot, reported by /health, --budget too small refuses to start naming the largest
+context that fits, a prompt longer than the context is a 400 naming both numbers. Prints
 "N passed, N failed"; skips visibly without fixtures, fails with SNUG_REQUIRE_FIXTURES=1.
 """
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from snugtest import Results, fixtures_dir  # noqa: E402
+from snugtest import SNUG, Results, fixtures_dir  # noqa: E402
 from test_server import Server  # noqa: E402
 
 PROMPTS = ["1, 2, 3, 4,", "The quick brown fox", "Once upon a time", "1, 2, 3, 4, 5, 6, 7,"]
@@ -67,6 +71,27 @@ def main():
             servers.append(P)
             S = Server(model, tmp, "S", "--spec-draft", "3", "--slots", "2", "--ctx", "512")
             servers.append(S)
+            h = S.health()
+            mem = h.get("memory", {})
+            res.check(mem.get("planned_bytes", 0) > 1 << 20 and mem.get("planned_items", 0) >= 5
+                      and h["plan"].get("spec_draft") == 3,
+                      f"/health reports the plan ({mem.get('planned_bytes')} bytes, "
+                      f"{mem.get('planned_items')} items) next to RSS {mem.get('rss_bytes')}")
+            log = open(os.path.join(tmp, "S.log")).read()
+            res.check("memory plan: 2 slot(s) x ctx 512" in log and "state snapshots (mtp)" in log,
+                      "the plan table is printed at boot")
+            try:
+                post(S, "/v1/completions", {"prompt": "a " * 600, "max_tokens": 2})
+                code, msg = 200, ""
+            except urllib.error.HTTPError as ex:
+                code, msg = ex.code, ex.read().decode()
+            res.check(code == 400 and "601" in msg and "512" in msg,
+                      f"prompt longer than the planned context: 400 naming both numbers ({code})")
+            p = subprocess.run([SNUG, "serve", "-m", model, "--port", "0", "--ctx", "4096", "--slots",
+                                "2", "--budget", "20MiB"], capture_output=True, text=True, timeout=60)
+            m = re.search(r"largest context that fits is (\d+)", p.stderr)
+            res.check(p.returncode != 0 and m and 0 < int(m.group(1)) < 4096,
+                      f"--budget 20MiB refuses to start, naming the largest context ({m and m.group(1)})")
             res.check("snug_spec_drafts_total" not in metrics(P), "--spec-draft 0: no spec metrics")
             for i, p in enumerate(PROMPTS):
                 n = 24 + 9 * i
