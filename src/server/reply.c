@@ -278,6 +278,13 @@ static json_t *usage_json(const struct reply *r) {
                      u->n_gen, "total_tokens", u->n_prompt + u->n_gen, "prompt_tokens_details", d);
 }
 
+/* Tokens a request may generate after a prompt of n_prompt tokens (the per-slot context). */
+static int32_t n_ctx_left(struct snug_srv *s, int32_t n_prompt) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    return st.n_ctx > n_prompt ? st.n_ctx - n_prompt : 1;
+}
+
 static json_t *timings_json(const struct reply *r) {
     const struct snug_engine_usage *u = &r->usage;
     int32_t pn = u->n_prompt - u->n_cached;
@@ -700,6 +707,29 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
         r->job.script = r->script;
+    }
+
+    /* the per-request text buffers, sized here from the limits so the per-token callbacks
+     * append without allocating: generated tokens <= max_tokens (or the context left) and
+     * bytes per token <= the vocabulary's longest token (+3 for a held-back UTF-8 sequence);
+     * the stop window holds at most the longest stop string + one token. Capped at 4 MiB
+     * per buffer (beyond that the buffers still grow, amortised). */
+    {
+        size_t n_gen = (size_t)(q->max_tokens > 0 && q->max_tokens < n_ctx_left(s, n_prompt)
+                                    ? q->max_tokens
+                                    : n_ctx_left(s, n_prompt));
+        size_t tb = snug_tokenizer_max_token_bytes(s->tok) + 3, stop_max = 0;
+        for (int i = 0; i < q->n_stop; i++)
+            if (strlen(q->stop[i]) > stop_max) stop_max = strlen(q->stop[i]);
+        size_t text = n_gen * tb;
+        if (text > ((size_t)4 << 20)) text = (size_t)4 << 20;
+        if (!snug_sbuf_reserve(&r->content, text) ||
+            (kind == SNUG_REQ_CHAT && !snug_sbuf_reserve(&r->reasoning, text)) ||
+            !snug_sbuf_reserve(&r->hold, stop_max + tb)) {
+            snug_server_error_set(&e, 503, "server_error", NULL,
+                                  "out of memory for the reply buffers (%zu bytes)", text);
+            goto reject;
+        }
     }
 
     /* the job */

@@ -55,6 +55,10 @@ void snug_sbuf_putc(struct snug_sbuf *b, char c) {
     snug_sbuf_append(b, &c, 1);
 }
 
+bool snug_sbuf_reserve(struct snug_sbuf *b, size_t n) {
+    return sbuf_reserve(b, n);
+}
+
 void snug_sbuf_reset(struct snug_sbuf *b) {
     b->len = 0;
     if (b->data) b->data[0] = 0;

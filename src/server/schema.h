@@ -23,6 +23,9 @@ void snug_sbuf_append(struct snug_sbuf *b, const char *s, size_t n);
 void snug_sbuf_puts(struct snug_sbuf *b, const char *s);
 void snug_sbuf_putc(struct snug_sbuf *b, char c);
 void snug_sbuf_reset(struct snug_sbuf *b); /* len = 0, keeps the memory */
+/* Make room for n more bytes now (false on out-of-memory), so later appends up to that
+ * size do not allocate. */
+bool snug_sbuf_reserve(struct snug_sbuf *b, size_t n);
 void snug_sbuf_free(struct snug_sbuf *b);
 /* Hand the bytes over (NUL-terminated, snug_malloc'd, "" when empty; NULL on oom) and empty b. */
 char *snug_sbuf_take(struct snug_sbuf *b, size_t *out_len);
