@@ -13,6 +13,10 @@
 #include "quant.h"
 #include "quant_act.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -206,8 +210,11 @@ static int detect_hw(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     struct snug_qkernels tmp;
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c");
+    /* F16C from cpuid leaf 1, ECX bit 29 (Intel SDM vol. 2A, CPUID): clang 14's
+     * __builtin_cpu_supports does not know "f16c". */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     if (avx512 && snug_qkernels_avx512(&tmp)) return SNUG_CPU_AVX512;

@@ -6,11 +6,20 @@
 #include "quant_act.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__clang__)
+#pragma clang attribute push(                                                                      \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq"))),        \
+    apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")
+#endif
 #define SIMD_VNNI   1
 #define SIMD_512    1
 #define SIMD_EXPORT snug_qkernels_avx512
 #include "quant_simd.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #else
 bool snug_qkernels_avx512(struct snug_qkernels *k) {
     (void)k;
