@@ -8,6 +8,7 @@
 
 #include "kv/kvfmt.h"
 #include "model/presets.h"
+#include "spec/spec.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -156,6 +157,13 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
         out->snapshot_bytes =
             (size_t)(lim.n_draft + 1) * SNUG_ALIGN_UP(snug_kv_state_bytes(&s), (size_t)64);
         item(out, "state snapshots (mtp)", S * out->snapshot_bytes, dev, false);
+        /* the MTP block's own one-layer KV cache and the draft/verify buffers, exactly what
+         * snug_spec_init allocates (src/spec/spec.c) */
+        if (hp->n_nextn > 0)
+            item(out, "mtp kv cache + draft buffers",
+                 S * snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,
+                                     (enum snug_kv_type)lim.kv_type),
+                 dev, false);
     }
     /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64) */
     out->work_bytes = SNUG_ALIGN_UP(ap.work_bytes, (size_t)64);
