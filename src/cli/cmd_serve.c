@@ -12,14 +12,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* --kv names, indexed by enum snug_kv_type (include/snug.h). */
-static const char *const KV_NAMES[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
-
 static void serve_usage(void) {
     fprintf(
         stderr,
         "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
-        "                  [--kv f16|f32|bf16|q8_0|fp8|tq4|tq3] [--api-key K] [--threads N] "
+        "                  [--kv F] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
+        "[--api-key K] [--threads N] "
         "[--spec-draft N] [--budget SIZE] "
         "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
@@ -39,6 +37,8 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--render-only")) return snug_server_render_main(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
+    struct cli_kv kv = CLI_KV_DEFAULT;
+    int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -77,18 +77,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 1024) return 2;
             o.n_threads = (int32_t)v;
-        } else if (!strcmp(a, "--kv")) {
-            const char *k = cli_value(argc, argv, &i);
-            if (!k) return 2;
-            o.kv_type = -1;
-            for (int t = 0; t < (int)(sizeof KV_NAMES / sizeof KV_NAMES[0]); t++)
-                if (!strcmp(k, KV_NAMES[t])) o.kv_type = t;
-            if (o.kv_type < 0) {
-                fprintf(stderr,
-                        "snug serve: --kv wants f16, f32, bf16, q8_0, fp8, tq4 or tq3, got '%s'\n",
-                        k);
-                return 2;
-            }
+        } else if ((kvr = cli_kv_flag(argc, argv, &i, "serve", &kv)) != 0) {
+            if (kvr < 0) return 2;
+            o.kv_type = cli_kv_code(&kv);
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {

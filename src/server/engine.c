@@ -11,6 +11,7 @@
 #include "server/engine.h"
 
 #include "core/core.h"
+#include "kv/kvfmt.h"
 #include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -481,7 +482,11 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     }
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = o->n_ctx;
-    cp.kv_type = o->kv_type;
+    int kv_k, kv_v; /* o->kv_type is a kvfmt code: one format or a K/V pair */
+    snug_kvfmt_split(o->kv_type, &kv_k, &kv_v);
+    cp.kv_type = kv_k == kv_v ? kv_k : SNUG_KV_F16;
+    cp.kv_type_k = kv_k;
+    cp.kv_type_v = kv_v;
     cp.n_threads = o->n_threads;
     cp.n_draft = o->n_draft > SNUG_SPEC_MAX_DRAFT ? SNUG_SPEC_MAX_DRAFT : o->n_draft;
     e->n_draft = cp.n_draft;

@@ -12,6 +12,7 @@
 #include "server/server_impl.h"
 
 #include "core/core.h"
+#include "kv/kvfmt.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "tokenizer/tokenizer.h"
@@ -21,6 +22,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,10 +92,13 @@ void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) 
     atomic_fetch_add(&s->req_count[route][status], 1);
 }
 
-/* The --kv name of a KV cache type (enum snug_kv_type). */
-static const char *kv_name(int32_t t) {
-    static const char *const names[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
-    return t >= 0 && t < (int32_t)(sizeof names / sizeof names[0]) ? names[t] : "?";
+/* The name of a KV cache format code (snug_kvfmt_code: one format, or a K/V pair such as
+ * "tq4/tq3"). Returns one of a few static buffers, enough for the calls of one printf. */
+static const char *kv_name(int32_t code) {
+    static char bufs[4][32];
+    static atomic_int next;
+    char *b = bufs[atomic_fetch_add(&next, 1) & 3];
+    return snug_kvfmt_code_name(code, b, sizeof bufs[0]);
 }
 
 static const char *route_name(enum snug_route r) {

@@ -26,7 +26,7 @@ struct snug_server_opts {
     int port;                /* default 8080; 0 = any free port (printed at boot) */
     int32_t n_ctx;           /* context per slot; 0 = 4096 (capped at the training length) */
     int32_t n_slots;         /* default 1 */
-    int32_t kv_type;         /* enum snug_kv_type */
+    int32_t kv_type;         /* KV format code (snug_kvfmt_code: one format or a K/V pair) */
     int32_t n_threads;       /* per context; 0 = all CPUs */
     const char *api_key;     /* NULL = no auth */
     bool no_think;           /* thinking off unless a request turns it on */
