@@ -569,7 +569,11 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         .kv_type = opts->kv_type,
         .n_threads = opts->n_threads,
         .queue_cap = s->opts.queue_cap,
-        .n_draft = opts->n_draft < 0 ? (snug_model_n_nextn(s->model) > 0 ? 3 : 0) : opts->n_draft};
+        /* default: 3 drafts when the model has an MTP block — but not under --script, whose
+         * generation follows a text and never drafts (verify would see idle counters) */
+        .n_draft = opts->n_draft >= 0                                         ? opts->n_draft
+                   : (snug_model_n_nextn(s->model) > 0 && !opts->script_path) ? 3
+                                                                              : 0};
     if (eo.n_draft > 0 && snug_model_n_nextn(s->model) <= 0) {
         rc = snug_err_set(err, SNUG_ERR_INVALID,
                           "--spec-draft %d: %s has no MTP block (nextn_predict_layers = 0); use "
