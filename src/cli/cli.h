@@ -15,7 +15,8 @@ int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
-int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
+int cmd_serve_render(int argc, char **argv); /* serve --render-only */
+int cmd_bench_local(int argc, char **argv);  /* cmd_bench_local.c: pp/tg timing on this CPU */
 int cmd_verify(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -35,7 +35,7 @@ static void serve_usage(void) {
 
 int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--render-only")) return snug_server_render_main(argc, argv);
+        if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
     int kvr;

@@ -56,12 +56,4 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
  * "<think>\n"): pass this as `in_reasoning` to snug_outparse_init. */
 bool snug_chat_prompt_in_reasoning(const char *prompt, size_t len);
 
-/* Test hook behind `snug serve --render-only REQUEST.json [--no-thinking]` (wired by the
- * serve command): reads the request JSON (path "-" = stdin), renders it with the request's
- * kwargs over the defaults (thinking on unless --no-thinking or --no-think), prints the prompt to
- * stdout exactly (no added newline) and returns 0; on a rejected request prints "error: <msg>" to
- * stderr and returns 1 (2 for usage / I/O errors). Other arguments are ignored. Defined in
- * render_cli.c — the one function of the server module that writes to stdout. */
-int snug_server_render_main(int argc, char **argv);
-
 #endif

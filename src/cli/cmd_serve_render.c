@@ -1,15 +1,16 @@
-/* render_cli.c — `snug serve --render-only REQUEST.json`: renders a chat request's prompt and
- * prints it, for the golden tests against jinja2 (tests/py/test_chat_template.py). It is the
- * one function of the server module that writes to stdout/stderr: the serve command calls it
- * and returns its exit status. Read next: chat.h.
+/* cmd_serve_render.c — `snug serve --render-only REQUEST.json`: renders a chat request's
+ * prompt with the server's renderer (src/server/chat.h) and prints it, for the golden tests
+ * against jinja2 (tests/py/test_chat_template.py). Lives in the CLI because it prints to
+ * stdout; cmd_serve calls it and returns its exit status. Read next: src/server/chat.h.
  */
 #include "core/core.h"
+#include "cli.h"
 #include "server/chat.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int snug_server_render_main(int argc, char **argv) {
+int cmd_serve_render(int argc, char **argv) {
     const char *path = NULL;
     bool thinking = true;
     for (int i = 0; i < argc; i++) {
