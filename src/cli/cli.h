@@ -41,6 +41,19 @@ int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *k
 int32_t cli_kv_code(const struct cli_kv *kv); /* the plan's kv_type (snug_kvfmt_code) */
 void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp);
 
+/* Server-client commands (cli_ops.c: verify, stress, bench): --url, --model, --api-key,
+ * --timeout (same return convention as cli_kv_flag); cli_conn_open makes the client (on failure
+ * it prints the error and returns exit status 1); cli_progress is the terminal progress bar. */
+struct cli_conn {
+    const char *url, *model, *key;
+    double timeout_s;
+};
+#define CLI_CONN_DEFAULT ((struct cli_conn){NULL, NULL, NULL, 600})
+struct snug_ops_client;
+int cli_conn_flag(int argc, char **argv, int *i, struct cli_conn *cc);
+int cli_conn_open(const struct cli_conn *cc, struct snug_ops_client *c, const char *cmd);
+void cli_progress(void *user, const char *label, int done, int total);
+
 /* Backend flags (cli_backend.c): `--backend cpu|cuda`, `--vram-budget SIZE`; same return
  * convention as cli_kv_flag. */
 struct cli_backend {

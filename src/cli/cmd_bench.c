@@ -28,16 +28,6 @@ static void bench_usage(void) {
         "  (this / other) against an earlier JSON.\n");
 }
 
-static void progress(void *user, const char *label, int done, int total) {
-    (void)user;
-    if (!isatty(2)) return;
-    int w = 30, f = total ? done * w / total : 0;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d %-28s", f, "##############################", w - f, "", done,
-            total, label);
-    if (done == total) fprintf(stderr, "\r%*s\r", 72, "");
-    fflush(stderr);
-}
-
 static double num(const json_t *o, const char *metric, const char *key) {
     return json_number_value(json_object_get(json_object_get(o, metric), key));
 }
@@ -96,20 +86,17 @@ static int parse_depths(const char *s, long *out, int cap, int *n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *url = NULL, *model = NULL, *key = NULL, *svg = NULL, *cmp = NULL, *outp = NULL;
+    struct cli_conn cc = CLI_CONN_DEFAULT;
+    int cr;
+    const char *svg = NULL, *cmp = NULL, *outp = NULL;
     bool as_json = false;
-    double timeout = 600;
     long depths[32];
     struct snug_ops_bench_opts o = {.warmup = 3, .runs = 5, .prefill_warmup = 1, .prefill_runs = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
-        if (!strcmp(a, "--url")) {
-            if (!(url = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(key = cli_value(argc, argv, &i))) return 2;
+        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
+            if (cr < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
         } else if (!strcmp(a, "--svg")) {
@@ -143,8 +130,6 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             o.depths = o.n_depths > 0 ? depths : NULL;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!cli_float(argc, argv, &i, &timeout) || timeout <= 0) return 2;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage();
             return 0;
@@ -166,10 +151,9 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     struct snug_ops_client c;
-    if (snug_ops_client_init(&c, url, model, key, &err)) return cli_fail("bench", &err);
-    c.timeout_s = timeout;
+    if (cli_conn_open(&cc, &c, "bench")) return 1;
     json_t *res = NULL;
-    if (snug_ops_bench(&c, &o, progress, NULL, &res, &err)) {
+    if (snug_ops_bench(&c, &o, cli_progress, NULL, &res, &err)) {
         json_decref(before);
         return cli_fail("bench", &err);
     }

@@ -24,16 +24,6 @@ static void stress_usage(void) {
             "  checks. --max-tokens caps the long answers (spec: 2000 / 500).\n");
 }
 
-static void progress(void *user, const char *label, int done, int total) {
-    (void)user;
-    if (!isatty(2)) return;
-    int w = 24, f = total ? done * w / total : 0;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d %-28s", f, "########################", w - f, "", done,
-            total, label);
-    if (done == total) fprintf(stderr, "\r%*s\r", 64, "");
-    fflush(stderr);
-}
-
 /* Print one result row: status, name, detail, memory delta. */
 static void print_row(const json_t *r) {
     const char *st = json_string_value(json_object_get(r, "status"));
@@ -49,19 +39,16 @@ static void print_row(const json_t *r) {
 }
 
 int cmd_stress(int argc, char **argv) {
-    const char *url = NULL, *model = NULL, *key = NULL;
+    struct cli_conn cc = CLI_CONN_DEFAULT;
+    int cr;
     bool as_json = false;
-    double timeout = 600, fr[32];
+    double fr[32];
     struct snug_ops_stress_opts o = {.over_limit = true, .fractions = fr};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
-        if (!strcmp(a, "--url")) {
-            if (!(url = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(key = cli_value(argc, argv, &i))) return 2;
+        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
+            if (cr < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
         } else if (!strcmp(a, "--ctx")) {
@@ -70,8 +57,6 @@ int cmd_stress(int argc, char **argv) {
         } else if (!strcmp(a, "--max-tokens")) {
             if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1000000) return 2;
             o.max_tokens = (int)v;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!cli_float(argc, argv, &i, &timeout) || timeout <= 0) return 2;
         } else if (!strcmp(a, "--needle")) {
             if (!(o.needle = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-over-limit")) {
@@ -100,10 +85,9 @@ int cmd_stress(int argc, char **argv) {
     }
     struct snug_err err = {0};
     struct snug_ops_client c;
-    if (snug_ops_client_init(&c, url, model, key, &err)) return cli_fail("stress", &err);
-    c.timeout_s = timeout;
+    if (cli_conn_open(&cc, &c, "stress")) return 1;
     json_t *res = NULL;
-    if (snug_ops_stress(&c, &o, progress, NULL, &res, &err)) return cli_fail("stress", &err);
+    if (snug_ops_stress(&c, &o, cli_progress, NULL, &res, &err)) return cli_fail("stress", &err);
     json_t *checks = json_object_get(res, "checks");
     int failed = snug_ops_count_failed(checks);
     if (as_json) {

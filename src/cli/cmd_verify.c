@@ -22,31 +22,14 @@ static void verify_usage(void) {
             "  {\"checks\": [{\"name\", \"status\": pass|fail|skip, \"detail\"}]}.\n");
 }
 
-/* Progress on a terminal: one rewritten stderr line. */
-static void progress(void *user, const char *label, int done, int total) {
-    (void)user;
-    if (!isatty(2)) return;
-    int w = 24, f = total ? done * w / total : 0;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d %-24s", f, "########################", w - f, "", done,
-            total, label);
-    if (done == total) fprintf(stderr, "\r%*s\r", 60, "");
-    fflush(stderr);
-}
-
 int cmd_verify(int argc, char **argv) {
-    const char *url = NULL, *model = NULL, *key = NULL;
+    struct cli_conn cc = CLI_CONN_DEFAULT;
+    int cr;
     bool as_json = false;
-    double timeout = 600;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--url")) {
-            if (!(url = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(key = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!cli_float(argc, argv, &i, &timeout) || timeout <= 0) return 2;
+        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
+            if (cr < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -60,10 +43,9 @@ int cmd_verify(int argc, char **argv) {
     }
     struct snug_err err = {0};
     struct snug_ops_client c;
-    if (snug_ops_client_init(&c, url, model, key, &err)) return cli_fail("verify", &err);
-    c.timeout_s = timeout;
+    if (cli_conn_open(&cc, &c, "verify")) return 1;
     json_t *res = NULL;
-    if (snug_ops_verify(&c, progress, NULL, &res, &err)) return cli_fail("verify", &err);
+    if (snug_ops_verify(&c, cli_progress, NULL, &res, &err)) return cli_fail("verify", &err);
     json_t *checks = json_object_get(res, "checks");
     int failed = snug_ops_count_failed(checks);
     if (as_json) {

@@ -1,0 +1,36 @@
+/* cli_ops.c — what `snug verify`, `snug stress` and `snug bench` share: the connection flags
+ * (--url, --model, --api-key, --timeout), opening the client, and the terminal progress bar.
+ * Read next: src/ops/ops.h. */
+#include "cli.h"
+#include "ops/ops.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_conn_flag(int argc, char **argv, int *i, struct cli_conn *cc) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--url")) return (cc->url = cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--model")) return (cc->model = cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--api-key")) return (cc->key = cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--timeout"))
+        return cli_float(argc, argv, i, &cc->timeout_s) && cc->timeout_s > 0 ? 1 : -1;
+    return 0;
+}
+
+int cli_conn_open(const struct cli_conn *cc, struct snug_ops_client *c, const char *cmd) {
+    struct snug_err err = {0};
+    if (snug_ops_client_init(c, cc->url, cc->model, cc->key, &err)) return cli_fail(cmd, &err);
+    c->timeout_s = cc->timeout_s;
+    return 0;
+}
+
+void cli_progress(void *user, const char *label, int done, int total) {
+    (void)user;
+    if (!isatty(2)) return;
+    int w = 24, f = total ? done * w / total : 0;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-28s", f, "########################", w - f, "", done,
+            total, label);
+    if (done == total) fprintf(stderr, "\r%*s\r", 64, "");
+    fflush(stderr);
+}
