@@ -166,6 +166,12 @@ static json_t *prefill_depth(struct snug_ops_client *c, long depth, long n_ctx,
 int snug_ops_bench(struct snug_ops_client *c, const struct snug_ops_bench_opts *o,
                    snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
     *out = NULL;
+    /* An unreachable server is an error, not a report of zeros. */
+    if (!snug_ops_alive(c))
+        return snug_err_set(err, SNUG_ERR_IO,
+                            "no server answers at %s (GET /health and /v1/models failed): start "
+                            "`snug serve` or check --url",
+                            c->base);
     snug_ops_discover_model(c);
     long n_ctx = o->n_ctx;
     char source[96] = "--ctx";

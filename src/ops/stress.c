@@ -320,6 +320,11 @@ int snug_ops_stress(struct snug_ops_client *c, const struct snug_ops_stress_opts
                     snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
     static const double DEFAULT_FR[] = {0.10, 0.25, 0.50, 0.75, 0.90, 0.95};
     *out = NULL;
+    if (!snug_ops_alive(c))
+        return snug_err_set(err, SNUG_ERR_IO,
+                            "no server answers at %s (GET /health and /v1/models failed): start "
+                            "`snug serve` or check --url",
+                            c->base);
     snug_ops_discover_model(c);
     long n_ctx = o->n_ctx;
     char source[96] = "--ctx";

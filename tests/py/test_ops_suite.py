@@ -14,6 +14,7 @@ Runnable as a script; prints "N passed, N failed".
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -427,10 +428,24 @@ def test_real_bench(res, model, tmp):
         s.stop()
 
 
+def test_unreachable(res):
+    """Nothing listens: bench and stress must fail with a message, not report zeros."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # the port is free now and nothing listens on it
+    for cmd, extra in (("bench", ["--runs", "1"]), ("stress", [])):
+        p = snug(cmd, "--url", f"http://127.0.0.1:{port}", *extra, timeout=60)
+        res.check(p.returncode != 0 and "no server answers" in p.stderr,
+                  f"{cmd} against a closed port: non-zero exit and a message "
+                  f"(rc {p.returncode}, {p.stderr.strip()[:120]!r})")
+
+
 def main():
     res = Results()
     t0 = time.time()
     test_mock(res)
+    test_unreachable(res)
     with tempfile.TemporaryDirectory() as tmp:
         model = demo_model(res, tmp)
         if not model:
