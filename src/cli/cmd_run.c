@@ -226,6 +226,7 @@ int cmd_run(int argc, char **argv) {
     double t0 = snug_time_s();
     if (snug_ctx_eval(ctx, ids, (int32_t)n_prompt, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto fail;
     double t_prompt = snug_time_s() - t0;
+    cli_backend_report(&bk, "after the prompt");
 
     /* generation */
     const snug_token eos = snug_tokenizer_eos(tok), im_end = snug_tokenizer_im_end(tok);
@@ -272,6 +273,7 @@ int cmd_run(int argc, char **argv) {
             "generation %ld tokens, %.2f s, %.1f tok/s | seed %ld | peak memory %.1f MiB\n",
             t_load, n_prompt, t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen,
             t_gen > 0 ? n_gen / t_gen : 0.0, seed, snug_peak_rss_bytes() / 1048576.0);
+    cli_backend_report(&bk, "after generation");
     if (spec_draft > 0) {
         struct snug_spec_stats st;
         snug_ctx_spec_stats(ctx, &st);
