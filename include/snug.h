@@ -155,6 +155,20 @@ enum {
  * an id outside the vocabulary. Allocates nothing. */
 int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
                   unsigned flags, struct snug_err *err);
+/* Batched decode: append ids[i] to ctxs[i] for i < n (n distinct contexts of the same model,
+ * one token each) in one forward step whose matrix products run over all n rows, so each
+ * weight is read once per step instead of n times; the conv, delta rule and attention of each
+ * row run against its own context's caches. logits_out (may be NULL) gets [n][V], row i the
+ * logits of ctxs[i]. Each row's logits equal a lone snug_ctx_eval of that token up to the
+ * matrix kernels' summation order (docs/server.md: bit-identical for float weights; within
+ * 1e-4 relative for block types). Steps hold at most ctxs[0]'s n_chunk rows (more run as
+ * several steps) and use ctxs[0]'s thread pool and work arena. Contexts on the CUDA backend,
+ * with speculative decoding (n_draft > 0) or with a layer hook are evaluated one by one with
+ * snug_ctx_eval instead (same results). Validates everything first: a failure (a full
+ * context, an id outside the vocabulary, a repeated context) changes nothing. Allocates
+ * nothing. */
+int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
+                        float *logits_out, struct snug_err *err);
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx); /* tokens in the sequence so far */
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx);
 

@@ -291,8 +291,17 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
     OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
     OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
-    OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
-    OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
+    if (f->kv_rows) { /* batched decode: row t against its own sequence's cache */
+        for (int64_t t = 0; t < T; t++) {
+            struct snug_kv_view *kt = &f->kv_rows[t]->views[L->attn_idx];
+            OP(kv_store, kt, Hkv, D, f->pos[t], 1, B->k + t * Hkv * D, B->v + t * Hkv * D);
+            OP(attention, kt, Hq, Hkv, D, f->pos[t], 1, B->q + t * Hq * D, 1.0f / sqrtf((float)D),
+               B->att + t * Hq * D, f->op_work);
+        }
+    } else {
+        OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
+        OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
+    }
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
     OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
@@ -300,18 +309,20 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
 
 /* The delta rule of a verification step (speculative decoding): the step recurrence token by
  * token, saving the state after token t into snapshot slot t, so a partial acceptance can roll
- * back to any of the T positions (kv.h). Same numbers as T single-token decode steps. */
+ * back to any of the T positions (kv.h). Same numbers as T single-token decode steps. The
+ * slots are in the backend's memory (device snapshots on CUDA: kv.h's layout, copied there). */
 static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
                                const struct trunk_bufs *B, float *S) {
     const struct snug_hparams *hp = &f->m->hp;
     int64_t Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = dk;
     int64_t kd = Nk * dk, di = hp->ssm_d_inner;
-    SNUG_ASSERT(f->T <= f->kv->n_snap && snug_fwd_be(f)->host_memory);
+    struct snug_be *be = snug_fwd_be(f);
+    SNUG_ASSERT(f->T <= f->kv->n_snap);
     for (int64_t t = 0; t < f->T; t++) {
-        snug_op_gated_delta_step(f->pool, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd,
-                                 B->vd + t * di, B->aa + t * Nv, B->bb + t * Nv, S, B->o + t * di);
-        memcpy(snug_kv_snap_delta(f->kv, (int32_t)t, L->rec_idx), S,
-               (size_t)f->kv->shape.delta_elems * sizeof(float));
+        OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd, B->vd + t * di,
+           B->aa + t * Nv, B->bb + t * Nv, S, B->o + t * di);
+        OP(copy, snug_kv_snap_delta(f->kv, (int32_t)t, L->rec_idx), S,
+           (size_t)f->kv->shape.delta_elems * sizeof(float));
     }
 }
 
@@ -329,11 +340,15 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     matmul(f, L->ssm_beta, B->xn, T, B->bb);
     matmul(f, L->ssm_alpha, B->xn, T, B->aa);
     float *conv = snug_kv_conv_state(f->kv, L->rec_idx);
-    if (f->kv->snap_on) { /* token by token, saving the conv state after each */
+    if (f->kv_rows) { /* batched decode: each row through its own sequence's conv state */
+        for (int64_t t = 0; t < T; t++)
+            OP(conv_silu, B->mix + t * cd, 1, cd, hp->conv_kernel, convw,
+               snug_kv_conv_state(f->kv_rows[t], L->rec_idx), B->u + t * cd);
+    } else if (f->kv->snap_on) { /* token by token, saving the conv state after each */
         for (int64_t t = 0; t < T; t++) {
             OP(conv_silu, B->mix + t * cd, 1, cd, hp->conv_kernel, convw, conv, B->u + t * cd);
-            memcpy(snug_kv_snap_conv(f->kv, (int32_t)t, L->rec_idx), conv,
-                   (size_t)f->kv->shape.conv_elems * sizeof(float));
+            OP(copy, snug_kv_snap_conv(f->kv, (int32_t)t, L->rec_idx), conv,
+               (size_t)f->kv->shape.conv_elems * sizeof(float));
         }
     } else {
         OP(conv_silu, B->mix, T, cd, hp->conv_kernel, convw, conv, B->u);
@@ -348,7 +363,12 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     OP(scale, B->qd, T * kd, qscale);
     OP(delta_gates, B->bb, B->aa, f32(f, L->ssm_a), f32(f, L->ssm_dt), T, Nv);
     float *S = snug_kv_delta_state(f->kv, L->rec_idx);
-    if (f->kv->snap_on) {
+    if (f->kv_rows) { /* batched decode: one step-recurrence token per sequence */
+        for (int64_t t = 0; t < T; t++)
+            OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd, B->vd + t * di,
+               B->aa + t * Nv, B->bb + t * Nv, snug_kv_delta_state(f->kv_rows[t], L->rec_idx),
+               B->o + t * di);
+    } else if (f->kv->snap_on) {
         deltanet_snapshots(f, L, B, S);
     } else if (T == 1)
         OP(delta_step, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S, B->o);
@@ -407,7 +427,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
                 host_view(f, B.xn, T * H));
         snug_arena_reset_to(hw, hmark);
     }
-    if (f->hidden_out) OP(download, f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
+    if (f->hidden_out) OP(copy, f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
     if (!f->logits) return;
     int64_t r0 = f->logits_all ? 0 : T - 1;
     if (be->host_memory) {

@@ -22,7 +22,9 @@ struct snug_ctx {
     struct snug_pool *pool;
     struct snug_kv kv;
     struct snug_arena work;
-    int32_t *pos; /* [n_chunk] */
+    int32_t *pos;          /* [n_chunk] */
+    struct snug_kv **rows; /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
+                              pos_bytes: rows first, then pos, in one block) */
     int32_t n_past;
     snug_layer_hook hook;
     void *hook_user;
@@ -40,15 +42,16 @@ struct snug_ctx_params snug_ctx_default_params(void) {
 
 /* The CUDA side of snug_ctx_init: check the whole plan (weights included) against
  * p->vram_budget, then open the backend, which takes one device allocation per planned arena
- * and uploads the weights. Speculative decoding stays on the CPU for now. */
+ * and uploads the weights. With n_draft > 0 the backend also holds the rollback snapshots,
+ * the MTP block's cache and the MTP row buffers (the spec state keeps only host buffers). */
 static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct snug_ctx_params *p,
                          const struct snug_plan_limits *lim, struct snug_plan *plan,
                          struct snug_err *err) {
-    if (p->n_draft > 0)
+    if (p->n_draft > 0 && (m->hp.n_nextn == 0 || !m->arch->mtp_forward))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "backend cuda: speculative decoding (n_draft %d) is CPU-only so far; "
-                            "drop --spec-draft or use --backend cpu",
-                            p->n_draft);
+                            "speculative decoding (n_draft %d) needs an MTP block, but this %s "
+                            "model has %s.nextn_predict_layers = 0; use n_draft 0",
+                            p->n_draft, m->hp.arch, m->hp.arch);
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     int rc = snug_plan_check(&m->hp, &w, lim, p->vram_budget, plan, err);
@@ -62,6 +65,14 @@ static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct 
         .n_head = m->hp.n_head,
         .head_dim = m->hp.head_dim,
     };
+    struct snug_kv_shape mtp_shape;
+    if (p->n_draft > 0) { /* speculative decoding: snapshots, MTP cache and rows on the device */
+        mtp_shape = snug_spec_kv_shape(&m->hp, p->n_ctx, (enum snug_kv_type)p->kv_type);
+        cl.n_snap = p->n_draft + 1;
+        cl.mtp_kv_shape = &mtp_shape;
+        cl.spec_bytes = snug_spec_dev_bytes(&m->hp, plan->lim.n_chunk);
+        SNUG_ASSERT(plan->snapshot_bytes == snug_kv_snap_bytes(&plan->kv_shape, cl.n_snap));
+    }
     size_t free0 = 0, free1 = 0, total = 0;
     struct snug_err e2 = {0};
     snug_backend_cuda_mem_info(&free0, &total, &e2);
@@ -73,8 +84,13 @@ static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct 
              "backend holds %.1f MiB; plan device total %.1f MiB\n",
              free0 / 1048576.0, free1 / 1048576.0, total / 1048576.0,
              snug_backend_cuda_bytes(c->gpu) / 1048576.0, plan->device_total / 1048576.0);
-    c->pos = snug_malloc(plan->pos_bytes);
-    if (!c->pos) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    c->rows = snug_malloc(plan->pos_bytes);
+    if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    c->pos = (int32_t *)(c->rows + plan->lim.n_chunk);
+    if (p->n_draft > 0)
+        return snug_spec_init_on(
+            &c->spec, m, p->n_ctx, plan->lim.n_chunk, p->n_draft, (enum snug_kv_type)p->kv_type,
+            c->gpu, snug_backend_cuda_mtp_kv(c->gpu), snug_backend_cuda_spec_mem(c->gpu), err);
     return SNUG_OK;
 }
 
@@ -141,11 +157,12 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
     if (rc) goto fail;
     rc = snug_arena_init(&c->work, "work", plan.work_bytes, err);
     if (rc) goto fail;
-    c->pos = snug_malloc(plan.pos_bytes);
-    if (!c->pos) {
+    c->rows = snug_malloc(plan.pos_bytes);
+    if (!c->rows) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
+    c->pos = (int32_t *)(c->rows + plan.lim.n_chunk);
     if (p.n_draft > 0) { /* speculative decoding: MTP state + n_draft + 1 rollback slots */
         rc = snug_spec_init(&c->spec, m, p.n_ctx, p.n_chunk, p.n_draft,
                             (enum snug_kv_type)p.kv_type, err);
@@ -164,7 +181,7 @@ fail:
 void snug_ctx_free(struct snug_ctx *ctx) {
     if (!ctx) return;
     snug_spec_free(ctx->spec);
-    snug_free(ctx->pos);
+    snug_free(ctx->rows); /* pos lives in the same block */
     snug_arena_free(&ctx->work);
     snug_kv_free(&ctx->kv);
     snug_backend_cuda_close(ctx->gpu);
@@ -192,6 +209,51 @@ int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx) {
 void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *user) {
     ctx->hook = hook;
     ctx->hook_user = user;
+}
+
+/* The caches the forward runs on: the device backend's or the context's own. */
+static struct snug_kv *ctx_kv(struct snug_ctx *ctx) {
+    return ctx->gpu ? snug_backend_cuda_kv(ctx->gpu) : &ctx->kv;
+}
+
+/* Copy every recurrent state into snapshot slot t (save) or back from it, in the caches' own
+ * memory (a queued device copy on CUDA; kv.h's memcpy on the CPU). */
+static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
+    if (!ctx->gpu) {
+        if (save)
+            snug_kv_snap_save(&ctx->kv, t);
+        else
+            snug_kv_snap_restore(&ctx->kv, t);
+        return;
+    }
+    struct snug_kv *kv = ctx_kv(ctx);
+    const struct snug_kv_shape *s = &kv->shape;
+    SNUG_ASSERT(t >= 0 && t < kv->n_snap);
+    if (s->n_rec == 0) return;
+    size_t cb = (size_t)s->n_rec * (size_t)s->conv_elems * 4;
+    size_t db = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
+    struct snug_be *be = ctx->gpu;
+    if (save) {
+        be->ops->copy(be, snug_kv_snap_conv(kv, t, 0), kv->conv, cb);
+        be->ops->copy(be, snug_kv_snap_delta(kv, t, 0), kv->delta, db);
+    } else {
+        be->ops->copy(be, kv->conv, snug_kv_snap_conv(kv, t, 0), cb);
+        be->ops->copy(be, kv->delta, snug_kv_snap_delta(kv, t, 0), db);
+    }
+}
+
+/* Point a step at the device backend: its caches, work arenas and positions (uploaded from
+ * ctx->pos, T of them). */
+static void ctx_fwd_gpu(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
+    f->be = ctx->gpu;
+    f->kv = snug_backend_cuda_kv(ctx->gpu);
+    f->work = snug_backend_cuda_work(ctx->gpu);
+    f->host_work = snug_backend_cuda_host_work(ctx->gpu);
+    snug_arena_reset_to(f->work, 0);
+    snug_arena_reset_to(f->host_work, 0);
+    int32_t *dpos = snug_backend_cuda_pos(ctx->gpu);
+    if (T > 0) ctx->gpu->ops->upload(ctx->gpu, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
+    f->pos_be = dpos;
 }
 
 /* Validate the whole request first (so a failure changes nothing), then run the chunks. */
@@ -222,8 +284,8 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
     int64_t V = m->hp.n_vocab;
     ctx->snap_n = 0;
     bool recompute = snap && ctx->spec->recompute;
-    if (recompute) snug_kv_snap_save(&ctx->kv, 0); /* the state before the verification */
-    ctx->kv.snap_on = snap && !recompute;
+    if (recompute) ctx_snap(ctx, 0, true); /* the state before the verification */
+    ctx_kv(ctx)->snap_on = snap && !recompute;
     if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
@@ -252,21 +314,12 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
-        if (ctx->gpu) { /* activations, caches and positions on the device */
-            f.be = ctx->gpu;
-            f.kv = snug_backend_cuda_kv(ctx->gpu);
-            f.work = snug_backend_cuda_work(ctx->gpu);
-            f.host_work = snug_backend_cuda_host_work(ctx->gpu);
-            snug_arena_reset_to(f.work, 0);
-            snug_arena_reset_to(f.host_work, 0);
-            int32_t *dpos = snug_backend_cuda_pos(ctx->gpu);
-            ctx->gpu->ops->upload(ctx->gpu, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
-            f.pos_be = dpos;
-        }
+        if (ctx->gpu) ctx_fwd_gpu(ctx, &f, T); /* activations, caches, positions on device */
         if (ctx->spec) { /* the pending rows learn their next token: MTP step 1 over them */
             float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
             ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
-            snug_arena_reset_to(&ctx->work, 0);
+            snug_arena_reset_to(f.work, 0);
+            if (f.host_work) snug_arena_reset_to(f.host_work, 0);
         }
         m->arch->forward(&f);
         if (ctx->gpu) {
@@ -276,7 +329,82 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }
-    ctx->kv.snap_on = false;
+    ctx_kv(ctx)->snap_on = false;
+    return SNUG_OK;
+}
+
+/* ---- batched decode ------------------------------------------------------------------------ */
+/* One token for each of n contexts (snug.h). Checks every row first; then, when all contexts
+ * are plain CPU ones, runs steps of up to ctxs[0]'s n_chunk rows through the architecture's
+ * forward with f.kv_rows set (model.h): row t is ctxs[t]'s token at its own position, the
+ * activations live in ctxs[0]'s work arena (planned for n_chunk rows, so a step of <= n_chunk
+ * sequences fits by construction). Otherwise each context runs its own snug_ctx_eval. */
+int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
+                        float *logits_out, struct snug_err *err) {
+    if (n < 0 || (n > 0 && (!ctxs || !ids)))
+        return snug_err_set(err, SNUG_ERR_INVALID, "eval batch: %d rows without %s", n,
+                            ctxs ? "ids" : "contexts");
+    if (n == 0) return SNUG_OK;
+    const struct snug_model *m = ctxs[0]->m;
+    bool batched = true;
+    for (int32_t i = 0; i < n; i++) {
+        struct snug_ctx *c = ctxs[i];
+        if (!c || c->m != m)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "eval batch: context %d is %s; every context must be of the "
+                                "same model",
+                                i, c ? "of another model" : "NULL");
+        for (int32_t k = 0; k < i; k++)
+            if (ctxs[k] == c)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "eval batch: contexts %d and %d are the same; a context takes "
+                                    "one token per batch",
+                                    k, i);
+        if (c->n_past + 1 > c->p.n_ctx)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "eval batch: context %d is full (%d of %d positions used); make "
+                                "the context larger (n_ctx)",
+                                i, c->n_past, c->p.n_ctx);
+        if (ids[i] < 0 || (uint32_t)ids[i] >= m->hp.n_vocab)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "eval batch: token id %d of row %d is outside the vocabulary "
+                                "[0, %u)",
+                                ids[i], i, m->hp.n_vocab);
+        if (c->gpu || c->spec || c->hook) batched = false;
+    }
+    int64_t V = m->hp.n_vocab;
+    if (!batched) { /* one by one; each call re-checks what was checked above */
+        for (int32_t i = 0; i < n; i++) {
+            int rc = snug_ctx_eval(ctxs[i], ids + i, 1, logits_out ? logits_out + i * V : NULL,
+                                   SNUG_EVAL_LOGITS_LAST, err);
+            if (rc) return rc;
+        }
+        return SNUG_OK;
+    }
+    struct snug_ctx *c0 = ctxs[0];
+    for (int32_t off = 0; off < n; off += c0->p.n_chunk) {
+        int32_t T = SNUG_MIN(c0->p.n_chunk, n - off);
+        for (int32_t t = 0; t < T; t++) c0->pos[t] = ctxs[off + t]->n_past;
+        struct snug_kv **rows = c0->rows; /* planned with the positions (pos_bytes) */
+        for (int32_t t = 0; t < T; t++) rows[t] = &ctxs[off + t]->kv;
+        snug_arena_reset_to(&c0->work, 0);
+        struct snug_fwd f = {
+            .m = m,
+            .pool = c0->pool,
+            .n_threads = c0->n_threads,
+            .work = &c0->work,
+            .kv = rows[0],
+            .ids = ids + off,
+            .pos = c0->pos,
+            .T = T,
+            .pos0 = c0->pos[0],
+            .logits = logits_out ? logits_out + (int64_t)off * V : NULL,
+            .logits_all = true,
+            .kv_rows = rows,
+        };
+        m->arch->forward(&f);
+        for (int32_t t = 0; t < T; t++) ctxs[off + t]->n_past++;
+    }
     return SNUG_OK;
 }
 
@@ -291,10 +419,13 @@ int32_t snug_model_n_nextn(const struct snug_model *m) {
     return (int32_t)m->hp.n_nextn;
 }
 
-/* The fields of a forward step every MTP run shares with the trunk's. */
+/* The fields of a forward step every MTP run shares with the trunk's (the backend and its
+ * work arenas; the MTP uploads its own positions). */
 static struct snug_fwd base_fwd(struct snug_ctx *ctx) {
-    return (struct snug_fwd){
+    struct snug_fwd f = {
         .m = ctx->m, .pool = ctx->pool, .n_threads = ctx->n_threads, .work = &ctx->work};
+    if (ctx->gpu) ctx_fwd_gpu(ctx, &f, 0);
+    return f;
 }
 
 int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits,
@@ -309,6 +440,7 @@ int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, fl
         snug_spec_flush_known(ctx->spec, &base,
                               mtp_logits ? mtp_logits + ctx->mtp_rows * (int64_t)ctx->m->hp.n_vocab
                                          : NULL);
+        if (ctx->gpu) rc = snug_backend_cuda_sync(ctx->gpu, err);
     }
     ctx->mtp_sink = NULL;
     return rc;
@@ -319,8 +451,10 @@ int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token 
     *n_out = 0;
     if (!ctx->spec) return snug_err_set(err, SNUG_ERR_INVALID, "draft: context has n_draft 0");
     struct snug_fwd base = base_fwd(ctx);
-    return snug_spec_draft(ctx->spec, &base, ctx->n_past, ctx->p.n_ctx, next, k, drafts, n_out,
-                           err);
+    int rc =
+        snug_spec_draft(ctx->spec, &base, ctx->n_past, ctx->p.n_ctx, next, k, drafts, n_out, err);
+    if (rc == SNUG_OK && ctx->gpu) rc = snug_backend_cuda_sync(ctx->gpu, err);
+    return rc;
 }
 
 /* Back to n_past tokens: the attention rows past it are dead, the recurrent states come from
@@ -340,18 +474,23 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
     int32_t keep = n_past - ctx->snap_pos0; /* tokens of the snapshot eval that stay */
     struct snug_spec *sp = ctx->spec;
     if (sp->recompute) {
-        snug_kv_snap_restore(&ctx->kv, 0);
+        ctx_snap(ctx, 0, false);
         for (int32_t i = 0; i < keep; i++) ctx->pos[i] = ctx->snap_pos0 + i;
         snug_arena_reset_to(&ctx->work, 0);
         struct snug_fwd f = base_fwd(ctx);
-        f.kv = &ctx->kv;
+        f.kv = ctx_kv(ctx);
         f.ids = sp->hid_ids;
         f.pos = ctx->pos;
         f.T = keep;
         f.pos0 = ctx->snap_pos0;
+        if (ctx->gpu) ctx_fwd_gpu(ctx, &f, keep);
         ctx->m->arch->forward(&f);
     } else {
-        snug_kv_snap_restore(&ctx->kv, keep - 1);
+        ctx_snap(ctx, keep - 1, false);
+    }
+    if (ctx->gpu) {
+        int rc = snug_backend_cuda_sync(ctx->gpu, err);
+        if (rc) return rc;
     }
     ctx->n_past = n_past;
     if (sp->hid_pos0 == ctx->snap_pos0) sp->n_hid = SNUG_MIN(sp->n_hid, keep);

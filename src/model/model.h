@@ -151,6 +151,11 @@ struct snug_fwd {
     struct snug_be be_cpu;
     struct snug_arena *host_work;
     const int32_t *pos_be;
+    /* A batched decode (snug_ctx_eval_batch): NULL, or [T] caches, row t of the step being
+     * the one new token of its own sequence, at position pos[t], against kv_rows[t]'s
+     * attention cache and DeltaNet states (f->kv = kv_rows[0]). The matrix products run over
+     * all T rows; conv, delta rule and attention run row by row. CPU backend only. */
+    struct snug_kv *const *kv_rows;
 };
 
 /* The step's backend (the CPU one over f->pool unless the context chose another). */

@@ -168,8 +168,10 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64) */
     out->work_bytes = SNUG_ALIGN_UP(ap.work_bytes, (size_t)64);
     item(out, "work arena (per chunk)", S * out->work_bytes, dev, false);
-    out->pos_bytes = (size_t)lim.n_chunk * sizeof(int32_t);
-    item(out, "positions", S * out->pos_bytes, dev, false);
+    /* the step's position table and, for a batched decode across slots
+     * (snug_ctx_eval_batch), its row → cache table: n_chunk of each */
+    out->pos_bytes = (size_t)lim.n_chunk * (sizeof(int32_t) + sizeof(void *));
+    item(out, "positions + batch rows", S * out->pos_bytes, dev, false);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
     item(out, "logits", S * V * 4, SNUG_DEVICE_HOST, false);
     item(out, "sampler", S * 6 * V * 4, SNUG_DEVICE_HOST, false);

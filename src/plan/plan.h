@@ -57,7 +57,7 @@ struct snug_plan {
     /* What one context (one slot) allocates, for snug_ctx_init: */
     struct snug_kv_shape kv_shape; /* its KV/state arena (snug_kv_bytes(&kv_shape) bytes) */
     size_t work_bytes;             /* its work arena (one step of n_chunk tokens) */
-    size_t pos_bytes;              /* its position table */
+    size_t pos_bytes;              /* its position table + batched-decode row table */
     size_t snapshot_bytes;         /* per slot: recurrent-state copies for rollback */
 };
 
