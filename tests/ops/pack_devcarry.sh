@@ -1,0 +1,28 @@
+#!/bin/sh
+# pack_devcarry.sh — what a device run needs, from a build made HERE (the device machine has
+# no -dev packages): D/snug, D/bench_cuda_ops and D/test_cuda_ops when built, D/lib.tar.xz
+# (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the device has),
+# D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
+# D should be under devcarry/ (ignored by git) and named in the `run` tool's carry list.
+# Usage: [NOFX=1] sh tests/ops/pack_devcarry.sh BUILD_DIR D   (BUILD_DIR configured with nvcc present and
+#        -DSNUG_NATIVE=OFF; build its targets snug bench_cuda_ops test_cuda_ops first)
+B=${1:?build dir}
+D=${2:?carry dir}
+FX=${FX:-$(dirname "$0")/../../../shared/fixtures}
+set -e
+rm -rf "$D" && mkdir -p "$D/lib" "$D/fx"
+for t in snug bench_cuda_ops test_cuda_ops; do
+  f=$(find "$B" -maxdepth 3 -type f -name $t -perm -u+x | head -1)
+  [ -n "$f" ] && cp "$f" "$D/" && strip "$D/$t"
+done
+ldd "$D/snug" | awk '/=>/ {print $3}' |
+  grep -v -E 'libc\.so|ld-linux|libm\.so|libpthread|libdl\.so|librt\.so|libcuda|libcublas|libcudart|libnvidia' |
+  while read -r l; do cp -L "$l" "$D/lib/"; done
+# the binaries travel inside the archive too (their fatbins compress well; carry is 64 MiB)
+bins=$(cd "$D" && ls snug bench_cuda_ops test_cuda_ops 2>/dev/null)
+tar cJf "$D/lib.tar.xz" -C "$D" lib $bins && (cd "$D" && rm -rf lib $bins)
+[ "${NOFX:-0}" = 1 ] || for m in trained moe; do
+  mkdir -p "$D/fx/$m"
+  cp "$FX/$m"/*.gguf "$FX/$m"/*.json "$FX/$m"/*.f32 "$D/fx/$m/" 2>/dev/null || true
+done
+du -sh "$D"
