@@ -1,11 +1,12 @@
 #!/bin/sh
 # pack_devcarry.sh — what a device run needs, from a build made HERE (the device machine has
-# no -dev packages): D/snug, D/bench_cuda_ops and D/test_cuda_ops when built, D/lib.tar.xz
-# (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the device has),
-# D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
+# no -dev packages): D/lib.tar.xz holding snug, bench_cuda_ops and test_cuda_ops (when built)
+# and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
+# device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
 # D should be under devcarry/ (ignored by git) and named in the `run` tool's carry list.
-# Usage: [NOFX=1] sh tests/ops/pack_devcarry.sh BUILD_DIR D   (BUILD_DIR configured with nvcc present and
-#        -DSNUG_NATIVE=OFF; build its targets snug bench_cuda_ops test_cuda_ops first)
+# Usage: [NOFX=1] sh tests/ops/pack_devcarry.sh BUILD_DIR D
+#   (BUILD_DIR configured with nvcc present and -DSNUG_NATIVE=OFF; build its targets snug,
+#   bench_cuda_ops and test_cuda_ops first)
 B=${1:?build dir}
 D=${2:?carry dir}
 FX=${FX:-$(dirname "$0")/../../../shared/fixtures}
