@@ -4,8 +4,9 @@
  * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
  * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
  * cannot be rolled back, so only exact extensions qualify).
- * Decode runs slot by slot (one snug_ctx_eval of one token each); a cross-slot batched forward
- * needs a batched eval in the model API and is left for later.
+ * Decode is batched across slots: every generating slot picks its token (sample, script or a
+ * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
+ * forward (weights read once per step for all slots); prompts still run slot by slot.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"
@@ -52,6 +53,12 @@ struct snug_engine {
     int32_t V, n_ctx, n_chunk, n_draft;
     struct slot *slots;
     int32_t n_slots;
+    /* the batched decode step (all allocated at init, n_slots each): contexts, their tokens,
+     * the slots they belong to, and the [n_slots][V] logits the batch writes */
+    struct snug_ctx **b_ctx;
+    snug_token *b_ids;
+    struct slot **b_slot;
+    float *b_logits;
     snug_token end_ids[3];
 
     pthread_t thread;
@@ -257,18 +264,22 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
     return true;
 }
 
-/* One decode token for a generating slot. */
-static void slot_decode(struct snug_engine *e, struct slot *s) {
+/* The token a generating slot emits this step: sample it (or follow the script, or take the
+ * next of a speculative step), hand it out, and check the stopping conditions. Returns true
+ * with *out set when the token must now be evaluated into the slot's context (the caller
+ * batches those, see decode_step); false when the slot finished or a speculative step will
+ * evaluate it. */
+static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     struct snug_engine_job *j = s->job;
     snug_token id;
     if (j->script) {
         if (s->script_pos >= j->n_script) {
             slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-            return;
+            return false;
         }
         id = j->script[s->script_pos++];
     } else if (e->n_draft > 0 && !j->logprobs) {
-        if (!spec_next(e, s, &id)) return;
+        if (!spec_next(e, s, &id)) return false;
     } else {
         id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
     }
@@ -280,28 +291,58 @@ static void slot_decode(struct snug_engine *e, struct slot *s) {
     pthread_mutex_unlock(&e->mu);
     if (is_end_token(e, id)) {
         slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-        return;
+        return false;
     }
     const char *txt = "";
     size_t len = 0;
     if (snug_detok_push(&s->detok, id, &txt, &len) != SNUG_OK) len = 0;
     if (j->on_token(j->user, id, txt, len, j->logprobs ? &lp : NULL)) {
         slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-        return;
+        return false;
     }
     if ((j->max_tokens > 0 && s->n_gen >= j->max_tokens) || s->n_toks + 1 > e->n_ctx) {
         slot_finish(e, s, SNUG_FINISH_LENGTH, NULL);
-        return;
+        return false;
     }
-    if (s->spec_pending) return; /* the next snug_spec_step evaluates it */
+    if (s->spec_pending) return false; /* the next snug_spec_step evaluates it */
+    *out = id;
+    return true;
+}
+
+/* A slot's eval failed: its context is in an unknown state, so start it over and end the job. */
+static void slot_eval_failed(struct snug_engine *e, struct slot *s, const char *msg) {
+    snug_ctx_reset(s->ctx);
+    s->n_toks = 0;
+    slot_finish(e, s, SNUG_FINISH_ERROR, msg);
+}
+
+/* One decode token for every generating slot: each picks its token, then one batched eval
+ * (snug_ctx_eval_batch: the matrix products over all picked rows at once) appends them to
+ * their contexts and fills each slot's logits. A refused batch (it changes nothing) is run
+ * again slot by slot so only the slot at fault ends with an error. */
+static void decode_step(struct snug_engine *e) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_GEN || !slot_pick(e, s, &e->b_ids[n])) continue;
+        e->b_ctx[n] = s->ctx;
+        e->b_slot[n] = s;
+        n++;
+    }
+    if (n == 0) return;
     struct snug_err err = {0};
-    if (snug_ctx_eval(s->ctx, &id, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) != SNUG_OK) {
-        snug_ctx_reset(s->ctx);
-        s->n_toks = 0;
-        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
-        return;
+    int rc = snug_ctx_eval_batch(e->b_ctx, e->b_ids, n, e->b_logits, &err);
+    for (int32_t r = 0; r < n; r++) {
+        struct slot *s = e->b_slot[r];
+        if (rc == SNUG_OK) {
+            memcpy(s->logits, e->b_logits + (int64_t)r * e->V, (size_t)e->V * sizeof(float));
+        } else if (snug_ctx_eval(s->ctx, &e->b_ids[r], 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) !=
+                   SNUG_OK) {
+            slot_eval_failed(e, s, err.msg);
+            continue;
+        }
+        s->toks[s->n_toks++] = e->b_ids[r];
     }
-    s->toks[s->n_toks++] = id;
 }
 
 /* Sum the slots' acceptance statistics into e->stats.spec (engine thread, e->mu held). */
@@ -398,8 +439,7 @@ static void *engine_main(void *arg) {
         }
         for (int32_t i = 0; i < e->n_slots; i++)
             if (e->slots[i].state == SLOT_PREFILL) slot_prefill(e, &e->slots[i]);
-        for (int32_t i = 0; i < e->n_slots; i++)
-            if (e->slots[i].state == SLOT_GEN) slot_decode(e, &e->slots[i]);
+        decode_step(e);
 
         pthread_mutex_lock(&e->mu);
         int64_t in_slots = 0;
@@ -508,6 +548,14 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
         rc = snug_detok_init(&s->detok, tok, SNUG_DETOK_SKIP_CONTROL, err);
         if (rc != SNUG_OK) goto fail;
     }
+    e->b_ctx = snug_calloc((size_t)e->n_slots, sizeof *e->b_ctx);
+    e->b_ids = snug_calloc((size_t)e->n_slots, sizeof *e->b_ids);
+    e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
+    e->b_logits = snug_malloc((size_t)e->n_slots * (size_t)e->V * sizeof(float));
+    if (!e->b_ctx || !e->b_ids || !e->b_slot || !e->b_logits) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the decode batch");
+        goto fail;
+    }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
     e->stats.n_slots = e->n_slots;
@@ -547,6 +595,10 @@ void snug_engine_free(struct snug_engine *e) {
         }
         snug_free(e->slots);
     }
+    snug_free(e->b_ctx);
+    snug_free(e->b_ids);
+    snug_free(e->b_slot);
+    snug_free(e->b_logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     snug_free(e);

@@ -3,7 +3,8 @@
  *
  * A step: admit queued jobs to free slots (reusing a slot whose cached tokens are a strict
  * prefix of the new prompt), run one prompt chunk for each prefilling slot, then one decode
- * token for each generating slot (sample or follow the script, detokenize, call on_token).
+ * token for each generating slot (sample or follow the script, detokenize, call on_token),
+ * the tokens of all generating slots evaluated together in one snug_ctx_eval_batch.
  * Invariant: only the engine thread touches contexts, samplers and detokenizers; a job is
  * borrowed by the engine from submit until its on_done call returns, and never after.
  * JSON never enters here: the callbacks (http.c) turn tokens into responses.
