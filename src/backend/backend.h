@@ -81,6 +81,9 @@ struct snug_backend_ops {
     /* y[t][:] += sigmoid(glogit[t]) · d[t][:] (the MoE shared expert's gate). */
     void (*add_gated)(struct snug_be *be, float *y, const float *d, const float *glogit, int64_t T,
                       int64_t H);
+    /* bytes from src to dst, both in the backend's memory, queued in order with the ops
+     * (recurrent-state snapshots and rollback, MTP hidden rows). */
+    void (*copy)(struct snug_be *be, void *dst, const void *src, size_t bytes);
 };
 
 struct snug_be {
@@ -115,6 +118,12 @@ struct snug_cuda_limits {
     int32_t n_chunk;                      /* tokens per step */
     int64_t n_embd;                       /* H (embedding staging) */
     int64_t n_head, head_dim;             /* attention scratch */
+    /* speculative decoding (all 0/NULL without): n_snap recurrent-state snapshot slots
+     * (snug_kv_snap_bytes, the plan's "state snapshots (mtp)"), the MTP block's one-layer
+     * cache, and spec_bytes of device buffers for src/spec (snug_spec_dev_bytes). */
+    int32_t n_snap;
+    const struct snug_kv_shape *mtp_kv_shape;
+    size_t spec_bytes;
 };
 bool snug_backend_cuda_built(void);
 /* Device op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
@@ -128,6 +137,10 @@ struct snug_kv *snug_backend_cuda_kv(struct snug_be *be);           /* device vi
 struct snug_arena *snug_backend_cuda_work(struct snug_be *be);      /* over device memory */
 struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be); /* host */
 int32_t *snug_backend_cuda_pos(struct snug_be *be);                 /* device [n_chunk] */
+/* Speculative decoding (lim->n_snap > 0): the MTP block's cache (device views; its snapshot
+ * slots are in snug_backend_cuda_kv's kv->snap) and the spec_bytes device block; NULL without. */
+struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be);
+void *snug_backend_cuda_spec_mem(struct snug_be *be);
 /* Zero every recurrent state (a new sequence). */
 void snug_backend_cuda_reset(struct snug_be *be);
 /* Wait for the queued step; the first device or recorded error. */

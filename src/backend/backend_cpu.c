@@ -166,6 +166,7 @@ static const struct snug_backend_ops CPU_OPS = {
     .gather_rows = cpu_gather_rows,
     .moe_combine = cpu_moe_combine,
     .add_gated = cpu_add_gated,
+    .copy = cpu_copy,
 };
 
 void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool) {
@@ -205,6 +206,12 @@ struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
     return NULL;
 }
 int32_t *snug_backend_cuda_pos(struct snug_be *be) {
+    return NULL;
+}
+struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be) {
+    return NULL;
+}
+void *snug_backend_cuda_spec_mem(struct snug_be *be) {
     return NULL;
 }
 void snug_backend_cuda_reset(struct snug_be *be) {}

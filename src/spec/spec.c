@@ -23,33 +23,56 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
     };
 }
 
-/* Lay out (a != NULL) or count the buffers of struct snug_spec; returns the bytes. */
+/* Lay out (a != NULL) or count the buffers of struct snug_spec; returns the bytes. `dev`
+ * selects the group: the rows the MTP forward reads and writes (backend memory: hid, h2, ha,
+ * hb, pos_dev) or the host side (ids, positions, logits and probabilities for the sampler). */
 static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
-                           struct snug_arena *a, struct snug_spec *o) {
+                           bool dev, struct snug_arena *a, struct snug_spec *o) {
     size_t C = (size_t)n_chunk, H = hp->n_embd, V = hp->n_vocab, K1 = (size_t)n_draft + 1;
-    size_t sz[] = {C * H * 4, C * 4, C * 4,      C * 4, C * H * 4,
-                   H * 4,     H * 4, K1 * V * 4, V * 4, K1 * 4};
-    void **dst[] = {(void **)&o->hid,   (void **)&o->hid_ids, (void **)&o->tok, (void **)&o->pos,
-                    (void **)&o->h2,    (void **)&o->ha,      (void **)&o->hb,  (void **)&o->logits,
-                    (void **)&o->probs, (void **)&o->batch};
+    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, C * 4};
+    void **ddst[] = {(void **)&o->hid, (void **)&o->h2, (void **)&o->ha, (void **)&o->hb,
+                     (void **)&o->pos_dev};
+    size_t hsz[] = {C * 4, C * 4, C * 4, K1 * V * 4, V * 4, K1 * 4};
+    void **hdst[] = {(void **)&o->hid_ids, (void **)&o->tok,   (void **)&o->pos,
+                     (void **)&o->logits,  (void **)&o->probs, (void **)&o->batch};
+    size_t n = dev ? sizeof dsz / sizeof dsz[0] : sizeof hsz / sizeof hsz[0];
     size_t total = 0;
-    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
-        total += SNUG_ALIGN_UP(sz[i], 64);
-        if (a) *dst[i] = snug_arena_alloc(a, sz[i], 64);
+    for (size_t i = 0; i < n; i++) {
+        size_t sz = dev ? dsz[i] : hsz[i];
+        total += SNUG_ALIGN_UP(sz, 64);
+        if (a) *(dev ? ddst : hdst)[i] = snug_arena_alloc(a, sz, 64);
     }
     return total + 64;
+}
+
+size_t snug_spec_dev_bytes(const struct snug_hparams *hp, int32_t n_chunk) {
+    struct snug_spec tmp;
+    return spec_buffers(hp, n_chunk, 1, true, NULL, &tmp);
+}
+
+struct snug_kv_shape snug_spec_kv_shape(const struct snug_hparams *hp, int32_t n_ctx,
+                                        enum snug_kv_type kv_type) {
+    return mtp_kv_shape(hp, n_ctx, kv_type);
 }
 
 size_t snug_spec_bytes(const struct snug_hparams *hp, int32_t n_ctx, int32_t n_chunk,
                        int32_t n_draft, enum snug_kv_type kv_type) {
     struct snug_kv_shape s = mtp_kv_shape(hp, n_ctx, kv_type);
     struct snug_spec tmp;
-    return snug_kv_bytes(&s) + spec_buffers(hp, n_chunk, n_draft, NULL, &tmp);
+    return snug_kv_bytes(&s) + spec_buffers(hp, n_chunk, n_draft, false, NULL, &tmp) +
+           spec_buffers(hp, n_chunk, n_draft, true, NULL, &tmp);
 }
 
 int snug_spec_init(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
                    int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
                    struct snug_err *err) {
+    return snug_spec_init_on(out, m, n_ctx, n_chunk, n_draft, kv_type, NULL, NULL, NULL, err);
+}
+
+int snug_spec_init_on(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
+                      int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
+                      struct snug_be *be, struct snug_kv *dev_kv, void *dev_mem,
+                      struct snug_err *err) {
     *out = NULL;
     const struct snug_hparams *hp = &m->hp;
     if (hp->n_nextn == 0 || !m->arch->mtp_forward)
@@ -63,12 +86,32 @@ int snug_spec_init(struct snug_spec **out, const struct snug_model *m, int32_t n
                             SNUG_SPEC_MAX_DRAFT, n_chunk - 1);
     struct snug_spec *sp = snug_calloc(1, sizeof *sp);
     if (!sp) return snug_err_set(err, SNUG_ERR_NOMEM, "speculative decoding: out of memory");
-    struct snug_kv_shape s = mtp_kv_shape(hp, n_ctx, kv_type);
-    int rc = snug_kv_init(&sp->kv, &s, err);
+    int rc;
+    if (be) { /* device: the cache and the row buffers come from the backend */
+        if (!dev_kv || !dev_mem) {
+            rc = snug_err_set(err, SNUG_ERR_INTERNAL,
+                              "speculative decoding: backend %s has no MTP cache or buffers",
+                              be->ops->name);
+            goto fail;
+        }
+        sp->be = be;
+        sp->kvp = dev_kv;
+        struct snug_arena d = {.name = "spec (device)",
+                               .base = dev_mem,
+                               .cap = spec_buffers(hp, n_chunk, n_draft, true, NULL, sp)};
+        spec_buffers(hp, n_chunk, n_draft, true, &d, sp);
+    } else {
+        struct snug_kv_shape s = mtp_kv_shape(hp, n_ctx, kv_type);
+        rc = snug_kv_init(&sp->kv, &s, err);
+        if (rc) goto fail;
+        sp->kvp = &sp->kv;
+    }
+    size_t bytes = spec_buffers(hp, n_chunk, n_draft, false, NULL, sp);
+    if (!be) bytes += spec_buffers(hp, n_chunk, n_draft, true, NULL, sp);
+    rc = snug_arena_init(&sp->arena, "spec", bytes, err);
     if (rc) goto fail;
-    rc = snug_arena_init(&sp->arena, "spec", spec_buffers(hp, n_chunk, n_draft, NULL, sp), err);
-    if (rc) goto fail;
-    spec_buffers(hp, n_chunk, n_draft, &sp->arena, sp);
+    spec_buffers(hp, n_chunk, n_draft, false, &sp->arena, sp);
+    if (!be) spec_buffers(hp, n_chunk, n_draft, true, &sp->arena, sp);
     sp->n_chunk = n_chunk;
     sp->n_draft = sp->k = n_draft;
     sp->H = hp->n_embd;
@@ -93,16 +136,32 @@ void snug_spec_reset(struct snug_spec *sp) {
     sp->hid_pos0 = 0;
 }
 
-/* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids. */
+/* Bytes between two row buffers of the backend's memory (queued on its stream). */
+static void spec_copy(struct snug_spec *sp, void *dst, const void *src, size_t bytes) {
+    if (sp->be)
+        sp->be->ops->copy(sp->be, dst, src, bytes);
+    else if (dst != src)
+        memcpy(dst, src, bytes);
+}
+
+/* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids (base: the
+ * step's model, backend and work arenas; its own positions go to pos_dev on a device). */
 static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snug_token *ids,
                     int32_t T, snug_pos pos0, const float *hin, float *hout, float *logits,
                     bool all) {
     for (int32_t i = 0; i < T; i++) sp->pos[i] = pos0 + i;
     snug_arena_reset_to(base->work, 0);
+    if (base->host_work) snug_arena_reset_to(base->host_work, 0);
     struct snug_fwd f = *base;
-    f.kv = &sp->kv;
+    f.kv = sp->kvp;
+    f.kv_rows = NULL;
     f.ids = ids;
     f.pos = sp->pos;
+    f.pos_be = NULL;
+    if (sp->be) {
+        sp->be->ops->upload(sp->be, sp->pos_dev, sp->pos, (size_t)T * sizeof(int32_t));
+        f.pos_be = sp->pos_dev;
+    }
     f.T = T;
     f.pos0 = pos0;
     f.logits = logits;
@@ -121,7 +180,7 @@ int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_
     sp->tok[P - 1] = next;
     mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid, sp->h2, sink ? sink : sp->logits,
             sink != NULL);
-    memcpy(sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    spec_copy(sp, sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     if (sink) memcpy(sp->logits, sink + (int64_t)(P - 1) * sp->V, (size_t)sp->V * sizeof(float));
     sp->n_hid = 0;
     return P;
@@ -131,7 +190,7 @@ int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base,
     int32_t P = sp->n_hid;
     if (P < 2) return 0;
     mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid, sp->h2, sink, true);
-    memmove(sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    spec_copy(sp, sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     sp->hid_ids[0] = sp->hid_ids[P - 1];
     sp->hid_pos0 += P - 1;
     sp->n_hid = 1;

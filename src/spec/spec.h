@@ -16,16 +16,20 @@
 #include "snug.h"
 
 struct snug_spec {
-    struct snug_kv kv; /* the MTP block's attention cache (one layer, no recurrent state) */
+    struct snug_kv kv;   /* the MTP block's attention cache (one layer, no recurrent state) */
+    struct snug_kv *kvp; /* the cache in use: &kv, or the device backend's (snug_spec_init_on) */
+    struct snug_be *be;  /* NULL: host memory; else the device backend holding the rows below */
     struct snug_arena arena;
     int32_t n_chunk, n_draft, k; /* k: drafts per snug_spec_step */
     int64_t H, V;
+    /* hid, h2, ha, hb, pos_dev are in the backend's memory; the rest on the host */
     float *hid;          /* [n_chunk][H] pending trunk hidden rows */
     snug_token *hid_ids; /* [n_chunk] their tokens */
     snug_token *tok;     /* [n_chunk] MTP input tokens (shifted) */
     int32_t *pos;        /* [n_chunk] MTP positions */
     float *h2;           /* [n_chunk][H] MTP output rows h' */
     float *ha, *hb;      /* [H] chained drafting rows */
+    int32_t *pos_dev;    /* [n_chunk] MTP positions in the backend's memory */
     float *logits;       /* [n_draft + 1][V] verification (and drafting) logits */
     float *probs;        /* [V] */
     snug_token *batch;   /* [n_draft + 1] verification ids */
@@ -43,6 +47,17 @@ size_t snug_spec_bytes(const struct snug_hparams *hp, int32_t n_ctx, int32_t n_c
 int snug_spec_init(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
                    int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
                    struct snug_err *err);
+/* The same with the MTP cache and the row buffers in a device backend's memory: dev_kv the
+ * cache laid out for snug_spec_kv_shape, dev_mem snug_spec_dev_bytes of device memory (both
+ * owned by the backend); be NULL is snug_spec_init. */
+int snug_spec_init_on(struct snug_spec **out, const struct snug_model *m, int32_t n_ctx,
+                      int32_t n_chunk, int32_t n_draft, enum snug_kv_type kv_type,
+                      struct snug_be *be, struct snug_kv *dev_kv, void *dev_mem,
+                      struct snug_err *err);
+/* The MTP cache's shape and the bytes of the device row buffers (for a device backend). */
+struct snug_kv_shape snug_spec_kv_shape(const struct snug_hparams *hp, int32_t n_ctx,
+                                        enum snug_kv_type kv_type);
+size_t snug_spec_dev_bytes(const struct snug_hparams *hp, int32_t n_chunk);
 void snug_spec_free(struct snug_spec *sp);
 void snug_spec_reset(struct snug_spec *sp); /* forget pending rows (keeps the statistics) */
 

@@ -36,6 +36,8 @@ struct cuda_be {
     size_t scratch_bytes;
     int32_t *pos; /* device [n_chunk] */
     float *stage; /* host [n_chunk][H]: embedding rows before upload */
+    void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
+    struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
     int64_t stage_floats;
     size_t total; /* device bytes allocated here */
 };
@@ -194,6 +196,10 @@ static void cb_add_gated(struct snug_be *be, float *y, const float *d, const flo
     CK(snug_cuda_add_gated(&CB(be)->cu, y, d, gl, T, H, err));
 }
 
+static void cb_copy(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) CK(snug_cuda_copy(&CB(be)->cu, dst, src, bytes, err));
+}
+
 static const struct snug_backend_ops CUDA_OPS = {
     .name = "cuda",
     .weight = cb_weight,
@@ -219,6 +225,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .gather_rows = cb_gather_rows,
     .moe_combine = cb_moe_combine,
     .add_gated = cb_add_gated,
+    .copy = cb_copy,
 };
 
 bool snug_backend_cuda_built(void) {
@@ -277,8 +284,8 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
 
 /* The KV/state arena on the device: per attention layer K then V ([n_ctx][Hkv][D]), then
  * every conv state, then every delta state — inside the planned snug_kv_bytes. */
-static int layout_kv(struct cuda_be *c, const struct snug_kv_shape *s, size_t planned,
-                     struct snug_err *err) {
+static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
+                     const struct snug_kv_shape *s, size_t planned, struct snug_err *err) {
     if ((s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) || (s->fmt != 0 && s->fmt != 1))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "backend cuda: KV cache type %u: the CUDA attention reads f16 or f32 "
@@ -291,24 +298,48 @@ static int layout_kv(struct cuda_be *c, const struct snug_kv_shape *s, size_t pl
     size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
     size_t need = 2 * row * (size_t)s->n_attn + conv + delta;
     size_t bytes = SNUG_MAX(need, planned);
-    int rc = dmalloc(c, &c->kv_mem, bytes, "kv cache + recurrent state", err);
+    int rc = dmalloc(c, mem, bytes, "kv cache + recurrent state", err);
     if (rc) return rc;
-    c->kv_bytes = bytes;
-    c->kv.shape = *s;
-    c->kv.views = snug_calloc((size_t)s->n_attn + 1, sizeof *c->kv.views);
-    if (!c->kv.views) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
-    uint8_t *p = c->kv_mem;
+    kv->shape = *s;
+    kv->views = snug_calloc((size_t)s->n_attn + 1, sizeof *kv->views);
+    if (!kv->views) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+    uint8_t *p = *mem;
     for (int32_t i = 0; i < s->n_attn; i++) {
-        c->kv.views[i].type = s->type;
-        c->kv.views[i].n_ctx = s->n_ctx;
-        c->kv.views[i].k = p;
-        c->kv.views[i].v = p + row;
+        kv->views[i].type = s->type;
+        kv->views[i].n_ctx = s->n_ctx;
+        kv->views[i].k = p;
+        kv->views[i].v = p + row;
         p += 2 * row;
     }
-    c->kv.conv = (float *)p;
-    c->kv.delta = (float *)(p + conv);
+    kv->conv = (float *)p;
+    kv->delta = (float *)(p + conv);
     return SNUG_OK;
 }
+
+/* Speculative decoding on the device: n_snap snapshot slots of the recurrent state (slot t at
+ * t·snap_stride floats, the layout of kv.h's snug_kv_snap_conv/_delta), the MTP block's cache
+ * and the spec module's device buffers. */
+static int layout_spec(struct cuda_be *c, const struct snug_cuda_limits *lim,
+                       struct snug_err *err) {
+    if (lim->n_snap <= 0) return SNUG_OK;
+    const struct snug_kv_shape *s = &c->kv.shape;
+    size_t bytes = snug_kv_snap_bytes(s, lim->n_snap);
+    if (bytes) {
+        int rc = dmalloc(c, &c->snap_mem, bytes, "state snapshots (mtp)", err);
+        if (rc) return rc;
+        c->kv.snap = c->snap_mem;
+        c->kv.n_snap = lim->n_snap;
+        c->kv.snap_stride = bytes / (size_t)lim->n_snap / sizeof(float);
+    }
+    if (lim->mtp_kv_shape) {
+        int rc = layout_kv(c, &c->mtp_kv, &c->mtp_mem, lim->mtp_kv_shape,
+                           snug_kv_bytes(lim->mtp_kv_shape), err);
+        if (rc) return rc;
+    }
+    return dmalloc(c, &c->spec_mem, lim->spec_bytes, "mtp draft buffers", err);
+}
+
+
 
 int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
                            const struct snug_cuda_limits *lim, struct snug_err *err) {
@@ -325,7 +356,8 @@ int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->cu_ok = true;
     int64_t max_in = 0, max_out = 0;
     if ((rc = upload_weights(c, g, &max_in, &max_out, err))) goto fail;
-    if ((rc = layout_kv(c, lim->kv_shape, lim->kv_bytes, err))) goto fail;
+    if ((rc = layout_kv(c, &c->kv, &c->kv_mem, lim->kv_shape, lim->kv_bytes, err))) goto fail;
+    if ((rc = layout_spec(c, lim, err))) goto fail;
     c->work_bytes = lim->work_bytes;
     if ((rc = dmalloc(c, &c->work_mem, c->work_bytes, "work arena", err))) goto fail;
     c->work = (struct snug_arena){.name = "work (cuda)", .base = c->work_mem, .cap = c->work_bytes};
@@ -356,6 +388,10 @@ void snug_backend_cuda_close(struct snug_be *be) {
     if (c->cu_ok) cudaStreamSynchronize((cudaStream_t)c->cu.stream);
     for (uint32_t f = 0; f < c->n_files; f++) snug_cuda_dfree(c->dbase[f]);
     snug_cuda_dfree(c->kv_mem);
+    snug_cuda_dfree(c->snap_mem);
+    snug_cuda_dfree(c->mtp_mem);
+    snug_cuda_dfree(c->spec_mem);
+    snug_free(c->mtp_kv.views);
     snug_cuda_dfree(c->work_mem);
     snug_cuda_dfree(c->scratch);
     snug_cuda_dfree(c->pos);
@@ -377,6 +413,12 @@ struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
 }
 int32_t *snug_backend_cuda_pos(struct snug_be *be) {
     return CB(be)->pos;
+}
+struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be) {
+    return CB(be)->mtp_mem ? &CB(be)->mtp_kv : NULL;
+}
+void *snug_backend_cuda_spec_mem(struct snug_be *be) {
+    return CB(be)->spec_mem;
 }
 
 void snug_backend_cuda_reset(struct snug_be *be) {
