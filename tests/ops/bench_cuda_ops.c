@@ -2,10 +2,11 @@
  * same run: device-to-device copy bandwidth (bytes read + written) and the cuBLAS bf16
  * matrix rate. Matvec: 5120×17408 and 17408×5120 in Q4_K and Q8_0 (decode, bytes/time vs
  * copy bandwidth); GEMM: 8192 tokens × 5120 × 17408 (bf16 weights = pure cuBLAS, and Q4_K =
- * dequantise tiles + cuBLAS); attention decode over a 200K F16 cache; delta decode step.
- * Weights rotate over enough copies to exceed the 60 MB L2. Random data, never zeros.
- * Needs a GPU; not registered with ctest. Record results in docs/perf/cuda-kernels.md.
- * Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h. */
+ * dequantise tiles + cuBLAS); attention decode over a 200K cache and whole-prompt attention at
+ * 8K/32K/128K (f16, q8_0, fp8 KV); delta. Weights rotate over enough copies to exceed the 60 MB L2.
+ * Random data, never zeros. Needs a GPU; not registered with ctest. Record results in
+ * docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
+ */
 #include "backend/cuda/cuda_ops.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -112,34 +113,41 @@ int main(void) {
     printf("ceiling: device copy %.0f GB/s (2 GiB, read+write, median of %d)\n", copy_bw, REP);
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
 
-    /* matvec (decode): rotate over NCOPY weight copies so each call streams from HBM */
+    /* matvec (decode): rotate over NCOPY weight copies so each call streams from HBM. "int8"
+     * is the default path (work memory given: x rounded to int8, dp4a), "f32" the kernel with
+     * f32 activations (work NULL). Shapes: the 27B's FFN up/down, attention q/o, DeltaNet z. */
     enum { NCOPY = 8 };
-    uint32_t mt[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q8_0};
-    int64_t shapes[2][2] = {{5120, 17408}, {17408, 5120}};
-    for (int ti = 0; ti < 2; ti++)
-        for (int si = 0; si < 2; si++) {
+    uint32_t mt[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    int64_t shapes[4][2] = {{5120, 17408}, {17408, 5120}, {5120, 12288}, {6144, 5120}};
+    for (int ti = 0; ti < 3; ti++)
+        for (int si = 0; si < 4; si++) {
             int64_t n_in = shapes[si][0], n_out = shapes[si][1];
-            void *w[NCOPY];
+            void *w[NCOPY], *work;
             for (int c = 0; c < NCOPY; c++) w[c] = dev_weights(mt[ti], n_in, n_out);
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
+            OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int T = 1; T <= 8; T *= 8) {
+            for (int v = 0; v < 3; v++) {
+                int T = v == 1 ? 8 : 1;
+                void *wk = v == 2 ? NULL : work;
+                if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
                 for (int i = 0; i < NCOPY; i++)
-                    OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, NULL, &err));
+                    OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, wk, &err));
                 for (int i = 0; i < REP; i++) {
                     tic();
                     for (int c = 0; c < NCOPY; c++)
-                        OK(snug_cuda_matmul(&cu, mt[ti], w[c], n_in, n_out, x, T, y, NULL, &err));
+                        OK(snug_cuda_matmul(&cu, mt[ti], w[c], n_in, n_out, x, T, y, wk, &err));
                     t[i] = toc_ms() / NCOPY;
                 }
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
-                printf("matvec %-5s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  %5.1f%% "
-                       "of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, (long long)n_in, (long long)n_out, T,
-                       ms * 1e3, bw, 100 * bw / copy_bw, bytes / copy_bw / 1e3);
+                printf("matvec %-5s %-4s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
+                       "%5.1f%% of copy (floor %.1f us)\n",
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", (long long)n_in,
+                       (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
+                       bytes / copy_bw / 1e3);
             }
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
-            snug_cuda_dfree(x), snug_cuda_dfree(y);
+            snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }
 
     /* ceiling 2 and the prompt product: 8192 × 5120 × 17408 */
@@ -179,29 +187,58 @@ int main(void) {
     }
     snug_cuda_dfree(x), snug_cuda_dfree(y);
 
-    /* attention decode over 200K cached F16 positions (27B shape: Hq 24, Hkv 4, D 256) */
+    /* attention (27B shape: Hq 24, Hkv 4, D 256) in the device KV formats. Decode: one query
+     * over 200K cached positions, GB/s of cache read. Prompt: a whole prompt of ctx tokens in
+     * chunks of 512 (as the engine runs it, one layer), effective TFLOP/s = 4·D·Hq·ctx(ctx+1)/2
+     * over the time, and the 16 layers' total. The cache is written by the device store from
+     * random f32 rows. */
     {
-        int64_t Hq = 24, Hkv = 4, D = 256, ctx = 200000;
-        size_t kvb = (size_t)ctx * Hkv * D * 2;
-        struct snug_cuda_kv kv = {SNUG_DTYPE_F16, dev_rand(kvb, 0), dev_rand(kvb, 0), ctx};
-        uint16_t *h = malloc(kvb); /* sane f16 values */
-        for (size_t i = 0; i < kvb / 2; i++) h[i] = snug_f32_to_f16(frand());
-        OK(snug_cuda_upload(&cu, kv.k, h, kvb, &err));
-        OK(snug_cuda_upload(&cu, kv.v, h, kvb, &err));
-        free(h);
-        float *q = dev_rand((size_t)Hq * D * 4, 1), *o = dev_rand((size_t)Hq * D * 4, 1);
+        int64_t Hq = 24, Hkv = 4, D = 256, ctxmax = 200000, CH = 512;
+        int fmts[3] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8};
+        const char *fn[3] = {"f16", "q8_0", "fp8"};
+        size_t vecb[3] = {2 * 256, 8 * 34, 4 + 256};
+        float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1),
+              *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
+        float *q = dev_rand((size_t)CH * Hq * D * 4, 1), *o = dev_rand((size_t)CH * Hq * D * 4, 1);
         void *work;
-        OK(snug_cuda_malloc(&work, snug_cuda_attention_work_bytes(Hq, D, 1) + 1, &err));
-        for (int i = 0; i < REP; i++) {
-            tic();
-            OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctx - 1, 1, q, 0.0625f, o, work, &err));
-            t[i] = toc_ms();
+        size_t wb = snug_cuda_attention_work_bytes(Hq, D, CH);
+        if (snug_cuda_attention_work_bytes(Hq, D, 1) > wb)
+            wb = snug_cuda_attention_work_bytes(Hq, D, 1);
+        OK(snug_cuda_malloc(&work, wb + 1, &err));
+        for (int fi = 0; fi < 3; fi++) {
+            size_t kvb = (size_t)ctxmax * Hkv * vecb[fi];
+            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, fmts[fi], fmts[fi]};
+            OK(snug_cuda_malloc(&kv.k, kvb, &err));
+            OK(snug_cuda_malloc(&kv.v, kvb, &err));
+            for (int64_t p = 0; p < ctxmax; p += CH)
+                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, SNUG_MIN(CH, ctxmax - p), rk, rv, &err));
+            for (int i = 0; i < REP; i++) {
+                tic();
+                OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, 1, q, 0.0625f, o, work,
+                                       &err));
+                t[i] = toc_ms();
+            }
+            double ms = median(t, REP), bw = 2.0 * kvb / (ms * 1e-3) / 1e9;
+            printf(
+                "attention decode %-4s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f GB/s  %5.1f%% "
+                "of copy\n",
+                fn[fi], (long long)ctxmax, ms * 1e3, bw, 100 * bw / copy_bw);
+            int64_t ctxs[3] = {8192, 32768, 131072};
+            for (int ci = 0; ci < 3; ci++) {
+                int64_t ctx = ctxs[ci];
+                tic();
+                for (int64_t p = 0; p < ctx; p += CH)
+                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, SNUG_MIN(CH, ctx - p), q,
+                                           0.0625f, o, work, &err));
+                double pms = toc_ms();
+                double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
+                printf("attention prompt %-4s ctx=%-6lld chunk 512: %9.2f ms per layer  %6.1f "
+                       "TFLOP/s  (16 layers: %.2f s)\n",
+                       fn[fi], (long long)ctx, pms, fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
+            }
+            snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
         }
-        double ms = median(t, REP), bw = 2.0 * kvb / (ms * 1e-3) / 1e9;
-        printf("attention decode f16 ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f GB/s  %5.1f%% "
-               "of copy\n",
-               (long long)ctx, ms * 1e3, bw, 100 * bw / copy_bw);
-        snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v), snug_cuda_dfree(q), snug_cuda_dfree(o),
+        snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),
             snug_cuda_dfree(work);
     }
 

@@ -1,13 +1,17 @@
-/* cuda_attention.cu — the KV-cache store and causal GQA attention over an F32 or F16 cache
- * (semantics: src/backend/cpu/ops.h snug_op_attention), flash-decoding style: each block
+/* cuda_attention.cu — the KV-cache store (every device format of cuda_kvfmt.cuh, bytes equal
+ * to the CPU's kvfmt.c) and causal GQA attention for few query tokens (decode, speculative
+ * verify; semantics: src/backend/cpu/ops.h snug_op_attention), flash-decoding style: each block
  * streams a range of cache positions for one (query token, query head) with an online softmax
  * in registers; long contexts split the positions over several blocks whose partial
  * (max, sum, output) are merged by a second kernel.
- * Invariant: the cache is read in place in its own dtype (no converted copy); scratch depends
+ * Larger T goes to the tensor-core kernel of cuda_fa.cu.
+ * Invariant: the cache is read in place in its own format (no converted copy); scratch depends
  * on T·Hq·D only, never on the context length; nothing allocates.
- * Read next: cuda_delta.cu. */
-#include "backend/cuda/cuda_common.cuh"
+ * Read next: cuda_fa.cu, cuda_delta.cu. */
+#include "backend/cuda/cuda_fa.h"
+#include "backend/cuda/cuda_kvfmt.cuh"
 
+#include <algorithm>
 #include <math.h>
 
 #define ATT_WARPS         4
@@ -15,18 +19,66 @@
 #define ATT_TARGET_BLOCKS 512 /* split until about this many blocks are in flight */
 #define ATT_MIN_KEYS      128 /* ... but give each block at least this many positions */
 
-template <typename KT>
-__global__ void k_kv_store(KT *k, KT *v, const float *ks, const float *vs, int64_t row,
-                           int64_t pos0, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int64_t o = pos0 * row + i;
-    if constexpr (sizeof(KT) == 2) {
-        k[o] = __float2half_rn(ks[i]);
-        v[o] = __float2half_rn(vs[i]);
-    } else {
-        k[o] = ks[i];
-        v[o] = vs[i];
+/* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
+static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
+    if (kv->type == SNUG_DTYPE_F16) return *kf = *vf = SNUG_KV_F16, true;
+    if (kv->type == SNUG_DTYPE_F32) return *kf = *vf = SNUG_KV_F32, true;
+    if (kv->type != SNUG_CUDA_KV_FMT) return false;
+    *kf = kv->k_fmt, *vf = kv->v_fmt;
+    return kvf_cuda_ok(*kf) && kvf_cuda_ok(*vf);
+}
+
+extern "C" bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D) {
+    return kvf_cuda_ok(k_fmt) && kvf_cuda_ok(v_fmt) && D > 0 && D % 32 == 0 && D <= 256;
+}
+
+/* One warp encodes one head vector (blockIdx.x = token·Hkv + kv head; blockIdx.y 0 = K,
+ * 1 = V) from f32 into its format at cache position pos0 + token, exactly as
+ * snug_kvfmt_quantize does (q8_0: d = amax/127 per 32, q = roundf(x/d·...) clamped; fp8:
+ * scale = amax/448 per vector). Lane l takes elements l, l+32, ... so that q8_0 block j is
+ * one warp-wide step. */
+__global__ void k_kv_store(uint8_t *kc, uint8_t *vc, const float *ks, const float *vs, int kf,
+                           int vf, int D, int64_t Hkv, int64_t pos0) {
+    int lane = threadIdx.x;
+    int64_t i = blockIdx.x;
+    bool isv = blockIdx.y;
+    int fmt = isv ? vf : kf;
+    const float *x = (isv ? vs : ks) + i * D;
+    int64_t vb = kvf_vec_bytes(fmt, D);
+    uint8_t *dst = (isv ? vc : kc) + (pos0 * Hkv + i) * vb;
+    switch (fmt) {
+    case SNUG_KV_F32:
+        for (int e = lane; e < D; e += 32) ((float *)dst)[e] = x[e];
+        break;
+    case SNUG_KV_F16:
+        for (int e = lane; e < D; e += 32) ((__half *)dst)[e] = __float2half_rn(x[e]);
+        break;
+    case SNUG_KV_BF16:
+        for (int e = lane; e < D; e += 32) ((__nv_bfloat16 *)dst)[e] = __float2bfloat16_rn(x[e]);
+        break;
+    case SNUG_KV_Q8_0:
+        for (int b = 0; b < D / 32; b++) {
+            float xv = x[b * 32 + lane];
+            float amax = warp_max(fabsf(xv));
+            float d = amax / 127.f, id = d != 0.0f ? 1.f / d : 0.f;
+            uint8_t *blk = dst + b * 34;
+            if (lane == 0) *(__half *)blk = __float2half_rn(d);
+            float v = roundf(xv * id);
+            int q = v >= 127.f ? 127 : v <= -127.f ? -127 : v == v ? (int)v : 0;
+            blk[2 + lane] = (uint8_t)(int8_t)q;
+        }
+        break;
+    case SNUG_KV_FP8: {
+        float amax = 0.0f;
+        for (int e = lane; e < D; e += 32) amax = fmaxf(amax, fabsf(x[e]));
+        amax = warp_max(amax);
+        float scale = amax / 448.0f, inv = scale > 0 ? 1.0f / scale : 0.0f;
+        if (lane == 0) *(float *)dst = scale;
+        for (int e = lane; e < D; e += 32) dst[4 + e] = kvf_to_e4m3(x[e] * inv);
+        break;
+    }
+    default:
+        break;
     }
 }
 
@@ -38,31 +90,17 @@ extern "C" int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_k
                             "cuda kv_store: positions %lld..%lld past the "
                             "cache capacity %lld",
                             (long long)pos0, (long long)(pos0 + T), (long long)kv->n_ctx);
-    int64_t n = T * Hkv * D;
-    if (n <= 0) return SNUG_OK;
-    unsigned b = (unsigned)((n + 255) / 256);
-    cudaStream_t s = SNUG_CU_STREAM(cu);
-    if (kv->type == SNUG_DTYPE_F16)
-        k_kv_store<__half>
-            <<<b, 256, 0, s>>>((__half *)kv->k, (__half *)kv->v, k, v, Hkv * D, pos0, n);
-    else if (kv->type == SNUG_DTYPE_F32)
-        k_kv_store<float><<<b, 256, 0, s>>>((float *)kv->k, (float *)kv->v, k, v, Hkv * D, pos0, n);
-    else
+    int kf, vf;
+    if (!kv_fmts(kv, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, D))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "cuda kv_store: cache type %u (F32 or "
-                            "F16 expected)",
-                            kv->type);
+                            "cuda kv_store: cache type %u (K %d, V %d) at head size %lld: the "
+                            "device writes f16 f32 bf16 q8_0 fp8 with D %% 32 == 0, D <= 256",
+                            kv->type, (int)kv->k_fmt, (int)kv->v_fmt, (long long)D);
+    if (T * Hkv <= 0) return SNUG_OK;
+    dim3 grid((unsigned)(T * Hkv), 2);
+    k_kv_store<<<grid, 32, 0, SNUG_CU_STREAM(cu)>>>((uint8_t *)kv->k, (uint8_t *)kv->v, k, v, kf,
+                                                    vf, (int)D, Hkv, pos0);
     return snug_cu_launched(err, "kv_store");
-}
-
-/* Load DPL consecutive cache elements as floats (16 bytes for f32 DPL = 4, f16 DPL = 8). */
-template <int DPL> __device__ __forceinline__ void ld_row(const float *p, float *o) {
-#pragma unroll
-    for (int i = 0; i < DPL; i++) o[i] = p[i];
-}
-template <int DPL> __device__ __forceinline__ void ld_row(const __half *p, float *o) {
-#pragma unroll
-    for (int i = 0; i < DPL; i++) o[i] = __half2float(p[i]);
 }
 
 static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
@@ -76,17 +114,19 @@ static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
 }
 
 /* Block (split s, query head h, token t). Warp w takes positions lo+w, lo+w+4, ...; lane l
- * holds dims l·DPL .. l·DPL+DPL-1 of q and of the running output. The warps' states merge
- * through shared memory; the result goes to out (one split) or to the partials in work. */
-template <int DPL, typename KT>
+ * holds dims l·DPL .. l·DPL+DPL-1 of q and of the running output, decoded from the stored
+ * vectors in place (kvf_dec). The warps' states merge through shared memory; the result goes
+ * to out (one split) or to the partials in work. */
+template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(const KT *__restrict__ kc, const KT *__restrict__ vc, int64_t Hq, int64_t Hkv,
-                int64_t pos0, const float *__restrict__ q, float scale, float *out, float *part,
-                int nsplit, int64_t chunk) {
+    k_attention(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
+                int64_t Hq, int64_t Hkv, int64_t pos0, const float *__restrict__ q, float scale,
+                float *out, float *part, int nsplit, int64_t chunk) {
     constexpr int D = DPL * 32;
     int s = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int64_t kh = h / (Hq / Hkv), ldk = Hkv * D;
+    int64_t kh = h / (Hq / Hkv);
+    int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
     int64_t lo = (int64_t)s * chunk, hi = lo + chunk, last = pos0 + t + 1;
     if (hi > last) hi = last;
     float qv[DPL], o[DPL];
@@ -94,16 +134,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < DPL; i++) qv[i] = qp[i] * scale, o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const KT *kb = kc + kh * D + lane * DPL, *vb = vc + kh * D + lane * DPL;
+    const uint8_t *kb = kc + kh * kvb, *vb = vc + kh * vvb;
     for (int64_t p = lo + w; p < hi; p += ATT_WARPS) {
         float kv[DPL];
-        ld_row<DPL>(kb + p * ldk, kv);
+        kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kv);
         float sc = 0.0f;
 #pragma unroll
         for (int i = 0; i < DPL; i++) sc = fmaf(qv[i], kv[i], sc);
         sc = warp_sum(sc);
         float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
-        ld_row<DPL>(vb + p * ldk, kv);
+        kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, kv);
         l = l * corr + e;
 #pragma unroll
         for (int i = 0; i < DPL; i++) o[i] = fmaf(o[i], corr, e * kv[i]);
@@ -160,34 +200,43 @@ __global__ void k_att_merge(const float *part, int nsplit, int D, float *out) {
     }
 }
 
+/* Partials for any chunk of up to T tokens (a prompt's last chunk is shorter, and a shorter
+ * chunk may split more): the largest need of either kernel over T' = 1 .. T. */
 extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t T) {
-    int ns = att_nsplit(Hq, T, INT64_MAX / 2);
-    if (ns <= 1) return 0;
-    return (size_t)(T * Hq * ns * (D + 2)) * sizeof(float);
+    int64_t most = 0;
+    for (int64_t t = 1; t <= T; t++) {
+        int64_t ns = att_nsplit(Hq, t, INT64_MAX / 2);
+        if (t > ATT_FA_MIN_T) ns = std::max(ns, (int64_t)snug_cuda_fa_nsplit(Hq, t, INT64_MAX / 2));
+        if (ns > 1) most = std::max(most, t * Hq * ns);
+    }
+    return (size_t)(most * (D + 2)) * sizeof(float);
+}
+
+/* Merge the partials of `ns` splits (k_att_merge) into out; used by cuda_fa.cu too. */
+int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t rows, int64_t D,
+                        float *out, struct snug_err *err) {
+    k_att_merge<<<(unsigned)rows, 128, 0, SNUG_CU_STREAM(cu)>>>(part, ns, (int)D, out);
+    return snug_cu_launched(err, "attention merge");
 }
 
 template <int DPL>
-static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, dim3 grid, int64_t Hq,
-                       int64_t Hkv, int64_t pos0, const float *q, float scale, float *out,
-                       float *part, int ns, int64_t chunk) {
-    if (kv->type == SNUG_DTYPE_F16)
-        k_attention<DPL, __half>
-            <<<grid, ATT_WARPS * 32, 0, st>>>((const __half *)kv->k, (const __half *)kv->v, Hq, Hkv,
-                                              pos0, q, scale, out, part, ns, chunk);
-    else
-        k_attention<DPL, float>
-            <<<grid, ATT_WARPS * 32, 0, st>>>((const float *)kv->k, (const float *)kv->v, Hq, Hkv,
-                                              pos0, q, scale, out, part, ns, chunk);
+static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
+                       int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
+                       float *out, float *part, int ns, int64_t chunk) {
+    k_attention<DPL><<<grid, ATT_WARPS * 32, 0, st>>>((const uint8_t *)kv->k,
+                                                      (const uint8_t *)kv->v, kf, vf, Hq, Hkv, pos0,
+                                                      q, scale, out, part, ns, chunk);
 }
 
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
                                    int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
                                    float scale, float *out, void *work, struct snug_err *err) {
-    if (kv->type != SNUG_DTYPE_F16 && kv->type != SNUG_DTYPE_F32)
+    int kf, vf;
+    if (!kv_fmts(kv, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, D))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "cuda attention: cache type %u (F32 or "
-                            "F16 expected)",
-                            kv->type);
+                            "cuda attention: cache type %u (K %d, V %d) at head size %lld: the "
+                            "device reads f16 f32 bf16 q8_0 fp8 with D %% 32 == 0, D <= 256",
+                            kv->type, (int)kv->k_fmt, (int)kv->v_fmt, (long long)D);
     if (Hkv <= 0 || Hq % Hkv)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "cuda attention: %lld query heads not a "
@@ -200,6 +249,10 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
                             (long long)(pos0 + T), (long long)kv->n_ctx);
     if (T <= 0) return SNUG_OK;
     int64_t nk = pos0 + T;
+    if (T > ATT_FA_MIN_T) {
+        int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
+        if (rc != SNUG_ERR_UNSUPPORTED) return rc; /* else: the shape falls back to the below */
+    }
     int ns = att_nsplit(Hq, T, nk);
     if (ns > 1 && !work)
         return snug_err_set(err, SNUG_ERR_INVALID,
@@ -211,16 +264,16 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
     float *part = (float *)work;
     switch (D) {
     case 32:
-        att_launch<1>(st, kv, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        att_launch<1>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
         break;
     case 64:
-        att_launch<2>(st, kv, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        att_launch<2>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
         break;
     case 128:
-        att_launch<4>(st, kv, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        att_launch<4>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
         break;
     case 256:
-        att_launch<8>(st, kv, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        att_launch<8>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
         break;
     default:
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -230,6 +283,5 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
     }
     int rc = snug_cu_launched(err, "attention");
     if (rc || ns == 1) return rc;
-    k_att_merge<<<(unsigned)(T * Hq), 128, 0, st>>>(part, ns, (int)D, out);
-    return snug_cu_launched(err, "attention merge");
+    return snug_cuda_att_merge(cu, part, ns, T * Hq, D, out, err);
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "kv/kv.h"
+#include "kv/kvfmt.h"
 #include "quant/quant.h"
 
 #include <cuda_runtime.h>
@@ -117,7 +118,12 @@ static void cb_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t 
     CK(snug_cuda_conv_silu(&CB(be)->cu, x, T, C, K, w, st, y, err));
 }
 static struct snug_cuda_kv cuda_view(const struct snug_kv_view *v) {
-    return (struct snug_cuda_kv){.type = v->type, .k = v->k, .v = v->v, .n_ctx = v->n_ctx};
+    return (struct snug_cuda_kv){.type = v->type == SNUG_KV_VIEW_FMT ? SNUG_CUDA_KV_FMT : v->type,
+                                 .k = v->k,
+                                 .v = v->v,
+                                 .n_ctx = v->n_ctx,
+                                 .k_fmt = v->k_fmt,
+                                 .v_fmt = v->v_fmt};
 }
 static void cb_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
                         int64_t pos0, int64_t T, const float *k, const float *v) {
@@ -282,21 +288,36 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
     return SNUG_OK;
 }
 
-/* The KV/state arena on the device: per attention layer K then V ([n_ctx][Hkv][D]), then
- * every conv state, then every delta state — inside the planned snug_kv_bytes. */
+/* The KV/state arena on the device: per attention layer K then V (plain f16/f32 rows
+ * [n_ctx][Hkv][D], or [n_ctx][Hkv] stored vectors of the kvfmt formats the device kernels run:
+ * f16 f32 bf16 q8_0 fp8, K and V chosen separately), then every conv state, then every delta
+ * state — inside the planned snug_kv_bytes. */
 static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
                      const struct snug_kv_shape *s, size_t planned, struct snug_err *err) {
-    if ((s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) || (s->fmt != 0 && s->fmt != 1))
+    int kf = SNUG_KV_F16, vf = SNUG_KV_F16;
+    bool fmt = s->fmt != SNUG_KV_F16 && s->fmt != SNUG_KV_F32;
+    if (fmt) {
+        char nb[32];
+        if (!snug_kvfmt_split(s->fmt, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, s->head_dim))
+            return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                                "backend cuda: KV cache format %s at head size %d: the CUDA "
+                                "attention reads f16 f32 bf16 q8_0 fp8 (tq4/tq3 are CPU-only; "
+                                "use --kv q8_0 or fp8, or --backend cpu)",
+                                snug_kvfmt_code_name(s->fmt, nb, sizeof nb), s->head_dim);
+    } else if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) {
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "backend cuda: KV cache type %u: the CUDA attention reads f16 or f32 "
-                            "caches (use --kv f16 or f32)",
+                            "rows (use --kv f16 or f32)",
                             s->type);
-    size_t elt = s->type == SNUG_DTYPE_F16 ? 2 : 4;
-    size_t row = (size_t)s->n_ctx * (size_t)s->n_head_kv * (size_t)s->head_dim * elt;
-    row = SNUG_ALIGN_UP(row, (size_t)256);
+    } else {
+        kf = vf = s->type == SNUG_DTYPE_F16 ? SNUG_KV_F16 : SNUG_KV_F32;
+    }
+    size_t tok = (size_t)s->n_ctx * (size_t)s->n_head_kv;
+    size_t krow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(kf, s->head_dim), (size_t)256);
+    size_t vrow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(vf, s->head_dim), (size_t)256);
     size_t conv = SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * 4, (size_t)256);
     size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
-    size_t need = 2 * row * (size_t)s->n_attn + conv + delta;
+    size_t need = (krow + vrow) * (size_t)s->n_attn + conv + delta;
     size_t bytes = SNUG_MAX(need, planned);
     int rc = dmalloc(c, mem, bytes, "kv cache + recurrent state", err);
     if (rc) return rc;
@@ -305,11 +326,13 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
     if (!kv->views) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
     uint8_t *p = *mem;
     for (int32_t i = 0; i < s->n_attn; i++) {
-        kv->views[i].type = s->type;
+        kv->views[i].type = fmt ? SNUG_KV_VIEW_FMT : s->type;
+        kv->views[i].k_fmt = kf;
+        kv->views[i].v_fmt = vf;
         kv->views[i].n_ctx = s->n_ctx;
         kv->views[i].k = p;
-        kv->views[i].v = p + row;
-        p += 2 * row;
+        kv->views[i].v = p + krow;
+        p += krow + vrow;
     }
     kv->conv = (float *)p;
     kv->delta = (float *)(p + conv);

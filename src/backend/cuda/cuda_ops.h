@@ -95,18 +95,28 @@ int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t
                         const float *w, float *conv_state, float *y, struct snug_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
-/* Same layout as struct snug_kv_view (ops.h), device pointers; type F32 or F16. */
+/* Same layout as struct snug_kv_view (ops.h), device pointers: type F32 or F16 (both K and V
+ * in that dtype), or SNUG_CUDA_KV_FMT with K and V in the kvfmt formats k_fmt / v_fmt (enum
+ * snug_kv_type: f16 f32 bf16 q8_0 fp8 run on the device; a position holds Hkv stored vectors of
+ * snug_kvfmt_vec_bytes each). */
+#define SNUG_CUDA_KV_FMT 0x4b56u /* = SNUG_KV_VIEW_FMT of src/backend/cpu/ops.h */
 struct snug_cuda_kv {
     uint32_t type;
     void *k, *v;
     int64_t n_ctx;
+    int32_t k_fmt, v_fmt; /* type SNUG_CUDA_KV_FMT only */
 };
+/* Whether the device kernels run a K/V format pair (enum snug_kv_type each) at head size D. */
+bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D);
 int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hkv, int64_t D,
                        int64_t pos0, int64_t T, const float *k, const float *v,
                        struct snug_err *err);
 /* Causal GQA attention of T queries at pos0.. over the cache, flash-style (online softmax;
- * the cache is read in place in its own dtype). Long contexts are split across blocks
- * (partial max/sum/output in `work`, then merged). D <= 256, D % 32 == 0. */
+ * the cache is read in place in its own format). Small T (decode, speculative verify) runs
+ * on CUDA cores, long contexts split across blocks (partial max/sum/output in `work`, then
+ * merged); larger T runs the tensor-core kernel (cuda_fa.cu: K/V tiles dequantised to f16 in
+ * shared memory, mma.sync, f32 softmax) when D is 64, 128 or 256 and the device has the
+ * shared memory. D <= 256, D % 32 == 0. */
 int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
                         int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
                         float scale, float *out, void *work, struct snug_err *err);

@@ -1,0 +1,288 @@
+/* cuda_fa.cu — causal GQA attention for prompt chunks on tensor cores (flash-attention style;
+ * semantics: src/backend/cpu/ops.h snug_op_attention).
+ * A block owns FA_BM query rows of one KV head: row i of the flattened [T][G] (G = Hq/Hkv
+ * query heads sharing the KV head) is token i/G, head g·G + i%G, so the G heads of a token
+ * share every K/V tile. Per tile of FA_BN keys the block dequantises K and V from the cache
+ * format (in place, cuda_kvfmt.cuh) to f16 in shared memory; each of the 4 warps computes
+ * S = Q·Kᵀ for its 16 rows with mma.sync m16n8k16 (f16 in, f32 accumulate), masks, runs the
+ * online softmax in f32 (base 2: Q is pre-scaled by scale·log2 e), and accumulates O += P·V
+ * with P re-packed from the S accumulators. Long key ranges with few row blocks split over
+ * key positions (partials merged by cuda_attention.cu's merge kernel).
+ * Shared tiles are [rows][D] f16 with the 16-byte chunks of row r XOR-swizzled by r & 7, so
+ * ldmatrix reads are free of bank conflicts without padding.
+ * Invariant: no allocation; work bytes depend on T, Hq, D only.
+ * Read next: cuda_attention.cu (store, decode, merge), cuda_kvfmt.cuh. */
+#include "backend/cuda/cuda_fa.h"
+#include "backend/cuda/cuda_kvfmt.cuh"
+
+#include <math.h>
+
+#define FA_BM            64 /* query rows per block (16 per warp) */
+#define FA_BN            64 /* keys per tile */
+#define FA_WARPS         4
+#define FA_TARGET_BLOCKS 264  /* about two blocks per SM on an H100/H200 */
+#define FA_MIN_KEYS      1024 /* give each split at least this many keys */
+#define FA_MAX_SPLIT     16
+
+__host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+/* Half offset of 16-byte chunk c of row r in a swizzled [rows][D] tile. */
+template <int D> __device__ __forceinline__ int sw(int r, int c) {
+    return r * D + ((c ^ (r & 7)) << 3);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const __half *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const __half *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+/* c += a·b, m16n8k16, f16 operands, f32 accumulators. */
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_h2(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *(uint32_t *)&h;
+}
+
+/* Dequantise keys kb .. kb+FA_BN-1 of KV head `kh` (format fmt, vb bytes per vector) into the
+ * swizzled f16 tile; keys at or past nk become zeros (finite, and masked or weighted 0). */
+template <int D>
+__device__ __forceinline__ void load_tile(__half *tile, const uint8_t *__restrict__ base, int fmt,
+                                          int64_t vb, int64_t Hkv, int64_t kh, int64_t kb,
+                                          int64_t nk) {
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    for (int i = threadIdx.x; i < FA_BN * CH; i += FA_WARPS * 32) {
+        int r = i / CH, c = i % CH;
+        int64_t key = kb + r;
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (key < nk) {
+            const uint8_t *vec = base + (key * Hkv + kh) * vb;
+            if (fmt == SNUG_KV_F16) {
+                u = *(const uint4 *)(vec + c * 16);
+            } else {
+                float y[8];
+                kvf_dec<8>(fmt, vec, c * 8, y);
+                u.x = pack_h2(y[0], y[1]), u.y = pack_h2(y[2], y[3]);
+                u.z = pack_h2(y[4], y[5]), u.w = pack_h2(y[6], y[7]);
+            }
+        }
+        *(uint4 *)(tile + sw<D>(r, c)) = u;
+    }
+}
+
+/* Block (row block rb, KV head kh, key split s). See the file comment. */
+template <int D>
+__global__ void __launch_bounds__(FA_WARPS * 32, 2)
+    k_fa(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf, int64_t Hq,
+         int64_t Hkv, int64_t pos0, int64_t T, const float *__restrict__ q, float qscale,
+         float *out, float *part, int nsplit, int64_t chunk) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    __half *sQ = (__half *)fa_smem, *sK = sQ + FA_BM * D, *sV = sK + FA_BN * D;
+    constexpr int CH = D / 8;
+    const int G = (int)(Hq / Hkv);
+    const int64_t kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.x * FA_BM;
+    const int s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+
+    /* Q rows, scaled and rounded to f16 (rows past the end are zeros). */
+    for (int i = threadIdx.x; i < FA_BM * CH; i += FA_WARPS * 32) {
+        int r = i / CH, c = i % CH;
+        int64_t gi = r0 + r;
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (gi < rows) {
+            int64_t t = gi / G, h = kh * G + gi % G;
+            const float4 *p = (const float4 *)(q + (t * Hq + h) * D + c * 8);
+            float4 a = p[0], b = p[1];
+            u.x = pack_h2(a.x * qscale, a.y * qscale), u.y = pack_h2(a.z * qscale, a.w * qscale);
+            u.z = pack_h2(b.x * qscale, b.y * qscale), u.w = pack_h2(b.z * qscale, b.w * qscale);
+        }
+        *(uint4 *)(sQ + sw<D>(r, c)) = u;
+    }
+
+    /* This thread's two rows (accumulator rows lane/4 and lane/4 + 8 of the warp's 16) and
+     * the last key each may see. Rows past the end behave as the last token (discarded). */
+    int64_t gr0 = r0 + w * 16 + (lane >> 2), gr1 = gr0 + 8;
+    int64_t lim0 = pos0 + (imin(gr0, rows - 1) / G), lim1 = pos0 + (imin(gr1, rows - 1) / G);
+    int64_t nk = pos0 + imin(r0 + FA_BM - 1, rows - 1) / G + 1; /* keys this block needs */
+    int64_t lo = (int64_t)s * chunk, hi = imin(lo + chunk, nk);
+    const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int64_t kb = lo; kb < hi; kb += FA_BN) {
+        __syncthreads(); /* the previous tile's readers are done (and Q is stored) */
+        load_tile<D>(sK, kc, kf, kvb, Hkv, kh, kb, hi);
+        load_tile<D>(sV, vc, vf, vvb, Hkv, kh, kb, hi);
+        __syncthreads();
+
+        /* S = Q·Kᵀ for the warp's 16 rows × FA_BN keys. */
+        float sacc[FA_BN / 8][4];
+#pragma unroll
+        for (int j = 0; j < FA_BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(a, sQ + sw<D>(w * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+            for (int np = 0; np < FA_BN / 16; np++) {
+                uint32_t b[4];
+                int mi = lane >> 3;
+                ldsm_x4(b, sK + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+                mma16816(sacc[2 * np], a, b[0], b[1]);
+                mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+
+        /* Mask, then the online softmax (base 2) for rows 0 and 1 of this thread. */
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int j = 0; j < FA_BN / 8; j++) {
+            int64_t key = kb + j * 8 + 2 * (lane & 3);
+            if (key > lim0) sacc[j][0] = -INFINITY;
+            if (key + 1 > lim0) sacc[j][1] = -INFINITY;
+            if (key > lim1) sacc[j][2] = -INFINITY;
+            if (key + 1 > lim1) sacc[j][3] = -INFINITY;
+            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
+        m0 = mx0, m1 = mx1;
+        float rs0 = 0.0f, rs1 = 0.0f;
+        uint32_t pa[FA_BN / 16][4];
+#pragma unroll
+        for (int j = 0; j < FA_BN / 8; j++) {
+            float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
+            float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
+            rs0 += p0 + p1, rs1 += p2 + p3;
+            pa[j >> 1][(j & 1) * 2] = pack_h2(p0, p1);
+            pa[j >> 1][(j & 1) * 2 + 1] = pack_h2(p2, p3);
+        }
+        l0 = l0 * c0 + rs0, l1 = l1 * c1 + rs1;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
+
+            /* O += P·V: P's accumulators are the A fragments of k-steps of 16 keys. */
+#pragma unroll
+        for (int ks = 0; ks < FA_BN / 16; ks++) {
+            int mi = lane >> 3;
+#pragma unroll
+            for (int nd = 0; nd < D / 16; nd++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, sV + sw<D>(ks * 16 + (mi & 1) * 8 + (lane & 7), nd * 2 + (mi >> 1)));
+                mma16816(o[2 * nd], pa[ks], b[0], b[1]);
+                mma16816(o[2 * nd + 1], pa[ks], b[2], b[3]);
+            }
+        }
+    }
+
+    /* Row sums over the quad, then the output or the split's partial. */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float LN2 = 0.69314718055994531f;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int64_t gi = half ? gr1 : gr0;
+        if (gi >= rows) continue;
+        int64_t t = gi / G, h = kh * G + gi % G, row = t * Hq + h;
+        float l = half ? l1 : l0, m = half ? m1 : m0;
+        int d0 = 2 * (lane & 3);
+        if (nsplit == 1) {
+            float inv = 1.0f / l;
+            float *op = out + row * D + d0;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                *(float2 *)(op + i * 8) =
+                    make_float2(o[i][2 * half] * inv, o[i][2 * half + 1] * inv);
+        } else {
+            float *pp = part + (row * nsplit + s) * (D + 2);
+            if ((lane & 3) == 0) pp[0] = m * LN2, pp[1] = l;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++) {
+                pp[2 + i * 8 + d0] = o[i][2 * half];
+                pp[2 + i * 8 + d0 + 1] = o[i][2 * half + 1];
+            }
+        }
+    }
+}
+
+int snug_cuda_fa_nsplit(int64_t Hq, int64_t T, int64_t nk) {
+    int64_t est = (T * Hq + FA_BM - 1) / FA_BM; /* <= the real row-block count × Hkv */
+    int64_t ns = (FA_TARGET_BLOCKS + est - 1) / est;
+    int64_t by_keys = (nk + FA_MIN_KEYS - 1) / FA_MIN_KEYS;
+    if (ns > by_keys) ns = by_keys;
+    if (ns > FA_MAX_SPLIT) ns = FA_MAX_SPLIT;
+    return ns < 1 ? 1 : (int)ns;
+}
+
+template <int D>
+static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
+                     int64_t Hq, int64_t Hkv, int64_t pos0, int64_t T, const float *q, float scale,
+                     float *out, void *work, struct snug_err *err) {
+    size_t smem = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
+    if (smem > cu->smem_optin)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda fa: %zu bytes of shared memory (device allows %zu)", smem,
+                            cu->smem_optin);
+    static bool attr_set = false; /* per instantiation; one device per process */
+    if (!attr_set) {
+        cudaError_t e =
+            cudaFuncSetAttribute(k_fa<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda fa: shared memory attribute: %s",
+                                cudaGetErrorString(e));
+        attr_set = true;
+    }
+    int64_t G = Hq / Hkv, nk = pos0 + T;
+    int ns = snug_cuda_fa_nsplit(Hq, T, nk);
+    if (ns > 1 && !work)
+        return snug_err_set(
+            err, SNUG_ERR_INVALID,
+            "cuda attention: work memory required (snug_cuda_attention_work_bytes)");
+    int64_t chunk = (nk + ns - 1) / ns;
+    chunk = (chunk + FA_BN - 1) / FA_BN * FA_BN;
+    dim3 grid((unsigned)((T * G + FA_BM - 1) / FA_BM), (unsigned)Hkv, (unsigned)ns);
+    const float LOG2E = 1.4426950408889634f;
+    k_fa<D><<<grid, FA_WARPS * 32, smem, SNUG_CU_STREAM(cu)>>>(
+        (const uint8_t *)kv->k, (const uint8_t *)kv->v, kf, vf, Hq, Hkv, pos0, T, q, scale * LOG2E,
+        out, (float *)work, ns, chunk);
+    int rc = snug_cu_launched(err, "attention (tensor cores)");
+    if (rc || ns == 1) return rc;
+    return snug_cuda_att_merge(cu, (const float *)work, ns, T * Hq, D, out, err);
+}
+
+int snug_cuda_fa(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
+                 int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
+                 float *out, void *work, struct snug_err *err) {
+    switch (D) {
+    case 64:
+        return fa_launch<64>(cu, kv, kf, vf, Hq, Hkv, pos0, T, q, scale, out, work, err);
+    case 128:
+        return fa_launch<128>(cu, kv, kf, vf, Hq, Hkv, pos0, T, q, scale, out, work, err);
+    case 256:
+        return fa_launch<256>(cu, kv, kf, vf, Hq, Hkv, pos0, T, q, scale, out, work, err);
+    default:
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "cuda fa: head dim %lld", (long long)D);
+    }
+}

@@ -1,0 +1,150 @@
+/* cuda_kvfmt.cuh — the KV cache formats of src/kv/kvfmt.h on the device: byte sizes, decoding
+ * N consecutive elements of one stored head vector to floats (what the attention kernels read
+ * the cache with, in place), and the encoders the store kernel writes with.
+ * Formats: f16 f32 bf16 q8_0 fp8 (enum snug_kv_type); the rotated tq4/tq3 are CPU-only.
+ * Invariant: the encoders produce the same bytes as snug_kvfmt_quantize (same float operations
+ * in the same order, IEEE division and round-half-away as the C code; tested in
+ * tests/ops/test_cuda_ops.c); decoding is pure and branch-uniform per call.
+ * Read next: cuda_attention.cu (store, decode attention), cuda_fa.cu (prompt attention). */
+#ifndef SNUG_CUDA_KVFMT_CUH
+#define SNUG_CUDA_KVFMT_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* Formats the CUDA kernels read and write. */
+__host__ __device__ __forceinline__ bool kvf_cuda_ok(int fmt) {
+    return fmt == SNUG_KV_F16 || fmt == SNUG_KV_F32 || fmt == SNUG_KV_BF16 || fmt == SNUG_KV_Q8_0 ||
+           fmt == SNUG_KV_FP8;
+}
+
+/* Bytes of one stored head vector of D elements (kvfmt.c's layouts; D % 32 == 0 assumed). */
+__host__ __device__ __forceinline__ int64_t kvf_vec_bytes(int fmt, int64_t D) {
+    switch (fmt) {
+    case SNUG_KV_F32:
+        return 4 * D;
+    case SNUG_KV_F16:
+    case SNUG_KV_BF16:
+        return 2 * D;
+    case SNUG_KV_Q8_0:
+        return D / 32 * 34;
+    case SNUG_KV_FP8:
+        return 4 + D;
+    default:
+        return 0;
+    }
+}
+
+/* e4m3 byte to float (OCP FP8 E4M3, bias 7; kvfmt.c's e4m3_to_f32). */
+__device__ __forceinline__ float kvf_e4m3(uint32_t c) {
+    uint32_t E = (c >> 3) & 15, m = c & 7;
+    float sub = (float)m * 0.001953125f;
+    float a = __uint_as_float(((E + 120u) << 23) | (m << 20) | ((c & 0x80u) << 24));
+    return E ? a : (c & 0x80u ? -sub : sub);
+}
+
+/* Float (already divided by the vector's scale) to e4m3, as kvfmt.c's f32_to_e4m3: round to
+ * nearest even, saturate at 448 (NaN too), subnormals in steps of 2^-9. */
+__device__ __forceinline__ uint8_t kvf_to_e4m3(float f) {
+    uint32_t sign = signbit(f) ? 0x80u : 0u;
+    float a = fabsf(f);
+    if (!(a < 448.0f)) return (uint8_t)(sign | 0x7E);
+    if (a < 0.015625f) return (uint8_t)(sign | (uint32_t)rintf(a * 512.0f));
+    int e;
+    float fr = frexpf(a, &e);
+    int m = (int)rintf((fr * 2.0f - 1.0f) * 8.0f), E = e - 1 + 7;
+    if (m == 8) m = 0, E++;
+    int c = (E << 3) | m;
+    return (uint8_t)(sign | (uint32_t)(c > 0x7E ? 0x7E : c));
+}
+
+/* Decode elements e0 .. e0+N-1 (N in 1, 2, 4, 8; e0 a multiple of N) of the stored vector at
+ * `v` into y. Alignment: the vector starts at a multiple of its natural unit (f32 4·N, f16/bf16
+ * 2·N bytes when D % 8 == 0; q8_0 2; fp8 4), which the cache layout guarantees. */
+template <int N>
+__device__ __forceinline__ void kvf_dec(int fmt, const uint8_t *__restrict__ v, int e0, float *y) {
+    switch (fmt) {
+    case SNUG_KV_F32: {
+        const float *p = (const float *)v + e0;
+        if constexpr (N >= 4) {
+#pragma unroll
+            for (int i = 0; i < N; i += 4) {
+                float4 a = *(const float4 *)(p + i);
+                y[i] = a.x, y[i + 1] = a.y, y[i + 2] = a.z, y[i + 3] = a.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) y[i] = p[i];
+        }
+        break;
+    }
+    case SNUG_KV_F16: {
+        const __half *p = (const __half *)v + e0;
+        if constexpr (N == 8) {
+            uint4 u = *(const uint4 *)p;
+            const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float2 f = __half22float2(h[i]);
+                y[2 * i] = f.x, y[2 * i + 1] = f.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) y[i] = __half2float(p[i]);
+        }
+        break;
+    }
+    case SNUG_KV_BF16: {
+        const uint16_t *p = (const uint16_t *)v + e0;
+        if constexpr (N == 8) {
+            uint4 u = *(const uint4 *)p;
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                y[2 * i] = __uint_as_float(w[i] << 16);
+                y[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) y[i] = __uint_as_float((uint32_t)p[i] << 16);
+        }
+        break;
+    }
+    case SNUG_KV_Q8_0: {
+        const uint8_t *b = v + (e0 >> 5) * 34;
+        float d = __half2float(*(const __half *)b);
+        const uint8_t *q = b + 2 + (e0 & 31);
+        if constexpr (N >= 2) {
+#pragma unroll
+            for (int i = 0; i < N; i += 2) {
+                uint16_t u = *(const uint16_t *)(q + i);
+                y[i] = d * (float)(int8_t)(u & 0xff);
+                y[i + 1] = d * (float)(int8_t)(u >> 8);
+            }
+        } else {
+            y[0] = d * (float)(int8_t)q[0];
+        }
+        break;
+    }
+    case SNUG_KV_FP8: {
+        float s = *(const float *)v;
+        const uint8_t *q = v + 4 + e0;
+        if constexpr (N >= 4) {
+#pragma unroll
+            for (int i = 0; i < N; i += 4) {
+                uint32_t u = *(const uint32_t *)(q + i);
+#pragma unroll
+                for (int j = 0; j < 4; j++) y[i + j] = s * kvf_e4m3((u >> (8 * j)) & 0xff);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) y[i] = s * kvf_e4m3(q[i]);
+        }
+        break;
+    }
+    default:
+#pragma unroll
+        for (int i = 0; i < N; i++) y[i] = 0.0f;
+    }
+}
+
+#endif /* SNUG_CUDA_KVFMT_CUH */
