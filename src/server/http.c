@@ -235,6 +235,9 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_generation_tokens_per_second", "gauge",
            "Generated tokens per second of summed per-request generation time, since start.",
            st.gen_s > 0 ? st.gen_tokens / st.gen_s : 0);
+    metric(&b, "snug_heap_allocations_total", "counter",
+           "Heap allocations through the counted allocator (snug_malloc, jansson) since start.",
+           (double)snug_alloc_count());
     metric(&b, "snug_requests_finished_total", "counter", "Generation jobs finished.",
            (double)st.jobs_done);
     metric(&b, "snug_requests_cancelled_total", "counter",
@@ -538,6 +541,9 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     if (!s->opts.host) s->opts.host = "127.0.0.1";
     if (s->opts.n_slots <= 0) s->opts.n_slots = 1;
     if (s->opts.queue_cap <= 0) s->opts.queue_cap = 4 * s->opts.n_slots;
+    /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
+     * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
+    json_set_alloc_funcs(snug_malloc, snug_free);
     s->t_start = snug_time_s();
     s->created = (long)time(NULL);
     const char *base = strrchr(opts->model_path, '/');

@@ -478,6 +478,13 @@ int snug_outparse_init(struct snug_outparse **out, const json_t *tools, bool in_
     return SNUG_OK;
 }
 
+int snug_outparse_reserve(struct snug_outparse *p, size_t bytes) {
+    struct snug_sbuf *b[] = {&p->in, &p->ws, &p->tmp, &p->name, &p->pname, &p->args, &p->delta};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        if (!snug_sbuf_reserve(b[i], bytes)) return SNUG_ERR_NOMEM;
+    return SNUG_OK;
+}
+
 static int check_oom(struct snug_outparse *p, struct snug_err *err) {
     if (p->in.oom || p->ws.oom || p->tmp.oom || p->name.oom || p->pname.oom || p->args.oom ||
         p->delta.oom)

@@ -61,6 +61,11 @@ struct snug_outparse;
 int snug_outparse_init(struct snug_outparse **out, const json_t *tools, bool in_reasoning,
                        snug_outparse_emit_fn emit, void *user, struct snug_err *err);
 
+/* Size the parser's buffers now (pending input, held whitespace, event scratch, names, the
+ * open call's arguments) for `bytes` each, so feeds whose pending text stays under that
+ * append without allocating (beyond it they grow, amortised). SNUG_ERR_NOMEM on failure. */
+int snug_outparse_reserve(struct snug_outparse *p, size_t bytes);
+
 /* Feed the next piece of generated text (any split, any bytes). Emits the events that became
  * certain. Returns SNUG_OK or SNUG_ERR_NOMEM (then the parser is unusable). */
 int snug_outparse_feed(struct snug_outparse *p, const char *text, size_t len, struct snug_err *err);

@@ -69,8 +69,9 @@ struct reply {
     /* HTTP side (stream) */
     size_t content_sent, reasoning_sent, lps_sent;
     bool role_sent, final_sent;
-    struct snug_sbuf out;
+    struct snug_sbuf out; /* SSE bytes not yet read by MHD; reserved at admission */
     size_t out_pos;
+    struct snug_sbuf frame; /* 'data: {"id":…,"choices":[{"index":0,' of every chunk */
 };
 
 /* ==== lifetime ============================================================================== */
@@ -95,6 +96,7 @@ static void reply_unref_locked(struct reply *r) {
     }
     snug_free(r->lps);
     snug_sbuf_free(&r->out);
+    snug_sbuf_free(&r->frame);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     snug_free(r);
@@ -436,6 +438,65 @@ static void chunk_set_logprobs(const struct reply *r, json_t *ch, size_t from, s
     json_object_set_new(choice, "logprobs", logprobs_json(r, from, to));
 }
 
+/* ---- the per-token chunks without jansson ----
+ * A text delta (content, reasoning, tool-call arguments) is the commonest event of a stream:
+ * it is written straight into r->out (reserved at admission) around the reply's fixed frame,
+ * so a token costs no allocation. Same JSON as the jansson-built chunks (keys in the same
+ * order, strings escaped as snug_json_dumps_str does). */
+
+/* The frame: everything of a chunk before the choice's payload (built once per reply). */
+static void frame_build(struct reply *r) {
+    struct snug_sbuf *f = &r->frame;
+    snug_sbuf_puts(f, "data: {\"id\":");
+    snug_json_dumps_str(f, r->id, strlen(r->id));
+    snug_sbuf_puts(f, r->req.kind == SNUG_REQ_CHAT ? ",\"object\":\"chat.completion.chunk\""
+                                                   : ",\"object\":\"text_completion\"");
+    char num[32];
+    snprintf(num, sizeof num, ",\"created\":%ld,\"model\":", r->created);
+    snug_sbuf_puts(f, num);
+    snug_json_dumps_str(f, r->srv->model_id, strlen(r->srv->model_id));
+    snug_sbuf_puts(f, ",\"choices\":[{\"index\":0,");
+}
+static const char FRAME_END[] = ",\"finish_reason\":null,\"logprobs\":null}]}\n\n";
+
+/* A chunk whose delta (chat) is {"content": s} or {"reasoning_content": s, "reasoning": s},
+ * or whose text (completion) is s; s = b[from..len). */
+static void sse_text(struct reply *r, const char *k1, const char *k2, const struct snug_sbuf *b,
+                     size_t from) {
+    const char *s = b->data ? b->data + from : "";
+    size_t n = b->len - from;
+    snug_sbuf_append(&r->out, r->frame.data, r->frame.len);
+    if (!k1) {
+        snug_sbuf_puts(&r->out, "\"text\":");
+        snug_json_dumps_str(&r->out, s, n);
+    } else {
+        snug_sbuf_puts(&r->out, "\"delta\":{\"");
+        snug_sbuf_puts(&r->out, k1);
+        snug_sbuf_puts(&r->out, "\":");
+        snug_json_dumps_str(&r->out, s, n);
+        if (k2) {
+            snug_sbuf_puts(&r->out, ",\"");
+            snug_sbuf_puts(&r->out, k2);
+            snug_sbuf_puts(&r->out, "\":");
+            snug_json_dumps_str(&r->out, s, n);
+        }
+        snug_sbuf_putc(&r->out, '}');
+    }
+    snug_sbuf_append(&r->out, FRAME_END, sizeof FRAME_END - 1);
+}
+
+/* A chunk with the next piece of tool call i's arguments. */
+static void sse_tool_args(struct reply *r, int i, const struct snug_sbuf *b, size_t from) {
+    char num[64];
+    snprintf(num, sizeof num, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{", i);
+    snug_sbuf_append(&r->out, r->frame.data, r->frame.len);
+    snug_sbuf_puts(&r->out, num);
+    snug_sbuf_puts(&r->out, "\"arguments\":");
+    snug_json_dumps_str(&r->out, b->data ? b->data + from : "", b->len - from);
+    snug_sbuf_puts(&r->out, "}}]}");
+    snug_sbuf_append(&r->out, FRAME_END, sizeof FRAME_END - 1);
+}
+
 /* Turn everything new since the last call into SSE events in r->out (r->mu held). */
 static void stream_collect(struct reply *r) {
     bool chat = r->req.kind == SNUG_REQ_CHAT;
@@ -444,14 +505,14 @@ static void stream_collect(struct reply *r) {
         r->role_sent = true;
     }
     if (r->reasoning.len > r->reasoning_sent) {
-        json_t *d = json_object();
-        json_object_set_new(d, "reasoning_content", sbuf_json(&r->reasoning, r->reasoning_sent));
-        json_object_set_new(d, "reasoning", sbuf_json(&r->reasoning, r->reasoning_sent));
-        sse_put(r, chunk(r, d, NULL));
+        sse_text(r, "reasoning_content", "reasoning", &r->reasoning, r->reasoning_sent);
         r->reasoning_sent = r->reasoning.len;
     }
     bool lp_new = r->req.logprobs && r->n_lps > r->lps_sent;
-    if (r->content.len > r->content_sent || (lp_new && !chat)) {
+    if (r->content.len > r->content_sent && !lp_new) { /* the allocation-free form */
+        sse_text(r, chat ? "content" : NULL, NULL, &r->content, r->content_sent);
+        r->content_sent = r->content.len;
+    } else if (r->content.len > r->content_sent || (lp_new && !chat)) { /* with logprobs */
         json_t *d = chat ? json_pack("{s:o}", "content", sbuf_json(&r->content, r->content_sent))
                          : sbuf_json(&r->content, r->content_sent);
         json_t *ch = chunk(r, d, NULL);
@@ -469,9 +530,7 @@ static void stream_collect(struct reply *r) {
             t->head_sent = true;
         }
         if (t->args.len > t->args_sent) {
-            json_t *d = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", i, "function",
-                                  "arguments", sbuf_json(&t->args, t->args_sent));
-            sse_put(r, chunk(r, d, NULL));
+            sse_tool_args(r, i, &t->args, t->args_sent);
             t->args_sent = t->args.len;
         }
     }
@@ -740,6 +799,20 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
+    /* streams: the chunk frame, the SSE buffer (a window of a few chunks: the reader drains
+     * it as it goes; beyond it grows, amortised) and the output parser's own buffers, all
+     * sized now so the per-token path appends without allocating */
+    if (q->stream) {
+        size_t tb = snug_tokenizer_max_token_bytes(s->tok) + 3;
+        frame_build(r);
+        bool ok = !r->frame.oom && snug_sbuf_reserve(&r->out, 16384 + 64 * tb);
+        if (ok && r->parser) ok = snug_outparse_reserve(r->parser, 1024 + 8 * tb) == SNUG_OK;
+        if (!ok) {
+            snug_server_error_set(&e, 503, "server_error", NULL,
+                                  "out of memory for the stream buffers");
+            goto reject;
+        }
+    }
     struct snug_engine_job *j = &r->job;
     j->prompt = r->prompt;
     j->n_prompt = n_prompt;
