@@ -17,6 +17,11 @@ int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_serve_render(int argc, char **argv); /* serve --render-only */
 int cmd_bench_local(int argc, char **argv);  /* cmd_bench_local.c: pp/tg timing on this CPU */
+struct cli_backend;
+/* bench-local --verify (cmd_bench_verify.c): speculative verify/draft/rollback cost vs decode;
+ * accept > 0 also prints the k = 3 speed-up at that many tokens per verification. */
+int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
+                     const struct cli_backend *bk, double accept);
 int cmd_verify(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

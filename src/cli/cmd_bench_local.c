@@ -111,18 +111,33 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 
 static int usage(void) {
     fprintf(stderr, "usage: snug bench-local -m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5]\n"
+                    "                         [--verify [--accept L] [--backend cpu|cuda]]\n"
                     "  prints pp<P> and tg<N> tokens/s (mean ± sd over reps), the weight bytes\n"
                     "  read per generated token and the memcpy bandwidth of this machine.\n"
-                    "  SNUG_CPU=scalar|avx2|avx512 caps the kernel level.\n");
+                    "  SNUG_CPU=scalar|avx2|avx512 caps the kernel level.\n"
+                    "  --verify: speculative decoding's verify (k+1 tokens), rollback and MTP\n"
+                    "  draft times for k = 1..4 relative to one decode step, after a -p token\n"
+                    "  prompt (cmd_bench_verify.c); --accept L adds the k=3 speed-up at L.\n");
     return 2;
 }
 
 int cmd_bench_local(int argc, char **argv) {
     const char *path = NULL;
     long n_p = 512, n_g = 128, n_t = 2, reps = 5;
+    int verify = 0, r;
+    double accept = 0;
+    struct cli_backend bk = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if ((r = cli_backend_flag(argc, argv, &i, "bench-local", &bk)) != 0) {
+            if (r < 0) return 2;
+        } else if (!strcmp(a, "--verify")) {
+            verify = 1;
+        } else if (!strcmp(a, "--accept")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v) return 2;
+            accept = atof(v);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-p")) {
             if (!cli_int(argc, argv, &i, &n_p)) return 2;
@@ -143,6 +158,10 @@ int cmd_bench_local(int argc, char **argv) {
         }
     }
     if (!path || n_p < 0 || n_g < 0 || n_t < 1 || reps < 1 || reps > 100) return usage();
+    if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, &bk, accept);
+    if (bk.backend)
+        fprintf(stderr, "snug bench-local: --backend applies to --verify only; pp/tg run on "
+                        "the CPU\n");
     struct snug_err err = {0};
     struct snug_model *m = NULL;
     struct snug_model_params mp = {.path = path, .n_threads = (int)n_t};
