@@ -34,6 +34,26 @@ struct snug_chat_opts snug_chat_default_opts(bool thinking_default) {
                                    .add_generation_prompt = true};
 }
 
+/* Jinja's truth of a JSON value: false, null, 0, "", [] and {} are false. */
+static bool jinja_truthy(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_TRUE:
+        return true;
+    case JSON_INTEGER:
+        return json_integer_value(v) != 0;
+    case JSON_REAL:
+        return json_real_value(v) != 0;
+    case JSON_STRING:
+        return json_string_length(v) > 0;
+    case JSON_ARRAY:
+        return json_array_size(v) > 0;
+    case JSON_OBJECT:
+        return json_object_size(v) > 0;
+    default:
+        return false;
+    }
+}
+
 int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *request,
                                 struct snug_err *err) {
     const json_t *agp = json_object_get(request, "add_generation_prompt");
@@ -50,6 +70,8 @@ int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *reque
     if (et) opts->enable_thinking = !json_is_false(et); /* template: `enable_thinking is false` */
     const json_t *pt = json_object_get(kw, "preserve_thinking");
     if (pt) opts->preserve_thinking = json_is_true(pt); /* template: `preserve_thinking is true` */
+    const json_t *vi = json_object_get(kw, "add_vision_id");
+    if (vi) opts->add_vision_id = jinja_truthy(vi); /* template: `if add_vision_id` */
     return SNUG_OK;
 }
 
@@ -167,11 +189,19 @@ static int jinja_in(const json_t *item, const char *key) {
 
 /* ==== the template's blocks ================================================================== */
 
+/* The template's image_count / video_count namespaces and its add_vision_id switch. */
+struct vision {
+    bool add_id;
+    long images, videos;
+};
+
 /* The template's render_content macro: appends the text of `content` (string, list of parts,
- * null/absent) to b. Vision parts render as placeholders (add_vision_id is not supported, so no
- * "Picture N: " prefix — the template's default). */
-static int render_content(struct snug_sbuf *b, const json_t *content, bool is_system,
-                          struct snug_err *err) {
+ * null/absent) to b. Vision parts render as placeholders; with add_vision_id each is preceded
+ * by "Picture N: " / "Video N: ", N the running count over the whole render, which only the
+ * turns loop advances (`count`: the template's do_vision_count; other calls print the count
+ * as it stands). */
+static int render_content(struct snug_sbuf *b, const json_t *content, bool is_system, bool count,
+                          struct vision *vis, struct snug_err *err) {
     if (!content || json_is_null(content)) return SNUG_OK;
     if (json_is_string(content)) {
         snug_sbuf_append(b, json_string_value(content), json_string_length(content));
@@ -189,10 +219,22 @@ static int render_content(struct snug_sbuf *b, const json_t *content, bool is_sy
         if (has_image || has_image_url || is_str(type, "image")) {
             if (is_system)
                 return snug_err_set(err, SNUG_ERR_INVALID, "System message cannot contain images.");
+            if (count) vis->images++;
+            if (vis->add_id) {
+                char t[48];
+                snprintf(t, sizeof t, "Picture %ld: ", vis->images);
+                snug_sbuf_puts(b, t);
+            }
             snug_sbuf_puts(b, "<|vision_start|><|image_pad|><|vision_end|>");
         } else if (jinja_in(it, "video") || is_str(type, "video")) {
             if (is_system)
                 return snug_err_set(err, SNUG_ERR_INVALID, "System message cannot contain videos.");
+            if (count) vis->videos++;
+            if (vis->add_id) {
+                char t[48];
+                snprintf(t, sizeof t, "Video %ld: ", vis->videos);
+                snug_sbuf_puts(b, t);
+            }
             snug_sbuf_puts(b, "<|vision_start|><|video_pad|><|vision_end|>");
         } else if (jinja_in(it, "text")) {
             /* item.text: a string, or Python's str() of a scalar; undefined (a string or list
@@ -219,10 +261,10 @@ static int render_content(struct snug_sbuf *b, const json_t *content, bool is_sy
 }
 
 /* render_content(...)|trim into the scratch buffer s; *out views it (valid until s changes). */
-static int content_trimmed(struct snug_sbuf *s, const json_t *content, bool is_system,
-                           struct sv *out, struct snug_err *err) {
+static int content_trimmed(struct snug_sbuf *s, const json_t *content, bool is_system, bool count,
+                           struct vision *vis, struct sv *out, struct snug_err *err) {
     snug_sbuf_reset(s);
-    int rc = render_content(s, content, is_system, err);
+    int rc = render_content(s, content, is_system, count, vis, err);
     if (rc) return rc;
     *out = py_strip((struct sv){s->data ? s->data : "", s->len});
     return SNUG_OK;
@@ -345,6 +387,7 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
     struct sv c;
     int st = SNUG_OK;
     const json_t *m0 = json_array_get(messages, 0);
+    struct vision vis = {.add_id = opts->add_vision_id};
 
     /* ---- system turn (with the tools block when tools are given) ---- */
     if (json_array_size(tools) > 0) {
@@ -357,7 +400,8 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
         snug_sbuf_puts(&b, "\n</tools>");
         snug_sbuf_puts(&b, TOOLS_INSTRUCTIONS);
         if (is_str(role_of(m0), "system")) {
-            if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, &c, err)))
+            if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, false, &vis, &c,
+                                      err)))
                 goto fail;
             if (c.n) {
                 snug_sbuf_puts(&b, "\n\n");
@@ -366,7 +410,8 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
         }
         snug_sbuf_puts(&b, "<|im_end|>\n");
     } else if (is_str(role_of(m0), "system")) {
-        if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, &c, err))) goto fail;
+        if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, false, &vis, &c, err)))
+            goto fail;
         snug_sbuf_puts(&b, "<|im_start|>system\n");
         snug_sbuf_append(&b, c.p, c.n);
         snug_sbuf_puts(&b, "<|im_end|>\n");
@@ -379,7 +424,8 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
     for (size_t k = n; k-- > 0 && multi_step_tool;) {
         const json_t *m = json_array_get(messages, k);
         if (!is_str(role_of(m), "user")) continue;
-        if ((st = content_trimmed(&s, json_object_get(m, "content"), false, &c, err))) goto fail;
+        if ((st = content_trimmed(&s, json_object_get(m, "content"), false, false, &vis, &c, err)))
+            goto fail;
         if (!(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) {
             multi_step_tool = false;
             last_query = k;
@@ -394,7 +440,8 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(messages, i);
         const json_t *role = role_of(m);
-        if ((st = content_trimmed(&s, json_object_get(m, "content"), false, &c, err))) goto fail;
+        if ((st = content_trimmed(&s, json_object_get(m, "content"), false, true, &vis, &c, err)))
+            goto fail;
         if (is_str(role, "system")) {
             if (i != 0) {
                 st =

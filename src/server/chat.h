@@ -25,6 +25,9 @@ struct snug_chat_opts {
     bool preserve_thinking;
     /* append "<|im_start|>assistant\n" + the thinking prefix. */
     bool add_generation_prompt;
+    /* "Picture N: " / "Video N: " before each image / video placeholder (N counts over the
+     * conversation). Template: `if add_vision_id` (Jinja truth of the kwarg); default off. */
+    bool add_vision_id;
 };
 
 /* Defaults: enable_thinking = `thinking_default` (the server flag), preserve_thinking false,
@@ -33,7 +36,8 @@ struct snug_chat_opts snug_chat_default_opts(bool thinking_default);
 
 /* Read the request's overrides into *opts (which holds the defaults on entry):
  *   "add_generation_prompt": bool                       (top level, as vLLM)
- *   "chat_template_kwargs": {"enable_thinking": bool, "preserve_thinking": bool}
+ *   "chat_template_kwargs": {"enable_thinking": bool, "preserve_thinking": bool,
+ *                            "add_vision_id": any (Jinja truth)}
  * Jinja semantics are kept: thinking is off only for a JSON `false`, preserve_thinking is on
  * only for a JSON `true`. A chat_template_kwargs that is not an object → SNUG_ERR_INVALID. */
 int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *request,
