@@ -15,6 +15,8 @@
 #include "quant/quant.h"
 
 #include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_FILES 64
@@ -40,8 +42,63 @@ struct cuda_be {
     void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
     struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
     int64_t stage_floats;
-    size_t total; /* device bytes allocated here */
+    size_t total;           /* device bytes allocated here */
+    struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
 };
+
+/* ---- SNUG_CUDA_PROFILE=1: every op is bracketed by two cudaEvents and waited for (slow, but
+ * each op's device time is exact); the table (count, total ms, share) goes to stderr at close.
+ * Ops are keyed by the wrapper's name (__func__), matmuls also by weight type and T class. */
+#define PROF_MAX 64
+struct cuda_prof {
+    cudaEvent_t e0, e1;
+    int n;
+    const char *name[PROF_MAX], *tag[PROF_MAX];
+    int64_t count[PROF_MAX];
+    double ms[PROF_MAX];
+    int64_t steps;    /* embed calls: one per forward step */
+    const char *ptag; /* tag of the op being timed (matmul: its type) */
+};
+static bool prof_begin(struct cuda_be *c) {
+    if (!c->prof) return false;
+    cudaEventRecord(c->prof->e0, (cudaStream_t)c->cu.stream);
+    return true;
+}
+static void prof_end(struct cuda_be *c, const char *name) {
+    struct cuda_prof *p = c->prof;
+    float ms = 0.0f;
+    cudaEventRecord(p->e1, (cudaStream_t)c->cu.stream);
+    cudaEventSynchronize(p->e1);
+    cudaEventElapsedTime(&ms, p->e0, p->e1);
+    int i = 0;
+    while (i < p->n && (p->name[i] != name || p->tag[i] != p->ptag)) i++;
+    if (i == p->n) {
+        if (p->n == PROF_MAX) return;
+        p->name[i] = name, p->tag[i] = p->ptag, p->count[i] = 0, p->ms[i] = 0.0, p->n++;
+    }
+    p->count[i]++;
+    p->ms[i] += ms;
+}
+static void prof_print(struct cuda_prof *p) {
+    double tot = 0.0;
+    for (int i = 0; i < p->n; i++) tot += p->ms[i];
+    snug_log(SNUG_LOG_WARN,
+             "cuda profile: %lld steps, %.3f ms of device time in ops (%.3f ms per step)",
+             (long long)p->steps, tot, p->steps ? tot / (double)p->steps : 0.0);
+    snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10s %12s %10s %7s", "op", "detail", "count",
+             "total ms", "us/call", "%");
+    for (int pass = 0; pass < p->n; pass++) { /* largest first */
+        int b = -1;
+        for (int i = 0; i < p->n; i++)
+            if (p->count[i] >= 0 && (b < 0 || p->ms[i] > p->ms[b])) b = i;
+        if (b < 0) break;
+        snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10lld %12.3f %10.2f %6.2f%%",
+                 p->name[b] + 3, p->tag[b] ? p->tag[b] : "", (long long)p->count[b], p->ms[b],
+                 1e3 * p->ms[b] / (double)(p->count[b] ? p->count[b] : 1),
+                 tot > 0 ? 100.0 * p->ms[b] / tot : 0.0);
+        p->count[b] = -1;
+    }
+}
 
 static struct cuda_be *CB(struct snug_be *be) {
     return (struct cuda_be *)be;
@@ -65,7 +122,9 @@ static void bfail(struct snug_be *be, const char *what, cudaError_t e) {
     do {                                                                                           \
         struct snug_err e_ = {0};                                                                  \
         struct snug_err *err = &e_;                                                                \
+        bool prof_ = prof_begin(CB(be));                                                           \
         keep(be, (call), err);                                                                     \
+        if (prof_) prof_end(CB(be), __func__);                                                     \
     } while (0)
 
 static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *t, uint64_t off) {
@@ -81,15 +140,31 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
     struct cuda_be *c = CB(be);
+    if (c->prof) {
+        static char tags[128][24]; /* "q4_K T=1" per (type, T class); profiling only */
+        int cls = T == 1 ? 0 : T <= SNUG_CUDA_MATVEC_MAX_T ? 1 : 2;
+        const struct snug_dtype_info *ti = snug_dtype_info(type);
+        char *tg = tags[(type * 3 + (uint32_t)cls) % 128];
+        static const char *const cls_name[3] = {"T=1", "T<=8", "T>8"};
+        snprintf(tg, sizeof tags[0], "%s %s", ti ? ti->name : "?", cls_name[cls]);
+        c->prof->ptag = tg;
+    }
+    if (T <= SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT) { /* f32 activations */
+        CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, NULL, err));
+        if (c->prof) c->prof->ptag = NULL;
+        return;
+    }
     if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT) {
         for (int64_t r = 0; r < T; r += SNUG_CUDA_MATVEC_MAX_T) {
             int64_t n = SNUG_MIN((int64_t)SNUG_CUDA_MATVEC_MAX_T, T - r);
-            CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x + r * n_in, n, y + r * n_out,
-                                c->scratch, err));
+            CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x + r * n_in, n, y + r * n_out, NULL,
+                                err));
         }
+        if (c->prof) c->prof->ptag = NULL;
         return;
     }
     CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
+    if (c->prof) c->prof->ptag = NULL;
 }
 static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                        int64_t n, float *y) {
@@ -179,6 +254,7 @@ static void cb_download(struct snug_be *be, void *dst, const void *src, size_t b
 static void cb_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
                      int64_t T, int64_t H, float *x) {
     struct cuda_be *c = CB(be);
+    if (c->prof) c->prof->steps++;
     if (T * H > c->stage_floats) {
         bfail(be, "embedding (rows exceed the chunk)", cudaErrorInvalidValue);
         return;
@@ -362,8 +438,6 @@ static int layout_spec(struct cuda_be *c, const struct snug_cuda_limits *lim,
     return dmalloc(c, &c->spec_mem, lim->spec_bytes, "mtp draft buffers", err);
 }
 
-
-
 int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
                            const struct snug_cuda_limits *lim, struct snug_err *err) {
     *out = NULL;
@@ -377,6 +451,16 @@ int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
         goto fail;
     }
     c->cu_ok = true;
+    const char *pe = getenv("SNUG_CUDA_PROFILE");
+    if (pe && *pe && strcmp(pe, "0") != 0) {
+        c->prof = snug_calloc(1, sizeof *c->prof);
+        if (!c->prof) {
+            rc = snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+            goto fail;
+        }
+        cudaEventCreate(&c->prof->e0);
+        cudaEventCreate(&c->prof->e1);
+    }
     int64_t max_in = 0, max_out = 0;
     if ((rc = upload_weights(c, g, &max_in, &max_out, err))) goto fail;
     if ((rc = layout_kv(c, &c->kv, &c->kv_mem, lim->kv_shape, lim->kv_bytes, err))) goto fail;
@@ -409,6 +493,12 @@ void snug_backend_cuda_close(struct snug_be *be) {
     if (!be) return;
     struct cuda_be *c = CB(be);
     if (c->cu_ok) cudaStreamSynchronize((cudaStream_t)c->cu.stream);
+    if (c->prof) {
+        prof_print(c->prof);
+        cudaEventDestroy(c->prof->e0);
+        cudaEventDestroy(c->prof->e1);
+        snug_free(c->prof);
+    }
     for (uint32_t f = 0; f < c->n_files; f++) snug_cuda_dfree(c->dbase[f]);
     snug_cuda_dfree(c->kv_mem);
     snug_cuda_dfree(c->snap_mem);

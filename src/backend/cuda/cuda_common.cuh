@@ -22,6 +22,14 @@ extern "C" {
 
 #define SNUG_CU_STREAM(cu) ((cudaStream_t)(cu)->stream)
 
+/* The int8-activation matvec of cuda_matvec.cu (used by snug_cuda_matmul for T <= 8 when it
+ * gets work memory): which types it has, the work it needs, and the call. */
+extern "C" bool snug_cu_mvq_supported(uint32_t type);
+extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T);
+extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                           int64_t n_out, const float *x, int T, float *y, void *work,
+                           struct snug_err *err);
+
 /* After a launch: turn a launch error into a status with the kernel's name. */
 static inline int snug_cu_launched(struct snug_err *err, const char *kernel) {
     cudaError_t e = cudaGetLastError();

@@ -203,14 +203,16 @@ static size_t align256(size_t x) {
 }
 
 extern "C" size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T) {
-    if (T <= SNUG_CUDA_MATVEC_MAX_T) return 0;
+    if (T <= SNUG_CUDA_MATVEC_MAX_T) return snug_cu_mvq_work_bytes(n_in, T < 1 ? 1 : T);
     int64_t rows = n_out < SNUG_CUDA_GEMM_TILE_ROWS ? n_out : SNUG_CUDA_GEMM_TILE_ROWS;
     return align256((size_t)(T * n_in) * 2) + align256((size_t)(rows * n_in) * 2) + 256;
 }
 
-/* Decode (T <= 8): the matvec kernel. Prompt chunks: x to bf16 once, then per tile of rows
- * dequantise W to bf16 and let cuBLAS compute y[:, tile] (column-major view: y_tile
- * (rows × T, ld n_out) = W_tileᵀ-view · x, i.e. GEMM(opA = T, opB = N)). */
+/* Decode (T <= 8): with work memory and a type of cuda_matvec.cu, the int8-activation dp4a
+ * matvec; otherwise (work NULL: callers that want f32 activations) the f32 kernel. Prompt chunks: x
+ * to bf16 once, then per tile of rows dequantise W to bf16 and let cuBLAS compute y[:, tile]
+ * (column-major view: y_tile (rows × T, ld n_out) = W_tileᵀ-view · x, i.e. GEMM(opA = T, opB = N)).
+ */
 extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                                 int64_t n_out, const float *x, int64_t T, float *y, void *work,
                                 struct snug_err *err) {
@@ -220,6 +222,8 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
     if (T <= 0) return SNUG_OK;
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     cudaStream_t s = SNUG_CU_STREAM(cu);
+    if (T <= SNUG_CUDA_MATVEC_MAX_T && work && snug_cu_mvq_supported(type))
+        return snug_cu_mvq(cu, type, w, n_in, n_out, x, (int)T, y, work, err);
     if (T <= SNUG_CUDA_MATVEC_MAX_T) {
         unsigned blocks = (unsigned)((n_out + MV_ROWS - 1) / MV_ROWS);
         if (T == 1)

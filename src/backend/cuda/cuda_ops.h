@@ -55,9 +55,14 @@ int snug_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err);
 /* ---- matrix products ---------------------------------------------------------------------- */
 /* Whether `type` has device kernels (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K). */
 bool snug_cuda_type_supported(uint32_t type);
+/* Whether snug_cuda_matmul with T <= SNUG_CUDA_MATVEC_MAX_T and work memory rounds x to int8
+ * (blocks of 32: d = max|x|/127, q = round-half-even(x/d)) for this weight type. */
+bool snug_cuda_matvec_int8(uint32_t type);
 /* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
  * T <= SNUG_CUDA_MATVEC_MAX_T runs the decode kernel (one pass over W, dequantised in
- * registers, f32 accumulate; work unused). Larger T dequantises W in tiles of
+ * registers, f32 accumulate): for q4_K/q6_K/q8_0 with `work` given, x is first rounded to int8
+ * in blocks of 32 (as the CPU op does) and the product runs on dp4a (cuda_matvec.cu); with
+ * work NULL, or other types, x stays f32. Larger T dequantises W in tiles of
  * SNUG_CUDA_GEMM_TILE_ROWS rows to bf16 and multiplies with cuBLAS (bf16 operands, f32
  * accumulate and output); work must hold snug_cuda_matmul_work_bytes(n_in, n_out, T).
  * n_in must be a multiple of 256 for K-quants, of 32 for the other block types, of 8 for
