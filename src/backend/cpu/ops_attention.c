@@ -1,8 +1,10 @@
 /* ops_attention.c — the attention cache store and causal GQA attention over it (spec §2.4).
  * Attention is an online softmax over tiles of ATT_TILE cache positions in float32: per query
  * head a running max m, running sum l and an unnormalised output accumulated in place in
- * `out`, rescaled by e^(m_old − m_new) whenever the max grows. A task is (token, kv head, a
- * group of the query heads sharing it), so an F16 tile is converted once for the whole group.
+ * `out`, rescaled by e^(m_old − m_new) whenever the max grows. A task is (a block of up to
+ * ATT_QB query tokens, kv head, a group of the query heads sharing it), so an F16 tile is
+ * converted once for the whole block and group, and each key/value row loaded once feeds four
+ * query rows (ops_util.h: snug_ops_dot_rows, snug_ops_pv_rows).
  * Invariant: scratch is 2·ATT_TILE·D floats per thread (the converted K and V tiles), whatever
  * the context length; results do not depend on the thread count.
  * Read next: ops_delta.c (the other mixer), src/arch/qwen35.c (the caller). */
@@ -13,6 +15,7 @@
 
 #define ATT_TILE      64
 #define ATT_MAX_GROUP 8 /* query heads handled together by one task */
+#define ATT_QB        8 /* query tokens handled together by one task (one pass over the cache) */
 
 /* Store T rows of k and v (each [Hkv][D]) at positions pos0.., converting to the cache dtype. */
 SNUG_OPS_CLONES
@@ -46,6 +49,7 @@ struct att_ctx {
     const struct snug_kv_view *kv;
     int64_t Hq, Hkv, D, pos0, T;
     int64_t group, sub, n_sub; /* query heads per kv head; per task; tasks per kv head */
+    int64_t qb;                /* query tokens per task (<= ATT_QB) */
     const float *q;
     float scale;
     float *out;
@@ -69,53 +73,87 @@ static const float *att_tile(const struct att_ctx *c, const void *base, int64_t 
     return buf;
 }
 
-/* One task: query token t, kv head kh, query heads h0..h1-1; tasks are dealt round-robin so
- * the long (late-token) and short tasks mix across threads. */
+/* Online-softmax update of the rows of one query token (nh heads of one kv head) with cache
+ * positions p0 .. p0+np-1 of a tile: scores as nh-row dots against each key (four rows share
+ * each key load), per row the running max / rescale / exponentials, then P·V four rows at a
+ * time over the value rows. s, m, l, o: the rows' scores, maxima, sums and outputs. Each row
+ * is computed the same way whatever rows it is grouped with. */
+static inline void att_rows_tile(const float *const *qh, int nh, const float *K, int64_t ldk,
+                                 const float *V, int64_t ldv, int64_t np, int64_t D, float scale,
+                                 float (*s)[ATT_TILE], float *m, float *l, float *const *o) {
+    for (int h0 = 0; h0 < nh; h0 += 4) {
+        int nr = SNUG_MIN(4, nh - h0);
+        for (int64_t p = 0; p < np; p++) {
+            float d[4];
+            snug_ops_dot_rows(qh + h0, nr, K + p * ldk, D, d);
+            for (int r = 0; r < nr; r++) s[h0 + r][p] = scale * d[r];
+        }
+    }
+    const float *e[ATT_MAX_GROUP];
+    for (int h = 0; h < nh; h++) {
+        float mx = m[h];
+        for (int64_t p = 0; p < np; p++)
+            if (s[h][p] > mx) mx = s[h][p];
+        if (mx > m[h]) { /* rescale what was accumulated under the old max */
+            float corr = expf(m[h] - mx);
+            l[h] *= corr;
+            snug_ops_scale(o[h], corr, D);
+            m[h] = mx;
+        }
+        for (int64_t p = 0; p < np; p++) {
+            float ex = expf(s[h][p] - mx);
+            l[h] += ex;
+            s[h][p] = ex;
+        }
+        e[h] = s[h];
+    }
+    for (int h0 = 0; h0 < nh; h0 += 4)
+        snug_ops_pv_rows(o + h0, e + h0, SNUG_MIN(4, nh - h0), V, ldv, np, D);
+}
+
+/* One task: query tokens t0 .. t0+nt-1 (a block of up to ATT_QB), kv head kh, query heads
+ * h0..h1-1; tasks are dealt round-robin so the long (late-token) and short tasks mix across
+ * threads. Each tile of the cache is converted once for the whole block (a prompt reads the
+ * cache T/ATT_QB times, not T times); every (token, head) row still sees the same tiles in the
+ * same order as a single-token call, so prompt and decode give the same bits. */
 SNUG_OPS_CLONES
 static void att_task(void *vctx, int ith, int nth) {
     const struct att_ctx *c = vctx;
     int64_t D = c->D, Hq = c->Hq;
     float *kbuf = c->work ? (float *)(c->work + att_stride(D) * (size_t)ith) : NULL;
     float *vbuf = kbuf ? kbuf + ATT_TILE * D : NULL;
-    int64_t n_tasks = c->T * c->Hkv * c->n_sub;
-    float s[ATT_MAX_GROUP][ATT_TILE], m[ATT_MAX_GROUP], l[ATT_MAX_GROUP];
+    int64_t qb = c->qb, n_blk = (c->T + qb - 1) / qb, n_tasks = n_blk * c->Hkv * c->n_sub;
+    float s[ATT_MAX_GROUP][ATT_TILE], m[ATT_QB][ATT_MAX_GROUP], l[ATT_QB][ATT_MAX_GROUP];
+    const float *qh[ATT_QB][ATT_MAX_GROUP];
+    float *oh[ATT_QB][ATT_MAX_GROUP];
     for (int64_t task = ith; task < n_tasks; task += nth) {
-        int64_t t = task / (c->Hkv * c->n_sub), rem = task % (c->Hkv * c->n_sub);
+        int64_t blk = task / (c->Hkv * c->n_sub), rem = task % (c->Hkv * c->n_sub);
         int64_t kh = rem / c->n_sub, h0 = kh * c->group + (rem % c->n_sub) * c->sub;
         int64_t h1 = SNUG_MIN(h0 + c->sub, (kh + 1) * c->group), nh = h1 - h0;
-        int64_t n_pos = c->pos0 + t + 1;
-        const float *qt = c->q + (t * Hq + h0) * D;
-        float *ot = c->out + (t * Hq + h0) * D;
-        for (int64_t h = 0; h < nh; h++) {
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
-        }
-        memset(ot, 0, (size_t)(nh * D) * sizeof(float));
-        for (int64_t p0 = 0; p0 < n_pos; p0 += ATT_TILE) {
-            int64_t np = SNUG_MIN((int64_t)ATT_TILE, n_pos - p0), ldk, ldv;
-            const float *K = att_tile(c, c->kv->k, kh, p0, np, kbuf, &ldk);
-            const float *V = att_tile(c, c->kv->v, kh, p0, np, vbuf, &ldv);
+        int64_t t0 = blk * qb, nt = SNUG_MIN(qb, c->T - t0);
+        for (int64_t i = 0; i < nt; i++) {
             for (int64_t h = 0; h < nh; h++) {
-                const float *qh = qt + h * D;
-                float *oh = ot + h * D, mx = m[h];
-                for (int64_t p = 0; p < np; p++) {
-                    s[h][p] = c->scale * snug_ops_dot(qh, K + p * ldk, D);
-                    if (s[h][p] > mx) mx = s[h][p];
-                }
-                if (mx > m[h]) { /* rescale what was accumulated under the old max */
-                    float corr = expf(m[h] - mx);
-                    l[h] *= corr;
-                    snug_ops_scale(oh, corr, D);
-                    m[h] = mx;
-                }
-                for (int64_t p = 0; p < np; p++) {
-                    float e = expf(s[h][p] - mx);
-                    l[h] += e;
-                    snug_ops_axpy(oh, e, V + p * ldv, D);
-                }
+                qh[i][h] = c->q + ((t0 + i) * Hq + h0 + h) * D;
+                oh[i][h] = c->out + ((t0 + i) * Hq + h0 + h) * D;
+                m[i][h] = -INFINITY;
+                l[i][h] = 0.0f;
+                memset(oh[i][h], 0, (size_t)D * sizeof(float));
             }
         }
-        for (int64_t h = 0; h < nh; h++) snug_ops_scale(ot + h * D, 1.0f / l[h], D);
+        int64_t n_pos_max = c->pos0 + t0 + nt; /* the last token of the block sees these */
+        for (int64_t p0 = 0; p0 < n_pos_max; p0 += ATT_TILE) {
+            int64_t np = SNUG_MIN((int64_t)ATT_TILE, n_pos_max - p0), ldk, ldv;
+            const float *K = att_tile(c, c->kv->k, kh, p0, np, kbuf, &ldk);
+            const float *V = att_tile(c, c->kv->v, kh, p0, np, vbuf, &ldv);
+            for (int64_t i = 0; i < nt; i++) {
+                int64_t n_pos = c->pos0 + t0 + i + 1;
+                if (n_pos <= p0) continue;
+                att_rows_tile(qh[i], (int)nh, K, ldk, V, ldv, SNUG_MIN(np, n_pos - p0), D, c->scale,
+                              s, m[i], l[i], oh[i]);
+            }
+        }
+        for (int64_t i = 0; i < nt; i++)
+            for (int64_t h = 0; h < nh; h++) snug_ops_scale(oh[i][h], 1.0f / l[i][h], D);
     }
 }
 
@@ -144,6 +182,10 @@ void snug_op_attention(struct snug_pool *pool, const struct snug_kv_view *kv, in
         if (c.sub == 1 || T * Hkv * c.n_sub >= nth) break;
         c.sub = (c.sub + 1) / 2;
     }
+    /* Tokens per task: ATT_QB, fewer while that leaves under 4 tasks per thread (short prompts).
+     * The numbers do not depend on it (see att_task). */
+    c.qb = ATT_QB;
+    while (c.qb > 1 && (T + c.qb - 1) / c.qb * Hkv * c.n_sub < 4 * nth) c.qb /= 2;
     SNUG_ASSERT(work != NULL || kv->type == SNUG_DTYPE_F32);
     snug_pool_run(pool, att_task, &c);
 }

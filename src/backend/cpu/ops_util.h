@@ -88,6 +88,102 @@ static inline void snug_ops_dot4(const float *restrict w0, const float *restrict
     out[3] = a3[0] + t3;
 }
 
+/* Dot products of up to four rows a[0..n_rows-1] with the same b (attention: the query heads of
+ * a GQA group against one key), sharing the loads of b. Every row is accumulated exactly as
+ * snug_ops_dot accumulates it (same lanes, same order, same reduction), so a row's result does
+ * not depend on which rows it was computed with. */
+static inline void snug_ops_dot_rows(const float *const *a, int n_rows, const float *restrict b,
+                                     int64_t n, float *out) {
+    if (n_rows != 4) {
+        for (int r = 0; r < n_rows; r++) out[r] = snug_ops_dot(a[r], b, n);
+        return;
+    }
+    const float *restrict a0 = a[0], *restrict a1 = a[1], *restrict a2 = a[2], *restrict a3 = a[3];
+    float c0[SNUG_OPS_LANES] = {0}, c1[SNUG_OPS_LANES] = {0}, c2[SNUG_OPS_LANES] = {0},
+          c3[SNUG_OPS_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SNUG_OPS_LANES <= n; i += SNUG_OPS_LANES) {
+        for (int j = 0; j < SNUG_OPS_LANES; j++) {
+            float bj = b[i + j];
+            c0[j] = SNUG_FMA(a0[i + j], bj, c0[j]);
+            c1[j] = SNUG_FMA(a1[i + j], bj, c1[j]);
+            c2[j] = SNUG_FMA(a2[i + j], bj, c2[j]);
+            c3[j] = SNUG_FMA(a3[i + j], bj, c3[j]);
+        }
+    }
+    float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+    for (; i < n; i++) {
+        t0 = SNUG_FMA(a0[i], b[i], t0);
+        t1 = SNUG_FMA(a1[i], b[i], t1);
+        t2 = SNUG_FMA(a2[i], b[i], t2);
+        t3 = SNUG_FMA(a3[i], b[i], t3);
+    }
+    for (int w = SNUG_OPS_LANES / 2; w > 0; w /= 2) {
+        for (int j = 0; j < w; j++) {
+            c0[j] += c0[j + w];
+            c1[j] += c1[j + w];
+            c2[j] += c2[j + w];
+            c3[j] += c3[j + w];
+        }
+    }
+    out[0] = c0[0] + t0;
+    out[1] = c1[0] + t1;
+    out[2] = c2[0] + t2;
+    out[3] = c3[0] + t3;
+}
+
+/* Attention's P·V for up to four output rows sharing the value rows: y_r[c] += Σ_p e_r[p]·V[p][c]
+ * for p < np (V rows of stride ldv). Each element is updated in the order p = 0, 1, ... exactly
+ * as np calls of snug_ops_axpy would, so the bits do not depend on the row blocking, but the
+ * partial sums of a column block stay in registers across p. */
+#define SNUG_OPS_PV_COLS 32
+static inline void snug_ops_pv_rows(float *const *y, const float *const *e, int n_rows,
+                                    const float *restrict V, int64_t ldv, int64_t np, int64_t n) {
+    int64_t c0 = 0;
+    if (n_rows == 4) {
+        float *restrict y0 = y[0], *restrict y1 = y[1], *restrict y2 = y[2], *restrict y3 = y[3];
+        const float *e0 = e[0], *e1 = e[1], *e2 = e[2], *e3 = e[3];
+        for (; c0 + SNUG_OPS_PV_COLS <= n; c0 += SNUG_OPS_PV_COLS) {
+            float p0[SNUG_OPS_PV_COLS], p1[SNUG_OPS_PV_COLS], p2[SNUG_OPS_PV_COLS],
+                p3[SNUG_OPS_PV_COLS];
+            for (int c = 0; c < SNUG_OPS_PV_COLS; c++) {
+                p0[c] = y0[c0 + c], p1[c] = y1[c0 + c], p2[c] = y2[c0 + c], p3[c] = y3[c0 + c];
+            }
+            for (int64_t p = 0; p < np; p++) {
+                const float *restrict vp = V + p * ldv + c0;
+                float a0 = e0[p], a1 = e1[p], a2 = e2[p], a3 = e3[p];
+                for (int c = 0; c < SNUG_OPS_PV_COLS; c++) {
+                    p0[c] = SNUG_FMA(a0, vp[c], p0[c]);
+                    p1[c] = SNUG_FMA(a1, vp[c], p1[c]);
+                    p2[c] = SNUG_FMA(a2, vp[c], p2[c]);
+                    p3[c] = SNUG_FMA(a3, vp[c], p3[c]);
+                }
+            }
+            for (int c = 0; c < SNUG_OPS_PV_COLS; c++) {
+                y0[c0 + c] = p0[c], y1[c0 + c] = p1[c], y2[c0 + c] = p2[c], y3[c0 + c] = p3[c];
+            }
+        }
+    } else {
+        for (; c0 + SNUG_OPS_PV_COLS <= n; c0 += SNUG_OPS_PV_COLS) {
+            for (int r = 0; r < n_rows; r++) {
+                float *restrict yr = y[r];
+                const float *er = e[r];
+                float pr[SNUG_OPS_PV_COLS];
+                for (int c = 0; c < SNUG_OPS_PV_COLS; c++) pr[c] = yr[c0 + c];
+                for (int64_t p = 0; p < np; p++) {
+                    const float *restrict vp = V + p * ldv + c0;
+                    float a = er[p];
+                    for (int c = 0; c < SNUG_OPS_PV_COLS; c++) pr[c] = SNUG_FMA(a, vp[c], pr[c]);
+                }
+                for (int c = 0; c < SNUG_OPS_PV_COLS; c++) yr[c0 + c] = pr[c];
+            }
+        }
+    }
+    for (int r = 0; r < n_rows; r++) /* the columns past the last full block */
+        for (int64_t p = 0; p < np; p++)
+            for (int64_t c = c0; c < n; c++) y[r][c] = SNUG_FMA(e[r][p], V[p * ldv + c], y[r][c]);
+}
+
 /* Elementwise loops run SNUG_OPS_BLK floats at a time (a constant trip count) and finish with a
  * scalar tail: GCC's -O2 cost model vectorises only loops that need no epilogue. */
 #define SNUG_OPS_BLK 16
