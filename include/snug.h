@@ -159,9 +159,8 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
  * one token each) in one forward step whose matrix products run over all n rows, so each
  * weight is read once per step instead of n times; the conv, delta rule and attention of each
  * row run against its own context's caches. logits_out (may be NULL) gets [n][V], row i the
- * logits of ctxs[i]. Each row's logits equal a lone snug_ctx_eval of that token up to the
- * matrix kernels' summation order (docs/server.md: bit-identical for float weights; within
- * 1e-4 relative for block types). Steps hold at most ctxs[0]'s n_chunk rows (more run as
+ * logits of ctxs[i]. Each row's logits equal a lone snug_ctx_eval of that token bit for bit
+ * on the CPU (tests/e2e/test_batch_decode.c: f16, Q8_0, Q6_K, Q4_K_M). Steps hold at most ctxs[0]'s n_chunk rows (more run as
  * several steps) and use ctxs[0]'s thread pool and work arena. Contexts on the CUDA backend,
  * with speculative decoding (n_draft > 0) or with a layer hook are evaluated one by one with
  * snug_ctx_eval instead (same results). Validates everything first: a failure (a full

@@ -2,13 +2,17 @@
  * forward) against n separate snug_ctx_eval calls, on both fixture models (trained dense and
  * random MoE): the contexts sit at different positions (prompts of different lengths), decode
  * greedy continuations for several steps, and every batched logits row must equal the lone
- * decode's row bit for bit (f16 weights take the same float kernels for one row or many).
+ * decode's row bit for bit (each matmul output is the same kernel call for one row or a few:
+ * f16, and Q8_0 / Q6_K / Q4_K_M copies of the trained model made with `snug quantize`).
  * Also: a step of more rows than ctxs[0]'s n_chunk (split into several forwards), the
  * one-by-one fallback (a context with a layer hook), zero allocations per batched step, and
  * the refusals (a repeated context, a full context) that change nothing.
  * Read next: src/model/context.c (snug_ctx_eval_batch), src/arch/qwen35.c (f.kv_rows). */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-function" /* the shared header's other helpers */
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are checked by the open */
 #endif
 #include "test_fixtures_common.h"
 
@@ -33,17 +37,18 @@ static void noop_hook(void *user, int32_t stage, snug_pos pos0, int32_t n, int32
 /* One model: NB batched contexts and NB reference contexts, prompts of different lengths,
  * STEPS greedy decode steps compared row by row. chunk0: ctxs[0]'s n_chunk (small values split
  * the batch into several forwards); hook: set a layer hook on context 1 (the fallback path). */
-static void run_model(const char *dir, const char *model, const char *file, int32_t chunk0,
+static void run_model(const char *dir, const char *model, const char *path, int32_t chunk0,
                       bool hook) {
     struct snug_err err = {0};
     struct snug_model *m = NULL;
-    struct snug_model_params mp = {.path = fx_path(dir, model, file), .n_threads = 2};
+    struct snug_model_params mp = {.path = path, .n_threads = 2};
     if (snug_model_load(&m, &mp, &err) != SNUG_OK) {
         CHECKF(0, "load %s: %s", mp.path, err.msg);
         return;
     }
     int32_t n_ids = 0;
-    int32_t *ids = fx_read_ids(fx_path(dir, model, "ids.json"), &n_ids);
+    int32_t *ids =
+        fx_read_ids(fx_path(dir, strchr(model, '-') ? "trained" : model, "ids.json"), &n_ids);
     int64_t V = snug_model_n_vocab(m);
     struct snug_ctx *bat[NB] = {0}, *ref[NB] = {0};
     float *blog = malloc(sizeof(float) * (size_t)(NB * V));
@@ -145,10 +150,24 @@ static void full_context(const char *dir) {
 int main(void) {
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
-    run_model(dir, "trained", "trained-f16.gguf", 64, false);
-    run_model(dir, "moe", "moe-f16.gguf", 64, false);
-    run_model(dir, "trained", "trained-f16.gguf", 3, false); /* 4 rows: steps of 3 + 1 */
-    run_model(dir, "trained", "trained-f16.gguf", 64, true);
+    run_model(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 64, false);
+    run_model(dir, "moe", fx_path(dir, "moe", "moe-f16.gguf"), 64, false);
+    run_model(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 3, false); /* 3 + 1 */
+    run_model(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 64, true);
+    /* block types: Q8_0 / Q6_K take float activations (the few-row in-place dot), Q4_K int8
+     * activations (several rows per weight-block decode); quantized here with `snug quantize` */
+    const char *types[] = {"q8_0", "q6_k", "q4_k_m"};
+    for (int i = 0; i < 3; i++) {
+        char out[256], cmd[1024], label[64];
+        snprintf(out, sizeof out, "test_batch_decode-%s.gguf", types[i]);
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s > /dev/null 2>&1", SNUG_BIN,
+                 fx_path(dir, "trained", "trained-f16.gguf"), out, types[i]);
+        int rc = system(cmd);
+        CHECKF(rc == 0, "%s failed (%d)", cmd, rc);
+        snprintf(label, sizeof label, "trained-%s", types[i]);
+        if (rc == 0) run_model(dir, label, out, 64, false);
+        remove(out);
+    }
     full_context(dir);
     return TEST_DONE();
 }

@@ -22,6 +22,9 @@
 #define MM_TILE 64
 /* Weight rows dequantized at a time per thread for the float fallback. */
 #define MM_ROWS 8
+/* Up to this many activation rows, block types with float activations dot each weight row
+ * with every row in place (mm_task_vecs) instead of dequantizing it first. */
+#define MM_VEC_ROWS 8
 
 struct mm_ctx {
     uint32_t type;
@@ -89,6 +92,21 @@ static void mm_task_vec(void *vctx, int ith, int nth) {
         c->y[r] = snug_dot_row(c->type, c->w + (size_t)r * c->row_bytes, c->x, c->n_in);
 }
 
+/* Few rows with float activations for block types (a batched decode across sequences,
+ * T <= MM_VEC_ROWS): each weight row is dotted with every activation row while it sits in L1,
+ * so the weights stream from memory once for all T rows, and every output is the same
+ * snug_dot_row call as the one-row form (bit-identical to T separate decodes). */
+static void mm_task_vecs(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
+        for (int64_t t = 0; t < c->T; t++)
+            c->y[t * c->n_out + r] = snug_dot_row(c->type, wr, c->x + t * c->n_in, c->n_in);
+    }
+}
+
 /* Float fallback for block types without an int8 kernel: blocks of MM_ROWS rows are
  * dequantized once into the thread's scratch and dotted with every activation row. */
 static void mm_task_deq(void *vctx, int ith, int nth) {
@@ -140,6 +158,10 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
             c.y = y + t * n_out;
             snug_pool_run(pool, mm_task_vec, &c);
         }
+        return;
+    }
+    if (at == SNUG_DTYPE_F32 && !float_w && T <= MM_VEC_ROWS) {
+        snug_pool_run(pool, mm_task_vecs, &c);
         return;
     }
     if (at == SNUG_DTYPE_F32 && float_w) {
