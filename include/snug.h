@@ -163,9 +163,9 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
  * on the CPU (tests/e2e/test_batch_decode.c: f16, Q8_0, Q6_K, Q4_K_M). Steps hold at most
  * ctxs[0]'s n_chunk rows (more run as several steps) and use ctxs[0]'s thread pool and work
  * arena. Contexts on the CUDA backend, with speculative decoding (n_draft > 0) or with a
- * layer hook are evaluated one by one with snug_ctx_eval instead (same results). Validates everything first: a failure (a full
- * context, an id outside the vocabulary, a repeated context) changes nothing. Allocates
- * nothing. */
+ * layer hook are evaluated one by one with snug_ctx_eval instead (same results). Validates
+ * everything first: a failure (a full context, an id outside the vocabulary, a repeated
+ * context) changes nothing. Allocates nothing. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
                         float *logits_out, struct snug_err *err);
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx); /* tokens in the sequence so far */
