@@ -105,7 +105,8 @@ int snug_backend_finish(struct snug_be *be, struct snug_err *err);
 
 /* ---- the CUDA backend (src/backend/cuda/cuda_backend.c) ------------------------------------
  * One object per context: a CUDA context (device 0, one stream), the weights uploaded once into
- * one device allocation per GGUF file, and one device allocation per planned arena (KV +
+ * one device allocation per GGUF file (shared by every CUDA context of the same model,
+ * refcounted: N server slots hold one copy), and one device allocation per planned arena (KV +
  * recurrent state, work, op scratch). Without nvcc at build time every function returns
  * SNUG_ERR_UNSUPPORTED ("built without CUDA"); without a GPU, open fails with the runtime's
  * reason. */

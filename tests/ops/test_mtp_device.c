@@ -9,12 +9,16 @@
  *     allocation during the steps; prints the mean tokens per verification and the largest
  *     difference between the verification logits and plain decoding's at the same positions
  *     (the rolled-back states are the plain ones: 0 or float noise of the T>1 kernels);
- *  3. the GPU's MTP drafts are those of the CPU backend on the first prompt (same tokens).
+ *  3. the GPU's MTP drafts are those of the CPU backend on the first prompt (same tokens);
+ *  4. two CUDA contexts of one model share its device weights (the second takes about a
+ *     weights' worth less device memory than the first) and compute the same logits, also
+ *     after the first one is closed.
  * Needs a GPU: built when nvcc is found, not registered with ctest. The last lines are
  * "N passed, N failed" and "mtp device: PASS|FAIL".
  * Usage: [SNUG_MTP_DEVICE_CPU=1] test_mtp_device FIXTURES_DIR (holding
  * trained/{trained-f16.gguf,ids.json, mtp_logits.f32,ppl_ids.json}). Read next: src/spec/spec.c,
  * docs/spec-decode.md. */
+#include "backend/backend.h"
 #include "core/core.h"
 #include "sample/sample.h"
 #include "snug.h"
@@ -292,6 +296,42 @@ static void test_greedy(const int32_t *ppl, int32_t nppl) {
     free(a), free(b), free(la), free(lb);
 }
 
+/* Item 4 of the file comment (cudaMemGetInfo around two context opens). */
+static void test_shared_weights(const char *dir) {
+    int32_t n = 0;
+    int32_t *ids = read_ids(path_of(dir, "ids.json"), &n);
+    size_t wb = 0;
+    free(slurp(path_of(dir, "trained-f16.gguf"), &wb));
+    if (!ids || n < 2 || !gpu) {
+        free(ids);
+        return;
+    }
+    struct snug_err err = {0};
+    size_t f0 = 0, f1 = 0, f2 = 0, tot = 0;
+    snug_backend_cuda_mem_info(&f0, &tot, &err);
+    struct snug_ctx *a = mk_ctx(1, 0, n, 64);
+    snug_backend_cuda_mem_info(&f1, &tot, &err);
+    struct snug_ctx *b = mk_ctx(1, 0, n, 64);
+    snug_backend_cuda_mem_info(&f2, &tot, &err);
+    float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4), *lc = malloc((size_t)V * 4);
+    int rc = snug_ctx_eval(a, ids, n, la, SNUG_EVAL_LOGITS_LAST, &err);
+    if (!rc) rc = snug_ctx_eval(b, ids, n, lb, SNUG_EVAL_LOGITS_LAST, &err);
+    snug_ctx_free(a);
+    snug_ctx_reset(b);
+    if (!rc) rc = snug_ctx_eval(b, ids, n, lc, SNUG_EVAL_LOGITS_LAST, &err);
+    snug_ctx_free(b);
+    double d1 = ((double)f0 - (double)f1) / 1048576.0, d2 = ((double)f1 - (double)f2) / 1048576.0;
+    printf("shared weights: first context took %.1f MiB of device memory, second %.1f MiB "
+           "(weights file %.1f MiB)\n",
+           d1, d2, (double)wb / 1048576.0);
+    check(rc == SNUG_OK && !memcmp(la, lb, (size_t)V * 4) && !memcmp(la, lc, (size_t)V * 4),
+          "two contexts on shared weights: same logits, also after the first closes%s%s",
+          rc ? ": " : "", rc ? err.msg : "");
+    check(d1 - d2 >= 0.5 * (double)wb / 1048576.0,
+          "the second context does not upload the weights again (%.1f vs %.1f MiB)", d2, d1);
+    free(la), free(lb), free(lc), free(ids);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_mtp_device FIXTURES_DIR\n");
@@ -308,6 +348,7 @@ int main(int argc, char **argv) {
     }
     V = snug_model_n_vocab(M);
     test_mtp_logits(dir);
+    test_shared_weights(dir);
     int32_t nppl = 0;
     int32_t *ppl = read_ids(path_of(dir, "ppl_ids.json"), &nppl);
     if (ppl && nppl > 64)

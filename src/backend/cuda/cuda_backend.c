@@ -1,7 +1,7 @@
 /* cuda_backend.c — the CUDA implementation of struct snug_backend_ops (backend.h): each op
  * forwards to cuda_ops.h / cuda_backend.h on the context's stream, recording the first error;
- * plus the per-context device memory: weights (one allocation per GGUF file, uploaded at open),
- * the KV/state arena laid out as attention views + recurrent states, the work arena the
+ * plus the per-context device memory: weights (one allocation per GGUF file, uploaded by the
+ * model's first context and shared, refcounted, by its others), the KV/state arena laid out as attention views + recurrent states, the work arena the
  * architecture bumps its activations from, the op scratch, and the positions.
  * Invariant: every cudaMalloc happens in snug_backend_cuda_open; the token path only queues
  * kernels and small synchronous copies (embeddings, MoE routing, logits).
@@ -15,6 +15,7 @@
 #include "quant/quant.h"
 
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct cuda_be {
     const uint8_t *hbase[MAX_FILES]; /* host start of each file's tensor data */
     uint8_t *dbase[MAX_FILES];       /* its device copy */
     size_t wbytes[MAX_FILES];
+    struct cuda_weights *shared; /* the model's shared device weights (NULL: dbase is ours) */
     void *kv_mem;
     size_t kv_bytes;
     struct snug_kv kv; /* views point into kv_mem (device); views array on the host */
@@ -42,7 +44,7 @@ struct cuda_be {
     void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
     struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
     int64_t stage_floats;
-    size_t total;           /* device bytes allocated here */
+    size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
 };
 
@@ -364,6 +366,84 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
     return SNUG_OK;
 }
 
+/* ---- device weights shared by the contexts of one model ----------------------------------------
+ * Every context of a model reads the same weights, so the first CUDA context of a GGUF file
+ * uploads them and later ones take a reference (`snug serve --slots N --backend cuda` holds
+ * one copy, as the plan counts it); the last close frees them. Keyed by the struct snug_gguf
+ * (the loaded model, which outlives its contexts). A static table: no allocation; when it is
+ * full a context keeps a private copy. */
+#define MAX_SHARED 16
+struct cuda_weights {
+    const struct snug_gguf *g;
+    int refs; /* 0: free entry */
+    uint32_t n_files;
+    const uint8_t *hbase[MAX_FILES];
+    uint8_t *dbase[MAX_FILES];
+    size_t wbytes[MAX_FILES];
+    int64_t max_in, max_out;
+    size_t bytes;
+};
+static struct cuda_weights g_weights[MAX_SHARED];
+static pthread_mutex_t g_weights_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* c's weights: a reference to the model's shared copy, or an upload that becomes it. The lock
+ * is held through an upload so two contexts opening together upload once. */
+static int acquire_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t *max_in,
+                           int64_t *max_out, struct snug_err *err) {
+    pthread_mutex_lock(&g_weights_lock);
+    struct cuda_weights *w = NULL, *slot = NULL;
+    for (int i = 0; i < MAX_SHARED; i++) {
+        if (g_weights[i].refs > 0 && g_weights[i].g == g) w = &g_weights[i];
+        if (g_weights[i].refs == 0 && !slot) slot = &g_weights[i];
+    }
+    int rc = SNUG_OK;
+    if (w) {
+        c->n_files = w->n_files;
+        memcpy(c->hbase, w->hbase, sizeof c->hbase);
+        memcpy(c->dbase, w->dbase, sizeof c->dbase);
+        memcpy(c->wbytes, w->wbytes, sizeof c->wbytes);
+        *max_in = w->max_in;
+        *max_out = w->max_out;
+        c->total += w->bytes;
+    } else {
+        size_t t0 = c->total;
+        rc = upload_weights(c, g, max_in, max_out, err);
+        if (rc == SNUG_OK && slot) {
+            w = slot;
+            *w = (struct cuda_weights){.g = g,
+                                       .n_files = c->n_files,
+                                       .max_in = *max_in,
+                                       .max_out = *max_out,
+                                       .bytes = c->total - t0};
+            memcpy(w->hbase, c->hbase, sizeof w->hbase);
+            memcpy(w->dbase, c->dbase, sizeof w->dbase);
+            memcpy(w->wbytes, c->wbytes, sizeof w->wbytes);
+        }
+    }
+    if (w) {
+        w->refs++;
+        c->shared = w;
+    }
+    pthread_mutex_unlock(&g_weights_lock);
+    return rc;
+}
+
+/* Drop c's reference (the last one frees the device copy), or free a private copy. */
+static void release_weights(struct cuda_be *c) {
+    if (!c->shared) {
+        for (uint32_t f = 0; f < c->n_files; f++) snug_cuda_dfree(c->dbase[f]);
+        return;
+    }
+    pthread_mutex_lock(&g_weights_lock);
+    struct cuda_weights *w = c->shared;
+    if (--w->refs == 0) {
+        for (uint32_t f = 0; f < w->n_files; f++) snug_cuda_dfree(w->dbase[f]);
+        memset(w, 0, sizeof *w);
+    }
+    pthread_mutex_unlock(&g_weights_lock);
+    c->shared = NULL;
+}
+
 /* The KV/state arena on the device: per attention layer K then V (plain f16/f32 rows
  * [n_ctx][Hkv][D], or [n_ctx][Hkv] stored vectors of the kvfmt formats the device kernels run:
  * f16 f32 bf16 q8_0 fp8, K and V chosen separately), then every conv state, then every delta
@@ -462,7 +542,7 @@ int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
         cudaEventCreate(&c->prof->e1);
     }
     int64_t max_in = 0, max_out = 0;
-    if ((rc = upload_weights(c, g, &max_in, &max_out, err))) goto fail;
+    if ((rc = acquire_weights(c, g, &max_in, &max_out, err))) goto fail;
     if ((rc = layout_kv(c, &c->kv, &c->kv_mem, lim->kv_shape, lim->kv_bytes, err))) goto fail;
     if ((rc = layout_spec(c, lim, err))) goto fail;
     c->work_bytes = lim->work_bytes;
@@ -499,7 +579,7 @@ void snug_backend_cuda_close(struct snug_be *be) {
         cudaEventDestroy(c->prof->e1);
         snug_free(c->prof);
     }
-    for (uint32_t f = 0; f < c->n_files; f++) snug_cuda_dfree(c->dbase[f]);
+    release_weights(c);
     snug_cuda_dfree(c->kv_mem);
     snug_cuda_dfree(c->snap_mem);
     snug_cuda_dfree(c->mtp_mem);
