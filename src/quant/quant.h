@@ -122,6 +122,17 @@ void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n);
  * other float-format types require n to be a multiple of their block. */
 void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
                   float *out);
+/* Float block product for prompts on float activations: y[t·ys + r] = Σ_k w[r·ws + k] ·
+ * x[t·xs + k] for r < nr (1..SNUG_FGEMM_NR) weight rows and t < nt (1..SNUG_FGEMM_NT)
+ * activation rows, n elements (any n), strides in floats. Each output element is formed the
+ * same way whatever nr, nt and its place in the block (so results do not depend on tiling).
+ * snug_fgemm_ref is the scalar reference. */
+#define SNUG_FGEMM_NR 4
+#define SNUG_FGEMM_NT 6
+void snug_fgemm(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
+                float *y, size_t ys);
+void snug_fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
+                    float *y, size_t ys);
 /* The scalar reference versions of the two (tests compare the dispatched ones to these). */
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n);
 void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,

@@ -185,6 +185,17 @@ static void dot_bf16_ref(const void *w, const float *x, size_t xs, int nc, int64
             snug_dot_row_ref(SNUG_DTYPE_BF16, w, (const float *)((const uint8_t *)x + c * xs), n);
 }
 
+/* Float block product, reference: one sequential sum per output element. */
+static void fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt,
+                      int64_t n, float *y, size_t ys) {
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) {
+            float s = 0;
+            for (int64_t k = 0; k < n; k++) s += w[(size_t)r * ws + k] * x[(size_t)t * xs + k];
+            y[(size_t)t * ys + r] = s;
+        }
+}
+
 void snug_qkernels_ref(struct snug_qkernels *k) {
     *k = (struct snug_qkernels){
         .quant_a32 = quant_a32_ref,
@@ -196,6 +207,7 @@ void snug_qkernels_ref(struct snug_qkernels *k) {
         .dot_f32 = dot_f32_ref,
         .dot_f16 = dot_f16_ref,
         .dot_bf16 = dot_bf16_ref,
+        .fgemm = fgemm_ref,
     };
 }
 
@@ -404,6 +416,16 @@ void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n) {
 void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
                   float *out) {
     act_dot(kern(), wtype, w, xq, xs, nc, n, out);
+}
+void snug_fgemm(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
+                float *y, size_t ys) {
+    SNUG_ASSERT(nr >= 1 && nr <= SNUG_FGEMM_NR && nt >= 1 && nt <= SNUG_FGEMM_NT);
+    kern()->fgemm(w, ws, nr, x, xs, nt, n, y, ys);
+}
+void snug_fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
+                    float *y, size_t ys) {
+    pthread_once(&g_once, init_once);
+    g_ref.fgemm(w, ws, nr, x, xs, nt, n, y, ys);
 }
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);

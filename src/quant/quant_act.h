@@ -37,6 +37,9 @@ typedef void (*snug_actdot_fn)(const void *w, const void *xq, size_t xs, int nc,
  * c·xs. */
 typedef void (*snug_fdot_fn)(const void *w, const float *x, size_t xs, int nc, int64_t n,
                              float *out);
+/* Float block product (quant.h snug_fgemm). */
+typedef void (*snug_fgemm_fn)(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt,
+                              int64_t n, float *y, size_t ys);
 typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);
 /* Dequantize a row of n elements (bit-identical to snug_dequantize_row_ref). */
 typedef void (*snug_deq_fn)(const void *src, float *dst, int64_t n);
@@ -47,6 +50,7 @@ struct snug_qkernels {
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
     snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
     float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
+    snug_fgemm_fn fgemm;
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */
 float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n);

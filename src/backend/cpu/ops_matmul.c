@@ -22,6 +22,8 @@
 #define MM_TILE 64
 /* Weight rows dequantized at a time per thread for the float fallback. */
 #define MM_ROWS 8
+/* Bytes of float activations per tile of the float fallback (kept in L2 with the scratch). */
+#define MM_XBYTES ((size_t)512 * 1024)
 /* Up to this many activation rows, block types with float activations dot each weight row
  * with every row in place (mm_task_vecs) instead of dequantizing it first. */
 #define MM_VEC_ROWS 8
@@ -107,28 +109,34 @@ static void mm_task_vecs(void *vctx, int ith, int nth) {
     }
 }
 
-/* Float fallback for block types without an int8 kernel: blocks of MM_ROWS rows are
- * dequantized once into the thread's scratch and dotted with every activation row. */
+/* Float fallback for block types without an int8 kernel (and int8-capable types the accuracy
+ * policy keeps on float activations). The activations go in tiles of about MM_XBYTES (so the
+ * tile stays in L2); per tile, each thread dequantizes its weight rows MM_ROWS at a time into
+ * its scratch and multiplies them with the tile in register blocks of SNUG_FGEMM_NR rows ×
+ * SNUG_FGEMM_NT tokens (snug_fgemm: each weight and activation load feeds several FMAs).
+ * Weights are dequantized once per tile: ceil(T / tile) times per call. */
 static void mm_task_deq(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     int64_t n_in = c->n_in, n_out = c->n_out;
     float *scratch = (float *)(c->scratch + c->per_thread * (size_t)ith);
     long n_blocks = (long)((n_out + MM_ROWS - 1) / MM_ROWS), blo, bhi;
     snug_split_range(n_blocks, ith, nth, &blo, &bhi);
-    size_t xs = (size_t)n_in * sizeof(float);
-    for (long b = blo; b < bhi; b++) {
-        int64_t r0 = (int64_t)b * MM_ROWS;
-        int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
-        for (int i = 0; i < nr; i++)
-            snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
-                                scratch + (size_t)i * n_in, n_in);
-        for (int i = 0; i < nr; i++) {
-            for (int64_t t = 0; t < c->T; t += SNUG_ACT_MAX_ROWS) {
-                int nc = (int)SNUG_MIN((int64_t)SNUG_ACT_MAX_ROWS, c->T - t);
-                float o[SNUG_ACT_MAX_ROWS];
-                snug_act_dot(SNUG_DTYPE_F32, scratch + (size_t)i * n_in, c->x + t * n_in, xs, nc,
-                             n_in, o);
-                for (int k = 0; k < nc; k++) c->y[(t + k) * n_out + r0 + i] = o[k];
+    int64_t tile = (int64_t)(MM_XBYTES / ((size_t)n_in * sizeof(float)));
+    tile = SNUG_MAX((int64_t)SNUG_FGEMM_NT, tile / SNUG_FGEMM_NT * SNUG_FGEMM_NT);
+    for (int64_t t0 = 0; t0 < c->T; t0 += tile) {
+        int64_t t1 = SNUG_MIN(c->T, t0 + tile);
+        for (long b = blo; b < bhi; b++) {
+            int64_t r0 = (int64_t)b * MM_ROWS;
+            int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
+            for (int i = 0; i < nr; i++)
+                snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
+                                    scratch + (size_t)i * n_in, n_in);
+            for (int64_t t = t0; t < t1; t += SNUG_FGEMM_NT) {
+                int nt = (int)SNUG_MIN((int64_t)SNUG_FGEMM_NT, t1 - t);
+                for (int i = 0; i < nr; i += SNUG_FGEMM_NR)
+                    snug_fgemm(scratch + (size_t)i * n_in, (size_t)n_in,
+                               SNUG_MIN(SNUG_FGEMM_NR, nr - i), c->x + t * n_in, (size_t)n_in, nt,
+                               n_in, c->y + t * n_out + r0 + i, (size_t)n_out);
             }
         }
     }
