@@ -22,6 +22,8 @@
 #define MM_TILE 64
 /* Weight rows dequantized at a time per thread for the float fallback. */
 #define MM_ROWS 8
+/* Bytes of weight rows per block of mm_task_dot (L1 with eight activation rows). */
+#define MM_WBYTES ((size_t)16 * 1024)
 /* Bytes of float activations per tile of the float fallback (kept in L2 with the scratch). */
 #define MM_XBYTES ((size_t)512 * 1024)
 /* Up to this many activation rows, block types with float activations dot each weight row
@@ -69,18 +71,26 @@ static void mm_task_quant(void *vctx, int ith, int nth) {
                           c->n_in);
 }
 
-/* Each thread: its weight rows × the tile's activation rows, eight activation rows per call. */
+/* Each thread: its weight rows × the tile's activation rows, eight activation rows per call.
+ * The rows go in blocks of about MM_WBYTES of weights: for each group of eight activation rows,
+ * every weight row of the block, so both the block and the group are reused from L1 (the
+ * group once per weight row, the block once per group) instead of streaming the whole tile
+ * from L2 for every weight row. */
 static void mm_task_dot(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     long lo, hi;
     snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++) {
-        const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
+    long rb = (long)SNUG_MAX((size_t)1, MM_WBYTES / c->row_bytes);
+    for (long r0 = lo; r0 < hi; r0 += rb) {
+        long r1 = SNUG_MIN(hi, r0 + rb);
         for (int64_t t = 0; t < c->tt; t += SNUG_ACT_MAX_ROWS) {
             int nc = (int)SNUG_MIN((int64_t)SNUG_ACT_MAX_ROWS, c->tt - t);
-            float o[SNUG_ACT_MAX_ROWS];
-            snug_act_dot(c->type, wr, c->xq + (size_t)t * c->xrb, c->xrb, nc, c->n_in, o);
-            for (int k = 0; k < nc; k++) c->y[(c->t0 + t + k) * c->n_out + r] = o[k];
+            for (long r = r0; r < r1; r++) {
+                float o[SNUG_ACT_MAX_ROWS];
+                snug_act_dot(c->type, c->w + (size_t)r * c->row_bytes, c->xq + (size_t)t * c->xrb,
+                             c->xrb, nc, c->n_in, o);
+                for (int k = 0; k < nc; k++) c->y[(c->t0 + t + k) * c->n_out + r] = o[k];
+            }
         }
     }
 }
