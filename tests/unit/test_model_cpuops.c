@@ -115,7 +115,8 @@ static void attn_case(int64_t Hq, int64_t Hkv, int64_t D, uint32_t type, int64_t
     snug_free(out), snug_free(work);
 }
 
-/* The row kernels alone: 1..4 rows against snug_ops_dot / snug_ops_axpy on odd lengths. */
+/* The row kernels alone on odd lengths: 1..4 rows against snug_ops_dot / snug_ops_axpy, and
+ * the vector-matrix products against one another and a scalar loop. */
 static void test_row_kernels(void) {
     const int64_t lens[] = {1, 5, 31, 32, 33, 63, 100, 256, 257};
     for (int li = 0; li < 9; li++) {
@@ -143,6 +144,25 @@ static void test_row_kernels(void) {
                        "pv_rows n=%lld rows=%d row %d", (long long)n, nr, r);
             }
         }
+        /* vm1 / vm2 / vm4 (delta rule): each element summed over the rows in order, as a
+         * plain scalar loop does; vm4 and vm2 row for row equal to vm1 */
+        float *ym = falloc(4 * n), *ys1 = falloc(4 * n), *ysc = falloc(n);
+        for (int64_t i = 0; i < 4 * n; i++) ym[i] = ys1[i] = frand();
+        for (int64_t c = 0; c < n; c++) {
+            ysc[c] = ym[c];
+            for (int64_t p = 0; p < np; p++) ysc[c] = SNUG_FMA(e[p], V[p * (n + 3) + c], ysc[c]);
+        }
+        const float *ea[4] = {e, e + np, e + 2 * np, e + 3 * np};
+        float *ya[4] = {ym, ym + n, ym + 2 * n, ym + 3 * n};
+        snug_ops_vm4(ea, V, np, n, n + 3, ya);
+        for (int r = 0; r < 4; r++) snug_ops_vm1(ea[r], V, np, n, n + 3, ys1 + r * n);
+        CHECKF(memcmp(ym, ys1, (size_t)(4 * n) * 4) == 0, "vm4 != vm1 n=%lld", (long long)n);
+        CHECKF(memcmp(ym, ysc, (size_t)n * 4) == 0, "vm4 != scalar order n=%lld", (long long)n);
+        snug_ops_vm2(ea[0], ea[1], V, np, n, n + 3, ys1, ys1 + n);
+        snug_ops_vm1(ea[0], V, np, n, n + 3, ym);
+        snug_ops_vm1(ea[1], V, np, n, n + 3, ym + n);
+        CHECKF(memcmp(ym, ys1, (size_t)(2 * n) * 4) == 0, "vm2 != vm1 n=%lld", (long long)n);
+        snug_free(ym), snug_free(ys1), snug_free(ysc);
         snug_free(a), snug_free(b), snug_free(V), snug_free(e), snug_free(y), snug_free(yr);
     }
 }

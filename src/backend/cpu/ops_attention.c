@@ -58,8 +58,8 @@ struct att_ctx {
 
 /* Rows [p0, p0+np) of kv head kh of one cache tensor as float rows of stride *ld: a direct
  * pointer for F32, converted into `buf` for F16. */
-static const float *att_tile(const struct att_ctx *c, const void *base, int64_t kh, int64_t p0,
-                             int64_t np, float *buf, int64_t *ld) {
+SNUG_OPS_INLINE const float *att_tile(const struct att_ctx *c, const void *base, int64_t kh,
+                                      int64_t p0, int64_t np, float *buf, int64_t *ld) {
     int64_t row = c->Hkv * c->D, D = c->D;
     if (c->kv->type == SNUG_DTYPE_F32) {
         *ld = row;
@@ -78,9 +78,9 @@ static const float *att_tile(const struct att_ctx *c, const void *base, int64_t 
  * each key load), per row the running max / rescale / exponentials, then P·V four rows at a
  * time over the value rows. s, m, l, o: the rows' scores, maxima, sums and outputs. Each row
  * is computed the same way whatever rows it is grouped with. */
-static inline void att_rows_tile(const float *const *qh, int nh, const float *K, int64_t ldk,
-                                 const float *V, int64_t ldv, int64_t np, int64_t D, float scale,
-                                 float (*s)[ATT_TILE], float *m, float *l, float *const *o) {
+SNUG_OPS_INLINE void att_rows_tile(const float *const *qh, int nh, const float *K, int64_t ldk,
+                                   const float *V, int64_t ldv, int64_t np, int64_t D, float scale,
+                                   float (*s)[ATT_TILE], float *m, float *l, float *const *o) {
     for (int h0 = 0; h0 < nh; h0 += 4) {
         int nr = SNUG_MIN(4, nh - h0);
         for (int64_t p = 0; p < np; p++) {

@@ -65,8 +65,8 @@ struct kvq_ctx {
 };
 
 /* Decode rows [p0, p0+np) of kv head kh of one cache tensor into buf ([np][D]). */
-static void kvq_tile(const struct kvq_ctx *c, int fmt, const void *base, size_t vb, int64_t kh,
-                     int64_t p0, int64_t np, float *buf) {
+SNUG_OPS_INLINE void kvq_tile(const struct kvq_ctx *c, int fmt, const void *base, size_t vb,
+                              int64_t kh, int64_t p0, int64_t np, float *buf) {
     const int64_t D = c->D;
     const uint8_t *src = (const uint8_t *)base + ((size_t)(p0 * c->Hkv + kh)) * vb;
     const size_t step = (size_t)c->Hkv * vb;
@@ -79,6 +79,7 @@ static void kvq_tile(const struct kvq_ctx *c, int fmt, const void *base, size_t 
 }
 
 /* One task: query token t, kv head kh, query heads h0..h1-1 (dealt round-robin). */
+SNUG_OPS_CLONES
 static void kvq_task(void *vctx, int ith, int nth) {
     const struct kvq_ctx *c = vctx;
     const int64_t D = c->D, Hq = c->Hq;

@@ -32,12 +32,36 @@
 #define SNUG_OPS_CLONES
 #endif
 
+/* The helpers below are forced inline: a static helper that the compiler keeps out of line is
+ * compiled for the baseline target only, so a clone of SNUG_OPS_CLONES calling it would run
+ * its loops without AVX (measured: the attention and delta-rule inner loops ran as SSE2
+ * code). Inlined, they take the vector width of the clone they are in. */
+#if defined(__GNUC__)
+#define SNUG_OPS_INLINE static inline __attribute__((always_inline))
+#else
+#define SNUG_OPS_INLINE static inline
+#endif
+
+/* Register blocks for the multi-row kernels: GCC/clang vector extensions, 16 floats (one
+ * AVX-512 register, two AVX2 ones in the x86-64-v3 clone), so a block's partial sums stay in
+ * registers across the loop over the shared operand (plain float arrays were kept in memory,
+ * a load and a store per multiply-add). a*b + c on them rounds twice, exactly like SNUG_FMA
+ * without FMA, so only builds where SNUG_FMA is a plain multiply-add use them (a native
+ * build with FMA takes the array loops, which then fuse). */
+#if defined(__GNUC__) && !defined(__FMA__) && !defined(__ARM_FEATURE_FMA)
+#define SNUG_OPS_VEC 1
+/* unaligned, may alias float: loads and stores through it are plain vmovups */
+typedef float snug_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+#define snug_v16_load(p)     (*(const snug_v16 *)(const void *)(p))
+#define snug_v16_store(p, v) (*(snug_v16 *)(void *)(p) = (v))
+#endif
+
 /* Lanes of independent partial sums in the reductions: enough to fill two 512-bit registers,
  * so the additions are not serialised on one accumulator. */
 #define SNUG_OPS_LANES 32
 
 /* Σ a[i]·b[i] over n floats, accumulated in float32 in SNUG_OPS_LANES partial sums. */
-static inline float snug_ops_dot(const float *restrict a, const float *restrict b, int64_t n) {
+SNUG_OPS_INLINE float snug_ops_dot(const float *restrict a, const float *restrict b, int64_t n) {
     float acc[SNUG_OPS_LANES] = {0};
     int64_t i = 0;
     for (; i + SNUG_OPS_LANES <= n; i += SNUG_OPS_LANES) {
@@ -52,9 +76,9 @@ static inline float snug_ops_dot(const float *restrict a, const float *restrict 
 }
 
 /* Four dot products of rows w0..w3 with the same x, sharing the loads of x. */
-static inline void snug_ops_dot4(const float *restrict w0, const float *restrict w1,
-                                 const float *restrict w2, const float *restrict w3,
-                                 const float *restrict x, int64_t n, float out[4]) {
+SNUG_OPS_INLINE void snug_ops_dot4(const float *restrict w0, const float *restrict w1,
+                                   const float *restrict w2, const float *restrict w3,
+                                   const float *restrict x, int64_t n, float out[4]) {
     enum { L = 16 };
     float a0[L] = {0}, a1[L] = {0}, a2[L] = {0}, a3[L] = {0};
     int64_t i = 0;
@@ -92,8 +116,8 @@ static inline void snug_ops_dot4(const float *restrict w0, const float *restrict
  * a GQA group against one key), sharing the loads of b. Every row is accumulated exactly as
  * snug_ops_dot accumulates it (same lanes, same order, same reduction), so a row's result does
  * not depend on which rows it was computed with. */
-static inline void snug_ops_dot_rows(const float *const *a, int n_rows, const float *restrict b,
-                                     int64_t n, float *out) {
+SNUG_OPS_INLINE void snug_ops_dot_rows(const float *const *a, int n_rows, const float *restrict b,
+                                       int64_t n, float *out) {
     if (n_rows != 4) {
         for (int r = 0; r < n_rows; r++) out[r] = snug_ops_dot(a[r], b, n);
         return;
@@ -102,6 +126,22 @@ static inline void snug_ops_dot_rows(const float *const *a, int n_rows, const fl
     float c0[SNUG_OPS_LANES] = {0}, c1[SNUG_OPS_LANES] = {0}, c2[SNUG_OPS_LANES] = {0},
           c3[SNUG_OPS_LANES] = {0};
     int64_t i = 0;
+#ifdef SNUG_OPS_VEC /* lanes 0-15 and 16-31 of each row's sums in registers */
+    {
+        snug_v16 z = {0}, x0 = z, y0 = z, x1 = z, y1 = z, x2 = z, y2 = z, x3 = z, y3 = z;
+        for (; i + SNUG_OPS_LANES <= n; i += SNUG_OPS_LANES) {
+            snug_v16 bl = snug_v16_load(b + i), bh = snug_v16_load(b + i + 16);
+            x0 = snug_v16_load(a0 + i) * bl + x0, y0 = snug_v16_load(a0 + i + 16) * bh + y0;
+            x1 = snug_v16_load(a1 + i) * bl + x1, y1 = snug_v16_load(a1 + i + 16) * bh + y1;
+            x2 = snug_v16_load(a2 + i) * bl + x2, y2 = snug_v16_load(a2 + i + 16) * bh + y2;
+            x3 = snug_v16_load(a3 + i) * bl + x3, y3 = snug_v16_load(a3 + i + 16) * bh + y3;
+        }
+        snug_v16_store(c0, x0), snug_v16_store(c0 + 16, y0);
+        snug_v16_store(c1, x1), snug_v16_store(c1 + 16, y1);
+        snug_v16_store(c2, x2), snug_v16_store(c2 + 16, y2);
+        snug_v16_store(c3, x3), snug_v16_store(c3 + 16, y3);
+    }
+#endif
     for (; i + SNUG_OPS_LANES <= n; i += SNUG_OPS_LANES) {
         for (int j = 0; j < SNUG_OPS_LANES; j++) {
             float bj = b[i + j];
@@ -137,12 +177,31 @@ static inline void snug_ops_dot_rows(const float *const *a, int n_rows, const fl
  * as np calls of snug_ops_axpy would, so the bits do not depend on the row blocking, but the
  * partial sums of a column block stay in registers across p. */
 #define SNUG_OPS_PV_COLS 32
-static inline void snug_ops_pv_rows(float *const *y, const float *const *e, int n_rows,
-                                    const float *restrict V, int64_t ldv, int64_t np, int64_t n) {
+SNUG_OPS_INLINE void snug_ops_pv_rows(float *const *y, const float *const *e, int n_rows,
+                                      const float *restrict V, int64_t ldv, int64_t np, int64_t n) {
     int64_t c0 = 0;
     if (n_rows == 4) {
         float *restrict y0 = y[0], *restrict y1 = y[1], *restrict y2 = y[2], *restrict y3 = y[3];
         const float *e0 = e[0], *e1 = e[1], *e2 = e[2], *e3 = e[3];
+#ifdef SNUG_OPS_VEC
+        for (; c0 + SNUG_OPS_PV_COLS <= n; c0 += SNUG_OPS_PV_COLS) {
+            snug_v16 x0 = snug_v16_load(y0 + c0), z0 = snug_v16_load(y0 + c0 + 16);
+            snug_v16 x1 = snug_v16_load(y1 + c0), z1 = snug_v16_load(y1 + c0 + 16);
+            snug_v16 x2 = snug_v16_load(y2 + c0), z2 = snug_v16_load(y2 + c0 + 16);
+            snug_v16 x3 = snug_v16_load(y3 + c0), z3 = snug_v16_load(y3 + c0 + 16);
+            for (int64_t p = 0; p < np; p++) {
+                const float *vp = V + p * ldv + c0;
+                snug_v16 vl = snug_v16_load(vp), vh = snug_v16_load(vp + 16);
+                float a0 = e0[p], a1 = e1[p], a2 = e2[p], a3 = e3[p];
+                x0 = a0 * vl + x0, z0 = a0 * vh + z0, x1 = a1 * vl + x1, z1 = a1 * vh + z1;
+                x2 = a2 * vl + x2, z2 = a2 * vh + z2, x3 = a3 * vl + x3, z3 = a3 * vh + z3;
+            }
+            snug_v16_store(y0 + c0, x0), snug_v16_store(y0 + c0 + 16, z0);
+            snug_v16_store(y1 + c0, x1), snug_v16_store(y1 + c0 + 16, z1);
+            snug_v16_store(y2 + c0, x2), snug_v16_store(y2 + c0 + 16, z2);
+            snug_v16_store(y3 + c0, x3), snug_v16_store(y3 + c0 + 16, z3);
+        }
+#endif
         for (; c0 + SNUG_OPS_PV_COLS <= n; c0 += SNUG_OPS_PV_COLS) {
             float p0[SNUG_OPS_PV_COLS], p1[SNUG_OPS_PV_COLS], p2[SNUG_OPS_PV_COLS],
                 p3[SNUG_OPS_PV_COLS];
@@ -189,7 +248,7 @@ static inline void snug_ops_pv_rows(float *const *y, const float *const *e, int 
 #define SNUG_OPS_BLK 16
 
 /* y[i] += a·x[i] over n floats (y and x must not overlap). */
-static inline void snug_ops_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
+SNUG_OPS_INLINE void snug_ops_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
     int64_t i = 0;
     for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
         for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] = SNUG_FMA(a, x[i + j], y[i + j]);
@@ -202,9 +261,19 @@ static inline void snug_ops_axpy(float *restrict y, float a, const float *restri
 /* y[c] += Σ_i a[i]·M[i·ld + c] for c < cols (a row vector times a rows×cols matrix of leading
  * dimension ld). Columns go SNUG_OPS_VM_COLS at a time so the sums live in registers and M is
  * read once; y must not overlap M. */
-static inline void snug_ops_vm1(const float *restrict a, const float *restrict M, int64_t rows,
-                                int64_t cols, int64_t ld, float *restrict y) {
+SNUG_OPS_INLINE void snug_ops_vm1(const float *restrict a, const float *restrict M, int64_t rows,
+                                  int64_t cols, int64_t ld, float *restrict y) {
     int64_t c0 = 0;
+#ifdef SNUG_OPS_VEC
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        snug_v16 x = snug_v16_load(y + c0), z = snug_v16_load(y + c0 + 16);
+        for (int64_t i = 0; i < rows; i++) {
+            const float *m = M + i * ld + c0;
+            x = a[i] * snug_v16_load(m) + x, z = a[i] * snug_v16_load(m + 16) + z;
+        }
+        snug_v16_store(y + c0, x), snug_v16_store(y + c0 + 16, z);
+    }
+#endif
     for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
         float acc[SNUG_OPS_VM_COLS];
         for (int c = 0; c < SNUG_OPS_VM_COLS; c++) acc[c] = y[c0 + c];
@@ -221,10 +290,23 @@ static inline void snug_ops_vm1(const float *restrict a, const float *restrict M
 }
 
 /* Two products sharing the reads of M: ya += aᵀM and yb += bᵀM (as snug_ops_vm1). */
-static inline void snug_ops_vm2(const float *restrict a, const float *restrict b,
-                                const float *restrict M, int64_t rows, int64_t cols, int64_t ld,
-                                float *restrict ya, float *restrict yb) {
+SNUG_OPS_INLINE void snug_ops_vm2(const float *restrict a, const float *restrict b,
+                                  const float *restrict M, int64_t rows, int64_t cols, int64_t ld,
+                                  float *restrict ya, float *restrict yb) {
     int64_t c0 = 0;
+#ifdef SNUG_OPS_VEC
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        snug_v16 xa = snug_v16_load(ya + c0), za = snug_v16_load(ya + c0 + 16);
+        snug_v16 xb = snug_v16_load(yb + c0), zb = snug_v16_load(yb + c0 + 16);
+        for (int64_t i = 0; i < rows; i++) {
+            const float *m = M + i * ld + c0;
+            snug_v16 ml = snug_v16_load(m), mh = snug_v16_load(m + 16);
+            xa = a[i] * ml + xa, za = a[i] * mh + za, xb = b[i] * ml + xb, zb = b[i] * mh + zb;
+        }
+        snug_v16_store(ya + c0, xa), snug_v16_store(ya + c0 + 16, za);
+        snug_v16_store(yb + c0, xb), snug_v16_store(yb + c0 + 16, zb);
+    }
+#endif
     for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
         float pa[SNUG_OPS_VM_COLS], pb[SNUG_OPS_VM_COLS];
         for (int c = 0; c < SNUG_OPS_VM_COLS; c++) pa[c] = ya[c0 + c], pb[c] = yb[c0 + c];
@@ -246,8 +328,65 @@ static inline void snug_ops_vm2(const float *restrict a, const float *restrict b
     }
 }
 
+/* Four products sharing the reads of M: Y_r[c] += Σ_i A_r[i]·M[i·ld + c] for r < 4 (rows of
+ * A and Y given by pointer; a Y row must not overlap M). The partial sums of a 32-column block
+ * of all four rows stay in registers while M's rows stream by once. Each element sums over i
+ * in order, as snug_ops_vm1 does. */
+SNUG_OPS_INLINE void snug_ops_vm4(const float *const *A, const float *restrict M, int64_t rows,
+                                  int64_t cols, int64_t ld, float *const *Y) {
+    const float *a0 = A[0], *a1 = A[1], *a2 = A[2], *a3 = A[3];
+    float *y0 = Y[0], *y1 = Y[1], *y2 = Y[2], *y3 = Y[3];
+    int64_t c0 = 0;
+#ifdef SNUG_OPS_VEC
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        snug_v16 x0 = snug_v16_load(y0 + c0), z0 = snug_v16_load(y0 + c0 + 16);
+        snug_v16 x1 = snug_v16_load(y1 + c0), z1 = snug_v16_load(y1 + c0 + 16);
+        snug_v16 x2 = snug_v16_load(y2 + c0), z2 = snug_v16_load(y2 + c0 + 16);
+        snug_v16 x3 = snug_v16_load(y3 + c0), z3 = snug_v16_load(y3 + c0 + 16);
+        for (int64_t i = 0; i < rows; i++) {
+            const float *m = M + i * ld + c0;
+            snug_v16 ml = snug_v16_load(m), mh = snug_v16_load(m + 16);
+            float b0 = a0[i], b1 = a1[i], b2 = a2[i], b3 = a3[i];
+            x0 = b0 * ml + x0, z0 = b0 * mh + z0, x1 = b1 * ml + x1, z1 = b1 * mh + z1;
+            x2 = b2 * ml + x2, z2 = b2 * mh + z2, x3 = b3 * ml + x3, z3 = b3 * mh + z3;
+        }
+        snug_v16_store(y0 + c0, x0), snug_v16_store(y0 + c0 + 16, z0);
+        snug_v16_store(y1 + c0, x1), snug_v16_store(y1 + c0 + 16, z1);
+        snug_v16_store(y2 + c0, x2), snug_v16_store(y2 + c0 + 16, z2);
+        snug_v16_store(y3 + c0, x3), snug_v16_store(y3 + c0 + 16, z3);
+    }
+#endif
+    for (; c0 + SNUG_OPS_VM_COLS <= cols; c0 += SNUG_OPS_VM_COLS) {
+        float p0[SNUG_OPS_VM_COLS], p1[SNUG_OPS_VM_COLS], p2[SNUG_OPS_VM_COLS],
+            p3[SNUG_OPS_VM_COLS];
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++)
+            p0[c] = y0[c0 + c], p1[c] = y1[c0 + c], p2[c] = y2[c0 + c], p3[c] = y3[c0 + c];
+        for (int64_t i = 0; i < rows; i++) {
+            const float *restrict m = M + i * ld + c0;
+            float b0 = a0[i], b1 = a1[i], b2 = a2[i], b3 = a3[i];
+            for (int c = 0; c < SNUG_OPS_VM_COLS; c++) {
+                p0[c] = SNUG_FMA(b0, m[c], p0[c]);
+                p1[c] = SNUG_FMA(b1, m[c], p1[c]);
+                p2[c] = SNUG_FMA(b2, m[c], p2[c]);
+                p3[c] = SNUG_FMA(b3, m[c], p3[c]);
+            }
+        }
+        for (int c = 0; c < SNUG_OPS_VM_COLS; c++)
+            y0[c0 + c] = p0[c], y1[c0 + c] = p1[c], y2[c0 + c] = p2[c], y3[c0 + c] = p3[c];
+    }
+    for (int64_t i = 0; i < rows && c0 < cols; i++) {
+        for (int64_t c = c0; c < cols; c++) {
+            float m = M[i * ld + c];
+            y0[c] = SNUG_FMA(a0[i], m, y0[c]);
+            y1[c] = SNUG_FMA(a1[i], m, y1[c]);
+            y2[c] = SNUG_FMA(a2[i], m, y2[c]);
+            y3[c] = SNUG_FMA(a3[i], m, y3[c]);
+        }
+    }
+}
+
 /* y[i] *= a over n floats. */
-static inline void snug_ops_scale(float *y, float a, int64_t n) {
+SNUG_OPS_INLINE void snug_ops_scale(float *y, float a, int64_t n) {
     int64_t i = 0;
     for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
         for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] *= a;
@@ -255,8 +394,8 @@ static inline void snug_ops_scale(float *y, float a, int64_t n) {
 }
 
 /* y[i] = a·y[i] + b·x[i] over n floats (the decay-and-update of a state row). */
-static inline void snug_ops_axpby(float *restrict y, float a, float b, const float *restrict x,
-                                  int64_t n) {
+SNUG_OPS_INLINE void snug_ops_axpby(float *restrict y, float a, float b, const float *restrict x,
+                                    int64_t n) {
     int64_t i = 0;
     for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
         for (int j = 0; j < SNUG_OPS_BLK; j++) y[i + j] = SNUG_FMA(a, y[i + j], b * x[i + j]);
@@ -264,8 +403,9 @@ static inline void snug_ops_axpby(float *restrict y, float a, float b, const flo
 }
 
 /* dst[i] = float(src[i]) for n IEEE halves. */
-static inline float snug_ops_f16_to_f32(uint16_t h);
-static inline void snug_ops_f16_row(float *restrict dst, const uint16_t *restrict src, int64_t n) {
+SNUG_OPS_INLINE float snug_ops_f16_to_f32(uint16_t h);
+SNUG_OPS_INLINE void snug_ops_f16_row(float *restrict dst, const uint16_t *restrict src,
+                                      int64_t n) {
     int64_t i = 0;
     for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK)
         for (int j = 0; j < SNUG_OPS_BLK; j++) dst[i + j] = snug_ops_f16_to_f32(src[i + j]);
@@ -275,7 +415,7 @@ static inline void snug_ops_f16_row(float *restrict dst, const uint16_t *restric
 /* IEEE binary16 -> binary32, exact, branch-free (vectorisable): the exponent/mantissa bits are
  * moved into float position and multiplied by 2^112 (the bias difference 127 - 15), which also
  * normalises half subnormals exactly; exponent 31 (inf/NaN) is then forced to 255. */
-static inline float snug_ops_f16_to_f32(uint16_t h) {
+SNUG_OPS_INLINE float snug_ops_f16_to_f32(uint16_t h) {
     uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
     float f;
     memcpy(&f, &em, 4);
@@ -290,7 +430,7 @@ static inline float snug_ops_f16_to_f32(uint16_t h) {
 
 /* binary32 -> binary16, round to nearest even; overflow gives ±inf, NaN stays NaN.
  * Half subnormals: adding 0.5f makes float rounding (ulp 2^-24 there) do the work. */
-static inline uint16_t snug_ops_f32_to_f16(float f) {
+SNUG_OPS_INLINE uint16_t snug_ops_f32_to_f16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
