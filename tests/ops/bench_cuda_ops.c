@@ -7,6 +7,7 @@
  * Random data, never zeros. Needs a GPU; not registered with ctest. Record results in
  * docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backend/cuda/cuda_ops.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -127,10 +128,11 @@ int main(void) {
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 3; v++) {
+            for (int v = 0; v < 5; v++) { /* int8 T=1 rows 2, T=8, f32 T=1, rows 1, rows 4 */
                 int T = v == 1 ? 8 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
+                snug_cuda_matvec_tune(v == 3 ? 1 : v == 4 ? 4 : 2);
                 for (int i = 0; i < NCOPY; i++)
                     OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, wk, &err));
                 for (int i = 0; i < REP; i++) {
@@ -140,12 +142,16 @@ int main(void) {
                     t[i] = toc_ms() / NCOPY;
                 }
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
-                printf("matvec %-5s %-4s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
+                printf("matvec %-5s %-4s r%d n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", (long long)n_in,
-                       (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
+                       v == 3   ? 1
+                       : v == 4 ? 4
+                                : 2,
+                       (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }
+            snug_cuda_matvec_tune(0);
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }
@@ -224,18 +230,23 @@ int main(void) {
                 "of copy\n",
                 fn[fi], (long long)ctxmax, ms * 1e3, bw, 100 * bw / copy_bw);
             int64_t ctxs[3] = {8192, 32768, 131072};
-            for (int ci = 0; ci < 3; ci++) {
-                int64_t ctx = ctxs[ci];
-                tic();
-                for (int64_t p = 0; p < ctx; p += CH)
-                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, SNUG_MIN(CH, ctx - p), q,
-                                           0.0625f, o, work, &err));
-                double pms = toc_ms();
-                double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
-                printf("attention prompt %-4s ctx=%-6lld chunk 512: %9.2f ms per layer  %6.1f "
-                       "TFLOP/s  (16 layers: %.2f s)\n",
-                       fn[fi], (long long)ctx, pms, fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
+            for (int pm = 0; pm < 2; pm++) { /* SNUG_FA_PIPE: cp.async kernel, then the other */
+                setenv("SNUG_FA_PIPE", pm ? "0" : "1", 1);
+                for (int ci = 0; ci < 3; ci++) {
+                    int64_t ctx = ctxs[ci];
+                    tic();
+                    for (int64_t p = 0; p < ctx; p += CH)
+                        OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, SNUG_MIN(CH, ctx - p), q,
+                                               0.0625f, o, work, &err));
+                    double pms = toc_ms();
+                    double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
+                    printf("attention prompt %-4s %s ctx=%-6lld chunk 512: %9.2f ms per layer  "
+                           "%6.1f TFLOP/s  (16 layers: %.2f s)\n",
+                           fn[fi], pm ? "sync " : "async", (long long)ctx, pms,
+                           fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
+                }
             }
+            unsetenv("SNUG_FA_PIPE");
             snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
         }
         snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),

@@ -35,6 +35,11 @@ if [ -f "$D/q/trained-q4_k_m.gguf" ]; then
   $S logits --backend cuda --chunk 1 -m "$D/q/trained-q4_k_m.gguf" --ids "$D/q/all.json" \
     -o "$O/q_cuda.f32" 2>&1 | tail -2
   python3 tests/ops/compare_logits.py "$O/q_cuda.f32" "$D/q/cpu.f32" 2048
+  echo "-- f32 activations (SNUG_CUDA_MATVEC_F32=1) vs cpu, and int8 vs f32 on the GPU"
+  SNUG_CUDA_MATVEC_F32=1 $S logits --backend cuda --chunk 1 -m "$D/q/trained-q4_k_m.gguf" \
+    --ids "$D/q/all.json" -o "$O/q_cuda_f32.f32" 2>&1 | tail -1
+  python3 tests/ops/compare_logits.py "$O/q_cuda_f32.f32" "$D/q/cpu.f32" 2048
+  python3 tests/ops/compare_logits.py "$O/q_cuda.f32" "$O/q_cuda_f32.f32" 2048
 fi
 wait $GEN
 cat "$O/gen.txt" | tail -2
@@ -42,10 +47,14 @@ ls -la $M
 python3 -c "
 import random; random.seed(1)
 w=[''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2,8))) for _ in range(4000)]
-open('/tmp/p.txt','w').write(' '.join(random.choice(w) for _ in range($N * 10 // 17)))"
+open('/tmp/p.txt','w').write(' '.join(random.choice(w) for _ in range($N * 10 // 59)))"
 echo "prompt tokens: $($S tokenize -m $M --file /tmp/p.txt | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 el "27b decode"
-timeout 90 $S run --backend cuda -m $M -f /tmp/p.txt -n 64 --temp 0 2>&1 | tail -n 8
+timeout 90 $S run --backend cuda -m $M -f /tmp/p.txt -n 64 --temp 0 2>&1 | grep -E "snug run|memory"
+for v in SNUG_MVQ_ROWS=1 SNUG_MVQ_ROWS=4 SNUG_CUDA_MATVEC_F32=1; do
+  el "27b decode with $v"
+  env $v timeout 60 $S run --backend cuda -m $M -f /tmp/p.txt -n 64 --temp 0 2>&1 | grep "snug run"
+done
 el "27b decode, SNUG_CUDA_PROFILE=1 (short prompt: the steps are decode steps)"
 head -c 200 /tmp/p.txt >/tmp/p0.txt
 SNUG_CUDA_PROFILE=1 timeout 90 $S run --backend cuda -m $M -f /tmp/p0.txt -n 48 --temp 0 \

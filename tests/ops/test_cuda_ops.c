@@ -385,6 +385,13 @@ int main(void) {
         test_matmul(i8t[i], 17408, 45, 1);
         test_matmul(i8t[i], 2304, 7, 4);
         test_matmul_f32x(i8t[i], 5120, 37, 1);
+        for (int rows = 1; rows <= 4; rows *= 4) { /* the other block shapes of the kernel */
+            snug_cuda_matvec_tune(rows);
+            test_matmul(i8t[i], 4352, 301, 1);
+            test_matmul(i8t[i], 1280, 45, 3);
+            test_matmul(i8t[i], 1280, 45, 8);
+        }
+        snug_cuda_matvec_tune(0);
     }
     test_matmul(SNUG_DTYPE_Q4_K, 1024, 4096 + 45, 37);
     test_matmul(SNUG_DTYPE_Q8_0, 768, 301, 129);

@@ -1,11 +1,11 @@
 /* cuda_backend.c — the CUDA implementation of struct snug_backend_ops (backend.h): each op
  * forwards to cuda_ops.h / cuda_backend.h on the context's stream, recording the first error;
  * plus the per-context device memory: weights (one allocation per GGUF file, uploaded by the
- * model's first context and shared, refcounted, by its others), the KV/state arena laid out as attention views + recurrent states, the work arena the
- * architecture bumps its activations from, the op scratch, and the positions.
- * Invariant: every cudaMalloc happens in snug_backend_cuda_open; the token path only queues
- * kernels and small synchronous copies (embeddings, MoE routing, logits).
- * Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
+ * model's first context and shared, refcounted, by its others), the KV/state arena laid out as
+ * attention views + recurrent states, the work arena the architecture bumps its activations from,
+ * the op scratch, and the positions. Invariant: every cudaMalloc happens in snug_backend_cuda_open;
+ * the token path only queues kernels and small synchronous copies (embeddings, MoE routing,
+ * logits). Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -39,13 +39,14 @@ struct cuda_be {
     struct snug_arena work, host_work;
     void *scratch;
     size_t scratch_bytes;
-    int32_t *pos; /* device [n_chunk] */
-    float *stage; /* host [n_chunk][H]: embedding rows before upload */
+    int32_t *pos;                        /* device [n_chunk] */
+    float *stage;                        /* host [n_chunk][H]: embedding rows before upload */
     void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
     struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
     int64_t stage_floats;
     size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
+    bool mv_f32;            /* SNUG_CUDA_MATVEC_F32=1: decode matvecs keep f32 activations */
 };
 
 /* ---- SNUG_CUDA_PROFILE=1: every op is bracketed by two cudaEvents and waited for (slow, but
@@ -151,7 +152,7 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         snprintf(tg, sizeof tags[0], "%s %s", ti ? ti->name : "?", cls_name[cls]);
         c->prof->ptag = tg;
     }
-    if (T <= SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT) { /* f32 activations */
+    if (T <= SNUG_CUDA_MATVEC_MAX_T && (n_out <= PRECISE_MAX_OUT || c->mv_f32)) { /* f32 x */
         CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, NULL, err));
         if (c->prof) c->prof->ptag = NULL;
         return;
@@ -531,6 +532,8 @@ int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
         goto fail;
     }
     c->cu_ok = true;
+    const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
+    c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
     const char *pe = getenv("SNUG_CUDA_PROFILE");
     if (pe && *pe && strcmp(pe, "0") != 0) {
         c->prof = snug_calloc(1, sizeof *c->prof);

@@ -10,6 +10,8 @@
  * docs/perf/cuda-kernels.md (versions and measurements). */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <stdlib.h>
+
 #define MVQ_MAX_WARPS 8
 #define MVQ_ROWS      2 /* rows per block: each x load serves both */
 
@@ -46,65 +48,61 @@ __device__ __forceinline__ void ld_words(const uint8_t *p, int n, uint32_t *o) {
         if (i < n) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
 }
 
-__device__ __forceinline__ uint32_t byte_of(uint32_t s0, uint32_t s1, uint32_t s2, int j) {
-    uint32_t w = j < 4 ? s0 : (j < 8 ? s1 : s2);
-    return (w >> (8 * (j & 3))) & 0xffu;
-}
-
 /* A unit's weights, loaded and with their scales decoded, ready for any number of x rows.
- * Unit u of a row covers elements 32u .. 32u+31 (in the type's own element order below). */
+ * Unit u of a row covers elements EPU·u .. EPU·u + EPU − 1 (in the type's own element order
+ * below). */
 template <int TYPE> struct mvq_unit;
 
-/* Q4_K (144 B / 256): unit u = superblock u/8, k = u%8: c = k/2 (32-byte qs group), h = k%2
- * (which 16 bytes of it). Its 16 bytes hold elements 64c+16h+i (low nibbles, sub-block 2c)
- * and 64c+32+16h+i (high nibbles, sub-block 2c+1), i < 16. The min term of a sub-block uses
- * the x block sum, so only the h = 0 unit adds it. */
+/* Q4_K (144 B / 256): unit u = superblock u/4, c = u%4: the 32-byte qs group c, whose low
+ * nibbles are elements 64c+i (sub-block 2c) and high nibbles 64c+32+i (sub-block 2c+1),
+ * i < 32: two 16-byte loads, one header load, one scale decode per 64 weights (v3 took 32
+ * weights per thread and decoded the scales byte by byte: 44% of copy). The two 6-bit
+ * scale/min pairs of sub-blocks 2c, 2c+1 are adjacent bytes of the 12-byte field, so they are
+ * decoded as 16-bit pairs: c < 2: bytes 2c.. of s[0..3] (scales) and s[4..7] (mins); c >= 2:
+ * low nibbles of s[8..11] (scale) / high nibbles (min), top bits from bits 6-7 of s[0..3] /
+ * s[4..7] (kscale in cuda_common.cuh, per element). */
 template <> struct mvq_unit<SNUG_DTYPE_Q4_K> {
-    uint32_t q[4];
-    float dA, dB, mA, mB; /* d·sc and dmin·m of sub-blocks 2c and 2c+1 (m zero when h = 1) */
-    int e0;               /* first element of the low half: 256·sb + 64c + 16h */
+    static constexpr int EPU = 64;
+    uint32_t q[8];
+    float dA, dB, mA, mB; /* d·sc and dmin·m of sub-blocks 2c and 2c+1 */
+    int e0;               /* 256·sb + 64c */
     __device__ __forceinline__ void load(const uint8_t *row, int u) {
-        int sb = u >> 3, k = u & 7, c = k >> 1, h = k & 1;
+        int sb = u >> 2, c = u & 3;
         const uint8_t *b = row + (size_t)sb * 144;
         uint4 hd = __ldg((const uint4 *)b);
-        uint4 qv = __ldg((const uint4 *)(b + 16 + 32 * c + 16 * h));
-        q[0] = qv.x, q[1] = qv.y, q[2] = qv.z, q[3] = qv.w;
+        uint4 q0 = __ldg((const uint4 *)(b + 16 + 32 * c));
+        uint4 q1 = __ldg((const uint4 *)(b + 32 + 32 * c));
+        q[0] = q0.x, q[1] = q0.y, q[2] = q0.z, q[3] = q0.w;
+        q[4] = q1.x, q[5] = q1.y, q[6] = q1.z, q[7] = q1.w;
         float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
         float dm = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-        int j = 2 * c;
-        uint32_t scA, mnA, scB, mnB;
-        if (j < 4) {
-            scA = byte_of(hd.y, hd.z, hd.w, j) & 63, mnA = byte_of(hd.y, hd.z, hd.w, j + 4) & 63;
-            scB = byte_of(hd.y, hd.z, hd.w, j + 1) & 63;
-            mnB = byte_of(hd.y, hd.z, hd.w, j + 5) & 63;
+        uint32_t sh = 16u * (uint32_t)(c & 1);
+        uint32_t a = hd.y >> sh, m = hd.z >> sh, w = hd.w >> sh, sc2, mn2;
+        if (c < 2) {
+            sc2 = a & 0x3f3fu;
+            mn2 = m & 0x3f3fu;
         } else {
-            scA = (byte_of(hd.y, hd.z, hd.w, j + 4) & 0xf) |
-                  ((byte_of(hd.y, hd.z, hd.w, j - 4) >> 6) << 4);
-            mnA = (byte_of(hd.y, hd.z, hd.w, j + 4) >> 4) |
-                  ((byte_of(hd.y, hd.z, hd.w, j) >> 6) << 4);
-            scB = (byte_of(hd.y, hd.z, hd.w, j + 5) & 0xf) |
-                  ((byte_of(hd.y, hd.z, hd.w, j - 3) >> 6) << 4);
-            mnB = (byte_of(hd.y, hd.z, hd.w, j + 5) >> 4) |
-                  ((byte_of(hd.y, hd.z, hd.w, j + 1) >> 6) << 4);
+            sc2 = (w & 0x0f0fu) | ((a >> 2) & 0x3030u);
+            mn2 = ((w >> 4) & 0x0f0fu) | ((m >> 2) & 0x3030u);
         }
-        dA = d * (float)scA, dB = d * (float)scB;
-        mA = h ? 0.0f : dm * (float)mnA, mB = h ? 0.0f : dm * (float)mnB;
-        e0 = 256 * sb + 64 * c + 16 * h;
+        dA = d * (float)(sc2 & 0xffu), dB = d * (float)((sc2 >> 8) & 0xffu);
+        mA = dm * (float)(mn2 & 0xffu), mB = dm * (float)((mn2 >> 8) & 0xffu);
+        e0 = 256 * sb + 64 * c;
     }
     /* Σ w·x̃ over the unit for one token's quantised x (qx, ds of that token). */
     __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
                                          const float2 *__restrict__ ds) const {
-        int4 xa = __ldg((const int4 *)(qx + e0)), xb = __ldg((const int4 *)(qx + e0 + 32));
+        const int4 *xp = (const int4 *)(qx + e0);
+        int4 xa0 = __ldg(xp), xa1 = __ldg(xp + 1), xb0 = __ldg(xp + 2), xb1 = __ldg(xp + 3);
         float2 da = __ldg(ds + (e0 >> 5)), db = __ldg(ds + (e0 >> 5) + 1);
+        const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
+        const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
         int sa = 0, sbv = 0;
-        sa = __dp4a((int)(q[0] & 0x0f0f0f0fu), xa.x, sa);
-        sa = __dp4a((int)(q[1] & 0x0f0f0f0fu), xa.y, sa);
-        sa = __dp4a((int)(q[2] & 0x0f0f0f0fu), xa.z, sa);
-        sa = __dp4a((int)(q[3] & 0x0f0f0f0fu), xa.w, sa);
-        sbv = __dp4a((int)((q[0] >> 4) & 0x0f0f0f0fu), xb.x, sbv);
-        sbv = __dp4a((int)((q[1] >> 4) & 0x0f0f0f0fu), xb.y, sbv);
-        sbv = __dp4a((int)((q[2] >> 4) & 0x0f0f0f0fu), xb.z, sbv);
-        sbv = __dp4a((int)((q[3] >> 4) & 0x0f0f0f0fu), xb.w, sbv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            sa = __dp4a((int)(q[i] & 0x0f0f0f0fu), xa[i], sa);
+            sbv = __dp4a((int)((q[i] >> 4) & 0x0f0f0f0fu), xb[i], sbv);
+        }
         return dA * da.x * (float)sa + dB * db.x * (float)sbv - mA * da.y - mB * db.y;
     }
 };
@@ -114,6 +112,7 @@ template <> struct mvq_unit<SNUG_DTYPE_Q4_K> {
  * (qq 0) / ql[64h+32+l] (qq 1), high nibbles for qq 2/3; its top two bits are bits 2qq..2qq+1
  * of qh[32h+l]; scale sc[8h + l/16 + 2qq]; value d·sc·(q − 32). */
 template <> struct mvq_unit<SNUG_DTYPE_Q6_K> {
+    static constexpr int EPU = 32;
     int32_t q[4][2]; /* quarter, word: q − 32 as signed bytes */
     float s[4];      /* d·sc of each quarter */
     int e0;          /* 256·sb + 128h + 8lq */
@@ -155,6 +154,7 @@ template <> struct mvq_unit<SNUG_DTYPE_Q6_K> {
 
 /* Q8_0 (34 B / 32): unit u = block u: d, then 32 int8. */
 template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
+    static constexpr int EPU = 32;
     uint32_t q[8];
     float d;
     int e0;
@@ -180,49 +180,49 @@ template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
 };
 
 /* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT. A block of blockDim.x (32..256) threads
- * owns MVQ_ROWS rows; thread i takes units i, i + blockDim.x, ... of each row (adjacent
- * threads read adjacent weight bytes), loads both rows' units before using them (bytes in
- * flight), and multiplies each with every token's x. Partial sums meet in shared memory. */
-template <int TYPE, int NT>
+ * owns R rows; thread i takes units i, i + blockDim.x, ... of each row (adjacent threads read
+ * adjacent weight bytes), loads all R rows' units before using them (bytes in flight), and
+ * multiplies each with every token's x. Partial sums meet in shared memory. */
+template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
           const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
           float *__restrict__ y) {
-    int64_t row0 = (int64_t)blockIdx.x * MVQ_ROWS;
-    const uint8_t *wr[MVQ_ROWS];
+    int64_t row0 = (int64_t)blockIdx.x * R;
+    const uint8_t *wr[R];
 #pragma unroll
-    for (int r = 0; r < MVQ_ROWS; r++) /* rows past the end re-read the last row, unused */
+    for (int r = 0; r < R; r++) /* rows past the end re-read the last row, unused */
         wr[r] = w + (size_t)(row0 + r < n_out ? row0 + r : n_out - 1) * row_bytes;
-    float acc[NT][MVQ_ROWS];
+    float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int r = 0; r < MVQ_ROWS; r++) acc[t][r] = 0.0f;
-    int nu = n_in >> 5, nb = n_in >> 5;
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    int nu = n_in / mvq_unit<TYPE>::EPU, nb = n_in >> 5;
     for (int u = threadIdx.x; u < nu; u += blockDim.x) {
-        mvq_unit<TYPE> wu[MVQ_ROWS];
+        mvq_unit<TYPE> wu[R];
 #pragma unroll
-        for (int r = 0; r < MVQ_ROWS; r++) wu[r].load(wr[r], u);
+        for (int r = 0; r < R; r++) wu[r].load(wr[r], u);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (NT > 1 && t >= T) break;
 #pragma unroll
-            for (int r = 0; r < MVQ_ROWS; r++)
+            for (int r = 0; r < R; r++)
                 acc[t][r] += wu[r].dot(qx + (size_t)t * n_in, ds + (size_t)t * nb);
         }
     }
-    __shared__ float part[MVQ_MAX_WARPS][NT][MVQ_ROWS];
+    __shared__ float part[MVQ_MAX_WARPS][NT][R];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int r = 0; r < MVQ_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             float s = warp_sum(acc[t][r]);
             if (lane == 0) part[wid][t][r] = s;
         }
     __syncthreads();
-    if (threadIdx.x < NT * MVQ_ROWS) {
-        int t = threadIdx.x / MVQ_ROWS, r = threadIdx.x % MVQ_ROWS;
+    if (threadIdx.x < NT * R) {
+        int t = threadIdx.x / R, r = threadIdx.x % R;
         if (t < T && row0 + r < n_out) {
             float s = 0.0f;
             for (int k = 0; k < nw; k++) s += part[k][t][r];
@@ -247,29 +247,50 @@ extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T) {
     return al256((size_t)(T * n_in)) + al256((size_t)(T * (n_in / 32)) * sizeof(float2)) + 256;
 }
 
-/* Warps per block for a row of nu units: the count in 4..8 that leaves the fewest idle thread
- * slots in the last pass over the row (5120 → 160 units → 5 warps, 17408 → 544 → 6). */
+/* Warps per block for a row of nu units: the count in 2..8 that leaves the fewest idle thread
+ * slots in the last pass over the row (q6_K 5120 → 160 units → 5 warps; q4_K 5120 → 80
+ * units → 3 warps, 17408 → 272 → 3). */
 static int mvq_warps(int nu) {
     int best = 4, waste_best = 1 << 30;
-    for (int nw = 8; nw >= 4; nw--) {
+    for (int nw = 8; nw >= 2; nw--) {
         int per = 32 * nw, waste = (nu + per - 1) / per * per - nu;
         if (waste < waste_best) best = nw, waste_best = waste;
     }
     return best;
 }
 
-template <int TYPE>
-static void mvq_launch(unsigned blocks, int threads, cudaStream_t s, const uint8_t *w, size_t rb,
-                       int n_in, int64_t n_out, const int8_t *qx, const float2 *ds, int T,
-                       float *y) {
+template <int TYPE, int R>
+static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                         int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
+    unsigned blocks = (unsigned)((n_out + R - 1) / R);
     if (T == 1)
-        k_mvq<TYPE, 1><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
+        k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
     else if (T == 2)
-        k_mvq<TYPE, 2><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 2, y);
+        k_mvq<TYPE, 2, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 2, y);
     else if (T <= 4)
-        k_mvq<TYPE, 4><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        k_mvq<TYPE, 4, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
     else
-        k_mvq<TYPE, 8><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        k_mvq<TYPE, 8, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+}
+
+/* Rows per block: 1, 2 or 4 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
+ * read at the first call). Four rows cost registers; T > 4 always uses at most 2. */
+static int g_mvq_rows;
+extern "C" void snug_cuda_matvec_tune(int rows) {
+    g_mvq_rows = rows == 1 || rows == 2 || rows == 4 ? rows : MVQ_ROWS;
+}
+
+template <int TYPE>
+static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
+    int r = g_mvq_rows;
+    if (r == 4 && T > 4) r = 2;
+    if (r == 1)
+        mvq_launch_r<TYPE, 1>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+    else if (r == 4)
+        mvq_launch_r<TYPE, 4>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+    else
+        mvq_launch_r<TYPE, 2>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec. The caller has
@@ -289,19 +310,22 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
     int st = snug_cu_launched(err, "quant_x8");
     if (st) return st;
+    if (!g_mvq_rows) {
+        const char *e = getenv("SNUG_MVQ_ROWS");
+        snug_cuda_matvec_tune(e ? atoi(e) : MVQ_ROWS);
+    }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
-    int nu = (int)(n_in / 32), threads = 32 * mvq_warps(nu);
-    unsigned blocks = (unsigned)((n_out + MVQ_ROWS - 1) / MVQ_ROWS);
     const uint8_t *wb = (const uint8_t *)w;
+    int ni = (int)n_in;
     switch (type) {
     case SNUG_DTYPE_Q4_K:
-        mvq_launch<SNUG_DTYPE_Q4_K>(blocks, threads, s, wb, rb, (int)n_in, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     case SNUG_DTYPE_Q6_K:
-        mvq_launch<SNUG_DTYPE_Q6_K>(blocks, threads, s, wb, rb, (int)n_in, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     default:
-        mvq_launch<SNUG_DTYPE_Q8_0>(blocks, threads, s, wb, rb, (int)n_in, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     }
     return snug_cu_launched(err, "matvec_q8");
