@@ -8,7 +8,7 @@ ARCH=${ARCH:-"-gencode=arch=compute_90a,code=sm_90a"}
 mkdir -p "$OUTD"
 CFLAGS="-O2 -march=native -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc -Itests -I/usr/local/cuda/include -DSNUG_SOURCE_DIR=\"$PWD\""
 objs=""
-for f in src/core/*.c src/quant/*.c src/backend/cpu/*.c src/backend/cuda/*.c; do
+for f in src/core/*.c src/quant/*.c src/kv/kvfmt.c src/backend/cpu/*.c src/backend/cuda/*.c; do
   o="$OUTD/$(echo "$f" | tr / _).o"
   gcc $CFLAGS -c "$f" -o "$o" &
   objs="$objs $o"

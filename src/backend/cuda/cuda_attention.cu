@@ -16,7 +16,7 @@
 
 #define ATT_WARPS         4
 #define ATT_MAX_SPLIT     64
-#define ATT_TARGET_BLOCKS 512 /* split until about this many blocks are in flight */
+#define ATT_TARGET_BLOCKS 1056 /* split until about this many blocks are in flight (8 per SM of an H200) */
 #define ATT_MIN_KEYS      128 /* ... but give each block at least this many positions */
 
 /* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
@@ -113,16 +113,22 @@ static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
     return ns < 1 ? 1 : (int)ns;
 }
 
-/* Block (split s, query head h, token t). Warp w takes positions lo+w, lo+w+4, ...; lane l
- * holds dims l·DPL .. l·DPL+DPL-1 of q and of the running output, decoded from the stored
- * vectors in place (kvf_dec). The warps' states merge through shared memory; the result goes
- * to out (one split) or to the partials in work. */
-template <int DPL>
+/* Block (split s, query head h, token t). Warp w takes positions lo+w, lo+w+4, ..., ATT_U of
+ * them per step (all their K and V loads issued before any is used, so several rows are in
+ * flight per warp); lane l holds dims l·DPL .. l·DPL+DPL-1 of q and of the running output,
+ * decoded from the stored vectors in place (kvf_dec). KF/VF: the formats as compile-time
+ * constants for the common equal pairs (the decode switch folds away), -1 = read kf/vf. The
+ * warps' states merge through shared memory; the result goes to out (one split) or to the
+ * partials in work. */
+#define ATT_U 4
+template <int DPL, int KF, int VF>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
                 int64_t Hq, int64_t Hkv, int64_t pos0, const float *__restrict__ q, float scale,
                 float *out, float *part, int nsplit, int64_t chunk) {
     constexpr int D = DPL * 32;
+    if constexpr (KF >= 0) kf = KF;
+    if constexpr (VF >= 0) vf = VF;
     int s = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int64_t kh = h / (Hq / Hkv);
@@ -135,18 +141,40 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int i = 0; i < DPL; i++) qv[i] = qp[i] * scale, o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const uint8_t *kb = kc + kh * kvb, *vb = vc + kh * vvb;
-    for (int64_t p = lo + w; p < hi; p += ATT_WARPS) {
-        float kv[DPL];
-        kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kv);
-        float sc = 0.0f;
+    for (int64_t p0 = lo + w; p0 < hi; p0 += ATT_WARPS * ATT_U) {
+        float kr[ATT_U][DPL], vr[ATT_U][DPL], sc[ATT_U];
 #pragma unroll
-        for (int i = 0; i < DPL; i++) sc = fmaf(qv[i], kv[i], sc);
-        sc = warp_sum(sc);
-        float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
-        kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, kv);
-        l = l * corr + e;
+        for (int u = 0; u < ATT_U; u++) {
+            int64_t p = p0 + u * ATT_WARPS;
+            if (p < hi) {
+                kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[u]);
+                kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[u]);
+            } else {
 #pragma unroll
-        for (int i = 0; i < DPL; i++) o[i] = fmaf(o[i], corr, e * kv[i]);
+                for (int i = 0; i < DPL; i++) kr[u][i] = vr[u][i] = 0.0f;
+            }
+        }
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; i++) d = fmaf(qv[i], kr[u][i], d);
+            d = warp_sum(d);
+            sc[u] = p0 + u * ATT_WARPS < hi ? d : -INFINITY;
+            mn = fmaxf(mn, sc[u]);
+        }
+        float corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) o[i] *= corr;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            float e = __expf(sc[u] - mn);
+            l += e;
+#pragma unroll
+            for (int i = 0; i < DPL; i++) o[i] = fmaf(e, vr[u][i], o[i]);
+        }
         m = mn;
     }
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][D];
@@ -223,9 +251,21 @@ template <int DPL>
 static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
                        int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
                        float *out, float *part, int ns, int64_t chunk) {
-    k_attention<DPL><<<grid, ATT_WARPS * 32, 0, st>>>((const uint8_t *)kv->k,
-                                                      (const uint8_t *)kv->v, kf, vf, Hq, Hkv, pos0,
-                                                      q, scale, out, part, ns, chunk);
+    const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
+#define ATT_GO(KF, VF)                                                                             \
+    k_attention<DPL, KF, VF><<<grid, ATT_WARPS * 32, 0, st>>>(k, v, kf, vf, Hq, Hkv, pos0, q,      \
+                                                              scale, out, part, ns, chunk)
+    if (kf == vf && kf == SNUG_KV_F16)
+        ATT_GO(SNUG_KV_F16, SNUG_KV_F16);
+    else if (kf == vf && kf == SNUG_KV_Q8_0)
+        ATT_GO(SNUG_KV_Q8_0, SNUG_KV_Q8_0);
+    else if (kf == vf && kf == SNUG_KV_FP8)
+        ATT_GO(SNUG_KV_FP8, SNUG_KV_FP8);
+    else if (kf == vf && kf == SNUG_KV_BF16)
+        ATT_GO(SNUG_KV_BF16, SNUG_KV_BF16);
+    else
+        ATT_GO(-1, -1);
+#undef ATT_GO
 }
 
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,

@@ -8,6 +8,9 @@
  * online softmax in f32 (base 2: Q is pre-scaled by scale·log2 e), and accumulates O += P·V
  * with P re-packed from the S accumulators. Long key ranges with few row blocks split over
  * key positions (partials merged by cuda_attention.cu's merge kernel).
+ * Two loaders: synchronous (64-key tiles; each thread fetches a batch of raw chunks into
+ * registers, then decodes and stores them) and pipelined (32-key tiles; the next tile's raw
+ * bytes travel by cp.async during the current tile's math, then decode shared → shared).
  * Shared tiles are [rows][D] f16 with the 16-byte chunks of row r XOR-swizzled by r & 7, so
  * ldmatrix reads are free of bank conflicts without padding.
  * Invariant: no allocation; work bytes depend on T, Hq, D only.
@@ -16,6 +19,8 @@
 #include "backend/cuda/cuda_kvfmt.cuh"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define FA_BM            64 /* query rows per block (16 per warp) */
 #define FA_BN            64 /* keys per tile */
@@ -57,40 +62,197 @@ __device__ __forceinline__ uint32_t pack_h2(float a, float b) {
     return *(uint32_t *)&h;
 }
 
-/* Dequantise keys kb .. kb+FA_BN-1 of KV head `kh` (format fmt, vb bytes per vector) into the
- * swizzled f16 tile; keys at or past nk become zeros (finite, and masked or weighted 0). */
-template <int D>
+/* One 16-byte chunk of f16 output (8 elements) in its stored form: up to 16 bytes of payload
+ * and the block/vector scale. Fetching a batch of chunks into registers first and decoding
+ * after keeps many loads in flight per thread (a load-convert-store loop waits on each). */
+struct raw8 {
+    uint32_t w[4];
+    float s;
+};
+template <int FMT> __device__ __forceinline__ raw8 fetch8(const uint8_t *__restrict__ vec, int c) {
+    raw8 r = {{0, 0, 0, 0}, 0.0f};
+    if constexpr (FMT == SNUG_KV_F16 || FMT == SNUG_KV_BF16) {
+        uint4 u = *(const uint4 *)(vec + c * 16);
+        r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+    } else if constexpr (FMT == SNUG_KV_Q8_0) { /* block c/4, bytes 8·(c%4) .. +7 */
+        const uint8_t *b = vec + (c >> 2) * 34;
+        const uint16_t *q = (const uint16_t *)(b + 2 + (c & 3) * 8);
+        r.s = __half2float(*(const __half *)b);
+        r.w[0] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+        r.w[1] = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
+    } else if constexpr (FMT == SNUG_KV_FP8) {
+        r.s = *(const float *)vec;
+        const uint32_t *q = (const uint32_t *)(vec + 4 + c * 8);
+        r.w[0] = q[0], r.w[1] = q[1];
+    }
+    return r;
+}
+/* The 8 elements of a fetched chunk as f16 (the same values kvf_dec gives, then rounded). */
+template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r) {
+    if constexpr (FMT == SNUG_KV_F16) return make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+    float y[8];
+    if constexpr (FMT == SNUG_KV_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            y[2 * i] = __uint_as_float(r.w[i] << 16);
+            y[2 * i + 1] = __uint_as_float(r.w[i] & 0xffff0000u);
+        }
+    } else if constexpr (FMT == SNUG_KV_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = r.s * (float)(int8_t)((r.w[i >> 2] >> (8 * (i & 3))) & 0xff);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) y[i] = r.s * kvf_e4m3((r.w[i >> 2] >> (8 * (i & 3))) & 0xff);
+    }
+    return make_uint4(pack_h2(y[0], y[1]), pack_h2(y[2], y[3]), pack_h2(y[4], y[5]),
+                      pack_h2(y[6], y[7]));
+}
+
+/* Dequantise keys kb .. kb+FA_BN-1 of KV head `kh` (format FMT, vb bytes per vector) into the
+ * swizzled f16 tile, FA_BATCH chunks per thread at a time (all fetched, then all decoded);
+ * keys at or past nk become zeros (finite, and masked or weighted 0). */
+#define FA_BATCH 8
+template <int D, int BN, int FMT>
+__device__ __forceinline__ void load_tile_b(__half *tile, const uint8_t *__restrict__ base,
+                                            int64_t vb, int64_t Hkv, int64_t kh, int64_t kb,
+                                            int64_t nk) {
+    constexpr int CH = D / 8, PER = BN * CH / (FA_WARPS * 32);
+    static_assert(PER % FA_BATCH == 0 || PER < FA_BATCH, "chunks per thread");
+    constexpr int B = PER < FA_BATCH ? PER : D >= 256 ? FA_BATCH / 2 : FA_BATCH;
+#pragma unroll
+    for (int j0 = 0; j0 < PER; j0 += B) {
+        raw8 r[B];
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            int i = threadIdx.x + (j0 + j) * FA_WARPS * 32, row = i / CH, c = i % CH;
+            int64_t key = kb + row;
+            r[j] =
+                key < nk ? fetch8<FMT>(base + (key * Hkv + kh) * vb, c) : raw8{{0, 0, 0, 0}, 0.0f};
+        }
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            int i = threadIdx.x + (j0 + j) * FA_WARPS * 32, row = i / CH, c = i % CH;
+            *(uint4 *)(tile + sw<D>(row, c)) = decode8<FMT>(r[j]);
+        }
+    }
+}
+
+/* The same for any device format (f32 goes element-wise through kvf_dec). */
+template <int D, int BN>
 __device__ __forceinline__ void load_tile(__half *tile, const uint8_t *__restrict__ base, int fmt,
                                           int64_t vb, int64_t Hkv, int64_t kh, int64_t kb,
                                           int64_t nk) {
-    constexpr int CH = D / 8; /* 16-byte chunks per row */
-    for (int i = threadIdx.x; i < FA_BN * CH; i += FA_WARPS * 32) {
+    switch (fmt) {
+    case SNUG_KV_F16:
+        load_tile_b<D, BN, SNUG_KV_F16>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    case SNUG_KV_BF16:
+        load_tile_b<D, BN, SNUG_KV_BF16>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    case SNUG_KV_Q8_0:
+        load_tile_b<D, BN, SNUG_KV_Q8_0>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    case SNUG_KV_FP8:
+        load_tile_b<D, BN, SNUG_KV_FP8>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    default:
+        break;
+    }
+    constexpr int CH = D / 8;
+    for (int i = threadIdx.x; i < BN * CH; i += FA_WARPS * 32) {
         int r = i / CH, c = i % CH;
         int64_t key = kb + r;
         uint4 u = make_uint4(0, 0, 0, 0);
         if (key < nk) {
-            const uint8_t *vec = base + (key * Hkv + kh) * vb;
-            if (fmt == SNUG_KV_F16) {
-                u = *(const uint4 *)(vec + c * 16);
-            } else {
-                float y[8];
-                kvf_dec<8>(fmt, vec, c * 8, y);
-                u.x = pack_h2(y[0], y[1]), u.y = pack_h2(y[2], y[3]);
-                u.z = pack_h2(y[4], y[5]), u.w = pack_h2(y[6], y[7]);
-            }
+            float y[8];
+            kvf_dec<8>(fmt, base + (key * Hkv + kh) * vb, c * 8, y);
+            u.x = pack_h2(y[0], y[1]), u.y = pack_h2(y[2], y[3]);
+            u.z = pack_h2(y[4], y[5]), u.w = pack_h2(y[6], y[7]);
         }
         *(uint4 *)(tile + sw<D>(r, c)) = u;
     }
 }
 
+/* ---- the pipelined form: raw cache bytes of the next tile travel by cp.async while the
+ * current tile computes; after they land they are decoded shared → shared. ---------------- */
+__device__ __forceinline__ void cp_async(void *dst, const void *src, int unit, bool ok) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    int n = ok ? unit : 0; /* 0 source bytes: the destination is zero-filled */
+    if (unit == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+    else if (unit == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(n));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit_wait_prev() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+/* Largest copy unit (16, 8 or 4 bytes) dividing a vector of vb bytes. */
+__host__ __device__ __forceinline__ int cp_unit(int64_t vb) {
+    return vb % 16 == 0 ? 16 : vb % 8 == 0 ? 8 : 4;
+}
+__host__ __device__ __forceinline__ int64_t raw_stride(int64_t vb) {
+    return (vb + 15) / 16 * 16;
+}
+/* Queue the stored vectors of keys kb .. kb+BN-1 (KV head kh) into raw[BN][raw_stride(vb)];
+ * keys at or past nk are zero-filled. */
+template <int BN>
+__device__ __forceinline__ void raw_issue(uint8_t *raw, const uint8_t *__restrict__ base,
+                                          int64_t vb, int64_t Hkv, int64_t kh, int64_t kb,
+                                          int64_t nk) {
+    int unit = cp_unit(vb), per = (int)(vb / unit);
+    int64_t rs = raw_stride(vb);
+    for (int i = threadIdx.x; i < BN * per; i += FA_WARPS * 32) {
+        int r = i / per, u = i % per;
+        int64_t key = kb + r;
+        bool ok = key < nk;
+        const uint8_t *src = base + ((ok ? key : 0) * Hkv + kh) * vb + (int64_t)u * unit;
+        cp_async(raw + r * rs + u * unit, src, unit, ok);
+    }
+}
+/* Decode raw[BN][raw_stride(vb)] (format FMT) into the swizzled f16 tile. */
+template <int D, int BN, int FMT>
+__device__ __forceinline__ void raw_decode_f(__half *tile, const uint8_t *raw, int64_t rs) {
+    constexpr int CH = D / 8;
+    for (int i = threadIdx.x; i < BN * CH; i += FA_WARPS * 32) {
+        int r = i / CH, c = i % CH;
+        *(uint4 *)(tile + sw<D>(r, c)) = decode8<FMT>(fetch8<FMT>(raw + r * rs, c));
+    }
+}
+template <int D, int BN>
+__device__ __forceinline__ void raw_decode(__half *tile, const uint8_t *raw, int fmt, int64_t vb) {
+    int64_t rs = raw_stride(vb);
+    switch (fmt) {
+    case SNUG_KV_F16:
+        raw_decode_f<D, BN, SNUG_KV_F16>(tile, raw, rs);
+        break;
+    case SNUG_KV_BF16:
+        raw_decode_f<D, BN, SNUG_KV_BF16>(tile, raw, rs);
+        break;
+    case SNUG_KV_Q8_0:
+        raw_decode_f<D, BN, SNUG_KV_Q8_0>(tile, raw, rs);
+        break;
+    default:
+        raw_decode_f<D, BN, SNUG_KV_FP8>(tile, raw, rs);
+        break;
+    }
+}
+
 /* Block (row block rb, KV head kh, key split s). See the file comment. */
-template <int D>
+template <int D, int BN, bool PIPE>
 __global__ void __launch_bounds__(FA_WARPS * 32, 2)
     k_fa(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf, int64_t Hq,
          int64_t Hkv, int64_t pos0, int64_t T, const float *__restrict__ q, float qscale,
          float *out, float *part, int nsplit, int64_t chunk) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    __half *sQ = (__half *)fa_smem, *sK = sQ + FA_BM * D, *sV = sK + FA_BN * D;
+    __half *sQ = (__half *)fa_smem, *sK = sQ + FA_BM * D, *sV = sK + BN * D;
+    uint8_t *rawK = (uint8_t *)(sV + BN * D); /* PIPE: raw bytes of the next tile */
+    uint8_t *rawV = rawK + BN * raw_stride(kvf_vec_bytes(kf, D));
     constexpr int CH = D / 8;
     const int G = (int)(Hq / Hkv);
     const int64_t kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.x * FA_BM;
@@ -124,22 +286,40 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    for (int64_t kb = lo; kb < hi; kb += FA_BN) {
+    if (PIPE && lo < hi) {
+        raw_issue<BN>(rawK, kc, kvb, Hkv, kh, lo, hi);
+        raw_issue<BN>(rawV, vc, vvb, Hkv, kh, lo, hi);
+        cp_async_commit_wait_prev();
+    }
+    for (int64_t kb = lo; kb < hi; kb += BN) {
         __syncthreads(); /* the previous tile's readers are done (and Q is stored) */
-        load_tile<D>(sK, kc, kf, kvb, Hkv, kh, kb, hi);
-        load_tile<D>(sV, vc, vf, vvb, Hkv, kh, kb, hi);
-        __syncthreads();
+        if (PIPE) {
+            cp_async_wait_all();
+            __syncthreads(); /* every thread's copies of this tile have landed */
+            raw_decode<D, BN>(sK, rawK, kf, kvb);
+            raw_decode<D, BN>(sV, rawV, vf, vvb);
+            __syncthreads();    /* raw buffers free, f16 tiles ready */
+            if (kb + BN < hi) { /* the next tile's bytes fly while this one computes */
+                raw_issue<BN>(rawK, kc, kvb, Hkv, kh, kb + BN, hi);
+                raw_issue<BN>(rawV, vc, vvb, Hkv, kh, kb + BN, hi);
+                cp_async_commit_wait_prev();
+            }
+        } else {
+            load_tile<D, BN>(sK, kc, kf, kvb, Hkv, kh, kb, hi);
+            load_tile<D, BN>(sV, vc, vf, vvb, Hkv, kh, kb, hi);
+            __syncthreads();
+        }
 
-        /* S = Q·Kᵀ for the warp's 16 rows × FA_BN keys. */
-        float sacc[FA_BN / 8][4];
+        /* S = Q·Kᵀ for the warp's 16 rows × BN keys. */
+        float sacc[BN / 8][4];
 #pragma unroll
-        for (int j = 0; j < FA_BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
+        for (int j = 0; j < BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t a[4];
             ldsm_x4(a, sQ + sw<D>(w * 16 + (lane & 15), kk * 2 + (lane >> 4)));
 #pragma unroll
-            for (int np = 0; np < FA_BN / 16; np++) {
+            for (int np = 0; np < BN / 16; np++) {
                 uint32_t b[4];
                 int mi = lane >> 3;
                 ldsm_x4(b, sK + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
@@ -151,7 +331,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
         /* Mask, then the online softmax (base 2) for rows 0 and 1 of this thread. */
         float mx0 = m0, mx1 = m1;
 #pragma unroll
-        for (int j = 0; j < FA_BN / 8; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             int64_t key = kb + j * 8 + 2 * (lane & 3);
             if (key > lim0) sacc[j][0] = -INFINITY;
             if (key + 1 > lim0) sacc[j][1] = -INFINITY;
@@ -168,9 +348,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
         float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
         m0 = mx0, m1 = mx1;
         float rs0 = 0.0f, rs1 = 0.0f;
-        uint32_t pa[FA_BN / 16][4];
+        uint32_t pa[BN / 16][4];
 #pragma unroll
-        for (int j = 0; j < FA_BN / 8; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
             float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
             rs0 += p0 + p1, rs1 += p2 + p3;
@@ -183,7 +363,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
 
             /* O += P·V: P's accumulators are the A fragments of k-steps of 16 keys. */
 #pragma unroll
-        for (int ks = 0; ks < FA_BN / 16; ks++) {
+        for (int ks = 0; ks < BN / 16; ks++) {
             int mi = lane >> 3;
 #pragma unroll
             for (int nd = 0; nd < D / 16; nd++) {
@@ -236,24 +416,42 @@ int snug_cuda_fa_nsplit(int64_t Hq, int64_t T, int64_t nk) {
     return ns < 1 ? 1 : (int)ns;
 }
 
+/* Let kernel `fn` take `smem` bytes of dynamic shared memory (raised once per new maximum). */
+static int fa_smem_attr(const void *fn, size_t smem, size_t *set, struct snug_err *err) {
+    if (smem <= *set) return SNUG_OK;
+    cudaError_t e =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda fa: shared memory attribute: %s",
+                            cudaGetErrorString(e));
+    *set = smem;
+    return SNUG_OK;
+}
+
+/* Which kernel: measured on the H200 (docs/perf/cuda-kernels.md), the pipelined one (cp.async,
+ * tiles of 32 keys) wins for q8_0 (88 vs 47 TFLOP/s at 128K) and loses for f16 (103 vs 149)
+ * and fp8 (53 vs 62), so it runs when K or V is q8_0. SNUG_FA_PIPE=1 / 0 forces either (tests
+ * and the benchmark run both); f32 caches and shapes that do not fit take the synchronous one. */
 template <int D>
 static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
                      int64_t Hq, int64_t Hkv, int64_t pos0, int64_t T, const float *q, float scale,
                      float *out, void *work, struct snug_err *err) {
-    size_t smem = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
+    static size_t set_pipe = 0, set_plain = 0; /* per instantiation; one device per process */
+    const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
+    size_t smem_pipe = (size_t)(FA_BM + 2 * 32) * D * sizeof(__half) +
+                       (size_t)(32 * (raw_stride(kvb) + raw_stride(vvb)));
+    size_t smem_plain = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
+    const char *pe = getenv("SNUG_FA_PIPE");
+    bool pipe = pe && *pe ? strcmp(pe, "0") != 0 : (kf == SNUG_KV_Q8_0 || vf == SNUG_KV_Q8_0);
+    pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && smem_pipe <= cu->smem_optin;
+    size_t smem = pipe ? smem_pipe : smem_plain;
     if (smem > cu->smem_optin)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "cuda fa: %zu bytes of shared memory (device allows %zu)", smem,
                             cu->smem_optin);
-    static bool attr_set = false; /* per instantiation; one device per process */
-    if (!attr_set) {
-        cudaError_t e =
-            cudaFuncSetAttribute(k_fa<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda fa: shared memory attribute: %s",
-                                cudaGetErrorString(e));
-        attr_set = true;
-    }
+    int rc = pipe ? fa_smem_attr((const void *)k_fa<D, 32, true>, smem, &set_pipe, err)
+                  : fa_smem_attr((const void *)k_fa<D, FA_BN, false>, smem, &set_plain, err);
+    if (rc) return rc;
     int64_t G = Hq / Hkv, nk = pos0 + T;
     int ns = snug_cuda_fa_nsplit(Hq, T, nk);
     if (ns > 1 && !work)
@@ -261,13 +459,17 @@ static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
             err, SNUG_ERR_INVALID,
             "cuda attention: work memory required (snug_cuda_attention_work_bytes)");
     int64_t chunk = (nk + ns - 1) / ns;
-    chunk = (chunk + FA_BN - 1) / FA_BN * FA_BN;
+    chunk = (chunk + FA_BN - 1) / FA_BN * FA_BN; /* a multiple of both tile sizes */
     dim3 grid((unsigned)((T * G + FA_BM - 1) / FA_BM), (unsigned)Hkv, (unsigned)ns);
     const float LOG2E = 1.4426950408889634f;
-    k_fa<D><<<grid, FA_WARPS * 32, smem, SNUG_CU_STREAM(cu)>>>(
-        (const uint8_t *)kv->k, (const uint8_t *)kv->v, kf, vf, Hq, Hkv, pos0, T, q, scale * LOG2E,
-        out, (float *)work, ns, chunk);
-    int rc = snug_cu_launched(err, "attention (tensor cores)");
+    const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
+    if (pipe)
+        k_fa<D, 32, true><<<grid, FA_WARPS * 32, smem, SNUG_CU_STREAM(cu)>>>(
+            k, v, kf, vf, Hq, Hkv, pos0, T, q, scale * LOG2E, out, (float *)work, ns, chunk);
+    else
+        k_fa<D, FA_BN, false><<<grid, FA_WARPS * 32, smem, SNUG_CU_STREAM(cu)>>>(
+            k, v, kf, vf, Hq, Hkv, pos0, T, q, scale * LOG2E, out, (float *)work, ns, chunk);
+    rc = snug_cu_launched(err, "attention (tensor cores)");
     if (rc || ns == 1) return rc;
     return snug_cuda_att_merge(cu, (const float *)work, ns, T * Hq, D, out, err);
 }
