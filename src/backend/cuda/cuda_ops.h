@@ -58,7 +58,7 @@ bool snug_cuda_type_supported(uint32_t type);
 /* Whether snug_cuda_matmul with T <= SNUG_CUDA_MATVEC_MAX_T and work memory rounds x to int8
  * (blocks of 32: d = max|x|/127, q = round-half-even(x/d)) for this weight type. */
 bool snug_cuda_matvec_int8(uint32_t type);
-/* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 2). A process-wide
+/* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
 /* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
