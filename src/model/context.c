@@ -13,6 +13,7 @@
 #include "spec/spec.h"
 #include "quant/quant.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 struct snug_ctx {
@@ -374,6 +375,10 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
+        static atomic_bool said_cuda;
+        if (ctxs[0]->gpu && !atomic_exchange(&said_cuda, true))
+            snug_log(SNUG_LOG_INFO, "eval batch: backend cuda decodes the batch's contexts one "
+                                    "by one (the batched forward is CPU-only so far)\n");
         for (int32_t i = 0; i < n; i++) {
             int rc = snug_ctx_eval(ctxs[i], ids + i, 1, logits_out ? logits_out + i * V : NULL,
                                    SNUG_EVAL_LOGITS_LAST, err);
