@@ -1,7 +1,8 @@
 /* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool, the
  * KV/state caches (src/kv) and the work arena, all sized at snug_ctx_init by the memory
  * planner (src/plan/plan.h); snug_ctx_eval splits the input into chunks of at most n_chunk tokens
- * and runs the architecture's forward on each. With n_draft > 0 it also owns the MTP state
+ * and runs the architecture's forward on each; snug_ctx_eval_batch runs one token for each of
+ * several contexts in one forward (f.kv_rows). With n_draft > 0 it also owns the MTP state
  * (src/spec) and the rollback snapshots; see snug_ctx_truncate.
  * Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count around it).
  * Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
