@@ -2,7 +2,7 @@
 # run_mtp_device.sh — speculative decoding with the MTP block on the GPU (issue 6): on the trained
 # fixture with --backend cuda, test_mtp_device (MTP logits vs mtp_logits.f32, greedy output with
 # 3 drafts == plain greedy for 256 tokens on 5 ppl_ids.json prompts, k = 1/4/recompute, mean
-# acceptance length), `snug logits --mtp --backend cuda` vs mtp_logits.f32 (compare_logits.py),
+# acceptance length, two contexts sharing the device weights, a generated MoE with MTP), `snug logits --mtp --backend cuda` vs mtp_logits.f32 (compare_logits.py),
 # `snug run --spec-draft 3` == `--spec-draft 0` text; then the verify-cost benchmark
 # (`snug bench-local --verify --backend cuda`: verify k+1 tokens / rollback / draft k vs one
 # decode step, k = 1..4) on the fixture and on the qwen3.6-27b preset (random q4_k_m weights,
@@ -26,8 +26,9 @@ T0=$(date +%s)
 el() { echo "[t+$(($(date +%s) - T0))s] $*"; }
 mem() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; }
 
-el "== 1. test_mtp_device (MTP logits, greedy spec == plain, acceptance) =="
-timeout 300 "$D/test_mtp_device" "$D/fx" 2>&1 | tee "$O/test_mtp_device.txt"
+el "== 1. test_mtp_device (MTP logits, greedy spec == plain, acceptance, shared weights, MoE) =="
+timeout 120 $S gen --preset demo-moe --type f16 -o $O/moe_mtp.gguf --set nextn_predict_layers=1 > /dev/null 2>&1 || echo "moe gen failed"
+timeout 300 "$D/test_mtp_device" "$D/fx" $O/moe_mtp.gguf 2>&1 | tee "$O/test_mtp_device.txt"
 grep -q "^mtp device: PASS" "$O/test_mtp_device.txt" || fail=1
 ACC=$(sed -n 's/^cuda k=3 greedy over 5 prompts: mean \([0-9.]*\).*/\1/p' "$O/test_mtp_device.txt")
 
