@@ -298,6 +298,15 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
             OP(attention, kt, Hq, Hkv, D, f->pos[t], 1, B->q + t * Hq * D, 1.0f / sqrtf((float)D),
                B->att + t * Hq * D, f->op_work);
         }
+    } else if (f->kv->snap_on && !be->host_memory) {
+        /* a speculative verification on a device: the rows one by one, each as the decode
+         * step at its position sees the cache (the CUDA kernel splits the positions by the
+         * key count, so a row of a batched call sums in another order): the verified logits
+         * and states are then plain decoding's bit for bit, as on the CPU */
+        OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v);
+        for (int64_t t = 0; t < T; t++)
+            OP(attention, kv, Hq, Hkv, D, f->pos0 + t, 1, B->q + t * Hq * D, 1.0f / sqrtf((float)D),
+               B->att + t * Hq * D, f->op_work);
     } else {
         OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
         OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
