@@ -25,7 +25,7 @@
 /* Bytes of weight rows per block of mm_task_dot (L1 with eight activation rows). */
 #define MM_WBYTES ((size_t)16 * 1024)
 /* Bytes of float activations per tile of the float fallback (kept in L2 with the scratch). */
-#define MM_XBYTES ((size_t)512 * 1024)
+#define MM_XBYTES ((size_t)1024 * 1024)
 /* Up to this many activation rows, block types with float activations dot each weight row
  * with every row in place (mm_task_vecs) instead of dequantizing it first. */
 #define MM_VEC_ROWS 8
