@@ -4,7 +4,7 @@
  * `out`, rescaled by e^(m_old − m_new) whenever the max grows. A task is (a block of up to
  * ATT_QB query tokens, kv head, a group of the query heads sharing it), so an F16 tile is
  * converted once for the whole block and group, and each key/value row loaded once feeds four
- * query rows (ops_util.h: snug_ops_dot_rows, snug_ops_pv_rows).
+ * query rows (ops_util.h: snug_ops_att_rows).
  * Invariant: scratch is 2·ATT_TILE·D floats per thread (the converted K and V tiles), whatever
  * the context length; results do not depend on the thread count.
  * Read next: ops_delta.c (the other mixer), src/arch/qwen35.c (the caller). */
@@ -13,8 +13,8 @@
 #include "core/core.h"
 #include "quant/quant.h"
 
-#define ATT_TILE      64
-#define ATT_MAX_GROUP 8 /* query heads handled together by one task */
+#define ATT_TILE      SNUG_OPS_ATT_TILE
+#define ATT_MAX_GROUP SNUG_OPS_ATT_MAX_ROWS /* query heads handled together by one task */
 #define ATT_QB        8 /* query tokens handled together by one task (one pass over the cache) */
 
 /* Store T rows of k and v (each [Hkv][D]) at positions pos0.., converting to the cache dtype. */
@@ -73,44 +73,6 @@ SNUG_OPS_INLINE const float *att_tile(const struct att_ctx *c, const void *base,
     return buf;
 }
 
-/* Online-softmax update of the rows of one query token (nh heads of one kv head) with cache
- * positions p0 .. p0+np-1 of a tile: scores as nh-row dots against each key (four rows share
- * each key load), per row the running max / rescale / exponentials, then P·V four rows at a
- * time over the value rows. s, m, l, o: the rows' scores, maxima, sums and outputs. Each row
- * is computed the same way whatever rows it is grouped with. */
-SNUG_OPS_INLINE void att_rows_tile(const float *const *qh, int nh, const float *K, int64_t ldk,
-                                   const float *V, int64_t ldv, int64_t np, int64_t D, float scale,
-                                   float (*s)[ATT_TILE], float *m, float *l, float *const *o) {
-    for (int h0 = 0; h0 < nh; h0 += 4) {
-        int nr = SNUG_MIN(4, nh - h0);
-        for (int64_t p = 0; p < np; p++) {
-            float d[4];
-            snug_ops_dot_rows(qh + h0, nr, K + p * ldk, D, d);
-            for (int r = 0; r < nr; r++) s[h0 + r][p] = scale * d[r];
-        }
-    }
-    const float *e[ATT_MAX_GROUP];
-    for (int h = 0; h < nh; h++) {
-        float mx = m[h];
-        for (int64_t p = 0; p < np; p++)
-            if (s[h][p] > mx) mx = s[h][p];
-        if (mx > m[h]) { /* rescale what was accumulated under the old max */
-            float corr = expf(m[h] - mx);
-            l[h] *= corr;
-            snug_ops_scale(o[h], corr, D);
-            m[h] = mx;
-        }
-        for (int64_t p = 0; p < np; p++) {
-            float ex = expf(s[h][p] - mx);
-            l[h] += ex;
-            s[h][p] = ex;
-        }
-        e[h] = s[h];
-    }
-    for (int h0 = 0; h0 < nh; h0 += 4)
-        snug_ops_pv_rows(o + h0, e + h0, SNUG_MIN(4, nh - h0), V, ldv, np, D);
-}
-
 /* One task: query tokens t0 .. t0+nt-1 (a block of up to ATT_QB), kv head kh, query heads
  * h0..h1-1; tasks are dealt round-robin so the long (late-token) and short tasks mix across
  * threads. Each tile of the cache is converted once for the whole block (a prompt reads the
@@ -148,8 +110,8 @@ static void att_task(void *vctx, int ith, int nth) {
             for (int64_t i = 0; i < nt; i++) {
                 int64_t n_pos = c->pos0 + t0 + i + 1;
                 if (n_pos <= p0) continue;
-                att_rows_tile(qh[i], (int)nh, K, ldk, V, ldv, SNUG_MIN(np, n_pos - p0), D, c->scale,
-                              s, m[i], l[i], oh[i]);
+                snug_ops_att_rows(qh[i], (int)nh, K, ldk, V, ldv, SNUG_MIN(np, n_pos - p0), D,
+                                  c->scale, s, m[i], l[i], oh[i]);
             }
         }
         for (int64_t i = 0; i < nt; i++)

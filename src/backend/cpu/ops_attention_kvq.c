@@ -1,7 +1,8 @@
 /* ops_attention_kvq.c — store into and attend over a KV cache in the formats of src/kv/kvfmt.h
  * (bf16, q8_0, fp8, tq4, tq3, or any K/V mix incl. f16/f32), read in place.
  * The store quantizes each new K/V head vector as it is written. Attention is the same online
- * softmax as ops_attention.c, over tiles of KVQ_TILE positions decoded into per-thread scratch:
+ * softmax as ops_attention.c (blocks of KVQ_QB query tokens share each decoded tile), over
+ * tiles of KVQ_TILE positions decoded into per-thread scratch:
  * for rotated K formats the query is rotated once per (token, head) (⟨Rq, Rk⟩ = ⟨q, k⟩), for
  * rotated V the output is accumulated in the rotated basis and inverse-rotated once at the end.
  * Invariant: no full-precision copy of the cache exists at any time; scratch is
@@ -15,8 +16,9 @@
 #include "kv/kvfmt.h"
 #include "quant/quant.h"
 
-#define KVQ_TILE      64
-#define KVQ_MAX_GROUP 8 /* query heads handled together by one task */
+#define KVQ_TILE      SNUG_OPS_ATT_TILE
+#define KVQ_MAX_GROUP SNUG_OPS_ATT_MAX_ROWS /* query heads handled together by one task */
+#define KVQ_QB        8 /* query tokens handled together by one task (one decode of the cache) */
 
 static bool view_plain(const struct snug_kv_view *kv) {
     return kv->type == SNUG_DTYPE_F32 || kv->type == SNUG_DTYPE_F16;
@@ -40,9 +42,10 @@ void snug_op_kvq_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t 
     }
 }
 
-/* Per-thread scratch: K and V tiles, the group's prepared queries and output accumulators. */
+/* Per-thread scratch: K and V tiles and the block's prepared queries (KVQ_QB tokens of up to
+ * KVQ_MAX_GROUP heads). */
 static size_t kvq_stride(int64_t D) {
-    return SNUG_ALIGN_UP((size_t)((2 * KVQ_TILE + 2 * KVQ_MAX_GROUP) * D) * sizeof(float), 64);
+    return SNUG_ALIGN_UP((size_t)((2 * KVQ_TILE + KVQ_QB * KVQ_MAX_GROUP) * D) * sizeof(float), 64);
 }
 
 size_t snug_op_kvq_attention_work_bytes(int64_t D, int n_threads) {
@@ -56,6 +59,7 @@ struct kvq_ctx {
     const struct snug_kv_view *kv;
     int64_t Hq, Hkv, D, pos0, T;
     int64_t group, sub, n_sub; /* query heads per kv head; per task; tasks per kv head */
+    int64_t qb;                /* query tokens per task (<= KVQ_QB) */
     size_t kb, vb;             /* stored bytes of one K / V head vector */
     bool krot, vrot;
     const float *q;
@@ -78,58 +82,56 @@ SNUG_OPS_INLINE void kvq_tile(const struct kvq_ctx *c, int fmt, const void *base
     for (int64_t p = 0; p < np; p++) snug_kvfmt_decode(fmt, src + p * step, D, buf + p * D);
 }
 
-/* One task: query token t, kv head kh, query heads h0..h1-1 (dealt round-robin). */
+/* One task: query tokens t0 .. t0+nt-1 (a block of up to KVQ_QB), kv head kh, query heads
+ * h0..h1-1 (dealt round-robin). Each tile is decoded once for the whole block; every
+ * (token, head) row sees the same tiles in the same order as a single-token call
+ * (snug_ops_att_rows), so prompt and decode give the same bits. The outputs accumulate in
+ * `out` (in the rotated basis for rotated V, inverse-rotated in place at the end). */
 SNUG_OPS_CLONES
 static void kvq_task(void *vctx, int ith, int nth) {
     const struct kvq_ctx *c = vctx;
     const int64_t D = c->D, Hq = c->Hq;
     float *kbuf = (float *)(c->work + kvq_stride(D) * (size_t)ith);
-    float *vbuf = kbuf + KVQ_TILE * D, *qr = vbuf + KVQ_TILE * D, *acc = qr + KVQ_MAX_GROUP * D;
-    const int64_t n_tasks = c->T * c->Hkv * c->n_sub;
-    float s[KVQ_MAX_GROUP][KVQ_TILE], m[KVQ_MAX_GROUP], l[KVQ_MAX_GROUP];
+    float *vbuf = kbuf + KVQ_TILE * D, *qr = vbuf + KVQ_TILE * D;
+    const int64_t qb = c->qb, n_blk = (c->T + qb - 1) / qb, n_tasks = n_blk * c->Hkv * c->n_sub;
+    float s[KVQ_MAX_GROUP][KVQ_TILE], m[KVQ_QB][KVQ_MAX_GROUP], l[KVQ_QB][KVQ_MAX_GROUP];
+    const float *qh[KVQ_QB][KVQ_MAX_GROUP];
+    float *oh[KVQ_QB][KVQ_MAX_GROUP];
     for (int64_t task = ith; task < n_tasks; task += nth) {
-        int64_t t = task / (c->Hkv * c->n_sub), rem = task % (c->Hkv * c->n_sub);
+        int64_t blk = task / (c->Hkv * c->n_sub), rem = task % (c->Hkv * c->n_sub);
         int64_t kh = rem / c->n_sub, h0 = kh * c->group + (rem % c->n_sub) * c->sub;
         int64_t h1 = SNUG_MIN(h0 + c->sub, (kh + 1) * c->group), nh = h1 - h0;
-        int64_t n_pos = c->pos0 + t + 1;
-        for (int64_t h = 0; h < nh; h++) { /* the query, scaled, in the keys' basis */
-            float *qh = qr + h * D;
-            const float *src = c->q + (t * Hq + h0 + h) * D;
-            for (int64_t d = 0; d < D; d++) qh[d] = c->scale * src[d];
-            if (c->krot) snug_kvfmt_rotate(qh, D);
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
-        }
-        memset(acc, 0, (size_t)(nh * D) * sizeof(float));
-        for (int64_t p0 = 0; p0 < n_pos; p0 += KVQ_TILE) {
-            int64_t np = SNUG_MIN((int64_t)KVQ_TILE, n_pos - p0);
-            kvq_tile(c, c->kv->k_fmt, c->kv->k, c->kb, kh, p0, np, kbuf);
-            kvq_tile(c, c->kv->v_fmt, c->kv->v, c->vb, kh, p0, np, vbuf);
-            for (int64_t h = 0; h < nh; h++) {
-                const float *qh = qr + h * D;
-                float *oh = acc + h * D, mx = m[h];
-                for (int64_t p = 0; p < np; p++) {
-                    s[h][p] = snug_ops_dot(qh, kbuf + p * D, D);
-                    if (s[h][p] > mx) mx = s[h][p];
-                }
-                if (mx > m[h]) { /* rescale what was accumulated under the old max */
-                    float corr = expf(m[h] - mx);
-                    l[h] *= corr;
-                    snug_ops_scale(oh, corr, D);
-                    m[h] = mx;
-                }
-                for (int64_t p = 0; p < np; p++) {
-                    float e = expf(s[h][p] - mx);
-                    l[h] += e;
-                    snug_ops_axpy(oh, e, vbuf + p * D, D);
-                }
+        int64_t t0 = blk * qb, nt = SNUG_MIN(qb, c->T - t0);
+        for (int64_t i = 0; i < nt; i++) {
+            for (int64_t h = 0; h < nh; h++) { /* the query, scaled, in the keys' basis */
+                float *q = qr + (i * KVQ_MAX_GROUP + h) * D;
+                const float *src = c->q + ((t0 + i) * Hq + h0 + h) * D;
+                for (int64_t d = 0; d < D; d++) q[d] = c->scale * src[d];
+                if (c->krot) snug_kvfmt_rotate(q, D);
+                qh[i][h] = q;
+                oh[i][h] = c->out + ((t0 + i) * Hq + h0 + h) * D;
+                memset(oh[i][h], 0, (size_t)D * sizeof(float));
+                m[i][h] = -INFINITY;
+                l[i][h] = 0.0f;
             }
         }
-        for (int64_t h = 0; h < nh; h++) {
-            float *oh = acc + h * D, *dst = c->out + (t * Hq + h0 + h) * D;
-            snug_ops_scale(oh, 1.0f / l[h], D);
-            if (c->vrot) snug_kvfmt_unrotate(oh, D);
-            memcpy(dst, oh, (size_t)D * sizeof(float));
+        int64_t n_pos_max = c->pos0 + t0 + nt;
+        for (int64_t p0 = 0; p0 < n_pos_max; p0 += KVQ_TILE) {
+            int64_t np = SNUG_MIN((int64_t)KVQ_TILE, n_pos_max - p0);
+            kvq_tile(c, c->kv->k_fmt, c->kv->k, c->kb, kh, p0, np, kbuf);
+            kvq_tile(c, c->kv->v_fmt, c->kv->v, c->vb, kh, p0, np, vbuf);
+            for (int64_t i = 0; i < nt; i++) {
+                int64_t n_pos = c->pos0 + t0 + i + 1;
+                if (n_pos <= p0) continue;
+                snug_ops_att_rows(qh[i], (int)nh, kbuf, D, vbuf, D, SNUG_MIN(np, n_pos - p0), D,
+                                  1.0f, s, m[i], l[i], oh[i]);
+            }
+        }
+        for (int64_t i = 0; i < nt; i++) {
+            for (int64_t h = 0; h < nh; h++) {
+                snug_ops_scale(oh[i][h], 1.0f / l[i][h], D);
+                if (c->vrot) snug_kvfmt_unrotate(oh[i][h], D);
+            }
         }
     }
 }
@@ -168,5 +170,7 @@ void snug_op_kvq_attention(struct snug_pool *pool, const struct snug_kv_view *kv
         if (c.sub == 1 || T * Hkv * c.n_sub >= nth) break;
         c.sub = (c.sub + 1) / 2;
     }
+    c.qb = KVQ_QB; /* fewer while that leaves under 4 tasks per thread; no effect on the bits */
+    while (c.qb > 1 && (T + c.qb - 1) / c.qb * Hkv * c.n_sub < 4 * nth) c.qb /= 2;
     snug_pool_run(pool, kvq_task, &c);
 }

@@ -402,6 +402,49 @@ SNUG_OPS_INLINE void snug_ops_axpby(float *restrict y, float a, float b, const f
     for (; i < n; i++) y[i] = SNUG_FMA(a, y[i], b * x[i]);
 }
 
+#define SNUG_OPS_ATT_TILE     64 /* cache positions per attention tile */
+#define SNUG_OPS_ATT_MAX_ROWS 8  /* query heads per attention row group */
+
+/* Online-softmax update of the rows of one query token (nh heads of one kv head) with cache
+ * positions p0 .. p0+np-1 of a tile: scores as nh-row dots against each key (four rows share
+ * each key load), per row the running max / rescale / exponentials, then P·V four rows at a
+ * time over the value rows. s, m, l, o: the rows' scores, maxima, sums and outputs. Each row
+ * is computed the same way whatever rows it is grouped with (used by ops_attention.c and
+ * ops_attention_kvq.c; nh <= SNUG_OPS_ATT_MAX_ROWS, np <= SNUG_OPS_ATT_TILE). */
+SNUG_OPS_INLINE void snug_ops_att_rows(const float *const *qh, int nh, const float *K, int64_t ldk,
+                                       const float *V, int64_t ldv, int64_t np, int64_t D,
+                                       float scale, float (*s)[SNUG_OPS_ATT_TILE], float *m,
+                                       float *l, float *const *o) {
+    for (int h0 = 0; h0 < nh; h0 += 4) {
+        int nr = nh - h0 < 4 ? nh - h0 : 4;
+        for (int64_t p = 0; p < np; p++) {
+            float d[4];
+            snug_ops_dot_rows(qh + h0, nr, K + p * ldk, D, d);
+            for (int r = 0; r < nr; r++) s[h0 + r][p] = scale * d[r];
+        }
+    }
+    const float *e[SNUG_OPS_ATT_MAX_ROWS];
+    for (int h = 0; h < nh; h++) {
+        float mx = m[h];
+        for (int64_t p = 0; p < np; p++)
+            if (s[h][p] > mx) mx = s[h][p];
+        if (mx > m[h]) { /* rescale what was accumulated under the old max */
+            float corr = expf(m[h] - mx);
+            l[h] *= corr;
+            snug_ops_scale(o[h], corr, D);
+            m[h] = mx;
+        }
+        for (int64_t p = 0; p < np; p++) {
+            float ex = expf(s[h][p] - mx);
+            l[h] += ex;
+            s[h][p] = ex;
+        }
+        e[h] = s[h];
+    }
+    for (int h0 = 0; h0 < nh; h0 += 4)
+        snug_ops_pv_rows(o + h0, e + h0, nh - h0 < 4 ? nh - h0 : 4, V, ldv, np, D);
+}
+
 /* dst[i] = float(src[i]) for n IEEE halves. */
 SNUG_OPS_INLINE float snug_ops_f16_to_f32(uint16_t h);
 SNUG_OPS_INLINE void snug_ops_f16_row(float *restrict dst, const uint16_t *restrict src,
