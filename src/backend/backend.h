@@ -116,9 +116,11 @@ struct snug_cuda_limits {
     const struct snug_kv_shape *kv_shape; /* the plan's KV/state shape (F16 or F32 cache) */
     size_t kv_bytes;                      /* snug_kv_bytes(kv_shape): the KV/state arena */
     size_t work_bytes;                    /* the plan's work arena (activations of a step) */
-    int32_t n_chunk;                      /* tokens per step */
-    int64_t n_embd;                       /* H (embedding staging) */
-    int64_t n_head, head_dim;             /* attention scratch */
+    size_t scratch_bytes;     /* the plan's op scratch (snug_plan.cuda_scratch_bytes); 0: size it
+                               * from the file's tensors (tests that open the backend directly) */
+    int32_t n_chunk;          /* tokens per step */
+    int64_t n_embd;           /* H (embedding staging) */
+    int64_t n_head, head_dim; /* attention scratch */
     /* speculative decoding (all 0/NULL without): n_snap recurrent-state snapshot slots
      * (snug_kv_snap_bytes, the plan's "state snapshots (mtp)"), the MTP block's one-layer
      * cache, and spec_bytes of device buffers for src/spec (snug_spec_dev_bytes). */

@@ -62,6 +62,7 @@ static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct 
         .kv_shape = &plan->kv_shape,
         .kv_bytes = snug_kv_bytes(&plan->kv_shape),
         .work_bytes = plan->work_bytes,
+        .scratch_bytes = plan->cuda_scratch_bytes,
         .n_chunk = plan->lim.n_chunk,
         .n_embd = m->hp.n_embd,
         .n_head = m->hp.n_head,

@@ -6,6 +6,7 @@
  */
 #include "plan/plan.h"
 
+#include "backend/backend.h"
 #include "kv/kvfmt.h"
 #include "model/presets.h"
 #include "spec/spec.h"
@@ -72,12 +73,32 @@ static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snu
 }
 
 /* CUDA runtime overheads: not allocations of ours, so ESTIMATES (labelled in every output).
- * Context: the CUDA context and module images on a recent datacenter GPU take a few hundred
- * MiB of device memory (nvidia-smi on an idle context: 300-600 MiB); we assume 512 MiB.
- * cuBLAS: 32 MiB workspace per handle (cuBLAS docs, "cublasSetWorkspace": the default on
- * Hopper is 32 MiB). */
-#define CUDA_CONTEXT_BYTES     (512ull << 20)
-#define CUBLAS_WORKSPACE_BYTES (32ull << 20)
+ * Context: the CUDA context and module images. Measured on the H200 (CUDA 13, snug's
+ * kernels, docs/perf/cuda.md): 526.8 MiB used right after the context was created, and the
+ * context + cuBLAS together 599 MiB above the backend's own allocations after a 65K-token
+ * prompt; we assume 576 MiB for the context. cuBLAS: 32 MiB workspace per handle (cuBLAS
+ * docs, "cublasSetWorkspace": the default on Hopper) plus its handle and kernels: 64 MiB. */
+#define CUDA_CONTEXT_BYTES     (576ull << 20)
+#define CUBLAS_WORKSPACE_BYTES (64ull << 20)
+
+/* The widest input and output of any matrix the forward multiplies, from the shape alone
+ * (the CUDA op scratch is sized by them): hidden, FFN / expert / shared-expert widths, the
+ * DeltaNet inner size, the attention output's Hq·D, the MTP eh_proj's 2·H inputs; outputs
+ * up to the vocabulary (output head) and the gated query projection 2·Hq·D. The CUDA backend
+ * checks at open that the file's tensors need no more (cuda_backend.c). */
+static void plan_matrix_extent(const struct snug_hparams *hp, int64_t *max_in, int64_t *max_out) {
+    int64_t a = hp->n_embd;
+    a = SNUG_MAX(a, (int64_t)hp->n_ff);
+    a = SNUG_MAX(a, (int64_t)hp->n_ff_exp);
+    a = SNUG_MAX(a, (int64_t)hp->n_ff_shexp);
+    a = SNUG_MAX(a, (int64_t)hp->ssm_d_inner);
+    a = SNUG_MAX(a, (int64_t)hp->n_head * hp->head_dim);
+    if (hp->n_nextn) a = SNUG_MAX(a, 2 * (int64_t)hp->n_embd);
+    int64_t b = SNUG_MAX((int64_t)hp->n_vocab, 2 * (int64_t)hp->n_head * hp->head_dim);
+    b = SNUG_MAX(b, a);
+    *max_in = a;
+    *max_out = b;
+}
 
 int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                    const struct snug_plan_limits *lim_in, struct snug_plan *out,
@@ -177,6 +198,13 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     item(out, "sampler", S * 6 * V * 4, SNUG_DEVICE_HOST, false);
     if (lim.backend == SNUG_BACKEND_CUDA) {
         item(out, "logits (device)", S * V * 4, SNUG_DEVICE_GPU, false);
+        /* per context: bf16 GEMM tiles / int8 matvec activations / split-attention partials
+         * (what snug_backend_cuda_open allocates as its op scratch: this number) */
+        int64_t mi, mo;
+        plan_matrix_extent(hp, &mi, &mo);
+        out->cuda_scratch_bytes =
+            snug_backend_cuda_scratch_bytes(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
+        item(out, "cuda op scratch", S * out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
         item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
         item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);
     }

@@ -59,6 +59,7 @@ struct snug_plan {
     size_t work_bytes;             /* its work arena (one step of n_chunk tokens) */
     size_t pos_bytes;              /* its position table + batched-decode row table */
     size_t snapshot_bytes;         /* per slot: recurrent-state copies for rollback */
+    size_t cuda_scratch_bytes;     /* per slot, --backend cuda: the backend's op scratch */
 };
 
 /* The KV format names the engine has, in enum order, NULL-terminated ("f16", "f32"). */

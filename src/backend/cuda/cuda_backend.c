@@ -551,8 +551,18 @@ int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->work_bytes = lim->work_bytes;
     if ((rc = dmalloc(c, &c->work_mem, c->work_bytes, "work arena", err))) goto fail;
     c->work = (struct snug_arena){.name = "work (cuda)", .base = c->work_mem, .cap = c->work_bytes};
-    c->scratch_bytes =
+    /* the op scratch is the plan's number; the file's widest matrices must fit in it */
+    size_t need =
         snug_backend_cuda_scratch_bytes(max_in, max_out, lim->n_chunk, lim->n_head, lim->head_dim);
+    c->scratch_bytes = lim->scratch_bytes ? lim->scratch_bytes : need;
+    if (need > c->scratch_bytes) {
+        rc = snug_err_set(err, SNUG_ERR_INTERNAL,
+                          "backend cuda: the file's matrices (widest input %lld, output %lld) "
+                          "need %zu bytes of op scratch but the memory plan has %zu; the plan "
+                          "under-counts this model's shape (src/plan/plan.c plan_matrix_extent)",
+                          (long long)max_in, (long long)max_out, need, c->scratch_bytes);
+        goto fail;
+    }
     if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
     if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 4, "positions", err))) goto fail;
     /* host side: embedding staging and the host work arena (routing, hook copies) */
