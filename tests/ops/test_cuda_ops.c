@@ -246,6 +246,51 @@ static void test_basic(void) {
 /* ---- attention ---------------------------------------------------------------------------- */
 static const char *const KVN[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
 
+/* The store alone, for formats the device writes but does not read yet (tq4, tq3, and pairs
+ * with them): two store calls (prefix, chunk) into a kvfmt cache on both sides, then the device
+ * bytes must equal snug_op_kvq_store's (kvfmt.c's quantizer) exactly. Outliers and an all-zero
+ * head vector (norm 0) included. */
+static void test_kv_store_bytes(int kf, int vf, int64_t Hkv, int64_t D, int64_t pos0, int64_t T) {
+    int64_t n_ctx = pos0 + T + 2;
+    size_t kb = (size_t)(n_ctx * Hkv) * snug_kvfmt_vec_bytes(kf, D);
+    size_t vb = (size_t)(n_ctx * Hkv) * snug_kvfmt_vec_bytes(vf, D);
+    struct snug_kv_view hv = {.type = SNUG_KV_VIEW_FMT,
+                              .k = snug_calloc(1, kb),
+                              .v = snug_calloc(1, vb),
+                              .n_ctx = n_ctx,
+                              .k_fmt = kf,
+                              .v_fmt = vf};
+    struct snug_cuda_kv dv = {
+        SNUG_CUDA_KV_FMT, dup_dev(hv.k, kb), dup_dev(hv.v, vb), n_ctx, kf, vf};
+    int64_t row = Hkv * D, parts[2][2] = {{0, pos0}, {pos0, T}};
+    for (int p = 0; p < 2; p++) {
+        int64_t n = parts[p][1];
+        if (!n) continue;
+        float *k = rnd(n * row, 2.0f), *v = rnd(n * row, 1.0f);
+        for (int64_t i = 0; i < n * row; i += 97) k[i] *= 7.0f;
+        for (int64_t i = 0; i < D; i++) v[i] = 0.0f; /* a zero vector: stored norm 0 */
+        float *dk = dup_dev(k, n * row * 4), *dvv = dup_dev(v, n * row * 4);
+        snug_op_kvq_store(&hv, Hkv, D, parts[p][0], n, k, v);
+        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], n, dk, dvv, &err));
+        OK(snug_cuda_sync(&cu, &err));
+        snug_free(k), snug_free(v), snug_cuda_dfree(dk), snug_cuda_dfree(dvv);
+    }
+    uint8_t *gk = snug_malloc(kb), *gv = snug_malloc(vb);
+    OK(snug_cuda_download(&cu, gk, dv.k, kb, &err));
+    OK(snug_cuda_download(&cu, gv, dv.v, vb, &err));
+    size_t dk = 0, dvb = 0;
+    for (size_t i = 0; i < kb; i++) dk += gk[i] != ((uint8_t *)hv.k)[i];
+    for (size_t i = 0; i < vb; i++) dvb += gv[i] != ((uint8_t *)hv.v)[i];
+    char name[128];
+    snprintf(name, sizeof name, "kv_store %s/%s Hkv=%lld D=%lld pos0=%lld T=%lld", KVN[kf], KVN[vf],
+             (long long)Hkv, (long long)D, (long long)pos0, (long long)T);
+    printf("%-60s store: %zu of %zu K bytes, %zu of %zu V bytes differ %s\n", name, dk, kb, dvb, vb,
+           dk + dvb == 0 ? "PASS" : "FAIL");
+    CHECKF(dk + dvb == 0, "%s: device cache bytes differ from the CPU quantizer's", name);
+    snug_free(gk), snug_free(gv), snug_free(hv.k), snug_free(hv.v);
+    snug_cuda_dfree(dv.k), snug_cuda_dfree(dv.v);
+}
+
 /* The cache in K format kf and V format vf (enum snug_kv_type) on both sides: plain F16/F32
  * views for equal f16/f32, kvfmt views otherwise. Stores the prefix in one call and the chunk
  * in another; checks the device cache holds the same bytes as the CPU's (the quantizers
@@ -415,6 +460,18 @@ int main(void) {
         test_attention(kf, vf, 4, 2, 64, 0, 301);
         if (kf == vf && kf != SNUG_KV_F32 && kf != SNUG_KV_BF16)
             test_attention(kf, vf, 24, 4, 256, 1237, 133);
+    }
+    /* the TurboQuant store (the device does not read tq yet): bytes equal to the CPU's */
+    int tqp[][2] = {{SNUG_KV_TQ4, SNUG_KV_TQ4},
+                    {SNUG_KV_TQ3, SNUG_KV_TQ3},
+                    {SNUG_KV_Q8_0, SNUG_KV_TQ4},
+                    {SNUG_KV_TQ4, SNUG_KV_Q8_0},
+                    {SNUG_KV_FP8, SNUG_KV_TQ3}};
+    for (size_t i = 0; i < sizeof tqp / sizeof tqp[0]; i++) {
+        test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
+        test_kv_store_bytes(tqp[i][0], tqp[i][1], 4, 256, 999, 5);
+        test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 64, 77, 45);
+        test_kv_store_bytes(tqp[i][0], tqp[i][1], 3, 192, 0, 33);
     }
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);

@@ -14,10 +14,11 @@
 #include <algorithm>
 #include <math.h>
 
-#define ATT_WARPS         4
-#define ATT_MAX_SPLIT     64
-#define ATT_TARGET_BLOCKS 1056 /* split until about this many blocks are in flight (8 per SM of an H200) */
-#define ATT_MIN_KEYS      128 /* ... but give each block at least this many positions */
+#define ATT_WARPS     4
+#define ATT_MAX_SPLIT 64
+#define ATT_TARGET_BLOCKS                                                                          \
+    1056 /* split until about this many blocks are in flight (8 per SM of an H200) */
+#define ATT_MIN_KEYS 128 /* ... but give each block at least this many positions */
 
 /* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
 static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
@@ -26,6 +27,13 @@ static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
     if (kv->type != SNUG_CUDA_KV_FMT) return false;
     *kf = kv->k_fmt, *vf = kv->v_fmt;
     return kvf_cuda_ok(*kf) && kvf_cuda_ok(*vf);
+}
+
+/* kv_fmts for the store, which also writes tq4/tq3. */
+static bool kv_store_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
+    if (kv->type != SNUG_CUDA_KV_FMT) return kv_fmts(kv, kf, vf);
+    *kf = kv->k_fmt, *vf = kv->v_fmt;
+    return true;
 }
 
 extern "C" bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D) {
@@ -77,6 +85,13 @@ __global__ void k_kv_store(uint8_t *kc, uint8_t *vc, const float *ks, const floa
         for (int e = lane; e < D; e += 32) dst[4 + e] = kvf_to_e4m3(x[e] * inv);
         break;
     }
+    case SNUG_KV_TQ4:
+    case SNUG_KV_TQ3: { /* lane g encodes group g (at most 4 groups: D <= 256) */
+        int bits = fmt == SNUG_KV_TQ4 ? 4 : 3, G = kvf_tq_group(D);
+        if (lane < D / G)
+            kvf_tq_store_group(bits, x + lane * G, G, dst + lane * kvf_tq_group_bytes(bits, G));
+        break;
+    }
     default:
         break;
     }
@@ -91,10 +106,12 @@ extern "C" int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_k
                             "cache capacity %lld",
                             (long long)pos0, (long long)(pos0 + T), (long long)kv->n_ctx);
     int kf, vf;
-    if (!kv_fmts(kv, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, D))
+    if (!kv_store_fmts(kv, &kf, &vf) || D <= 0 || D % 32 || D > 256 || !kvf_cuda_store_ok(kf, D) ||
+        !kvf_cuda_store_ok(vf, D))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "cuda kv_store: cache type %u (K %d, V %d) at head size %lld: the "
-                            "device writes f16 f32 bf16 q8_0 fp8 with D %% 32 == 0, D <= 256",
+                            "device writes f16 f32 bf16 q8_0 fp8 with D %% 32 == 0 and tq4 tq3 "
+                            "with D %% 64 == 0, D <= 256",
                             kv->type, (int)kv->k_fmt, (int)kv->v_fmt, (long long)D);
     if (T * Hkv <= 0) return SNUG_OK;
     dim3 grid((unsigned)(T * Hkv), 2);

@@ -1,7 +1,8 @@
 /* cuda_kvfmt.cuh — the KV cache formats of src/kv/kvfmt.h on the device: byte sizes, decoding
  * N consecutive elements of one stored head vector to floats (what the attention kernels read
  * the cache with, in place), and the encoders the store kernel writes with.
- * Formats: f16 f32 bf16 q8_0 fp8 (enum snug_kv_type); the rotated tq4/tq3 are CPU-only.
+ * Formats: f16 f32 bf16 q8_0 fp8 (enum snug_kv_type) are read and written; the rotated tq4/tq3
+ * are written here (kvf_tq_store_group) but still read by the CPU only.
  * Invariant: the encoders produce the same bytes as snug_kvfmt_quantize (same float operations
  * in the same order, IEEE division and round-half-away as the C code; tested in
  * tests/ops/test_cuda_ops.c); decoding is pure and branch-uniform per call.
@@ -17,6 +18,20 @@ __host__ __device__ __forceinline__ bool kvf_cuda_ok(int fmt) {
            fmt == SNUG_KV_FP8;
 }
 
+/* Formats the store kernel writes: the above plus TurboQuant tq4/tq3 (D % 64 == 0). */
+__host__ __device__ __forceinline__ bool kvf_cuda_store_ok(int fmt, int64_t D) {
+    return kvf_cuda_ok(fmt) || ((fmt == SNUG_KV_TQ4 || fmt == SNUG_KV_TQ3) && D % 64 == 0);
+}
+
+/* TurboQuant group size (kvfmt.c's snug_kvfmt_group) and bytes of one group (fp16 norm + the
+ * index planes). */
+__host__ __device__ __forceinline__ int kvf_tq_group(int64_t D) {
+    return D % 128 == 0 ? 128 : 64;
+}
+__host__ __device__ __forceinline__ int64_t kvf_tq_group_bytes(int bits, int64_t G) {
+    return 2 + G * bits / 8;
+}
+
 /* Bytes of one stored head vector of D elements (kvfmt.c's layouts; D % 32 == 0 assumed). */
 __host__ __device__ __forceinline__ int64_t kvf_vec_bytes(int fmt, int64_t D) {
     switch (fmt) {
@@ -29,8 +44,80 @@ __host__ __device__ __forceinline__ int64_t kvf_vec_bytes(int fmt, int64_t D) {
         return D / 32 * 34;
     case SNUG_KV_FP8:
         return 4 + D;
+    case SNUG_KV_TQ4:
+        return D / kvf_tq_group(D) * kvf_tq_group_bytes(4, kvf_tq_group(D));
+    case SNUG_KV_TQ3:
+        return D / kvf_tq_group(D) * kvf_tq_group_bytes(3, kvf_tq_group(D));
     default:
         return 0;
+    }
+}
+
+/* The TurboQuant constants, the same numbers as kvfmt.c (snug_kvfmt_signs: bit j set = sign
+ * of element j of a group is -1; Lloyd-Max centroids for N(0, 1), ascending). */
+__device__ __constant__ static const uint64_t kvf_tq_signs[2] = {0x411c55ec857955beull,
+                                                                 0xa47b4f3300226078ull};
+__device__ __constant__ static const float kvf_tq3_cb[8] = {-2.1519457f, -1.3439093f, -0.7560053f,
+                                                            -0.2450942f, 0.2450942f,  0.7560053f,
+                                                            1.3439093f,  2.1519457f};
+__device__ __constant__ static const float kvf_tq4_cb[16] = {
+    -2.7325896f, -2.0690172f, -1.6180464f, -1.2562312f, -0.9423405f, -0.6567591f,
+    -0.3880483f, -0.128395f,  0.128395f,   0.3880483f,  0.6567591f,  0.9423405f,
+    1.2562312f,  1.6180464f,  2.0690172f,  2.7325896f};
+
+/* Encode one TurboQuant group of G floats x into dst (norm + planes), by ONE thread, with the
+ * operations of kvfmt.c's tq_quantize_group in the same order and no contraction (explicit
+ * _rn intrinsics), so the bytes match: ‖x‖ in double, x/‖x‖, signs, in-place Walsh-Hadamard,
+ * 1/√G, index = count of codebook midpoints ≤ y·√G, stored norm ‖x‖/‖c‖ as fp16 (clamped). */
+__device__ __noinline__ static void kvf_tq_store_group(int bits, const float *__restrict__ x, int G,
+                                                       uint8_t *__restrict__ dst) {
+    const float *cb = bits == 4 ? kvf_tq4_cb : kvf_tq3_cb;
+    const int nc = 1 << bits;
+    float y[128];
+    uint8_t idx[128];
+    double n2 = 0;
+    for (int j = 0; j < G; j++) n2 = __dadd_rn(n2, __dmul_rn((double)x[j], (double)x[j]));
+    float nrm = (float)sqrt(n2), inv = nrm > 1e-30f ? __fdiv_rn(1.0f, nrm) : 0.0f;
+    for (int j = 0; j < G; j++) {
+        float s = (kvf_tq_signs[j >> 6] >> (j & 63)) & 1 ? -1.0f : 1.0f;
+        y[j] = __fmul_rn(__fmul_rn(x[j], inv), s);
+    }
+    for (int h = 1; h < G; h *= 2)
+        for (int i = 0; i < G; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = y[j], b = y[j + h];
+                y[j] = __fadd_rn(a, b);
+                y[j + h] = __fsub_rn(a, b);
+            }
+    float sg = __fsqrt_rn((float)G), ig = __fdiv_rn(1.0f, sg);
+    float mid[15];
+    for (int i = 0; i + 1 < nc; i++) mid[i] = __fmul_rn(0.5f, __fadd_rn(cb[i], cb[i + 1]));
+    double c2 = 0;
+    for (int j = 0; j < G; j++) {
+        float u = __fmul_rn(__fmul_rn(y[j], ig), sg);
+        int k = 0;
+        for (int i = 0; i + 1 < nc; i++) k += u >= mid[i];
+        idx[j] = (uint8_t)k;
+        c2 = __dadd_rn(c2, __dmul_rn((double)cb[k], (double)cb[k]));
+    }
+    double cn = sqrt(c2 / (double)G);
+    float stored = cn > 0 && nrm > 0 ? (float)((double)nrm / cn) : 0.0f;
+    if (stored > 65504.0f) stored = 65504.0f;
+    __half hn = __float2half_rn(stored);
+    memcpy(dst, &hn, 2);
+    uint8_t *p = dst + 2;
+    if (bits == 4) {
+        for (int j = 0; j < G; j += 2) p[j / 2] = (uint8_t)(idx[j] | (idx[j + 1] << 4));
+    } else {
+        uint8_t *lo = p, *hi = p + G / 4;
+        for (int j = 0; j < G; j += 4)
+            lo[j / 4] = (uint8_t)((idx[j] & 3) | ((idx[j + 1] & 3) << 2) | ((idx[j + 2] & 3) << 4) |
+                                  ((idx[j + 3] & 3) << 6));
+        for (int j = 0; j < G; j += 8) {
+            unsigned b = 0;
+            for (int i = 0; i < 8; i++) b |= ((idx[j + i] >> 2) & 1u) << i;
+            hi[j / 8] = (uint8_t)b;
+        }
     }
 }
 
