@@ -11,12 +11,13 @@
 # Not in ctest (needs a GPU). `snug` (+ bench_cuda_ops) are built off-device with nvcc present
 # and -DSNUG_NATIVE=OFF and carried: D/snug, D/bench_cuda_ops, D/lib.tar.xz (ldd minus libc and
 # CUDA), like run_27b_device.sh. Results go in docs/perf/cuda.md.
-# Usage on the device: KV=tq4 G=32 sh tests/ops/run_27b_accept.sh D OUTDIR 4096 8192 ...
+# Usage on the device: KV=tq4 (or KVARGS="--kv-k q8_0 --kv-v tq4") G=32 CEIL=1 sh tests/ops/run_27b_accept.sh D OUTDIR 4096 8192 ...
 D=${1:-devcarry/lead}
 O=${2:-${OUT:-/tmp/27b}}
 shift 2 2>/dev/null
 SIZES=${*:-4096 8192}
 KV=${KV:-tq4}
+KVARGS=${KVARGS:---kv $KV} # or e.g. "--kv-k q8_0 --kv-v tq4"
 G=${G:-32}
 CTX=${CTX:-262144}
 BUDGET=${BUDGET:-23.5GiB}
@@ -30,8 +31,8 @@ el() { echo "[t+$(($(date +%s) - T0))s] $*"; }
 el "gen"
 [ -f $M ] || timeout 300 $S gen --preset qwen3.6-27b --type q4_k_m -o $M || echo "gen failed rc=$?"
 ls -la $M
-el "plan --kv $KV --ctx $CTX --budget $BUDGET"
-timeout 60 $S plan -m $M --budget $BUDGET --ctx $CTX --backend cuda --kv $KV | tee $O/plan.txt
+el "plan $KVARGS --ctx $CTX --budget $BUDGET"
+timeout 60 $S plan -m $M --budget $BUDGET --ctx $CTX --backend cuda $KVARGS | tee $O/plan.txt
 if [ "${CEIL:-0}" = 1 ]; then
   el "ceilings: bench_cuda_ops"
   timeout 150 $D/bench_cuda_ops 2>&1 | tee $O/bench_cuda_ops.txt | tail -n 40
@@ -62,10 +63,10 @@ while c > n - 4:
     c = count(k)
 print('prompt file: %d words, %d tokens' % (k, c))
 PY
-  el "run: prompt ~$n tokens, kv $KV, ctx $CTX, budget $BUDGET"
+  el "run: prompt ~$n tokens, $KVARGS, ctx $CTX, budget $BUDGET"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > $O/smi_$n.txt &
   SMI=$!
-  timeout ${RUN_TIMEOUT:-400} $S run --backend cuda --vram-budget $BUDGET --ctx $CTX --kv $KV \
+  timeout ${RUN_TIMEOUT:-400} $S run --backend cuda --vram-budget $BUDGET --ctx $CTX $KVARGS \
     -m $M -f /tmp/p.txt -n $G --temp 0 > $O/run_$n.out 2> $O/run_$n.err
   echo "rc=$?"
   kill $SMI 2>/dev/null
