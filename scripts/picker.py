@@ -49,9 +49,9 @@ def generate(snug):
            "the per-chunk work arena (chunk 512), device logits and the CUDA overheads "
            "(context 512 MiB + cuBLAS workspace 32 MiB, estimated). \"(max)\" = the model's "
            "trained context (262,144); more would fit. Formulas: docs/memory.md.", "",
-           "Status: the CUDA backend runs the f16 and f32 caches today; the compressed formats "
-           "(bf16, q8_0, fp8, tq4, tq3) run on the CPU backend and their CUDA kernels are not "
-           "written yet, so their rows are what the plan will hold once they are.", ""]
+           "Status: the CUDA backend runs every cache format (f16, f32, bf16, q8_0, fp8, and the "
+           "rotated tq4 / tq3, read in place in the rotated basis) and mixed K/V pairs of them "
+           "(--kv-k / --kv-v).", ""]
     for preset, title in MODELS:
         out.append(f"## {title}")
         out.append("")

@@ -2,7 +2,7 @@
 # run_e2e_device.sh — the whole model on the GPU: `snug logits|perplexity --backend cuda` on the
 # trained and MoE fixtures, compared with the reference logits (median KL <= 1e-4) and the
 # greedy tokens (decode path: --chunk 1, argmax identical for >= 16 steps); then the q8_0, fp8
-# and q8_0/fp8 KV caches against the CPU backend with the same format. Not in ctest (CI
+# and q8_0/fp8/tq4/tq3 KV caches against the CPU backend with the same format. Not in ctest (CI
 # has no GPU). The device machine lacks the CLI's -dev packages, so `snug` is built here
 # (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
 #   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
@@ -39,8 +39,11 @@ done
 for m in trained moe; do
   F=$D/fx/$m
   G=$(ls $F/*.gguf)
-  for kv in q8_0 fp8 "--kv-k q8_0 --kv-v fp8"; do
-    case "$kv" in --*) kvf="$kv"; tag=q8_0-fp8 ;; *) kvf="--kv $kv"; tag=$kv ;; esac
+  for kv in q8_0 fp8 "--kv-k q8_0 --kv-v fp8" tq4 tq3 "--kv-k q8_0 --kv-v tq4" "--kv-k tq4 --kv-v q8_0"; do
+    case "$kv" in
+      --*) kvf="$kv"; tag=$(echo "$kv" | sed 's/--kv-k //; s/ --kv-v /-/') ;;
+      *) kvf="--kv $kv"; tag=$kv ;;
+    esac
     echo "== $m: KV $tag, prompt path (chunk 512): GPU vs CPU with the same cache format =="
     $S logits --backend cuda $kvf -m "$G" --ids $F/ids.json -o $O/${m}_$tag.f32 || fail=1
     $S logits $kvf -m "$G" --ids $F/ids.json -o $O/${m}_${tag}_cpu.f32 || fail=1
@@ -48,10 +51,12 @@ for m in trained moe; do
     echo "   (info) the same against the f16-cache reference logits:"
     python3 tests/ops/compare_logits.py $O/${m}_$tag.f32 $F/logits.f32 2048 || true
   done
-  echo "== $m: KV q8_0, decode path (chunk 1) GPU vs CPU =="
-  $S logits --backend cuda --kv q8_0 --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_q8dec.f32 || fail=1
-  $S logits --kv q8_0 --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_q8dec_cpu.f32 || fail=1
-  python3 tests/ops/compare_logits.py $O/${m}_q8dec.f32 $O/${m}_q8dec_cpu.f32 2048 || fail=1
+  for kv in q8_0 tq4; do
+    echo "== $m: KV $kv, decode path (chunk 1) GPU vs CPU =="
+    $S logits --backend cuda --kv $kv --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_${kv}dec.f32 || fail=1
+    $S logits --kv $kv --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_${kv}dec_cpu.f32 || fail=1
+    python3 tests/ops/compare_logits.py $O/${m}_${kv}dec.f32 $O/${m}_${kv}dec_cpu.f32 2048 || fail=1
+  done
 done
 echo "== trained: perplexity (reference 4.2773) =="
 $S perplexity --backend cuda -m $D/fx/trained/trained-f16.gguf --ids $D/fx/trained/ppl_ids.json || fail=1

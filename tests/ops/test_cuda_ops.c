@@ -445,33 +445,33 @@ int main(void) {
     /* every device format, equal K/V and mixed pairs: decode, verify-sized and prompt shapes
      * (odd T, pos0 and context; the fixtures' D 64 with G 2; the 27B's D 256 with G 6; a
      * split-over-keys prompt; D 32, which the tensor-core kernel leaves to the fallback) */
-    int pairs[][2] = {{SNUG_KV_F32, SNUG_KV_F32},   {SNUG_KV_F16, SNUG_KV_F16},
-                      {SNUG_KV_BF16, SNUG_KV_BF16}, {SNUG_KV_Q8_0, SNUG_KV_Q8_0},
-                      {SNUG_KV_FP8, SNUG_KV_FP8},   {SNUG_KV_Q8_0, SNUG_KV_FP8},
-                      {SNUG_KV_F16, SNUG_KV_Q8_0}};
+    int pairs[][2] = {
+        {SNUG_KV_F32, SNUG_KV_F32},   {SNUG_KV_F16, SNUG_KV_F16},  {SNUG_KV_BF16, SNUG_KV_BF16},
+        {SNUG_KV_Q8_0, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_FP8},  {SNUG_KV_Q8_0, SNUG_KV_FP8},
+        {SNUG_KV_F16, SNUG_KV_Q8_0},  {SNUG_KV_TQ4, SNUG_KV_TQ4},  {SNUG_KV_TQ3, SNUG_KV_TQ3},
+        {SNUG_KV_Q8_0, SNUG_KV_TQ4},  {SNUG_KV_TQ4, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_TQ3}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         int kf = pairs[i][0], vf = pairs[i][1];
         test_attention(kf, vf, 6, 2, 128, 300, 1);
         test_attention(kf, vf, 24, 4, 256, 5000, 1);
         test_attention(kf, vf, 24, 4, 256, 999, 5);
         test_attention(kf, vf, 4, 2, 64, 77, 45);
-        test_attention(kf, vf, 8, 8, 32, 0, 19);
+        if (!snug_kvfmt_rotated(kf) && !snug_kvfmt_rotated(vf)) /* tq: D % 64 == 0 */
+            test_attention(kf, vf, 8, 8, 32, 0, 19);
         test_attention(kf, vf, 6, 2, 128, 3001, 67);
         test_attention(kf, vf, 4, 2, 64, 0, 301);
         if (kf == vf && kf != SNUG_KV_F32 && kf != SNUG_KV_BF16)
             test_attention(kf, vf, 24, 4, 256, 1237, 133);
     }
-    /* the TurboQuant store (the device does not read tq yet): bytes equal to the CPU's */
+    /* the TurboQuant store at D 192 (G 64, three groups; attention has no D 192 kernel) */
     int tqp[][2] = {{SNUG_KV_TQ4, SNUG_KV_TQ4},
                     {SNUG_KV_TQ3, SNUG_KV_TQ3},
                     {SNUG_KV_Q8_0, SNUG_KV_TQ4},
                     {SNUG_KV_TQ4, SNUG_KV_Q8_0},
                     {SNUG_KV_FP8, SNUG_KV_TQ3}};
     for (size_t i = 0; i < sizeof tqp / sizeof tqp[0]; i++) {
-        test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
-        test_kv_store_bytes(tqp[i][0], tqp[i][1], 4, 256, 999, 5);
-        test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 64, 77, 45);
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 3, 192, 0, 33);
+        test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
     }
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);

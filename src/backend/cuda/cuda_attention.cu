@@ -37,7 +37,8 @@ static bool kv_store_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
 }
 
 extern "C" bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D) {
-    return kvf_cuda_ok(k_fmt) && kvf_cuda_ok(v_fmt) && D > 0 && D % 32 == 0 && D <= 256;
+    return kvf_cuda_ok(k_fmt) && kvf_cuda_ok(v_fmt) && D > 0 && D % 32 == 0 && D <= 256 &&
+           kvf_cuda_store_ok(k_fmt, D) && kvf_cuda_store_ok(v_fmt, D);
 }
 
 /* One warp encodes one head vector (blockIdx.x = token·Hkv + kv head; blockIdx.y 0 = K,
@@ -164,8 +165,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         for (int u = 0; u < ATT_U; u++) {
             int64_t p = p0 + u * ATT_WARPS;
             if (p < hi) {
-                kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[u]);
-                kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[u]);
+                kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[u], kvf_tq_group(DPL * 32));
+                kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[u], kvf_tq_group(DPL * 32));
             } else {
 #pragma unroll
                 for (int i = 0; i < DPL; i++) kr[u][i] = vr[u][i] = 0.0f;
@@ -245,6 +246,31 @@ __global__ void k_att_merge(const float *part, int nsplit, int D, float *out) {
     }
 }
 
+/* The randomized Hadamard rotation of kvfmt.c (snug_kvfmt_rotate / _unrotate) of each
+ * G-group of `rows` vectors of D floats, src to dst (may alias): one block of D threads per
+ * vector, the butterflies in shared memory (each is the same a+b, a-b as the C code's, so the
+ * result is the CPU's bit for bit). inv: the inverse (H, then 1/√G and the signs). */
+__global__ void k_tq_rotate(const float *src, float *dst, int D, int inv) {
+    __shared__ float x[256];
+    int j = threadIdx.x, G = kvf_tq_group(D), jj = j % G;
+    int64_t row = blockIdx.x;
+    float sg = (kvf_tq_signs[jj >> 6] >> (jj & 63)) & 1 ? -1.0f : 1.0f;
+    float ig = __fdiv_rn(1.0f, __fsqrt_rn((float)G));
+    float a = src[row * D + j];
+    x[j] = inv ? a : __fmul_rn(a, sg);
+    __syncthreads();
+    for (int h = 1; h < G; h *= 2) {
+        float u = 0.0f;
+        bool top = !(jj & h);
+        float p = x[j], o = x[top ? j + h : j - h];
+        u = top ? __fadd_rn(p, o) : __fsub_rn(o, p);
+        __syncthreads();
+        x[j] = u;
+        __syncthreads();
+    }
+    dst[row * D + j] = inv ? __fmul_rn(x[j], __fmul_rn(ig, sg)) : __fmul_rn(x[j], ig);
+}
+
 /* Partials for any chunk of up to T tokens (a prompt's last chunk is shorter, and a shorter
  * chunk may split more): the largest need of either kernel over T' = 1 .. T. */
 extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t T) {
@@ -254,7 +280,8 @@ extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t 
         if (t > ATT_FA_MIN_T) ns = std::max(ns, (int64_t)snug_cuda_fa_nsplit(Hq, t, INT64_MAX / 2));
         if (ns > 1) most = std::max(most, t * Hq * ns);
     }
-    return (size_t)(most * (D + 2)) * sizeof(float);
+    /* then the rotated queries of a TurboQuant K cache (T·Hq·D floats), placed first */
+    return (size_t)(most * (D + 2) + T * Hq * D) * sizeof(float);
 }
 
 /* Merge the partials of `ns` splits (k_att_merge) into out; used by cuda_fa.cu too. */
@@ -285,6 +312,10 @@ static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, i
 #undef ATT_GO
 }
 
+static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
+                   int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
+                   float *out, void *work, struct snug_err *err);
+
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
                                    int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
                                    float scale, float *out, void *work, struct snug_err *err) {
@@ -305,6 +336,36 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
                             "the cache capacity %lld",
                             (long long)(pos0 + T), (long long)kv->n_ctx);
     if (T <= 0) return SNUG_OK;
+    if (kvf_rotated(kf) || kvf_rotated(vf)) {
+        /* TurboQuant: rotate q once into the start of work (K rotated), attend in the rotated
+         * basis, un-rotate the output rows in place (V rotated). */
+        if (!work)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "cuda attention: work memory required for a tq cache "
+                                "(snug_cuda_attention_work_bytes)");
+        float *qr = (float *)work;
+        const float *qq = q;
+        if (kvf_rotated(kf)) {
+            k_tq_rotate<<<(unsigned)(T * Hq), (unsigned)D, 0, SNUG_CU_STREAM(cu)>>>(q, qr, (int)D,
+                                                                                    0);
+            int rc = snug_cu_launched(err, "attention tq rotate");
+            if (rc) return rc;
+            qq = qr;
+        }
+        int rc = att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, qq, scale, out,
+                         (void *)(qr + T * Hq * D), err);
+        if (rc || !kvf_rotated(vf)) return rc;
+        k_tq_rotate<<<(unsigned)(T * Hq), (unsigned)D, 0, SNUG_CU_STREAM(cu)>>>(out, out, (int)D,
+                                                                                1);
+        return snug_cu_launched(err, "attention tq unrotate");
+    }
+    return att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
+}
+
+/* The attention proper (after the checks; q in the basis the K cache stores). */
+static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
+                   int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
+                   float *out, void *work, struct snug_err *err) {
     int64_t nk = pos0 + T;
     if (T > ATT_FA_MIN_T) {
         int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);

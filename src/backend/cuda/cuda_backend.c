@@ -458,8 +458,8 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
         if (!snug_kvfmt_split(s->fmt, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, s->head_dim))
             return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                                 "backend cuda: KV cache format %s at head size %d: the CUDA "
-                                "attention reads f16 f32 bf16 q8_0 fp8 (tq4/tq3 are CPU-only; "
-                                "use --kv q8_0 or fp8, or --backend cpu)",
+                                "attention reads f16 f32 bf16 q8_0 fp8 with head sizes 32, 64, "
+                                "128, 256 and tq4 tq3 with 64, 128, 256 (or use --backend cpu)",
                                 snug_kvfmt_code_name(s->fmt, nb, sizeof nb), s->head_dim);
     } else if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) {
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,

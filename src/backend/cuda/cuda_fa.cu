@@ -166,7 +166,7 @@ __device__ __forceinline__ void load_tile(__half *tile, const uint8_t *__restric
         uint4 u = make_uint4(0, 0, 0, 0);
         if (key < nk) {
             float y[8];
-            kvf_dec<8>(fmt, base + (key * Hkv + kh) * vb, c * 8, y);
+            kvf_dec<8>(fmt, base + (key * Hkv + kh) * vb, c * 8, y, kvf_tq_group(D));
             u.x = pack_h2(y[0], y[1]), u.y = pack_h2(y[2], y[3]);
             u.z = pack_h2(y[4], y[5]), u.w = pack_h2(y[6], y[7]);
         }
@@ -431,7 +431,8 @@ static int fa_smem_attr(const void *fn, size_t smem, size_t *set, struct snug_er
 /* Which kernel: measured on the H200 (docs/perf/cuda-kernels.md), the pipelined one (cp.async,
  * tiles of 32 keys) wins for q8_0 (88 vs 47 TFLOP/s at 128K) and loses for f16 (103 vs 149)
  * and fp8 (53 vs 62), so it runs when K or V is q8_0. SNUG_FA_PIPE=1 / 0 forces either (tests
- * and the benchmark run both); f32 caches and shapes that do not fit take the synchronous one. */
+ * and the benchmark run both); f32 and tq caches (decoded element-wise through kvf_dec, in the
+ * rotated basis) and shapes that do not fit take the synchronous one. */
 template <int D>
 static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
                      int64_t Hq, int64_t Hkv, int64_t pos0, int64_t T, const float *q, float scale,
@@ -443,7 +444,8 @@ static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
     size_t smem_plain = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
     const char *pe = getenv("SNUG_FA_PIPE");
     bool pipe = pe && *pe ? strcmp(pe, "0") != 0 : (kf == SNUG_KV_Q8_0 || vf == SNUG_KV_Q8_0);
-    pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && smem_pipe <= cu->smem_optin;
+    pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && !kvf_rotated(kf) && !kvf_rotated(vf) &&
+           smem_pipe <= cu->smem_optin;
     size_t smem = pipe ? smem_pipe : smem_plain;
     if (smem > cu->smem_optin)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,

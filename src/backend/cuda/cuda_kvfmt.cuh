@@ -2,7 +2,8 @@
  * N consecutive elements of one stored head vector to floats (what the attention kernels read
  * the cache with, in place), and the encoders the store kernel writes with.
  * Formats: f16 f32 bf16 q8_0 fp8 (enum snug_kv_type) are read and written; the rotated tq4/tq3
- * are written here (kvf_tq_store_group) but still read by the CPU only.
+ * are written here (kvf_tq_store_group) and decoded in their ROTATED basis (norm·centroid/√G,
+ * as snug_kvfmt_decode): the attention callers rotate q and un-rotate the output.
  * Invariant: the encoders produce the same bytes as snug_kvfmt_quantize (same float operations
  * in the same order, IEEE division and round-half-away as the C code; tested in
  * tests/ops/test_cuda_ops.c); decoding is pure and branch-uniform per call.
@@ -15,12 +16,17 @@
 /* Formats the CUDA kernels read and write. */
 __host__ __device__ __forceinline__ bool kvf_cuda_ok(int fmt) {
     return fmt == SNUG_KV_F16 || fmt == SNUG_KV_F32 || fmt == SNUG_KV_BF16 || fmt == SNUG_KV_Q8_0 ||
-           fmt == SNUG_KV_FP8;
+           fmt == SNUG_KV_FP8 || fmt == SNUG_KV_TQ4 || fmt == SNUG_KV_TQ3;
 }
 
-/* Formats the store kernel writes: the above plus TurboQuant tq4/tq3 (D % 64 == 0). */
+/* Whether a format stores the rotated basis (tq4, tq3: readers rotate q and un-rotate P·V). */
+__host__ __device__ __forceinline__ bool kvf_rotated(int fmt) {
+    return fmt == SNUG_KV_TQ4 || fmt == SNUG_KV_TQ3;
+}
+
+/* Formats the store kernel writes at head size D (TurboQuant needs D % 64 == 0). */
 __host__ __device__ __forceinline__ bool kvf_cuda_store_ok(int fmt, int64_t D) {
-    return kvf_cuda_ok(fmt) || ((fmt == SNUG_KV_TQ4 || fmt == SNUG_KV_TQ3) && D % 64 == 0);
+    return kvf_cuda_ok(fmt) && (!kvf_rotated(fmt) || D % 64 == 0);
 }
 
 /* TurboQuant group size (kvfmt.c's snug_kvfmt_group) and bytes of one group (fp16 norm + the
@@ -148,8 +154,28 @@ __device__ __forceinline__ uint8_t kvf_to_e4m3(float f) {
  * `v` into y. Alignment: the vector starts at a multiple of its natural unit (f32 4·N, f16/bf16
  * 2·N bytes when D % 8 == 0; q8_0 2; fp8 4), which the cache layout guarantees. */
 template <int N>
-__device__ __forceinline__ void kvf_dec(int fmt, const uint8_t *__restrict__ v, int e0, float *y) {
+__device__ __forceinline__ void kvf_dec(int fmt, const uint8_t *__restrict__ v, int e0, float *y,
+                                        int tqG = 128) {
     switch (fmt) {
+    case SNUG_KV_TQ4:
+    case SNUG_KV_TQ3: { /* tqG: the group size (kvf_tq_group(D)); N elements stay in one group */
+        int bits = fmt == SNUG_KV_TQ4 ? 4 : 3, g = e0 / tqG, j0 = e0 % tqG;
+        const uint8_t *b = v + g * kvf_tq_group_bytes(bits, tqG);
+        float s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)tqG));
+        const uint8_t *p = b + 2;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            int j = j0 + i;
+            if (bits == 4) {
+                y[i] = __fmul_rn(s, kvf_tq4_cb[(p[j >> 1] >> (4 * (j & 1))) & 15]);
+            } else {
+                int k = ((p[j >> 2] >> (2 * (j & 3))) & 3) |
+                        (((p[tqG / 4 + (j >> 3)] >> (j & 7)) & 1) << 2);
+                y[i] = __fmul_rn(s, kvf_tq3_cb[k]);
+            }
+        }
+        break;
+    }
     case SNUG_KV_F32: {
         const float *p = (const float *)v + e0;
         if constexpr (N >= 4) {
