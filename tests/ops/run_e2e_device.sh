@@ -1,8 +1,8 @@
 #!/bin/sh
 # run_e2e_device.sh — the whole model on the GPU: `snug logits|perplexity --backend cuda` on the
 # trained and MoE fixtures, compared with the reference logits (median KL <= 1e-4) and the
-# greedy tokens (decode path: --chunk 1, argmax identical for >= 16 steps); then the q8_0, fp8
-# and q8_0/fp8/tq4/tq3 KV caches against the CPU backend with the same format. Not in ctest (CI
+# greedy tokens (decode path: --chunk 1, argmax identical for >= 16 steps); then the q8_0, fp8,
+# tq4, tq3 and mixed (q8_0/fp8, q8_0/tq4, tq4/q8_0) KV caches against the CPU backend with the same format. Not in ctest (CI
 # has no GPU). The device machine lacks the CLI's -dev packages, so `snug` is built here
 # (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
 #   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
