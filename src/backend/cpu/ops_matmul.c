@@ -6,11 +6,11 @@
  * rows, and the row stays in L1 while the tile streams from L2). F32/F16/BF16 weights run the
  * same loop on float activations. Other block types — and the int8-capable ones that the
  * accuracy policy keeps on float activations (quant.h snug_act_int8_use: by default all but
- * Q4_K and Q5_K) — dequantize MM_ROWS weight rows into per-thread scratch (vectorised, exact) and
- * dot them as float rows with every activation row. Invariant: allocates nothing; results do not
- * depend on the thread count (each output element is one fixed-order kernel call); a thread's
- * scratch starts on its own cache lines. Read next: src/quant/quant.h (row kernels),
- * ops_attention.c. */
+ * Q4_K and Q5_K) — dequantize MM_ROWS weight rows into per-thread scratch (vectorised, exact)
+ * and dot them as float rows with every activation row.
+ * Invariant: allocates nothing; results do not depend on the thread count (each output
+ * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
+ * Read next: src/quant/quant.h (row kernels), ops_attention.c. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
 #include "core/core.h"
