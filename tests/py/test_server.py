@@ -398,7 +398,12 @@ def test_queue(res, C):
                   + str(len(body)).encode() + b"\r\n\r\n" + body)
         socks.append(s)
     t0 = time.time()
-    while C.health()["slots"]["queued"] < 1 and time.time() - t0 < 5:
+    # wait for one running and one queued: "queued 1" alone can be the first request before the
+    # engine admits it, and then the third request would queue behind it and be served later
+    while time.time() - t0 < 5:
+        h = C.health()["slots"]
+        if h["busy"] == 1 and h["queued"] == 1:
+            break
         time.sleep(0.02)
     st, b, r = C.raw("POST", "/v1/completions", {"prompt": "x"}, key=None)
     res.check(st == 503 and r.getheader("Retry-After") == "1" and "error" in b,
@@ -489,7 +494,9 @@ def main():
                        if os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"))
                        else __file__)
             servers.append(B)
-            C = Server(model, tmp, "C", "--slots", "1", "--queue", "1", "--ctx", "512",
+            # --ctx 4096: the running request's 3000 scripted tokens must outlast the queue check
+            # (at --ctx 512 it could finish first on a fast run, and the third request was served)
+            C = Server(model, tmp, "C", "--slots", "1", "--queue", "1", "--ctx", "4096",
                        "--script", __file__)
             servers.append(C)
             D = Server(model, tmp, "D", "--timeout", "1", "--ctx", "4096", "--script", __file__)
