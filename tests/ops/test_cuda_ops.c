@@ -246,6 +246,18 @@ static void test_basic(void) {
 /* ---- attention ---------------------------------------------------------------------------- */
 static const char *const KVN[] = {"f16", "f32", "bf16", "q8_0", "fp8", "tq4", "tq3"};
 
+/* On a byte mismatch: the first three differing bytes, with their offset inside the stored
+ * head vector and both sides' values (which field of the format is off). */
+static void dump_diff(const char *what, const uint8_t *gpu, const void *cpu, size_t n, size_t vb) {
+    const uint8_t *c = cpu;
+    for (size_t i = 0, shown = 0; i < n && shown < 3; i++)
+        if (gpu[i] != c[i]) {
+            printf("    %s byte %zu (vector %zu, offset %zu of %zu): gpu %02x cpu %02x\n", what, i,
+                   i / vb, i % vb, vb, gpu[i], c[i]);
+            shown++;
+        }
+}
+
 /* The store alone, for formats the device writes but does not read yet (tq4, tq3, and pairs
  * with them): two store calls (prefix, chunk) into a kvfmt cache on both sides, then the device
  * bytes must equal snug_op_kvq_store's (kvfmt.c's quantizer) exactly. Outliers and an all-zero
@@ -287,6 +299,8 @@ static void test_kv_store_bytes(int kf, int vf, int64_t Hkv, int64_t D, int64_t 
     printf("%-60s store: %zu of %zu K bytes, %zu of %zu V bytes differ %s\n", name, dk, kb, dvb, vb,
            dk + dvb == 0 ? "PASS" : "FAIL");
     CHECKF(dk + dvb == 0, "%s: device cache bytes differ from the CPU quantizer's", name);
+    dump_diff("K", gk, hv.k, kb, snug_kvfmt_vec_bytes(kf, D));
+    dump_diff("V", gv, hv.v, vb, snug_kvfmt_vec_bytes(vf, D));
     snug_free(gk), snug_free(gv), snug_free(hv.k), snug_free(hv.v);
     snug_cuda_dfree(dv.k), snug_cuda_dfree(dv.v);
 }
@@ -337,7 +351,12 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
         printf("%-60s store: %zu of %zu K bytes, %zu of %zu V bytes differ %s\n", name, dk, kb, dvb,
                vb, dk + dvb == 0 ? "PASS" : "FAIL");
         CHECKF(dk + dvb == 0, "%s: device cache bytes differ from the CPU quantizer's", name);
+        dump_diff("K", gk, hv.k, kb, snug_kvfmt_vec_bytes(kf, D));
+        dump_diff("V", gv, hv.v, vb, snug_kvfmt_vec_bytes(vf, D));
         snug_free(gk), snug_free(gv);
+        /* attention runs on the CPU's bytes, so a store mismatch does not hide a reader bug */
+        OK(snug_cuda_upload(&cu, dv.k, hv.k, kb, &err));
+        OK(snug_cuda_upload(&cu, dv.v, hv.v, vb, &err));
     }
     float *q = rnd(T * Hq * D, 1.0f), *ref = snug_malloc(T * Hq * D * 4);
     float scale = 1.0f / sqrtf((float)D);
