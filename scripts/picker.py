@@ -49,9 +49,10 @@ def generate(snug):
            "the per-chunk work arena (chunk 512), device logits and the CUDA overheads "
            "(context 576 MiB + cuBLAS 64 MiB, estimated; the op scratch counted exactly). \"(max)\" = the model's "
            "trained context (262,144); more would fit. Formulas: docs/memory.md.", "",
-           "Status: the CUDA backend runs f16, f32, bf16, q8_0 and fp8 caches and mixed K/V "
-           "pairs of them (--kv-k / --kv-v); the tq4 / tq3 rows run on the CPU backend today "
-           "(their CUDA kernels are written but not enabled: they fail the device tests).", ""]
+           "Status: the CUDA backend runs every row (f16, f32, bf16, q8_0, fp8, tq4, tq3) and "
+           "mixed K/V pairs (--kv-k / --kv-v). A mixed pair sits between its two rows: on a "
+           "24 GiB card the 27B at Q4_K_M holds 262,144 tokens with `--kv-k q8_0 --kv-v tq4` "
+           "(measured on the H200 under --vram-budget 23.5GiB: docs/perf/cuda.md).", ""]
     for preset, title in MODELS:
         out.append(f"## {title}")
         out.append("")

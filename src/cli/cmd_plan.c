@@ -224,18 +224,12 @@ int cmd_plan(int argc, char **argv) {
     fputs(buf, stdout);
     if (budget) {
         for (int k = 0; k < n_kv; k++) {
-            /* the CUDA backend runs every format but tq4 / tq3 (kernels written, not enabled:
-             * they fail the device tests, cuda_backend.c layout_kv) */
-            if (lim.backend == SNUG_BACKEND_CUDA && snug_kvfmt_rotated(k)) continue;
             printf("largest context that fits %.2f GiB with KV %s: %lld%s\n",
                    (double)budget / 1073741824.0, snug_plan_kv_names[k], (long long)max_per_kv[k],
                    hp.n_ctx_train && (uint64_t)max_per_kv[k] == hp.n_ctx_train
                        ? " (the trained context; more would fit)"
                        : "");
         }
-        if (lim.backend == SNUG_BACKEND_CUDA)
-            printf("(KV tq4 and tq3 run on the CPU backend only: their CUDA kernels are not "
-                   "enabled yet)\n");
         if (!fits) {
             fprintf(stderr,
                     "snug plan: does not fit: %.2f GiB planned, budget %.2f GiB; the largest "

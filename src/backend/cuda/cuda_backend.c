@@ -461,17 +461,6 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
                                 "attention reads f16 f32 bf16 q8_0 fp8 with head sizes 32, 64, "
                                 "128, 256 and tq4 tq3 with 64, 128, 256 (or use --backend cpu)",
                                 snug_kvfmt_code_name(s->fmt, nb, sizeof nb), s->head_dim);
-        /* The tq4/tq3 device kernels exist (cuda_kvfmt.cuh, cuda_attention.cu, cuda_fa.cu) but
-         * failed their first device run (store bytes and attention differ from the CPU: 74
-         * test_cuda_ops failures, docs/perf/cuda-kernels.md), so contexts refuse them until
-         * they pass. */
-        if (snug_kvfmt_rotated(kf) || snug_kvfmt_rotated(vf))
-            return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                                "backend cuda: KV cache format %s: the TurboQuant formats (tq4, "
-                                "tq3) are not enabled on the GPU yet (their kernels fail the "
-                                "device tests); use q8_0 or fp8 with --backend cuda, or "
-                                "--backend cpu",
-                                snug_kvfmt_code_name(s->fmt, nb, sizeof nb));
     } else if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) {
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "backend cuda: KV cache type %u: the CUDA attention reads f16 or f32 "

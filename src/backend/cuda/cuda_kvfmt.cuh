@@ -109,8 +109,11 @@ __device__ __noinline__ static void kvf_tq_store_group(int bits, const float *__
     double cn = sqrt(c2 / (double)G);
     float stored = cn > 0 && nrm > 0 ? (float)((double)nrm / cn) : 0.0f;
     if (stored > 65504.0f) stored = 65504.0f;
-    __half hn = __float2half_rn(stored);
-    memcpy(dst, &hn, 2);
+    /* One aligned 16-bit store (groups start at even offsets). Two byte stores of the half
+     * (memcpy, or shifts of __half_as_ushort: the same PTX, cvt.rn.f16.f32 then st.u8) came
+     * out of ptxas 13.0 for sm_90a storing the norm's INTEGER part as the low byte (device
+     * run 2026-12-01: offset 0 of every group held 0x04..0x13, the high byte right). */
+    *(__half *)dst = __float2half_rn(stored);
     uint8_t *p = dst + 2;
     if (bits == 4) {
         for (int j = 0; j < G; j += 2) p[j / 2] = (uint8_t)(idx[j] | (idx[j + 1] << 4));
