@@ -133,6 +133,19 @@ void snug_fgemm(const float *w, size_t ws, int nr, const float *x, size_t xs, in
                 float *y, size_t ys);
 void snug_fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
                     float *y, size_t ys);
+/* Float block product on transposed activations, for prompts on float activations:
+ * y[t·ys + r] = Σ_k w[r·ws + k] · xt[k·xts + t] for r < nr (1..SNUG_TGEMM_MR) weight rows and
+ * t < nt (any count) activation columns, n elements (any n), strides in floats. xt holds the
+ * activations transposed (row k = element k of every token); each row must be readable up to
+ * nt rounded up to SNUG_TGEMM_PAD floats (pad with zeros). Every output element is one
+ * sequential chain of fused multiply-adds over k = 0..n-1 (fmaf order), so all levels give the
+ * same bits and results do not depend on tiling or threads. snug_tgemm_ref is the reference. */
+#define SNUG_TGEMM_MR  8
+#define SNUG_TGEMM_PAD 16
+void snug_tgemm(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt, int64_t n,
+                float *y, size_t ys);
+void snug_tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt,
+                    int64_t n, float *y, size_t ys);
 /* The scalar reference versions of the two (tests compare the dispatched ones to these). */
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n);
 void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,

@@ -196,6 +196,19 @@ static void fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t 
         }
 }
 
+/* Transposed float block product, reference: one chain of fmaf per output element, k in order
+ * (the vector kernels perform exactly these roundings, lane by lane). */
+static void tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt,
+                      int64_t n, float *y, size_t ys) {
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) {
+            float s = 0;
+            for (int64_t k = 0; k < n; k++)
+                s = fmaf(w[(size_t)r * ws + k], xt[(size_t)k * xts + t], s);
+            y[(size_t)t * ys + r] = s;
+        }
+}
+
 void snug_qkernels_ref(struct snug_qkernels *k) {
     *k = (struct snug_qkernels){
         .quant_a32 = quant_a32_ref,
@@ -208,6 +221,7 @@ void snug_qkernels_ref(struct snug_qkernels *k) {
         .dot_f16 = dot_f16_ref,
         .dot_bf16 = dot_bf16_ref,
         .fgemm = fgemm_ref,
+        .tgemm = tgemm_ref,
     };
 }
 
@@ -430,6 +444,16 @@ void snug_fgemm_ref(const float *w, size_t ws, int nr, const float *x, size_t xs
                     float *y, size_t ys) {
     pthread_once(&g_once, init_once);
     g_ref.fgemm(w, ws, nr, x, xs, nt, n, y, ys);
+}
+void snug_tgemm(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt, int64_t n,
+                float *y, size_t ys) {
+    SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1);
+    kern()->tgemm(w, ws, nr, xt, xts, nt, n, y, ys);
+}
+void snug_tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt,
+                    int64_t n, float *y, size_t ys) {
+    pthread_once(&g_once, init_once);
+    g_ref.tgemm(w, ws, nr, xt, xts, nt, n, y, ys);
 }
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);

@@ -40,6 +40,9 @@ typedef void (*snug_fdot_fn)(const void *w, const float *x, size_t xs, int nc, i
 /* Float block product (quant.h snug_fgemm). */
 typedef void (*snug_fgemm_fn)(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt,
                               int64_t n, float *y, size_t ys);
+/* Transposed float block product (quant.h snug_tgemm). */
+typedef void (*snug_tgemm_fn)(const float *w, size_t ws, int nr, const float *xt, size_t xts,
+                              int nt, int64_t n, float *y, size_t ys);
 typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);
 /* Dequantize a row of n elements (bit-identical to snug_dequantize_row_ref). */
 typedef void (*snug_deq_fn)(const void *src, float *dst, int64_t n);
@@ -51,6 +54,7 @@ struct snug_qkernels {
     snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
     float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
     snug_fgemm_fn fgemm;
+    snug_tgemm_fn tgemm;
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */
 float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n);

@@ -195,13 +195,16 @@ static void test_conv(void) {
 /* ---- matmul -------------------------------------------------------------------------------- */
 
 /* Every computable dtype: quantize a random weight, take its dequantized values (reference
- * dequantizer) as the truth, and compare y against a double dot with x, for T = 1, 3, 17. */
+ * dequantizer) as the truth, and compare y against a double dot with x, for T = 1, 3, 17 and
+ * 600 (prompt chunks longer than SNUG_OP_MATMUL_INT8_MAX_T run on float activations, in
+ * transposed tiles of 512 rows at this n_in: 600 takes two). */
 static void test_matmul(void) {
-    int64_t n_in = 512, n_out = 37, Ts[3] = {1, 3, 17};
-    float *wf = falloc(n_in * n_out), *wd = falloc(n_in * n_out), *x = falloc(17 * n_in);
+    enum { TMAX = 600 };
+    int64_t n_in = 512, n_out = 37, Ts[4] = {1, 3, 17, TMAX};
+    float *wf = falloc(n_in * n_out), *wd = falloc(n_in * n_out), *x = falloc(TMAX * n_in);
     float *y[3];
-    for (int i = 0; i < 3; i++) y[i] = falloc(17 * n_out);
-    double *ref = dalloc(17 * n_out), *mag = dalloc(17 * n_out);
+    for (int i = 0; i < 3; i++) y[i] = falloc(TMAX * n_out);
+    double *ref = dalloc(TMAX * n_out), *mag = dalloc(TMAX * n_out);
     size_t wb = snug_op_matmul_work_bytes(n_in, 3);
     void *work = snug_malloc(wb);
     uint8_t *wq =
@@ -212,7 +215,7 @@ static void test_matmul(void) {
         if (!info || !info->computable) continue;
         size_t rb = (size_t)snug_dtype_row_bytes(type, (uint64_t)n_in);
         fill(wf, n_in * n_out, 1.0f);
-        fill(x, 17 * n_in, 1.0f);
+        fill(x, TMAX * n_in, 1.0f);
         int ok = 1;
         for (int64_t r = 0; r < n_out && ok; r++)
             ok = snug_quantize_row(type, wf + r * n_in, wq + (size_t)r * rb, n_in, NULL);
@@ -224,7 +227,7 @@ static void test_matmul(void) {
         for (int64_t r = 0; r < n_out; r++)
             snug_dequantize_row_ref(type, wq + (size_t)r * rb, wd + r * n_in, n_in);
         struct errs e[2] = {{0, 0}, {0, 0}}; /* T == 1, T > 1 */
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < 4; ti++) {
             int64_t T = Ts[ti];
             double worst = 0;
             for (int64_t t = 0; t < T; t++) {
@@ -252,7 +255,7 @@ static void test_matmul(void) {
             track(&e[T > 1], compare(y[0], ref, T * n_out));
             /* error relative to Σ|w·x|: float accumulation is ~1e-7; types whose kernels
              * quantize the activations to 8 bits (snug_act_int8_use) allow for that rounding */
-            bool int8_act = snug_act_int8_use(type);
+            bool int8_act = snug_act_int8_use(type) && T <= SNUG_OP_MATMUL_INT8_MAX_T;
             CHECKF(worst < (int8_act ? 1e-2 : 1e-5), "matmul %s T=%lld: err/Σ|wx| = %.3g",
                    info->name, (long long)T, worst);
             /* a prompt row gives the same bits as decoding that token alone (float weights

@@ -26,6 +26,10 @@
 void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_t n_in,
                     int64_t n_out, const float *x, int64_t T, float *y, void *work);
 size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads);
+/* Up to this many rows T, weight types with int8 activations (quant.h snug_act_int8_use) run
+ * on them; longer prompt chunks of every block type dequantize the weights and run on float
+ * activations (faster there, and exact to float rounding). */
+#define SNUG_OP_MATMUL_INT8_MAX_T 16
 
 /* ---- elementwise and norms ---------------------------------------------------------------- */
 /* y[T][n] = x · rsqrt(mean(x²) + eps) · w   (w may be NULL: no weight). y may alias x. */

@@ -1,16 +1,15 @@
 /* ops_matmul.c — y = x · Wᵀ for weights of any computable dtype, threaded over output rows.
- * Weights with an int8 activation format (quant.h snug_act_type: Q8_0, Q4_K, Q5_K, Q6_K)
- * quantize the activation rows once per call, MM_TILE rows at a time into `work` (threads
- * split the rows), then each thread takes its weight rows and dots each one with the tile's
- * activation rows eight at a time (snug_act_dot: the weight block is decoded once for eight
- * rows, and the row stays in L1 while the tile streams from L2). F32/F16/BF16 weights run the
- * same loop on float activations. Other block types — and the int8-capable ones that the
- * accuracy policy keeps on float activations (quant.h snug_act_int8_use: by default all but
- * Q4_K and Q5_K) — dequantize MM_ROWS weight rows into per-thread scratch (vectorised, exact)
- * and dot them as float rows with every activation row.
+ * Prompt chunks (T > SNUG_OP_MATMUL_INT8_MAX_T) of every block type: the activations are
+ * transposed once per tile (mm_task_xt) and each thread dequantizes MM_ROWS weight rows at a
+ * time into its scratch (vectorised, exact) and multiplies them with the tile (snug_tgemm:
+ * vectors along the tokens). Short chunks and decode: weights with int8 activations under the
+ * accuracy policy (quant.h snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation
+ * rows once per call into `work` and dot each weight row with eight rows at a time
+ * (snug_act_dot); other block types dot each weight row in place with every row
+ * (snug_dot_row). F32/F16/BF16 weights always dot in place, eight float rows at a time.
  * Invariant: allocates nothing; results do not depend on the thread count (each output
  * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
- * Read next: src/quant/quant.h (row kernels), ops_attention.c. */
+ * Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
 #include "core/core.h"
@@ -21,7 +20,9 @@
  * times per call. */
 #define MM_TILE 64
 /* Weight rows dequantized at a time per thread for the float fallback. */
-#define MM_ROWS 8
+#define MM_ROWS SNUG_TGEMM_MR
+/* Floats between the starts of scratch rows beyond n_in (rows 4 KiB apart alias in L1). */
+#define MM_PAD 16
 /* Bytes of weight rows per block of mm_task_dot (L1 with eight activation rows). */
 #define MM_WBYTES ((size_t)16 * 1024)
 /* Bytes of float activations per tile of the float fallback (kept in L2 with the scratch). */
@@ -53,12 +54,15 @@ static size_t act_row_max(int64_t n_in) {
 }
 /* Per-thread float scratch stride in bytes, a multiple of 64. */
 static size_t mm_stride(int64_t n_in) {
-    return SNUG_ALIGN_UP((size_t)n_in * MM_ROWS * sizeof(float), 64);
+    return SNUG_ALIGN_UP((size_t)(n_in + MM_PAD) * MM_ROWS * sizeof(float), 64);
 }
+
+static size_t xt_bytes(int64_t n_in);
 
 size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    return act_row_max(n_in) * MM_TILE + mm_stride(n_in) * (size_t)n_threads + 128;
+    size_t shared = SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
+    return shared + mm_stride(n_in) * (size_t)n_threads + 128;
 }
 
 /* Threads quantize their share of the tile's activation rows. */
@@ -119,36 +123,58 @@ static void mm_task_vecs(void *vctx, int ith, int nth) {
     }
 }
 
+/* Tokens per transposed activation tile of the float fallback: about MM_XBYTES of floats, a
+ * multiple of 48 (the 512-bit snug_tgemm block), at least 48. */
+static int64_t xt_tokens(int64_t n_in) {
+    int64_t tt = (int64_t)(MM_XBYTES / ((size_t)n_in * sizeof(float))) / 48 * 48;
+    return SNUG_MAX((int64_t)48, tt);
+}
+/* Bytes of the transposed tile; max(MM_XBYTES, 192·n_in) bounds it and grows with n_in, so
+ * the work size computed for the largest n_in covers every smaller one. */
+static size_t xt_bytes(int64_t n_in) {
+    return SNUG_ALIGN_UP(SNUG_MAX(MM_XBYTES, (size_t)n_in * 48 * sizeof(float)), 64);
+}
+
+/* Threads transpose their share of the tile's elements k: xt[k·xts + t] = x[t0 + t][k], the
+ * columns past tt (up to the next multiple of SNUG_TGEMM_PAD) zero. */
+static void mm_task_xt(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->n_in, ith, nth, &lo, &hi);
+    float *xt = (float *)(void *)c->xq;
+    size_t xts = c->xrb;
+    /* blocks of 16 elements × all tokens: reads 64-byte pieces of each row, writes rows of xt */
+    for (long k0 = lo; k0 < hi; k0 += 16) {
+        long k1 = SNUG_MIN(hi, k0 + 16);
+        for (int64_t t = 0; t < c->tt; t++) {
+            const float *xr = c->x + (c->t0 + t) * c->n_in;
+            for (long k = k0; k < k1; k++) xt[(size_t)k * xts + (size_t)t] = xr[k];
+        }
+        for (long k = k0; k < k1; k++)
+            for (size_t t = (size_t)c->tt; t < xts; t++) xt[(size_t)k * xts + t] = 0;
+    }
+}
+
 /* Float fallback for block types without an int8 kernel (and int8-capable types the accuracy
- * policy keeps on float activations). The activations go in tiles of about MM_XBYTES (so the
- * tile stays in L2); per tile, each thread dequantizes its weight rows MM_ROWS at a time into
- * its scratch and multiplies them with the tile in register blocks of SNUG_FGEMM_NR rows ×
- * SNUG_FGEMM_NT tokens (snug_fgemm: each weight and activation load feeds several FMAs).
- * Weights are dequantized once per tile: ceil(T / tile) times per call. */
+ * policy keeps on float activations). The activations go in tiles of about MM_XBYTES,
+ * transposed once per tile (mm_task_xt); per tile, each thread dequantizes its weight rows
+ * MM_ROWS at a time into its scratch and multiplies them with the whole tile (snug_tgemm:
+ * vectors along the tokens, 8 rows × 48 tokens in registers, no horizontal sums). Weights are
+ * dequantized once per tile: ceil(T / tile) times per call. */
 static void mm_task_deq(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     int64_t n_in = c->n_in, n_out = c->n_out;
     float *scratch = (float *)(c->scratch + c->per_thread * (size_t)ith);
     long n_blocks = (long)((n_out + MM_ROWS - 1) / MM_ROWS), blo, bhi;
     snug_split_range(n_blocks, ith, nth, &blo, &bhi);
-    int64_t tile = (int64_t)(MM_XBYTES / ((size_t)n_in * sizeof(float)));
-    tile = SNUG_MAX((int64_t)SNUG_FGEMM_NT, tile / SNUG_FGEMM_NT * SNUG_FGEMM_NT);
-    for (int64_t t0 = 0; t0 < c->T; t0 += tile) {
-        int64_t t1 = SNUG_MIN(c->T, t0 + tile);
-        for (long b = blo; b < bhi; b++) {
-            int64_t r0 = (int64_t)b * MM_ROWS;
-            int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
-            for (int i = 0; i < nr; i++)
-                snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
-                                    scratch + (size_t)i * n_in, n_in);
-            for (int64_t t = t0; t < t1; t += SNUG_FGEMM_NT) {
-                int nt = (int)SNUG_MIN((int64_t)SNUG_FGEMM_NT, t1 - t);
-                for (int i = 0; i < nr; i += SNUG_FGEMM_NR)
-                    snug_fgemm(scratch + (size_t)i * n_in, (size_t)n_in,
-                               SNUG_MIN(SNUG_FGEMM_NR, nr - i), c->x + t * n_in, (size_t)n_in, nt,
-                               n_in, c->y + t * n_out + r0 + i, (size_t)n_out);
-            }
-        }
+    for (long b = blo; b < bhi; b++) {
+        int64_t r0 = (int64_t)b * MM_ROWS;
+        int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
+        for (int i = 0; i < nr; i++)
+            snug_dequantize_row(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
+                                scratch + (size_t)i * (n_in + MM_PAD), n_in);
+        snug_tgemm(scratch, (size_t)(n_in + MM_PAD), nr, (const float *)(const void *)c->xq, c->xrb,
+                   (int)c->tt, n_in, c->y + c->t0 * n_out + r0, (size_t)n_out);
     }
 }
 
@@ -168,7 +194,8 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         .y = y,
         .per_thread = mm_stride(n_in),
     };
-    uint32_t at = snug_act_int8_use(type) ? snug_act_type(type) : SNUG_DTYPE_F32;
+    bool int8 = snug_act_int8_use(type) && T <= SNUG_OP_MATMUL_INT8_MAX_T;
+    uint32_t at = int8 ? snug_act_type(type) : SNUG_DTYPE_F32;
     bool float_w = type == SNUG_DTYPE_F32 || type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16;
     if (at == SNUG_DTYPE_F32 && !float_w && (T == 1 || work == NULL)) {
         for (int64_t t = 0; t < T; t++) {
@@ -196,8 +223,15 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
     SNUG_ASSERT(work != NULL); /* (only T == 1 with float activations may run without) */
     uint8_t *base = (uint8_t *)SNUG_ALIGN_UP((uintptr_t)work, 64);
     if (at == SNUG_DTYPE_F32) {
-        c.scratch = base + act_row_max(n_in) * MM_TILE;
-        snug_pool_run(pool, mm_task_deq, &c);
+        c.scratch = base + SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
+        c.xq = base;
+        int64_t tile = xt_tokens(n_in);
+        for (c.t0 = 0; c.t0 < T; c.t0 += tile) {
+            c.tt = SNUG_MIN(tile, T - c.t0);
+            c.xrb = SNUG_ALIGN_UP((size_t)c.tt, SNUG_TGEMM_PAD);
+            snug_pool_run(pool, mm_task_xt, &c);
+            snug_pool_run(pool, mm_task_deq, &c);
+        }
         return;
     }
     c.xq = base;
