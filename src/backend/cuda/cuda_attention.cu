@@ -159,14 +159,22 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int i = 0; i < DPL; i++) qv[i] = qp[i] * scale, o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const uint8_t *kb = kc + kh * kvb, *vb = vc + kh * vvb;
+    constexpr int TG = D % 128 == 0 ? 128 : 64; /* kvf_tq_group(D) */
+    const float klut = kvf_tq_lut(KF), vlut = kvf_tq_lut(VF);
     for (int64_t p0 = lo + w; p0 < hi; p0 += ATT_WARPS * ATT_U) {
         float kr[ATT_U][DPL], vr[ATT_U][DPL], sc[ATT_U];
 #pragma unroll
         for (int u = 0; u < ATT_U; u++) {
             int64_t p = p0 + u * ATT_WARPS;
-            if (p < hi) {
-                kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[u], kvf_tq_group(DPL * 32));
-                kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[u], kvf_tq_group(DPL * 32));
+            if (p < hi) { /* uniform across the warp (p depends on the warp only) */
+                if constexpr (KF == SNUG_KV_TQ4 || KF == SNUG_KV_TQ3)
+                    kvf_dec_tq_warp<DPL, KF>(kb + p * Hkv * kvb, lane * DPL, kr[u], TG, klut);
+                else
+                    kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[u], TG);
+                if constexpr (VF == SNUG_KV_TQ4 || VF == SNUG_KV_TQ3)
+                    kvf_dec_tq_warp<DPL, VF>(vb + p * Hkv * vvb, lane * DPL, vr[u], TG, vlut);
+                else
+                    kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[u], TG);
             } else {
 #pragma unroll
                 for (int i = 0; i < DPL; i++) kr[u][i] = vr[u][i] = 0.0f;
@@ -307,6 +315,10 @@ static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, i
         ATT_GO(SNUG_KV_FP8, SNUG_KV_FP8);
     else if (kf == vf && kf == SNUG_KV_BF16)
         ATT_GO(SNUG_KV_BF16, SNUG_KV_BF16);
+    else if (kf == vf && kf == SNUG_KV_TQ4) /* tq: the codebook by warp shuffles */
+        ATT_GO(SNUG_KV_TQ4, SNUG_KV_TQ4);
+    else if (kf == SNUG_KV_Q8_0 && vf == SNUG_KV_TQ4) /* the 27B's 262K pairing */
+        ATT_GO(SNUG_KV_Q8_0, SNUG_KV_TQ4);
     else
         ATT_GO(-1, -1);
 #undef ATT_GO

@@ -69,8 +69,28 @@ struct raw8 {
     uint32_t w[4];
     float s;
 };
-template <int FMT> __device__ __forceinline__ raw8 fetch8(const uint8_t *__restrict__ vec, int c) {
+template <int FMT, int TG = 128>
+__device__ __forceinline__ raw8 fetch8(const uint8_t *__restrict__ vec, int c) {
     raw8 r = {{0, 0, 0, 0}, 0.0f};
+    if constexpr (FMT == SNUG_KV_TQ4 || FMT == SNUG_KV_TQ3) {
+        /* TurboQuant group of TG elements: the norm/√TG as the scale (kvf_dec's), then the index
+         * bits of elements j0 .. j0+7 (tq4: 4 bytes of nibbles; tq3: 2 bytes of low pairs in
+         * w[0] bits 0-15, the byte of top bits in w[0] bits 16-23). Groups start at even
+         * offsets, so 16-bit loads are aligned. */
+        constexpr int bits = FMT == SNUG_KV_TQ4 ? 4 : 3;
+        const int e0 = c * 8, j0 = e0 % TG;
+        const uint8_t *b = vec + (e0 / TG) * (2 + TG * bits / 8);
+        r.s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)TG));
+        const uint8_t *p = b + 2;
+        if constexpr (FMT == SNUG_KV_TQ4) {
+            const uint16_t *q = (const uint16_t *)(p + j0 / 2);
+            r.w[0] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+        } else {
+            r.w[0] =
+                (uint32_t) * (const uint16_t *)(p + j0 / 4) | ((uint32_t)p[TG / 4 + j0 / 8] << 16);
+        }
+        return r;
+    }
     if constexpr (FMT == SNUG_KV_F16 || FMT == SNUG_KV_BF16) {
         uint4 u = *(const uint4 *)(vec + c * 16);
         r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
@@ -88,10 +108,22 @@ template <int FMT> __device__ __forceinline__ raw8 fetch8(const uint8_t *__restr
     return r;
 }
 /* The 8 elements of a fetched chunk as f16 (the same values kvf_dec gives, then rounded). */
-template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r) {
+/* lut: for tq4 / tq3, this lane's codebook entry (tq_lut): the index lookups go through
+ * __shfl_sync, so every lane of the warp must call decode8 together. */
+template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r, float lut = 0.0f) {
     if constexpr (FMT == SNUG_KV_F16) return make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
     float y[8];
-    if constexpr (FMT == SNUG_KV_BF16) {
+    if constexpr (FMT == SNUG_KV_TQ4) {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = __fmul_rn(r.s, __shfl_sync(0xffffffffu, lut, (int)((r.w[0] >> (4 * i)) & 15)));
+    } else if constexpr (FMT == SNUG_KV_TQ3) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int k = (int)(((r.w[0] >> (2 * i)) & 3) | (((r.w[0] >> (16 + i)) & 1) << 2));
+            y[i] = __fmul_rn(r.s, __shfl_sync(0xffffffffu, lut, k));
+        }
+    } else if constexpr (FMT == SNUG_KV_BF16) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             y[2 * i] = __uint_as_float(r.w[i] << 16);
@@ -109,6 +141,14 @@ template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r) {
                       pack_h2(y[6], y[7]));
 }
 
+/* This lane's entry of the TurboQuant codebook (lane % 16 for tq4, lane % 8 for tq3), for
+ * decode8's shuffles; 0 for other formats. */
+template <int FMT> __device__ __forceinline__ float tq_lut() {
+    if constexpr (FMT == SNUG_KV_TQ4) return kvf_tq4_cb[threadIdx.x & 15];
+    if constexpr (FMT == SNUG_KV_TQ3) return kvf_tq3_cb[threadIdx.x & 7];
+    return 0.0f;
+}
+
 /* Dequantise keys kb .. kb+FA_BN-1 of KV head `kh` (format FMT, vb bytes per vector) into the
  * swizzled f16 tile, FA_BATCH chunks per thread at a time (all fetched, then all decoded);
  * keys at or past nk become zeros (finite, and masked or weighted 0). */
@@ -120,6 +160,8 @@ __device__ __forceinline__ void load_tile_b(__half *tile, const uint8_t *__restr
     constexpr int CH = D / 8, PER = BN * CH / (FA_WARPS * 32);
     static_assert(PER % FA_BATCH == 0 || PER < FA_BATCH, "chunks per thread");
     constexpr int B = PER < FA_BATCH ? PER : D >= 256 ? FA_BATCH / 2 : FA_BATCH;
+    constexpr int TG = D % 128 == 0 ? 128 : 64; /* kvf_tq_group(D) */
+    const float lut = tq_lut<FMT>();
 #pragma unroll
     for (int j0 = 0; j0 < PER; j0 += B) {
         raw8 r[B];
@@ -127,18 +169,19 @@ __device__ __forceinline__ void load_tile_b(__half *tile, const uint8_t *__restr
         for (int j = 0; j < B; j++) {
             int i = threadIdx.x + (j0 + j) * FA_WARPS * 32, row = i / CH, c = i % CH;
             int64_t key = kb + row;
-            r[j] =
-                key < nk ? fetch8<FMT>(base + (key * Hkv + kh) * vb, c) : raw8{{0, 0, 0, 0}, 0.0f};
+            r[j] = key < nk ? fetch8<FMT, TG>(base + (key * Hkv + kh) * vb, c)
+                            : raw8{{0, 0, 0, 0}, 0.0f};
         }
 #pragma unroll
         for (int j = 0; j < B; j++) {
             int i = threadIdx.x + (j0 + j) * FA_WARPS * 32, row = i / CH, c = i % CH;
-            *(uint4 *)(tile + sw<D>(row, c)) = decode8<FMT>(r[j]);
+            *(uint4 *)(tile + sw<D>(row, c)) = decode8<FMT>(r[j], lut);
         }
     }
 }
 
-/* The same for any device format (f32 goes element-wise through kvf_dec). */
+/* The same for any device format (f32 goes element-wise through kvf_dec; tq4 / tq3 batched,
+ * decoded in the rotated basis with the codebook shuffled across the warp). */
 template <int D, int BN>
 __device__ __forceinline__ void load_tile(__half *tile, const uint8_t *__restrict__ base, int fmt,
                                           int64_t vb, int64_t Hkv, int64_t kh, int64_t kb,
@@ -155,6 +198,12 @@ __device__ __forceinline__ void load_tile(__half *tile, const uint8_t *__restric
         return;
     case SNUG_KV_FP8:
         load_tile_b<D, BN, SNUG_KV_FP8>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    case SNUG_KV_TQ4:
+        load_tile_b<D, BN, SNUG_KV_TQ4>(tile, base, vb, Hkv, kh, kb, nk);
+        return;
+    case SNUG_KV_TQ3:
+        load_tile_b<D, BN, SNUG_KV_TQ3>(tile, base, vb, Hkv, kh, kb, nk);
         return;
     default:
         break;
@@ -218,10 +267,12 @@ __device__ __forceinline__ void raw_issue(uint8_t *raw, const uint8_t *__restric
 /* Decode raw[BN][raw_stride(vb)] (format FMT) into the swizzled f16 tile. */
 template <int D, int BN, int FMT>
 __device__ __forceinline__ void raw_decode_f(__half *tile, const uint8_t *raw, int64_t rs) {
-    constexpr int CH = D / 8;
+    constexpr int CH = D / 8, TG = D % 128 == 0 ? 128 : 64;
+    static_assert(BN * CH % (FA_WARPS * 32) == 0, "whole warps decode (tq shuffles)");
+    const float lut = tq_lut<FMT>();
     for (int i = threadIdx.x; i < BN * CH; i += FA_WARPS * 32) {
         int r = i / CH, c = i % CH;
-        *(uint4 *)(tile + sw<D>(r, c)) = decode8<FMT>(fetch8<FMT>(raw + r * rs, c));
+        *(uint4 *)(tile + sw<D>(r, c)) = decode8<FMT>(fetch8<FMT, TG>(raw + r * rs, c), lut);
     }
 }
 template <int D, int BN>
@@ -236,6 +287,12 @@ __device__ __forceinline__ void raw_decode(__half *tile, const uint8_t *raw, int
         break;
     case SNUG_KV_Q8_0:
         raw_decode_f<D, BN, SNUG_KV_Q8_0>(tile, raw, rs);
+        break;
+    case SNUG_KV_TQ4:
+        raw_decode_f<D, BN, SNUG_KV_TQ4>(tile, raw, rs);
+        break;
+    case SNUG_KV_TQ3:
+        raw_decode_f<D, BN, SNUG_KV_TQ3>(tile, raw, rs);
         break;
     default:
         raw_decode_f<D, BN, SNUG_KV_FP8>(tile, raw, rs);
@@ -431,8 +488,8 @@ static int fa_smem_attr(const void *fn, size_t smem, size_t *set, struct snug_er
 /* Which kernel: measured on the H200 (docs/perf/cuda-kernels.md), the pipelined one (cp.async,
  * tiles of 32 keys) wins for q8_0 (88 vs 47 TFLOP/s at 128K) and loses for f16 (103 vs 149)
  * and fp8 (53 vs 62), so it runs when K or V is q8_0. SNUG_FA_PIPE=1 / 0 forces either (tests
- * and the benchmark run both); f32 and tq caches (decoded element-wise through kvf_dec, in the
- * rotated basis) and shapes that do not fit take the synchronous one. */
+ * and the benchmark run both); f32 caches, tq vectors whose size is not a multiple of 4 bytes
+ * (D 64, 128) and shapes that do not fit take the synchronous one. */
 template <int D>
 static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
                      int64_t Hq, int64_t Hkv, int64_t pos0, int64_t T, const float *q, float scale,
@@ -444,8 +501,9 @@ static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
     size_t smem_plain = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
     const char *pe = getenv("SNUG_FA_PIPE");
     bool pipe = pe && *pe ? strcmp(pe, "0") != 0 : (kf == SNUG_KV_Q8_0 || vf == SNUG_KV_Q8_0);
-    pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && !kvf_rotated(kf) && !kvf_rotated(vf) &&
-           smem_pipe <= cu->smem_optin;
+    /* tq vectors travel in 4-byte units: only when their size is a multiple of 4 (D 256) */
+    pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && (!kvf_rotated(kf) || kvb % 4 == 0) &&
+           (!kvf_rotated(vf) || vvb % 4 == 0) && smem_pipe <= cu->smem_optin;
     size_t smem = pipe ? smem_pipe : smem_plain;
     if (smem > cu->smem_optin)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,

@@ -263,4 +263,36 @@ __device__ __forceinline__ void kvf_dec(int fmt, const uint8_t *__restrict__ v, 
     }
 }
 
+/* This lane's entry of a TurboQuant codebook (lane % 16 of tq4's, lane % 8 of tq3's; 0 for
+ * other formats): the table kvf_dec_tq_warp looks indices up in by warp shuffles. */
+__device__ __forceinline__ float kvf_tq_lut(int fmt) {
+    int lane = threadIdx.x & 31;
+    return fmt == SNUG_KV_TQ4   ? kvf_tq4_cb[lane & 15]
+           : fmt == SNUG_KV_TQ3 ? kvf_tq3_cb[lane & 7]
+                                : 0.0f;
+}
+
+/* kvf_dec's tq4 / tq3 branch with the centroids taken from the lanes' lut (kvf_tq_lut) by
+ * __shfl_sync instead of constant memory (whose lookups serialise when the lanes' indices
+ * differ): the same values. Every lane of the warp must call it together. */
+template <int N, int FMT>
+__device__ __forceinline__ void kvf_dec_tq_warp(const uint8_t *__restrict__ v, int e0, float *y,
+                                                int tqG, float lut) {
+    constexpr int bits = FMT == SNUG_KV_TQ4 ? 4 : 3;
+    int g = e0 / tqG, j0 = e0 % tqG;
+    const uint8_t *b = v + g * kvf_tq_group_bytes(bits, tqG);
+    float s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)tqG));
+    const uint8_t *p = b + 2;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        int j = j0 + i, k;
+        if constexpr (FMT == SNUG_KV_TQ4)
+            k = (p[j >> 1] >> (4 * (j & 1))) & 15;
+        else
+            k = ((p[j >> 2] >> (2 * (j & 3))) & 3) |
+                (((p[tqG / 4 + (j >> 3)] >> (j & 7)) & 1) << 2);
+        y[i] = __fmul_rn(s, __shfl_sync(0xffffffffu, lut, k));
+    }
+}
+
 #endif /* SNUG_CUDA_KVFMT_CUH */
