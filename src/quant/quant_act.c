@@ -222,6 +222,7 @@ void snug_qkernels_ref(struct snug_qkernels *k) {
         .dot_bf16 = dot_bf16_ref,
         .fgemm = fgemm_ref,
         .tgemm = tgemm_ref,
+        .i16gemm = snug_i16_gemm_ref,
     };
 }
 
@@ -454,6 +455,22 @@ void snug_tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t x
                     int64_t n, float *y, size_t ys) {
     pthread_once(&g_once, init_once);
     g_ref.tgemm(w, ws, nr, xt, xts, nt, n, y, ys);
+}
+bool snug_i16_available(void) {
+    const struct snug_qkernels *k = kern();
+    return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i16gemm != NULL;
+}
+void snug_i16_prep_q4k(const void *src, void *dst, int64_t n) {
+    const struct snug_qkernels *k = kern();
+    if (k->i16prep_q4k)
+        k->i16prep_q4k(src, dst, n);
+    else
+        snug_i16_prep_q4k_ref(src, dst, n);
+}
+void snug_i16_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
+                   float *y, size_t ys) {
+    SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);
+    kern()->i16gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
 }
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);

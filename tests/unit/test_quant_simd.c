@@ -13,6 +13,11 @@
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
  *    within 1e-5·Σ|w·x| of double;
+ *  - the Q4_K int16 prompt product (snug_i16_*): prepared rows of the dispatched preparation
+ *    byte-identical to the reference's, snug_i16_gemm bit-identical to snug_i16_gemm_ref for
+ *    1..8 rows and odd token counts (zero padding), the reference within half an activation
+ *    step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
+ *    dequantized weights and the float activations (outliers included);
  *  - the SNUG_CPU level switch reports what it installed.
  * Read next: src/quant/quant_act.c, src/quant/quant_simd.inc. */
 #include "core/core.h"
@@ -261,6 +266,82 @@ static void test_tgemm(void) {
     snug_free(w), snug_free(xt), snug_free(ref), snug_free(got);
 }
 
+/* Q4_K on int16 activations: preparation and block product against the references, the
+ * reference against double on dequantized weights and the original floats. */
+static void test_i16(void) {
+    int64_t ns[] = {256, 768, 2048};
+    int nts[] = {1, 5, 16, 17, 47, 48, 49, 100};
+    const int ttmax = 112, ys = SNUG_TGEMM_MR + 3, nr_all = SNUG_TGEMM_MR;
+    int64_t nmax = 2048;
+    size_t qrb = (size_t)snug_dtype_row_bytes(SNUG_DTYPE_Q4_K, (uint64_t)nmax);
+    size_t prb = snug_i16_row_bytes(nmax);
+    uint8_t *wq = snug_malloc(qrb * (size_t)nr_all), *wp = snug_malloc(prb * (size_t)nr_all);
+    uint8_t *wp2 = snug_malloc(prb), *xt = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
+    float *row = snug_malloc((size_t)nmax * 4), *wd = snug_malloc((size_t)nmax * 4 * nr_all);
+    float *x = snug_malloc((size_t)nmax * 4 * ttmax);
+    float *ref = snug_malloc((size_t)ttmax * (size_t)ys * 4);
+    float *got = snug_malloc((size_t)ttmax * (size_t)ys * 4);
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        int64_t n = ns[ni];
+        size_t rb = (size_t)snug_dtype_row_bytes(SNUG_DTYPE_Q4_K, (uint64_t)n);
+        size_t pb = snug_i16_row_bytes(n);
+        int bad_prep = 0;
+        for (int r = 0; r < nr_all; r++) {
+            fill_row(row, n, (int)(r + ni) % 3);
+            snug_quantize_row(SNUG_DTYPE_Q4_K, row, wq + (size_t)r * rb, n, NULL);
+            snug_dequantize_row_ref(SNUG_DTYPE_Q4_K, wq + (size_t)r * rb, wd + (size_t)r * n, n);
+            snug_i16_prep_q4k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
+            snug_i16_prep_q4k(wq + (size_t)r * rb, wp2, n);
+            bad_prep += memcmp(wp2, wp + (size_t)r * pb, (size_t)n * 2 + (size_t)(n / 256) * 36);
+        }
+        CHECKF(bad_prep == 0, "i16 prep n=%lld: differs from the reference", (long long)n);
+        for (size_t ti = 0; ti < sizeof nts / sizeof *nts; ti++) {
+            int nt = nts[ti], ttpad = (nt + SNUG_TGEMM_PAD - 1) / SNUG_TGEMM_PAD * SNUG_TGEMM_PAD;
+            for (int t = 0; t < nt; t++) {
+                fill_row(x + (size_t)t * n, n, (int)(t % 3));
+                snug_i16_quant_x(x + (size_t)t * n, n, t, ttpad, xt);
+            }
+            snug_i16_pad_x(n, nt, ttpad, xt);
+            double worst = 0;
+            for (int nr = 1; nr <= nr_all; nr++) {
+                for (int i = 0; i < ttmax * ys; i++) ref[i] = got[i] = -7.0f;
+                snug_i16_gemm_ref(wp, pb, nr, xt, ttpad, nt, n, ref, (size_t)ys);
+                if (snug_i16_available()) {
+                    snug_i16_gemm(wp, pb, nr, xt, ttpad, nt, n, got, (size_t)ys);
+                    CHECKF(memcmp(ref, got, (size_t)ttmax * (size_t)ys * 4) == 0,
+                           "i16 gemm n=%lld nr=%d nt=%d: differs from the reference", (long long)n,
+                           nr, nt);
+                }
+                /* error bound: half an activation step (amax/8191 per super-block) times
+                 * Σ|w| over the super-block, plus 1e-5·Σ|w·x| of float rounding */
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < nr; r++) {
+                        double a = 0, m = 0, bound = 0;
+                        for (int64_t b = 0; b < n / 256; b++) {
+                            double amax = 0, sw = 0;
+                            for (int64_t k = 256 * b; k < 256 * b + 256; k++) {
+                                double p = (double)wd[(size_t)r * n + k] * x[(size_t)t * n + k];
+                                a += p, m += fabs(p);
+                                amax = fmax(amax, fabs(x[(size_t)t * n + k]));
+                                sw += fabs(wd[(size_t)r * n + k]);
+                            }
+                            bound += amax / 8191 / 2 * sw;
+                        }
+                        double e = fabs(a - ref[t * ys + r]) / (bound + 1e-5 * m);
+                        if (!(e <= worst)) worst = e;
+                    }
+            }
+            CHECKF(worst <= 1.0, "i16 reference n=%lld nt=%d vs double: err / bound = %.3g",
+                   (long long)n, nt, worst);
+        }
+    }
+    printf("i16 (q4_K, int16 activations): %s; reference vs double checked\n",
+           snug_i16_available() ? "AVX-512 kernel bit-identical to the reference"
+                                : "no vector kernel at this level");
+    snug_free(wq), snug_free(wp), snug_free(wp2), snug_free(xt), snug_free(row), snug_free(wd);
+    snug_free(x), snug_free(ref), snug_free(got);
+}
+
 /* Vector dequantizers: bit-identical to the reference at every level. */
 static void test_dequant(void) {
     uint32_t types[] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K};
@@ -305,5 +386,6 @@ int main(void) {
     test_dequant();
     test_fgemm();
     test_tgemm();
+    test_i16();
     return TEST_DONE();
 }

@@ -178,6 +178,37 @@ static void mm_task_deq(void *vctx, int ith, int nth) {
     }
 }
 
+/* Q4_K prompts at the AVX-512 level: threads quantize their share of the tile's tokens into
+ * the transposed int16 tile (quant.h snug_i16_quant_x); thread 0 also zeroes the padding. */
+static void mm_task_x16(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->tt, ith, nth, &lo, &hi);
+    if (ith == 0) snug_i16_pad_x(c->n_in, (int)c->tt, (int)c->xrb, c->xq);
+    for (long t = lo; t < hi; t++)
+        snug_i16_quant_x(c->x + (c->t0 + t) * c->n_in, c->n_in, (int)t, (int)c->xrb, c->xq);
+}
+
+/* Each thread: its weight rows MM_ROWS at a time, prepared (int16 q·sc and the super-block
+ * floats) into its scratch, times the whole int16 tile (snug_i16_gemm). */
+static void mm_task_i16(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    int64_t n_in = c->n_in, n_out = c->n_out;
+    uint8_t *scratch = c->scratch + c->per_thread * (size_t)ith;
+    size_t prb = snug_i16_row_bytes(n_in);
+    long n_blocks = (long)((n_out + MM_ROWS - 1) / MM_ROWS), blo, bhi;
+    snug_split_range(n_blocks, ith, nth, &blo, &bhi);
+    for (long b = blo; b < bhi; b++) {
+        int64_t r0 = (int64_t)b * MM_ROWS;
+        int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
+        for (int i = 0; i < nr; i++)
+            snug_i16_prep_q4k(c->w + (size_t)(r0 + i) * c->row_bytes, scratch + (size_t)i * prb,
+                              n_in);
+        snug_i16_gemm(scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
+                      c->y + c->t0 * n_out + r0, (size_t)n_out);
+    }
+}
+
 /* y[T][n_out] = x[T][n_in] · Wᵀ (see ops.h). */
 void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_t n_in,
                     int64_t n_out, const float *x, int64_t T, float *y, void *work) {
@@ -226,6 +257,19 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         c.scratch = base + SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
         c.xq = base;
         int64_t tile = xt_tokens(n_in);
+        if (type == SNUG_DTYPE_Q4_K && n_in % 256 == 0 && snug_i16_available()) {
+            /* the int16 tile (≈ 2.14 bytes per element) takes as many tokens (multiples of
+             * 48) as fit where the float tile goes, the prepared rows (≈ 2 bytes per
+             * element) fit where the float rows go */
+            tile = (int64_t)(xt_bytes(n_in) / snug_i16_x_bytes(n_in, 48)) * 48;
+            for (c.t0 = 0; c.t0 < T; c.t0 += tile) {
+                c.tt = SNUG_MIN(tile, T - c.t0);
+                c.xrb = SNUG_ALIGN_UP((size_t)c.tt, SNUG_TGEMM_PAD);
+                snug_pool_run(pool, mm_task_x16, &c);
+                snug_pool_run(pool, mm_task_i16, &c);
+            }
+            return;
+        }
         for (c.t0 = 0; c.t0 < T; c.t0 += tile) {
             c.tt = SNUG_MIN(tile, T - c.t0);
             c.xrb = SNUG_ALIGN_UP((size_t)c.tt, SNUG_TGEMM_PAD);

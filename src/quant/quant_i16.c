@@ -1,0 +1,122 @@
+/* quant_i16.c — prompt products of Q4_K weights on 16-bit activations: the prepared weight
+ * rows, the transposed activation tiles and the scalar reference of the block product whose
+ * AVX-512 version is in quant_simd.inc (quant.h snug_i16_*).
+ * Prepared row: int16 products q·sc per element (|q·sc| ≤ 15·63), then per super-block of 256
+ * the float d and the eight floats dmin·m_j. Activation tile: per token and super-block one
+ * scale dx = amax / 8191 and int16 values round(x / dx), stored in pairs of elements (k, k+1)
+ * per token so one dword broadcast of a weight pair meets 16 tokens (vpdpwssd); then the
+ * scales and the per-32 sums of the int16 values (as floats, for the mins).
+ * Invariant: integer sums over a super-block are exact (256·945·8191 < 2³¹); the float steps
+ * after them are fixed per output, so every level gives the same bits. Nothing allocates.
+ * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
+#include "core/core.h"
+#include "quant.h"
+#include "quant_act.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Largest int16 activation magnitude (14 bits: keeps 256-element sums of q·sc·x in int32). */
+#define I16_XMAX 8191
+
+size_t snug_i16_row_bytes(int64_t n) {
+    return SNUG_ALIGN_UP((size_t)n * 2 + (size_t)(n / 256) * 9 * sizeof(float), 64);
+}
+
+size_t snug_i16_x_bytes(int64_t n, int ttpad) {
+    return ((size_t)n * 2 + (size_t)(n / 256) * 4 + (size_t)(n / 32) * 4) * (size_t)ttpad;
+}
+
+/* Prepared row from a Q4_K row (layout in quant_ref.c; scales as snug_act_kscale). */
+void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    int16_t *q16 = dst;
+    float *meta = (float *)(void *)((uint8_t *)dst + (size_t)n * 2);
+    for (int64_t b = 0; b < n / 256; b++, w += 144, q16 += 256, meta += 9) {
+        float d = snug_act_f16(w), dmin = snug_act_f16(w + 2);
+        meta[0] = d;
+        for (int c = 0; c < 4; c++) {
+            int s0, m0, s1, m1;
+            snug_act_kscale(w + 4, 2 * c, &s0, &m0);
+            snug_act_kscale(w + 4, 2 * c + 1, &s1, &m1);
+            meta[1 + 2 * c] = dmin * (float)m0;
+            meta[2 + 2 * c] = dmin * (float)m1;
+            const uint8_t *qs = w + 16 + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                q16[64 * c + l] = (int16_t)((qs[l] & 0xf) * s0);
+                q16[64 * c + 32 + l] = (int16_t)((qs[l] >> 4) * s1);
+            }
+        }
+    }
+}
+
+/* Token t of a tile (ttpad columns): scales, int16 pairs and per-32 sums. */
+void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
+    int32_t *pairs = xt;
+    float *dx = (float *)(void *)((uint8_t *)xt + (size_t)n * 2 * (size_t)ttpad);
+    float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        float amax = 0;
+        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float id = amax > 0 ? (float)I16_XMAX / amax : 0.0f;
+        dx[(size_t)b * (size_t)ttpad + (size_t)t] = amax / (float)I16_XMAX;
+        for (int j = 0; j < 8; j++) {
+            int32_t s = 0;
+            for (int i = 0; i < 32; i += 2) {
+                int lo = (int)nearbyintf(xb[32 * j + i] * id);
+                int hi = (int)nearbyintf(xb[32 * j + i + 1] * id);
+                s += lo + hi;
+                uint32_t pr = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+                int64_t kp = (256 * b + 32 * j + i) / 2;
+                memcpy(&pairs[(size_t)kp * (size_t)ttpad + (size_t)t], &pr, 4);
+            }
+            is[(size_t)(8 * b + j) * (size_t)ttpad + (size_t)t] = (float)s;
+        }
+    }
+}
+
+/* Columns t0 .. ttpad-1 of a tile zeroed (so the padded lanes compute finite nothing). */
+void snug_i16_pad_x(int64_t n, int t0, int ttpad, void *xt) {
+    int32_t *pairs = xt;
+    float *rest = (float *)(void *)((uint8_t *)xt + (size_t)n * 2 * (size_t)ttpad);
+    for (int64_t kp = 0; kp < n / 2; kp++)
+        for (int t = t0; t < ttpad; t++) pairs[(size_t)kp * (size_t)ttpad + (size_t)t] = 0;
+    for (int64_t i = 0; i < n / 256 + n / 32; i++)
+        for (int t = t0; t < ttpad; t++) rest[(size_t)i * (size_t)ttpad + (size_t)t] = 0;
+}
+
+/* Reference block product: per output, per super-block the exact integer sum, then
+ * main = (float)acc·d, mins = Σ_j fmaf(dmin·m_j, is_j) (first term a product), and
+ * facc = fmaf(main − mins, dx, facc) — the vector kernel's operations lane by lane. */
+void snug_i16_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
+                       int64_t n, float *y, size_t ys) {
+    const int32_t *pairs = xt;
+    const float *dx =
+        (const float *)(const void *)((const uint8_t *)xt + (size_t)n * 2 * (size_t)ttpad);
+    const float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *row = (const uint8_t *)wp + (size_t)r * wps;
+            const int16_t *q16 = (const int16_t *)(const void *)row;
+            const float *meta = (const float *)(const void *)(row + (size_t)n * 2);
+            float facc = 0;
+            for (int64_t b = 0; b < n / 256; b++) {
+                int32_t acc = 0;
+                for (int64_t kp = 128 * b; kp < 128 * b + 128; kp++) {
+                    uint32_t pr;
+                    memcpy(&pr, &pairs[(size_t)kp * (size_t)ttpad + (size_t)t], 4);
+                    acc += q16[2 * kp] * (int16_t)(pr & 0xffff) +
+                           q16[2 * kp + 1] * (int16_t)(pr >> 16);
+                }
+                const float *m = meta + 9 * b;
+                float main = (float)acc * m[0];
+                float mins = m[1] * is[(size_t)(8 * b) * (size_t)ttpad + (size_t)t];
+                for (int j = 1; j < 8; j++)
+                    mins =
+                        fmaf(m[1 + j], is[(size_t)(8 * b + j) * (size_t)ttpad + (size_t)t], mins);
+                facc = fmaf(main - mins, dx[(size_t)b * (size_t)ttpad + (size_t)t], facc);
+            }
+            y[(size_t)t * ys + (size_t)r] = facc;
+        }
+}
