@@ -3,9 +3,10 @@
  * matrix rate. Matvec: 5120×17408 and 17408×5120 in Q4_K and Q8_0 (decode, bytes/time vs
  * copy bandwidth); GEMM: 8192 tokens × 5120 × 17408 (bf16 weights = pure cuBLAS, and Q4_K =
  * dequantise tiles + cuBLAS); attention decode over a 200K cache and whole-prompt attention at
- * 8K/32K/128K (f16, q8_0, fp8 KV); delta. Weights rotate over enough copies to exceed the 60 MB L2.
- * Random data, never zeros. Needs a GPU; not registered with ctest. Record results in
- * docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
+ * 8K/32K/128K (f16, q8_0, fp8, q8_0/tq4 KV; decode grouped and per head); delta. Weights rotate
+ * over enough copies to exceed the 60 MB L2. Random data, never zeros. Needs a GPU; not registered
+ * with ctest. Record results in docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c
+ * (correctness), src/backend/cuda/cuda_ops.h.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backend/cuda/cuda_ops.h"
@@ -200,9 +201,12 @@ int main(void) {
      * random f32 rows. */
     {
         int64_t Hq = 24, Hkv = 4, D = 256, ctxmax = 200000, CH = 512;
-        int fmts[3] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8};
-        const char *fn[3] = {"f16", "q8_0", "fp8"};
-        size_t vecb[3] = {2 * 256, 8 * 34, 4 + 256};
+        enum { NF = 4 };
+        int kfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_Q8_0};
+        int vfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_TQ4};
+        const char *fn[NF] = {"f16", "q8_0", "fp8", "q8_0/tq4"};
+        size_t kvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 8 * 34},
+               vvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 2 * 66};
         float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1),
               *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
         float *q = dev_rand((size_t)CH * Hq * D * 4, 1), *o = dev_rand((size_t)CH * Hq * D * 4, 1);
@@ -211,24 +215,28 @@ int main(void) {
         if (snug_cuda_attention_work_bytes(Hq, D, 1) > wb)
             wb = snug_cuda_attention_work_bytes(Hq, D, 1);
         OK(snug_cuda_malloc(&work, wb + 1, &err));
-        for (int fi = 0; fi < 3; fi++) {
-            size_t kvb = (size_t)ctxmax * Hkv * vecb[fi];
-            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, fmts[fi], fmts[fi]};
-            OK(snug_cuda_malloc(&kv.k, kvb, &err));
-            OK(snug_cuda_malloc(&kv.v, kvb, &err));
+        for (int fi = 0; fi < NF; fi++) {
+            size_t kb = (size_t)ctxmax * Hkv * kvecb[fi], vb = (size_t)ctxmax * Hkv * vvecb[fi];
+            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, kfm[fi], vfm[fi]};
+            OK(snug_cuda_malloc(&kv.k, kb, &err));
+            OK(snug_cuda_malloc(&kv.v, vb, &err));
             for (int64_t p = 0; p < ctxmax; p += CH)
                 OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, SNUG_MIN(CH, ctxmax - p), rk, rv, &err));
-            for (int i = 0; i < REP; i++) {
-                tic();
-                OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, 1, q, 0.0625f, o, work,
-                                       &err));
-                t[i] = toc_ms();
+            for (int gm = 0; gm < 2; gm++) { /* the grouped decode kernel, then the per-head one */
+                setenv("SNUG_ATT_GROUPED", gm ? "0" : "1", 1);
+                for (int i = 0; i < REP; i++) {
+                    tic();
+                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, 1, q, 0.0625f, o, work,
+                                           &err));
+                    t[i] = toc_ms();
+                }
+                double ms = median(t, REP), bw = (double)(kb + vb) / (ms * 1e-3) / 1e9;
+                printf("attention decode %-8s %s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f "
+                       "GB/s  %5.1f%% of copy\n",
+                       fn[fi], gm ? "per-head" : "grouped ", (long long)ctxmax, ms * 1e3, bw,
+                       100 * bw / copy_bw);
             }
-            double ms = median(t, REP), bw = 2.0 * kvb / (ms * 1e-3) / 1e9;
-            printf(
-                "attention decode %-4s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f GB/s  %5.1f%% "
-                "of copy\n",
-                fn[fi], (long long)ctxmax, ms * 1e3, bw, 100 * bw / copy_bw);
+            unsetenv("SNUG_ATT_GROUPED");
             int64_t ctxs[3] = {8192, 32768, 131072};
             for (int pm = 0; pm < 2; pm++) { /* SNUG_FA_PIPE: cp.async kernel, then the other */
                 setenv("SNUG_FA_PIPE", pm ? "0" : "1", 1);
