@@ -162,6 +162,7 @@ size_t snug_i16_x_bytes(int64_t n, int ttpad);
 void snug_i16_prep_q4k(const void *src, void *dst, int64_t n);
 void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n);
 void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt);
+void snug_i16_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt);
 void snug_i16_pad_x(int64_t n, int t0, int ttpad, void *xt);
 void snug_i16_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
                    float *y, size_t ys);

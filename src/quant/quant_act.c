@@ -467,6 +467,13 @@ void snug_i16_prep_q4k(const void *src, void *dst, int64_t n) {
     else
         snug_i16_prep_q4k_ref(src, dst, n);
 }
+void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
+    const struct snug_qkernels *k = kern();
+    if (k->i16quant_x)
+        k->i16quant_x(x, n, t, ttpad, xt);
+    else
+        snug_i16_quant_x_ref(x, n, t, ttpad, xt);
+}
 void snug_i16_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
                    float *y, size_t ys) {
     SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);

@@ -60,6 +60,7 @@ struct snug_qkernels {
     snug_tgemm_fn tgemm;
     snug_i16gemm_fn i16gemm; /* NULL: not at this level (callers use snug_tgemm) */
     void (*i16prep_q4k)(const void *src, void *dst, int64_t n); /* NULL: the scalar one */
+    void (*i16quant_x)(const float *x, int64_t n, int t, int ttpad, void *xt); /* same */
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */
 float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n);

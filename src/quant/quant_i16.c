@@ -51,7 +51,7 @@ void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n) {
 }
 
 /* Token t of a tile (ttpad columns): scales, int16 pairs and per-32 sums. */
-void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
+void snug_i16_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt) {
     int32_t *pairs = xt;
     float *dx = (float *)(void *)((uint8_t *)xt + (size_t)n * 2 * (size_t)ttpad);
     float *is = dx + (size_t)(n / 256) * (size_t)ttpad;

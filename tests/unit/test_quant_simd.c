@@ -13,10 +13,10 @@
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
  *    within 1e-5·Σ|w·x| of double;
- *  - the Q4_K int16 prompt product (snug_i16_*): prepared rows of the dispatched preparation
- *    byte-identical to the reference's, snug_i16_gemm bit-identical to snug_i16_gemm_ref for
- *    1..8 rows and odd token counts (zero padding), the reference within half an activation
- *    step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
+ *  - the Q4_K int16 prompt product (snug_i16_*): prepared rows and activation tiles of the
+ *    dispatched versions byte-identical to the references', snug_i16_gemm bit-identical to
+ * snug_i16_gemm_ref for 1..8 rows and odd token counts (zero padding), the reference within half an
+ * activation step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
  *    dequantized weights and the float activations (outliers included);
  *  - the SNUG_CPU level switch reports what it installed.
  * Read next: src/quant/quant_act.c, src/quant/quant_simd.inc. */
@@ -277,6 +277,7 @@ static void test_i16(void) {
     size_t prb = snug_i16_row_bytes(nmax);
     uint8_t *wq = snug_malloc(qrb * (size_t)nr_all), *wp = snug_malloc(prb * (size_t)nr_all);
     uint8_t *wp2 = snug_malloc(prb), *xt = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
+    uint8_t *xt2 = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
     float *row = snug_malloc((size_t)nmax * 4), *wd = snug_malloc((size_t)nmax * 4 * nr_all);
     float *x = snug_malloc((size_t)nmax * 4 * ttmax);
     float *ref = snug_malloc((size_t)ttmax * (size_t)ys * 4);
@@ -300,8 +301,12 @@ static void test_i16(void) {
             for (int t = 0; t < nt; t++) {
                 fill_row(x + (size_t)t * n, n, (int)(t % 3));
                 snug_i16_quant_x(x + (size_t)t * n, n, t, ttpad, xt);
+                snug_i16_quant_x_ref(x + (size_t)t * n, n, t, ttpad, xt2);
             }
             snug_i16_pad_x(n, nt, ttpad, xt);
+            snug_i16_pad_x(n, nt, ttpad, xt2);
+            CHECKF(memcmp(xt, xt2, snug_i16_x_bytes(n, ttpad)) == 0,
+                   "i16 quant_x n=%lld nt=%d: tile differs from the reference", (long long)n, nt);
             double worst = 0;
             for (int nr = 1; nr <= nr_all; nr++) {
                 for (int i = 0; i < ttmax * ys; i++) ref[i] = got[i] = -7.0f;
@@ -339,7 +344,7 @@ static void test_i16(void) {
            snug_i16_available() ? "AVX-512 kernel bit-identical to the reference"
                                 : "no vector kernel at this level");
     snug_free(wq), snug_free(wp), snug_free(wp2), snug_free(xt), snug_free(row), snug_free(wd);
-    snug_free(x), snug_free(ref), snug_free(got);
+    snug_free(x), snug_free(ref), snug_free(got), snug_free(xt2);
 }
 
 /* Vector dequantizers: bit-identical to the reference at every level. */
