@@ -146,28 +146,28 @@ void snug_tgemm(const float *w, size_t ws, int nr, const float *xt, size_t xts, 
                 float *y, size_t ys);
 void snug_tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t xts, int nt,
                     int64_t n, float *y, size_t ys);
-/* Prompt products of Q4_K weights on 16-bit activations (quant_i16.c; AVX-512 only): rows
- * prepared once per tile into int16 q·sc plus per-super-block floats (snug_i16_prep_q4k,
- * snug_i16_row_bytes each), activations quantized per token and super-block to |q| ≤ 8191
- * and transposed into a tile of ttpad columns (a multiple of SNUG_TGEMM_PAD: snug_i16_quant_x
- * per token, snug_i16_pad_x for the columns past the last), then
- * y[t·ys + r] = Σ over super-blocks of (d·Σq·sc·x − Σ_j dmin·m_j·Σ_32 x)·dx for r < nr
- * (1..SNUG_TGEMM_MR), t < nt. The integer sums are exact and the float steps fixed per output:
- * snug_i16_gemm equals snug_i16_gemm_ref bit for bit. n must be a multiple of 256.
- * snug_i16_available() says whether the vector kernel exists at the current level (else the
- * callers use the float path). */
-bool snug_i16_available(void);
+/* Prompt products of Q4_K and Q6_K weights on 16-bit activations (quant_i16.c; AVX-512
+ * only): rows prepared once per tile into int16 products plus per-super-block floats
+ * (snug_i16_prep, snug_i16_row_bytes each), activations quantized per token and super-block
+ * to |q| ≤ 8191 and transposed into a tile of ttpad columns (a multiple of SNUG_TGEMM_PAD:
+ * snug_i16_quant_x per token, snug_i16_pad_x for the columns past the last), then y[t·ys + r]
+ * = the row·token dot for r < nr (1..SNUG_TGEMM_MR), t < nt. Integer sums are exact and the
+ * float steps fixed per output: snug_i16_gemm equals snug_i16_gemm_ref bit for bit. n must be
+ * a multiple of 256. snug_i16_supports(type) says whether the vector kernel exists at the
+ * current level for that type (else callers use the float path). */
+bool snug_i16_supports(uint32_t wtype);
 size_t snug_i16_row_bytes(int64_t n);
 size_t snug_i16_x_bytes(int64_t n, int ttpad);
-void snug_i16_prep_q4k(const void *src, void *dst, int64_t n);
+void snug_i16_prep(uint32_t wtype, const void *src, void *dst, int64_t n);
 void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n);
+void snug_i16_prep_q6k_ref(const void *src, void *dst, int64_t n);
 void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt);
 void snug_i16_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt);
 void snug_i16_pad_x(int64_t n, int t0, int ttpad, void *xt);
-void snug_i16_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
-                   float *y, size_t ys);
-void snug_i16_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
-                       int64_t n, float *y, size_t ys);
+void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                   int nt, int64_t n, float *y, size_t ys);
+void snug_i16_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt,
+                       int ttpad, int nt, int64_t n, float *y, size_t ys);
 /* The scalar reference versions of the two (tests compare the dispatched ones to these). */
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n);
 void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,

@@ -456,12 +456,20 @@ void snug_tgemm_ref(const float *w, size_t ws, int nr, const float *xt, size_t x
     pthread_once(&g_once, init_once);
     g_ref.tgemm(w, ws, nr, xt, xts, nt, n, y, ys);
 }
-bool snug_i16_available(void) {
+bool snug_i16_supports(uint32_t wtype) {
     const struct snug_qkernels *k = kern();
-    return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i16gemm != NULL;
+    return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i16gemm != NULL &&
+           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q6_K);
 }
-void snug_i16_prep_q4k(const void *src, void *dst, int64_t n) {
+void snug_i16_prep(uint32_t wtype, const void *src, void *dst, int64_t n) {
     const struct snug_qkernels *k = kern();
+    if (wtype == SNUG_DTYPE_Q6_K) {
+        if (k->i16prep_q6k)
+            k->i16prep_q6k(src, dst, n);
+        else
+            snug_i16_prep_q6k_ref(src, dst, n);
+        return;
+    }
     if (k->i16prep_q4k)
         k->i16prep_q4k(src, dst, n);
     else
@@ -474,10 +482,10 @@ void snug_i16_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
     else
         snug_i16_quant_x_ref(x, n, t, ttpad, xt);
 }
-void snug_i16_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
-                   float *y, size_t ys) {
+void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                   int nt, int64_t n, float *y, size_t ys) {
     SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);
-    kern()->i16gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    kern()->i16gemm(wtype, wp, wps, nr, xt, ttpad, nt, n, y, ys);
 }
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);

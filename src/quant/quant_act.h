@@ -44,8 +44,8 @@ typedef void (*snug_fgemm_fn)(const float *w, size_t ws, int nr, const float *x,
 typedef void (*snug_tgemm_fn)(const float *w, size_t ws, int nr, const float *xt, size_t xts,
                               int nt, int64_t n, float *y, size_t ys);
 /* Q4_K block product on int16 activations (quant.h snug_i16_gemm). */
-typedef void (*snug_i16gemm_fn)(const void *wp, size_t wps, int nr, const void *xt, int ttpad,
-                                int nt, int64_t n, float *y, size_t ys);
+typedef void (*snug_i16gemm_fn)(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt,
+                                int ttpad, int nt, int64_t n, float *y, size_t ys);
 typedef void (*snug_actq_fn)(const float *x, void *xq, int64_t n);
 /* Dequantize a row of n elements (bit-identical to snug_dequantize_row_ref). */
 typedef void (*snug_deq_fn)(const void *src, float *dst, int64_t n);
@@ -60,6 +60,7 @@ struct snug_qkernels {
     snug_tgemm_fn tgemm;
     snug_i16gemm_fn i16gemm; /* NULL: not at this level (callers use snug_tgemm) */
     void (*i16prep_q4k)(const void *src, void *dst, int64_t n); /* NULL: the scalar one */
+    void (*i16prep_q6k)(const void *src, void *dst, int64_t n); /* NULL: the scalar one */
     void (*i16quant_x)(const float *x, int64_t n, int t, int ttpad, void *xt); /* same */
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */

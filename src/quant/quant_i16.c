@@ -1,12 +1,13 @@
-/* quant_i16.c — prompt products of Q4_K weights on 16-bit activations: the prepared weight
- * rows, the transposed activation tiles and the scalar reference of the block product whose
- * AVX-512 version is in quant_simd.inc (quant.h snug_i16_*).
- * Prepared row: int16 products q·sc per element (|q·sc| ≤ 15·63), then per super-block of 256
- * the float d and the eight floats dmin·m_j. Activation tile: per token and super-block one
- * scale dx = amax / 8191 and int16 values round(x / dx), stored in pairs of elements (k, k+1)
- * per token so one dword broadcast of a weight pair meets 16 tokens (vpdpwssd); then the
- * scales and the per-32 sums of the int16 values (as floats, for the mins).
- * Invariant: integer sums over a super-block are exact (256·945·8191 < 2³¹); the float steps
+/* quant_i16.c — prompt products of Q4_K and Q6_K weights on 16-bit activations: the prepared
+ * weight rows, the transposed activation tiles and the scalar reference of the block product
+ * whose AVX-512 version is in quant_simd.inc (quant.h snug_i16_*).
+ * Prepared row: int16 products per element — Q4_K q·sc (|q·sc| ≤ 15·63), Q6_K (q − 32)·sc
+ * (≤ 32·128) — then per super-block of 256 nine floats: d and, for Q4_K, dmin·m_j. Activation tile:
+ * per token and super-block one scale dx = amax / 8191 and int16 values round(x / dx), stored in
+ * pairs of elements (k, k+1) per token so one dword broadcast of a weight pair meets 16 tokens
+ * (vpdpwssd); then the scales and the per-32 sums of the int16 values (as floats, for the mins).
+ * Invariant: integer sums are exact (Q4_K: a super-block, 256·945·8191 < 2³¹; Q6_K: 64
+ * elements, 64·4096·8191 < 2³¹); the float steps
  * after them are fixed per output, so every level gives the same bits. Nothing allocates.
  * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
 #include "core/core.h"
@@ -50,6 +51,31 @@ void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n) {
     }
 }
 
+/* Prepared row from a Q6_K row (layout in quant_ref.c; the element order of dot1_q6_k). */
+void snug_i16_prep_q6k_ref(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    int16_t *q16 = dst;
+    float *meta = (float *)(void *)((uint8_t *)dst + (size_t)n * 2);
+    for (int64_t b = 0; b < n / 256; b++, w += 210, q16 += 256, meta += 9) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        meta[0] = snug_act_f16(w + 208);
+        for (int j = 1; j < 9; j++) meta[j] = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            for (int l = 0; l < 32; l++) {
+                int q[4] = {(ql[l] & 0xf) | ((qh[l] & 3) << 4),
+                            (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4),
+                            (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                            (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)};
+                for (int m = 0; m < 4; m++) {
+                    int e = 128 * h + 32 * m + l;
+                    q16[e] = (int16_t)((q[m] - 32) * sc[e / 16]);
+                }
+            }
+        }
+    }
+}
+
 /* Token t of a tile (ttpad columns): scales, int16 pairs and per-32 sums. */
 void snug_i16_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt) {
     int32_t *pairs = xt;
@@ -86,15 +112,17 @@ void snug_i16_pad_x(int64_t n, int t0, int ttpad, void *xt) {
         for (int t = t0; t < ttpad; t++) rest[(size_t)i * (size_t)ttpad + (size_t)t] = 0;
 }
 
-/* Reference block product: per output, per super-block the exact integer sum, then
- * main = (float)acc·d, mins = Σ_j fmaf(dmin·m_j, is_j) (first term a product), and
- * facc = fmaf(main − mins, dx, facc) — the vector kernel's operations lane by lane. */
-void snug_i16_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
-                       int64_t n, float *y, size_t ys) {
+/* Reference block product, per output and super-block: Q4_K — the exact integer sum acc,
+ * main = (float)acc·d, mins = Σ_j fmaf(dmin·m_j, is_j) (first term a product),
+ * facc = fmaf(main − mins, dx, facc); Q6_K — four exact sums of 64 elements, summed as floats
+ * in order, facc = fmaf(sum·d, dx, facc). The vector kernel's operations lane by lane. */
+void snug_i16_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt,
+                       int ttpad, int nt, int64_t n, float *y, size_t ys) {
     const int32_t *pairs = xt;
     const float *dx =
         (const float *)(const void *)((const uint8_t *)xt + (size_t)n * 2 * (size_t)ttpad);
     const float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
+    const int six = wtype == SNUG_DTYPE_Q6_K;
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++) {
             const uint8_t *row = (const uint8_t *)wp + (size_t)r * wps;
@@ -102,14 +130,23 @@ void snug_i16_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int t
             const float *meta = (const float *)(const void *)(row + (size_t)n * 2);
             float facc = 0;
             for (int64_t b = 0; b < n / 256; b++) {
+                float part = 0;
                 int32_t acc = 0;
                 for (int64_t kp = 128 * b; kp < 128 * b + 128; kp++) {
                     uint32_t pr;
                     memcpy(&pr, &pairs[(size_t)kp * (size_t)ttpad + (size_t)t], 4);
                     acc += q16[2 * kp] * (int16_t)(pr & 0xffff) +
                            q16[2 * kp + 1] * (int16_t)(pr >> 16);
+                    if (six && kp % 32 == 31) {
+                        part = kp % 128 == 31 ? (float)acc : part + (float)acc;
+                        acc = 0;
+                    }
                 }
                 const float *m = meta + 9 * b;
+                if (six) {
+                    facc = fmaf(part * m[0], dx[(size_t)b * (size_t)ttpad + (size_t)t], facc);
+                    continue;
+                }
                 float main = (float)acc * m[0];
                 float mins = m[1] * is[(size_t)(8 * b) * (size_t)ttpad + (size_t)t];
                 for (int j = 1; j < 8; j++)

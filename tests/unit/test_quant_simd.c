@@ -13,7 +13,7 @@
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
  *    within 1e-5·Σ|w·x| of double;
- *  - the Q4_K int16 prompt product (snug_i16_*): prepared rows and activation tiles of the
+ *  - the Q4_K / Q6_K int16 prompt products (snug_i16_*): prepared rows and activation tiles of the
  *    dispatched versions byte-identical to the references', snug_i16_gemm bit-identical to
  * snug_i16_gemm_ref for 1..8 rows and odd token counts (zero padding), the reference within half an
  * activation step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
@@ -268,12 +268,12 @@ static void test_tgemm(void) {
 
 /* Q4_K on int16 activations: preparation and block product against the references, the
  * reference against double on dequantized weights and the original floats. */
-static void test_i16(void) {
+static void test_i16_type(uint32_t type) {
     int64_t ns[] = {256, 768, 2048};
     int nts[] = {1, 5, 16, 17, 47, 48, 49, 100};
     const int ttmax = 112, ys = SNUG_TGEMM_MR + 3, nr_all = SNUG_TGEMM_MR;
     int64_t nmax = 2048;
-    size_t qrb = (size_t)snug_dtype_row_bytes(SNUG_DTYPE_Q4_K, (uint64_t)nmax);
+    size_t qrb = (size_t)snug_dtype_row_bytes(type, (uint64_t)nmax);
     size_t prb = snug_i16_row_bytes(nmax);
     uint8_t *wq = snug_malloc(qrb * (size_t)nr_all), *wp = snug_malloc(prb * (size_t)nr_all);
     uint8_t *wp2 = snug_malloc(prb), *xt = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
@@ -284,18 +284,22 @@ static void test_i16(void) {
     float *got = snug_malloc((size_t)ttmax * (size_t)ys * 4);
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
         int64_t n = ns[ni];
-        size_t rb = (size_t)snug_dtype_row_bytes(SNUG_DTYPE_Q4_K, (uint64_t)n);
+        size_t rb = (size_t)snug_dtype_row_bytes(type, (uint64_t)n);
         size_t pb = snug_i16_row_bytes(n);
         int bad_prep = 0;
         for (int r = 0; r < nr_all; r++) {
             fill_row(row, n, (int)(r + ni) % 3);
-            snug_quantize_row(SNUG_DTYPE_Q4_K, row, wq + (size_t)r * rb, n, NULL);
-            snug_dequantize_row_ref(SNUG_DTYPE_Q4_K, wq + (size_t)r * rb, wd + (size_t)r * n, n);
-            snug_i16_prep_q4k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
-            snug_i16_prep_q4k(wq + (size_t)r * rb, wp2, n);
+            snug_quantize_row(type, row, wq + (size_t)r * rb, n, NULL);
+            snug_dequantize_row_ref(type, wq + (size_t)r * rb, wd + (size_t)r * n, n);
+            if (type == SNUG_DTYPE_Q6_K)
+                snug_i16_prep_q6k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
+            else
+                snug_i16_prep_q4k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
+            snug_i16_prep(type, wq + (size_t)r * rb, wp2, n);
             bad_prep += memcmp(wp2, wp + (size_t)r * pb, (size_t)n * 2 + (size_t)(n / 256) * 36);
         }
-        CHECKF(bad_prep == 0, "i16 prep n=%lld: differs from the reference", (long long)n);
+        CHECKF(bad_prep == 0, "i16 prep %s n=%lld: differs from the reference",
+               snug_dtype_info(type)->name, (long long)n);
         for (size_t ti = 0; ti < sizeof nts / sizeof *nts; ti++) {
             int nt = nts[ti], ttpad = (nt + SNUG_TGEMM_PAD - 1) / SNUG_TGEMM_PAD * SNUG_TGEMM_PAD;
             for (int t = 0; t < nt; t++) {
@@ -310,9 +314,9 @@ static void test_i16(void) {
             double worst = 0;
             for (int nr = 1; nr <= nr_all; nr++) {
                 for (int i = 0; i < ttmax * ys; i++) ref[i] = got[i] = -7.0f;
-                snug_i16_gemm_ref(wp, pb, nr, xt, ttpad, nt, n, ref, (size_t)ys);
-                if (snug_i16_available()) {
-                    snug_i16_gemm(wp, pb, nr, xt, ttpad, nt, n, got, (size_t)ys);
+                snug_i16_gemm_ref(type, wp, pb, nr, xt, ttpad, nt, n, ref, (size_t)ys);
+                if (snug_i16_supports(type)) {
+                    snug_i16_gemm(type, wp, pb, nr, xt, ttpad, nt, n, got, (size_t)ys);
                     CHECKF(memcmp(ref, got, (size_t)ttmax * (size_t)ys * 4) == 0,
                            "i16 gemm n=%lld nr=%d nt=%d: differs from the reference", (long long)n,
                            nr, nt);
@@ -336,15 +340,21 @@ static void test_i16(void) {
                         if (!(e <= worst)) worst = e;
                     }
             }
-            CHECKF(worst <= 1.0, "i16 reference n=%lld nt=%d vs double: err / bound = %.3g",
-                   (long long)n, nt, worst);
+            CHECKF(worst <= 1.0, "i16 reference %s n=%lld nt=%d vs double: err / bound = %.3g",
+                   snug_dtype_info(type)->name, (long long)n, nt, worst);
         }
     }
-    printf("i16 (q4_K, int16 activations): %s; reference vs double checked\n",
-           snug_i16_available() ? "AVX-512 kernel bit-identical to the reference"
-                                : "no vector kernel at this level");
+    printf("i16 (%s, int16 activations): %s; reference vs double checked\n",
+           snug_dtype_info(type)->name,
+           snug_i16_supports(type) ? "AVX-512 kernel bit-identical to the reference"
+                                   : "no vector kernel at this level");
     snug_free(wq), snug_free(wp), snug_free(wp2), snug_free(xt), snug_free(row), snug_free(wd);
     snug_free(x), snug_free(ref), snug_free(got), snug_free(xt2);
+}
+
+static void test_i16(void) {
+    test_i16_type(SNUG_DTYPE_Q4_K);
+    test_i16_type(SNUG_DTYPE_Q6_K);
 }
 
 /* Vector dequantizers: bit-identical to the reference at every level. */

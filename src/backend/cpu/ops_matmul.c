@@ -178,7 +178,7 @@ static void mm_task_deq(void *vctx, int ith, int nth) {
     }
 }
 
-/* Q4_K prompts at the AVX-512 level: threads quantize their share of the tile's tokens into
+/* Q4_K / Q6_K prompts at the AVX-512 level: threads quantize their share of the tile's tokens into
  * the transposed int16 tile (quant.h snug_i16_quant_x); thread 0 also zeroes the padding. */
 static void mm_task_x16(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
@@ -202,9 +202,9 @@ static void mm_task_i16(void *vctx, int ith, int nth) {
         int64_t r0 = (int64_t)b * MM_ROWS;
         int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
         for (int i = 0; i < nr; i++)
-            snug_i16_prep_q4k(c->w + (size_t)(r0 + i) * c->row_bytes, scratch + (size_t)i * prb,
-                              n_in);
-        snug_i16_gemm(scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
+            snug_i16_prep(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
+                          scratch + (size_t)i * prb, n_in);
+        snug_i16_gemm(c->type, scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
                       c->y + c->t0 * n_out + r0, (size_t)n_out);
     }
 }
@@ -257,7 +257,7 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         c.scratch = base + SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
         c.xq = base;
         int64_t tile = xt_tokens(n_in);
-        if (type == SNUG_DTYPE_Q4_K && n_in % 256 == 0 && snug_i16_available()) {
+        if (n_in % 256 == 0 && snug_i16_supports(type)) {
             /* the int16 tile (≈ 2.14 bytes per element) takes as many tokens (multiples of
              * 48) as fit where the float tile goes, the prepared rows (≈ 2 bytes per
              * element) fit where the float rows go */
