@@ -1,14 +1,12 @@
-/* quant_i16.c — prompt products of Q4_K and Q6_K weights on 16-bit activations: the prepared
- * weight rows, the transposed activation tiles and the scalar reference of the block product
- * whose AVX-512 version is in quant_simd.inc (quant.h snug_i16_*).
- * Prepared row: int16 products per element — Q4_K q·sc (|q·sc| ≤ 15·63), Q6_K (q − 32)·sc
- * (≤ 32·128) — then per super-block of 256 nine floats: d and, for Q4_K, dmin·m_j. Activation tile:
- * per token and super-block one scale dx = amax / 8191 and int16 values round(x / dx), stored in
- * pairs of elements (k, k+1) per token so one dword broadcast of a weight pair meets 16 tokens
- * (vpdpwssd); then the scales and the per-32 sums of the int16 values (as floats, for the mins).
- * Invariant: integer sums are exact (Q4_K: a super-block, 256·945·8191 < 2³¹; Q6_K: 64
- * elements, 64·4096·8191 < 2³¹); the float steps
- * after them are fixed per output, so every level gives the same bits. Nothing allocates.
+/* quant_i16.c — Q4_K and Q6_K prompt products on 16-bit activations: prepared weight rows,
+ * transposed activation tiles, and the scalar reference of the AVX-512 block product in
+ * quant_simd.inc (quant.h snug_i16_*). Prepared row: int16 per element (Q4_K q·sc ≤ 15·63,
+ * Q6_K (q − 32)·sc ≤ 32·128), then nine floats per super-block (d; Q4_K also dmin·m_j).
+ * Tile: per token and super-block dx = amax / 8191 and int16 round(x / dx), in pairs (k, k+1)
+ * per token so one dword broadcast of a weight pair meets 16 tokens (vpdpwssd); then the dx
+ * and the per-32 sums of the int16 values (for the Q4_K mins).
+ * Invariant: integer sums are exact (Q4_K per super-block 256·945·8191 < 2³¹, Q6_K per 64
+ * 64·4096·8191 < 2³¹), the float steps fixed per output: all levels give the same bits.
  * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
 #include "core/core.h"
 #include "quant.h"

@@ -2,11 +2,14 @@
  * Prompt chunks (T > SNUG_OP_MATMUL_INT8_MAX_T) of every block type: the activations are
  * transposed once per tile (mm_task_xt) and each thread dequantizes MM_ROWS weight rows at a
  * time into its scratch (vectorised, exact) and multiplies them with the tile (snug_tgemm:
- * vectors along the tokens). Short chunks and decode: weights with int8 activations under the
- * accuracy policy (quant.h snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation
- * rows once per call into `work` and dot each weight row with eight rows at a time
- * (snug_act_dot); other block types dot each weight row in place with every row
- * (snug_dot_row). F32/F16/BF16 weights always dot in place, eight float rows at a time.
+ * vectors along the tokens). Q4_K and Q6_K at the AVX-512 level do the same on 14-bit
+ * integers (quant.h snug_i16_*: mm_task_x16 quantizes the tile, mm_task_i16 prepares int16
+ * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy.
+ * Short chunks and decode: weights with int8 activations under the accuracy policy (quant.h
+ * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
+ * `work` and dot each weight row with eight rows at a time (snug_act_dot); other block types
+ * dot each weight row in place with every row (snug_dot_row). F32/F16/BF16 weights always dot
+ * in place, eight float rows at a time.
  * Invariant: allocates nothing; results do not depend on the thread count (each output
  * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
  * Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
