@@ -2,7 +2,8 @@
 """picker.py — generate docs/PICKER.md from `snug plan --json`: for Qwen3.6-27B and
 Qwen3.6-35B-A3B at Q4_K_M / Q5_K_M / Q6_K / Q8_0 weights, the largest context on a 24 GiB card
 (budget 23.5 GiB) and a 32 GiB card (budget 31.5 GiB), for every KV format `snug plan` lists
-(`kv_types` in its JSON, so new formats appear without editing this script).
+(`kv_types` in its JSON, so new formats appear without editing this script), plus the mixed
+pairs in PAIRS (`--kv-k` / `--kv-v`).
 
 usage: scripts/picker.py [--snug PATH] [--out docs/PICKER.md] [--check]
   --check: exit 1 if the file on disk differs from what would be generated.
@@ -19,6 +20,9 @@ WEIGHTS = [("q4_k_m", "Q4_K_M"), ("q5_k_m", "Q5_K_M"), ("q6_k", "Q6_K"), ("q8_0"
 # A card's memory minus 0.5 GiB for the driver, the display and other processes.
 CARDS = [("24 GiB card", "23.5GiB"), ("32 GiB card", "31.5GiB")]
 COMMON = ["--backend", "cuda", "--slots", "1", "--chunk", "512", "--threads", "1"]
+# Mixed K/V pairs worth a row: q8_0 keys keep the attention scores at q8_0 precision while the
+# values take the small format.
+PAIRS = [("q8_0", "tq4"), ("q8_0", "tq3")]
 
 
 def plan(snug, *args):
@@ -67,6 +71,13 @@ def generate(snug):
             for i, kv in enumerate(kv_types):
                 row = [wname if i == 0 else "", gib if i == 0 else "", kv]
                 row += [fmt_ctx(p["max_ctx_per_kv"][kv], p["n_ctx_train"]) for p in res]
+                out.append("| " + " | ".join(row) + " |")
+            for kk, vv in PAIRS:  # mixed pairs: the plan's max_ctx for that K/V choice
+                pr = [plan(snug, "--preset", preset, "--weights", wt, "--budget", budget,
+                           "--kv-k", kk, "--kv-v", vv) for _, budget in CARDS]
+                row = ["", "", f"{kk} K + {vv} V"]
+                row += [fmt_ctx(p["max_ctx"] if p["max_ctx"] > 0 else 0, p["n_ctx_train"])
+                        for p in pr]
                 out.append("| " + " | ".join(row) + " |")
         out.append("")
     out.append("Regenerate: `scripts/picker.py --snug build/snug` (`--check` tells whether "
