@@ -30,7 +30,11 @@ struct worker_arg {
     int ith;
 };
 
-enum { SPIN_ITERS = 20000 };
+/* Polls of the generation counter before sleeping (about 0.2-0.4 ms here): a decode step runs
+ * hundreds of small products with single-threaded work between them, and a worker that slept
+ * costs a futex wake-up per op (2026-12-01, 2 threads: 20000 polls gave MoE Q4_K_M tg 50 t/s,
+ * 200000 gave 75; docs/perf/cpu.md). */
+enum { SPIN_ITERS = 200000 };
 
 static void *worker_main(void *p) {
     struct worker_arg *wa = p;

@@ -314,6 +314,9 @@ static const struct snug_qkernels *kern(void) {
 float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n) {
     return kern()->fdot_q8_0;
 }
+float (*snug_act_fdot_q6_k(void))(const void *w, const float *x, int64_t n) {
+    return kern()->fdot_q6_k;
+}
 
 snug_deq_fn snug_act_deq_fn(uint32_t type) {
     const struct snug_qkernels *k = kern();

@@ -56,6 +56,7 @@ struct snug_qkernels {
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
     snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
     float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
+    float (*fdot_q6_k)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
     snug_fgemm_fn fgemm;
     snug_tgemm_fn tgemm;
     snug_i16gemm_fn i16gemm; /* NULL: not at this level (callers use snug_tgemm) */
@@ -65,6 +66,7 @@ struct snug_qkernels {
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */
 float (*snug_act_fdot_q8_0(void))(const void *w, const float *x, int64_t n);
+float (*snug_act_fdot_q6_k(void))(const void *w, const float *x, int64_t n);
 /* The dispatched dequantizer for a type, or NULL when the reference is the only one. */
 snug_deq_fn snug_act_deq_fn(uint32_t type);
 

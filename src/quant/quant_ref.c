@@ -362,6 +362,8 @@ float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n) {
         return out;
     }
     if (type == SNUG_DTYPE_Q8_0 && snug_act_fdot_q8_0()) return snug_act_fdot_q8_0()(w, x, n);
+    if (type == SNUG_DTYPE_Q6_K && n % 256 == 0 && snug_act_fdot_q6_k())
+        return snug_act_fdot_q6_k()(w, x, n);
     snug_deq_fn f = snug_act_deq_fn(type);
     const struct snug_dtype_info *t = snug_dtype_info(type);
     if (!f || n % 256 != 0 || 256 % t->block_elems != 0) return snug_dot_row_ref(type, w, x, n);
