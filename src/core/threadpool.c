@@ -30,11 +30,21 @@ struct worker_arg {
     int ith;
 };
 
-/* Polls of the generation counter before sleeping (about 0.2-0.4 ms here): a decode step runs
- * hundreds of small products with single-threaded work between them, and a worker that slept
- * costs a futex wake-up per op (2026-12-01, 2 threads: 20000 polls gave MoE Q4_K_M tg 50 t/s,
- * 200000 gave 75; docs/perf/cpu.md). */
-enum { SPIN_ITERS = 200000 };
+/* Polls (each with a `pause`) of the generation counter before sleeping, about 0.2 ms here: a
+ * decode step runs hundreds of small products with single-threaded work between them, and a
+ * worker that slept costs a futex wake-up per op. Measured 2026-12-01, 2 threads: 20000 polls
+ * without pause gave MoE Q4_K_M tg 50 t/s; 200000 without pause 75 t/s but pp512 fell 25%
+ * (the poll loop starves the working thread's core); 4000 with pause 75 t/s and pp512 kept
+ * (docs/perf/cpu.md). */
+enum { SPIN_ITERS = 4000 };
+
+/* A polite poll: `pause` lets a sibling hyperthread (or the vCPU's host core) run the thread
+ * that has the work instead of this loop. */
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void *worker_main(void *p) {
     struct worker_arg *wa = p;
@@ -47,7 +57,7 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop) && spins < SPIN_ITERS)
-            spins++;
+            spins++, spin_pause();
         if (g == seen && !atomic_load(&pool->stop)) {
             pthread_mutex_lock(&pool->mu);
             while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop))
@@ -142,7 +152,7 @@ void snug_pool_run(struct snug_pool *pool, snug_task_fn fn, void *ctx) {
     fn(ctx, 0, pool->n);
     int spins = 0;
     while (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0 && spins < SPIN_ITERS)
-        spins++;
+        spins++, spin_pause();
     if (atomic_load(&pool->pending) != 0) {
         pthread_mutex_lock(&pool->mu);
         while (atomic_load(&pool->pending) != 0) pthread_cond_wait(&pool->cv_done, &pool->mu);
