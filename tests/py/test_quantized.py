@@ -3,7 +3,7 @@ worse (median KL to the reference over ids.json, perplexity over ppl_ids.json) t
 own forward on the same files. `snug quantize` writes the same bytes as llama-quantize (checked
 below for the files in tests/data/llamacpp/), so the bounds are llama.cpp's numbers on exactly
 these files. Files quantized by llama.cpp itself (tests/data/llamacpp/) must load and run too,
-within the same bounds."""
+within the same bounds. The decode path (--chunk 1) of snug's files is held to the same bounds."""
 import os
 import re
 import tempfile
@@ -78,6 +78,14 @@ def main():
             if ppl_bound is not None:
                 ppl = ppl_of(path, os.path.join(tr, "ppl_ids.json"))
                 res.check(ppl <= ppl_bound, f"{name}: perplexity {ppl:.4f} <= {ppl_bound}")
+            if name.startswith("llama.cpp"):
+                continue
+            # the decode path (one token per step: the one-row kernels, int8 activations for
+            # the types the policy allows) within the same bound
+            run("logits", "--chunk", 1, "-m", path, "--ids", ids, "-o", out)
+            med1, _, p991, _ = kl_stats(ref, read_f32(out, T, V))
+            res.check(med1 <= bound, f"{name} decode (chunk 1): median KL {med1:.3e} <= "
+                      f"llama.cpp {bound:.2e} (p99 {p991:.3e})")
     res.done()
 
 
