@@ -122,6 +122,11 @@ void snug_act_quantize(uint32_t wtype, const float *x, void *xq, int64_t n);
  * other float-format types require n to be a multiple of their block. */
 void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,
                   float *out);
+/* Two weight rows w0, w1 against ONE quantized activation row (the decode form): out[0], out[1]
+ * are bit-identical to snug_act_dot(wtype, w0 / w1, xq, 0, 1, n, ...); at the AVX-512 level
+ * Q4_K runs both rows in one pass (shared activation loads, two memory streams in flight). */
+void snug_act_dot2(uint32_t wtype, const void *w0, const void *w1, const void *xq, int64_t n,
+                   float out[2]);
 /* Float block product for prompts on float activations: y[t·ys + r] = Σ_k w[r·ws + k] ·
  * x[t·xs + k] for r < nr (1..SNUG_FGEMM_NR) weight rows and t < nt (1..SNUG_FGEMM_NT)
  * activation rows, n elements (any n), strides in floats. Each output element is formed the

@@ -439,6 +439,16 @@ void snug_act_dot(uint32_t wtype, const void *w, const void *xq, size_t xs, int 
                   float *out) {
     act_dot(kern(), wtype, w, xq, xs, nc, n, out);
 }
+void snug_act_dot2(uint32_t wtype, const void *w0, const void *w1, const void *xq, int64_t n,
+                   float out[2]) {
+    const struct snug_qkernels *k = kern();
+    if (wtype == SNUG_DTYPE_Q4_K && k->dot2_q4_k && n % 256 == 0) {
+        k->dot2_q4_k(w0, w1, xq, n, out);
+        return;
+    }
+    act_dot(k, wtype, w0, xq, 0, 1, n, out);
+    act_dot(k, wtype, w1, xq, 0, 1, n, out + 1);
+}
 void snug_fgemm(const float *w, size_t ws, int nr, const float *x, size_t xs, int nt, int64_t n,
                 float *y, size_t ys) {
     SNUG_ASSERT(nr >= 1 && nr <= SNUG_FGEMM_NR && nt >= 1 && nt <= SNUG_FGEMM_NT);

@@ -57,6 +57,8 @@ struct snug_qkernels {
     snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
     float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
     float (*fdot_q6_k)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
+    /* two Q4_K rows · one A256 row (snug_act_dot2); NULL: two dot_q4_k calls */
+    void (*dot2_q4_k)(const void *w0, const void *w1, const void *xq, int64_t n, float *out);
     snug_fgemm_fn fgemm;
     snug_tgemm_fn tgemm;
     snug_i16gemm_fn i16gemm; /* NULL: not at this level (callers use snug_tgemm) */

@@ -387,6 +387,40 @@ static void test_dequant(void) {
     snug_free(x), snug_free(a), snug_free(b), snug_free(q);
 }
 
+/* snug_act_dot2 (two weight rows, one activation row) gives exactly the one-row values, at
+ * every level, for Q4_K (its own AVX-512 kernel) and the types that fall back. */
+static void test_dot2(void) {
+    uint32_t types[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    int64_t n = 2816; /* 11 super-blocks */
+    float *w = snug_malloc((size_t)n * 4), *x = snug_malloc((size_t)n * 4);
+    uint8_t *q0 = snug_malloc((size_t)n * 4), *q1 = snug_malloc((size_t)n * 4);
+    uint8_t *xq = snug_malloc((size_t)n * 4 + 1024);
+    for (int li = 0; li < 3; li++) {
+        if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+        int bad = 0;
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+            for (int v = 0; v < 4; v++) {
+                fill_row(w, n, v);
+                snug_quantize_row(types[ti], w, q0, n, NULL);
+                fill_row(w, n, (v + 1) % 4);
+                snug_quantize_row(types[ti], w, q1, n, NULL);
+                fill_row(x, n, (v + 2) % 4);
+                snug_act_quantize(types[ti], x, xq, n);
+                float two[2], a, b;
+                snug_act_dot2(types[ti], q0, q1, xq, n, two);
+                snug_act_dot(types[ti], q0, xq, 0, 1, n, &a);
+                snug_act_dot(types[ti], q1, xq, 0, 1, n, &b);
+                bad += memcmp(&two[0], &a, 4) != 0 || memcmp(&two[1], &b, 4) != 0;
+            }
+        CHECKF(bad == 0, "%s act_dot2: %d rows differ from the one-row dot",
+               snug_cpu_level_name(levels[li]), bad);
+        printf("act_dot2      %-6s  bit-identical to two one-row dots (q4_K q6_K q8_0)\n",
+               snug_cpu_level_name(levels[li]));
+    }
+    snug_cpu_set_level(SNUG_CPU_AVX512);
+    snug_free(w), snug_free(x), snug_free(q0), snug_free(q1), snug_free(xq);
+}
+
 int main(void) {
     int hw = snug_cpu_set_level(SNUG_CPU_AVX512);
     printf("cpu level: %s\n", snug_cpu_level_name(hw));
@@ -398,6 +432,7 @@ int main(void) {
 #endif
     test_quantizers();
     test_dots();
+    test_dot2();
     test_dequant();
     test_fgemm();
     test_tgemm();

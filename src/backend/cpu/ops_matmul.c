@@ -88,6 +88,21 @@ static void mm_task_dot(void *vctx, int ith, int nth) {
     long lo, hi;
     snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
     long rb = (long)SNUG_MAX((size_t)1, MM_WBYTES / c->row_bytes);
+    if (c->tt == 1 && c->type == SNUG_DTYPE_Q4_K) {
+        /* decode: two weight rows per call (the same values as one-row calls) */
+        float *y = c->y + c->t0 * c->n_out;
+        long r = lo;
+        for (; r + 1 < hi; r += 2) {
+            float o[2];
+            snug_act_dot2(c->type, c->w + (size_t)r * c->row_bytes,
+                          c->w + (size_t)(r + 1) * c->row_bytes, c->xq, c->n_in, o);
+            y[r] = o[0], y[r + 1] = o[1];
+        }
+        if (r < hi)
+            snug_act_dot(c->type, c->w + (size_t)r * c->row_bytes, c->xq, c->xrb, 1, c->n_in,
+                         y + r);
+        return;
+    }
     for (long r0 = lo; r0 < hi; r0 += rb) {
         long r1 = SNUG_MIN(hi, r0 + rb);
         for (int64_t t = 0; t < c->tt; t += SNUG_ACT_MAX_ROWS) {
