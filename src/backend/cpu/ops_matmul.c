@@ -7,11 +7,13 @@
  * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy.
  * Short chunks and decode: weights with int8 activations under the accuracy policy (quant.h
  * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
- * `work` and dot each weight row with eight rows at a time (snug_act_dot); other block types
+ * `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode row
+ * takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
  * dot each weight row in place with every row (snug_dot_row). F32/F16/BF16 weights always dot
  * in place, eight float rows at a time.
  * Invariant: allocates nothing; results do not depend on the thread count (each output
- * element is one fixed-order kernel call); a thread's scratch starts on its own cache lines.
+ * element is one fixed-order kernel call, whatever rows share the call); a thread's scratch
+ * starts on its own cache lines.
  * Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
