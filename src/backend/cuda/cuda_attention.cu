@@ -392,14 +392,24 @@ int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t
     return snug_cu_launched(err, "attention merge");
 }
 
-template <int DPL>
+/* Launch the decode kernel (GROUPED: k_attention_g with G warps per block on grid (splits, Hkv,
+ * T); else k_attention on grid (splits, Hq, T)) with the formats as compile-time constants for
+ * the common pairs (the decode switch folds away; tq: the codebook by warp shuffles; q8_0/tq4:
+ * the 27B's 262K pairing), -1 = read kf/vf at run time. */
+template <int DPL, bool GROUPED>
 static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
-                       int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
+                       int G, int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
                        float *out, float *part, int ns, int64_t chunk) {
     const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
 #define ATT_GO(KF, VF)                                                                             \
-    k_attention<DPL, KF, VF><<<grid, ATT_WARPS * 32, 0, st>>>(k, v, kf, vf, Hq, Hkv, pos0, q,      \
-                                                              scale, out, part, ns, chunk)
+    do {                                                                                           \
+        if constexpr (GROUPED)                                                                     \
+            k_attention_g<DPL, KF, VF><<<grid, G * 32, 0, st>>>(k, v, kf, vf, Hq, Hkv, pos0, q,    \
+                                                                scale, out, part, ns, chunk);      \
+        else                                                                                       \
+            k_attention<DPL, KF, VF><<<grid, ATT_WARPS * 32, 0, st>>>(                             \
+                k, v, kf, vf, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);                      \
+    } while (0)
     if (kf == vf && kf == SNUG_KV_F16)
         ATT_GO(SNUG_KV_F16, SNUG_KV_F16);
     else if (kf == vf && kf == SNUG_KV_Q8_0)
@@ -408,30 +418,6 @@ static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, i
         ATT_GO(SNUG_KV_FP8, SNUG_KV_FP8);
     else if (kf == vf && kf == SNUG_KV_BF16)
         ATT_GO(SNUG_KV_BF16, SNUG_KV_BF16);
-    else if (kf == vf && kf == SNUG_KV_TQ4) /* tq: the codebook by warp shuffles */
-        ATT_GO(SNUG_KV_TQ4, SNUG_KV_TQ4);
-    else if (kf == SNUG_KV_Q8_0 && vf == SNUG_KV_TQ4) /* the 27B's 262K pairing */
-        ATT_GO(SNUG_KV_Q8_0, SNUG_KV_TQ4);
-    else
-        ATT_GO(-1, -1);
-#undef ATT_GO
-}
-
-/* The grouped kernel's launch: grid (splits, Hkv, T), G warps per block. */
-template <int DPL>
-static void att_launch_g(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
-                         int G, int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
-                         float *out, float *part, int ns, int64_t chunk) {
-    const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
-#define ATT_GO(KF, VF)                                                                             \
-    k_attention_g<DPL, KF, VF>                                                                     \
-        <<<grid, G * 32, 0, st>>>(k, v, kf, vf, Hq, Hkv, pos0, q, scale, out, part, ns, chunk)
-    if (kf == vf && kf == SNUG_KV_F16)
-        ATT_GO(SNUG_KV_F16, SNUG_KV_F16);
-    else if (kf == vf && kf == SNUG_KV_Q8_0)
-        ATT_GO(SNUG_KV_Q8_0, SNUG_KV_Q8_0);
-    else if (kf == vf && kf == SNUG_KV_FP8)
-        ATT_GO(SNUG_KV_FP8, SNUG_KV_FP8);
     else if (kf == vf && kf == SNUG_KV_TQ4)
         ATT_GO(SNUG_KV_TQ4, SNUG_KV_TQ4);
     else if (kf == SNUG_KV_Q8_0 && vf == SNUG_KV_TQ4)
@@ -519,38 +505,30 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
     bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
     bool grouped = ge && *ge ? strcmp(ge, "0") != 0 : !cheap;
-    if (grouped && G >= 2 && G <= ATT_GMAX && D >= 64) {
-        dim3 gg((unsigned)ns, (unsigned)Hkv, (unsigned)T);
-        if (D == 64)
-            att_launch_g<2>(st, kv, kf, vf, gg, (int)G, Hq, Hkv, pos0, q, scale, out, part, ns,
-                            chunk);
-        else if (D == 128)
-            att_launch_g<4>(st, kv, kf, vf, gg, (int)G, Hq, Hkv, pos0, q, scale, out, part, ns,
-                            chunk);
-        else if (D == 256)
-            att_launch_g<8>(st, kv, kf, vf, gg, (int)G, Hq, Hkv, pos0, q, scale, out, part, ns,
-                            chunk);
-        else
-            return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                                "cuda attention: head dim %lld (32, 64, 128 or 256 supported)",
-                                (long long)D);
-        int rc = snug_cu_launched(err, "attention (grouped)");
-        if (rc || ns == 1) return rc;
-        return snug_cuda_att_merge(cu, part, ns, T * Hq, D, out, err);
-    }
-    dim3 grid((unsigned)ns, (unsigned)Hq, (unsigned)T);
+    grouped = grouped && G >= 2 && G <= ATT_GMAX && D >= 64;
+    dim3 grid((unsigned)ns, (unsigned)(grouped ? Hkv : Hq), (unsigned)T);
+#define ATT_D(DPL)                                                                                 \
+    do {                                                                                           \
+        if (grouped)                                                                               \
+            att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out,      \
+                                  part, ns, chunk);                                                \
+        else                                                                                       \
+            att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out,     \
+                                   part, ns, chunk);                                               \
+    } while (0)
     switch (D) {
-    case 32:
-        att_launch<1>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+    case 32: /* never grouped (D >= 64 above) */
+        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out, part, ns,
+                             chunk);
         break;
     case 64:
-        att_launch<2>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        ATT_D(2);
         break;
     case 128:
-        att_launch<4>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        ATT_D(4);
         break;
     case 256:
-        att_launch<8>(st, kv, kf, vf, grid, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);
+        ATT_D(8);
         break;
     default:
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -558,6 +536,7 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                             "128 or 256 supported)",
                             (long long)D);
     }
+#undef ATT_D
     int rc = snug_cu_launched(err, "attention");
     if (rc || ns == 1) return rc;
     return snug_cuda_att_merge(cu, part, ns, T * Hq, D, out, err);

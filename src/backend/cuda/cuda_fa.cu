@@ -80,7 +80,7 @@ __device__ __forceinline__ raw8 fetch8(const uint8_t *__restrict__ vec, int c) {
         constexpr int bits = FMT == SNUG_KV_TQ4 ? 4 : 3;
         const int e0 = c * 8, j0 = e0 % TG;
         const uint8_t *b = vec + (e0 / TG) * (2 + TG * bits / 8);
-        r.s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)TG));
+        r.s = kvf_tq_scale(b, TG);
         const uint8_t *p = b + 2;
         if constexpr (FMT == SNUG_KV_TQ4) {
             const uint16_t *q = (const uint16_t *)(p + j0 / 2);
@@ -108,7 +108,7 @@ __device__ __forceinline__ raw8 fetch8(const uint8_t *__restrict__ vec, int c) {
     return r;
 }
 /* The 8 elements of a fetched chunk as f16 (the same values kvf_dec gives, then rounded). */
-/* lut: for tq4 / tq3, this lane's codebook entry (tq_lut): the index lookups go through
+/* lut: for tq4 / tq3, this lane's codebook entry (kvf_tq_lut): the index lookups go through
  * __shfl_sync, so every lane of the warp must call decode8 together. */
 template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r, float lut = 0.0f) {
     if constexpr (FMT == SNUG_KV_F16) return make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
@@ -141,14 +141,6 @@ template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r, float
                       pack_h2(y[6], y[7]));
 }
 
-/* This lane's entry of the TurboQuant codebook (lane % 16 for tq4, lane % 8 for tq3), for
- * decode8's shuffles; 0 for other formats. */
-template <int FMT> __device__ __forceinline__ float tq_lut() {
-    if constexpr (FMT == SNUG_KV_TQ4) return kvf_tq4_cb[threadIdx.x & 15];
-    if constexpr (FMT == SNUG_KV_TQ3) return kvf_tq3_cb[threadIdx.x & 7];
-    return 0.0f;
-}
-
 /* Dequantise keys kb .. kb+FA_BN-1 of KV head `kh` (format FMT, vb bytes per vector) into the
  * swizzled f16 tile, FA_BATCH chunks per thread at a time (all fetched, then all decoded);
  * keys at or past nk become zeros (finite, and masked or weighted 0). */
@@ -161,7 +153,7 @@ __device__ __forceinline__ void load_tile_b(__half *tile, const uint8_t *__restr
     static_assert(PER % FA_BATCH == 0 || PER < FA_BATCH, "chunks per thread");
     constexpr int B = PER < FA_BATCH ? PER : D >= 256 ? FA_BATCH / 2 : FA_BATCH;
     constexpr int TG = D % 128 == 0 ? 128 : 64; /* kvf_tq_group(D) */
-    const float lut = tq_lut<FMT>();
+    const float lut = kvf_tq_lut(FMT);
 #pragma unroll
     for (int j0 = 0; j0 < PER; j0 += B) {
         raw8 r[B];
@@ -269,7 +261,7 @@ template <int D, int BN, int FMT>
 __device__ __forceinline__ void raw_decode_f(__half *tile, const uint8_t *raw, int64_t rs) {
     constexpr int CH = D / 8, TG = D % 128 == 0 ? 128 : 64;
     static_assert(BN * CH % (FA_WARPS * 32) == 0, "whole warps decode (tq shuffles)");
-    const float lut = tq_lut<FMT>();
+    const float lut = kvf_tq_lut(FMT);
     for (int i = threadIdx.x; i < BN * CH; i += FA_WARPS * 32) {
         int r = i / CH, c = i % CH;
         *(uint4 *)(tile + sw<D>(r, c)) = decode8<FMT>(fetch8<FMT, TG>(raw + r * rs, c), lut);

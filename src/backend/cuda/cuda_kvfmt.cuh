@@ -153,6 +153,17 @@ __device__ __forceinline__ uint8_t kvf_to_e4m3(float f) {
     return (uint8_t)(sign | (uint32_t)(c > 0x7E ? 0x7E : c));
 }
 
+/* TurboQuant reading helpers: the scale of the group whose bytes start at b (stored norm /
+ * √G, kvfmt.c's tq_decode_group) and the codebook index of element j of that group (p = b + 2:
+ * tq4 nibbles; tq3 two low bits in lo[j/4], the top bit in hi[j/8] at p + G/4). */
+__device__ __forceinline__ float kvf_tq_scale(const uint8_t *b, int tqG) {
+    return __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)tqG));
+}
+__device__ __forceinline__ int kvf_tq_index(int bits, const uint8_t *p, int j, int tqG) {
+    if (bits == 4) return (p[j >> 1] >> (4 * (j & 1))) & 15;
+    return ((p[j >> 2] >> (2 * (j & 3))) & 3) | (((p[tqG / 4 + (j >> 3)] >> (j & 7)) & 1) << 2);
+}
+
 /* Decode elements e0 .. e0+N-1 (N in 1, 2, 4, 8; e0 a multiple of N) of the stored vector at
  * `v` into y. Alignment: the vector starts at a multiple of its natural unit (f32 4·N, f16/bf16
  * 2·N bytes when D % 8 == 0; q8_0 2; fp8 4), which the cache layout guarantees. */
@@ -162,21 +173,12 @@ __device__ __forceinline__ void kvf_dec(int fmt, const uint8_t *__restrict__ v, 
     switch (fmt) {
     case SNUG_KV_TQ4:
     case SNUG_KV_TQ3: { /* tqG: the group size (kvf_tq_group(D)); N elements stay in one group */
-        int bits = fmt == SNUG_KV_TQ4 ? 4 : 3, g = e0 / tqG, j0 = e0 % tqG;
-        const uint8_t *b = v + g * kvf_tq_group_bytes(bits, tqG);
-        float s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)tqG));
-        const uint8_t *p = b + 2;
+        int bits = fmt == SNUG_KV_TQ4 ? 4 : 3, j0 = e0 % tqG;
+        const uint8_t *b = v + e0 / tqG * kvf_tq_group_bytes(bits, tqG);
+        float s = kvf_tq_scale(b, tqG);
+        const float *cb = bits == 4 ? kvf_tq4_cb : kvf_tq3_cb;
 #pragma unroll
-        for (int i = 0; i < N; i++) {
-            int j = j0 + i;
-            if (bits == 4) {
-                y[i] = __fmul_rn(s, kvf_tq4_cb[(p[j >> 1] >> (4 * (j & 1))) & 15]);
-            } else {
-                int k = ((p[j >> 2] >> (2 * (j & 3))) & 3) |
-                        (((p[tqG / 4 + (j >> 3)] >> (j & 7)) & 1) << 2);
-                y[i] = __fmul_rn(s, kvf_tq3_cb[k]);
-            }
-        }
+        for (int i = 0; i < N; i++) y[i] = __fmul_rn(s, cb[kvf_tq_index(bits, b + 2, j0 + i, tqG)]);
         break;
     }
     case SNUG_KV_F32: {
@@ -279,20 +281,12 @@ template <int N, int FMT>
 __device__ __forceinline__ void kvf_dec_tq_warp(const uint8_t *__restrict__ v, int e0, float *y,
                                                 int tqG, float lut) {
     constexpr int bits = FMT == SNUG_KV_TQ4 ? 4 : 3;
-    int g = e0 / tqG, j0 = e0 % tqG;
-    const uint8_t *b = v + g * kvf_tq_group_bytes(bits, tqG);
-    float s = __fdiv_rn(__half2float(*(const __half *)b), __fsqrt_rn((float)tqG));
-    const uint8_t *p = b + 2;
+    int j0 = e0 % tqG;
+    const uint8_t *b = v + e0 / tqG * kvf_tq_group_bytes(bits, tqG);
+    float s = kvf_tq_scale(b, tqG);
 #pragma unroll
-    for (int i = 0; i < N; i++) {
-        int j = j0 + i, k;
-        if constexpr (FMT == SNUG_KV_TQ4)
-            k = (p[j >> 1] >> (4 * (j & 1))) & 15;
-        else
-            k = ((p[j >> 2] >> (2 * (j & 3))) & 3) |
-                (((p[tqG / 4 + (j >> 3)] >> (j & 7)) & 1) << 2);
-        y[i] = __fmul_rn(s, __shfl_sync(0xffffffffu, lut, k));
-    }
+    for (int i = 0; i < N; i++)
+        y[i] = __fmul_rn(s, __shfl_sync(0xffffffffu, lut, kvf_tq_index(bits, b + 2, j0 + i, tqG)));
 }
 
 #endif /* SNUG_CUDA_KVFMT_CUH */
