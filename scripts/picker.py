@@ -76,8 +76,7 @@ def generate(snug):
                 pr = [plan(snug, "--preset", preset, "--weights", wt, "--budget", budget,
                            "--kv-k", kk, "--kv-v", vv) for _, budget in CARDS]
                 row = ["", "", f"{kk} K + {vv} V"]
-                row += [fmt_ctx(p["max_ctx"] if p["max_ctx"] > 0 else 0, p["n_ctx_train"])
-                        for p in pr]
+                row += [fmt_ctx(p["max_ctx"], p["n_ctx_train"]) for p in pr]
                 out.append("| " + " | ".join(row) + " |")
         out.append("")
     out.append("Regenerate: `scripts/picker.py --snug build/snug` (`--check` tells whether "

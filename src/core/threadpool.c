@@ -33,7 +33,7 @@ struct worker_arg {
 /* Polls (each with a `pause`) of the generation counter before sleeping, about 0.2 ms here: a
  * decode step runs hundreds of small products with single-threaded work between them, and a
  * worker that slept costs a futex wake-up per op. Measured 2026-12-01, 2 threads: 20000 polls
- * without pause gave MoE Q4_K_M tg 50 t/s; 200000 without pause 75 t/s but pp512 fell 25%
+ * without pause gave MoE Q4_K_M tg 50 t/s; 200000 without pause 75 t/s but pp512 fell 19%
  * (the poll loop starves the working thread's core); 4000 with pause 75 t/s and pp512 kept
  * (docs/perf/cpu.md). */
 enum { SPIN_ITERS = 4000 };
