@@ -111,6 +111,15 @@ uint32_t snug_act_type(uint32_t wtype);
  * quant_act.c; env SNUG_ACT8=all|none overrides). When false they dequantize weight rows and
  * dot them with float activations. */
 bool snug_act_int8_use(uint32_t wtype);
+/* Whether decode-sized products (a few rows) of this weight type should run on 14-bit
+ * activations held as two int8 planes (snug_act_quantize_wide) instead of float activations:
+ * Q6_K by default (env SNUG_ACT_WIDE=none|all). Never true where snug_act_int8_use is. */
+bool snug_act_wide_use(uint32_t wtype);
+/* One row of n activations as q = round(x / dx) (|q| ≤ 8191, dx per block of the type's
+ * activation format) split exactly into two activation rows of that format: the high plane
+ * floor(q / 128) with scale 128·dx at xq, the low plane q mod 128 with scale dx at xq + xs.
+ * snug_act_dot of a weight row with both rows, summed, is the dot with the 14-bit values. */
+void snug_act_quantize_wide(uint32_t wtype, const float *x, void *xq, size_t xs, int64_t n);
 /* Bytes of one quantized activation row of n elements (n · 4 for the float format). */
 size_t snug_act_row_bytes(uint32_t wtype, int64_t n);
 /* Quantize (or, for the float format, copy) one row of n activations into xq. */

@@ -50,6 +50,16 @@ static float quant_group(const float *x, int8_t *q, int m) {
     return amax / 127.0f;
 }
 
+/* Sums of each 16 int8 values of an A256 block (its bsums). */
+static void a256_sums(uint8_t *o) {
+    const int8_t *q = (const int8_t *)o;
+    for (int k = 0; k < 16; k++) {
+        int16_t s = 0;
+        for (int i = 0; i < 16; i++) s = (int16_t)(s + q[16 * k + i]);
+        memcpy(o + 260 + 2 * k, &s, 2);
+    }
+}
+
 static void quant_a32_ref(const float *x, void *xq, int64_t n) {
     uint8_t *o = xq;
     int64_t nb = n / 32;
@@ -62,14 +72,55 @@ static void quant_a32_ref(const float *x, void *xq, int64_t n) {
 static void quant_a256_ref(const float *x, void *xq, int64_t n) {
     uint8_t *o = xq;
     for (int64_t b = 0; b < n / 256; b++, o += SNUG_A256_BYTES, x += 256) {
-        const int8_t *q = (const int8_t *)o;
         float d = quant_group(x, (int8_t *)o, 256);
         memcpy(o + 256, &d, 4);
-        for (int k = 0; k < 16; k++) {
-            int16_t s = 0;
-            for (int i = 0; i < 16; i++) s = (int16_t)(s + q[16 * k + i]);
-            memcpy(o + 260 + 2 * k, &s, 2);
+        a256_sums(o);
+    }
+}
+
+/* ---- 14-bit activations as two int8 planes (snug_act_quantize_wide) ---------------------- */
+
+/* Largest magnitude of the 14-bit value q = round(x / dx), dx = amax / WIDE_MAX. */
+#define WIDE_MAX 8191
+
+/* One group of m floats: q = round(x · WIDE_MAX / amax) (NaN reads as 0), split exactly into
+ * q = 128·h + l with h = floor(q / 128) in [-64, 63] and l in [0, 127]; the h plane's scale is
+ * 128·dx, the l plane's dx, so h·(128·dx) + l·dx = q·dx. */
+static void wide_group(const float *x, int m, int8_t *h, int8_t *l, float *dh, float *dl) {
+    float amax = 0;
+    for (int i = 0; i < m; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float id = amax > 0 ? (float)WIDE_MAX / amax : 0.0f, d = amax / (float)WIDE_MAX;
+    for (int i = 0; i < m; i++) {
+        float v = x[i] * id;
+        if (!(v >= -(float)WIDE_MAX && v <= (float)WIDE_MAX))
+            v = v > 0 ? (float)WIDE_MAX : v < 0 ? -(float)WIDE_MAX : 0.0f;
+        int q = (int)nearbyintf(v), hh = (q + 8192) / 128 - 64;
+        h[i] = (int8_t)hh;
+        l[i] = (int8_t)(q - 128 * hh);
+    }
+    *dh = 128.0f * d;
+    *dl = d;
+}
+
+static void quant_wide(uint32_t wtype, const float *x, void *xq, size_t xs, int64_t n) {
+    uint8_t *oh = xq, *ol = (uint8_t *)xq + xs;
+    float dh, dl;
+    if (snug_act_type(wtype) == SNUG_DTYPE_Q8_0) {
+        int64_t nb = n / 32;
+        for (int64_t b = 0; b < nb; b++, x += 32) {
+            size_t qo = snug_a32_q(nb, b), dO = snug_a32_d(nb, b);
+            wide_group(x, 32, (int8_t *)(oh + qo), (int8_t *)(ol + qo), &dh, &dl);
+            memcpy(oh + dO, &dh, 4);
+            memcpy(ol + dO, &dl, 4);
         }
+        return;
+    }
+    for (int64_t b = 0; b < n / 256; b++, oh += SNUG_A256_BYTES, ol += SNUG_A256_BYTES, x += 256) {
+        wide_group(x, 256, (int8_t *)oh, (int8_t *)ol, &dh, &dl);
+        memcpy(oh + 256, &dh, 4);
+        memcpy(ol + 256, &dl, 4);
+        a256_sums(oh);
+        a256_sums(ol);
     }
 }
 
@@ -356,6 +407,33 @@ bool snug_act_int8_use(uint32_t wtype) {
     pthread_once(&g_act8_once, act8_init);
     if (snug_act_type(wtype) == SNUG_DTYPE_F32) return false;
     return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K));
+}
+
+/* Which weight types decode (a few activation rows) on 14-bit activations split into two int8
+ * planes (snug_act_quantize_wide): Q6_K by default — the int8 kernel run on both planes costs
+ * about half of the fused float dot, at float-like accuracy (the planes carry q = round(x /
+ * dx) exactly, |q| ≤ 8191, as the int16 prompt path). SNUG_ACT_WIDE=none turns it off
+ * (float activations), SNUG_ACT_WIDE=all adds Q8_0. */
+static int g_wide = -1; /* 0 none, 1 Q6_K, 2 Q6_K + Q8_0 */
+static pthread_once_t g_wide_once = PTHREAD_ONCE_INIT;
+static void wide_init(void) {
+    const char *e = getenv("SNUG_ACT_WIDE");
+    g_wide = 1;
+    if (e && !strcasecmp(e, "all")) g_wide = 2;
+    if (e && !strcasecmp(e, "none")) g_wide = 0;
+}
+
+bool snug_act_wide_use(uint32_t wtype) {
+    pthread_once(&g_wide_once, wide_init);
+    if (snug_act_int8_use(wtype)) return false;
+    return (g_wide >= 1 && wtype == SNUG_DTYPE_Q6_K) || (g_wide == 2 && wtype == SNUG_DTYPE_Q8_0);
+}
+
+void snug_act_quantize_wide(uint32_t wtype, const float *x, void *xq, size_t xs, int64_t n) {
+    SNUG_ASSERT(snug_act_type(wtype) == SNUG_DTYPE_Q8_0   ? n % 32 == 0
+                : snug_act_type(wtype) == SNUG_DTYPE_Q8_K ? n % 256 == 0
+                                                          : 0);
+    quant_wide(wtype, x, xq, xs, n);
 }
 
 uint32_t snug_act_type(uint32_t wtype) {

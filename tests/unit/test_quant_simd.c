@@ -18,6 +18,8 @@
  * snug_i16_gemm_ref for 1..8 rows and odd token counts (zero padding), the reference within half an
  * activation step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
  *    dequantized weights and the float activations (outliers included);
+ *  - the 14-bit two-plane activations (snug_act_quantize_wide): exact split within half a step
+ *    of x, and the two-plane dot at every level within that step of double arithmetic;
  *  - the SNUG_CPU level switch reports what it installed.
  * Read next: src/quant/quant_act.c, src/quant/quant_simd.inc. */
 #include "core/core.h"
@@ -423,6 +425,71 @@ static void test_dot2(void) {
     snug_free(w), snug_free(x), snug_free(q0), snug_free(q1), snug_free(xq);
 }
 
+/* 14-bit activations in two int8 planes (snug_act_quantize_wide, Q8_0's A32 and the K-quants'
+ * A256): every block's planes in range and h·(its scale) + l·(its scale) within half a step
+ * (amax/16382) of x; the two-plane dot at every level within that half step per element
+ * (Σ|w|·amax/16382) + 2e-6·Σ|w·x| of double arithmetic on the dequantized weights and x. */
+static void test_wide(void) {
+    uint32_t types[2] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q6_K};
+    int64_t nmax = 2560;
+    float *wf = snug_malloc((size_t)nmax * 4), *x = snug_malloc((size_t)nmax * 4);
+    float *wd = snug_malloc((size_t)nmax * 4);
+    double *xh = snug_malloc((size_t)nmax * 8), *xl = snug_malloc((size_t)nmax * 8);
+    uint8_t *wq = snug_malloc((size_t)nmax * 4), *xq = snug_malloc((size_t)nmax * 4 + 64);
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t type = types[ti];
+        int64_t g = type == SNUG_DTYPE_Q8_0 ? 32 : 256,
+                lens[3] = {g, 3 * g + (g == 32 ? 0 : 256), 2560};
+        int bad_rec = 0, bad_dot = 0, runs = 0;
+        double worst = 0;
+        for (int ni = 0; ni < 3; ni++)
+            for (int v = 0; v < 4; v++) {
+                int64_t n = lens[ni];
+                fill_row(x, n, v);
+                fill_row(wf, n, v == 3 ? 0 : v);
+                CHECK(snug_quantize_row(type, wf, wq, n, NULL));
+                snug_dequantize_row_ref(type, wq, wd, n);
+                size_t rb = snug_act_row_bytes(type, n), xs = rb + 12; /* odd plane stride */
+                snug_act_quantize_wide(type, x, xq, xs, n);
+                deq_act(type, xq, n, xh);
+                deq_act(type, xq + xs, n, xl);
+                double s = 0, m = 0, step = 0;
+                for (int64_t b = 0; b < n / g; b++) {
+                    double amax = 0;
+                    for (int64_t i = b * g; i < (b + 1) * g; i++)
+                        amax = fmax(amax, fabs((double)x[i]));
+                    double half = amax / 16382 * (1 + 1e-3);
+                    for (int64_t i = b * g; i < (b + 1) * g; i++) {
+                        /* the low plane is non-negative, the high plane within [-64, 63] steps */
+                        bad_rec += !(fabs(xh[i] + xl[i] - x[i]) <= half) || xl[i] < 0 ||
+                                   fabs(xh[i]) > 64 * 128 * (amax / 8191) * (1 + 1e-6);
+                        s += (double)wd[i] * x[i];
+                        m += fabs((double)wd[i] * x[i]);
+                        step += fabs((double)wd[i]) * half;
+                    }
+                }
+                for (int li = 0; li < 3; li++) {
+                    if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+                    float o[2];
+                    snug_act_dot(type, wq, xq, xs, 2, n, o);
+                    double e = fabs((double)o[0] + o[1] - s);
+                    bad_dot += !(e <= step + 2e-6 * m);
+                    if (m > 0 && !(e / m <= worst)) worst = e / m;
+                    runs++;
+                }
+            }
+        snug_cpu_set_level(SNUG_CPU_AVX512);
+        CHECKF(bad_rec == 0, "%s wide activations: %d elements off by more than half a step",
+               snug_dtype_info(type)->name, bad_rec);
+        CHECKF(bad_dot == 0, "%s wide dot: %d of %d dots beyond the bound",
+               snug_dtype_info(type)->name, bad_dot, runs);
+        printf("wide act %-5s  %d dots (all levels) within half a step; worst err/Σ|wx| %.2g\n",
+               snug_dtype_info(type)->name, runs, worst);
+    }
+    snug_free(wf), snug_free(x), snug_free(wd), snug_free(xh), snug_free(xl), snug_free(wq);
+    snug_free(xq);
+}
+
 int main(void) {
     int hw = snug_cpu_set_level(SNUG_CPU_AVX512);
     printf("cpu level: %s\n", snug_cpu_level_name(hw));
@@ -439,5 +506,6 @@ int main(void) {
     test_fgemm();
     test_tgemm();
     test_i16();
+    test_wide();
     return TEST_DONE();
 }

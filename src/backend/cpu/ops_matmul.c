@@ -9,8 +9,9 @@
  * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
  * `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode row
  * takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
- * dot each weight row in place with every row (snug_dot_row). F32/F16/BF16 weights always dot
- * in place, eight float rows at a time.
+ * dot each weight row in place with every row (snug_dot_row), except Q6_K (snug_act_wide_use),
+ * whose rows (up to MM_VEC_ROWS) go as 14-bit values in two int8 planes through the int8
+ * kernel (mm_task_wide). F32/F16/BF16 weights always dot in place, eight float rows at a time.
  * Invariant: allocates nothing; results do not depend on the thread count (each output
  * element is one fixed-order kernel call, whatever rows share the call); a thread's scratch
  * starts on its own cache lines.
@@ -143,6 +144,25 @@ static void mm_task_vecs(void *vctx, int ith, int nth) {
     }
 }
 
+/* Decode-sized products on 14-bit activations (quant.h snug_act_wide_use): activation row t
+ * is two int8 planes at xq + 2t·xrb (high) and + (2t + 1)·xrb (low); each weight row is
+ * dotted with all 2T planes (eight per call) while it sits in L1 and y = high + low. Each
+ * output is the same computation whatever T, so a batch row equals its decode alone. */
+static void mm_task_wide(void *vctx, int ith, int nth) {
+    const struct mm_ctx *c = vctx;
+    long lo, hi;
+    snug_split_range((long)c->n_out, ith, nth, &lo, &hi);
+    int np = (int)(2 * c->T);
+    for (long r = lo; r < hi; r++) {
+        const uint8_t *wr = c->w + (size_t)r * c->row_bytes;
+        float o[2 * MM_VEC_ROWS];
+        for (int g = 0; g < np; g += SNUG_ACT_MAX_ROWS)
+            snug_act_dot(c->type, wr, c->xq + (size_t)g * c->xrb, c->xrb,
+                         SNUG_MIN(SNUG_ACT_MAX_ROWS, np - g), c->n_in, o + g);
+        for (int64_t t = 0; t < c->T; t++) c->y[t * c->n_out + r] = o[2 * t] + o[2 * t + 1];
+    }
+}
+
 /* Tokens per transposed activation tile of the float fallback: about MM_XBYTES of floats, a
  * multiple of 48 (the 512-bit snug_tgemm block), at least 48. */
 static int64_t xt_tokens(int64_t n_in) {
@@ -248,6 +268,15 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
     bool int8 = snug_act_int8_use(type) && T <= SNUG_OP_MATMUL_INT8_MAX_T;
     uint32_t at = int8 ? snug_act_type(type) : SNUG_DTYPE_F32;
     bool float_w = type == SNUG_DTYPE_F32 || type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16;
+    if (!int8 && T <= MM_VEC_ROWS && work != NULL && snug_act_wide_use(type)) {
+        /* T ≤ 8 rows: 2T planes fit the quantized-tile space (MM_TILE rows) */
+        c.xq = (uint8_t *)SNUG_ALIGN_UP((uintptr_t)work, 64);
+        c.xrb = snug_act_row_bytes(type, n_in);
+        for (int64_t t = 0; t < T; t++)
+            snug_act_quantize_wide(type, x + t * n_in, c.xq + (size_t)(2 * t) * c.xrb, c.xrb, n_in);
+        snug_pool_run(pool, mm_task_wide, &c);
+        return;
+    }
     if (at == SNUG_DTYPE_F32 && !float_w && (T == 1 || work == NULL)) {
         for (int64_t t = 0; t < T; t++) {
             c.x = x + t * n_in;
