@@ -1,11 +1,14 @@
 /* backend_cpu.c — the CPU backend behind struct snug_backend_ops: thin wrappers over the ops of
- * src/backend/cpu/ops.h plus the small elementwise ops the architectures used to do inline
- * (residual add, scale, DeltaNet gates, strided copies, gather/combine for MoE). Activations
+ * src/backend/cpu/ops.h (the prompt-sized element-wise ones, residual add, attention gate, MoE
+ * combine, thread over the pool there) plus the small ones the architectures used to do inline
+ * (scale, DeltaNet gates, strided copies, MoE gather). Activations
  * are host memory; weights are the GGUF mapping itself. Also the sticky-error helpers every
  * backend shares. Invariant: no allocation; results identical to calling ops.h directly.
  * Read next: backend.h (the interface), cuda/cuda_backend.c (the other implementation).
  */
 #include "backend/backend.h"
+
+#include "backend/cpu/ops_util.h"
 
 #include "quant/quant.h"
 
@@ -41,29 +44,29 @@ static void cpu_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t
 }
 static void cpu_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                         int64_t n, float *y) {
-    snug_op_rmsnorm(x, w, eps, T, n, y);
+    snug_op_rmsnorm(be->pool, x, w, eps, T, n, y);
 }
 static void cpu_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
-    snug_op_l2norm(x, rows, n, eps);
+    snug_op_l2norm(be->pool, x, rows, n, eps);
 }
 static void cpu_rope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t hd, int64_t n_rot,
                      const int32_t *pos, float base) {
-    snug_op_rope_neox(x, T, nh, hd, n_rot, pos, base);
+    snug_op_rope_neox(be->pool, x, T, nh, hd, n_rot, pos, base);
 }
 static void cpu_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
-    snug_op_swiglu(g, u, n, y);
+    snug_op_swiglu(be->pool, g, u, n, y);
 }
 static void cpu_sigmoid_mul(struct snug_be *be, const float *x, const float *g, int64_t n,
                             float *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * snug_sigmoid(g[i]);
+    snug_op_sigmoid_mul(be->pool, x, g, n, y);
 }
 static void cpu_gated_rmsnorm(struct snug_be *be, const float *o, const float *z, const float *w,
                               float eps, int64_t T, int64_t Nv, int64_t dv, float *y) {
-    snug_op_gated_rmsnorm(o, z, w, eps, T, Nv, dv, y);
+    snug_op_gated_rmsnorm(be->pool, o, z, w, eps, T, Nv, dv, y);
 }
 static void cpu_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
                           const float *w, float *st, float *y) {
-    snug_op_conv_silu(x, T, C, K, w, st, y);
+    snug_op_conv_silu(be->pool, x, T, C, K, w, st, y);
 }
 static void cpu_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
                          int64_t pos0, int64_t T, const float *k, const float *v) {
@@ -86,7 +89,7 @@ static void cpu_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t
     snug_op_gated_delta_chunked(be->pool, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, work);
 }
 static void cpu_add(struct snug_be *be, float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+    snug_op_add(be->pool, x, y, n);
 }
 static void cpu_scale(struct snug_be *be, float *x, int64_t n, float s) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
@@ -99,7 +102,7 @@ static void cpu_delta_gates(struct snug_be *be, float *beta, float *g, const flo
                             const float *dt, int64_t T, int64_t Nv) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < Nv; j++) {
-            beta[t * Nv + j] = snug_sigmoid(beta[t * Nv + j]);
+            beta[t * Nv + j] = snug_ops_sigmoid(beta[t * Nv + j]);
             g[t * Nv + j] = a[j] * softplus(g[t * Nv + j] + dt[j]);
         }
 }
@@ -123,22 +126,11 @@ static void cpu_gather_rows(struct snug_be *be, float *dst, const float *src, co
 }
 static void cpu_moe_combine(struct snug_be *be, float *y, const float *d, const int32_t *slot,
                             const float *w, int64_t T, int64_t k, int64_t H) {
-    for (int64_t t = 0; t < T; t++) {
-        float *yr = y + t * H;
-        memset(yr, 0, (size_t)H * 4);
-        for (int64_t j = 0; j < k; j++) {
-            const float *dr = d + (int64_t)slot[t * k + j] * H;
-            float wj = w[t * k + j];
-            for (int64_t c = 0; c < H; c++) yr[c] += wj * dr[c];
-        }
-    }
+    snug_op_moe_combine(be->pool, y, d, slot, w, T, k, H);
 }
 static void cpu_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
                           int64_t H) {
-    for (int64_t t = 0; t < T; t++) {
-        float s = snug_sigmoid(gl[t]);
-        for (int64_t c = 0; c < H; c++) y[t * H + c] += s * d[t * H + c];
-    }
+    snug_op_add_gated(be->pool, y, d, gl, T, H);
 }
 
 static const struct snug_backend_ops CPU_OPS = {

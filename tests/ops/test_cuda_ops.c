@@ -159,12 +159,12 @@ static void test_basic(void) {
     int64_t T = 5, n = 1000;
     float *x = rnd(T * n, 3.0f), *w = rnd(n, 1.0f), *ref = snug_malloc((size_t)(T * n) * 4);
     float *dx = dup_dev(x, T * n * 4), *dw = dup_dev(w, n * 4), *dy = dev_poison(T * n * 4);
-    snug_op_rmsnorm(x, w, 1e-6f, T, n, ref);
+    snug_op_rmsnorm(NULL, x, w, 1e-6f, T, n, ref);
     OK(snug_cuda_rmsnorm(&cu, dx, dw, 1e-6f, T, n, dy, &err));
     float *got = get(dy, T * n);
     cmp("rmsnorm 5x1000", got, ref, T * n, 1e-5);
     snug_free(got);
-    snug_op_rmsnorm(x, NULL, 1e-6f, T, n, ref);
+    snug_op_rmsnorm(NULL, x, NULL, 1e-6f, T, n, ref);
     OK(snug_cuda_rmsnorm(&cu, dx, NULL, 1e-6f, T, n, dx, &err)); /* in place, no weight */
     got = get(dx, T * n);
     cmp("rmsnorm 5x1000 in place, w=NULL", got, ref, T * n, 1e-5);
@@ -173,7 +173,7 @@ static void test_basic(void) {
     int64_t rows = 37, hd = 128;
     float *a = rnd(rows * hd, 2.0f);
     float *da = dup_dev(a, rows * hd * 4);
-    snug_op_l2norm(a, rows, hd, 1e-6f);
+    snug_op_l2norm(NULL, a, rows, hd, 1e-6f);
     OK(snug_cuda_l2norm(&cu, da, rows, hd, 1e-6f, &err));
     got = get(da, rows * hd);
     cmp("l2norm 37x128", got, a, rows * hd, 1e-5);
@@ -186,7 +186,7 @@ static void test_basic(void) {
     float *r = rnd(Tr * H * D, 1.0f);
     float *dr = dup_dev(r, Tr * H * D * 4);
     int32_t *dpos = dup_dev(pos, sizeof pos);
-    snug_op_rope_neox(r, Tr, H, D, nrot, pos, 10000000.0f);
+    snug_op_rope_neox(NULL, r, Tr, H, D, nrot, pos, 10000000.0f);
     OK(snug_cuda_rope_neox(&cu, dr, Tr, H, D, nrot, dpos, 10000000.0f, &err));
     got = get(dr, Tr * H * D);
     cmp("rope_neox 7x5x64 rot 32, pos to 260K", got, r, Tr * H * D, 1e-5);
@@ -195,7 +195,7 @@ static void test_basic(void) {
     int64_t m = 3001;
     float *g = rnd(m, 6.0f), *u = rnd(m, 2.0f), *o = snug_malloc(m * 4);
     float *dg = dup_dev(g, m * 4), *du = dup_dev(u, m * 4), *dout = dev_poison(m * 4);
-    snug_op_swiglu(g, u, m, o);
+    snug_op_swiglu(NULL, g, u, m, o);
     OK(snug_cuda_swiglu(&cu, dg, du, m, dout, &err));
     got = get(dout, m);
     cmp("swiglu 3001", got, o, m, 1e-6);
@@ -212,7 +212,7 @@ static void test_basic(void) {
     float *gref = snug_malloc(Tg * Nv * dv * 4);
     float *doo = dup_dev(oo, Tg * Nv * dv * 4), *dz = dup_dev(z, Tg * Nv * dv * 4),
           *dgw = dup_dev(gw, dv * 4), *dgy = dev_poison(Tg * Nv * dv * 4);
-    snug_op_gated_rmsnorm(oo, z, gw, 1e-6f, Tg, Nv, dv, gref);
+    snug_op_gated_rmsnorm(NULL, oo, z, gw, 1e-6f, Tg, Nv, dv, gref);
     OK(snug_cuda_gated_rmsnorm(&cu, doo, dz, dgw, 1e-6f, Tg, Nv, dv, dgy, &err));
     got = get(dgy, Tg * Nv * dv);
     cmp("gated_rmsnorm 3x7x96", got, gref, Tg * Nv * dv, 1e-5);
@@ -227,7 +227,7 @@ static void test_basic(void) {
         int64_t Tc = steps[s];
         float *cx = rnd(Tc * C, 2.0f), *cy = snug_malloc(Tc * C * 4);
         float *dcx = dup_dev(cx, Tc * C * 4), *dcy = dev_poison(Tc * C * 4);
-        snug_op_conv_silu(cx, Tc, C, K, cwt, cst, cy);
+        snug_op_conv_silu(NULL, cx, Tc, C, K, cwt, cst, cy);
         OK(snug_cuda_conv_silu(&cu, dcx, Tc, C, K, dcw, dcs, dcy, &err));
         got = get(dcy, Tc * C);
         char name[64];
@@ -377,8 +377,8 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
 static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv) {
     float *q = rnd(T * Nk * dk, 1.0f), *k = rnd(T * Nk * dk, 1.0f), *v = rnd(T * Nv * dv, 1.0f);
     float *g = rnd(T * Nv, 1.0f), *beta = rnd(T * Nv, 1.0f), *S = rnd(Nv * dk * dv, 0.5f);
-    snug_op_l2norm(q, T * Nk, dk, 1e-6f);
-    snug_op_l2norm(k, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(NULL, q, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(NULL, k, T * Nk, dk, 1e-6f);
     for (int64_t i = 0; i < T * Nk * dk; i++) q[i] /= sqrtf((float)dk);
     for (int64_t i = 0; i < T * Nv; i++) {
         g[i] = -fabsf(g[i]) * 1.5f;

@@ -72,7 +72,7 @@ static void test_norms(void) {
     struct errs e = {0, 0};
     for (int wi = 0; wi < 2; wi++) {
         const float *wp = wi ? w : NULL;
-        snug_op_rmsnorm(x, wp, 1e-6f, T, n, y);
+        snug_op_rmsnorm(NULL, x, wp, 1e-6f, T, n, y);
         for (int64_t t = 0; t < T; t++) {
             double ss = 0;
             for (int64_t i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i];
@@ -84,7 +84,7 @@ static void test_norms(void) {
     /* in place (y aliases x) gives the same numbers */
     float *x2 = falloc(T * n);
     memcpy(x2, x, (size_t)(T * n) * sizeof(float));
-    snug_op_rmsnorm(x2, w, 1e-6f, T, n, x2);
+    snug_op_rmsnorm(NULL, x2, w, 1e-6f, T, n, x2);
     CHECK(memcmp(x2, y, (size_t)(T * n) * sizeof(float)) == 0);
     printf("rmsnorm        max abs %.3g rel %.3g\n", e.abs, e.rel);
     CHECK(e.rel < 1e-6);
@@ -92,7 +92,7 @@ static void test_norms(void) {
     /* l2norm: rows of 37 */
     memcpy(x2, x, (size_t)(T * n) * sizeof(float));
     int64_t rows = T * n / 37, m = 37;
-    snug_op_l2norm(x2, rows, m, 1e-6f);
+    snug_op_l2norm(NULL, x2, rows, m, 1e-6f);
     for (int64_t r = 0; r < rows; r++) {
         double ss = 0;
         for (int64_t i = 0; i < m; i++) ss += (double)x[r * m + i] * x[r * m + i];
@@ -103,7 +103,7 @@ static void test_norms(void) {
     CHECK(e.rel < 1e-6);
 
     /* swiglu */
-    snug_op_swiglu(x, z, T * n, y);
+    snug_op_swiglu(NULL, x, z, T * n, y);
     for (int64_t i = 0; i < T * n; i++) ref[i] = x[i] / (1.0 + exp(-(double)x[i])) * z[i];
     e = compare(y, ref, T * n);
     printf("swiglu         max abs %.3g rel %.3g\n", e.abs, e.rel);
@@ -111,7 +111,7 @@ static void test_norms(void) {
 
     /* gated rmsnorm: T=5 tokens, Nv = 3 heads of dv = 111 (n = 333) */
     int64_t Nv = 3, dv = 111;
-    snug_op_gated_rmsnorm(x, z, w, 1e-6f, T, Nv, dv, y);
+    snug_op_gated_rmsnorm(NULL, x, z, w, 1e-6f, T, Nv, dv, y);
     for (int64_t r = 0; r < T * Nv; r++) {
         double ss = 0;
         for (int64_t i = 0; i < dv; i++) ss += (double)x[r * dv + i] * x[r * dv + i];
@@ -136,7 +136,7 @@ static void test_rope(void) {
     double *ref = dalloc(T * H * D);
     fill(x, T * H * D, 2.0f);
     memcpy(y, x, (size_t)(T * H * D) * sizeof(float));
-    snug_op_rope_neox(y, T, H, D, n_rot, pos, 1e7f);
+    snug_op_rope_neox(NULL, y, T, H, D, n_rot, pos, 1e7f);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t h = 0; h < H; h++) {
             const float *xh = x + (t * H + h) * D;
@@ -180,7 +180,7 @@ static void test_conv(void) {
     }
     int64_t t0 = 0;
     for (int i = 0; i < 3; i++) { /* three consecutive calls carry the state */
-        snug_op_conv_silu(x + t0 * C, Ts[i], C, K, w, st, y + t0 * C);
+        snug_op_conv_silu(NULL, x + t0 * C, Ts[i], C, K, w, st, y + t0 * C);
         t0 += Ts[i];
     }
     struct errs e = compare(y, ref, Ttot * C);
@@ -460,8 +460,8 @@ static void delta_inputs(int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t 
     fill(q, T * Nk * dk, 1.0f);
     fill(k, T * Nk * dk, 1.0f);
     fill(v, T * Nv * dv, 1.0f);
-    snug_op_l2norm(q, T * Nk, dk, 1e-6f);
-    snug_op_l2norm(k, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(NULL, q, T * Nk, dk, 1e-6f);
+    snug_op_l2norm(NULL, k, T * Nk, dk, 1e-6f);
     for (int64_t i = 0; i < T * Nk * dk; i++) q[i] /= sqrtf((float)dk);
     for (int64_t i = 0; i < T * Nv; i++) {
         g[i] = gmin * frand01();

@@ -32,19 +32,38 @@ size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads);
 #define SNUG_OP_MATMUL_INT8_MAX_T 16
 
 /* ---- elementwise and norms ---------------------------------------------------------------- */
+/* The element-wise ops (this section, snug_op_conv_silu and snug_op_gated_rmsnorm) run on the
+ * calling thread below this many elements (a decode step: no pool wake-up) and split rows or
+ * channels over the pool above it; every element is computed by the same code either way, so
+ * results are identical for any thread count. SiLU and sigmoid in them use snug_ops_expf
+ * (ops_util.h, within 1 ulp of expf), not libm. */
+#define SNUG_OP_EWISE_PAR_MIN 65536
 /* y[T][n] = x · rsqrt(mean(x²) + eps) · w   (w may be NULL: no weight). y may alias x. */
-void snug_op_rmsnorm(const float *x, const float *w, float eps, int64_t T, int64_t n, float *y);
+void snug_op_rmsnorm(struct snug_pool *pool, const float *x, const float *w, float eps, int64_t T,
+                     int64_t n, float *y);
 /* In place: each of the `rows` rows of n floats scaled to unit L2 norm: x / sqrt(Σx² + eps). */
-void snug_op_l2norm(float *x, int64_t rows, int64_t n, float eps);
+void snug_op_l2norm(struct snug_pool *pool, float *x, int64_t rows, int64_t n, float eps);
 /* In place NeoX-style rotary embedding on the first n_rot dims of each head:
  * x: [T][n_heads][head_dim]; token t has position pos[t]; pairs (i, i + n_rot/2),
  * θ_i = pos · base^(−2i/n_rot). Dims ≥ n_rot are untouched. */
-void snug_op_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-                       const int32_t *pos, float base);
+void snug_op_rope_neox(struct snug_pool *pool, float *x, int64_t T, int64_t n_heads,
+                       int64_t head_dim, int64_t n_rot, const int32_t *pos, float base);
 static inline float snug_silu(float x);
 static inline float snug_sigmoid(float x);
 /* y[i] = silu(gate[i]) * up[i] for i < n (y may alias either). */
-void snug_op_swiglu(const float *gate, const float *up, int64_t n, float *y);
+void snug_op_swiglu(struct snug_pool *pool, const float *gate, const float *up, int64_t n,
+                    float *y);
+/* y[i] = x[i] · σ(g[i]) for i < n (y may alias either): the attention output gate. */
+void snug_op_sigmoid_mul(struct snug_pool *pool, const float *x, const float *g, int64_t n,
+                         float *y);
+/* x[i] += y[i] for i < n (the residual add). */
+void snug_op_add(struct snug_pool *pool, float *x, const float *y, int64_t n);
+/* MoE combine: y[t] = Σ_j w[t·k+j] · d[slot[t·k+j]] (rows of H, terms in order j), y: [T][H]. */
+void snug_op_moe_combine(struct snug_pool *pool, float *y, const float *d, const int32_t *slot,
+                         const float *w, int64_t T, int64_t k, int64_t H);
+/* Shared-expert add: y[t] += σ(gl[t]) · d[t] for rows of H, t < T. */
+void snug_op_add_gated(struct snug_pool *pool, float *y, const float *d, const float *gl, int64_t T,
+                       int64_t H);
 
 /* ---- attention (full-attention layers) ---------------------------------------------------- */
 /* The attention cache of one layer for one sequence: K and V rows of Hkv·D elements per
@@ -92,8 +111,8 @@ size_t snug_op_kvq_attention_work_bytes(int64_t D, int n_threads);
  * place to the last K-1 inputs; w: GGUF ssm_conv1d, ne = {K, C}, float32: w[c*K + j], j = K-1
  * multiplies the current token. y: [T][C] = silu(Σ_j w[c][j] · x_{t-K+1+j}[c]).
  * y must not overlap x or conv_state. */
-void snug_op_conv_silu(const float *x, int64_t T, int64_t C, int64_t K, const float *w,
-                       float *conv_state, float *y);
+void snug_op_conv_silu(struct snug_pool *pool, const float *x, int64_t T, int64_t C, int64_t K,
+                       const float *w, float *conv_state, float *y);
 
 /* The gated delta rule for T tokens of one layer, all value heads, state in float32.
  * q, k: [T][Nk][dk], already L2-normalised, q already scaled by 1/sqrt(dk).
@@ -113,9 +132,10 @@ void snug_op_gated_delta_chunked(struct snug_pool *pool, int64_t T, int64_t Nk, 
 size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads);
 
 /* y[T][Nv][dv] = rmsnorm(o_j) · w · silu(z_j) per value head (w: [dv], shared by all heads). */
-void snug_op_gated_rmsnorm(const float *o, const float *z, const float *w, float eps, int64_t T,
-                           int64_t Nv, int64_t dv, float *y);
+void snug_op_gated_rmsnorm(struct snug_pool *pool, const float *o, const float *z, const float *w,
+                           float eps, int64_t T, int64_t Nv, int64_t dv, float *y);
 
+/* The libm forms (reference and test code; the ops use ops_util.h's snug_ops_silu/_sigmoid). */
 #include <math.h>
 static inline float snug_silu(float x) {
     return x / (1.0f + expf(-x));
