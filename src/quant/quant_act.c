@@ -578,6 +578,30 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
     SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);
     kern()->i16gemm(wtype, wp, wps, nr, xt, ttpad, nt, n, y, ys);
 }
+bool snug_i8_supports(uint32_t wtype) {
+    const struct snug_qkernels *k = kern();
+    return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i8gemm != NULL &&
+           wtype == SNUG_DTYPE_Q4_K;
+}
+void snug_i8_prep(const void *src, void *dst, int64_t n) {
+    const struct snug_qkernels *k = kern();
+    if (k->i8prep)
+        k->i8prep(src, dst, n);
+    else
+        snug_i8_prep_ref(src, dst, n);
+}
+void snug_i8_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
+    const struct snug_qkernels *k = kern();
+    if (k->i8quant_x)
+        k->i8quant_x(x, n, t, ttpad, xt);
+    else
+        snug_i8_quant_x_ref(x, n, t, ttpad, xt);
+}
+void snug_i8_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
+                  float *y, size_t ys) {
+    SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);
+    kern()->i8gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+}
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);
     act_quantize(&g_ref, wtype, x, xq, n);

@@ -155,3 +155,116 @@ void snug_i16_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const
             y[(size_t)t * ys + (size_t)r] = facc;
         }
 }
+
+/* ---- Q4_K on int8 activations (snug_i8_*) ------------------------------------------------- */
+
+size_t snug_i8_row_bytes(int64_t n) {
+    return SNUG_ALIGN_UP((size_t)n + (size_t)(n / 256) * 17 * 4, 64);
+}
+
+size_t snug_i8_x_bytes(int64_t n, int ttpad) {
+    return ((size_t)n + (size_t)(n / 256) * 4 + (size_t)(n / 32) * 4) * (size_t)ttpad;
+}
+
+/* Prepared row: the values 0..15 in element order, then nine floats per super-block (d,
+ * dmin·m_j), then eight int32 scales per super-block. */
+void snug_i8_prep_ref(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    uint8_t *q = dst;
+    int64_t nb = n / 256;
+    float *meta = (float *)(void *)(q + n);
+    int32_t *scs = (int32_t *)(void *)(q + n + (size_t)nb * 36);
+    for (int64_t b = 0; b < nb; b++, w += 144, q += 256, meta += 9, scs += 8) {
+        float d = snug_act_f16(w), dmin = snug_act_f16(w + 2);
+        meta[0] = d;
+        for (int c = 0; c < 4; c++) {
+            int s0, m0, s1, m1;
+            snug_act_kscale(w + 4, 2 * c, &s0, &m0);
+            snug_act_kscale(w + 4, 2 * c + 1, &s1, &m1);
+            meta[1 + 2 * c] = dmin * (float)m0;
+            meta[2 + 2 * c] = dmin * (float)m1;
+            scs[2 * c] = s0;
+            scs[2 * c + 1] = s1;
+            const uint8_t *qs = w + 16 + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                q[64 * c + l] = qs[l] & 0xf;
+                q[64 * c + 32 + l] = qs[l] >> 4;
+            }
+        }
+    }
+}
+
+/* Token t of an int8 tile: the A256 values of each super-block as quads, dx, per-32 sums. */
+void snug_i8_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt) {
+    int32_t *quads = xt;
+    float *dx = (float *)(void *)((uint8_t *)xt + (size_t)n * (size_t)ttpad);
+    float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        float amax = 0;
+        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float id = amax > 0 ? 127.0f / amax : 0.0f;
+        dx[(size_t)b * (size_t)ttpad + (size_t)t] = amax / 127.0f;
+        for (int j = 0; j < 8; j++) {
+            int32_t s = 0;
+            for (int i = 0; i < 32; i += 4) {
+                int8_t qq[4];
+                for (int m = 0; m < 4; m++) {
+                    qq[m] = (int8_t)nearbyintf(xb[32 * j + i + m] * id);
+                    s += qq[m];
+                }
+                int64_t kq = (256 * b + 32 * j + i) / 4;
+                memcpy(&quads[(size_t)kq * (size_t)ttpad + (size_t)t], qq, 4);
+            }
+            is[(size_t)(8 * b + j) * (size_t)ttpad + (size_t)t] = (float)s;
+        }
+    }
+}
+
+void snug_i8_pad_x(int64_t n, int t0, int ttpad, void *xt) {
+    int32_t *quads = xt;
+    float *rest = (float *)(void *)((uint8_t *)xt + (size_t)n * (size_t)ttpad);
+    for (int64_t kq = 0; kq < n / 4; kq++)
+        for (int t = t0; t < ttpad; t++) quads[(size_t)kq * (size_t)ttpad + (size_t)t] = 0;
+    for (int64_t i = 0; i < n / 256 + n / 32; i++)
+        for (int t = t0; t < ttpad; t++) rest[(size_t)i * (size_t)ttpad + (size_t)t] = 0;
+}
+
+/* Reference product, per output and super-block: acc = Σ_j sc_j · Σ_{k in j} q_k·x_k (exact:
+ * |acc| ≤ 8·63·32·15·127 < 2³¹), then the float steps of snug_i16_gemm_ref's Q4_K branch. */
+void snug_i8_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
+                      int64_t n, float *y, size_t ys) {
+    const int32_t *quads = xt;
+    const float *dx =
+        (const float *)(const void *)((const uint8_t *)xt + (size_t)n * (size_t)ttpad);
+    const float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
+    int64_t nb = n / 256;
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *q = (const uint8_t *)wp + (size_t)r * wps;
+            const float *meta = (const float *)(const void *)(q + n);
+            const int32_t *scs = (const int32_t *)(const void *)(q + n + (size_t)nb * 36);
+            float facc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t acc = 0;
+                for (int j = 0; j < 8; j++) {
+                    int32_t sub = 0;
+                    for (int64_t kq = (256 * b + 32 * j) / 4; kq < (256 * b + 32 * j + 32) / 4;
+                         kq++) {
+                        int8_t xx[4];
+                        memcpy(xx, &quads[(size_t)kq * (size_t)ttpad + (size_t)t], 4);
+                        for (int m = 0; m < 4; m++) sub += q[4 * kq + m] * xx[m];
+                    }
+                    acc += sub * scs[8 * b + j];
+                }
+                const float *m = meta + 9 * b;
+                float main = (float)acc * m[0];
+                float mins = m[1] * is[(size_t)(8 * b) * (size_t)ttpad + (size_t)t];
+                for (int j = 1; j < 8; j++)
+                    mins =
+                        fmaf(m[1 + j], is[(size_t)(8 * b + j) * (size_t)ttpad + (size_t)t], mins);
+                facc = fmaf(main - mins, dx[(size_t)b * (size_t)ttpad + (size_t)t], facc);
+            }
+            y[(size_t)t * ys + (size_t)r] = facc;
+        }
+}

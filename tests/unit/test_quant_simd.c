@@ -270,16 +270,50 @@ static void test_tgemm(void) {
 
 /* Q4_K on int16 activations: preparation and block product against the references, the
  * reference against double on dequantized weights and the original floats. */
-static void test_i16_type(uint32_t type) {
+/* The int16 (snug_i16_*) and int8 (snug_i8_*, Q4_K) prompt products behind one interface, so
+ * one test checks both. */
+static size_t ip_row_bytes(int i8, int64_t n) {
+    return i8 ? snug_i8_row_bytes(n) : snug_i16_row_bytes(n);
+}
+static size_t ip_x_bytes(int i8, int64_t n, int ttpad) {
+    return i8 ? snug_i8_x_bytes(n, ttpad) : snug_i16_x_bytes(n, ttpad);
+}
+static void ip_prep(int i8, int ref, uint32_t type, const void *src, void *dst, int64_t n) {
+    if (i8)
+        ref ? snug_i8_prep_ref(src, dst, n) : snug_i8_prep(src, dst, n);
+    else if (!ref)
+        snug_i16_prep(type, src, dst, n);
+    else if (type == SNUG_DTYPE_Q6_K)
+        snug_i16_prep_q6k_ref(src, dst, n);
+    else
+        snug_i16_prep_q4k_ref(src, dst, n);
+}
+static void ip_quant_x(int i8, int ref, const float *x, int64_t n, int t, int ttpad, void *xt) {
+    if (i8)
+        ref ? snug_i8_quant_x_ref(x, n, t, ttpad, xt) : snug_i8_quant_x(x, n, t, ttpad, xt);
+    else
+        ref ? snug_i16_quant_x_ref(x, n, t, ttpad, xt) : snug_i16_quant_x(x, n, t, ttpad, xt);
+}
+static void ip_gemm(int i8, int ref, uint32_t type, const void *wp, size_t wps, int nr,
+                    const void *xt, int ttpad, int nt, int64_t n, float *y, size_t ys) {
+    if (i8 && ref) snug_i8_gemm_ref(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    if (i8 && !ref) snug_i8_gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    if (!i8 && ref) snug_i16_gemm_ref(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    if (!i8 && !ref) snug_i16_gemm(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
+}
+
+static void test_i16_type(uint32_t type, int i8) {
+    const char *kn = i8 ? "i8" : "i16";
+    bool vec = i8 ? snug_i8_supports(type) : snug_i16_supports(type);
     int64_t ns[] = {256, 768, 2048};
     int nts[] = {1, 5, 16, 17, 47, 48, 49, 100};
     const int ttmax = 112, ys = SNUG_TGEMM_MR + 3, nr_all = SNUG_TGEMM_MR;
     int64_t nmax = 2048;
     size_t qrb = (size_t)snug_dtype_row_bytes(type, (uint64_t)nmax);
-    size_t prb = snug_i16_row_bytes(nmax);
+    size_t prb = ip_row_bytes(i8, nmax);
     uint8_t *wq = snug_malloc(qrb * (size_t)nr_all), *wp = snug_malloc(prb * (size_t)nr_all);
-    uint8_t *wp2 = snug_malloc(prb), *xt = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
-    uint8_t *xt2 = snug_malloc(snug_i16_x_bytes(nmax, ttmax));
+    uint8_t *wp2 = snug_malloc(prb), *xt = snug_malloc(ip_x_bytes(i8, nmax, ttmax));
+    uint8_t *xt2 = snug_malloc(ip_x_bytes(i8, nmax, ttmax));
     float *row = snug_malloc((size_t)nmax * 4), *wd = snug_malloc((size_t)nmax * 4 * nr_all);
     float *x = snug_malloc((size_t)nmax * 4 * ttmax);
     float *ref = snug_malloc((size_t)ttmax * (size_t)ys * 4);
@@ -287,43 +321,46 @@ static void test_i16_type(uint32_t type) {
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
         int64_t n = ns[ni];
         size_t rb = (size_t)snug_dtype_row_bytes(type, (uint64_t)n);
-        size_t pb = snug_i16_row_bytes(n);
+        size_t pb = ip_row_bytes(i8, n);
         int bad_prep = 0;
         for (int r = 0; r < nr_all; r++) {
             fill_row(row, n, (int)(r + ni) % 3);
             snug_quantize_row(type, row, wq + (size_t)r * rb, n, NULL);
             snug_dequantize_row_ref(type, wq + (size_t)r * rb, wd + (size_t)r * n, n);
-            if (type == SNUG_DTYPE_Q6_K)
-                snug_i16_prep_q6k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
-            else
-                snug_i16_prep_q4k_ref(wq + (size_t)r * rb, wp + (size_t)r * pb, n);
-            snug_i16_prep(type, wq + (size_t)r * rb, wp2, n);
-            bad_prep += memcmp(wp2, wp + (size_t)r * pb, (size_t)n * 2 + (size_t)(n / 256) * 36);
+            ip_prep(i8, 1, type, wq + (size_t)r * rb, wp + (size_t)r * pb, n);
+            ip_prep(i8, 0, type, wq + (size_t)r * rb, wp2, n);
+            bad_prep += memcmp(wp2, wp + (size_t)r * pb,
+                               i8 ? (size_t)n + (size_t)(n / 256) * 68
+                                  : (size_t)n * 2 + (size_t)(n / 256) * 36);
         }
-        CHECKF(bad_prep == 0, "i16 prep %s n=%lld: differs from the reference",
+        CHECKF(bad_prep == 0, "%s prep %s n=%lld: differs from the reference", kn,
                snug_dtype_info(type)->name, (long long)n);
         for (size_t ti = 0; ti < sizeof nts / sizeof *nts; ti++) {
             int nt = nts[ti], ttpad = (nt + SNUG_TGEMM_PAD - 1) / SNUG_TGEMM_PAD * SNUG_TGEMM_PAD;
             for (int t = 0; t < nt; t++) {
                 fill_row(x + (size_t)t * n, n, (int)(t % 3));
-                snug_i16_quant_x(x + (size_t)t * n, n, t, ttpad, xt);
-                snug_i16_quant_x_ref(x + (size_t)t * n, n, t, ttpad, xt2);
+                ip_quant_x(i8, 0, x + (size_t)t * n, n, t, ttpad, xt);
+                ip_quant_x(i8, 1, x + (size_t)t * n, n, t, ttpad, xt2);
             }
-            snug_i16_pad_x(n, nt, ttpad, xt);
-            snug_i16_pad_x(n, nt, ttpad, xt2);
-            CHECKF(memcmp(xt, xt2, snug_i16_x_bytes(n, ttpad)) == 0,
-                   "i16 quant_x n=%lld nt=%d: tile differs from the reference", (long long)n, nt);
+            if (i8)
+                snug_i8_pad_x(n, nt, ttpad, xt), snug_i8_pad_x(n, nt, ttpad, xt2);
+            else
+                snug_i16_pad_x(n, nt, ttpad, xt), snug_i16_pad_x(n, nt, ttpad, xt2);
+            CHECKF(memcmp(xt, xt2, ip_x_bytes(i8, n, ttpad)) == 0,
+                   "%s quant_x n=%lld nt=%d: tile differs from the reference", kn, (long long)n,
+                   nt);
             double worst = 0;
             for (int nr = 1; nr <= nr_all; nr++) {
                 for (int i = 0; i < ttmax * ys; i++) ref[i] = got[i] = -7.0f;
-                snug_i16_gemm_ref(type, wp, pb, nr, xt, ttpad, nt, n, ref, (size_t)ys);
-                if (snug_i16_supports(type)) {
-                    snug_i16_gemm(type, wp, pb, nr, xt, ttpad, nt, n, got, (size_t)ys);
+                ip_gemm(i8, 1, type, wp, pb, nr, xt, ttpad, nt, n, ref, (size_t)ys);
+                if (vec) {
+                    ip_gemm(i8, 0, type, wp, pb, nr, xt, ttpad, nt, n, got, (size_t)ys);
                     CHECKF(memcmp(ref, got, (size_t)ttmax * (size_t)ys * 4) == 0,
-                           "i16 gemm n=%lld nr=%d nt=%d: differs from the reference", (long long)n,
-                           nr, nt);
+                           "%s gemm n=%lld nr=%d nt=%d: differs from the reference", kn,
+                           (long long)n, nr, nt);
                 }
-                /* error bound: half an activation step (amax/8191 per super-block) times
+                /* error bound: half an activation step (amax/8191 per super-block, amax/127
+                 * for int8) times
                  * Σ|w| over the super-block, plus 1e-5·Σ|w·x| of float rounding */
                 for (int t = 0; t < nt; t++)
                     for (int r = 0; r < nr; r++) {
@@ -336,27 +373,28 @@ static void test_i16_type(uint32_t type) {
                                 amax = fmax(amax, fabs(x[(size_t)t * n + k]));
                                 sw += fabs(wd[(size_t)r * n + k]);
                             }
-                            bound += amax / 8191 / 2 * sw;
+                            bound += amax / (i8 ? 127 : 8191) / 2 * sw;
                         }
                         double e = fabs(a - ref[t * ys + r]) / (bound + 1e-5 * m);
                         if (!(e <= worst)) worst = e;
                     }
             }
-            CHECKF(worst <= 1.0, "i16 reference %s n=%lld nt=%d vs double: err / bound = %.3g",
+            CHECKF(worst <= 1.0, "%s reference %s n=%lld nt=%d vs double: err / bound = %.3g", kn,
                    snug_dtype_info(type)->name, (long long)n, nt, worst);
         }
     }
-    printf("i16 (%s, int16 activations): %s; reference vs double checked\n",
-           snug_dtype_info(type)->name,
-           snug_i16_supports(type) ? "AVX-512 kernel bit-identical to the reference"
-                                   : "no vector kernel at this level");
+    printf("%s (%s, int%d activations): %s; reference vs double checked\n", kn,
+           snug_dtype_info(type)->name, i8 ? 8 : 16,
+           vec ? "AVX-512 kernel bit-identical to the reference"
+               : "no vector kernel at this level");
     snug_free(wq), snug_free(wp), snug_free(wp2), snug_free(xt), snug_free(row), snug_free(wd);
     snug_free(x), snug_free(ref), snug_free(got), snug_free(xt2);
 }
 
 static void test_i16(void) {
-    test_i16_type(SNUG_DTYPE_Q4_K);
-    test_i16_type(SNUG_DTYPE_Q6_K);
+    test_i16_type(SNUG_DTYPE_Q4_K, 0);
+    test_i16_type(SNUG_DTYPE_Q6_K, 0);
+    test_i16_type(SNUG_DTYPE_Q4_K, 1);
 }
 
 /* Vector dequantizers: bit-identical to the reference at every level. */

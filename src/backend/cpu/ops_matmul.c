@@ -51,6 +51,7 @@ struct mm_ctx {
     /* float fallback: per-thread scratch */
     uint8_t *scratch;
     size_t per_thread;
+    bool i8; /* prompt tiles on int8 activations (snug_i8_*) instead of int16 */
 };
 
 /* Bytes of one quantized activation row, whatever the format (A32 or A256), rounded to 64. */
@@ -224,9 +225,10 @@ static void mm_task_x16(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     long lo, hi;
     snug_split_range((long)c->tt, ith, nth, &lo, &hi);
-    if (ith == 0) snug_i16_pad_x(c->n_in, (int)c->tt, (int)c->xrb, c->xq);
+    if (ith == 0) (c->i8 ? snug_i8_pad_x : snug_i16_pad_x)(c->n_in, (int)c->tt, (int)c->xrb, c->xq);
     for (long t = lo; t < hi; t++)
-        snug_i16_quant_x(c->x + (c->t0 + t) * c->n_in, c->n_in, (int)t, (int)c->xrb, c->xq);
+        (c->i8 ? snug_i8_quant_x : snug_i16_quant_x)(c->x + (c->t0 + t) * c->n_in, c->n_in, (int)t,
+                                                     (int)c->xrb, c->xq);
 }
 
 /* Each thread: its weight rows MM_ROWS at a time, prepared (int16 q·sc and the super-block
@@ -235,17 +237,25 @@ static void mm_task_i16(void *vctx, int ith, int nth) {
     const struct mm_ctx *c = vctx;
     int64_t n_in = c->n_in, n_out = c->n_out;
     uint8_t *scratch = c->scratch + c->per_thread * (size_t)ith;
-    size_t prb = snug_i16_row_bytes(n_in);
+    size_t prb = c->i8 ? snug_i8_row_bytes(n_in) : snug_i16_row_bytes(n_in);
     long n_blocks = (long)((n_out + MM_ROWS - 1) / MM_ROWS), blo, bhi;
     snug_split_range(n_blocks, ith, nth, &blo, &bhi);
     for (long b = blo; b < bhi; b++) {
         int64_t r0 = (int64_t)b * MM_ROWS;
         int nr = (int)SNUG_MIN((int64_t)MM_ROWS, n_out - r0);
-        for (int i = 0; i < nr; i++)
-            snug_i16_prep(c->type, c->w + (size_t)(r0 + i) * c->row_bytes,
-                          scratch + (size_t)i * prb, n_in);
-        snug_i16_gemm(c->type, scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
-                      c->y + c->t0 * n_out + r0, (size_t)n_out);
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *wr = c->w + (size_t)(r0 + i) * c->row_bytes;
+            if (c->i8)
+                snug_i8_prep(wr, scratch + (size_t)i * prb, n_in);
+            else
+                snug_i16_prep(c->type, wr, scratch + (size_t)i * prb, n_in);
+        }
+        if (c->i8)
+            snug_i8_gemm(scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
+                         c->y + c->t0 * n_out + r0, (size_t)n_out);
+        else
+            snug_i16_gemm(c->type, scratch, prb, nr, c->xq, (int)c->xrb, (int)c->tt, n_in,
+                          c->y + c->t0 * n_out + r0, (size_t)n_out);
     }
 }
 
@@ -306,11 +316,16 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         c.scratch = base + SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
         c.xq = base;
         int64_t tile = xt_tokens(n_in);
-        if (n_in % 256 == 0 && snug_i16_supports(type)) {
-            /* the int16 tile (≈ 2.14 bytes per element) takes as many tokens (multiples of
-             * 48) as fit where the float tile goes, the prepared rows (≈ 2 bytes per
-             * element) fit where the float rows go */
-            tile = (int64_t)(xt_bytes(n_in) / snug_i16_x_bytes(n_in, 48)) * 48;
+        /* Q4_K under the int8 policy: the int8 tile (vpdpbusd, twice the multiply-adds per
+         * instruction of the int16 one) */
+        c.i8 = n_in % 256 == 0 && snug_i8_supports(type) && snug_act_int8_use(type);
+        if (c.i8 || (n_in % 256 == 0 && snug_i16_supports(type))) {
+            /* the int16 tile (≈ 2.14 bytes per element; int8 ≈ 1.14) takes as many tokens
+             * (multiples of 48) as fit where the float tile goes, the prepared rows (≈ 2
+             * bytes per element; int8 ≈ 1.27) fit where the float rows go */
+            tile = (int64_t)(xt_bytes(n_in) /
+                             (c.i8 ? snug_i8_x_bytes(n_in, 48) : snug_i16_x_bytes(n_in, 48))) *
+                   48;
             for (c.t0 = 0; c.t0 < T; c.t0 += tile) {
                 c.tt = SNUG_MIN(tile, T - c.t0);
                 c.xrb = SNUG_ALIGN_UP((size_t)c.tt, SNUG_TGEMM_PAD);
