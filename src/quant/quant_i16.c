@@ -1,12 +1,15 @@
-/* quant_i16.c — Q4_K and Q6_K prompt products on 16-bit activations: prepared weight rows,
- * transposed activation tiles, and the scalar reference of the AVX-512 block product in
- * quant_simd.inc (quant.h snug_i16_*). Prepared row: int16 per element (Q4_K q·sc ≤ 15·63,
- * Q6_K (q − 32)·sc ≤ 32·128), then nine floats per super-block (d; Q4_K also dmin·m_j).
- * Tile: per token and super-block dx = amax / 8191 and int16 round(x / dx), in pairs (k, k+1)
- * per token so one dword broadcast of a weight pair meets 16 tokens (vpdpwssd); then the dx
- * and the per-32 sums of the int16 values (for the Q4_K mins).
+/* quant_i16.c — Q4_K and Q6_K prompt products on 16-bit (and Q4_K on 8-bit) activations: prepared
+ * weight rows, transposed activation tiles, and the scalar reference of the AVX-512 block product
+ * in quant_simd.inc (quant.h snug_i16_*). Prepared row: int16 per element (Q4_K q·sc ≤ 15·63, Q6_K
+ * (q − 32)·sc ≤ 32·128), then nine floats per super-block (d; Q4_K also dmin·m_j). Tile: per token
+ * and super-block dx = amax / 8191 and int16 round(x / dx), in pairs (k, k+1) per token so one
+ * dword broadcast of a weight pair meets 16 tokens (vpdpwssd); then the dx and the per-32 sums of
+ * the int16 values (for the Q4_K mins). The int8 form for Q4_K (snug_i8_*, vpdpbusd): prepared rows
+ * hold the 4-bit values as bytes, the nine floats and the eight scales as int32; the tile holds the
+ * A256 values of each token in quads (k .. k+3), then dx = amax / 127 and the per-32 sums.
  * Invariant: integer sums are exact (Q4_K per super-block 256·945·8191 < 2³¹, Q6_K per 64
- * 64·4096·8191 < 2³¹), the float steps fixed per output: all levels give the same bits.
+ * 64·4096·8191 < 2³¹, int8 Q4_K 8·63·32·15·127 < 2³¹), the float steps fixed per output: all
+ * levels give the same bits.
  * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
 #include "core/core.h"
 #include "quant.h"

@@ -4,7 +4,9 @@
  * time into its scratch (vectorised, exact) and multiplies them with the tile (snug_tgemm:
  * vectors along the tokens). Q4_K and Q6_K at the AVX-512 level do the same on 14-bit
  * integers (quant.h snug_i16_*: mm_task_x16 quantizes the tile, mm_task_i16 prepares int16
- * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy.
+ * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy; Q4_K, whose
+ * accuracy policy allows int8 activations, runs the int8 form of it instead (snug_i8_*,
+ * vpdpbusd: twice the multiply-adds per instruction).
  * Short chunks and decode: weights with int8 activations under the accuracy policy (quant.h
  * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
  * `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode row
