@@ -113,7 +113,8 @@ uint32_t snug_act_type(uint32_t wtype);
 bool snug_act_int8_use(uint32_t wtype);
 /* Whether decode-sized products (a few rows) of this weight type should run on 14-bit
  * activations held as two int8 planes (snug_act_quantize_wide) instead of float activations:
- * Q6_K and Q8_0 by default (env SNUG_ACT_WIDE=none|q6_k). Never true where snug_act_int8_use is. */
+ * Q6_K by default (env SNUG_ACT_WIDE=none|all; all adds Q8_0). Never true where snug_act_int8_use
+ * is. */
 bool snug_act_wide_use(uint32_t wtype);
 /* One row of n activations as q = round(x / dx) (|q| ≤ 8191, dx per block of the type's
  * activation format) split exactly into two activation rows of that format: the high plane

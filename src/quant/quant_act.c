@@ -410,17 +410,18 @@ bool snug_act_int8_use(uint32_t wtype) {
 }
 
 /* Which weight types decode (a few activation rows) on 14-bit activations split into two int8
- * planes (snug_act_quantize_wide): Q6_K and Q8_0 by default — the int8 kernel run on both
- * planes costs well under the fused float dot (one thread, 2048 x 6144 from L3: Q6_K 2.1 ->
- * 1.4 ms, Q8_0 1.3 -> 0.94 ms), at float-like accuracy (the planes carry q = round(x / dx)
- * exactly, |q| ≤ 8191, as the int16 prompt path). SNUG_ACT_WIDE=none turns it off (float
- * activations), SNUG_ACT_WIDE=q6_k keeps it to Q6_K. */
+ * planes (snug_act_quantize_wide): Q6_K by default — the int8 kernel run on both planes beats
+ * the fused float dot (quiet machine, weights from DRAM, 6144 x 2048: one thread 1.69 -> 1.21
+ * ms, two 0.86 -> 0.62 ms) at float-like accuracy (the planes carry q = round(x / dx)
+ * exactly, |q| ≤ 8191, as the int16 prompt path). SNUG_ACT_WIDE=all adds Q8_0, which is
+ * slower that way (2048 x 6144, two threads: 0.71 ms on float activations, 1.00 ms on the
+ * planes: the one-row float Q8_0 dot streams better), SNUG_ACT_WIDE=none turns it off. */
 static int g_wide = -1; /* 0 none, 1 Q6_K, 2 Q6_K + Q8_0 */
 static pthread_once_t g_wide_once = PTHREAD_ONCE_INIT;
 static void wide_init(void) {
     const char *e = getenv("SNUG_ACT_WIDE");
-    g_wide = 2;
-    if (e && !strcasecmp(e, "q6_k")) g_wide = 1;
+    g_wide = 1;
+    if (e && !strcasecmp(e, "all")) g_wide = 2;
     if (e && !strcasecmp(e, "none")) g_wide = 0;
 }
 

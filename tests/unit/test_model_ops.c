@@ -259,7 +259,7 @@ static void test_matmul(void) {
             /* longer Q4_K chunks on int8 activations too where the vpdpbusd tile exists */
             bool int8_tile = snug_act_int8_use(type) && snug_i8_supports(type);
             /* Q4_K / Q6_K prompt chunks run on 14-bit activations at the AVX-512 level */
-            /* decode-sized Q6_K / Q8_0 products run on 14-bit activations in two int8 planes */
+            /* decode-sized Q6_K products run on 14-bit activations in two int8 planes */
             bool wide_act = !int8_act && T <= 8 && snug_act_wide_use(type);
             double tol = int8_act || int8_tile                                            ? 1e-2
                          : wide_act || type == SNUG_DTYPE_Q4_K || type == SNUG_DTYPE_Q6_K ? 2e-4

@@ -11,11 +11,11 @@
  * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
  * `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode row
  * takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
- * dot each weight row in place with every row (snug_dot_row), except Q6_K and Q8_0
+ * dot each weight row in place with every row (snug_dot_row), except Q6_K
  * (snug_act_wide_use), whose rows (up to MM_VEC_ROWS) go as 14-bit values in two int8 planes
- * through the int8 kernel (mm_task_wide). F32/F16/BF16 weights always dot in place, eight float rows at a time.
- * Invariant: allocates nothing; results do not depend on the thread count (each output
- * element is one fixed-order kernel call, whatever rows share the call); a thread's scratch
+ * through the int8 kernel (mm_task_wide). F32/F16/BF16 weights always dot in place, eight float
+ * rows at a time. Invariant: allocates nothing; results do not depend on the thread count (each
+ * output element is one fixed-order kernel call, whatever rows share the call); a thread's scratch
  * starts on its own cache lines.
  * Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
 #include "backend/cpu/ops.h"
