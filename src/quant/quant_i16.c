@@ -29,24 +29,31 @@ size_t snug_i16_x_bytes(int64_t n, int ttpad) {
     return ((size_t)n * 2 + (size_t)(n / 256) * 4 + (size_t)(n / 32) * 4) * (size_t)ttpad;
 }
 
+/* A Q4_K super-block's floats of a prepared row — meta[0] = d, meta[1 + j] = dmin·m_j — and its
+ * eight 6-bit scales sc[j] (layout in quant_ref.c; scales as snug_act_kscale). */
+static void q4k_block_meta(const uint8_t *w, float meta[9], int sc[8]) {
+    float dmin = snug_act_f16(w + 2);
+    meta[0] = snug_act_f16(w);
+    for (int j = 0; j < 8; j++) {
+        int m;
+        snug_act_kscale(w + 4, j, &sc[j], &m);
+        meta[1 + j] = dmin * (float)m;
+    }
+}
+
 /* Prepared row from a Q4_K row (layout in quant_ref.c; scales as snug_act_kscale). */
 void snug_i16_prep_q4k_ref(const void *src, void *dst, int64_t n) {
     const uint8_t *w = src;
     int16_t *q16 = dst;
     float *meta = (float *)(void *)((uint8_t *)dst + (size_t)n * 2);
     for (int64_t b = 0; b < n / 256; b++, w += 144, q16 += 256, meta += 9) {
-        float d = snug_act_f16(w), dmin = snug_act_f16(w + 2);
-        meta[0] = d;
+        int sc[8];
+        q4k_block_meta(w, meta, sc);
         for (int c = 0; c < 4; c++) {
-            int s0, m0, s1, m1;
-            snug_act_kscale(w + 4, 2 * c, &s0, &m0);
-            snug_act_kscale(w + 4, 2 * c + 1, &s1, &m1);
-            meta[1 + 2 * c] = dmin * (float)m0;
-            meta[2 + 2 * c] = dmin * (float)m1;
             const uint8_t *qs = w + 16 + 32 * c;
             for (int l = 0; l < 32; l++) {
-                q16[64 * c + l] = (int16_t)((qs[l] & 0xf) * s0);
-                q16[64 * c + 32 + l] = (int16_t)((qs[l] >> 4) * s1);
+                q16[64 * c + l] = (int16_t)((qs[l] & 0xf) * sc[2 * c]);
+                q16[64 * c + 32 + l] = (int16_t)((qs[l] >> 4) * sc[2 * c + 1]);
             }
         }
     }
@@ -178,16 +185,11 @@ void snug_i8_prep_ref(const void *src, void *dst, int64_t n) {
     float *meta = (float *)(void *)(q + n);
     int32_t *scs = (int32_t *)(void *)(q + n + (size_t)nb * 36);
     for (int64_t b = 0; b < nb; b++, w += 144, q += 256, meta += 9, scs += 8) {
-        float d = snug_act_f16(w), dmin = snug_act_f16(w + 2);
-        meta[0] = d;
+        int sc[8];
+        q4k_block_meta(w, meta, sc);
         for (int c = 0; c < 4; c++) {
-            int s0, m0, s1, m1;
-            snug_act_kscale(w + 4, 2 * c, &s0, &m0);
-            snug_act_kscale(w + 4, 2 * c + 1, &s1, &m1);
-            meta[1 + 2 * c] = dmin * (float)m0;
-            meta[2 + 2 * c] = dmin * (float)m1;
-            scs[2 * c] = s0;
-            scs[2 * c + 1] = s1;
+            scs[2 * c] = sc[2 * c];
+            scs[2 * c + 1] = sc[2 * c + 1];
             const uint8_t *qs = w + 16 + 32 * c;
             for (int l = 0; l < 32; l++) {
                 q[64 * c + l] = qs[l] & 0xf;
