@@ -329,6 +329,18 @@ struct moe_ctx {
     int64_t T, k, H;
 };
 
+/* y[i] = y[i] + s·d[i] over n floats, a product then a sum (no FMA: the backend's loops did it
+ * that way), through a block buffer so it vectorises without restrict. */
+SNUG_OPS_INLINE void add_scaled(float *y, float s, const float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + SNUG_OPS_BLK <= n; i += SNUG_OPS_BLK) {
+        float tmp[SNUG_OPS_BLK];
+        for (int l = 0; l < SNUG_OPS_BLK; l++) tmp[l] = y[i + l] + s * d[i + l];
+        for (int l = 0; l < SNUG_OPS_BLK; l++) y[i + l] = tmp[l];
+    }
+    for (; i < n; i++) y[i] = y[i] + s * d[i];
+}
+
 /* Tokens [lo, hi): y_t = Σ_j w[t][j] · d[slot[t][j]], terms added in order j. */
 SNUG_OPS_CLONES
 static void moe_combine_task(void *vctx, int ith, int nth) {
@@ -339,17 +351,8 @@ static void moe_combine_task(void *vctx, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) {
         float *yr = c->y + t * H;
         memset(yr, 0, (size_t)H * sizeof(float));
-        for (int64_t j = 0; j < k; j++) {
-            const float *dr = c->d + (int64_t)c->slot[t * k + j] * H;
-            float wj = c->w[t * k + j];
-            int64_t i = 0;
-            for (; i + SNUG_OPS_BLK <= H; i += SNUG_OPS_BLK) {
-                float tmp[SNUG_OPS_BLK];
-                for (int l = 0; l < SNUG_OPS_BLK; l++) tmp[l] = yr[i + l] + wj * dr[i + l];
-                for (int l = 0; l < SNUG_OPS_BLK; l++) yr[i + l] = tmp[l];
-            }
-            for (; i < H; i++) yr[i] = yr[i] + wj * dr[i];
-        }
+        for (int64_t j = 0; j < k; j++)
+            add_scaled(yr, c->w[t * k + j], c->d + (int64_t)c->slot[t * k + j] * H, H);
     }
 }
 
@@ -367,15 +370,7 @@ static void add_gated_task(void *vctx, int ith, int nth) {
     snug_split_range((long)c->T, ith, nth, &lo, &hi);
     int64_t H = c->H;
     for (int64_t t = lo; t < hi; t++) {
-        float s = snug_ops_sigmoid(c->w[t]), *yr = c->y + t * H;
-        const float *dr = c->d + t * H;
-        int64_t i = 0;
-        for (; i + SNUG_OPS_BLK <= H; i += SNUG_OPS_BLK) {
-            float tmp[SNUG_OPS_BLK];
-            for (int l = 0; l < SNUG_OPS_BLK; l++) tmp[l] = yr[i + l] + s * dr[i + l];
-            for (int l = 0; l < SNUG_OPS_BLK; l++) yr[i + l] = tmp[l];
-        }
-        for (; i < H; i++) yr[i] = yr[i] + s * dr[i];
+        add_scaled(c->y + t * H, snug_ops_sigmoid(c->w[t]), c->d + t * H, H);
     }
 }
 
