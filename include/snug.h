@@ -186,7 +186,7 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
  *   ids = [next, d_1..d_nd]; snug_ctx_eval(ctx, ids, nd + 1, logits,
  *                          SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, &err);   // verify
  *   accept a prefix of a drafts, then snug_ctx_truncate(ctx, n_past0 + a + 1, &err);
- * (src/spec/spec.h snug_spec_step does all of it with a sampler, greedy or Leviathan
+ * (src/speculative/speculative.h snug_spec_step does all of it with a sampler, greedy or Leviathan
  * rejection sampling.) Everything is allocated at snug_ctx_init. */
 
 /* MTP blocks in the file (`nextn_predict_layers`); 0 = no speculative decoding. */

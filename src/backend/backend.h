@@ -123,7 +123,7 @@ struct snug_cuda_limits {
     int64_t n_head, head_dim; /* attention scratch */
     /* speculative decoding (all 0/NULL without): n_snap recurrent-state snapshot slots
      * (snug_kv_snap_bytes, the plan's "state snapshots (mtp)"), the MTP block's one-layer
-     * cache, and spec_bytes of device buffers for src/spec (snug_spec_dev_bytes). */
+     * cache, and spec_bytes of device buffers for src/speculative (snug_spec_dev_bytes). */
     int32_t n_snap;
     const struct snug_kv_shape *mtp_kv_shape;
     size_t spec_bytes;

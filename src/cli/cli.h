@@ -54,9 +54,9 @@ struct cli_conn {
     double timeout_s;
 };
 #define CLI_CONN_DEFAULT ((struct cli_conn){NULL, NULL, NULL, 600})
-struct snug_ops_client;
+struct snug_suite_client;
 int cli_conn_flag(int argc, char **argv, int *i, struct cli_conn *cc);
-int cli_conn_open(const struct cli_conn *cc, struct snug_ops_client *c, const char *cmd);
+int cli_conn_open(const struct cli_conn *cc, struct snug_suite_client *c, const char *cmd);
 void cli_progress(void *user, const char *label, int done, int total);
 
 /* Backend flags (cli_backend.c): `--backend cpu|cuda`, `--vram-budget SIZE`; same return

@@ -1,8 +1,8 @@
 /* cli_ops.c — what `snug verify`, `snug stress` and `snug bench` share: the connection flags
  * (--url, --model, --api-key, --timeout), opening the client, and the terminal progress bar.
- * Read next: src/ops/ops.h. */
+ * Read next: src/suite/suite.h. */
 #include "cli.h"
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,9 +18,9 @@ int cli_conn_flag(int argc, char **argv, int *i, struct cli_conn *cc) {
     return 0;
 }
 
-int cli_conn_open(const struct cli_conn *cc, struct snug_ops_client *c, const char *cmd) {
+int cli_conn_open(const struct cli_conn *cc, struct snug_suite_client *c, const char *cmd) {
     struct snug_err err = {0};
-    if (snug_ops_client_init(c, cc->url, cc->model, cc->key, &err)) return cli_fail(cmd, &err);
+    if (snug_suite_client_init(c, cc->url, cc->model, cc->key, &err)) return cli_fail(cmd, &err);
     c->timeout_s = cc->timeout_s;
     return 0;
 }

@@ -1,13 +1,13 @@
-/* cmd_bench.c — `snug bench`: the canonical speed protocol and prefill probe (src/ops/bench.c)
+/* cmd_bench.c — `snug bench`: the canonical speed protocol and prefill probe (src/suite/bench.c)
  * against an OpenAI-compatible server. Prints a table (or --json), writes --svg, and with
  * --compare prints this run's ratios against an earlier --json output. Exit status 0 when
  * every prompt produced measured runs, 1 otherwise.
- * Read next: src/ops/ops.h.
+ * Read next: src/suite/suite.h.
  */
 #include "cli.h"
 
 #include "core/core.h"
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +150,7 @@ int cmd_bench(int argc, char **argv) {
                 cmp);
         return 2;
     }
-    struct snug_ops_client c;
+    struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "bench")) return 1;
     json_t *res = NULL;
     if (snug_ops_bench(&c, &o, cli_progress, NULL, &res, &err)) {

@@ -5,11 +5,11 @@
  * draft for each, and the k MTP drafting steps. Medians of --reps runs after a -p token prompt
  * of random ids (issue 6's benchmark; docs/spec-decode.md has the numbers).
  * Owns nothing beyond one run; the model needs an MTP block (nextn_predict_layers > 0).
- * Read next: src/spec/spec.c (draft, verify, rollback), src/model/context.c. */
+ * Read next: src/speculative/speculative.c (draft, verify, rollback), src/model/context.c. */
 #include "cli.h"
 
 #include "core/core.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include "core/core.h"
 #include "plan/plan.h"
 #include "sample/sample.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>

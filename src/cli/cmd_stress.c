@@ -1,11 +1,11 @@
-/* cmd_stress.c — `snug stress`: the long-context boundary checks (src/ops/stress.c) against an
+/* cmd_stress.c — `snug stress`: the long-context boundary checks (src/suite/stress.c) against an
  * OpenAI-compatible server; prints the ladder and the probes (or --json). The exit status is
  * the number of failed checks; rejections and skips are shown with the server's reason.
- * Read next: src/ops/ops.h.
+ * Read next: src/suite/suite.h.
  */
 #include "cli.h"
 
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +84,7 @@ int cmd_stress(int argc, char **argv) {
         }
     }
     struct snug_err err = {0};
-    struct snug_ops_client c;
+    struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "stress")) return 1;
     json_t *res = NULL;
     if (snug_ops_stress(&c, &o, cli_progress, NULL, &res, &err)) return cli_fail("stress", &err);

@@ -1,11 +1,11 @@
-/* cmd_verify.c — `snug verify`: run the nine functional checks (src/ops/verify.c) against an
+/* cmd_verify.c — `snug verify`: run the nine functional checks (src/suite/verify.c) against an
  * OpenAI-compatible server and print a table (or --json). The exit status is the number of
  * failed checks; a skip is shown with its reason and is not a pass.
- * Read next: src/ops/ops.h.
+ * Read next: src/suite/suite.h.
  */
 #include "cli.h"
 
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,7 +42,7 @@ int cmd_verify(int argc, char **argv) {
         }
     }
     struct snug_err err = {0};
-    struct snug_ops_client c;
+    struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "verify")) return 1;
     json_t *res = NULL;
     if (snug_ops_verify(&c, cli_progress, NULL, &res, &err)) return cli_fail("verify", &err);

@@ -3,7 +3,7 @@
  * planner (src/plan/plan.h); snug_ctx_eval splits the input into chunks of at most n_chunk tokens
  * and runs the architecture's forward on each; snug_ctx_eval_batch runs one token for each of
  * several contexts in one forward (f.kv_rows). With n_draft > 0 it also owns the MTP state
- * (src/spec) and the rollback snapshots; see snug_ctx_truncate.
+ * (src/speculative) and the rollback snapshots; see snug_ctx_truncate.
  * Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count around it).
  * Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
@@ -11,7 +11,7 @@
 
 #include "kv/kvfmt.h"
 #include "plan/plan.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "quant/quant.h"
 
 #include <stdatomic.h>
@@ -415,7 +415,8 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
     return SNUG_OK;
 }
 
-/* ---- speculative decoding (src/spec) ------------------------------------------------------ */
+/* ---- speculative decoding (src/speculative)
+ * ------------------------------------------------------ */
 struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx) {
     return ctx->spec;
 }

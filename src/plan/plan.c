@@ -9,7 +9,7 @@
 #include "backend/backend.h"
 #include "kv/kvfmt.h"
 #include "model/presets.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -179,7 +179,7 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
             (size_t)(lim.n_draft + 1) * SNUG_ALIGN_UP(snug_kv_state_bytes(&s), (size_t)64);
         item(out, "state snapshots (mtp)", S * out->snapshot_bytes, dev, false);
         /* the MTP block's own one-layer KV cache and the draft/verify buffers, exactly what
-         * snug_spec_init allocates (src/spec/spec.c) */
+         * snug_spec_init allocates (src/speculative/speculative.c) */
         if (hp->n_nextn > 0)
             item(out, "mtp kv cache + draft buffers",
                  S * snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,

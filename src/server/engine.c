@@ -13,7 +13,7 @@
 
 #include "core/core.h"
 #include "kv/kvfmt.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>

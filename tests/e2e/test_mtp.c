@@ -7,11 +7,11 @@
  *     decoded the same tokens one at a time;
  *  5. temperature 1: the first token of a speculative step follows the target distribution
  *     (chi-square goodness of fit at significance 0.001; the plain sampler passes the same).
- * Read next: src/spec/spec.h, docs/spec-decode.md. */
+ * Read next: src/speculative/speculative.h, docs/spec-decode.md. */
 #include "test_fixtures_common.h"
 
 #include "sample/sample.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #define V_MAX 4096
 

@@ -6,7 +6,7 @@
  * as snug_kvfmt_decode): the attention callers rotate q and un-rotate the output.
  * Invariant: the encoders produce the same bytes as snug_kvfmt_quantize (same float operations
  * in the same order, IEEE division and round-half-away as the C code; tested in
- * tests/ops/test_cuda_ops.c); decoding is pure and branch-uniform per call.
+ * tests/device/test_cuda_ops.c); decoding is pure and branch-uniform per call.
  * Read next: cuda_attention.cu (store, decode attention), cuda_fa.cu (prompt attention). */
 #ifndef SNUG_CUDA_KVFMT_CUH
 #define SNUG_CUDA_KVFMT_CUH

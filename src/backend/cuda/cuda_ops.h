@@ -8,7 +8,7 @@
  * those). Ops return SNUG_OK or an error (bad shape, unsupported type, launch failure) with a
  * message in `err`; they never print or exit.
  * Read next: cuda_common.cuh (shared device helpers), cuda_matmul.cu, cuda_basic.cu,
- * cuda_attention.cu, cuda_delta.cu; tests/ops/test_cuda_ops.c (each op against the CPU one). */
+ * cuda_attention.cu, cuda_delta.cu; tests/device/test_cuda_ops.c (each op against the CPU one). */
 #ifndef SNUG_CUDA_OPS_H
 #define SNUG_CUDA_OPS_H
 

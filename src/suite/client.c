@@ -5,7 +5,7 @@
  * when their delta text is non-empty, [DONE] only when the exact line came.
  * Read next: verify.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 
@@ -84,7 +84,7 @@ static char *buf_take(struct snug_ops_buf *b, size_t *len) {
     return p;
 }
 
-unsigned long long snug_ops_random(void) {
+unsigned long long snug_suite_random(void) {
     unsigned long long x = 0;
     int fd = open("/dev/urandom", O_RDONLY);
     if (fd >= 0) {
@@ -102,8 +102,8 @@ unsigned long long snug_ops_random(void) {
 
 /* ==== client ================================================================================= */
 
-int snug_ops_client_init(struct snug_ops_client *c, const char *url, const char *model,
-                         const char *api_key, struct snug_err *err) {
+int snug_suite_client_init(struct snug_suite_client *c, const char *url, const char *model,
+                           const char *api_key, struct snug_err *err) {
     memset(c, 0, sizeof *c);
     if (!url) url = "http://127.0.0.1:8080";
     size_t n = strlen(url);
@@ -130,7 +130,7 @@ int snug_ops_client_init(struct snug_ops_client *c, const char *url, const char 
 
 struct xfer {
     struct snug_ops_buf body;
-    struct snug_ops_stream *st; /* streaming: SSE state */
+    struct snug_suite_stream *st; /* streaming: SSE state */
     struct snug_ops_buf line;
     struct snug_ops_buf content, reasoning; /* streaming: assembled deltas */
     double t0;
@@ -160,7 +160,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user) {
 }
 
 /* A curl easy handle for base+path with the common options. */
-static CURL *easy(const struct snug_ops_client *c, const char *path, double timeout_s,
+static CURL *easy(const struct snug_suite_client *c, const char *path, double timeout_s,
                   struct curl_slist **hdrs, struct xfer *x) {
     CURL *h = curl_easy_init();
     if (!h) return NULL;
@@ -198,8 +198,8 @@ static void perform(CURL *h, long *status, char *error, size_t error_n, double *
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
 }
 
-static int exchange(const struct snug_ops_client *c, const char *method, const char *path,
-                    const json_t *body, double timeout_s, struct snug_ops_http *out,
+static int exchange(const struct snug_suite_client *c, const char *method, const char *path,
+                    const json_t *body, double timeout_s, struct snug_suite_http *out,
                     struct snug_err *err) {
     memset(out, 0, sizeof *out);
     struct xfer x = {0};
@@ -231,17 +231,17 @@ static int exchange(const struct snug_ops_client *c, const char *method, const c
     return SNUG_OK;
 }
 
-int snug_ops_get(const struct snug_ops_client *c, const char *path, double timeout_s,
-                 struct snug_ops_http *out, struct snug_err *err) {
+int snug_suite_get(const struct snug_suite_client *c, const char *path, double timeout_s,
+                   struct snug_suite_http *out, struct snug_err *err) {
     return exchange(c, "GET", path, NULL, timeout_s, out, err);
 }
 
-int snug_ops_post(const struct snug_ops_client *c, const char *path, const json_t *body,
-                  double timeout_s, struct snug_ops_http *out, struct snug_err *err) {
+int snug_suite_post(const struct snug_suite_client *c, const char *path, const json_t *body,
+                    double timeout_s, struct snug_suite_http *out, struct snug_err *err) {
     return exchange(c, "POST", path, body, timeout_s, out, err);
 }
 
-void snug_ops_http_free(struct snug_ops_http *h) {
+void snug_suite_http_free(struct snug_suite_http *h) {
     if (!h) return;
     snug_free(h->body);
     json_decref(h->json);
@@ -264,7 +264,7 @@ static void json_append(json_t *o, const char *key, const char *s) {
 
 /* One SSE line: "data: {...}" or "data: [DONE]"; comments and other fields are ignored. */
 static void sse_line(struct xfer *x, char *line, size_t len) {
-    struct snug_ops_stream *st = x->st;
+    struct snug_suite_stream *st = x->st;
     if (len < 5 || memcmp(line, "data:", 5)) return;
     const char *p = line + 5;
     size_t n = len - 5;
@@ -342,8 +342,8 @@ static void sse_line(struct xfer *x, char *line, size_t len) {
     json_decref(ev);
 }
 
-int snug_ops_stream_chat(const struct snug_ops_client *c, const json_t *body, double timeout_s,
-                         struct snug_ops_stream *out, struct snug_err *err) {
+int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body, double timeout_s,
+                           struct snug_suite_stream *out, struct snug_err *err) {
     memset(out, 0, sizeof *out);
     out->t_first = out->t_finish = -1;
     out->tool_calls = json_array();
@@ -382,7 +382,7 @@ int snug_ops_stream_chat(const struct snug_ops_client *c, const json_t *body, do
     return SNUG_OK;
 }
 
-void snug_ops_stream_free(struct snug_ops_stream *s) {
+void snug_suite_stream_free(struct snug_suite_stream *s) {
     if (!s) return;
     snug_free(s->raw);
     snug_free(s->content);

@@ -1,11 +1,11 @@
-/* spec.c — speculative decoding with the MTP block: the per-context MTP state, MTP step 1 over
- * the trunk's pending hidden rows, chained drafting, and the draft → verify → accept →
+/* speculative.c — speculative decoding with the MTP block: the per-context MTP state, MTP step 1
+ * over the trunk's pending hidden rows, chained drafting, and the draft → verify → accept →
  * rollback step with greedy or rejection-sampling acceptance (spec §3.3, §3.4).
- * Invariant: see spec.h (pending rows end at n_past - 1); nothing here allocates after
+ * Invariant: see speculative.h (pending rows end at n_past - 1); nothing here allocates after
  * snug_spec_init. Read next: src/arch/qwen35_mtp.c (the MTP forward), src/model/context.c
  * (eval, truncate), docs/spec-decode.md.
  */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include "quant/quant.h"
 

@@ -5,7 +5,7 @@
  * Invariant: a value the server did not report is reported as absent (-1 / NULL / a reason),
  * never guessed into a pass. Read next: verify.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 
@@ -17,8 +17,8 @@
 
 /* ==== requests and responses ================================================================= */
 
-json_t *snug_ops_chat_body(const struct snug_ops_client *c, const char *system, const char *user,
-                           int max_tokens, double temperature, int thinking) {
+json_t *snug_suite_chat_body(const struct snug_suite_client *c, const char *system,
+                             const char *user, int max_tokens, double temperature, int thinking) {
     json_t *msgs = json_array();
     if (system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
@@ -33,7 +33,7 @@ json_t *snug_ops_chat_body(const struct snug_ops_client *c, const char *system, 
     return b;
 }
 
-bool snug_ops_msg_of(const struct snug_ops_http *h, struct snug_ops_msg *m) {
+bool snug_suite_msg_of(const struct snug_suite_http *h, struct snug_suite_msg *m) {
     memset(m, 0, sizeof *m);
     if (h->status != 200 || !json_is_object(h->json)) return false;
     json_t *ch = json_array_get(json_object_get(h->json, "choices"), 0);
@@ -48,8 +48,8 @@ bool snug_ops_msg_of(const struct snug_ops_http *h, struct snug_ops_msg *m) {
     return true;
 }
 
-const char *snug_ops_describe(long status, const char *error, const char *body, char *buf,
-                              size_t n) {
+const char *snug_suite_describe(long status, const char *error, const char *body, char *buf,
+                                size_t n) {
     if (status == 0) {
         snprintf(buf, n, "no HTTP answer: %s", error && *error ? error : "connection failed");
         return buf;
@@ -107,14 +107,14 @@ int snug_ops_count_failed(const json_t *checks) {
 
 /* ==== server facts =========================================================================== */
 
-void snug_ops_discover_model(struct snug_ops_client *c) {
+void snug_suite_discover_model(struct snug_suite_client *c) {
     if (c->model[0]) return;
-    struct snug_ops_http h;
-    if (snug_ops_get(c, "/v1/models", 5, &h, NULL) != SNUG_OK) return;
+    struct snug_suite_http h;
+    if (snug_suite_get(c, "/v1/models", 5, &h, NULL) != SNUG_OK) return;
     const char *id = json_string_value(
         json_object_get(json_array_get(json_object_get(h.json, "data"), 0), "id"));
     if (h.status == 200 && id && strlen(id) < sizeof c->model) strcpy(c->model, id);
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
 }
 
 /* A positive integer member, or 0. */
@@ -123,16 +123,16 @@ static long pos_int(const json_t *v) {
     return 0;
 }
 
-int snug_ops_context_limit(const struct snug_ops_client *c, long *n_ctx, char *source,
-                           size_t source_n, struct snug_err *err) {
-    struct snug_ops_http h;
+int snug_suite_context_limit(const struct snug_suite_client *c, long *n_ctx, char *source,
+                             size_t source_n, struct snug_err *err) {
+    struct snug_suite_http h;
     long v = 0;
-    if (snug_ops_get(c, "/health", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
+    if (snug_suite_get(c, "/health", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
     if ((v = pos_int(json_object_get(json_object_get(h.json, "plan"), "n_ctx"))))
         snprintf(source, source_n, "/health plan.n_ctx");
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     if (!v) {
-        if (snug_ops_get(c, "/v1/models", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
+        if (snug_suite_get(c, "/v1/models", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
         size_t i;
         json_t *m;
         json_array_foreach(json_object_get(h.json, "data"), i, m) {
@@ -147,14 +147,14 @@ int snug_ops_context_limit(const struct snug_ops_client *c, long *n_ctx, char *s
                 break;
             }
         }
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
     }
     if (!v) {
-        if (snug_ops_get(c, "/props", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
+        if (snug_suite_get(c, "/props", 5, &h, err)) return err ? err->status : SNUG_ERR_NOMEM;
         v = pos_int(
             json_object_get(json_object_get(h.json, "default_generation_settings"), "n_ctx"));
         if (v) snprintf(source, source_n, "/props default_generation_settings.n_ctx");
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
     }
     if (!v)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -165,15 +165,15 @@ int snug_ops_context_limit(const struct snug_ops_client *c, long *n_ctx, char *s
     return SNUG_OK;
 }
 
-long snug_ops_count_tokens(const struct snug_ops_client *c, const char *text) {
+long snug_suite_count_tokens(const struct snug_suite_client *c, const char *text) {
     /* snug and llama.cpp: {"content"} -> {"tokens": [...]}; vLLM: {"prompt"} -> {"count"} */
     for (int form = 0; form < 2; form++) {
         json_t *b =
             form == 0 ? json_pack("{s:s}", "content", text) : json_pack("{s:s}", "prompt", text);
         if (!b) return -1;
         if (form == 1 && c->model[0]) json_object_set_new(b, "model", json_string(c->model));
-        struct snug_ops_http h;
-        int rc = snug_ops_post(c, "/tokenize", b, 120, &h, NULL);
+        struct snug_suite_http h;
+        int rc = snug_suite_post(c, "/tokenize", b, 120, &h, NULL);
         json_decref(b);
         if (rc) return -1;
         long n = -1;
@@ -185,7 +185,7 @@ long snug_ops_count_tokens(const struct snug_ops_client *c, const char *text) {
                 n = (long)json_integer_value(json_object_get(h.json, "count"));
         }
         long st = h.status;
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
         if (n >= 0) return n;
         if (st == 404 || st == 0) return -1; /* no endpoint: the other form will not help */
     }
@@ -219,16 +219,16 @@ static bool prom_sum(const char *text, const char *name, double *out) {
     return found;
 }
 
-int snug_ops_spec_counters(const struct snug_ops_client *c, double *accepted, double *drafts,
-                           char *reason, size_t reason_n) {
+int snug_suite_spec_counters(const struct snug_suite_client *c, double *accepted, double *drafts,
+                             char *reason, size_t reason_n) {
     /* pairs of (accepted draft tokens, drafting steps): vLLM's and the names snug uses */
     static const char *const NAMES[][2] = {
         {"vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"},
         {"snug_spec_accepted_tokens_total", "snug_spec_drafts_total"},
         {"llamacpp:n_draft_accepted_total", "llamacpp:n_draft_steps_total"},
     };
-    struct snug_ops_http h;
-    if (snug_ops_get(c, "/metrics", 5, &h, NULL)) return -1;
+    struct snug_suite_http h;
+    if (snug_suite_get(c, "/metrics", 5, &h, NULL)) return -1;
     int r = 0;
     if (h.status != 200) {
         snprintf(reason, reason_n, "GET /metrics answered HTTP %ld", h.status);
@@ -242,15 +242,15 @@ int snug_ops_spec_counters(const struct snug_ops_client *c, double *accepted, do
                      "/metrics has no speculative-decoding counters: the server reports no "
                      "speculation");
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
-json_t *snug_ops_memory(const struct snug_ops_client *c) {
+json_t *snug_suite_memory(const struct snug_suite_client *c) {
     json_t *o = json_object();
-    struct snug_ops_http h;
+    struct snug_suite_http h;
     if (!o) return NULL;
-    if (!snug_ops_get(c, "/health", 5, &h, NULL)) {
+    if (!snug_suite_get(c, "/health", 5, &h, NULL)) {
         const char *k;
         json_t *v;
         json_object_foreach(json_object_get(h.json, "memory"), k, v) {
@@ -260,21 +260,21 @@ json_t *snug_ops_memory(const struct snug_ops_client *c) {
                 json_object_set_new(o, key, json_real(json_number_value(v)));
             }
         }
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
     }
     static const char *const METRICS[] = {
         "snug_resident_memory_bytes",    "snug_kv_tokens_used",       "snug_kv_usage_ratio",
         "process_resident_memory_bytes", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
         "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
     };
-    if (!snug_ops_get(c, "/metrics", 5, &h, NULL)) {
+    if (!snug_suite_get(c, "/metrics", 5, &h, NULL)) {
         if (h.status == 200)
             for (size_t i = 0; i < sizeof METRICS / sizeof METRICS[0]; i++) {
                 double x;
                 if (prom_sum(h.body, METRICS[i], &x))
                     json_object_set_new(o, METRICS[i], json_real(x));
             }
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
     }
     if (!json_object_size(o)) {
         json_decref(o);
@@ -283,15 +283,15 @@ json_t *snug_ops_memory(const struct snug_ops_client *c) {
     return o;
 }
 
-bool snug_ops_alive(const struct snug_ops_client *c) {
-    struct snug_ops_http h;
-    if (snug_ops_get(c, "/health", 5, &h, NULL)) return false;
+bool snug_suite_alive(const struct snug_suite_client *c) {
+    struct snug_suite_http h;
+    if (snug_suite_get(c, "/health", 5, &h, NULL)) return false;
     long st = h.status;
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     if (st == 404) {
-        if (snug_ops_get(c, "/v1/models", 5, &h, NULL)) return false;
+        if (snug_suite_get(c, "/v1/models", 5, &h, NULL)) return false;
         st = h.status;
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
     }
     return st == 200;
 }
@@ -331,16 +331,16 @@ static void build_haystack(struct snug_ops_buf *b, size_t n_chars, const char *m
     if (!placed) snug_ops_buf_printf(b, "\n%s\n", middle);
 }
 
-char *snug_ops_haystack(const struct snug_ops_client *c, long n_tokens, const char *middle,
+char *snug_ops_haystack(const struct snug_suite_client *c, long n_tokens, const char *middle,
                         long *measured) {
     *measured = -1;
     if (n_tokens < 16) n_tokens = 16;
-    unsigned long long salt = snug_ops_random();
+    unsigned long long salt = snug_suite_random();
     /* characters per token: measured on a sample when /tokenize exists */
     double cpt = 4.0;
     struct snug_ops_buf b = {0};
     build_haystack(&b, 4000, NULL, salt);
-    long t = b.oom ? -1 : snug_ops_count_tokens(c, b.p);
+    long t = b.oom ? -1 : snug_suite_count_tokens(c, b.p);
     if (t > 0) cpt = (double)b.len / (double)t;
     snug_ops_buf_free(&b);
     size_t chars = (size_t)(n_tokens * cpt);
@@ -351,7 +351,7 @@ char *snug_ops_haystack(const struct snug_ops_client *c, long n_tokens, const ch
             return NULL;
         }
         if (t <= 0) return b.p; /* no /tokenize: the estimate stands */
-        long got = snug_ops_count_tokens(c, b.p);
+        long got = snug_suite_count_tokens(c, b.p);
         *measured = got;
         if (got <= 0 || labs(got - n_tokens) <= n_tokens / 50 + 8 || attempt == 2) break;
         chars = (size_t)((double)chars * (double)n_tokens / (double)got);

@@ -1,14 +1,14 @@
-/* spec.h — speculative decoding with the MTP block (spec §3): the per-context MTP state
+/* speculative.h — speculative decoding with the MTP block (spec §3): the per-context MTP state
  * (its own attention cache, the trunk's pending hidden rows, draft/verify scratch and the
  * acceptance statistics) and one draft → verify → accept → rollback step with a sampler.
  * Owned by struct snug_ctx (src/model/context.c), which calls the hooks below from
  * snug_ctx_eval; everything is allocated at init (snug_spec_bytes is the plan's number).
  * Invariant: the pending rows hid[0..n_hid) are the trunk's post-norm hidden states at
  * positions hid_pos0.. and end at the context's n_past - 1; their tokens are hid_ids, and the
- * token after the last is not known yet. Read next: spec.c, docs/spec-decode.md.
+ * token after the last is not known yet. Read next: speculative.c, docs/spec-decode.md.
  */
-#ifndef SNUG_SPEC_H
-#define SNUG_SPEC_H
+#ifndef SNUG_SPECULATIVE_H
+#define SNUG_SPECULATIVE_H
 
 #include "kv/kv.h"
 #include "model/model.h"
@@ -99,4 +99,4 @@ void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
  * the chunked rule and recompute the accepted tokens after a partial acceptance. */
 void snug_spec_set_rollback(struct snug_ctx *ctx, bool recompute);
 
-#endif /* SNUG_SPEC_H */
+#endif /* SNUG_SPECULATIVE_H */

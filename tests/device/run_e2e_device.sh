@@ -6,7 +6,7 @@
 # has no GPU). The device machine lacks the CLI's -dev packages, so `snug` is built here
 # (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
 #   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
-# Usage on the device: sh tests/ops/run_e2e_device.sh [devcarry] [outdir]
+# Usage on the device: sh tests/device/run_e2e_device.sh [devcarry] [outdir]
 D=${1:-devcarry}
 O=${2:-${OUT:-/tmp/e2e}}
 mkdir -p "$O"
@@ -22,16 +22,16 @@ for m in trained moe; do
   V=2048
   echo "== $m: prompt path (chunk 512) =="
   $S logits --backend cuda -m "$G" --ids $F/ids.json -o $O/$m.f32 || fail=1
-  python3 tests/ops/compare_logits.py $O/$m.f32 $F/logits.f32 $V || fail=1
+  python3 tests/device/compare_logits.py $O/$m.f32 $F/logits.f32 $V || fail=1
   echo "== $m: decode path (chunk 1, prompt + greedy tokens teacher-forced) =="
   cat_ids $F/ids.json $F/greedy.json > $O/${m}_all.json
   N=$(python3 -c "import json; print(len(json.load(open('$F/ids.json'))))")
   $S logits --backend cuda --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_dec.f32 || fail=1
-  python3 tests/ops/compare_logits.py $O/${m}_dec.f32 $F/greedy_logits.f32 $V \
+  python3 tests/device/compare_logits.py $O/${m}_dec.f32 $F/greedy_logits.f32 $V \
     --greedy $F/greedy.json --offset "$N" || fail=1
   echo "== $m: chunk 64 =="
   $S logits --backend cuda --chunk 64 -m "$G" --ids $F/ids.json -o $O/${m}_64.f32 || fail=1
-  python3 tests/ops/compare_logits.py $O/${m}_64.f32 $F/logits.f32 $V || fail=1
+  python3 tests/device/compare_logits.py $O/${m}_64.f32 $F/logits.f32 $V || fail=1
 done
 # Compressed KV caches on the GPU (cuda_kvfmt.cuh): the same format on the CPU backend is the
 # reference (gate: median KL <= 1e-4); the distance to the fixture's f16-cache logits is printed
@@ -47,15 +47,15 @@ for m in trained moe; do
     echo "== $m: KV $tag, prompt path (chunk 512): GPU vs CPU with the same cache format =="
     $S logits --backend cuda $kvf -m "$G" --ids $F/ids.json -o $O/${m}_$tag.f32 || fail=1
     $S logits $kvf -m "$G" --ids $F/ids.json -o $O/${m}_${tag}_cpu.f32 || fail=1
-    python3 tests/ops/compare_logits.py $O/${m}_$tag.f32 $O/${m}_${tag}_cpu.f32 2048 || fail=1
+    python3 tests/device/compare_logits.py $O/${m}_$tag.f32 $O/${m}_${tag}_cpu.f32 2048 || fail=1
     echo "   (info) the same against the f16-cache reference logits:"
-    python3 tests/ops/compare_logits.py $O/${m}_$tag.f32 $F/logits.f32 2048 || true
+    python3 tests/device/compare_logits.py $O/${m}_$tag.f32 $F/logits.f32 2048 || true
   done
   for kv in q8_0 tq4; do
     echo "== $m: KV $kv, decode path (chunk 1) GPU vs CPU =="
     $S logits --backend cuda --kv $kv --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_${kv}dec.f32 || fail=1
     $S logits --kv $kv --chunk 1 -m "$G" --ids $O/${m}_all.json -o $O/${m}_${kv}dec_cpu.f32 || fail=1
-    python3 tests/ops/compare_logits.py $O/${m}_${kv}dec.f32 $O/${m}_${kv}dec_cpu.f32 2048 || fail=1
+    python3 tests/device/compare_logits.py $O/${m}_${kv}dec.f32 $O/${m}_${kv}dec_cpu.f32 2048 || fail=1
   done
 done
 echo "== trained: perplexity (reference 4.2773) =="

@@ -1,4 +1,4 @@
-/* stress.c — `snug stress`: long-context boundary checks (../shared/spec/ops-suite.md, stress):
+/* stress.c — `snug stress`: long-context boundary checks (../shared/spec/suite.md, stress):
  * a needle ladder whose depths come from the server's own context limit (up to 0.95 of it,
  * plus one rung beyond it that the server must reject), token counts by the server's
  * /tokenize, every haystack salted; the tool-response prefill at 100K and 130K characters;
@@ -9,7 +9,7 @@
  * pass; a ladder with no passing rung fails; a probe that cannot fit skips with the numbers.
  * Read next: bench.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 
@@ -39,11 +39,11 @@ static bool contains_ci(const char *hay, const char *w) {
 
 /* Attach memory readings and the alive check to a result row; an unresponsive server turns
  * the row into a failure. */
-static void after_request(struct snug_ops_client *c, json_t *row, json_t *mem_before) {
+static void after_request(struct snug_suite_client *c, json_t *row, json_t *mem_before) {
     json_object_set_new(row, "memory_before", mem_before ? mem_before : json_null());
-    json_t *m = snug_ops_memory(c);
+    json_t *m = snug_suite_memory(c);
     json_object_set_new(row, "memory_after", m ? m : json_null());
-    bool alive = snug_ops_alive(c);
+    bool alive = snug_suite_alive(c);
     json_object_set_new(row, "alive_after", json_boolean(alive));
     if (!alive) {
         char d[1024];
@@ -55,12 +55,12 @@ static void after_request(struct snug_ops_client *c, json_t *row, json_t *mem_be
 }
 
 /* One needle rung of ~target prompt tokens. over: the rung lies beyond the limit. */
-static json_t *needle_rung(struct snug_ops_client *c, long target, long n_ctx, bool over,
+static json_t *needle_rung(struct snug_suite_client *c, long target, long n_ctx, bool over,
                            const char *needle, struct snug_err *err) {
     char name[64], line[160], why[512];
     snprintf(name, sizeof name, "needle@%ld", target);
     snprintf(line, sizeof line, "IMPORTANT MEMORY: the hidden phrase is '%s'.", needle);
-    json_t *mem = snug_ops_memory(c);
+    json_t *mem = snug_suite_memory(c);
     long measured = -1;
     char *hay = snug_ops_haystack(c, target, line, &measured);
     struct snug_ops_buf u = {0};
@@ -75,24 +75,24 @@ static json_t *needle_rung(struct snug_ops_client *c, long target, long n_ctx, b
         snug_err_set(err, SNUG_ERR_NOMEM, "out of memory building a haystack");
         return NULL;
     }
-    json_t *b = snug_ops_chat_body(c, NULL, u.p, 30, 0, 0);
+    json_t *b = snug_suite_chat_body(c, NULL, u.p, 30, 0, 0);
     snug_ops_buf_free(&u);
-    struct snug_ops_http h;
-    int rc = snug_ops_post(c, "/v1/chat/completions", b, c->timeout_s, &h, err);
+    struct snug_suite_http h;
+    int rc = snug_suite_post(c, "/v1/chat/completions", b, c->timeout_s, &h, err);
     json_decref(b);
     if (rc) {
         json_decref(mem);
         return NULL;
     }
-    struct snug_ops_msg m;
+    struct snug_suite_msg m;
     json_int_t ptok =
         json_integer_value(json_object_get(json_object_get(h.json, "usage"), "prompt_tokens"));
     json_t *r;
     if (h.status == 0 || h.status >= 500) {
         r = snug_ops_check(name, "fail", "%s",
-                           snug_ops_describe(h.status, h.error, h.body, why, sizeof why));
+                           snug_suite_describe(h.status, h.error, h.body, why, sizeof why));
     } else if (h.status != 200) {
-        snug_ops_describe(h.status, h.error, h.body, why, sizeof why);
+        snug_suite_describe(h.status, h.error, h.body, why, sizeof why);
         r = over ? snug_ops_check(name, "rejected",
                                   "rejected by the server beyond its limit of "
                                   "%ld tokens: %s",
@@ -106,7 +106,7 @@ static json_t *needle_rung(struct snug_ops_client *c, long target, long n_ctx, b
                            "the server accepted ~%ld prompt tokens beyond its stated "
                            "limit of %ld: the limit it reports is wrong or it truncates silently",
                            measured > 0 ? measured : target, n_ctx);
-    } else if (!snug_ops_msg_of(&h, &m) || !m.content) {
+    } else if (!snug_suite_msg_of(&h, &m) || !m.content) {
         r = snug_ops_check(name, "fail", "HTTP 200 without message.content");
     } else {
         char words[3][32];
@@ -116,7 +116,7 @@ static json_t *needle_rung(struct snug_ops_client *c, long target, long n_ctx, b
         r = snug_ops_check(name, all ? "pass" : "fail", "%s '%s' in %lld prompt tokens: \"%.60s\"",
                            all ? "found" : "did not recall", needle, (long long)ptok, m.content);
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     json_object_set_new(r, "target_tokens", json_integer(target));
     json_object_set_new(r, "measured_tokens", json_integer(measured));
     json_object_set_new(r, "prompt_tokens", ptok > 0 ? json_integer(ptok) : json_null());
@@ -129,7 +129,7 @@ static json_t *needle_rung(struct snug_ops_client *c, long target, long n_ctx, b
 /* Cycled text of n characters from paragraphs, salted in front. */
 static char *cycled(const char *const *paras, size_t n_paras, size_t n, const char *what) {
     struct snug_ops_buf b = {0};
-    snug_ops_buf_printf(&b, "[%s %016llx]\n", what, snug_ops_random());
+    snug_ops_buf_printf(&b, "[%s %016llx]\n", what, snug_suite_random());
     for (size_t i = 0; b.len < n && !b.oom; i++) snug_ops_buf_puts(&b, paras[i % n_paras]);
     if (b.oom) {
         snug_ops_buf_free(&b);
@@ -176,7 +176,7 @@ static json_t *tool(const char *name, const char *param) {
 /* Send a prepared multi-message body (prompt_est: estimated prompt tokens, -1 unknown) and
  * score: HTTP 200 with >= 50 chars of content or (when allow_tool) a tool call; no markup;
  * tool calls forbidden when !allow_tool. Skips with the numbers when the prompt cannot fit. */
-static json_t *probe(struct snug_ops_client *c, const char *name, json_t *body, long prompt_est,
+static json_t *probe(struct snug_suite_client *c, const char *name, json_t *body, long prompt_est,
                      const char *est_src, long n_ctx, bool allow_tool, struct snug_err *err) {
     char why[512];
     if (prompt_est > 0 && prompt_est + 16 >= n_ctx) {
@@ -189,18 +189,18 @@ static json_t *probe(struct snug_ops_client *c, const char *name, json_t *body, 
     json_int_t mt = json_integer_value(json_object_get(body, "max_tokens"));
     if (prompt_est > 0 && prompt_est + mt > n_ctx)
         json_object_set_new(body, "max_tokens", json_integer(n_ctx - prompt_est - 8));
-    json_t *mem = snug_ops_memory(c);
-    struct snug_ops_http h;
-    int rc = snug_ops_post(c, "/v1/chat/completions", body, c->timeout_s, &h, err);
+    json_t *mem = snug_suite_memory(c);
+    struct snug_suite_http h;
+    int rc = snug_suite_post(c, "/v1/chat/completions", body, c->timeout_s, &h, err);
     json_decref(body);
     if (rc) {
         json_decref(mem);
         return NULL;
     }
-    struct snug_ops_msg m;
+    struct snug_suite_msg m;
     json_t *r;
-    if (!snug_ops_msg_of(&h, &m)) {
-        snug_ops_describe(h.status, h.error, h.body, why, sizeof why);
+    if (!snug_suite_msg_of(&h, &m)) {
+        snug_suite_describe(h.status, h.error, h.body, why, sizeof why);
         r = snug_ops_check(name, "fail", "%s", why);
     } else {
         size_t n = m.content ? strlen(m.content) : 0;
@@ -220,14 +220,14 @@ static json_t *probe(struct snug_ops_client *c, const char *name, json_t *body, 
             json_integer_value(json_object_get(json_object_get(h.json, "usage"), "prompt_tokens"));
         json_object_set_new(r, "prompt_tokens", pt > 0 ? json_integer(pt) : json_null());
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     after_request(c, r, mem);
     return r;
 }
 
 /* Token estimate of some text: the server's count, else characters / 4. */
-static long estimate(const struct snug_ops_client *c, const char *text, const char **src) {
-    long n = snug_ops_count_tokens(c, text);
+static long estimate(const struct snug_suite_client *c, const char *text, const char **src) {
+    long n = snug_suite_count_tokens(c, text);
     if (n >= 0) {
         *src = "counted by /tokenize";
         return n;
@@ -237,7 +237,7 @@ static long estimate(const struct snug_ops_client *c, const char *text, const ch
 }
 
 /* The 4-message news agent turn with a tool reply of n_chars characters. */
-static json_t *tool_prefill(struct snug_ops_client *c, size_t n_chars, long n_ctx,
+static json_t *tool_prefill(struct snug_suite_client *c, size_t n_chars, long n_ctx,
                             struct snug_err *err) {
     char name[48];
     snprintf(name, sizeof name, "tool-prefill-%zuK", n_chars / 1000);
@@ -261,7 +261,7 @@ static json_t *tool_prefill(struct snug_ops_client *c, size_t n_chars, long n_ct
 }
 
 /* IDE-agent one-shot: 5K-char system prompt, 10 tools, tool_choice none. */
-static json_t *ide_agent(struct snug_ops_client *c, long n_ctx, int max_tokens,
+static json_t *ide_agent(struct snug_suite_client *c, long n_ctx, int max_tokens,
                          struct snug_err *err) {
     static const char *const TOOLS[][2] = {
         {"read_file", "path"},    {"write_file", "path"},    {"list_dir", "path"},
@@ -281,7 +281,7 @@ static json_t *ide_agent(struct snug_ops_client *c, long n_ctx, int max_tokens,
     const char *src;
     long est = estimate(c, all.p ? all.p : "", &src) + 80;
     snug_ops_buf_free(&all);
-    json_t *b = snug_ops_chat_body(
+    json_t *b = snug_suite_chat_body(
         c, sys, "Add input validation to parse_config() in src/config.c and explain the change.",
         max_tokens ? max_tokens : 2000, 0.6, 0);
     snug_free(sys);
@@ -291,7 +291,7 @@ static json_t *ide_agent(struct snug_ops_client *c, long n_ctx, int max_tokens,
 }
 
 /* Multi-turn agent: a tool call, a 3K-char tool reply, an answer, a follow-up. */
-static json_t *multi_turn(struct snug_ops_client *c, long n_ctx, int max_tokens,
+static json_t *multi_turn(struct snug_suite_client *c, long n_ctx, int max_tokens,
                           struct snug_err *err) {
     char *log = cycled(BUILDLOG, sizeof BUILDLOG / sizeof BUILDLOG[0], 3000, "build log");
     if (!log) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory"), NULL;
@@ -316,26 +316,27 @@ static json_t *multi_turn(struct snug_ops_client *c, long n_ctx, int max_tokens,
     return probe(c, "multi-turn-agent", b, est, src, n_ctx, true, err);
 }
 
-int snug_ops_stress(struct snug_ops_client *c, const struct snug_ops_stress_opts *o,
+int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_opts *o,
                     snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
     static const double DEFAULT_FR[] = {0.10, 0.25, 0.50, 0.75, 0.90, 0.95};
     *out = NULL;
-    if (!snug_ops_alive(c))
+    if (!snug_suite_alive(c))
         return snug_err_set(err, SNUG_ERR_IO,
                             "no server answers at %s (GET /health and /v1/models failed): start "
                             "`snug serve` or check --url",
                             c->base);
-    snug_ops_discover_model(c);
+    snug_suite_discover_model(c);
     long n_ctx = o->n_ctx;
     char source[96] = "--ctx";
-    if (!n_ctx && snug_ops_context_limit(c, &n_ctx, source, sizeof source, err)) return err->status;
+    if (!n_ctx && snug_suite_context_limit(c, &n_ctx, source, sizeof source, err))
+        return err->status;
     const double *fr = o->n_fractions ? o->fractions : DEFAULT_FR;
     int nf = o->n_fractions ? o->n_fractions : (int)(sizeof DEFAULT_FR / sizeof DEFAULT_FR[0]);
     char needle[96];
     if (o->needle)
         snprintf(needle, sizeof needle, "%s", o->needle);
     else {
-        unsigned long long r = snug_ops_random();
+        unsigned long long r = snug_suite_random();
         snprintf(needle, sizeof needle, "%s %s %02d", COLORS[r % 8], ANIMALS[(r >> 8) % 8],
                  (int)(10 + (r >> 16) % 90));
     }
@@ -344,7 +345,7 @@ int snug_ops_stress(struct snug_ops_client *c, const struct snug_ops_stress_opts
     int passed = 0, failed = 0, rejected = 0;
     long prev = -1;
     /* room for the question, the chat template (~32) and the 30-token answer */
-    long q = snug_ops_count_tokens(c, QUESTION);
+    long q = snug_suite_count_tokens(c, QUESTION);
     long overhead = (q > 0 ? q : (long)sizeof QUESTION / 4) + 32 + 30;
     for (int i = 0; i < nf; i++) {
         double f = fr[i] > 0.95 ? 0.95 : fr[i];

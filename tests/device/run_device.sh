@@ -1,7 +1,7 @@
 #!/bin/sh
 # run_device.sh — build the CUDA op tests and benchmark with nvcc/gcc directly (no CMake, so
 # the device machine needs none of the CLI's libraries) and run them. Used on the device
-# machine: `sh tests/ops/run_device.sh [outdir]`. ARCH overrides the target (default sm_90a).
+# machine: `sh tests/device/run_device.sh [outdir]`. ARCH overrides the target (default sm_90a).
 set -e
 OUTD=${1:-build-ops}
 ARCH=${ARCH:-"-gencode=arch=compute_90a,code=sm_90a"}
@@ -20,6 +20,6 @@ for f in src/backend/cuda/*.cu; do
 done
 wait
 for t in test_cuda_ops bench_cuda_ops; do
-  gcc $CFLAGS -c tests/ops/$t.c -o "$OUTD/$t.o"
+  gcc $CFLAGS -c tests/device/$t.c -o "$OUTD/$t.o"
   nvcc $ARCH -o "$OUTD/$t" "$OUTD/$t.o" $objs -lcublas -lpthread -lm
 done

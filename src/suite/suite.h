@@ -1,5 +1,5 @@
-/* ops.h — the operational suite: `snug verify`, `snug stress`, `snug bench` against ANY
- * OpenAI-compatible endpoint (snug, vLLM, llama.cpp server), after ../shared/spec/ops-suite.md.
+/* suite.h — the operational suite: `snug verify`, `snug stress`, `snug bench` against ANY
+ * OpenAI-compatible endpoint (snug, vLLM, llama.cpp server), after ../shared/spec/suite.md.
  *
  * Owns: an HTTP client (libcurl) with an SSE reader that records what a stream actually
  * delivered (chunks, [DONE], timings, usage), the three suites, and the bench SVG/compare.
@@ -7,10 +7,10 @@
  * HTTP error body, an empty or unterminated stream, a missing field, a rejected request can
  * never produce "pass"; a skip carries a reason and is never a pass. Results are jansson
  * objects the CLI prints; nothing here prints to stdout.
- * Read next: client.c (HTTP/SSE), verify.c, stress.c, bench.c, svg.c; docs/ops-suite.md.
+ * Read next: client.c (HTTP/SSE), verify.c, stress.c, bench.c, svg.c; docs/suite.md.
  */
-#ifndef SNUG_OPS_H
-#define SNUG_OPS_H
+#ifndef SNUG_SUITE_H
+#define SNUG_SUITE_H
 
 #include "snug.h"
 
@@ -20,20 +20,20 @@
 
 /* ==== client ================================================================================ */
 
-struct snug_ops_client {
+struct snug_suite_client {
     char base[512];    /* "http://host:port" (no trailing "/", no "/v1") */
-    char model[256];   /* served model id; "" until known (snug_ops_discover_model) */
+    char model[256];   /* served model id; "" until known (snug_suite_discover_model) */
     char api_key[256]; /* "" = no Authorization header */
     double timeout_s;  /* per generation request (default 600) */
 };
 
 /* url: "http://h:p", "http://h:p/", "http://h:p/v1" all mean the same server; NULL =
  * http://127.0.0.1:8080. model/api_key may be NULL. */
-int snug_ops_client_init(struct snug_ops_client *c, const char *url, const char *model,
-                         const char *api_key, struct snug_err *err);
+int snug_suite_client_init(struct snug_suite_client *c, const char *url, const char *model,
+                           const char *api_key, struct snug_err *err);
 
 /* A buffered HTTP exchange. status 0 = no HTTP answer (error says why: refused, timeout...). */
-struct snug_ops_http {
+struct snug_suite_http {
     long status;
     char *body; /* NUL-terminated, len bytes (may be "") */
     size_t len;
@@ -44,14 +44,14 @@ struct snug_ops_http {
 
 /* GET/POST base+path. Returns SNUG_OK whenever the exchange was attempted (inspect status);
  * an error only for out-of-memory / bad arguments. body may be NULL for POST (empty object). */
-int snug_ops_get(const struct snug_ops_client *c, const char *path, double timeout_s,
-                 struct snug_ops_http *out, struct snug_err *err);
-int snug_ops_post(const struct snug_ops_client *c, const char *path, const json_t *body,
-                  double timeout_s, struct snug_ops_http *out, struct snug_err *err);
-void snug_ops_http_free(struct snug_ops_http *h);
+int snug_suite_get(const struct snug_suite_client *c, const char *path, double timeout_s,
+                   struct snug_suite_http *out, struct snug_err *err);
+int snug_suite_post(const struct snug_suite_client *c, const char *path, const json_t *body,
+                    double timeout_s, struct snug_suite_http *out, struct snug_err *err);
+void snug_suite_http_free(struct snug_suite_http *h);
 
 /* What a streamed chat completion delivered, assembled from the SSE events. */
-struct snug_ops_stream {
+struct snug_suite_stream {
     long status;     /* HTTP status; 0 = no answer (error) */
     char error[256]; /* transport error */
     char *raw;       /* the first 64 KiB of the body (the error body on non-200) */
@@ -75,61 +75,61 @@ struct snug_ops_stream {
 };
 
 /* POST /v1/chat/completions with body (which must ask for "stream": true) and read the SSE. */
-int snug_ops_stream_chat(const struct snug_ops_client *c, const json_t *body, double timeout_s,
-                         struct snug_ops_stream *out, struct snug_err *err);
-void snug_ops_stream_free(struct snug_ops_stream *s);
+int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body, double timeout_s,
+                           struct snug_suite_stream *out, struct snug_err *err);
+void snug_suite_stream_free(struct snug_suite_stream *s);
 
 /* ---- helpers shared by the suites ---------------------------------------------------------- */
 
 /* A chat request body: one user message (and system when non-NULL), max_tokens, temperature,
  * thinking 0/1 (sent as chat_template_kwargs.enable_thinking) or -1 (not sent), the client's
  * model when known. New reference. */
-json_t *snug_ops_chat_body(const struct snug_ops_client *c, const char *system, const char *user,
-                           int max_tokens, double temperature, int thinking);
+json_t *snug_suite_chat_body(const struct snug_suite_client *c, const char *system,
+                             const char *user, int max_tokens, double temperature, int thinking);
 
 /* Views into a non-streamed chat response (borrowed; NULL when absent or of the wrong type). */
-struct snug_ops_msg {
+struct snug_suite_msg {
     const char *content, *reasoning, *finish_reason;
     const json_t *tool_calls; /* array */
 };
 /* Fills *m from a 200 response; returns false (and *m zeroed) when the response is not a chat
  * completion (no choices[0].message object). */
-bool snug_ops_msg_of(const struct snug_ops_http *h, struct snug_ops_msg *m);
+bool snug_suite_msg_of(const struct snug_suite_http *h, struct snug_suite_msg *m);
 
 /* A short human description of a failed exchange: "HTTP 400: <error.message>" or the transport
  * error, into buf. */
-const char *snug_ops_describe(long status, const char *error, const char *body, char *buf,
-                              size_t n);
+const char *snug_suite_describe(long status, const char *error, const char *body, char *buf,
+                                size_t n);
 
 /* If c->model is empty, fill it from GET /v1/models (the first id). Failure is not fatal for
  * the callers (requests then omit "model"). */
-void snug_ops_discover_model(struct snug_ops_client *c);
+void snug_suite_discover_model(struct snug_suite_client *c);
 
 /* The server's context limit per request: /health plan.n_ctx (snug), /v1/models
  * data[].meta.n_ctx or max_model_len (llama.cpp, vLLM), /props (llama.cpp). *source names
  * where it came from. Returns SNUG_OK or SNUG_ERR_UNSUPPORTED with a message. */
-int snug_ops_context_limit(const struct snug_ops_client *c, long *n_ctx, char *source,
-                           size_t source_n, struct snug_err *err);
+int snug_suite_context_limit(const struct snug_suite_client *c, long *n_ctx, char *source,
+                             size_t source_n, struct snug_err *err);
 
 /* Token count of text by the server's own /tokenize (snug, llama.cpp: {"content"}; vLLM:
  * {"prompt"}). Returns the count, or -1 when the server has no usable tokenizer endpoint. */
-long snug_ops_count_tokens(const struct snug_ops_client *c, const char *text);
+long snug_suite_count_tokens(const struct snug_suite_client *c, const char *text);
 
 /* Speculative-decoding counters: accepted draft tokens and drafting steps, summed over the
  * known metric names in GET /metrics. Returns 1 with the values, 0 when /metrics exposes no
  * such counter (why in reason), -1 when there is no /metrics at all. */
-int snug_ops_spec_counters(const struct snug_ops_client *c, double *accepted, double *drafts,
-                           char *reason, size_t reason_n);
+int snug_suite_spec_counters(const struct snug_suite_client *c, double *accepted, double *drafts,
+                             char *reason, size_t reason_n);
 
 /* Memory readings (a new JSON object, name -> number) from /health and /metrics; NULL when
  * neither has any. */
-json_t *snug_ops_memory(const struct snug_ops_client *c);
+json_t *snug_suite_memory(const struct snug_suite_client *c);
 
 /* GET /health (or /v1/models when /health is absent) answers 200 within 5 s. */
-bool snug_ops_alive(const struct snug_ops_client *c);
+bool snug_suite_alive(const struct snug_suite_client *c);
 
 /* Random 64-bit values for salts and needles (from /dev/urandom, else time ^ pid). */
-unsigned long long snug_ops_random(void);
+unsigned long long snug_suite_random(void);
 
 /* A growable NUL-terminated byte buffer (snug_malloc); oom sticks. */
 struct snug_ops_buf {
@@ -150,7 +150,7 @@ void snug_ops_buf_free(struct snug_ops_buf *b);
  * else estimated at 4 characters per token): a random salt line first (so no prefix cache can
  * reuse it), filler paragraphs, and `middle` (may be NULL) inserted at the midpoint. *measured
  * gets the server's count of the result, or -1. Returns a snug_malloc'd string or NULL. */
-char *snug_ops_haystack(const struct snug_ops_client *c, long n_tokens, const char *middle,
+char *snug_ops_haystack(const struct snug_suite_client *c, long n_tokens, const char *middle,
                         long *measured);
 
 /* ==== suites ================================================================================ */
@@ -168,7 +168,7 @@ json_t *snug_ops_check(const char *name, const char *status, const char *fmt, ..
 int snug_ops_count_failed(const json_t *checks);
 
 /* verify: the 9 functional checks. *out = {"server": {...}, "checks": [...]}. */
-int snug_ops_verify(struct snug_ops_client *c, snug_ops_progress_fn progress, void *user,
+int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, void *user,
                     json_t **out, struct snug_err *err);
 
 struct snug_ops_stress_opts {
@@ -181,7 +181,7 @@ struct snug_ops_stress_opts {
 };
 /* stress: needle ladder, tool-response prefill (100K/130K chars), IDE-agent one-shot,
  * multi-turn agent. *out = {"server", "context": {"n_ctx", "source"}, "checks", "ladder"}. */
-int snug_ops_stress(struct snug_ops_client *c, const struct snug_ops_stress_opts *o,
+int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_opts *o,
                     snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err);
 
 struct snug_ops_bench_opts {
@@ -194,7 +194,7 @@ struct snug_ops_bench_opts {
 };
 /* bench: the canonical protocol and the prefill probe. *out = {"server", "protocol",
  * "prompts": [{"name", "runs", "stats"}], "acceptance", "prefill": [...]}. */
-int snug_ops_bench(struct snug_ops_client *c, const struct snug_ops_bench_opts *o,
+int snug_ops_bench(struct snug_suite_client *c, const struct snug_ops_bench_opts *o,
                    snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err);
 
 /* Ratios of this run against an earlier bench JSON (matched by prompt name and depth): a new
@@ -205,4 +205,4 @@ json_t *snug_ops_bench_compare(const json_t *now, const json_t *before);
  * Returns a snug_malloc'd NUL-terminated string or NULL on out-of-memory. */
 char *snug_ops_bench_svg(const json_t *bench);
 
-#endif /* SNUG_OPS_H */
+#endif /* SNUG_SUITE_H */

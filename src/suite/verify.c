@@ -1,4 +1,4 @@
-/* verify.c — `snug verify`: the nine functional checks of ../shared/spec/ops-suite.md against
+/* verify.c — `snug verify`: the nine functional checks of ../shared/spec/suite.md against
  * an OpenAI-compatible server (reachable, engine self-check, basic answer, tool call,
  * streaming, thinking, quality, speculative decoding, streaming tool call with thinking on),
  * after one unscored warm-up request.
@@ -7,7 +7,7 @@
  * tested before the pass condition, so error bodies, empty streams and missing fields fail.
  * Read next: stress.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 
@@ -74,30 +74,31 @@ static bool weather_call(const json_t *calls, char *why, size_t why_n) {
 }
 
 /* POST a non-streamed chat body; on a non-chat answer writes the reason into why. */
-static bool chat(struct snug_ops_client *c, json_t *body, double timeout, struct snug_ops_http *h,
-                 struct snug_ops_msg *m, char *why, size_t why_n, struct snug_err *err, int *rc) {
-    *rc = snug_ops_post(c, "/v1/chat/completions", body, timeout, h, err);
+static bool chat(struct snug_suite_client *c, json_t *body, double timeout,
+                 struct snug_suite_http *h, struct snug_suite_msg *m, char *why, size_t why_n,
+                 struct snug_err *err, int *rc) {
+    *rc = snug_suite_post(c, "/v1/chat/completions", body, timeout, h, err);
     json_decref(body);
     if (*rc) return false;
-    if (snug_ops_msg_of(h, m)) return true;
+    if (snug_suite_msg_of(h, m)) return true;
     if (h->status == 200)
         snprintf(why, why_n, "HTTP 200 but no choices[0].message object: %.120s", h->body);
     else
-        snug_ops_describe(h->status, h->error, h->body, why, why_n);
+        snug_suite_describe(h->status, h->error, h->body, why, why_n);
     return false;
 }
 
 /* 1. GET /v1/models within 5 s lists the model (the first one becomes the model when none was
  * given). */
-static json_t *check_reachable(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h;
+static json_t *check_reachable(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h;
     char why[512];
-    if (snug_ops_get(c, "/v1/models", 5, &h, err)) return NULL;
+    if (snug_suite_get(c, "/v1/models", 5, &h, err)) return NULL;
     json_t *r;
     json_t *data = json_object_get(h.json, "data");
     if (h.status != 200) {
         r = snug_ops_check("reachable", "fail", "GET /v1/models: %s",
-                           snug_ops_describe(h.status, h.error, h.body, why, sizeof why));
+                           snug_suite_describe(h.status, h.error, h.body, why, sizeof why));
     } else if (!json_is_array(data) || !json_array_size(data)) {
         r = snug_ops_check("reachable", "fail", "GET /v1/models: no \"data\" list of models");
     } else {
@@ -118,15 +119,15 @@ static json_t *check_reachable(struct snug_ops_client *c, struct snug_err *err) 
                    : snug_ops_check("reachable", "fail", "model '%s' is not listed by /v1/models",
                                     c->model[0] ? c->model : "(none with an id)");
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* 2. GET /health reports the planned budget, the loaded model and no failed self-test. */
-static json_t *check_engine(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h;
+static json_t *check_engine(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h;
     char why[512];
-    if (snug_ops_get(c, "/health", 5, &h, err)) return NULL;
+    if (snug_suite_get(c, "/health", 5, &h, err)) return NULL;
     const char *name = "engine-self-check";
     json_t *r;
     json_t *plan = json_object_get(h.json, "plan");
@@ -138,14 +139,14 @@ static json_t *check_engine(struct snug_ops_client *c, struct snug_err *err) {
         r = snug_ops_check(name, "skip", "the server has no /health endpoint");
     else if (h.status == 0)
         r = snug_ops_check(name, "fail", "GET /health: %s",
-                           snug_ops_describe(0, h.error, NULL, why, sizeof why));
+                           snug_suite_describe(0, h.error, NULL, why, sizeof why));
     else if (json_is_object(h.json) && !plan && !self && h.status == 200)
         r = snug_ops_check(name, "skip",
                            "/health carries no plan or self-test (not a snug server): %.100s",
                            h.body);
     else if (h.status != 200)
         r = snug_ops_check(name, "fail", "GET /health: %s%s%s",
-                           snug_ops_describe(h.status, h.error, h.body, why, sizeof why),
+                           snug_suite_describe(h.status, h.error, h.body, why, sizeof why),
                            self ? "; self-test: " : "", self ? self : "");
     else if (!self || strcmp(self, "ok"))
         r = snug_ops_check(name, "fail", "self-test %s", self ? self : "not reported");
@@ -159,19 +160,19 @@ static json_t *check_engine(struct snug_ops_client *c, struct snug_err *err) {
     else
         r = snug_ops_check(name, "pass", "model %s, planned context %lld tokens, self-test ok",
                            model, (long long)n_ctx);
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* 3. "What is the capital of France?" -> content mentions Paris. */
-static json_t *check_basic(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h = {0};
-    struct snug_ops_msg m;
+static json_t *check_basic(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h = {0};
+    struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "basic-answer";
-    json_t *b = snug_ops_chat_body(c, NULL, "What is the capital of France? One short sentence.",
-                                   30, 0.6, 0);
+    json_t *b = snug_suite_chat_body(c, NULL, "What is the capital of France? One short sentence.",
+                                     30, 0.6, 0);
     json_t *r;
     if (!chat(c, b, 120, &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -181,19 +182,19 @@ static json_t *check_basic(struct snug_ops_client *c, struct snug_err *err) {
         r = snug_ops_check(name, "fail", "content does not mention Paris: \"%.100s\"", m.content);
     else
         r = snug_ops_check(name, "pass", "\"%.80s\"", m.content);
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* 4. A weather question with one tool -> a structured get_weather call, no markup in content. */
-static json_t *check_tool(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h = {0};
-    struct snug_ops_msg m;
+static json_t *check_tool(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h = {0};
+    struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "tool-call";
-    json_t *b = snug_ops_chat_body(c, NULL, "What is the weather like in San Francisco right now?",
-                                   200, 0.3, 0);
+    json_t *b = snug_suite_chat_body(
+        c, NULL, "What is the weather like in San Francisco right now?", 200, 0.3, 0);
     json_object_set_new(b, "tools", json_loads(TOOL_WEATHER, 0, NULL));
     json_object_set_new(b, "tool_choice", json_string("auto"));
     json_t *r;
@@ -209,14 +210,14 @@ static json_t *check_tool(struct snug_ops_client *c, struct snug_err *err) {
         r = snug_ops_check(name, "fail", "%s", why);
     else
         r = snug_ops_check(name, "pass", "%s", why);
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* Problems common to every stream: no answer, non-200, an error event, no [DONE]. */
-static bool stream_broken(const struct snug_ops_stream *s, char *why, size_t why_n) {
+static bool stream_broken(const struct snug_suite_stream *s, char *why, size_t why_n) {
     if (s->status != 200) {
-        snug_ops_describe(s->status, s->error, s->raw, why, why_n);
+        snug_suite_describe(s->status, s->error, s->raw, why, why_n);
         return true;
     }
     if (s->error_event) {
@@ -241,14 +242,14 @@ static bool stream_broken(const struct snug_ops_stream *s, char *why, size_t why
 }
 
 /* 5. A streamed haiku: >= 5 non-empty content deltas, >= 20 characters, [DONE]. */
-static json_t *check_stream(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_stream s;
+static json_t *check_stream(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_stream s;
     char why[512];
     const char *name = "streaming";
     json_t *b =
-        snug_ops_chat_body(c, NULL, "Write a three-sentence haiku about debugging.", 120, 0.6, 0);
+        snug_suite_chat_body(c, NULL, "Write a three-sentence haiku about debugging.", 120, 0.6, 0);
     json_object_set_new(b, "stream", json_true());
-    int rc = snug_ops_stream_chat(c, b, 120, &s, err);
+    int rc = snug_suite_stream_chat(c, b, 120, &s, err);
     json_decref(b);
     if (rc) return NULL;
     json_t *r;
@@ -261,18 +262,18 @@ static json_t *check_stream(struct snug_ops_client *c, struct snug_err *err) {
     else
         r = snug_ops_check(name, "pass", "%d chunks, %zu chars, first after %.0f ms",
                            s.n_content_chunks, s.content_len, s.t_first * 1e3);
-    snug_ops_stream_free(&s);
+    snug_suite_stream_free(&s);
     return r;
 }
 
 /* 6. Thinking on: reasoning split out (>= 50 chars) and content (or finish_reason length). */
-static json_t *check_thinking(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h = {0};
-    struct snug_ops_msg m;
+static json_t *check_thinking(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h = {0};
+    struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "thinking";
-    json_t *b = snug_ops_chat_body(c, NULL, "What is 2+2? One-line answer.", 4000, 0.3, 1);
+    json_t *b = snug_suite_chat_body(c, NULL, "What is 2+2? One-line answer.", 4000, 0.3, 1);
     json_t *r;
     if (!chat(c, b, c->timeout_s, &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -289,7 +290,7 @@ static json_t *check_thinking(struct snug_ops_client *c, struct snug_err *err) {
     else
         r = snug_ops_check(name, "pass", "%zu chars of reasoning, content \"%.60s\"",
                            strlen(m.reasoning), m.content ? m.content : "");
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
@@ -346,13 +347,13 @@ static void word_stats(const char *s, int limit, int *total, int *distinct) {
 }
 
 /* 7. A long essay: no markup, no line looping, varied words, at least 50 of them. */
-static json_t *check_quality(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_http h = {0};
-    struct snug_ops_msg m;
+static json_t *check_quality(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_http h = {0};
+    struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "quality";
-    json_t *b = snug_ops_chat_body(
+    json_t *b = snug_suite_chat_body(
         c, NULL, "Write a detailed 1500-word essay on how attention works in transformers.", 2000,
         0.6, 0);
     json_t *r;
@@ -380,30 +381,31 @@ static json_t *check_quality(struct snug_ops_client *c, struct snug_err *err) {
                                "line run %d",
                                strlen(m.content), ratio, rep);
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* 8. Count to 80 at T 0 and read the acceptance length: from the /metrics counters around the
  * request, else from the response's timings (draft_n_accepted, predicted_n). */
-static json_t *check_spec(struct snug_ops_client *c, struct snug_err *err) {
+static json_t *check_spec(struct snug_suite_client *c, struct snug_err *err) {
     const char *name = "speculative";
     char reason[256] = "", why[512];
     double a0 = 0, d0 = 0, a1 = 0, d1 = 0;
-    int have = snug_ops_spec_counters(c, &a0, &d0, reason, sizeof reason);
-    struct snug_ops_http h = {0};
-    struct snug_ops_msg m;
+    int have = snug_suite_spec_counters(c, &a0, &d0, reason, sizeof reason);
+    struct snug_suite_http h = {0};
+    struct snug_suite_msg m;
     int rc;
-    json_t *b = snug_ops_chat_body(c, NULL, "Count from 1 to 80, one number per line.", 500, 0, 0);
+    json_t *b =
+        snug_suite_chat_body(c, NULL, "Count from 1 to 80, one number per line.", 500, 0, 0);
     if (!chat(c, b, c->timeout_s, &h, &m, why, sizeof why, err, &rc)) {
-        snug_ops_http_free(&h);
+        snug_suite_http_free(&h);
         return rc ? NULL : snug_ops_check(name, "fail", "%s", why);
     }
     json_t *tm = json_object_get(h.json, "timings");
     json_t *acc = json_object_get(tm, "draft_n_accepted");
     json_int_t pred = json_integer_value(json_object_get(tm, "predicted_n"));
     json_t *r = NULL;
-    if (have == 1 && snug_ops_spec_counters(c, &a1, &d1, reason, sizeof reason) == 1) {
+    if (have == 1 && snug_suite_spec_counters(c, &a1, &d1, reason, sizeof reason) == 1) {
         double da = a1 - a0, dd = d1 - d0;
         if (dd <= 0)
             r = snug_ops_check(name, "fail",
@@ -428,21 +430,21 @@ static json_t *check_spec(struct snug_ops_client *c, struct snug_err *err) {
                            have == -1 ? "the server exposes no /metrics and no draft timings"
                                       : reason);
     }
-    snug_ops_http_free(&h);
+    snug_suite_http_free(&h);
     return r;
 }
 
 /* 9. Streamed tool call with thinking on: reasoning deltas, then a get_weather call assembled
  * from tool_calls deltas, [DONE], no markup in content. */
-static json_t *check_stream_tool(struct snug_ops_client *c, struct snug_err *err) {
-    struct snug_ops_stream s;
+static json_t *check_stream_tool(struct snug_suite_client *c, struct snug_err *err) {
+    struct snug_suite_stream s;
     char why[512];
     const char *name = "stream-tool-thinking";
-    json_t *b = snug_ops_chat_body(c, NULL, "What is the weather like in San Francisco right now?",
-                                   1000, 0.3, 1);
+    json_t *b = snug_suite_chat_body(
+        c, NULL, "What is the weather like in San Francisco right now?", 1000, 0.3, 1);
     json_object_set_new(b, "tools", json_loads(TOOL_WEATHER, 0, NULL));
     json_object_set_new(b, "stream", json_true());
-    int rc = snug_ops_stream_chat(c, b, c->timeout_s, &s, err);
+    int rc = snug_suite_stream_chat(c, b, c->timeout_s, &s, err);
     json_decref(b);
     if (rc) return NULL;
     json_t *r;
@@ -458,13 +460,13 @@ static json_t *check_stream_tool(struct snug_ops_client *c, struct snug_err *err
     else
         r = snug_ops_check(name, "pass", "%d reasoning chunks, %d tool-call chunks: %s",
                            s.n_reasoning_chunks, s.n_tool_chunks, why);
-    snug_ops_stream_free(&s);
+    snug_suite_stream_free(&s);
     return r;
 }
 
-int snug_ops_verify(struct snug_ops_client *c, snug_ops_progress_fn progress, void *user,
+int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, void *user,
                     json_t **out, struct snug_err *err) {
-    typedef json_t *(*check_fn)(struct snug_ops_client *, struct snug_err *);
+    typedef json_t *(*check_fn)(struct snug_suite_client *, struct snug_err *);
     static const struct {
         const char *label;
         check_fn fn;
@@ -483,12 +485,12 @@ int snug_ops_verify(struct snug_ops_client *c, snug_ops_progress_fn progress, vo
     *out = NULL;
     json_t *checks = json_array();
     if (!checks) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
-    snug_ops_discover_model(c);
+    snug_suite_discover_model(c);
     /* unscored warm-up: loads caches and kernels so the first scored check is not penalised */
     if (progress) progress(user, "warm-up", 0, n + 1);
-    struct snug_ops_http h;
-    json_t *wb = snug_ops_chat_body(c, NULL, "Say hello.", 8, 0.6, 0);
-    if (!snug_ops_post(c, "/v1/chat/completions", wb, 120, &h, err)) snug_ops_http_free(&h);
+    struct snug_suite_http h;
+    json_t *wb = snug_suite_chat_body(c, NULL, "Say hello.", 8, 0.6, 0);
+    if (!snug_suite_post(c, "/v1/chat/completions", wb, 120, &h, err)) snug_suite_http_free(&h);
     json_decref(wb);
     for (int i = 0; i < n; i++) {
         if (progress) progress(user, CHECKS[i].label, i + 1, n + 1);

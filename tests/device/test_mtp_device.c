@@ -1,5 +1,5 @@
 /* test_mtp_device.c — speculative decoding with the MTP block on the CUDA backend, on the
- * trained fixture (issue 6's GPU items); run by tests/ops/run_mtp_device.sh on the device:
+ * trained fixture (issue 6's GPU items); run by tests/device/run_mtp_device.sh on the device:
  *  1. step-1 MTP logits (snug_ctx_eval_mtp, --backend cuda) vs mtp_logits.f32, through the
  *     prompt path (chunk 512: bf16 GEMMs) and the decode path (chunk 4: f32 matvec); PASS at
  *     the GPU bound (median KL <= 1e-4, the e2e device bound), and says whether the CPU bound
@@ -20,13 +20,13 @@
  * Needs a GPU: built when nvcc is found, not registered with ctest. The last lines are
  * "N passed, N failed" and "mtp device: PASS|FAIL".
  * Usage: [SNUG_MTP_DEVICE_CPU=1] test_mtp_device FIXTURES_DIR [MOE_MTP.gguf] (holding
- * trained/{trained-f16.gguf,ids.json,mtp_logits.f32,ppl_ids.json}). Read next: src/spec/spec.c,
- * docs/spec-decode.md. */
+ * trained/{trained-f16.gguf,ids.json,mtp_logits.f32,ppl_ids.json}). Read next:
+ * src/speculative/speculative.c, docs/spec-decode.md. */
 #include "backend/backend.h"
 #include "core/core.h"
 #include "sample/sample.h"
 #include "snug.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <math.h>
 #include <stdarg.h>

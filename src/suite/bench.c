@@ -1,4 +1,4 @@
-/* bench.c — `snug bench`: the canonical speed protocol of ../shared/spec/ops-suite.md against
+/* bench.c — `snug bench`: the canonical speed protocol of ../shared/spec/suite.md against
  * an OpenAI-compatible server: narrative and code prompts, streamed with usage, warm-up runs
  * then measured runs; per run TTFT, wall time, completion tokens, wall and decode tokens/s;
  * mean/std/CV/min/max per prompt; speculative acceptance length when the server exposes it;
@@ -8,7 +8,7 @@
  * tokens; failed runs are kept with their reason and excluded from the statistics.
  * Read next: svg.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 
@@ -56,9 +56,9 @@ static json_t *stats_of(const json_t *runs, const char *key) {
 }
 
 /* One streamed run: the request body is built by the caller. Returns the run record. */
-static json_t *run_once(struct snug_ops_client *c, const json_t *body, struct snug_err *err) {
-    struct snug_ops_stream s;
-    if (snug_ops_stream_chat(c, body, c->timeout_s, &s, err)) return NULL;
+static json_t *run_once(struct snug_suite_client *c, const json_t *body, struct snug_err *err) {
+    struct snug_suite_stream s;
+    if (snug_suite_stream_chat(c, body, c->timeout_s, &s, err)) return NULL;
     char why[512] = "";
     json_t *u = s.usage;
     json_int_t ct = json_integer_value(json_object_get(u, "completion_tokens"));
@@ -75,7 +75,7 @@ static json_t *run_once(struct snug_ops_client *c, const json_t *body, struct sn
     if (s.status != 200 || s.error_event || s.error[0] || !s.done) {
         ok = false;
         if (s.status != 200)
-            snug_ops_describe(s.status, s.error, s.raw, why, sizeof why);
+            snug_suite_describe(s.status, s.error, s.raw, why, sizeof why);
         else if (s.error_event)
             snprintf(why, sizeof why, "error event in the stream");
         else if (s.error[0])
@@ -94,13 +94,13 @@ static json_t *run_once(struct snug_ops_client *c, const json_t *body, struct sn
     json_object_set_new(r, "prompt_tokens", pt > 0 ? json_integer(pt) : json_null());
     json_object_set_new(r, "cached_tokens", json_integer(cached));
     if (!ok) json_object_set_new(r, "error", json_string(why));
-    snug_ops_stream_free(&s);
+    snug_suite_stream_free(&s);
     return r;
 }
 
 /* A streamed bench request body. */
-static json_t *bench_body(const struct snug_ops_client *c, const char *prompt, int max_tokens) {
-    json_t *b = snug_ops_chat_body(c, NULL, prompt, max_tokens, 0.6, 0);
+static json_t *bench_body(const struct snug_suite_client *c, const char *prompt, int max_tokens) {
+    json_t *b = snug_suite_chat_body(c, NULL, prompt, max_tokens, 0.6, 0);
     json_object_set_new(b, "stream", json_true());
     json_object_set_new(b, "stream_options", json_pack("{s:b}", "include_usage", 1));
     json_object_set_new(b, "top_p", json_real(0.95));
@@ -109,7 +109,7 @@ static json_t *bench_body(const struct snug_ops_client *c, const char *prompt, i
 }
 
 /* The prefill probe at one depth: fresh salted haystacks, max_tokens 1. */
-static json_t *prefill_depth(struct snug_ops_client *c, long depth, long n_ctx,
+static json_t *prefill_depth(struct snug_suite_client *c, long depth, long n_ctx,
                              const struct snug_ops_bench_opts *o, snug_ops_progress_fn progress,
                              void *user, int *step, int total, struct snug_err *err) {
     if (depth + 96 > n_ctx)
@@ -163,20 +163,20 @@ static json_t *prefill_depth(struct snug_ops_client *c, long depth, long n_ctx,
                      stats_of(runs, "prefill_tps"), "ttft_s", stats_of(runs, "ttft_s"));
 }
 
-int snug_ops_bench(struct snug_ops_client *c, const struct snug_ops_bench_opts *o,
+int snug_ops_bench(struct snug_suite_client *c, const struct snug_ops_bench_opts *o,
                    snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
     *out = NULL;
     /* An unreachable server is an error, not a report of zeros. */
-    if (!snug_ops_alive(c))
+    if (!snug_suite_alive(c))
         return snug_err_set(err, SNUG_ERR_IO,
                             "no server answers at %s (GET /health and /v1/models failed): start "
                             "`snug serve` or check --url",
                             c->base);
-    snug_ops_discover_model(c);
+    snug_suite_discover_model(c);
     long n_ctx = o->n_ctx;
     char source[96] = "--ctx";
     struct snug_err cerr = {0};
-    if (!n_ctx && snug_ops_context_limit(c, &n_ctx, source, sizeof source, &cerr)) {
+    if (!n_ctx && snug_suite_context_limit(c, &n_ctx, source, sizeof source, &cerr)) {
         n_ctx = 0;
         snprintf(source, sizeof source, "unknown (%.80s)", cerr.msg);
     }
@@ -195,7 +195,7 @@ int snug_ops_bench(struct snug_ops_client *c, const struct snug_ops_bench_opts *
     json_t *prompts = json_array(), *prefill = json_array();
     char reason[256] = "";
     double a0 = 0, d0 = 0, a1 = 0, d1 = 0, last_accepted = -1, last_pred = -1;
-    int have0 = snug_ops_spec_counters(c, &a0, &d0, reason, sizeof reason);
+    int have0 = snug_suite_spec_counters(c, &a0, &d0, reason, sizeof reason);
     for (size_t p = 0; p < N_PROMPTS; p++) {
         int mt = o->max_tokens ? o->max_tokens : PROMPTS[p].max_tokens;
         json_t *runs = json_array();
@@ -224,7 +224,7 @@ int snug_ops_bench(struct snug_ops_client *c, const struct snug_ops_bench_opts *
     (void)last_accepted;
     (void)last_pred;
     json_t *acc;
-    if (have0 == 1 && snug_ops_spec_counters(c, &a1, &d1, reason, sizeof reason) == 1 && d1 > d0)
+    if (have0 == 1 && snug_suite_spec_counters(c, &a1, &d1, reason, sizeof reason) == 1 && d1 > d0)
         acc = json_pack("{s:b,s:f,s:s}", "available", 1, "mean_length", 1 + (a1 - a0) / (d1 - d0),
                         "source", "/metrics");
     else

@@ -5,7 +5,7 @@
  * Invariant: the document is well-formed XML (text is escaped); absent data draws a note.
  * Read next: bench.c.
  */
-#include "ops/ops.h"
+#include "suite/suite.h"
 
 #include "core/core.h"
 

@@ -6,8 +6,8 @@
 # off-device (D/q/: trained-q4_k_m.gguf, all.json, cpu.f32), then qwen3.6-27b Q4_K_M (random
 # weights, generated on the device) at a ~4K-token prompt: decode tok/s, then the same with
 # SNUG_CUDA_PROFILE=1 (per-op device times on stderr). Not in ctest (needs a GPU).
-# D holds snug, test_cuda_ops, bench_cuda_ops, lib.tar.xz, fx/ (tests/ops/pack_devcarry.sh).
-# Usage on the device: sh tests/ops/run_mv_device.sh [D] [outdir] [prompt tokens]
+# D holds snug, test_cuda_ops, bench_cuda_ops, lib.tar.xz, fx/ (tests/device/pack_devcarry.sh).
+# Usage on the device: sh tests/device/run_mv_device.sh [D] [outdir] [prompt tokens]
 D=${1:-devcarry/mv}
 O=${2:-${OUT:-/tmp/mv}}
 N=${3:-4096}
@@ -28,18 +28,18 @@ GEN=$!
 el "bench_cuda_ops"
 timeout 120 "$D/bench_cuda_ops" 2>&1 | tee "$O/bench_cuda_ops.txt" | grep -v "^attention"
 el "e2e fixtures"
-timeout 120 sh tests/ops/run_e2e_device.sh "$D" "$O/e2e" >"$O/e2e.txt" 2>&1
+timeout 120 sh tests/device/run_e2e_device.sh "$D" "$O/e2e" >"$O/e2e.txt" 2>&1
 grep -E "^==|KL|greedy|PASS|FAIL|perplexity|ppl" "$O/e2e.txt" | head -40
 if [ -f "$D/q/trained-q4_k_m.gguf" ]; then
   el "q4_k_m fixture, decode path: cuda vs cpu"
   $S logits --backend cuda --chunk 1 -m "$D/q/trained-q4_k_m.gguf" --ids "$D/q/all.json" \
     -o "$O/q_cuda.f32" 2>&1 | tail -2
-  python3 tests/ops/compare_logits.py "$O/q_cuda.f32" "$D/q/cpu.f32" 2048
+  python3 tests/device/compare_logits.py "$O/q_cuda.f32" "$D/q/cpu.f32" 2048
   echo "-- f32 activations (SNUG_CUDA_MATVEC_F32=1) vs cpu, and int8 vs f32 on the GPU"
   SNUG_CUDA_MATVEC_F32=1 $S logits --backend cuda --chunk 1 -m "$D/q/trained-q4_k_m.gguf" \
     --ids "$D/q/all.json" -o "$O/q_cuda_f32.f32" 2>&1 | tail -1
-  python3 tests/ops/compare_logits.py "$O/q_cuda_f32.f32" "$D/q/cpu.f32" 2048
-  python3 tests/ops/compare_logits.py "$O/q_cuda.f32" "$O/q_cuda_f32.f32" 2048
+  python3 tests/device/compare_logits.py "$O/q_cuda_f32.f32" "$D/q/cpu.f32" 2048
+  python3 tests/device/compare_logits.py "$O/q_cuda.f32" "$O/q_cuda_f32.f32" 2048
 fi
 wait $GEN
 cat "$O/gen.txt" | tail -2

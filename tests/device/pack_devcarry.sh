@@ -4,7 +4,7 @@
 # test_mtp_device (when built) and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
 # device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
 # D should be under devcarry/ (ignored by git) and named in the `run` tool's carry list.
-# Usage: [NOFX=1] sh tests/ops/pack_devcarry.sh BUILD_DIR D
+# Usage: [NOFX=1] sh tests/device/pack_devcarry.sh BUILD_DIR D
 #   (BUILD_DIR configured with nvcc present and -DSNUG_NATIVE=OFF; build its targets snug,
 #   bench_cuda_ops and test_cuda_ops first)
 B=${1:?build dir}

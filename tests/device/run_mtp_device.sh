@@ -9,8 +9,8 @@
 # generated on the device's disk), with the plan's device total next to what the backend took.
 # Not in ctest (needs a GPU). Self-checking: prints PASS/FAIL per part and "mtp device: PASS|FAIL".
 # Built here (cmake -DSNUG_NATIVE=OFF, nvcc present; targets snug test_mtp_device) and carried
-# by tests/ops/pack_devcarry.sh: D/lib.tar.xz (snug, test_mtp_device, lib/), D/fx/trained/.
-# Usage on the device: sh tests/ops/run_mtp_device.sh [D] [outdir] [skip27b]
+# by tests/device/pack_devcarry.sh: D/lib.tar.xz (snug, test_mtp_device, lib/), D/fx/trained/.
+# Usage on the device: sh tests/device/run_mtp_device.sh [D] [outdir] [skip27b]
 D=${1:-devcarry}
 O=${2:-${OUT:-/tmp/mtp}}
 SKIP27=${3:-}
@@ -35,7 +35,7 @@ ACC=$(sed -n 's/^cuda k=3 greedy over 5 prompts: mean \([0-9.]*\).*/\1/p' "$O/te
 el "== 2. snug logits --mtp --backend cuda vs mtp_logits.f32 =="
 V=2048
 timeout 120 $S logits --mtp --backend cuda --kv f32 -m "$G" --ids $F/ids.json -o $O/mtp.f32 || fail=1
-python3 tests/ops/compare_logits.py $O/mtp.f32 $F/mtp_logits.f32 $V || fail=1
+python3 tests/device/compare_logits.py $O/mtp.f32 $F/mtp_logits.f32 $V || fail=1
 
 el "== 3. snug run --backend cuda: --spec-draft 3 output == --spec-draft 0 output =="
 P='def fibonacci(n):

@@ -6,7 +6,7 @@
 # cudaMemGetInfo lines). Not in ctest (needs a GPU). Results go in docs/perf/cuda.md.
 # `snug` and bench_cuda_ops are built here (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried:
 #   D/snug, D/bench_cuda_ops, D/lib.tar.xz (ldd minus libc/CUDA), D = devcarry/c3.
-# Usage on the device: sh tests/ops/run_27b_device.sh [D] [outdir] [sizes...]
+# Usage on the device: sh tests/device/run_27b_device.sh [D] [outdir] [sizes...]
 D=${1:-devcarry/c3}
 O=${2:-${OUT:-/tmp/27b}}
 shift 2 2>/dev/null
