@@ -6,7 +6,7 @@
  *   if (snug_model_load(&m, &(struct snug_model_params){.path = "m.gguf"}, &err) != SNUG_OK)
  *       fprintf(stderr, "%s\n", err.msg);
  *
- * Conventions (see ../shared/style.md): every fallible function returns an `enum snug_status`
+ * Conventions: every fallible function returns an `enum snug_status`
  * (0 = ok, negative = failure) and writes a message a user can act on into a caller-owned
  * `struct snug_err`. The library never prints to stdout and never exits. Whoever `_init`s or
  * `_load`s, `_free`s; `_free(NULL)` is a no-op.
@@ -181,7 +181,7 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
 
 /* ==== speculative decoding with the MTP block (docs/spec-decode.md) ========================
  * A context made with n_draft > 0 keeps the trunk's last hidden rows and runs the model's MTP
- * block on them (spec §3). One step, for a sampled token `next` that is not yet evaluated:
+ * block on them (docs/qwen35.md §3). One step, for a sampled token `next` that is not yet evaluated:
  *   snug_ctx_draft(ctx, next, k, d, &nd, &err);               // k drafts by MTP argmax
  *   ids = [next, d_1..d_nd]; snug_ctx_eval(ctx, ids, nd + 1, logits,
  *                          SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, &err);   // verify
@@ -204,7 +204,7 @@ int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, fl
 /* Draft up to k tokens after `next` (sampled from the last eval's logits, not yet evaluated):
  * MTP step 1 over the positions the last eval(s) processed with their next tokens (filling
  * the MTP cache), draft 1 = argmax at the last position, drafts 2..k chain the MTP's own
- * hidden output at position + 1 (spec §3.3). k is clamped to n_draft and to the context left
+ * hidden output at position + 1 (docs/qwen35.md §3.3). k is clamped to n_draft and to the context left
  * for verifying; *n_out gets the count (0 when no room). Allocates nothing. */
 int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token *drafts,
                    int32_t *n_out, struct snug_err *err);

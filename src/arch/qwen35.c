@@ -1,4 +1,4 @@
-/* qwen35.c — the Qwen3.5/3.6 hybrid trunk (Gated DeltaNet + gated attention, spec §2) and the
+/* qwen35.c — the Qwen3.5/3.6 hybrid trunk (Gated DeltaNet + gated attention, docs/qwen35.md §2) and the
  * dense `qwen35` architecture (SwiGLU FFN). The MoE file (qwen35moe.c) reuses the trunk and
  * supplies its own FFN. Three things per architecture: load (map + shape-check tensors), plan
  * (every buffer the forward needs), forward (straight-line ops over one chunk of tokens).
@@ -275,7 +275,7 @@ static const float *host_view(struct snug_fwd *f, const float *src, int64_t n) {
     return h;
 }
 
-/* Gated attention (spec §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache store,
+/* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache store,
  * causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
 static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
                       struct snug_kv_view *kv) {
@@ -335,7 +335,7 @@ static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
     }
 }
 
-/* Gated DeltaNet (spec §2.5): projections, causal conv + SiLU (conv state), split [Q|K|V],
+/* Gated DeltaNet (docs/qwen35.md §2.5): projections, causal conv + SiLU (conv state), split [Q|K|V],
  * L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
  * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
 static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
@@ -366,7 +366,7 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     OP(copy2d, B->qd, kd, B->u, cd, kd, T); /* split [Q|K|V] per token */
     OP(copy2d, B->kd, kd, B->u + kd, cd, kd, T);
     OP(copy2d, B->vd, di, B->u + 2 * kd, cd, di, T);
-    /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (spec §2.5 step 6). */
+    /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (docs/qwen35.md §2.5 step 6). */
     OP(l2norm, B->qd, T * Nk, dk, 1e-6f);
     OP(l2norm, B->kd, T * Nk, dk, 1e-6f);
     OP(scale, B->qd, T * kd, qscale);
@@ -390,7 +390,7 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
 
 /* ---- forward ------------------------------------------------------------------------------ */
 /* One step over f->T tokens: embeddings, every trunk layer (pre-norm mixer + residual,
- * pre-norm FFN + residual, spec §2.2), final norm, LM head into f->logits. */
+ * pre-norm FFN + residual, docs/qwen35.md §2.2), final norm, LM head into f->logits. */
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     const struct snug_model *m = f->m;
     const struct snug_hparams *hp = &m->hp;
@@ -451,7 +451,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     }
 }
 
-/* Dense SwiGLU FFN (spec §2.7): y = down(silu(gate·x) ⊙ up·x). */
+/* Dense SwiGLU FFN (docs/qwen35.md §2.7): y = down(silu(gate·x) ⊙ up·x). */
 static void dense_ffn(struct snug_fwd *f, const struct snug_layer *L, const float *x, float *y) {
     struct snug_be *be = snug_fwd_be(f);
     struct bump b = {.a = f->work};

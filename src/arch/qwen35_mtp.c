@@ -1,4 +1,4 @@
-/* qwen35_mtp.c — the multi-token-prediction (MTP) block of the qwen35 family (spec §3.2):
+/* qwen35_mtp.c — the multi-token-prediction (MTP) block of the qwen35 family (docs/qwen35.md §3.2):
  * e = norm(E[x_{p+1}]; enorm), hn = norm(h_p; hnorm), c = eh_proj·[e, hn], one gated-attention
  * decoder layer (own KV cache, the architecture's FFN) at RoPE position p,
  * h' = norm(c; shared_head_norm), logits = output·h'. Used by both qwen35 and qwen35moe
@@ -95,7 +95,7 @@ static const float *f32(struct snug_fwd *f, snug_tensor t) {
     return (const float *)OP(weight, t, 0);
 }
 
-/* The MTP layer's gated attention (spec §2.4, same as a trunk attention layer): q|gate per
+/* The MTP layer's gated attention (docs/qwen35.md §2.4, same as a trunk attention layer): q|gate per
  * head, q/k RMSNorm, partial NeoX RoPE at the target positions, store into the MTP cache,
  * causal GQA attention over it, sigmoid gate, output projection. B->xn → B->y. */
 static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct mtp_bufs *B) {
@@ -130,7 +130,7 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
     mtp_buffers(hp, f->T, f->n_threads, f->work, &B);
     f->op_work = B.op_work;
 
-    /* [e | hn]: the embedding of x_{p+1} first, the hidden state second (spec §3.2); each
+    /* [e | hn]: the embedding of x_{p+1} first, the hidden state second (docs/qwen35.md §3.2); each
      * normed row by row into xn, then placed into its half of cat */
     OP(embed, m->tok_embd, f->ids, T, H, B.y);
     OP(rmsnorm, B.y, f32(f, L->nextn_enorm), hp->rms_eps, T, H, B.xn);

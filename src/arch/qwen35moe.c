@@ -1,5 +1,5 @@
 /* qwen35moe.c — the `qwen35moe` architecture: the qwen35 trunk (qwen35.c) with a sparse MoE
- * FFN in every layer (spec §2.8): softmax router over all experts in float32, top-k,
+ * FFN in every layer (docs/qwen35.md §2.8): softmax router over all experts in float32, top-k,
  * renormalised weights, SwiGLU experts sliced from the 3-D *_exps tensors, plus one
  * sigmoid-gated shared expert. Tokens are grouped per expert so each expert's weights are
  * read once per step. Invariant: the FFN scratch comes from moe_buffers, which the plan uses.
@@ -121,7 +121,7 @@ static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T,
 }
 
 /* Router for one token: softmax over all E logits (float32), the k largest (ties to the lower
- * index), weights renormalised to sum 1 (spec §2.8). */
+ * index), weights renormalised to sum 1 (docs/qwen35.md §2.8). */
 static void route(const float *logits, int64_t E, int64_t k, int32_t *sel, float *w) {
     float mx = logits[0];
     for (int64_t e = 1; e < E; e++) mx = SNUG_MAX(mx, logits[e]);

@@ -1,5 +1,5 @@
 /* kvfmt.h — the storage formats of the attention KV cache: f16, f32, bf16, q8_0, fp8 (e4m3 with
- * a per-vector scale) and the TurboQuant formats tq4 / tq3 (../shared/spec/kvquant.md §5.2-5.3:
+ * a per-vector scale) and the TurboQuant formats tq4 / tq3 (docs/turboquant.md §2.2-2.3:
  * per group of G = 128 elements (64 when the head is not a multiple of 128) a randomized
  * Hadamard rotation with fixed signs, a Lloyd-Max codebook for N(0, 1/G) and one fp16
  * corrected norm). One head vector of D elements is stored as snug_kvfmt_vec_bytes(fmt, D)

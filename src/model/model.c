@@ -1,4 +1,4 @@
-/* model.c — snug_model_load: open the GGUF, read the hyper-parameters (spec §4.2) into
+/* model.c — snug_model_load: open the GGUF, read the hyper-parameters (docs/qwen35.md §4.2) into
  * struct snug_hparams, pick the architecture from the registry, let it map and shape-check
  * the tensors, load the embedded tokenizer. Owns the gguf handle and the layer table.
  * Invariant: a model that loaded has every tensor the forward pass reads, with checked shapes.
@@ -42,7 +42,7 @@ static const char *akey(char *buf, size_t n, const char *arch, const char *suffi
         if (rc) return rc;                                                                         \
     } while (0)
 
-/* Read every hyper-parameter of spec §4.2. Optional keys get their documented defaults:
+/* Read every hyper-parameter of docs/qwen35.md §4.2. Optional keys get their documented defaults:
  * full_attention_interval 4, nextn_predict_layers 0, recurrent_layers from the interval rule
  * ((i+1) % interval != 0) unless the bool array is present. */
 static int read_hparams(struct snug_gguf *g, struct snug_hparams *hp, struct snug_err *err) {

@@ -22,7 +22,7 @@
 
 #define SNUG_MAX_LAYERS 512
 
-/* Hyper-parameters, every key of spec §4.2 (`%s` = arch). Layer counts: n_layer_all is
+/* Hyper-parameters, every key of docs/qwen35.md §4.2 (`%s` = arch). Layer counts: n_layer_all is
  * `block_count` (trunk + MTP blocks), n_layer = n_layer_all − n_nextn is the trunk. */
 struct snug_hparams {
     char arch[32];
@@ -108,7 +108,7 @@ struct snug_arch {
                  enum snug_kv_type kv_type, struct snug_arch_plan *out);
     /* Run T ≤ n_chunk tokens through the model (see struct snug_fwd). */
     void (*forward)(struct snug_fwd *f);
-    /* One MTP step over T ≤ n_chunk positions (spec §3.2): f->ids are the tokens x_{p+1},
+    /* One MTP step over T ≤ n_chunk positions (docs/qwen35.md §3.2): f->ids are the tokens x_{p+1},
      * f->pos the positions p, f->mtp_hidden_in the trunk's (or the MTP's own) hidden rows,
      * f->kv the MTP block's cache (view 0). Writes h' to f->hidden_out (if set) and logits
      * to f->logits. NULL when the architecture has no MTP. (src/arch/qwen35_mtp.c) */

@@ -1,4 +1,4 @@
-/* presets.c — built-in model shapes (spec §1) and the enumeration of a model's tensors with
+/* presets.c — built-in model shapes (docs/qwen35.md §1) and the enumeration of a model's tensors with
  * their recipe types (see presets.h). Owns no memory: everything is plain data passed to a
  * callback. Invariant: the tensor list is the set the loader (src/arch) requires, in the
  * order llama.cpp's converter writes it, so `snug gen` files and plans agree to the byte.
@@ -25,7 +25,7 @@ void snug_hparams_derive(struct snug_hparams *hp) {
         hp->recurrent[i] = hp->full_attn_interval && (i + 1) % hp->full_attn_interval != 0;
 }
 
-/* Shared defaults of the family (spec §1): 262144 trained positions, rope theta 1e7, eps 1e-6,
+/* Shared defaults of the family (docs/qwen35.md §1): 262144 trained positions, rope theta 1e7, eps 1e-6,
  * conv kernel 4, full attention every 4th layer, one MTP block, partial rotary 64 of 256. */
 int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err *err) {
     memset(hp, 0, sizeof *hp);
@@ -62,7 +62,7 @@ int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err 
             hp->n_ff_exp = 64;
             hp->n_ff_shexp = 64;
         }
-    } else if (!strcmp(name, "qwen3.6-27b")) { /* spec §1.1 */
+    } else if (!strcmp(name, "qwen3.6-27b")) { /* docs/qwen35.md §1.1 */
         hp->n_vocab = 248320;
         hp->n_embd = 5120;
         hp->n_layer = 64;
@@ -74,7 +74,7 @@ int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err 
         hp->ssm_d_state = 128;
         hp->ssm_n_group = 16;
         hp->ssm_dt_rank = 48;
-    } else if (!strcmp(name, "qwen3.6-35b-a3b")) { /* spec §1.2 */
+    } else if (!strcmp(name, "qwen3.6-35b-a3b")) { /* docs/qwen35.md §1.2 */
         snprintf(hp->arch, sizeof hp->arch, "qwen35moe");
         hp->n_vocab = 248320;
         hp->n_embd = 2048;
@@ -188,7 +188,7 @@ static void emit(struct emit *e, int layer, const char *suffix, uint32_t n_dims,
     e->rc = e->fn(e->user, &t);
 }
 
-/* Shapes from spec §4.3 (what src/arch/qwen35*.c checks at load): attention q carries the
+/* Shapes from docs/qwen35.md §4.3 (what src/arch/qwen35*.c checks at load): attention q carries the
  * output gate (2·Hq·D rows), DeltaNet conv_dim = 2·Nk·dk + Nv·dv, MTP blocks are attention
  * blocks plus the nextn.* tensors. */
 int snug_model_tensor_list(const struct snug_hparams *hp, snug_tensor_desc_fn fn, void *user) {

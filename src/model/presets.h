@@ -11,8 +11,8 @@
 #include "model/model.h"
 
 /* Fill hp from a preset: "demo" (the trained fixture's shape with the built-in 265-token
- * vocabulary), "demo-moe" (the MoE fixture's shape), "qwen3.6-27b" (spec §1.1),
- * "qwen3.6-35b-a3b" (spec §1.2). SNUG_ERR_INVALID for an unknown name (lists the presets). */
+ * vocabulary), "demo-moe" (the MoE fixture's shape), "qwen3.6-27b" (docs/qwen35.md §1.1),
+ * "qwen3.6-35b-a3b" (docs/qwen35.md §1.2). SNUG_ERR_INVALID for an unknown name (lists the presets). */
 int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err *err);
 /* The preset names, NULL-terminated. */
 extern const char *const snug_preset_names[];
@@ -38,7 +38,7 @@ struct snug_tensor_desc {
 };
 typedef int (*snug_tensor_desc_fn)(void *user, const struct snug_tensor_desc *t);
 
-/* Every tensor of spec §4.3 for hp (type left 0), llama.cpp's order: token_embd, output_norm,
+/* Every tensor of docs/qwen35.md §4.3 for hp (type left 0), llama.cpp's order: token_embd, output_norm,
  * output, then each block (trunk, then MTP blocks). Stops at the first non-zero return of fn
  * and passes it on. */
 int snug_model_tensor_list(const struct snug_hparams *hp, snug_tensor_desc_fn fn, void *user);

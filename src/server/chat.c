@@ -1,5 +1,5 @@
 /* chat.c — the Qwen3.5/3.6 chat template, rendered natively. Each block below follows one
- * part of ../shared/spec/qwen36-chat_template.jinja (read it side by side), with the Jinja
+ * part of the Qwen3.6 chat template (docs/chat-format.md) (read it side by side), with the Jinja
  * semantics it relies on spelled out: `|trim` is Python's str.strip() (Unicode whitespace),
  * `tojson` is json.dumps(x, ensure_ascii=False) (schema.c), `x is false` / `x is true` match only
  * the booleans, `'k' in item` is a key test on objects and a substring test on strings.

@@ -1,6 +1,6 @@
 /* chat.h — renders an OpenAI chat request (messages, tools, kwargs) into the Qwen3.5/3.6 prompt
  * text, natively in C, byte-identical to the model's Jinja chat template rendered the Hugging
- * Face way (../shared/spec/qwen36-chat_template.jinja, ../shared/spec/qwen35.md §5.2).
+ * Face way (the Qwen3.6 chat template (docs/chat-format.md), docs/qwen35.md §5.2).
  * Owns: nothing global; every call is pure (JSON in, a snug_malloc'd string out).
  * Invariant: whatever the template raises on (raise_exception or a Jinja type error), the
  * renderer rejects with SNUG_ERR_INVALID and the template's message — the server answers 400.

@@ -2,7 +2,7 @@
  * appended to one buffer; a state machine consumes from its front whatever is already certain
  * and leaves the rest (a possible tag prefix, an unterminated name or parameter value) for the
  * next piece. Every decision depends only on the bytes seen and on whether the input ended, so
- * the events do not depend on the split. Tag set and layout: ../shared/spec/qwen35.md §5.2;
+ * the events do not depend on the split. Tag set and layout: docs/qwen35.md §5.2;
  * parameter values lose one leading and one trailing newline (the template writes
  * "<parameter=K>\nV\n</parameter>"). Read next: schema.c (argument typing).
  */

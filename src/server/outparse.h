@@ -1,6 +1,6 @@
 /* outparse.h — the incremental parser for what a Qwen3.5/3.6 model writes: it splits the
  * detokenized text stream into reasoning, content and tool calls, as events.
- * Formats (../shared/spec/qwen35.md §5.2): reasoning ends at "</think>" (it starts inside
+ * Formats (docs/qwen35.md §5.2): reasoning ends at "</think>" (it starts inside
  * reasoning when the prompt ended with "<think>\n"); tool calls are
  *   <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>\n</tool_call>
  * Drift tolerated: missing closing tags at the end of generation (or before the next tag), a

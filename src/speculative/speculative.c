@@ -1,6 +1,6 @@
 /* speculative.c — speculative decoding with the MTP block: the per-context MTP state, MTP step 1
  * over the trunk's pending hidden rows, chained drafting, and the draft → verify → accept →
- * rollback step with greedy or rejection-sampling acceptance (spec §3.3, §3.4).
+ * rollback step with greedy or rejection-sampling acceptance (docs/qwen35.md §3.3, §3.4).
  * Invariant: see speculative.h (pending rows end at n_past - 1); nothing here allocates after
  * snug_spec_init. Read next: src/arch/qwen35_mtp.c (the MTP forward), src/model/context.c
  * (eval, truncate), docs/spec-decode.md.
@@ -231,7 +231,7 @@ int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n
     snug_spec_flush(sp, base, next, NULL);
     drafts[0] = argmax(sp->logits, sp->V);
     /* steps 2..k: the previous draft as input token, the MTP's own h' as hidden input, the
-     * position one further (spec §3.3) */
+     * position one further (docs/qwen35.md §3.3) */
     for (int32_t j = 1; j < k; j++) {
         mtp_run(sp, base, &drafts[j - 1], 1, n_past - 1 + j, sp->ha, sp->hb, sp->logits, false);
         float *t = sp->ha;

@@ -1,4 +1,4 @@
-/* speculative.h — speculative decoding with the MTP block (spec §3): the per-context MTP state
+/* speculative.h — speculative decoding with the MTP block (docs/qwen35.md §3): the per-context MTP state
  * (its own attention cache, the trunk's pending hidden rows, draft/verify scratch and the
  * acceptance statistics) and one draft → verify → accept → rollback step with a sampler.
  * Owned by struct snug_ctx (src/model/context.c), which calls the hooks below from
@@ -85,7 +85,7 @@ struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx);
  * k = snug_ctx_spec_k tokens (clamped to the context and to cap), verifies them in one trunk
  * forward and accepts by the sampler's distribution: greedy (one-hot) keeps drafts equal to
  * the argmax, otherwise draft d is kept with probability p(d) and a rejection samples from p
- * with d removed (Leviathan et al. for a deterministic draft, spec §3.4), so every emitted
+ * with d removed (Leviathan et al. for a deterministic draft, docs/qwen35.md §3.4), so every emitted
  * token follows the sampler's distribution exactly. Rolls the context back to the accepted
  * tokens and appends the *n_new (1..k+1) emitted tokens to hist; the last one is again
  * pending. The penalties of the sampler see hist. Allocates nothing. */

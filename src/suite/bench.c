@@ -1,4 +1,4 @@
-/* bench.c — `snug bench`: the canonical speed protocol of ../shared/spec/suite.md against
+/* bench.c — `snug bench`: the canonical speed protocol of docs/suite.md against
  * an OpenAI-compatible server: narrative and code prompts, streamed with usage, warm-up runs
  * then measured runs; per run TTFT, wall time, completion tokens, wall and decode tokens/s;
  * mean/std/CV/min/max per prompt; speculative acceptance length when the server exposes it;

@@ -1,4 +1,4 @@
-/* stress.c — `snug stress`: long-context boundary checks (../shared/spec/suite.md, stress):
+/* stress.c — `snug stress`: long-context boundary checks (docs/suite.md, stress):
  * a needle ladder whose depths come from the server's own context limit (up to 0.95 of it,
  * plus one rung beyond it that the server must reject), token counts by the server's
  * /tokenize, every haystack salted; the tool-response prefill at 100K and 130K characters;

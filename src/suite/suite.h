@@ -1,5 +1,5 @@
 /* suite.h — the operational suite: `snug verify`, `snug stress`, `snug bench` against ANY
- * OpenAI-compatible endpoint (snug, vLLM, llama.cpp server), after ../shared/spec/suite.md.
+ * OpenAI-compatible endpoint (snug, vLLM, llama.cpp server), after docs/suite.md.
  *
  * Owns: an HTTP client (libcurl) with an SSE reader that records what a stream actually
  * delivered (chunks, [DONE], timings, usage), the three suites, and the bench SVG/compare.

@@ -1,4 +1,4 @@
-/* verify.c — `snug verify`: the nine functional checks of ../shared/spec/suite.md against
+/* verify.c — `snug verify`: the nine functional checks of docs/suite.md against
  * an OpenAI-compatible server (reachable, engine self-check, basic answer, tool call,
  * streaming, thinking, quality, speculative decoding, streaming tool call with thinking on),
  * after one unscored warm-up request.

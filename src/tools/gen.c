@@ -2,7 +2,7 @@
  * and the streaming random-weight writer (see gen.h).
  *
  * Weight recipe (our choice, made so a forward pass stays finite): matrices ~ N(0, 0.02);
- * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, spec §4.4);
+ * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, docs/qwen35.md §4.4);
  * ssm_a = -U(0.1, 1) (the converter stores -exp(A_log), which is negative); ssm_dt.bias
  * ~ N(0, 0.1); conv kernels ~ N(0, 0.1). Every tensor has its own generator seeded from
  * (seed, tensor name), so the file does not depend on the order of generation.
@@ -226,7 +226,7 @@ static int push_tensor(void *user, const struct snug_tensor_desc *d) {
     return 0;
 }
 
-/* Every tensor of spec §4.3 in llama.cpp's order, from the one shared enumeration
+/* Every tensor of docs/qwen35.md §4.3 in llama.cpp's order, from the one shared enumeration
  * (src/model/presets.h, which the memory planner uses too, so plans and files agree to the
  * byte). l->t must hold 32 per layer + 3. */
 static void build_tensors(const struct snug_gen_config *c, uint32_t n_vocab,

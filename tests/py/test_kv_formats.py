@@ -147,7 +147,7 @@ DOC = """# KV cache formats
 The attention layers' KV cache can be stored compressed; K and V are chosen independently
 (`--kv TYPE` sets both, `--kv-k TYPE` / `--kv-v TYPE` one each, on `run`, `logits`,
 `perplexity`, `plan`; `struct snug_ctx_params` fields `kv_type` or `kv_type_k` / `kv_type_v`).
-Formats (src/kv/kvfmt.c; design and sources: ../shared/spec/kvquant.md §1, §5):
+Formats (src/kv/kvfmt.c; design and sources: docs/turboquant.md §1, §2):
 
 | format | one head vector of D elements | notes |
 |---|---|---|
@@ -203,7 +203,7 @@ Relative MSE ‖x − x̂‖²/‖x‖² through the real store/read code (fp16 
 Gaussian vectors and 2,000 (200 for the constant vector) of each adversarial family (constant
 offset of +2 per channel; that plus 4 huge outlier channels; an alternating-sign pattern; scaled
 by 1e3 / 1e-3; a constant vector). Theory (Lloyd-Max MSE per coordinate of N(0,1)): 3-bit 0.0345,
-4-bit 0.0095; the exact Beta marginal at finite d gives slightly less (spec §1.2). "bare Hadamard"
+4-bit 0.0095; the exact Beta marginal at finite d gives slightly less (docs/turboquant.md §1.2). "bare Hadamard"
 feeds the constant vector pre-multiplied by the signs, i.e. what a Hadamard without random signs
 would see: the failure the signs prevent. slope = regression of ⟨q,x̂⟩ on ⟨q,x⟩ (the
 norm-corrected shrink, expected √(1 − D_mse)); ip err = E[(⟨q,x⟩ − ⟨q,x̂⟩)²]·d/(‖q‖²‖x‖²).

@@ -5,7 +5,7 @@ the trained fixture as a fallback): one script makes every verify check pass (ex
 make named checks fail and the exit status must equal the number of failed checks; stress with a
 small --ctx takes its depths from the server's limit and reports the over-limit rung as a
 rejection; bench writes JSON and an SVG that are parsed back (xml.etree) and cross-checked.
-Mock server (http.server): the false-pass bug class of ../shared/spec/suite.md — error
+Mock server (http.server): the false-pass bug class of docs/suite.md — error
 bodies that look like answers, empty/unterminated streams, missing fields, leaked markup,
 speculation counters that do not move, a ladder where every rung is rejected — each must FAIL,
 and a well-behaved mock must pass (so the failures are not vacuous).

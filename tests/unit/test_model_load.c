@@ -1,4 +1,4 @@
-/* test_model_load.c — snug_model_load on the fixtures: every hyper-parameter of spec §4.2
+/* test_model_load.c — snug_model_load on the fixtures: every hyper-parameter of docs/qwen35.md §4.2
  * read as the HF configs say (each fixture folder's config.json), layer types, the MTP block
  * mapped, the plan's sizes by hand arithmetic; and the failures a user can cause: a tensor with a
  * wrong shape (a copy of the trained GGUF rewritten with the GGUF writer) names the tensor and both

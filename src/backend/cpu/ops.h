@@ -121,7 +121,7 @@ void snug_op_conv_silu(struct snug_pool *pool, const float *x, int64_t T, int64_
  * place. out: [T][Nv][dv].
  * Per token:  S ← e^g S;  δ = β (v − Sᵀk);  S ← S + k δᵀ;  o = Sᵀ q.
  * _step runs that recurrence token by token (decode); _chunked runs the chunked (C = 64) WY
- * form over the prompt (spec §2.6). Both give the same numbers up to float rounding. */
+ * form over the prompt (docs/qwen35.md §2.6). Both give the same numbers up to float rounding. */
 void snug_op_gated_delta_step(struct snug_pool *pool, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                               int64_t dv, const float *q, const float *k, const float *v,
                               const float *g, const float *beta, float *state, float *out);

@@ -1,4 +1,4 @@
-/* ops_attention.c — the attention cache store and causal GQA attention over it (spec §2.4).
+/* ops_attention.c — the attention cache store and causal GQA attention over it (docs/qwen35.md §2.4).
  * Attention is an online softmax over tiles of ATT_TILE cache positions in float32: per query
  * head a running max m, running sum l and an unnormalised output accumulated in place in
  * `out`, rescaled by e^(m_old − m_new) whenever the max grows. A task is (a block of up to

@@ -41,7 +41,7 @@ struct norm_ctx {
     int64_t rows, n;
 };
 
-/* RMSNorm of rows [lo, hi): y = x / sqrt(mean(x²) + eps) · w (spec §2.3; w NULL = 1). */
+/* RMSNorm of rows [lo, hi): y = x / sqrt(mean(x²) + eps) · w (docs/qwen35.md §2.3; w NULL = 1). */
 SNUG_OPS_CLONES
 static void rmsnorm_task(void *vctx, int ith, int nth) {
     const struct norm_ctx *c = vctx;
@@ -72,7 +72,7 @@ void snug_op_rmsnorm(struct snug_pool *pool, const float *x, const float *w, flo
     ew_run(pool, T * n, rmsnorm_task, &c);
 }
 
-/* In-place L2 normalisation of rows [lo, hi): x / sqrt(Σx² + eps) (spec §2.5 step 6). */
+/* In-place L2 normalisation of rows [lo, hi): x / sqrt(Σx² + eps) (docs/qwen35.md §2.5 step 6). */
 SNUG_OPS_CLONES
 static void l2norm_task(void *vctx, int ith, int nth) {
     const struct norm_ctx *c = vctx;
@@ -100,7 +100,7 @@ struct rope_ctx {
 };
 
 /* NeoX ("rotate half") rotary embedding of tokens [lo, hi) on the first n_rot dims of every
- * head (spec §2.4 step 3): for i < n_rot/2, θ = pos · base^(−2i/n_rot), and the pair
+ * head (docs/qwen35.md §2.4 step 3): for i < n_rot/2, θ = pos · base^(−2i/n_rot), and the pair
  * (x_i, x_{i+n_rot/2}) is rotated by θ. The angle and its cos/sin are computed in double once
  * per (token, i) and applied to all heads, so long positions keep full float accuracy. */
 SNUG_OPS_CLONES
@@ -215,7 +215,7 @@ struct grms_ctx {
     int64_t rows, dv;
 };
 
-/* Gated RMSNorm of head rows [lo, hi) (spec §2.3, linear_attn.norm):
+/* Gated RMSNorm of head rows [lo, hi) (docs/qwen35.md §2.3, linear_attn.norm):
  * y = w · (o · s) · silu(z), s = 1 / sqrt(mean(o²) + eps). y may alias o or z (a block of
  * SNUG_OPS_BLK is read before it is written). */
 SNUG_OPS_CLONES
@@ -259,7 +259,7 @@ struct conv_ctx {
 #define CONV_CB   256
 #define CONV_KMAX 8
 
-/* Causal depthwise conv1d + SiLU for channels [c0, c1) of every token (spec §2.5 step 2).
+/* Causal depthwise conv1d + SiLU for channels [c0, c1) of every token (docs/qwen35.md §2.5 step 2).
  * Input position p of the window is the new row x[p] for p >= 0 and the carried state row
  * st[K-1+p] for p < 0; each output is Σ_j w[c][j]·in_j[c] accumulated from 0 in tap order j,
  * then SiLU. Afterwards the state columns [c0, c1) become the last K-1 inputs. Only the

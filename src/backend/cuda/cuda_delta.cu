@@ -1,5 +1,5 @@
 /* cuda_delta.cu — the gated delta rule of the Gated DeltaNet layers on the device (semantics:
- * src/backend/cpu/ops.h snug_op_gated_delta_step, spec §2.5-2.6), state f32 [Nv][dk][dv].
+ * src/backend/cpu/ops.h snug_op_gated_delta_step, docs/qwen35.md §2.5-2.6), state f32 [Nv][dk][dv].
  * Columns of a head's state evolve independently (δ_v and S[:, v] depend only on column v),
  * so a block owns (value head j, DN_BCOLS columns) and keeps that slice of S in registers for
  * the whole call: each warp DN_WCOLS columns, lane l rows l, l+32, ... of them. Tokens are
@@ -124,7 +124,7 @@ extern "C" int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64
 
 /* The prompt entry point. This first slice runs the same column-parallel recurrence as the
  * step form (state in registers for the whole chunk sequence, tokens staged through shared
- * memory); the WY tensor-core form of spec §2.6 (chunks of 64) is the planned replacement
+ * memory); the WY tensor-core form of docs/qwen35.md §2.6 (chunks of 64) is the planned replacement
  * and must match this to float rounding. */
 extern "C" int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, int64_t Nk,
                                              int64_t Nv, int64_t dk, int64_t dv, const float *q,
