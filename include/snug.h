@@ -181,8 +181,8 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
 
 /* ==== speculative decoding with the MTP block (docs/spec-decode.md) ========================
  * A context made with n_draft > 0 keeps the trunk's last hidden rows and runs the model's MTP
- * block on them (docs/qwen35.md §3). One step, for a sampled token `next` that is not yet evaluated:
- *   snug_ctx_draft(ctx, next, k, d, &nd, &err);               // k drafts by MTP argmax
+ * block on them (docs/qwen35.md §3). One step, for a sampled token `next` that is not yet
+ * evaluated: snug_ctx_draft(ctx, next, k, d, &nd, &err);               // k drafts by MTP argmax
  *   ids = [next, d_1..d_nd]; snug_ctx_eval(ctx, ids, nd + 1, logits,
  *                          SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, &err);   // verify
  *   accept a prefix of a drafts, then snug_ctx_truncate(ctx, n_past0 + a + 1, &err);
@@ -204,8 +204,8 @@ int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, fl
 /* Draft up to k tokens after `next` (sampled from the last eval's logits, not yet evaluated):
  * MTP step 1 over the positions the last eval(s) processed with their next tokens (filling
  * the MTP cache), draft 1 = argmax at the last position, drafts 2..k chain the MTP's own
- * hidden output at position + 1 (docs/qwen35.md §3.3). k is clamped to n_draft and to the context left
- * for verifying; *n_out gets the count (0 when no room). Allocates nothing. */
+ * hidden output at position + 1 (docs/qwen35.md §3.3). k is clamped to n_draft and to the context
+ * left for verifying; *n_out gets the count (0 when no room). Allocates nothing. */
 int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token *drafts,
                    int32_t *n_out, struct snug_err *err);
 

@@ -1,5 +1,5 @@
-/* qwen35.c — the Qwen3.5/3.6 hybrid trunk (Gated DeltaNet + gated attention, docs/qwen35.md §2) and the
- * dense `qwen35` architecture (SwiGLU FFN). The MoE file (qwen35moe.c) reuses the trunk and
+/* qwen35.c — the Qwen3.5/3.6 hybrid trunk (Gated DeltaNet + gated attention, docs/qwen35.md §2) and
+ * the dense `qwen35` architecture (SwiGLU FFN). The MoE file (qwen35moe.c) reuses the trunk and
  * supplies its own FFN. Three things per architecture: load (map + shape-check tensors), plan
  * (every buffer the forward needs), forward (straight-line ops over one chunk of tokens).
  * Invariant: plan and forward size their buffers through the same *_buffers functions, so the
@@ -275,8 +275,8 @@ static const float *host_view(struct snug_fwd *f, const float *src, int64_t n) {
     return h;
 }
 
-/* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache store,
- * causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
+/* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache
+ * store, causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
 static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
                       struct snug_kv_view *kv) {
     const struct snug_hparams *hp = &f->m->hp;
@@ -335,8 +335,8 @@ static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
     }
 }
 
-/* Gated DeltaNet (docs/qwen35.md §2.5): projections, causal conv + SiLU (conv state), split [Q|K|V],
- * L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
+/* Gated DeltaNet (docs/qwen35.md §2.5): projections, causal conv + SiLU (conv state), split
+ * [Q|K|V], L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
  * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
 static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;
@@ -366,7 +366,8 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     OP(copy2d, B->qd, kd, B->u, cd, kd, T); /* split [Q|K|V] per token */
     OP(copy2d, B->kd, kd, B->u + kd, cd, kd, T);
     OP(copy2d, B->vd, di, B->u + 2 * kd, cd, di, T);
-    /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (docs/qwen35.md §2.5 step 6). */
+    /* L2-norm eps 1e-6: HF's l2norm in the torch delta-rule kernels (docs/qwen35.md §2.5 step 6).
+     */
     OP(l2norm, B->qd, T * Nk, dk, 1e-6f);
     OP(l2norm, B->kd, T * Nk, dk, 1e-6f);
     OP(scale, B->qd, T * kd, qscale);

@@ -95,8 +95,8 @@ static const float *f32(struct snug_fwd *f, snug_tensor t) {
     return (const float *)OP(weight, t, 0);
 }
 
-/* The MTP layer's gated attention (docs/qwen35.md §2.4, same as a trunk attention layer): q|gate per
- * head, q/k RMSNorm, partial NeoX RoPE at the target positions, store into the MTP cache,
+/* The MTP layer's gated attention (docs/qwen35.md §2.4, same as a trunk attention layer): q|gate
+ * per head, q/k RMSNorm, partial NeoX RoPE at the target positions, store into the MTP cache,
  * causal GQA attention over it, sigmoid gate, output projection. B->xn → B->y. */
 static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct mtp_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;

@@ -8,9 +8,9 @@
  *   tq4   per G-group {fp16 norm; nib[G/2]}: index of element j in nibble j%2 of byte j/2;
  *   tq3   per G-group {fp16 norm; lo[G/4]; hi[G/8]}: low two index bits of element j at bits
  *         2·(j%4) of lo[j/4], the third (sign) bit at bit j%8 of hi[j/8] (docs/turboquant.md §2.2).
- * TurboQuant (docs/turboquant.md §1, §2.2-2.3): y = H·(s ⊙ x/‖x‖)/√G, index = number of codebook midpoints
- * ≤ y·√G (sorted ascending, so the top index bit is the sign), stored norm ‖x‖/‖c‖ with c the
- * chosen centroid vector ("norm correction" folded in at write time, docs/turboquant.md §1.3).
+ * TurboQuant (docs/turboquant.md §1, §2.2-2.3): y = H·(s ⊙ x/‖x‖)/√G, index = number of codebook
+ * midpoints ≤ y·√G (sorted ascending, so the top index bit is the sign), stored norm ‖x‖/‖c‖ with c
+ * the chosen centroid vector ("norm correction" folded in at write time, docs/turboquant.md §1.3).
  * Read next: src/backend/cpu/ops_attention_kvq.c.
  */
 #include "kv/kvfmt.h"
@@ -29,7 +29,8 @@ static const char *const FMT_NAMES[SNUG_KVFMT_N] = {"f16", "f32", "bf16", "q8_0"
 const uint64_t snug_kvfmt_signs[2] = {0x411c55ec857955beull, 0xa47b4f3300226078ull};
 
 /* Lloyd-Max quantizers of N(0, 1), from the closed-form iteration c_i = E[x | t_i < x < t_i+1]
- * with midpoint boundaries (docs/turboquant.md §1.2; the test re-solves and compares). MSE 0.034548 / 0.009501.
+ * with midpoint boundaries (docs/turboquant.md §1.2; the test re-solves and compares). MSE 0.034548
+ * / 0.009501.
  */
 const float snug_kvfmt_tq3_centroids[8] = {-2.1519457f, -1.3439093f, -0.7560053f, -0.2450942f,
                                            0.2450942f,  0.7560053f,  1.3439093f,  2.1519457f};

@@ -1,5 +1,5 @@
-/* presets.c — built-in model shapes (docs/qwen35.md §1) and the enumeration of a model's tensors with
- * their recipe types (see presets.h). Owns no memory: everything is plain data passed to a
+/* presets.c — built-in model shapes (docs/qwen35.md §1) and the enumeration of a model's tensors
+ * with their recipe types (see presets.h). Owns no memory: everything is plain data passed to a
  * callback. Invariant: the tensor list is the set the loader (src/arch) requires, in the
  * order llama.cpp's converter writes it, so `snug gen` files and plans agree to the byte.
  * Read next: src/plan/plan.h (the user), src/quant/recipe.c (per-tensor types).
@@ -25,8 +25,8 @@ void snug_hparams_derive(struct snug_hparams *hp) {
         hp->recurrent[i] = hp->full_attn_interval && (i + 1) % hp->full_attn_interval != 0;
 }
 
-/* Shared defaults of the family (docs/qwen35.md §1): 262144 trained positions, rope theta 1e7, eps 1e-6,
- * conv kernel 4, full attention every 4th layer, one MTP block, partial rotary 64 of 256. */
+/* Shared defaults of the family (docs/qwen35.md §1): 262144 trained positions, rope theta 1e7, eps
+ * 1e-6, conv kernel 4, full attention every 4th layer, one MTP block, partial rotary 64 of 256. */
 int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err *err) {
     memset(hp, 0, sizeof *hp);
     snprintf(hp->arch, sizeof hp->arch, "qwen35");

@@ -12,7 +12,8 @@
 
 /* Fill hp from a preset: "demo" (the trained fixture's shape with the built-in 265-token
  * vocabulary), "demo-moe" (the MoE fixture's shape), "qwen3.6-27b" (docs/qwen35.md §1.1),
- * "qwen3.6-35b-a3b" (docs/qwen35.md §1.2). SNUG_ERR_INVALID for an unknown name (lists the presets). */
+ * "qwen3.6-35b-a3b" (docs/qwen35.md §1.2). SNUG_ERR_INVALID for an unknown name (lists the
+ * presets). */
 int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err *err);
 /* The preset names, NULL-terminated. */
 extern const char *const snug_preset_names[];
@@ -38,9 +39,9 @@ struct snug_tensor_desc {
 };
 typedef int (*snug_tensor_desc_fn)(void *user, const struct snug_tensor_desc *t);
 
-/* Every tensor of docs/qwen35.md §4.3 for hp (type left 0), llama.cpp's order: token_embd, output_norm,
- * output, then each block (trunk, then MTP blocks). Stops at the first non-zero return of fn
- * and passes it on. */
+/* Every tensor of docs/qwen35.md §4.3 for hp (type left 0), llama.cpp's order: token_embd,
+ * output_norm, output, then each block (trunk, then MTP blocks). Stops at the first non-zero return
+ * of fn and passes it on. */
 int snug_model_tensor_list(const struct snug_hparams *hp, snug_tensor_desc_fn fn, void *user);
 
 /* The same list with each tensor's type under the quant recipe `recipe` (quant.h names:

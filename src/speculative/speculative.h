@@ -1,5 +1,5 @@
-/* speculative.h — speculative decoding with the MTP block (docs/qwen35.md §3): the per-context MTP state
- * (its own attention cache, the trunk's pending hidden rows, draft/verify scratch and the
+/* speculative.h — speculative decoding with the MTP block (docs/qwen35.md §3): the per-context MTP
+ * state (its own attention cache, the trunk's pending hidden rows, draft/verify scratch and the
  * acceptance statistics) and one draft → verify → accept → rollback step with a sampler.
  * Owned by struct snug_ctx (src/model/context.c), which calls the hooks below from
  * snug_ctx_eval; everything is allocated at init (snug_spec_bytes is the plan's number).
@@ -85,8 +85,8 @@ struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx);
  * k = snug_ctx_spec_k tokens (clamped to the context and to cap), verifies them in one trunk
  * forward and accepts by the sampler's distribution: greedy (one-hot) keeps drafts equal to
  * the argmax, otherwise draft d is kept with probability p(d) and a rejection samples from p
- * with d removed (Leviathan et al. for a deterministic draft, docs/qwen35.md §3.4), so every emitted
- * token follows the sampler's distribution exactly. Rolls the context back to the accepted
+ * with d removed (Leviathan et al. for a deterministic draft, docs/qwen35.md §3.4), so every
+ * emitted token follows the sampler's distribution exactly. Rolls the context back to the accepted
  * tokens and appends the *n_new (1..k+1) emitted tokens to hist; the last one is again
  * pending. The penalties of the sampler see hist. Allocates nothing. */
 int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,

@@ -2,11 +2,11 @@
  * and the streaming random-weight writer (see gen.h).
  *
  * Weight recipe (our choice, made so a forward pass stays finite): matrices ~ N(0, 0.02);
- * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, docs/qwen35.md §4.4);
- * ssm_a = -U(0.1, 1) (the converter stores -exp(A_log), which is negative); ssm_dt.bias
- * ~ N(0, 0.1); conv kernels ~ N(0, 0.1). Every tensor has its own generator seeded from
- * (seed, tensor name), so the file does not depend on the order of generation.
- * Read next: src/quant/quant.h (recipes), src/tools/vocab.h, src/arch/qwen35.c (the loader).
+ * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, docs/qwen35.md
+ * §4.4); ssm_a = -U(0.1, 1) (the converter stores -exp(A_log), which is negative); ssm_dt.bias ~
+ * N(0, 0.1); conv kernels ~ N(0, 0.1). Every tensor has its own generator seeded from (seed, tensor
+ * name), so the file does not depend on the order of generation. Read next: src/quant/quant.h
+ * (recipes), src/tools/vocab.h, src/arch/qwen35.c (the loader).
  */
 #include "tools/gen.h"
 

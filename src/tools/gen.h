@@ -1,6 +1,6 @@
 /* gen.h — write a random-weight Qwen3.5/3.6 model (architecture qwen35 or qwen35moe) as GGUF:
- * every metadata key of docs/qwen35.md §4.2 and every tensor of §4.3, the MTP block included, with a
- * vocabulary (built-in, or from a GGUF / tokenizer.json, padded with unused tokens to n_vocab).
+ * every metadata key of docs/qwen35.md §4.2 and every tensor of §4.3, the MTP block included, with
+ * a vocabulary (built-in, or from a GGUF / tokenizer.json, padded with unused tokens to n_vocab).
  *
  * Tensors stream through the GGUF writer one row batch at a time, so a 27B file never sits in
  * memory. Small tensors are drawn element by element and quantized exactly; large ones are built
@@ -39,8 +39,8 @@ struct snug_gen_config {
 };
 
 /* Fill c from a preset: "demo" (tiny, like the trained fixture, built-in vocabulary),
- * "demo-moe" (the MoE fixture's shape), "qwen3.6-27b", "qwen3.6-35b-a3b" (docs/qwen35.md §1.1 / §1.2).
- * SNUG_ERR_INVALID for an unknown name (the message lists the presets). */
+ * "demo-moe" (the MoE fixture's shape), "qwen3.6-27b", "qwen3.6-35b-a3b" (docs/qwen35.md §1.1 /
+ * §1.2). SNUG_ERR_INVALID for an unknown name (the message lists the presets). */
 int snug_gen_preset(struct snug_gen_config *c, const char *name, struct snug_err *err);
 
 /* Apply one "key=value" override. Keys: arch, n_vocab, n_layer, and the GGUF key suffixes

@@ -1,6 +1,6 @@
-/* ops_attention.c — the attention cache store and causal GQA attention over it (docs/qwen35.md §2.4).
- * Attention is an online softmax over tiles of ATT_TILE cache positions in float32: per query
- * head a running max m, running sum l and an unnormalised output accumulated in place in
+/* ops_attention.c — the attention cache store and causal GQA attention over it (docs/qwen35.md
+ * §2.4). Attention is an online softmax over tiles of ATT_TILE cache positions in float32: per
+ * query head a running max m, running sum l and an unnormalised output accumulated in place in
  * `out`, rescaled by e^(m_old − m_new) whenever the max grows. A task is (a block of up to
  * ATT_QB query tokens, kv head, a group of the query heads sharing it), so an F16 tile is
  * converted once for the whole block and group, and each key/value row loaded once feeds four

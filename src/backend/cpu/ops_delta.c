@@ -1,5 +1,5 @@
-/* ops_delta.c — the gated delta rule of the Gated DeltaNet layers (docs/qwen35.md §2.5 step 7, §2.6):
- * the token-by-token recurrence for decode and the chunked (C = 64) WY form for prompts.
+/* ops_delta.c — the gated delta rule of the Gated DeltaNet layers (docs/qwen35.md §2.5 step 7,
+ * §2.6): the token-by-token recurrence for decode and the chunked (C = 64) WY form for prompts.
  * Both are parallel over value heads (each head's state S_j [dk][dv] is independent); value
  * head j reads key/query head j % Nk (GGUF order, docs/qwen35.md §4.4).
  * Invariant: the state stays float32; the chunked form's scratch (DN_CHUNK·(dk+dv+6) floats
@@ -88,8 +88,8 @@ size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads) {
     return dn_stride(dk, dv) * (size_t)n_threads + 64;
 }
 
-/* One value head over all chunks of T, carrying S between chunks (docs/qwen35.md §2.6). Within a chunk
- * of n ≤ 64 tokens (r, s index tokens of the chunk; γ = in-chunk cumulative log-decay):
+/* One value head over all chunks of T, carrying S between chunks (docs/qwen35.md §2.6). Within a
+ * chunk of n ≤ 64 tokens (r, s index tokens of the chunk; γ = in-chunk cumulative log-decay):
  *   A[r][s] = β_r (k_r·k_s) e^{γ_r−γ_s} for s < r;
  *   U = (I+A)⁻¹ diag(β) V and W = (I+A)⁻¹ diag(βΓ) K, solved row by row by forward
  *   substitution (X_r = rhs_r − Σ_{s<r} A[r][s] X_s), the same as forming T = (I+A)⁻¹ first;
@@ -111,8 +111,8 @@ SNUG_OPS_INLINE void dn_dots(const float *b, const float *K, int64_t ldk, int64_
     }
 }
 
-/* One value head over all chunks of T, carrying S between chunks (docs/qwen35.md §2.6). Within a chunk
- * of n ≤ 64 tokens (r, s index tokens of the chunk; γ = in-chunk cumulative log-decay):
+/* One value head over all chunks of T, carrying S between chunks (docs/qwen35.md §2.6). Within a
+ * chunk of n ≤ 64 tokens (r, s index tokens of the chunk; γ = in-chunk cumulative log-decay):
  *   A[r][s] = β_r (k_r·k_s) e^{γ_r−γ_s} for s < r;
  *   U = (I+A)⁻¹ diag(β) V and W = (I+A)⁻¹ diag(βΓ) K, solved row by row by forward
  *   substitution (X_r = rhs_r − Σ_{s<r} A[r][s] X_s), the same as forming T = (I+A)⁻¹ first;
