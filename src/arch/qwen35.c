@@ -55,8 +55,9 @@ struct trunk_bufs {
 /* Logits rows computed per slice on a device backend before they are copied to the host. */
 #define LG_ROWS 8
 
-/* Scratch bytes any ops.h call of the trunk or FFN may need (matmul, attention, delta). */
-static size_t op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
+/* Scratch bytes any ops.h call of the trunk or FFN of a step of T tokens may need (matmul,
+ * attention, delta, the MoE expert products over T·k rows). */
+static size_t op_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads) {
     int64_t n_in = hp->n_embd;
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_head * hp->head_dim);
     n_in = SNUG_MAX(n_in, (int64_t)hp->ssm_d_inner);
@@ -67,6 +68,9 @@ static size_t op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
     size_t b = snug_op_matmul_work_bytes(n_in, n_threads);
     b = SNUG_MAX(b, snug_op_kvq_attention_work_bytes(hp->head_dim, n_threads));
     b = SNUG_MAX(b, snug_op_gated_delta_work_bytes(hp->ssm_d_state, hp->ssm_d_state, n_threads));
+    if (hp->n_expert)
+        b = SNUG_MAX(b, snug_moe_matmul_work_bytes((int64_t)T * hp->n_expert_used,
+                                                   SNUG_MAX((int64_t)hp->n_embd, n_in)));
     return b;
 }
 
@@ -98,7 +102,7 @@ static void trunk_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_th
         o->on = bump_f32(b, T * di);
     }
     o->lg = bump_f32(b, (int64_t)SNUG_MIN(T, LG_ROWS) * hp->n_vocab);
-    o->op_work = bump_alloc(b, op_work_bytes(hp, n_threads));
+    o->op_work = bump_alloc(b, op_work_bytes(hp, T, n_threads));
 }
 
 size_t snug_qwen35_trunk_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads) {

@@ -36,9 +36,9 @@ struct mtp_bufs {
 /* Logits rows computed per slice on a device backend before they are copied to the host. */
 #define MTP_LG_ROWS 8
 
-/* Scratch of any backend op of the MTP layer or its FFN: the largest matmul input width
- * (eh_proj reads 2H) and the attention of any cache format. */
-static size_t mtp_op_work_bytes(const struct snug_hparams *hp, int32_t n_threads) {
+/* Scratch of any backend op of the MTP layer or its FFN over T tokens: the largest matmul input
+ * width (eh_proj reads 2H), the attention of any cache format, the MoE expert products. */
+static size_t mtp_op_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads) {
     int64_t n_in = 2 * (int64_t)hp->n_embd;
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_head * hp->head_dim);
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff);
@@ -46,6 +46,8 @@ static size_t mtp_op_work_bytes(const struct snug_hparams *hp, int32_t n_threads
     n_in = SNUG_MAX(n_in, (int64_t)hp->n_ff_shexp);
     size_t b = snug_op_matmul_work_bytes(n_in, n_threads);
     b = SNUG_MAX(b, snug_op_attention_work_bytes(hp->head_dim, n_threads));
+    if (hp->n_expert)
+        b = SNUG_MAX(b, snug_moe_matmul_work_bytes((int64_t)T * hp->n_expert_used, n_in));
     return SNUG_MAX(b, snug_op_kvq_attention_work_bytes(hp->head_dim, n_threads));
 }
 
@@ -64,7 +66,7 @@ static size_t mtp_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_th
                    t * Hkv * D * 4,
                    t * Hq * D * 4,
                    lg_rows * hp->n_vocab * 4,
-                   mtp_op_work_bytes(hp, n_threads)};
+                   mtp_op_work_bytes(hp, T, n_threads)};
     void **dst[] = {(void **)&o->cat, (void **)&o->x,  (void **)&o->xn, (void **)&o->y,
                     (void **)&o->qg,  (void **)&o->q,  (void **)&o->k,  (void **)&o->v,
                     (void **)&o->att, (void **)&o->lg, &o->op_work};

@@ -7,56 +7,53 @@
  */
 #include "model/model.h"
 
+#include "backend/backend.h"
 #include "quant/quant.h"
 
 #include <math.h>
 #include <string.h>
 
-/* The MoE scratch of a step of T tokens. Backend memory (the work arena): router logits, the
- * routed rows grouped by expert (xg/g/u/d hold T·k rows: slot s is one (token, expert) pair)
- * and the uploaded routing tables. Host memory (the host work arena): the routing itself. */
+/* The MoE scratch of a step of T tokens, all in backend memory (the work arena): router
+ * logits, the routing (moe_route: per-slot tables and the tile table), the routed rows grouped
+ * by expert (xg/g/u/d hold T·k rows: slot s is one (token, expert) pair). The expert
+ * products' work is the trunk's op_work (sized for them: qwen35.c op_work_bytes). Routing
+ * never leaves the backend. */
 struct moe_bufs {
     float *logits;  /* [T][E] router logits */
+    int32_t *sel;   /* [T][k] chosen experts (routing scratch) */
+    int32_t *cnt;   /* [E] routing scratch */
     int32_t *order; /* [T·k] token of each slot (slots grouped by expert) */
     int32_t *slot;  /* [T][k] slot of each (token, choice) */
     float *selw;    /* [T][k] renormalised weights */
+    int32_t *off;   /* [E+1] first slot of each expert */
+    int32_t *tiles; /* [snug_moe_tiles_len] the expert products' tile table */
     float *xg;      /* [T·k][H] gathered inputs */
     float *g, *u;   /* [T·k][F] expert gate / up (F = max(expert, shared) width) */
     float *d;       /* [T·k][H] expert outputs, then the shared expert's */
     float *sgate;   /* [T] shared-expert gate logit */
-    /* host */
-    int32_t *h_sel;   /* [T][k] chosen experts */
-    float *h_selw;    /* [T][k] */
-    int32_t *h_order; /* [T·k] */
-    int32_t *h_slot;  /* [T][k] */
-    int32_t *h_cnt;   /* [E] rows per expert */
-    int32_t *h_off;   /* [E] first slot of each expert */
 };
 
 static size_t align64(size_t n) {
     return SNUG_ALIGN_UP(n, 64);
 }
 
-/* Lay out (a != NULL: backend arena a, host arena h) or count (a == NULL: the sum of both) the
- * MoE scratch of a step of T tokens. */
+/* Lay out (a != NULL: backend arena a) or count (a == NULL) the MoE scratch of a step of T
+ * tokens. */
 static size_t moe_buffers(const struct snug_hparams *hp, int32_t T, struct snug_arena *a,
-                          struct snug_arena *h, struct moe_bufs *o) {
+                          struct moe_bufs *o) {
     size_t E = hp->n_expert, k = hp->n_expert_used, H = hp->n_embd;
     size_t F = SNUG_MAX(hp->n_ff_exp, hp->n_ff_shexp), t = (size_t)T, tk = t * k;
-    size_t sz[] = {t * E * 4, tk * 4, tk * 4, tk * 4, tk * H * 4, tk * F * 4, tk * F * 4,
-                   tk * H * 4, t * 4,
-                   /* host */
-                   tk * 4, tk * 4, tk * 4, tk * 4, E * 4, E * 4};
-    void **dst[] = {(void **)&o->logits, (void **)&o->order,  (void **)&o->slot,
-                    (void **)&o->selw,   (void **)&o->xg,     (void **)&o->g,
-                    (void **)&o->u,      (void **)&o->d,      (void **)&o->sgate,
-                    (void **)&o->h_sel,  (void **)&o->h_selw, (void **)&o->h_order,
-                    (void **)&o->h_slot, (void **)&o->h_cnt,  (void **)&o->h_off};
-    const size_t n_dev = 9;
+    size_t tiles = (size_t)snug_moe_tiles_len((int64_t)t, (int64_t)E, (int64_t)k);
+    size_t sz[] = {t * E * 4, tk * 4,     E * 4,      tk * 4,     tk * 4,     tk * 4, (E + 1) * 4,
+                   tiles * 4, tk * H * 4, tk * F * 4, tk * F * 4, tk * H * 4, t * 4};
+    void **dst[] = {(void **)&o->logits, (void **)&o->sel,  (void **)&o->cnt, (void **)&o->order,
+                    (void **)&o->slot,   (void **)&o->selw, (void **)&o->off, (void **)&o->tiles,
+                    (void **)&o->xg,     (void **)&o->g,    (void **)&o->u,   (void **)&o->d,
+                    (void **)&o->sgate};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         total += align64(sz[i]);
-        if (a) *dst[i] = snug_arena_alloc(i < n_dev ? a : h, sz[i], 64);
+        if (a) *dst[i] = snug_arena_alloc(a, sz[i], 64);
     }
     return total;
 }
@@ -100,95 +97,45 @@ static int moe_load(struct snug_model *m, struct snug_err *err) {
 static void moe_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_threads,
                      enum snug_kv_type kv_type, struct snug_arch_plan *out) {
     struct moe_bufs o;
-    snug_qwen35_plan_common(hp, n_chunk, n_threads, kv_type,
-                            moe_buffers(hp, n_chunk, NULL, NULL, &o), out);
+    snug_qwen35_plan_common(hp, n_chunk, n_threads, kv_type, moe_buffers(hp, n_chunk, NULL, &o),
+                            out);
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 #define OP(name, ...) (be->ops->name(be, __VA_ARGS__))
 
-/* y[rows] = W_e · x for expert e of a 3-D tensor ne = {n_in, n_out, E}. */
-static void expert_matmul(struct snug_fwd *f, snug_tensor w, int64_t e, const float *x, int64_t T,
-                          float *y) {
-    struct snug_be *be = snug_fwd_be(f);
-    int64_t n_in = (int64_t)w->ne[0], n_out = (int64_t)w->ne[1];
-    uint64_t slice = snug_dtype_row_bytes(w->type, (uint64_t)n_in) * (uint64_t)n_out;
-    OP(matmul, w->type, OP(weight, w, slice * (uint64_t)e), n_in, n_out, x, T, y, f->op_work);
-}
-
 static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T, float *y) {
-    expert_matmul(f, w, 0, x, T, y);
+    struct snug_be *be = snug_fwd_be(f);
+    OP(matmul, w->type, OP(weight, w, 0), (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
+       f->op_work);
 }
 
-/* Router for one token: softmax over all E logits (float32), the k largest (ties to the lower
- * index), weights renormalised to sum 1 (docs/qwen35.md §2.8). */
-static void route(const float *logits, int64_t E, int64_t k, int32_t *sel, float *w) {
-    float mx = logits[0];
-    for (int64_t e = 1; e < E; e++) mx = SNUG_MAX(mx, logits[e]);
-    double sum = 0;
-    for (int64_t e = 0; e < E; e++) sum += exp((double)logits[e] - mx);
-    for (int64_t j = 0; j < k; j++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; e++) {
-            bool taken = false;
-            for (int64_t i = 0; i < j; i++) taken |= sel[i] == e;
-            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
-        }
-        sel[j] = (int32_t)best;
-        w[j] = (float)(exp((double)logits[best] - mx) / sum);
-    }
-    float ws = 0;
-    for (int64_t j = 0; j < k; j++) ws += w[j];
-    for (int64_t j = 0; j < k; j++) w[j] /= ws;
-}
-
-/* Routing runs on the host over the T·E router logits (copied back on a device backend); the
- * (token, expert) pairs are grouped by expert into T·k slots, so each expert's weights are
- * read once per step over its contiguous rows; the combine then sums each token's k expert
- * outputs in selection order. */
+/* Routing in the backend (moe_route: softmax, top-k, renormalised weights, the (token,
+ * expert) pairs grouped by expert into T·k slots), then each expert's gate/up/SwiGLU/down over
+ * its contiguous slots (moe_matmul: each expert's weights read once per step), then the combine
+ * summing each token's k expert outputs in selection order, and the sigmoid-gated shared
+ * expert. No host round trip: the step runs ahead on a device backend. */
 static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float *x, float *y) {
     const struct snug_hparams *hp = &f->m->hp;
     struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
-    int64_t F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+    int64_t F = hp->n_ff_exp, Fs = hp->n_ff_shexp, n = T * k;
     struct moe_bufs B;
-    moe_buffers(&f->m->hp, f->T, f->work, snug_fwd_host_work(f), &B);
+    moe_buffers(&f->m->hp, f->T, f->work, &B);
 
     matmul(f, L->gate_inp, x, T, B.logits);
-    const float *lg = B.logits;
-    if (!be->host_memory) {
-        float *h = snug_arena_alloc(snug_fwd_host_work(f), (size_t)(T * E) * sizeof(float), 64);
-        OP(download, h, B.logits, (size_t)(T * E) * sizeof(float));
-        lg = h;
-    }
-    for (int64_t t = 0; t < T; t++) route(lg + t * E, E, k, B.h_sel + t * k, B.h_selw + t * k);
-    memset(B.h_cnt, 0, (size_t)E * sizeof(int32_t));
-    for (int64_t i = 0; i < T * k; i++) B.h_cnt[B.h_sel[i]]++;
-    for (int64_t e = 0, off = 0; e < E; e++) {
-        B.h_off[e] = (int32_t)off;
-        off += B.h_cnt[e];
-    }
-    for (int64_t e = 0; e < E; e++) B.h_cnt[e] = 0; /* reused as fill counters */
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < k; j++) {
-            int32_t e = B.h_sel[t * k + j];
-            int32_t s = B.h_off[e] + B.h_cnt[e]++;
-            B.h_order[s] = (int32_t)t;
-            B.h_slot[t * k + j] = s;
-        }
-    OP(upload, B.order, B.h_order, (size_t)(T * k) * sizeof(int32_t));
-    OP(upload, B.slot, B.h_slot, (size_t)(T * k) * sizeof(int32_t));
-    OP(upload, B.selw, B.h_selw, (size_t)(T * k) * sizeof(float));
-    OP(gather_rows, B.xg, x, B.order, T * k, H);
-
-    for (int64_t e = 0; e < E; e++) {
-        int64_t n = B.h_cnt[e], s0 = B.h_off[e];
-        if (n == 0) continue;
-        expert_matmul(f, L->gate_exps, e, B.xg + s0 * H, n, B.g + s0 * F);
-        expert_matmul(f, L->up_exps, e, B.xg + s0 * H, n, B.u + s0 * F);
-        OP(swiglu, B.g + s0 * F, B.u + s0 * F, n * F, B.g + s0 * F);
-        expert_matmul(f, L->down_exps, e, B.g + s0 * F, n, B.d + s0 * H);
-    }
+    OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
+    OP(gather_rows, B.xg, x, B.order, n, H);
+    uint64_t gsz = snug_dtype_row_bytes(L->gate_exps->type, (uint64_t)H) * (uint64_t)F;
+    uint64_t usz = snug_dtype_row_bytes(L->up_exps->type, (uint64_t)H) * (uint64_t)F;
+    uint64_t dsz = snug_dtype_row_bytes(L->down_exps->type, (uint64_t)F) * (uint64_t)H;
+    OP(moe_matmul, L->gate_exps->type, OP(weight, L->gate_exps, 0), gsz, H, F, E, T, k, B.xg, B.off,
+       B.tiles, B.g, f->op_work);
+    OP(moe_matmul, L->up_exps->type, OP(weight, L->up_exps, 0), usz, H, F, E, T, k, B.xg, B.off,
+       B.tiles, B.u, f->op_work);
+    OP(swiglu, B.g, B.u, n * F, B.g);
+    OP(moe_matmul, L->down_exps->type, OP(weight, L->down_exps, 0), dsz, F, H, E, T, k, B.g, B.off,
+       B.tiles, B.d, f->op_work);
     OP(moe_combine, y, B.d, B.slot, B.selw, T, k, H);
 
     if (!L->gate_shexp) return;

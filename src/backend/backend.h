@@ -78,6 +78,23 @@ struct snug_backend_ops {
     /* MoE combine: y[t][:] = Σ_j w[t·k+j] · d[slot[t·k+j]][:] (j in order), t < T. */
     void (*moe_combine)(struct snug_be *be, float *y, const float *d, const int32_t *slot,
                         const float *w, int64_t T, int64_t k, int64_t H);
+    /* MoE routing of T tokens over E experts, all in the backend's memory (no host round
+     * trip): softmax of the router logits [T][E] in float32 (double sum), the k largest (ties to
+     * the lower index), weights renormalised (selw[T·k]); then the T·k (token, choice) pairs
+     * grouped by expert, in token order within an expert: order[s] = token of slot s,
+     * slot[t·k+j] = the slot of (t, j), off[e] = the first slot of expert e (off[E] = T·k), and
+     * the tile table of moe_matmul (snug_moe_tiles_len(T, E, k) ints). Scratch: sel [T·k] and
+     * cnt [E]. Semantics: ops.h snug_op_moe_route. */
+    void (*moe_route)(struct snug_be *be, const float *logits, int64_t T, int64_t E, int64_t k,
+                      int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
+                      int32_t *off, int32_t *tiles);
+    /* Expert products over the T·k rows that moe_route grouped for T tokens, k experts each:
+     * y[s][:] = W_e · x[s][:] for every slot s of every expert e (off[e] <= s < off[e+1]); W_e
+     * is the n_out × n_in matrix at w + e·expert_bytes (a slice of a 3-D *_exps tensor). off and
+     * tiles as moe_route wrote them; work: snug_moe_matmul_work_bytes(T·k, n_in) bytes. */
+    void (*moe_matmul)(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
+                       int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k, const float *x,
+                       const int32_t *off, const int32_t *tiles, float *y, void *work);
     /* y[t][:] += sigmoid(glogit[t]) · d[t][:] (the MoE shared expert's gate). */
     void (*add_gated)(struct snug_be *be, float *y, const float *d, const float *glogit, int64_t T,
                       int64_t H);
@@ -94,6 +111,21 @@ struct snug_be {
     int status;             /* first error of the current step (SNUG_OK if none) */
     struct snug_err err;    /* its message */
 };
+
+/* The MoE tile table (moe_route → moe_matmul): tiles[0] = the number of tiles, then (expert,
+ * first slot, rows) per tile, each tile at most SNUG_MOE_TILE slots of one expert. Its length
+ * bounds the tiles: every expert's last tile may be partial, and there are never more tiles
+ * than slots. */
+#define SNUG_MOE_TILE 8
+static inline int64_t snug_moe_tiles_len(int64_t T, int64_t E, int64_t k) {
+    int64_t n = T * k, full = (n + SNUG_MOE_TILE - 1) / SNUG_MOE_TILE + E;
+    return 1 + 3 * (n < full ? n : full);
+}
+/* Work bytes of moe_matmul over n_slots rows of n_in inputs (the rows rounded to int8 in blocks
+ * of 32 with their scales, on a device backend; the CPU uses none). */
+static inline size_t snug_moe_matmul_work_bytes(int64_t n_slots, int64_t n_in) {
+    return (size_t)(n_slots * n_in) + (size_t)(n_slots * (n_in / 32)) * 8 + 1024;
+}
 
 /* The CPU backend over ops.h with thread pool `pool` (NULL: one thread). No allocation. */
 void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool);

@@ -128,6 +128,28 @@ static void cpu_moe_combine(struct snug_be *be, float *y, const float *d, const 
                             const float *w, int64_t T, int64_t k, int64_t H) {
     snug_op_moe_combine(be->pool, y, d, slot, w, T, k, H);
 }
+static void cpu_moe_route(struct snug_be *be, const float *logits, int64_t T, int64_t E, int64_t k,
+                          int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
+                          int32_t *off, int32_t *tiles) {
+    (void)be;
+    (void)tiles; /* the CPU products walk off[] directly */
+    snug_op_moe_route(logits, T, E, k, sel, cnt, selw, order, slot, off);
+}
+/* One matmul per expert over its contiguous rows: each expert's weights are read once. */
+static void cpu_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
+                           int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k,
+                           const float *x, const int32_t *off, const int32_t *tiles, float *y,
+                           void *work) {
+    (void)tiles;
+    (void)T;
+    (void)k;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t s0 = off[e], n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        cpu_matmul(be, type, (const uint8_t *)w + (uint64_t)e * expert_bytes, n_in, n_out,
+                   x + s0 * n_in, n, y + s0 * n_out, work);
+    }
+}
 static void cpu_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
                           int64_t H) {
     snug_op_add_gated(be->pool, y, d, gl, T, H);
@@ -157,6 +179,8 @@ static const struct snug_backend_ops CPU_OPS = {
     .download = cpu_copy,
     .gather_rows = cpu_gather_rows,
     .moe_combine = cpu_moe_combine,
+    .moe_route = cpu_moe_route,
+    .moe_matmul = cpu_moe_matmul,
     .add_gated = cpu_add_gated,
     .copy = cpu_copy,
 };

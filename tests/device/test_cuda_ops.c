@@ -5,7 +5,9 @@
  * the last line is "N passed, N failed". Outputs are poisoned (NaN) before each GPU op, so an
  * unwritten element fails.
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
+#include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/core.h"
 #include "kv/kvfmt.h"
@@ -416,6 +418,108 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
 }
 
 /* The matvec without work memory (f32 activations, the path of small routers). */
+/* ---- MoE routing and grouped expert products ----------------------------------------------
+ * Routing: the GPU's choices, grouping and tile table equal the CPU op's on the same logits
+ * (some rows carry exact ties, which go to the lower expert index on both); weights within
+ * 1e-6. Expert products: the tile kernel against the exact product of the int8-rounded rows. */
+static int32_t *geti(const void *d, int64_t n) {
+    int32_t *h = snug_malloc((size_t)n * sizeof(int32_t));
+    OK(snug_cuda_sync(&cu, &err));
+    OK(snug_cuda_download(&cu, h, d, (size_t)n * sizeof(int32_t), &err));
+    return h;
+}
+static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_in, int64_t n_out) {
+    const struct snug_dtype_info *ti = snug_dtype_info(type);
+    int64_t n = T * k, nt = snug_moe_tiles_len(T, E, k);
+    float *lg = rnd(T * E, 4.0f);
+    for (int64_t t = 0; t < T; t += 2) { /* ties: copy one logit onto another expert */
+        int64_t a = (t * 7) % E, b = (t * 13 + 5) % E;
+        lg[t * E + b] = lg[t * E + a];
+        if (t % 4 == 0) lg[t * E + a] = lg[t * E + b] = 9.0f; /* a tie among the top */
+    }
+    int32_t *sel = snug_malloc((size_t)n * 4), *cnt = snug_malloc((size_t)E * 4);
+    int32_t *order = snug_malloc((size_t)n * 4), *slot = snug_malloc((size_t)n * 4);
+    int32_t *off = snug_malloc((size_t)(E + 1) * 4);
+    float *selw = snug_malloc((size_t)n * 4);
+    snug_op_moe_route(lg, T, E, k, sel, cnt, selw, order, slot, off);
+    void *dlg = dup_dev(lg, (size_t)(T * E) * 4);
+    void *dsel = dev_poison((size_t)n * 4), *dcnt = dev_poison((size_t)E * 4);
+    void *dselw = dev_poison((size_t)n * 4), *dorder = dev_poison((size_t)n * 4);
+    void *dslot = dev_poison((size_t)n * 4), *doff = dev_poison((size_t)(E + 1) * 4);
+    void *dtiles = dev_poison((size_t)nt * 4);
+    OK(snug_cuda_moe_route(&cu, dlg, T, E, k, dsel, dcnt, dselw, dorder, dslot, doff, dtiles,
+                           &err));
+    int32_t *gsel = geti(dsel, n), *gorder = geti(dorder, n), *gslot = geti(dslot, n);
+    int32_t *goff = geti(doff, E + 1), *gtiles = geti(dtiles, nt);
+    float *gselw = get(dselw, n);
+    int same = !memcmp(gsel, sel, (size_t)n * 4) && !memcmp(gorder, order, (size_t)n * 4) &&
+               !memcmp(gslot, slot, (size_t)n * 4) && !memcmp(goff, off, (size_t)(E + 1) * 4);
+    /* the tiles: in expert order, each within its expert's slots, covering them all */
+    int64_t covered = 0, prev_end = 0;
+    int tiles_ok = gtiles[0] >= 1 && 1 + 3 * (int64_t)gtiles[0] <= nt;
+    for (int64_t i = 0; tiles_ok && i < gtiles[0]; i++) {
+        int32_t e = gtiles[1 + 3 * i], s0 = gtiles[2 + 3 * i], c = gtiles[3 + 3 * i];
+        tiles_ok = e >= 0 && e < E && c >= 1 && c <= SNUG_MOE_TILE && s0 == prev_end &&
+                   s0 >= off[e] && s0 + c <= off[e + 1];
+        prev_end = s0 + c;
+        covered += c;
+    }
+    tiles_ok = tiles_ok && covered == n;
+    char name[96];
+    snprintf(name, sizeof name, "moe_route T=%lld E=%lld k=%lld: choices, grouping", (long long)T,
+             (long long)E, (long long)k);
+    printf("%-44s %s\n", name, same && tiles_ok ? "PASS" : "FAIL");
+    CHECKF(same, "%s", name);
+    CHECKF(tiles_ok, "moe_route T=%lld E=%lld: tile table", (long long)T, (long long)E);
+    snprintf(name, sizeof name, "moe_route T=%lld E=%lld k=%lld: weights", (long long)T,
+             (long long)E, (long long)k);
+    cmp(name, gselw, selw, n, 1e-6);
+
+    /* expert products over the grouped rows */
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in), eb = rb * (size_t)n_out;
+    uint8_t *w = snug_malloc(eb * (size_t)E);
+    float *src = snug_malloc((size_t)n_in * 4);
+    for (int64_t r = 0; r < E * n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+    }
+    float *x = rnd(n * n_in, 1.0f), *xe = snug_malloc((size_t)(n * n_in) * 4);
+    memcpy(xe, x, (size_t)(n * n_in) * 4);
+    for (int64_t b = 0; b < n * n_in / 32; b++) { /* the int8 rounding the kernel applies */
+        float amax = 0, *v = xe + 32 * b;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+        float d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) v[i] = amax > 0 ? (float)(int)rintf(v[i] / d) * d : 0.0f;
+    }
+    float *exact = snug_malloc((size_t)(n * n_out) * 4), *wrow = snug_malloc((size_t)n_in * 4);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < n_out; r++) {
+            snug_dequantize_row(type, w + (size_t)e * eb + r * rb, wrow, n_in);
+            for (int64_t sl = off[e]; sl < off[e + 1]; sl++) {
+                double acc = 0;
+                for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[sl * n_in + i];
+                exact[sl * n_out + r] = (float)acc;
+            }
+        }
+    void *dw = dup_dev(w, eb * (size_t)E), *dx = dup_dev(x, (size_t)(n * n_in) * 4);
+    void *dy = dev_poison((size_t)(n * n_out) * 4);
+    void *dwork = dup_dev(NULL, snug_moe_matmul_work_bytes(n, n_in));
+    OK(snug_cuda_moe_matmul(&cu, type, dw, eb, n_in, n_out, dx, dtiles, n, (nt - 1) / 3, T == 1, dy,
+                            dwork, &err));
+    float *got = get(dy, n * n_out);
+    snprintf(name, sizeof name, "moe_matmul %s %lldx%lld T=%lld E=%lld k=%lld", ti->name,
+             (long long)n_out, (long long)n_in, (long long)T, (long long)E, (long long)k);
+    cmp(name, got, exact, n * n_out, 2e-5);
+    snug_cuda_dfree(dlg), snug_cuda_dfree(dsel), snug_cuda_dfree(dcnt), snug_cuda_dfree(dselw);
+    snug_cuda_dfree(dorder), snug_cuda_dfree(dslot), snug_cuda_dfree(doff);
+    snug_cuda_dfree(dtiles), snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy);
+    snug_cuda_dfree(dwork);
+    snug_free(lg), snug_free(sel), snug_free(cnt), snug_free(order), snug_free(slot);
+    snug_free(off), snug_free(selw), snug_free(gsel), snug_free(gorder), snug_free(gslot);
+    snug_free(goff), snug_free(gtiles), snug_free(gselw), snug_free(w), snug_free(src);
+    snug_free(x), snug_free(xe), snug_free(exact), snug_free(wrow), snug_free(got);
+}
+
 static void test_matmul_f32x(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     g_nowork = 1;
     test_matmul(type, n_in, n_out, T);
@@ -493,6 +597,17 @@ int main(void) {
     for (size_t i = 0; i < sizeof tqp / sizeof tqp[0]; i++) {
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 3, 192, 0, 33);
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
+    }
+    /* MoE: the 35B-A3B's decode shape (256 experts, 8 used, 2048 -> 512 and back), prompt-sized
+     * steps with many slots per expert (several tiles each), and steps that leave most experts
+     * empty; odd expert counts and k */
+    uint32_t moet[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    for (int i = 0; i < 3; i++) {
+        test_moe(moet[i], 1, 256, 8, 2048, 512);
+        test_moe(moet[i], 1, 256, 8, 512, 2048);
+        test_moe(moet[i], 133, 16, 4, 512, 45);
+        test_moe(moet[i], 3, 61, 5, 256, 301);
+        test_moe(moet[i], 67, 9, 3, 768, 33);
     }
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);

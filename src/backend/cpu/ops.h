@@ -61,6 +61,13 @@ void snug_op_add(struct snug_pool *pool, float *x, const float *y, int64_t n);
 /* MoE combine: y[t] = Σ_j w[t·k+j] · d[slot[t·k+j]] (rows of H, terms in order j), y: [T][H]. */
 void snug_op_moe_combine(struct snug_pool *pool, float *y, const float *d, const int32_t *slot,
                          const float *w, int64_t T, int64_t k, int64_t H);
+/* MoE routing (docs/qwen35.md §2.8), host memory: for each of T tokens, softmax over its E
+ * router logits (float32 values, double sum), the k largest logits (ties to the lower index),
+ * their weights renormalised to sum 1 → sel/selw [T·k]; then the T·k (token, choice) pairs
+ * grouped by expert, in token order within an expert: order[s] = token of slot s, slot[t·k+j]
+ * = the slot of (t, j), off[e] = the first slot of expert e (off[E] = T·k). cnt: [E] scratch. */
+void snug_op_moe_route(const float *logits, int64_t T, int64_t E, int64_t k, int32_t *sel,
+                       int32_t *cnt, float *selw, int32_t *order, int32_t *slot, int32_t *off);
 /* Shared-expert add: y[t] += σ(gl[t]) · d[t] for rows of H, t < T. */
 void snug_op_add_gated(struct snug_pool *pool, float *y, const float *d, const float *gl, int64_t T,
                        int64_t H);

@@ -379,3 +379,45 @@ void snug_op_add_gated(struct snug_pool *pool, float *y, const float *d, const f
     struct moe_ctx c = {.y = y, .d = d, .w = gl, .T = T, .H = H};
     ew_run(pool, T * H, add_gated_task, &c);
 }
+
+/* One token's router: softmax over E logits, the k largest (ties to the lower index), weights
+ * renormalised to sum 1. */
+static void route_token(const float *logits, int64_t E, int64_t k, int32_t *sel, float *w) {
+    float mx = logits[0];
+    for (int64_t e = 1; e < E; e++) mx = SNUG_MAX(mx, logits[e]);
+    double sum = 0;
+    for (int64_t e = 0; e < E; e++) sum += exp((double)logits[e] - mx);
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        sel[j] = (int32_t)best;
+        w[j] = (float)(exp((double)logits[best] - mx) / sum);
+    }
+    float ws = 0;
+    for (int64_t j = 0; j < k; j++) ws += w[j];
+    for (int64_t j = 0; j < k; j++) w[j] /= ws;
+}
+
+void snug_op_moe_route(const float *logits, int64_t T, int64_t E, int64_t k, int32_t *sel,
+                       int32_t *cnt, float *selw, int32_t *order, int32_t *slot, int32_t *off) {
+    for (int64_t t = 0; t < T; t++) route_token(logits + t * E, E, k, sel + t * k, selw + t * k);
+    memset(cnt, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < T * k; i++) cnt[sel[i]]++;
+    int32_t acc = 0;
+    for (int64_t e = 0; e < E; e++) {
+        off[e] = acc;
+        acc += cnt[e];
+        cnt[e] = 0; /* reused as fill counters */
+    }
+    off[E] = acc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = sel[t * k + j], s = off[e] + cnt[e]++;
+            order[s] = (int32_t)t;
+            slot[t * k + j] = s;
+        }
+}

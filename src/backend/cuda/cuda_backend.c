@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(SNUG_MOE_TILE == SNUG_CUDA_MOE_TILE,
+               "the MoE tile size of backend.h and the kernels");
+
 #define MAX_FILES 64
 
 struct cuda_be {
@@ -276,6 +279,39 @@ static void cb_moe_combine(struct snug_be *be, float *y, const float *d, const i
                            const float *w, int64_t T, int64_t k, int64_t H) {
     CK(snug_cuda_moe_combine(&CB(be)->cu, y, d, slot, w, T, k, H, err));
 }
+static void cb_moe_route(struct snug_be *be, const float *logits, int64_t T, int64_t E, int64_t k,
+                         int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
+                         int32_t *off, int32_t *tiles) {
+    CK(snug_cuda_moe_route(&CB(be)->cu, logits, T, E, k, sel, cnt, selw, order, slot, off, tiles,
+                           err));
+}
+/* The grouped int8 kernel for the decode matvec's types (one launch over the tile table, no host
+ * round trip); other types (f16/bf16/f32 experts, widths off the 256 grid) download the expert
+ * offsets and run one matmul per expert — a host sync per product, correct but slow. */
+static void cb_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
+                          int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k,
+                          const float *x, const int32_t *off, const int32_t *tiles, float *y,
+                          void *work) {
+    struct cuda_be *c = CB(be);
+    if (snug_cuda_moe_matmul_supported(type, n_in)) {
+        int64_t max_tiles = (snug_moe_tiles_len(T, E, k) - 1) / 3;
+        CK(snug_cuda_moe_matmul(&c->cu, type, w, expert_bytes, n_in, n_out, x, tiles, T * k,
+                                max_tiles, T == 1, y, work, err));
+        return;
+    }
+    int32_t *h_off = snug_arena_alloc(&c->host_work, (size_t)(E + 1) * sizeof(int32_t), 64);
+    if (!h_off) {
+        snug_backend_fail(be, SNUG_ERR_BUDGET, "cuda moe matmul: host work arena full");
+        return;
+    }
+    cb_download(be, h_off, off, (size_t)(E + 1) * sizeof(int32_t));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t s0 = h_off[e], n = h_off[e + 1] - h_off[e];
+        if (n <= 0) continue;
+        cb_matmul(be, type, (const uint8_t *)w + (uint64_t)e * expert_bytes, n_in, n_out,
+                  x + s0 * n_in, n, y + s0 * n_out, work);
+    }
+}
 static void cb_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
                          int64_t H) {
     CK(snug_cuda_add_gated(&CB(be)->cu, y, d, gl, T, H, err));
@@ -309,6 +345,8 @@ static const struct snug_backend_ops CUDA_OPS = {
     .download = cb_download,
     .gather_rows = cb_gather_rows,
     .moe_combine = cb_moe_combine,
+    .moe_route = cb_moe_route,
+    .moe_matmul = cb_moe_matmul,
     .add_gated = cb_add_gated,
     .copy = cb_copy,
 };

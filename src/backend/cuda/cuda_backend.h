@@ -1,5 +1,6 @@
 /* cuda_backend.h — the small device kernels the backend interface (src/backend/backend.h) adds
- * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather and the MoE combine.
+ * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, the MoE routing, expert
+ * products and combine.
  * Device pointers; queued on the context's stream; never allocate.
  * Read next: cuda_extra.cu (the kernels), cuda_backend.c (the vtable that calls them).
  */
@@ -20,6 +21,18 @@ int snug_cuda_gather_rows(struct snug_cuda *cu, float *dst, const float *src, co
                           int64_t n, int64_t H, struct snug_err *err);
 int snug_cuda_moe_combine(struct snug_cuda *cu, float *y, const float *d, const int32_t *slot,
                           const float *w, int64_t T, int64_t k, int64_t H, struct snug_err *err);
+/* Slots per tile of the expert products: backend.h's SNUG_MOE_TILE (cuda_backend.c checks). */
+#define SNUG_CUDA_MOE_TILE 8
+/* backend.h moe_route / moe_matmul (the grouped expert products with int8 activations for the
+ * types of the decode matvec: snug_cuda_moe_matmul_supported). */
+int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, int64_t T, int64_t E, int64_t k,
+                        int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
+                        int32_t *off, int32_t *tiles, struct snug_err *err);
+bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in);
+int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w, uint64_t expert_bytes,
+                         int64_t n_in, int64_t n_out, const float *x, const int32_t *tiles,
+                         int64_t n_slots, int64_t max_tiles, bool single, float *y, void *work,
+                         struct snug_err *err);
 int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *d, const float *glogit,
                         int64_t T, int64_t H, struct snug_err *err);
 

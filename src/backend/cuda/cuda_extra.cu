@@ -1,8 +1,9 @@
-/* cuda_extra.cu — the elementwise kernels behind cuda_backend.h: residual add, scale, DeltaNet
- * gates (sigmoid β, g = a·softplus(α + dt)), row gather and the MoE weighted combine.
+/* cuda_extra.cu — the small kernels behind cuda_backend.h: residual add, scale, DeltaNet
+ * gates (sigmoid β, g = a·softplus(α + dt)), row gather, the MoE routing (softmax, top-k and
+ * the grouping of (token, expert) pairs by expert, on the device) and the weighted combine.
  * Semantics: the CPU versions in src/backend/backend_cpu.c.
- * Invariant: one thread per output element, memory-bound, deterministic (the combine sums the
- * k experts of a token in selection order, as the CPU does); nothing allocates.
+ * Invariant: deterministic (the combine sums the k experts of a token in selection order, the
+ * grouping keeps token order within an expert, as the CPU does); nothing allocates.
  * Read next: cuda_backend.c. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -92,4 +93,139 @@ extern "C" int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *
     if (T * H <= 0) return SNUG_OK;
     k_add_gated<<<n_blocks(T * H), EW_THREADS, 0, SNUG_CU_STREAM(cu)>>>(y, d, glogit, T, H);
     return snug_cu_launched(err, "add_gated");
+}
+
+/* ---- MoE routing ---------------------------------------------------------------------------
+ * As snug_op_moe_route (src/backend/cpu/ops_basic.c): per token, softmax over E router logits
+ * with a double sum, the k largest logits with ties to the lower index, weights renormalised in
+ * selection order. One block per token; the logits sit in shared memory. The expert choice
+ * depends only on comparisons of the same float logits, so it is the CPU's choice for the same
+ * logits; the weights can differ from the CPU's in the last bit (the double sum's order). */
+#define ROUTE_THREADS 256
+#define ROUTE_MAX_K   32
+
+struct idx_val {
+    float v;
+    int e;
+};
+/* The better of two candidates: the larger value, on a tie the lower index; e < 0 = none. */
+__device__ __forceinline__ idx_val better(idx_val a, idx_val b) {
+    if (a.e < 0) return b;
+    if (b.e < 0) return a;
+    return (b.v > a.v || (b.v == a.v && b.e < a.e)) ? b : a;
+}
+
+__global__ void __launch_bounds__(ROUTE_THREADS)
+    k_moe_route(const float *__restrict__ logits, int E, int k, int32_t *__restrict__ sel,
+                float *__restrict__ selw) {
+    extern __shared__ float lg[]; /* [E] logits, then [E] taken flags (as floats) */
+    float *taken = lg + E;
+    __shared__ double dsh[32];
+    __shared__ float fsh[32];
+    __shared__ idx_val ish[32];
+    __shared__ float w[ROUTE_MAX_K];
+    int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float *l = logits + (size_t)t * E;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        lg[e] = l[e];
+        taken[e] = 0.0f;
+        mx = fmaxf(mx, lg[e]);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) fsh[wid] = mx;
+    __syncthreads();
+    mx = fsh[0];
+    for (int i = 1; i < nw; i++) mx = fmaxf(mx, fsh[i]);
+    double sum = 0.0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) sum += exp((double)lg[e] - (double)mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) dsh[wid] = sum;
+    __syncthreads();
+    sum = 0.0;
+    for (int i = 0; i < nw; i++) sum += dsh[i];
+    for (int j = 0; j < k; j++) {
+        idx_val b = {0.0f, -1};
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            if (taken[e] == 0.0f) b = better(b, idx_val{lg[e], e});
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            idx_val c;
+            c.v = __shfl_xor_sync(0xffffffffu, b.v, o);
+            c.e = __shfl_xor_sync(0xffffffffu, b.e, o);
+            b = better(b, c);
+        }
+        if (lane == 0) ish[wid] = b;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            idx_val r = ish[0];
+            for (int i = 1; i < nw; i++) r = better(r, ish[i]);
+            taken[r.e] = 1.0f;
+            sel[(size_t)t * k + j] = r.e;
+            w[j] = (float)(exp((double)lg[r.e] - (double)mx) / sum);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float ws = 0.0f;
+        for (int j = 0; j < k; j++) ws += w[j];
+        for (int j = 0; j < k; j++) selw[(size_t)t * k + j] = w[j] / ws;
+    }
+}
+
+/* The grouping, one block: cnt[e] by a scan of sel per expert, off[] and the tile table by one
+ * thread (E is a few hundred), then each expert's slots in token order. */
+__global__ void k_moe_group(const int32_t *__restrict__ sel, int n, int E, int32_t *__restrict__ cnt,
+                            int32_t *__restrict__ order, int32_t *__restrict__ slot,
+                            int32_t *__restrict__ off, int32_t *__restrict__ tiles, int k) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int c = 0;
+        for (int i = 0; i < n; i++) c += sel[i] == e;
+        cnt[e] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0, nt = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = acc;
+            for (int s0 = 0; s0 < cnt[e]; s0 += SNUG_CUDA_MOE_TILE) {
+                int32_t *tp = tiles + 1 + 3 * nt++;
+                tp[0] = e;
+                tp[1] = acc + s0;
+                tp[2] = min(SNUG_CUDA_MOE_TILE, cnt[e] - s0);
+            }
+            acc += cnt[e];
+        }
+        off[E] = acc;
+        tiles[0] = nt;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int s = off[e];
+        for (int i = 0; i < n; i++)
+            if (sel[i] == e) {
+                order[s] = i / k;
+                slot[i] = s++;
+            }
+    }
+}
+
+extern "C" int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, int64_t T, int64_t E,
+                                   int64_t k, int32_t *sel, int32_t *cnt, float *selw,
+                                   int32_t *order, int32_t *slot, int32_t *off, int32_t *tiles,
+                                   struct snug_err *err) {
+    if (T <= 0) return SNUG_OK;
+    if (k > ROUTE_MAX_K || k > E || E > 4096 || T * k > INT32_MAX / 2)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda moe routing: %lld experts, %lld used per token: expected at most "
+                            "4096 experts and %d used",
+                            (long long)E, (long long)k, ROUTE_MAX_K);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    k_moe_route<<<(unsigned)T, ROUTE_THREADS, (size_t)(2 * E) * sizeof(float), s>>>(
+        logits, (int)E, (int)k, sel, selw);
+    int st = snug_cu_launched(err, "moe_route");
+    if (st) return st;
+    k_moe_group<<<1, 1024, 0, s>>>(sel, (int)(T * k), (int)E, cnt, order, slot, off, tiles, (int)k);
+    return snug_cu_launched(err, "moe_group");
 }

@@ -4,10 +4,12 @@
  * int8 products per instruction) straight from its packed bytes: one thread owns 32 weights
  * of a row (one "unit") and reads them with 16-byte (Q4_K) or 4-byte funnel-shifted loads
  * (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
- * Owns: k_quant_x8 and the k_mvq kernels for q4_K, q6_K, q8_0. Invariant: one pass over W;
+ * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and their MoE form k_mvq_moe (one
+ * launch over the tiles of slots grouped by expert that moe_route wrote on the device). Invariant: one pass over W;
  * no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x (the CPU op's rounding too).
  * Read next: cuda_common.cuh (block layouts), cuda_matmul.cu (the dispatch and the f32 path),
  * docs/perf/cuda-kernels.md (versions and measurements). */
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 
 #include <stdlib.h>
@@ -179,16 +181,16 @@ template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
     }
 };
 
-/* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT. A block of blockDim.x (32..256) threads
- * owns R rows; thread i takes units i, i + blockDim.x, ... of each row (adjacent threads read
- * adjacent weight bytes), loads all R rows' units before using them (bytes in flight), and
- * multiplies each with every token's x. Partial sums meet in shared memory. */
+/* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT, for the R rows from row0. A block of
+ * blockDim.x (32..256) threads owns R rows; thread i takes units i, i + blockDim.x, ... of each
+ * row (adjacent threads read adjacent weight bytes), loads all R rows' units before using them
+ * (bytes in flight), and multiplies each with every token's x. Partial sums meet in shared
+ * memory. */
 template <int TYPE, int NT, int R>
-__global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
-    k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
-          const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-          float *__restrict__ y) {
-    int64_t row0 = (int64_t)blockIdx.x * R;
+__device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, int n_in,
+                                         int64_t n_out, const int8_t *__restrict__ qx,
+                                         const float2 *__restrict__ ds, int T,
+                                         float *__restrict__ y, int64_t row0) {
     const uint8_t *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past the end re-read the last row, unused */
@@ -229,6 +231,32 @@ __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
             y[(size_t)t * n_out + row0 + r] = s;
         }
     }
+}
+
+template <int TYPE, int NT, int R>
+__global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
+    k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
+          const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
+          float *__restrict__ y) {
+    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
+}
+
+/* The MoE expert products: blockIdx.y is a tile of the table moe_route wrote (expert e, first
+ * slot s0, n <= NT slots of that expert); the tile's rows of x and y start at slot s0 and its
+ * weights at w + e·expert_bytes. Blocks past the table's length leave at once (the grid is
+ * sized by the table's bound, the table's length is only known on the device). */
+template <int TYPE, int NT, int R>
+__global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
+    k_mvq_moe(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
+              int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
+              const int32_t *__restrict__ tiles, float *__restrict__ y) {
+    if ((int)blockIdx.y >= __ldg(tiles)) return;
+    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
+    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int nb = n_in >> 5;
+    mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
+                          qx + (size_t)s0 * n_in, ds + (size_t)s0 * nb, n, y + (size_t)s0 * n_out,
+                          (int64_t)blockIdx.x * R);
 }
 
 static size_t al256(size_t x) {
@@ -330,4 +358,68 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         break;
     }
     return snug_cu_launched(err, "matvec_q8");
+}
+
+/* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */
+extern "C" bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in) {
+    int64_t q = type == SNUG_DTYPE_Q8_0 ? 32 : 256;
+    return snug_cu_mvq_supported(type) && n_in % q == 0 && n_in <= INT32_MAX / 8;
+}
+
+template <int TYPE>
+static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8_t *w,
+                           uint64_t eb, size_t rb, int n_in, int64_t n_out, const int8_t *qx,
+                           const float2 *ds, const int32_t *tiles, bool single, float *y) {
+    /* one slot per tile (decode: every expert has one token): the one-token kernel, 4 rows
+     * per block; else up to SNUG_CUDA_MOE_TILE tokens per tile, 2 rows per block */
+    if (single) {
+        dim3 g((unsigned)((n_out + 3) / 4), grid_t.y);
+        k_mvq_moe<TYPE, 1, 4><<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+    } else {
+        dim3 g((unsigned)((n_out + 1) / 2), grid_t.y);
+        k_mvq_moe<TYPE, SNUG_CUDA_MOE_TILE, 2>
+            <<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+    }
+}
+
+/* x [n_slots][n_in] (grouped by expert) to int8 blocks in `work`, then one launch over the tile
+ * table: max_tiles bounds its length (backend.h snug_moe_tiles_len); single: every tile holds
+ * one slot (one token: an expert holds at most one slot per token). */
+extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w,
+                                    uint64_t expert_bytes, int64_t n_in, int64_t n_out,
+                                    const float *x, const int32_t *tiles, int64_t n_slots,
+                                    int64_t max_tiles, bool single, float *y, void *work,
+                                    struct snug_err *err) {
+    if (n_slots <= 0) return SNUG_OK;
+    if (!snug_cuda_moe_matmul_supported(type, n_in) || max_tiles > 65535)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda moe matmul: type %u with %lld inputs, %lld tiles", type,
+                            (long long)n_in, (long long)max_tiles);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
+    int8_t *qx = (int8_t *)wk;
+    float2 *ds = (float2 *)(wk + al256((size_t)(n_slots * n_in)));
+    int64_t nblk = n_slots * (n_in / 32);
+    k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
+    int st = snug_cu_launched(err, "quant_x8");
+    if (st) return st;
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    const uint8_t *wb = (const uint8_t *)w;
+    int ni = (int)n_in;
+    dim3 gt(1, (unsigned)max_tiles);
+    switch (type) {
+    case SNUG_DTYPE_Q4_K:
+        mvq_moe_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, gt, wb, expert_bytes, rb, ni,
+                                        n_out, qx, ds, tiles, single, y);
+        break;
+    case SNUG_DTYPE_Q6_K:
+        mvq_moe_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, gt, wb, expert_bytes, rb, ni,
+                                        n_out, qx, ds, tiles, single, y);
+        break;
+    default:
+        mvq_moe_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, gt, wb, expert_bytes, rb, ni,
+                                        n_out, qx, ds, tiles, single, y);
+        break;
+    }
+    return snug_cu_launched(err, "matvec_moe");
 }
