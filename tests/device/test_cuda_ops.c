@@ -121,10 +121,12 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     char name[96];
     snprintf(name, sizeof name, "matmul %s %lldx%lld T=%lld%s", ti->name, (long long)n_out,
              (long long)n_in, (long long)T,
-             T > SNUG_CUDA_MATVEC_MAX_T ? " (bf16 cuBLAS)"
-             : i8                       ? " (int8 x)"
-                                        : "");
-    cmp(name, got, exact, T * n_out, T > SNUG_CUDA_MATVEC_MAX_T ? 2e-2 : 2e-5);
+             T > SNUG_CUDA_MATVEC_MAX_T
+                 ? (type == SNUG_DTYPE_F32 ? " (f32 cuBLAS)" : " (bf16 cuBLAS)")
+             : i8 ? " (int8 x)"
+                  : "");
+    int bf16 = T > SNUG_CUDA_MATVEC_MAX_T && type != SNUG_DTYPE_F32; /* f32 weights: f32 GEMM */
+    cmp(name, got, exact, T * n_out, bf16 ? 2e-2 : 2e-5);
     snprintf(name, sizeof name, "  vs the CPU op (int8 activations)");
     cmp(name, got, ref, T * n_out, 2e-2);
     snug_free(exact), snug_free(wrow), snug_free(xe);
@@ -564,6 +566,7 @@ int main(void) {
     test_matmul(SNUG_DTYPE_Q4_K, 1024, 4096 + 45, 37);
     test_matmul(SNUG_DTYPE_Q8_0, 768, 301, 129);
     test_matmul(SNUG_DTYPE_BF16, 768, 301, 9);
+    test_matmul(SNUG_DTYPE_F32, 2048, 256, 133); /* the router's prompt shape: f32 GEMM */
     test_basic();
     /* every device format, equal K/V and mixed pairs: decode, verify-sized and prompt shapes
      * (odd T, pos0 and context; the fixtures' D 64 with G 2; the 27B's D 256 with G 6; a

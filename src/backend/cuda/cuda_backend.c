@@ -139,9 +139,10 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
     return c->dbase[f] + ((const uint8_t *)t->data - c->hbase[f]) + off;
 }
 /* Matrices with few outputs (the MoE router, the shared-expert gate, the DeltaNet beta/alpha
- * projections) always run the f32 matvec kernel, SNUG_CUDA_MATVEC_MAX_T rows at a time: they
- * are cheap, and their outputs feed discontinuous decisions (top-k routing) that bf16
- * activations would flip on near ties. */
+ * projections) always keep f32 activations: their outputs feed discontinuous decisions (top-k
+ * routing) that bf16 activations would flip on near ties. Prompt chunks of f32 weights (as
+ * community files store the routers) run as one f32 GEMM; other types run the f32 matvec
+ * kernel SNUG_CUDA_MATVEC_MAX_T rows at a time. */
 #define PRECISE_MAX_OUT 512
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
@@ -160,7 +161,7 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         if (c->prof) c->prof->ptag = NULL;
         return;
     }
-    if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT) {
+    if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT && type != SNUG_DTYPE_F32) {
         for (int64_t r = 0; r < T; r += SNUG_CUDA_MATVEC_MAX_T) {
             int64_t n = SNUG_MIN((int64_t)SNUG_CUDA_MATVEC_MAX_T, T - r);
             CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x + r * n_in, n, y + r * n_out, NULL,

@@ -174,15 +174,22 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
     }
 }
 
-/* The grouping, one block: cnt[e] by a scan of sel per expert, off[] and the tile table by one
- * thread (E is a few hundred), then each expert's slots in token order. */
-__global__ void k_moe_group(const int32_t *__restrict__ sel, int n, int E, int32_t *__restrict__ cnt,
-                            int32_t *__restrict__ order, int32_t *__restrict__ slot,
-                            int32_t *__restrict__ off, int32_t *__restrict__ tiles, int k) {
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+/* The grouping, one block of 32 warps: warp w takes experts w, w + 32, ...; for each it walks
+ * the selections 32 at a time with a ballot (coalesced loads, counts by popc) — once to count,
+ * and, after thread 0 has laid out off[] and the tile table (E is a few hundred), once more to
+ * place each of the expert's pairs in token order. */
+__global__ void __launch_bounds__(1024)
+    k_moe_group(const int32_t *__restrict__ sel, int n, int E, int32_t *__restrict__ cnt,
+                int32_t *__restrict__ order, int32_t *__restrict__ slot,
+                int32_t *__restrict__ off, int32_t *__restrict__ tiles, int k) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int e = wid; e < E; e += nw) {
         int c = 0;
-        for (int i = 0; i < n; i++) c += sel[i] == e;
-        cnt[e] = c;
+        for (int i0 = 0; i0 < n; i0 += 32) {
+            int i = i0 + lane;
+            c += __popc(__ballot_sync(0xffffffffu, i < n && sel[i] == e));
+        }
+        if (lane == 0) cnt[e] = c;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -201,13 +208,19 @@ __global__ void k_moe_group(const int32_t *__restrict__ sel, int n, int E, int32
         tiles[0] = nt;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int s = off[e];
-        for (int i = 0; i < n; i++)
-            if (sel[i] == e) {
+    for (int e = wid; e < E; e += nw) {
+        int base = off[e];
+        for (int i0 = 0; i0 < n && base < off[e + 1]; i0 += 32) {
+            int i = i0 + lane;
+            bool hit = i < n && sel[i] == e;
+            unsigned m = __ballot_sync(0xffffffffu, hit);
+            if (hit) {
+                int s = base + __popc(m & ((1u << lane) - 1u));
                 order[s] = i / k;
-                slot[i] = s++;
+                slot[i] = s;
             }
+            base += __popc(m);
+        }
     }
 }
 

@@ -209,7 +209,8 @@ extern "C" size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64
 }
 
 /* Decode (T <= 8): with work memory and a type of cuda_matvec.cu, the int8-activation dp4a
- * matvec; otherwise (work NULL: callers that want f32 activations) the f32 kernel. Prompt chunks: x
+ * matvec; otherwise (work NULL: callers that want f32 activations) the f32 kernel. Prompt chunks
+ * of f32 weights: one f32 cuBLAS GEMM (pedantic: no TF32). Other prompt chunks: x
  * to bf16 once, then per tile of rows dequantise W to bf16 and let cuBLAS compute y[:, tile]
  * (column-major view: y_tile (rows × T, ld n_out) = W_tileᵀ-view · x, i.e. GEMM(opA = T, opB = N)).
  */
@@ -232,6 +233,21 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
             f.mv8<<<blocks, MV_WARPS * 32, 0, s>>>((const uint8_t *)w, rb, n_in, n_out, x, (int)T,
                                                    y);
         return snug_cu_launched(err, "matvec");
+    }
+    if (n_in > INT32_MAX || n_out > INT32_MAX || T > INT32_MAX)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda matmul: dimensions exceed int32");
+    if (type == SNUG_DTYPE_F32) { /* f32 weights: one f32 GEMM (no TF32), no rounding of x */
+        const float one = 1.0f, zero = 0.0f;
+        cublasStatus_t bs = cublasGemmEx(
+            (cublasHandle_t)cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)T, (int)n_in,
+            &one, w, CUDA_R_32F, (int)n_in, x, CUDA_R_32F, (int)n_in, &zero, y, CUDA_R_32F,
+            (int)n_out, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return snug_err_set(err, SNUG_ERR_INTERNAL,
+                                "cuda matmul: f32 cublasGemmEx failed (status %d) for "
+                                "%lld×%lld×%lld",
+                                (int)bs, (long long)n_out, (long long)T, (long long)n_in);
+        return SNUG_OK;
     }
     if (!work)
         return snug_err_set(err, SNUG_ERR_INVALID,
