@@ -360,7 +360,114 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     return snug_cu_launched(err, "matvec_q8");
 }
 
+/* ---- MoE expert products on int8 tensor cores (Q4_K) ----------------------------------------
+ * A tile of up to 8 slots of one expert against 64 weight rows per block (4 warps × 16 rows):
+ * per 32-element sub-block one mma.m16n8k32 (s8 × s8 → s32) gives the 16 × 8 exact integer dots
+ * Σ q·x̃ of the warp's rows and the tile's slots, then each is scaled as the dp4a unit does it
+ * (d·sc · d_x · dot − dmin·m · d_x·Σx̃) into f32. Both fragments come straight from global
+ * memory with 32-bit loads: row g's nibbles of sub-block j sit in 16 + 32·(j/2) .. of its
+ * 144-byte block (low nibbles for even j, high for odd), a slot's int8 x̃ in qx.
+ * Fragment layouts (PTX ISA, mma.m16n8k32 .s8): A: a0/a2 row groupID, a1/a3 row groupID + 8,
+ * k = 4·(lane%4) + 0..3 (a0, a1) and + 16 (a2, a3); B: b0 k = 4·(lane%4) + 0..3, b1 + 16,
+ * column groupID; C: c0/c1 row groupID, columns 2·(lane%4) + 0/1, c2/c3 row groupID + 8. */
+__device__ __forceinline__ void mma_s8_16832(int &c0, int &c1, int &c2, int &c3, uint32_t a0,
+                                             uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c0), "+r"(c1), "+r"(c2), "+r"(c3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Byte i (0..11) of a Q4_K block's scale field, from the block's first 16 bytes. */
+__device__ __forceinline__ uint32_t q4k_sbyte(uint4 hd, int i) {
+    uint32_t w = i < 4 ? hd.y : i < 8 ? hd.z : hd.w;
+    return (w >> (8 * (i & 3))) & 0xffu;
+}
+/* d·sc and dmin·m of sub-block j (the 6-bit pairs of ggml's Q4_K scale field). */
+__device__ __forceinline__ void q4k_scale(uint4 hd, int j, float *dsc, float *dm) {
+    uint32_t sc, m;
+    if (j < 4) {
+        sc = q4k_sbyte(hd, j) & 63u;
+        m = q4k_sbyte(hd, j + 4) & 63u;
+    } else {
+        sc = (q4k_sbyte(hd, j + 4) & 0xfu) | ((q4k_sbyte(hd, j - 4) >> 6) << 4);
+        m = (q4k_sbyte(hd, j + 4) >> 4) | ((q4k_sbyte(hd, j) >> 6) << 4);
+    }
+    float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
+    float dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+    *dsc = d * (float)sc;
+    *dm = dmin * (float)m;
+}
+
+#define MMQ_ROWS 64 /* weight rows per block: 4 warps × 16 */
+
+__global__ void __launch_bounds__(128)
+    k_mmq_moe_q4k(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes,
+                  int n_in, int64_t n_out, const int8_t *__restrict__ qx,
+                  const float2 *__restrict__ ds, const int32_t *__restrict__ tiles,
+                  float *__restrict__ y) {
+    if ((int)blockIdx.y >= __ldg(tiles)) return;
+    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
+    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
+    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
+    if (r0 >= n_out) return; /* whole warps leave together */
+    int64_t ra = r0 + grp, rb = r0 + grp + 8;
+    const uint8_t *we = w + (uint64_t)e * expert_bytes;
+    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
+    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
+    int nb = n_in >> 5, nsb = n_in >> 8;
+    /* B fragment: this lane's slot is grp (zero past the tile); C columns 2q, 2q + 1 */
+    bool xin = grp < n;
+    const int8_t *xr = qx + (size_t)(s0 + (xin ? grp : 0)) * n_in + 4 * q;
+    int t0 = 2 * q, t1 = 2 * q + 1;
+    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
+    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *ba = wa + (size_t)sb * 144, *bb = wb + (size_t)sb * 144;
+        uint4 ha = __ldg((const uint4 *)ba), hb = __ldg((const uint4 *)bb);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int qo = 16 + 32 * (j >> 1) + 4 * q, sh = 4 * (j & 1);
+            uint32_t a0 = (__ldg((const uint32_t *)(ba + qo)) >> sh) & 0x0f0f0f0fu;
+            uint32_t a2 = (__ldg((const uint32_t *)(ba + qo + 16)) >> sh) & 0x0f0f0f0fu;
+            uint32_t a1 = (__ldg((const uint32_t *)(bb + qo)) >> sh) & 0x0f0f0f0fu;
+            uint32_t a3 = (__ldg((const uint32_t *)(bb + qo + 16)) >> sh) & 0x0f0f0f0fu;
+            int ke = 256 * sb + 32 * j;
+            uint32_t b0 = xin ? __ldg((const uint32_t *)(xr + ke)) : 0u;
+            uint32_t b1 = xin ? __ldg((const uint32_t *)(xr + ke + 16)) : 0u;
+            int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+            mma_s8_16832(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+            float dA, mA, dB, mB;
+            q4k_scale(ha, j, &dA, &mA);
+            q4k_scale(hb, j, &dB, &mB);
+            float2 x0 = __ldg(ds0 + 8 * sb + j), x1 = __ldg(ds1 + 8 * sb + j);
+            acc0 += dA * x0.x * (float)c0 - mA * x0.y;
+            acc1 += dA * x1.x * (float)c1 - mA * x1.y;
+            acc2 += dB * x0.x * (float)c2 - mB * x0.y;
+            acc3 += dB * x1.x * (float)c3 - mB * x1.y;
+        }
+    }
+    float *ys = y + (size_t)s0 * n_out;
+    if (ra < n_out) {
+        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc0;
+        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc1;
+    }
+    if (rb < n_out) {
+        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc2;
+        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc3;
+    }
+}
+
 /* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */
+/* The dp4a tile kernel for Q4_K tiles of several slots instead of the tensor-core one
+ * (snug_cuda_moe_tune(1); tests and benchmarks compare both). */
+static int g_moe_dp4a;
+extern "C" void snug_cuda_moe_tune(int dp4a) {
+    g_moe_dp4a = dp4a;
+}
 extern "C" bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in) {
     int64_t q = type == SNUG_DTYPE_Q8_0 ? 32 : 256;
     return snug_cu_mvq_supported(type) && n_in % q == 0 && n_in <= INT32_MAX / 8;
@@ -407,6 +514,11 @@ extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const v
     const uint8_t *wb = (const uint8_t *)w;
     int ni = (int)n_in;
     dim3 gt(1, (unsigned)max_tiles);
+    if (type == SNUG_DTYPE_Q4_K && !single && !g_moe_dp4a) { /* several slots per tile */
+        dim3 g((unsigned)((n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)max_tiles);
+        k_mmq_moe_q4k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
+        return snug_cu_launched(err, "mmq_moe_q4k");
+    }
     switch (type) {
     case SNUG_DTYPE_Q4_K:
         mvq_moe_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, gt, wb, expert_bytes, rb, ni,
