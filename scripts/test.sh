@@ -15,6 +15,8 @@ echo "== Release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
+echo "== docs/PICKER.md is current (scripts/picker.py --check)"
+python3 scripts/picker.py --snug build/snug --check
 
 echo "== ASan+UBSan build"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DSNUG_SANITIZE=ON >/dev/null

@@ -4,7 +4,7 @@
  * (every buffer the forward needs), forward (straight-line ops over one chunk of tokens).
  * Invariant: plan and forward size their buffers through the same *_buffers functions, so the
  * work arena planned at context init always holds a step of n_chunk tokens.
- * Read next: qwen35moe.c, src/backend/cpu/ops.h (the ops called here), spec/qwen35.md §2.
+ * Read next: qwen35moe.c, src/backend/cpu/ops.h (the ops called here), docs/qwen35.md §2.
  */
 #include "model/model.h"
 

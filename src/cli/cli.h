@@ -6,6 +6,9 @@
 
 #include "snug.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -39,11 +42,13 @@ int cli_float(int argc, char **argv, int *i, double *out);
  * from CLI_KV_DEFAULT (f16); cli_kv_flag consumes argv[*i] when it is one of the three flags
  * (1), prints an error naming the formats and returns -1 on a bad value, 0 if not a KV flag. */
 struct cli_kv {
-    int k, v; /* enum snug_kv_type */
+    int k, v;        /* enum snug_kv_type; SNUG_PLAN_KV_AUTO (-1) after `--kv auto` */
+    bool allow_auto; /* the command sizes by itself (run, serve, plan): accept `--kv auto` */
 };
-#define CLI_KV_DEFAULT ((struct cli_kv){SNUG_KV_F16, SNUG_KV_F16})
+#define CLI_KV_DEFAULT ((struct cli_kv){SNUG_KV_F16, SNUG_KV_F16, false})
 int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *kv);
-int32_t cli_kv_code(const struct cli_kv *kv); /* the plan's kv_type (snug_kvfmt_code) */
+/* the plan's kv_type (snug_kvfmt_code), SNUG_PLAN_KV_AUTO when either half is auto */
+int32_t cli_kv_code(const struct cli_kv *kv);
 void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp);
 
 /* Server-client commands (cli_ops.c: verify, stress, bench): --url, --model, --api-key,
@@ -70,11 +75,24 @@ void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp)
 /* backend cuda: print the device memory in use (cudaMemGetInfo) to stderr, tagged `when`. */
 void cli_backend_report(const struct cli_backend *b, const char *when);
 
-/* The memory plan at boot (cli_plan.c): print the plan of the context about to be created
- * (cp as given to snug_ctx_init) to stderr; SNUG_ERR_BUDGET, naming the largest context that
- * fits, when it exceeds budget bytes (0 = no budget). */
+/* The memory plan at boot (cli_plan.c): size the context about to be created by itself
+ * (cp->n_ctx 0 = the largest that fits, kv_code SNUG_PLAN_KV_AUTO = the least lossy format
+ * reaching it; src/plan/plan_auto.h), write the choice into cp, print the one-line summary a
+ * user can paste back as flags and the plan table to stderr; SNUG_ERR_BUDGET, naming the
+ * largest context that fits, when it exceeds budget bytes (0 = no budget given). */
 struct snug_model;
-int cli_plan_boot(const char *cmd, const struct snug_model *m, const struct snug_ctx_params *cp,
-                  uint64_t budget, struct snug_err *err);
+int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_params *cp,
+                  int32_t kv_code, uint64_t budget, struct snug_err *err);
+
+/* `snug serve` sizing (cli_autosize.c): open the model's metadata, resolve the automatic
+ * context (opts->n_ctx 0), `--kv auto` (kv_code SNUG_PLAN_KV_AUTO) and the default draft
+ * length exactly as the server's boot plan will, print the paste-back line, and write the
+ * choice (and the budget it was sized by) into opts. */
+struct snug_server_opts;
+int cli_serve_size(struct snug_server_opts *opts, int32_t kv_code, struct snug_err *err);
+
+/* `--ctx N` or `--ctx max` (cli_autosize.c): *n_ctx = N, or 0 with *max set; prints the error
+ * and returns false on anything else. */
+bool cli_ctx_value(int argc, char **argv, int *i, const char *cmd, long *n_ctx, bool *max);
 
 #endif

@@ -1,10 +1,12 @@
 /* cli_kv.c — the KV cache format flags shared by run, logits, perplexity and plan:
  * `--kv TYPE` sets K and V, `--kv-k TYPE` / `--kv-v TYPE` each (TYPE: f16 f32 bf16 q8_0 fp8
- * tq4 tq3, src/kv/kvfmt.h). The later flag wins for its half. Read next: docs/kv-formats.md.
+ * tq4 tq3, src/kv/kvfmt.h; `--kv auto` where the command sizes by itself). The later flag wins
+ * for its half. Read next: docs/kv-formats.md.
  */
 #include "cli.h"
 
 #include "kv/kvfmt.h"
+#include "plan/plan_auto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,11 +18,12 @@ int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *k
     if (which < 0) return 0;
     const char *s = cli_value(argc, argv, i);
     if (!s) return -1;
-    int f = snug_kvfmt_parse(s);
-    if (f < 0) {
+    int f = kv->allow_auto && !strcmp(s, "auto") ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(s);
+    if (f == SNUG_PLAN_KV_AUTO && which != 0) f = -2; /* auto chooses K and V together */
+    if (f < 0 && f != SNUG_PLAN_KV_AUTO) {
         fprintf(stderr, "snug %s: %s '%s': expected one of", cmd, a, s);
         for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
-        fprintf(stderr, "\n");
+        fprintf(stderr, "%s\n", kv->allow_auto && which == 0 ? " auto" : "");
         return -1;
     }
     if (which != 2) kv->k = f;
@@ -29,6 +32,7 @@ int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *k
 }
 
 int32_t cli_kv_code(const struct cli_kv *kv) {
+    if (kv->k == SNUG_PLAN_KV_AUTO || kv->v == SNUG_PLAN_KV_AUTO) return SNUG_PLAN_KV_AUTO;
     return snug_kvfmt_code(kv->k, kv->v);
 }
 

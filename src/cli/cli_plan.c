@@ -1,51 +1,59 @@
-/* cli_plan.c — the memory plan at boot for `run` (and `serve`): the plan of the context the
- * command is about to create, printed to stderr, and a refusal naming the largest context
- * that fits when it exceeds the budget. The limits are the ones snug_ctx_init gives the
- * planner (defaults resolved the same way), so the printed plan is what gets allocated.
- * Read next: src/plan/plan.h, src/model/context.c.
+/* cli_plan.c — the memory plan at boot for `run`: the context the command is about to create,
+ * sized by itself where asked (src/plan/plan_auto.h), its one-line summary (flags a user can
+ * paste back) and plan table printed to stderr, and a refusal naming the largest context that
+ * fits when it exceeds the budget. The limits are the ones snug_ctx_init gives the planner
+ * (defaults resolved the same way), so the printed plan is what gets allocated.
+ * Read next: src/plan/plan_auto.h, src/model/context.c.
  */
 #include "cli.h"
 
+#include "backend/backend.h"
 #include "kv/kvfmt.h"
 #include "model/model.h"
-#include "plan/plan.h"
+#include "plan/plan_auto.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-int cli_plan_boot(const char *cmd, const struct snug_model *m, const struct snug_ctx_params *cp,
-                  uint64_t budget, struct snug_err *err) {
-    struct snug_ctx_params p = *cp;
-    if (p.n_ctx == 0) { /* snug_ctx_init's defaults */
-        p.n_ctx = 4096;
-        if (m->hp.n_ctx_train && (uint64_t)p.n_ctx > m->hp.n_ctx_train)
-            p.n_ctx = (int32_t)m->hp.n_ctx_train;
-    }
+int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_params *cp,
+                  int32_t kv_code, uint64_t budget, struct snug_err *err) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int32_t threads = p.n_threads ? p.n_threads : m->n_threads;
+    int32_t threads = cp->n_threads ? cp->n_threads : m->n_threads;
     if (threads <= 0) threads = online > 0 ? (int32_t)online : 1;
-    bool pair = p.kv_type_k != SNUG_KV_F16 || p.kv_type_v != SNUG_KV_F16;
-    struct snug_plan_limits lim = {
-        .n_ctx = p.n_ctx,
-        .n_slots = 1,
-        .n_chunk = p.n_chunk ? p.n_chunk : 512,
-        .n_draft = p.n_draft,
-        .n_threads = threads,
-        .kv_type = pair ? snug_kvfmt_code(p.kv_type_k, p.kv_type_v) : p.kv_type,
-        .backend = p.backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU,
+    struct snug_plan_auto_req req = {
+        .lim = {.n_ctx = cp->n_ctx,
+                .n_slots = 1,
+                .n_chunk = cp->n_chunk ? cp->n_chunk : 512,
+                .n_draft = cp->n_draft,
+                .n_threads = threads,
+                .kv_type = kv_code,
+                .backend = cp->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU},
+        .budget = budget,
     };
+    size_t dev_free = 0, dev_total = 0;
+    struct snug_err e2 = {0};
+    if (req.lim.backend == SNUG_BACKEND_CUDA && !budget &&
+        snug_backend_cuda_mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
+        req.device_free = dev_free;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
-    struct snug_plan plan;
-    int rc = snug_plan_check(&m->hp, &w, &lim, budget, &plan, err);
+    static struct snug_plan_auto a; /* a few KiB; the CLI runs one boot at a time */
+    int rc = snug_plan_auto(&m->hp, &w, &req, &a, err);
     if (rc && rc != SNUG_ERR_BUDGET) return rc;
-    char kv[24];
-    snug_kvfmt_code_name(plan.lim.kv_type, kv, sizeof kv);
-    fprintf(stderr, "snug %s: memory plan: ctx %lld, chunk %d, kv %s, mtp %d, %s\n", cmd,
-            (long long)plan.lim.n_ctx, plan.lim.n_chunk, kv, plan.lim.n_draft,
-            plan.lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu");
+    if (rc == SNUG_ERR_BUDGET && a.plan.n_items == 0) return rc; /* nothing was planned */
+    char line[768];
+    snug_plan_auto_flags(&a, line, sizeof line);
+    fprintf(stderr, "snug %s: plan: %s\n", cmd, line);
     char buf[8192];
-    snug_plan_format(&plan, budget, buf, sizeof buf);
+    snug_plan_format(&a.plan, a.budget, buf, sizeof buf);
     fputs(buf, stderr);
-    return rc;
+    if (rc) return rc;
+    cp->n_ctx = (int32_t)a.n_ctx;
+    int k, v;
+    snug_kvfmt_split(a.kv_type, &k, &v);
+    cp->kv_type = k == v ? k : SNUG_KV_F16;
+    cp->kv_type_k = k == v ? SNUG_KV_F16 : k;
+    cp->kv_type_v = k == v ? SNUG_KV_F16 : v;
+    if (cp->backend == 1 && !cp->vram_budget) cp->vram_budget = a.budget;
+    return SNUG_OK;
 }

@@ -7,7 +7,7 @@
 
 #include "kv/kvfmt.h"
 #include "model/presets.h"
-#include "plan/plan.h"
+#include "plan/plan_auto.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +20,20 @@ static void usage(void) {
         "usage: snug plan (-m MODEL.gguf | --preset NAME --weights TYPE [--set key=value]...)\n"
         "                 [--budget SIZE] [--ctx N|max] [--kv KV] [--kv-k KV] [--kv-v KV]\n"
         "                 [--mtp N] [--slots N] [--chunk N] [--threads N] [--backend cpu|cuda]\n"
-        "                 [--json]\n"
+        "                 [--json] [--table]\n"
         "  presets: demo demo-moe qwen3.6-27b qwen3.6-35b-a3b; TYPE: a quantize recipe\n"
         "  (q4_k_m q5_k_m q6_k q8_0 f16 ...); KV: the attention cache format, f16 f32 bf16\n"
         "  q8_0 fp8 tq4 tq3 (--kv both, --kv-k / --kv-v each; docs/kv-formats.md);\n"
         "  SIZE: 23.5GiB, 24G, 512M or bytes (binary units)\n"
         "  --ctx max needs --budget and reports the largest context that fits (per KV type\n"
         "  in --json: max_ctx_per_kv). Default --ctx 4096; the budget counts host memory on\n"
-        "  cpu and device memory on cuda (cuda overheads are estimates, marked ~).\n");
+        "  cpu and device memory on cuda (cuda overheads are estimates, marked ~).\n"
+        "  --kv auto (needs --budget): the least lossy format or K/V pair reaching --ctx (or,\n"
+        "  without --ctx, the trained length), as run and serve choose it; prints their flags.\n"
+        "  --table (needs --budget): the largest context for every KV format and mixed pair,\n"
+        "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
+        "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
+        "  plan line of run/serve pastes here.\n");
 }
 
 /* A JSON string body (names here are plain ASCII, but escape the two that matter). */
@@ -40,14 +46,72 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
+/* --table: every KV choice x MTP off/on, the largest context (snug_plan_table). */
+static int plan_table(const char *what, const struct snug_hparams *hp,
+                      const struct snug_plan_weights *w, const struct snug_plan_limits *lim,
+                      uint64_t budget, bool json) {
+    if (!budget) {
+        fprintf(stderr, "snug plan: --table needs --budget SIZE\n");
+        return 2;
+    }
+    int32_t draft_on = lim->n_draft > 0 ? lim->n_draft : hp->n_nextn > 0 ? 3 : 0;
+    struct snug_plan_table_row rows[SNUG_PLAN_TABLE_MAX_ROWS];
+    int n = 0;
+    struct snug_err err = {0};
+    if (snug_plan_table(hp, w, lim, budget, draft_on, rows, &n, &err))
+        return cli_fail("plan", &err);
+    const char *backend = lim->backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu";
+    char size[32];
+    snug_plan_size_str(budget, size, sizeof size);
+    if (json) {
+        printf("{\"model\": ");
+        json_str(what);
+        printf(", \"arch\": ");
+        json_str(hp->arch);
+        printf(", \"backend\": \"%s\", \"budget\": %llu, \"budget_flag\": \"%s\", \"slots\": %d, "
+               "\"n_ctx_train\": %llu, \"weights_bytes\": %llu, \"rows\": [",
+               backend, (unsigned long long)budget, size, lim->n_slots,
+               (unsigned long long)hp->n_ctx_train, (unsigned long long)w->total);
+        for (int i = 0; i < n; i++) {
+            char kv[24];
+            int k, v;
+            snug_kvfmt_split(rows[i].kv_type, &k, &v);
+            snug_kvfmt_code_name(rows[i].kv_type, kv, sizeof kv);
+            printf(
+                "%s{\"kv\": \"%s\", \"k\": \"%s\", \"v\": \"%s\", \"mtp\": %d, \"max_ctx\": %lld, "
+                "\"total_bytes\": %llu, \"auto\": %s}",
+                i ? ", " : "", kv, snug_kvfmt_name(k), snug_kvfmt_name(v), rows[i].n_draft,
+                (long long)rows[i].max_ctx, (unsigned long long)rows[i].device_total,
+                rows[i].is_auto ? "true" : "false");
+        }
+        printf("]}\n");
+        return 0;
+    }
+    printf("snug plan: %s (%s), %s, budget %s, %d slot%s: the largest context per KV format\n",
+           what, hp->arch, backend, size, lim->n_slots, lim->n_slots == 1 ? "" : "s");
+    printf("  %-10s %4s %12s %12s\n", "kv (K/V)", "mtp", "max ctx", "plan GiB");
+    for (int i = 0; i < n; i++) {
+        char kv[24];
+        snug_kvfmt_code_name(rows[i].kv_type, kv, sizeof kv);
+        printf("  %-10s %4d %12lld %12.2f%s%s\n", kv, rows[i].n_draft, (long long)rows[i].max_ctx,
+               (double)rows[i].device_total / 1073741824.0,
+               hp->n_ctx_train && (uint64_t)rows[i].max_ctx == hp->n_ctx_train
+                   ? "  (trained length)"
+                   : "",
+               rows[i].is_auto ? "  <- --kv auto" : "");
+    }
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *preset = NULL, *weights = NULL, *ctx_arg = NULL;
     const char *sets[64];
     int n_sets = 0;
     uint64_t budget = 0;
-    bool json = false;
+    bool json = false, table = false;
     struct snug_plan_limits lim = snug_plan_limits_default();
     struct cli_kv kv = CLI_KV_DEFAULT;
+    kv.allow_auto = true;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     lim.n_threads = threads > 0 ? (int32_t)threads : 1;
     for (int i = 1; i < argc; i++) {
@@ -64,7 +128,8 @@ int cmd_plan(int argc, char **argv) {
             if (n_sets == 64 || !(sets[n_sets++] = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             if (!(ctx_arg = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--budget")) {
+        } else if (!strcmp(a, "--budget") || !strcmp(a, "--vram-budget")) {
+            if (!strcmp(a, "--vram-budget")) lim.backend = SNUG_BACKEND_CUDA;
             const char *s = cli_value(argc, argv, &i);
             if (!s) return 2;
             if (!snug_plan_parse_size(s, &budget) || budget == 0) {
@@ -88,19 +153,22 @@ int cmd_plan(int argc, char **argv) {
                 fprintf(stderr, "snug plan: --backend '%s': expected cpu or cuda\n", s);
                 return 2;
             }
-        } else if (!strcmp(a, "--mtp") || !strcmp(a, "--slots") || !strcmp(a, "--chunk") ||
-                   !strcmp(a, "--threads") || !strcmp(a, "-t")) {
+        } else if (!strcmp(a, "--mtp") || !strcmp(a, "--spec-draft") || !strcmp(a, "--slots") ||
+                   !strcmp(a, "--chunk") || !strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            bool mtp = !strcmp(a, "--mtp") || !strcmp(a, "--spec-draft");
             if (!cli_int(argc, argv, &i, &v)) return 2;
-            if (v < 0 || v > INT32_MAX || (v == 0 && strcmp(a, "--mtp"))) {
+            if (v < 0 || v > INT32_MAX || (v == 0 && !mtp)) {
                 fprintf(stderr, "snug plan: %s %ld: out of range\n", a, v);
                 return 2;
             }
-            if (!strcmp(a, "--mtp")) lim.n_draft = (int32_t)v;
+            if (mtp) lim.n_draft = (int32_t)v;
             if (!strcmp(a, "--slots")) lim.n_slots = (int32_t)v;
             if (!strcmp(a, "--chunk")) lim.n_chunk = (int32_t)v;
             if (!strcmp(a, "--threads") || !strcmp(a, "-t")) lim.n_threads = (int32_t)v;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--table")) {
+            table = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -133,6 +201,34 @@ int cmd_plan(int argc, char **argv) {
         if (snug_plan_weights_from_recipe(&hp, weights, &w, &err)) return cli_fail("plan", &err);
     }
     snug_model_free(m);
+    if (table) return plan_table(what, &hp, &w, &lim, budget, json);
+
+    /* --kv auto: the choice run and serve make with these settings, then its plan below */
+    char auto_line[768] = "";
+    if (lim.kv_type == SNUG_PLAN_KV_AUTO) {
+        if (!budget) {
+            fprintf(stderr, "snug plan: --kv auto needs --budget SIZE\n");
+            return 2;
+        }
+        struct snug_plan_auto_req req = {.lim = lim, .budget = budget};
+        req.lim.n_ctx = 0;
+        if (ctx_arg && strcmp(ctx_arg, "max")) {
+            char *end;
+            long long c = strtoll(ctx_arg, &end, 10);
+            if (*end || end == ctx_arg || c < 1 || c > INT32_MAX) {
+                fprintf(stderr, "snug plan: --ctx '%s': expected 1..%d or max\n", ctx_arg,
+                        INT32_MAX);
+                return 2;
+            }
+            req.lim.n_ctx = c;
+        }
+        static struct snug_plan_auto a;
+        if (snug_plan_auto(&hp, &w, &req, &a, &err)) return cli_fail("plan", &err);
+        snug_plan_auto_flags(&a, auto_line, sizeof auto_line);
+        lim.kv_type = a.kv_type;
+        ctx_arg = NULL;
+        lim.n_ctx = a.n_ctx;
+    }
 
     /* the largest context per KV type (json), and for the chosen one */
     int64_t max_per_kv[8] = {0};
@@ -212,13 +308,19 @@ int cmd_plan(int argc, char **argv) {
                 json_str(p.items[k].name);
                 first = 0;
             }
-        printf("]}\n");
+        printf("]");
+        if (auto_line[0]) {
+            printf(", \"auto\": ");
+            json_str(auto_line);
+        }
+        printf("}\n");
         return fits ? 0 : 1;
     }
     printf("snug plan: %s (%s), ctx %lld, %d slot%s, chunk %d, kv %s, mtp %d, %s, %d threads\n",
            what, hp.arch, (long long)p.lim.n_ctx, p.lim.n_slots, p.lim.n_slots == 1 ? "" : "s",
            p.lim.n_chunk, kv_name, p.lim.n_draft, lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu",
            p.lim.n_threads);
+    if (auto_line[0]) printf("--kv auto: %s\n", auto_line);
     char buf[8192];
     snug_plan_format(&p, budget, buf, sizeof buf);
     fputs(buf, stdout);

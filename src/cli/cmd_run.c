@@ -1,9 +1,9 @@
 /* cmd_run.c — `snug run`: tokenize a prompt, evaluate it, then sample and stream text.
  *   snug run -m M.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
  *            [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P]
- *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N] [-f FILE]
+ *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N|max] [-f FILE]
  *            [--spec-draft N]   (speculative decoding with the model's MTP block, N drafts)
- *            [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE]   (KV cache format, docs/kv-formats.md)
+ *            [--kv TYPE|auto] [--kv-k TYPE] [--kv-v TYPE]   (KV cache format, docs/kv-formats.md)
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
  * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
  * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
@@ -26,15 +26,18 @@ static void usage(void) {
         "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
         "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
         "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
-        "                [--threads N] [--ctx N] [--spec-draft N] [--kv TYPE]\n"
+        "                [--threads N] [--ctx N|max] [--spec-draft N] [--kv TYPE|auto]\n"
         "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE]\n"
         "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
         "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
         "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
-        "  --ctx defaults to prompt + N tokens. --spec-draft N: speculative decoding with\n"
-        "  the model's MTP block, N drafts per step (0 = off, the default).\n"
+        "  --ctx defaults to prompt + N tokens; --ctx max: the largest that fits the budget\n"
+        "  (--budget / --vram-budget, else the memory minus a margin; docs/memory.md).\n"
+        "  --spec-draft N: speculative decoding with the model's MTP block, N drafts per\n"
+        "  step (0 = off, the default).\n"
         "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
-        "  (default) f32 bf16 q8_0 fp8 tq4 tq3.\n");
+        "  (default) f32 bf16 q8_0 fp8 tq4 tq3; auto: the least lossy reaching the context.\n"
+        "  The plan line on stderr repeats the choice as flags.\n");
 }
 
 /* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
@@ -62,6 +65,8 @@ int cmd_run(int argc, char **argv) {
     long spec_draft = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     struct cli_kv kv = CLI_KV_DEFAULT;
+    kv.allow_auto = true;
+    bool ctx_max = false;
     struct cli_backend bk = {0};
     uint64_t budget = 0; /* --budget: host bytes the whole plan must fit (0 = none) */
     for (int i = 1; i < argc; i++) {
@@ -107,7 +112,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--spec-draft"))
             ok = cli_int(argc, argv, &i, &spec_draft);
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c"))
-            ok = cli_int(argc, argv, &i, &n_ctx);
+            ok = cli_ctx_value(argc, argv, &i, "run", &n_ctx, &ctx_max);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -193,9 +198,15 @@ int cmd_run(int argc, char **argv) {
     cp.n_draft = (int32_t)spec_draft;
     cli_kv_params(&kv, &cp);
     cli_backend_params(&bk, &cp);
-    cp.n_ctx = n_ctx ? (int32_t)n_ctx : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
-    /* the plan at boot: printed, refused over --budget (host) / --vram-budget (cuda) */
-    if (cli_plan_boot("run", m, &cp, cp.backend == 1 ? bk.vram_budget : budget, &err)) goto fail;
+    /* no --ctx: prompt + N tokens; --ctx max: the largest that fits (0, sized at boot) */
+    cp.n_ctx = ctx_max ? 0
+               : n_ctx ? (int32_t)n_ctx
+                       : (int32_t)SNUG_MIN(n_prompt + (size_t)n_predict, 1u << 30);
+    /* the plan at boot: sized (--ctx max, --kv auto), printed as paste-back flags and a table,
+     * refused over --budget (host) / --vram-budget (cuda) */
+    if (cli_plan_boot("run", m, &cp, cli_kv_code(&kv), cp.backend == 1 ? bk.vram_budget : budget,
+                      &err))
+        goto fail;
     if (snug_ctx_init(&ctx, m, &cp, &err)) goto fail;
     int32_t room = snug_ctx_n_ctx(ctx) - (int32_t)n_prompt;
     if (room < 0) {

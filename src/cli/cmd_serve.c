@@ -15,18 +15,23 @@
 static void serve_usage(void) {
     fprintf(
         stderr,
-        "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
-        "                  [--kv F] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
+        "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N|max] [--slots N]\n"
+        "                  [--kv F|auto] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
         "[--api-key K] [--threads N] "
         "[--spec-draft N] [--budget SIZE] "
         "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
         "       snug serve --render-only REQUEST.json [--no-thinking]\n"
-        "  --ctx       context per slot in tokens (default 4096, capped at the training length)\n"
+        "  --ctx       context per slot in tokens; default (or max): the largest the budget "
+        "allows,\n"
+        "              capped at the trained length (docs/memory.md)\n"
+        "  --kv auto   the least lossy KV format (or K/V pair) reaching the context\n"
         "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
         "              free slots before 503 (default 4 x slots)\n"
-        "  --budget SIZE  refuse to start when the memory plan exceeds SIZE (e.g. 2GiB)\n"
+        "  --budget SIZE  the memory the plan must fit (e.g. 2GiB); default for sizing: the\n"
+        "              physical memory minus max(1/8, 1 GiB). The boot log's `plan:` line\n"
+        "              repeats the choice as flags that give the same plan.\n"
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
@@ -38,6 +43,9 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
+    kv.allow_auto = true;
+    int32_t kv_code = SNUG_KV_F16;
+    bool ctx_max = false;
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -51,8 +59,8 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 65535) return 2;
             o.port = (int)v;
         } else if (!strcmp(a, "--ctx")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > (1L << 30)) return 2;
-            o.n_ctx = (int32_t)v;
+            if (!cli_ctx_value(argc, argv, &i, "serve", &v, &ctx_max)) return 2;
+            o.n_ctx = (int32_t)v; /* 0 with max: sized by itself, as without --ctx */
         } else if (!strcmp(a, "--slots")) {
             if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 256) {
                 fprintf(stderr, "snug serve: --slots wants 1..256\n");
@@ -79,7 +87,7 @@ int cmd_serve(int argc, char **argv) {
             o.n_threads = (int32_t)v;
         } else if ((kvr = cli_kv_flag(argc, argv, &i, "serve", &kv)) != 0) {
             if (kvr < 0) return 2;
-            o.kv_type = cli_kv_code(&kv);
+            kv_code = cli_kv_code(&kv);
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {
@@ -108,6 +116,8 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     struct snug_err err = {0};
+    /* the context and KV formats, sized by itself unless both are given (cli_autosize.c) */
+    if (cli_serve_size(&o, kv_code, &err) != SNUG_OK) return cli_fail("serve", &err);
     if (snug_server_run(&o, &err) != SNUG_OK) return cli_fail("serve", &err);
     return 0;
 }

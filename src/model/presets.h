@@ -3,7 +3,7 @@
  * planner (src/plan) sizes presets from these; `snug gen` writes files of the same shapes.
  * Invariant: for any hparams, snug_model_tensor_types lists exactly the tensors (and types)
  * a file of that shape quantized with that recipe holds, in llama.cpp's file order.
- * Read next: presets.c, src/quant/quant.h (recipes), spec/qwen35.md §1 and §4.3.
+ * Read next: presets.c, src/quant/quant.h (recipes), docs/qwen35.md §1 and §4.3.
  */
 #ifndef SNUG_MODEL_PRESETS_H
 #define SNUG_MODEL_PRESETS_H

@@ -127,7 +127,7 @@ static int32_t *table_new(uint64_t size) {
 
 /* ---- pre-tokenizer regexes --------------------------------------------------------------------
  * From the tokenizer.json files of Qwen2 and Qwen3.5 (quoted in llama.cpp's llama-vocab.cpp and
- * spec/qwen35.md §5.3); compiled with PCRE2_UTF | PCRE2_UCP so \p{..} and \s are Unicode-aware
+ * docs/qwen35.md §5.3); compiled with PCRE2_UTF | PCRE2_UCP so \p{..} and \s are Unicode-aware
  * and (?i:) folds case as HF's engine does. */
 static const char RE_QWEN35[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"

@@ -13,7 +13,7 @@
  * own words): (1) added tokens (token_type CONTROL=3, USER_DEFINED=4) are found in the raw text,
  * leftmost-longest; USER_DEFINED ones always, CONTROL ones only when parse_special is true (as
  * llama.cpp and HF do: HF never splits non-special added tokens); (2) each stretch of text between
- * them is NFC-normalised (unless turned off), (3) split by the pre-tokenizer regex (spec/qwen35.md
+ * them is NFC-normalised (unless turned off), (3) split by the pre-tokenizer regex (docs/qwen35.md
  * §5.3), (4) each piece's bytes are BPE-merged by merge rank (lowest rank first, leftmost first on
  * ties). Invalid UTF-8 in the input is NOT an error: each maximal invalid byte run is passed
  * through un-normalised as single-byte tokens and acts as a hard pre-token boundary, so every byte

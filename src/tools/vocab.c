@@ -164,7 +164,7 @@ int snug_vocab_builtin(struct snug_vocab *v, struct snug_err *err) {
 
 /* ---- HF tokenizer.json ---------------------------------------------------------------------- */
 /* The two split regexes we accept, exactly as they appear in tokenizer.json files
- * (spec/qwen35.md §5.3 for Qwen3.5; Qwen2's is the same without \p{M}). */
+ * (docs/qwen35.md §5.3 for Qwen3.5; Qwen2's is the same without \p{M}). */
 static const char HF_RE_QWEN35[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";

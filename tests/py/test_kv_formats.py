@@ -145,8 +145,9 @@ def report(fx, tmp, path, bench):
 DOC = """# KV cache formats
 
 The attention layers' KV cache can be stored compressed; K and V are chosen independently
-(`--kv TYPE` sets both, `--kv-k TYPE` / `--kv-v TYPE` one each, on `run`, `logits`,
-`perplexity`, `plan`; `struct snug_ctx_params` fields `kv_type` or `kv_type_k` / `kv_type_v`).
+(`--kv TYPE` sets both, `--kv-k TYPE` / `--kv-v TYPE` one each, on `run`, `serve`, `logits`,
+`perplexity`, `plan`; `--kv auto` on `run`, `serve`, `plan` picks one by the order below;
+`struct snug_ctx_params` fields `kv_type` or `kv_type_k` / `kv_type_v`).
 Formats (src/kv/kvfmt.c; design and sources: docs/turboquant.md §1, §2):
 
 | format | one head vector of D elements | notes |
@@ -192,10 +193,24 @@ differs ("of N" = how many positions had such a margin). A/B = K format / V form
 Reading: q8_0 and bf16 are indistinguishable from f16 (the acceptance bar for q8_0 is median
 KL ≤ 1e-4, tested in test_kv_formats.py); fp8 is next (about 2x smaller); the 4/3-bit
 TurboQuant formats cost measurably on these tiny models, whose 64-dim heads give 64-element
-groups (the spec's evidence is for 128-element groups on large models): tq4 +0.25% perplexity,
+groups (the published evidence, docs/turboquant.md, is for 128-element groups on large
+models): tq4 +0.25% perplexity,
 tq3 +2.3%, tq4-K/tq3-V +0.56%. On this model K and V contribute about equally (q8_0/tq4 vs
 tq4/q8_0). The MoE fixture has random weights, so its distributions are flat and no position has
 a top-1 margin above 0.5 (its tail column is empty); its KL columns still rank the formats.
+
+## The order `--kv auto` follows
+
+`--kv auto` (on `run`, `serve` and `plan`; docs/memory.md, "Sizing by itself") takes the first
+of these that reaches the context: **f16 → q8_0 → fp8 → q8_0/tq4 → fp8/tq4 → tq4 → tq4/tq3 →
+tq3**. Each step loses more in the table above — trained fixture median KL 6.0e-6, 1.1e-4,
+4.7e-4, 6.2e-4, 1.2e-3, 2.6e-3, 4.9e-3 (p99 and the MoE fixture's KL rank them the same way) —
+and takes fewer bytes per token (27B: 65,536 → 34,816 → 33,280 → 25,856 → 25,088 → 16,896 →
+14,848 → 12,800). Left out, because another choice is at least as good on both counts: f32
+(f16's quality at twice the bytes), bf16 (f16's bytes, a little more loss), tq4/q8_0 (the bytes
+of q8_0/tq4, more loss) and q8_0/tq3 (more bytes than tq4, more loss). fp8 measures less lossy
+than the q8_0/tq4 pair, so it comes first although it is larger; these are tiny-model,
+64-element-group measurements, to be repeated on the real 27B (128-element groups).
 
 ## TurboQuant reconstruction error vs theory
 

@@ -49,7 +49,7 @@ def fixtures_dir():
     return None
 
 
-# The Qwen3.5 pre-tokenizer regex (spec/qwen35.md §5.3; the same string as in the fixture's
+# The Qwen3.5 pre-tokenizer regex (docs/qwen35.md §5.3; the same string as in the fixture's
 # tokenizer.json).
 QWEN35_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
              r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")

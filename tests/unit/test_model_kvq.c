@@ -76,7 +76,7 @@ static void test_codebooks(void) {
                c[i]);
     CHECKF(fabs(mse3 - 0.03455) <= 0.005 * 0.03455, "3-bit Lloyd-Max MSE %.6f", mse3);
     CHECKF(fabs(mse4 - 0.00950) <= 0.005 * 0.00950, "4-bit Lloyd-Max MSE %.6f", mse4);
-    /* the spec's d = 128 values (kvquant.md §1.2): centroid / sqrt(128) */
+    /* the spec's d = 128 values (docs/turboquant.md §1.2): centroid / sqrt(128) */
     CHECK_NEAR(snug_kvfmt_tq3_centroids[7] / sqrt(128.0), 0.190203, 5e-6);
     CHECK_NEAR(snug_kvfmt_tq4_centroids[8] / sqrt(128.0), 0.011349, 2e-6);
     uint64_t s = SNUG_KVFMT_SIGN_SEED;
@@ -97,7 +97,7 @@ static void test_names_sizes(void) {
     CHECK(snug_kvfmt_code(SNUG_KV_F16, SNUG_KV_F16) == SNUG_KV_F16);
     CHECK(snug_kvfmt_code(SNUG_KV_F32, SNUG_KV_F32) == SNUG_KV_F32);
     CHECK(snug_kvfmt_parse("q4_0") == -1);
-    /* bytes of one 256-dim head vector (kvquant.md §5.1 table) */
+    /* bytes of one 256-dim head vector (docs/turboquant.md §2.1 table) */
     CHECK(snug_kvfmt_vec_bytes(SNUG_KV_F16, 256) == 512);
     CHECK(snug_kvfmt_vec_bytes(SNUG_KV_BF16, 256) == 512);
     CHECK(snug_kvfmt_vec_bytes(SNUG_KV_Q8_0, 256) == 272);
@@ -258,7 +258,7 @@ static void test_tq_theory(void) {
             double tol = D == 128 ? 0.05 : 0.08;
             CHECKF(fabs(g.mse / theory - 1) <= tol && g.mse > lo && g.mse < hi,
                    "tq%d D=%d MSE %.5f vs theory %.4f", b, D, g.mse, theory);
-            /* norm correction: the shrink slope sqrt(1 - D_mse) (kvquant.md §1.3, §5.8 test 4) */
+            /* norm correction: slope sqrt(1 - D_mse) (docs/turboquant.md §1.3, §3 check 4) */
             CHECKF(fabs(g.slope - sqrt(1 - theory)) <= 0.006, "tq%d D=%d slope %.4f", b, D,
                    g.slope);
             CHECKF(fabs(g.ip / theory - 1) <= 0.1, "tq%d D=%d inner-product error %.5f", b, D,
@@ -269,7 +269,7 @@ static void test_tq_theory(void) {
                        b, D, g.mse, theory, lo, hi, g.slope, g.ip);
             for (size_t k = 1; k < sizeof inputs / sizeof inputs[0]; k++) {
                 struct tq_stats a = tq_measure(fmt, D, k == 5 ? 200 : 2000, inputs[k].gen);
-                /* 1.3x at G = 128 (kvquant.md §5.8 test 3); a 64-group averages fewer
+                /* 1.3x at G = 128 (docs/turboquant.md §3 check 3); a 64-group averages fewer
                  * coordinates, so one fixed vector (constant) scatters more: 1.7x */
                 CHECKF(a.mse <= (D == 128 ? 1.3 : 1.7) * g.mse,
                        "tq%d D=%d %s: MSE %.5f vs gaussian %.5f", b, D, inputs[k].name, a.mse,

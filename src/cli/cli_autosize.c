@@ -1,0 +1,73 @@
+/* cli_autosize.c — sizing by itself for `snug serve` (and the `--ctx N|max` flag of run and
+ * serve): the model's metadata is opened (no weight page is read), the context and KV formats
+ * are chosen by snug_plan_auto with the limits the server's boot plan will use (slots, chunk
+ * 512, threads, the default draft length), and the choice is printed as one line of flags a
+ * user can paste back. The server then plans and allocates exactly that.
+ * Read next: src/plan/plan_auto.h, src/server/http.c (boot_plan).
+ */
+#include "cli.h"
+
+#include "model/model.h"
+#include "plan/plan_auto.h"
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bool cli_ctx_value(int argc, char **argv, int *i, const char *cmd, long *n_ctx, bool *max) {
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return false;
+    if (!strcmp(v, "max")) {
+        *max = true;
+        *n_ctx = 0;
+        return true;
+    }
+    char *end;
+    long long c = strtoll(v, &end, 10);
+    if (*end || end == v || c < 1 || c > (1LL << 30)) {
+        fprintf(stderr, "snug %s: --ctx '%s': expected 1..%d or max\n", cmd, v, 1 << 30);
+        return false;
+    }
+    *max = false;
+    *n_ctx = (long)c;
+    return true;
+}
+
+int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err *err) {
+    struct snug_model *m = NULL;
+    struct snug_model_params mp = {.path = o->model_path, .n_threads = o->n_threads};
+    int rc = snug_model_load(&m, &mp, err);
+    if (rc) return rc;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t threads = o->n_threads > 0 ? o->n_threads : online > 0 ? (int32_t)online : 1;
+    /* the server's default: 3 drafts with an MTP block, none under --script (http.c) */
+    int32_t draft = o->n_draft >= 0                                  ? o->n_draft
+                    : (snug_model_n_nextn(m) > 0 && !o->script_path) ? 3
+                                                                     : 0;
+    struct snug_plan_auto_req req = {
+        .lim = {.n_ctx = o->n_ctx,
+                .n_slots = o->n_slots > 0 ? o->n_slots : 1,
+                .n_chunk = 512,
+                .n_draft = draft,
+                .n_threads = threads,
+                .kv_type = kv_code,
+                .backend = SNUG_BACKEND_CPU}, /* the server runs CPU contexts */
+        .budget = o->budget,
+    };
+    struct snug_plan_weights w;
+    snug_plan_weights_from_gguf(m->gguf, &w);
+    static struct snug_plan_auto a; /* a few KiB; one boot per process */
+    rc = snug_plan_auto(&m->hp, &w, &req, &a, err);
+    snug_model_free(m);
+    if (rc) return rc;
+    char line[768];
+    snug_plan_auto_flags(&a, line, sizeof line);
+    fprintf(stderr, "snug serve: plan: %s\n", line);
+    o->n_ctx = (int32_t)a.n_ctx;
+    o->kv_type = a.kv_type;
+    o->budget = a.budget;
+    o->n_draft = draft;
+    return SNUG_OK;
+}

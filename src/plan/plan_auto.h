@@ -1,0 +1,113 @@
+/* plan_auto.h — sizing by itself: from a model, a backend, a budget (given, or the machine's
+ * memory minus a stated margin), the slots and the MTP draft length, choose the context and
+ * the K/V cache formats — the largest context the plan allows (capped at the trained length)
+ * and, with `--kv auto`, the least lossy format or K/V pair that reaches the requested context.
+ * Owns nothing; every number comes from snug_plan_make / snug_plan_max_ctx, so the choice is
+ * exactly the plan the run then allocates. Also the one-line summary a user can paste back as
+ * flags (snug_plan_auto_flags) and the per-format table of `snug plan --table`.
+ * Invariant: the chosen plan's device_total fits the budget used; with an automatic context,
+ * one more token would not fit, or the context is the trained length.
+ * Read next: plan.h, docs/memory.md ("Sizing by itself"), src/cli/cli_autosize.c (the user).
+ */
+#ifndef SNUG_PLAN_AUTO_H
+#define SNUG_PLAN_AUTO_H
+
+#include "plan/plan.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* kv_type value meaning "choose" (--kv auto). */
+#define SNUG_PLAN_KV_AUTO (-1)
+
+/* Margins when no budget is given (docs/memory.md): on cuda, the free device memory at start
+ * minus 512 MiB (the driver and the CUDA libraries allocate beyond the plan's estimates, and
+ * other processes come and go); on the cpu, the physical memory minus an eighth of it, at
+ * least 1 GiB (the OS, the page cache the mmapped weights live in, other programs). Derived
+ * budgets are rounded down to whole MiB so they print exactly. */
+#define SNUG_PLAN_CUDA_MARGIN     ((uint64_t)512 << 20)
+#define SNUG_PLAN_HOST_MARGIN_MIN ((uint64_t)1 << 30)
+
+/* The candidate KV choices of --kv auto, least lossy first (measured order, docs/kv-formats.md):
+ * f16, q8_0, fp8, q8_0/tq4, fp8/tq4, tq4, tq4/tq3, tq3 — as snug_kvfmt_code values. */
+extern const int32_t snug_plan_auto_kv_order[];
+extern const int snug_plan_auto_kv_n;
+
+enum snug_plan_budget_source {
+    SNUG_PLAN_BUDGET_NONE = 0,   /* nothing to size against (explicit ctx and kv, no budget) */
+    SNUG_PLAN_BUDGET_GIVEN = 1,  /* --budget / --vram-budget */
+    SNUG_PLAN_BUDGET_DEVICE = 2, /* free device memory at start minus the margin */
+    SNUG_PLAN_BUDGET_HOST = 3,   /* physical memory minus the margin */
+};
+
+struct snug_plan_auto_req {
+    /* slots, chunk, draft, threads, backend as for snug_plan_make; n_ctx: the requested context
+     * (0 = automatic: the largest that fits, up to the trained length); kv_type: a format code
+     * (snug_kvfmt_code) or SNUG_PLAN_KV_AUTO. */
+    struct snug_plan_limits lim;
+    uint64_t budget;      /* 0 = none given */
+    uint64_t device_free; /* cuda without a budget: free device memory at start (the backend's) */
+    uint64_t host_memory; /* cpu without a budget: physical memory; 0 = this machine's */
+};
+
+struct snug_plan_auto {
+    int64_t n_ctx;
+    int32_t kv_type; /* snug_kvfmt_code */
+    uint64_t budget; /* what the choice was sized against; 0 with SNUG_PLAN_BUDGET_NONE */
+    enum snug_plan_budget_source source;
+    uint64_t machine_bytes; /* SNUG_PLAN_BUDGET_DEVICE / _HOST: the memory the budget came from */
+    bool ctx_auto;          /* the context was chosen (no request) */
+    bool kv_auto;           /* the format was chosen */
+    bool ctx_at_train;      /* the context is the trained length (more would fit) */
+    int64_t ctx_reach;      /* the chosen format's largest context in the budget (uncapped by the
+                               request; capped at the trained length); 0 without a budget */
+    struct snug_plan plan;
+};
+
+/* Physical memory of this machine in bytes (sysconf); 0 when unknown. */
+uint64_t snug_plan_host_memory(void);
+
+/* The budget used without --budget: device_free − SNUG_PLAN_CUDA_MARGIN on cuda, host memory −
+ * max(1/8, SNUG_PLAN_HOST_MARGIN_MIN) on the cpu, rounded down to MiB; 0 when unknown or not
+ * above the margin. */
+uint64_t snug_plan_default_budget(enum snug_backend backend, uint64_t device_free,
+                                  uint64_t host_memory);
+
+/* Choose the context and formats (see the file comment). SNUG_ERR_BUDGET, naming the largest
+ * context that would fit, when the request cannot be met; SNUG_ERR_INVALID for bad limits, or
+ * for an automatic choice on cuda with neither a budget nor a free-memory figure. */
+int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                   const struct snug_plan_auto_req *req, struct snug_plan_auto *out,
+                   struct snug_err *err);
+
+/* The boot line, flags a user can paste back to get the same plan, then the reason in
+ * parentheses, e.g. "--ctx 262144 --kv-k q8_0 --kv-v tq4 --vram-budget 23.5GiB --spec-draft 3
+ * (largest context that fits 23.5 GiB, the trained length; least lossy KV format reaching
+ * it)". The budget flag is --vram-budget on cuda, --budget on the cpu; slots are printed when
+ * more than one. Always NUL-terminated; returns the length it wanted. */
+size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n);
+
+/* `snug plan --table`: for every KV choice of snug_plan_table_kv and MTP off / on, the largest
+ * context in the budget (capped at the trained length) and the plan's total there. */
+extern const int32_t snug_plan_table_kv[];
+extern const int snug_plan_table_kv_n;
+struct snug_plan_table_row {
+    int32_t kv_type;       /* snug_kvfmt_code */
+    int32_t n_draft;       /* 0 = MTP off */
+    int64_t max_ctx;       /* 0 = not even one token fits */
+    uint64_t device_total; /* the plan at max_ctx (0 when nothing fits) */
+    bool is_auto;          /* the choice --kv auto makes for this MTP setting, context automatic */
+};
+#define SNUG_PLAN_TABLE_MAX_ROWS 32
+/* Rows in snug_plan_table_kv order, MTP off first, then on with n_draft_on drafts (only when
+ * n_draft_on > 0). lim gives slots, chunk, threads, backend; budget must be non-zero. */
+int snug_plan_table(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                    const struct snug_plan_limits *lim, uint64_t budget, int32_t n_draft_on,
+                    struct snug_plan_table_row *rows, int *n_rows, struct snug_err *err);
+
+/* A size that snug_plan_parse_size reads back as exactly `bytes`: "23.5GiB", "512MiB", or the
+ * byte count. */
+const char *snug_plan_size_str(uint64_t bytes, char *buf, size_t n);
+
+#endif /* SNUG_PLAN_AUTO_H */
