@@ -613,11 +613,15 @@ int main(void) {
         test_moe(moet[i], 67, 9, 3, 768, 33);
     }
     snug_cuda_moe_tune(1); /* the dp4a tile kernel where the tensor-core one is the default */
-    test_moe(SNUG_DTYPE_Q4_K, 133, 16, 4, 512, 45);
-    test_moe(SNUG_DTYPE_Q4_K, 67, 9, 3, 768, 33);
+    for (int i = 0; i < 2; i++) {
+        test_moe(moet[i], 133, 16, 4, 512, 45);
+        test_moe(moet[i], 67, 9, 3, 768, 33);
+    }
     snug_cuda_moe_tune(0);
-    test_moe(SNUG_DTYPE_Q4_K, 512, 256, 8, 2048, 512); /* the 35B's prompt chunk */
-    test_moe(SNUG_DTYPE_Q4_K, 40, 7, 2, 256, 130);     /* rows past a 64-row block */
+    for (int i = 0; i < 2; i++) {
+        test_moe(moet[i], 512, 256, 8, 2048, 512); /* the 35B's prompt chunk */
+        test_moe(moet[i], 40, 7, 2, 256, 130);     /* rows past a 64-row block */
+    }
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);
     test_delta(1, 133, 2, 6, 128, 128);

@@ -4,8 +4,10 @@
  * int8 products per instruction) straight from its packed bytes: one thread owns 32 weights
  * of a row (one "unit") and reads them with 16-byte (Q4_K) or 4-byte funnel-shifted loads
  * (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
- * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and their MoE form k_mvq_moe (one
- * launch over the tiles of slots grouped by expert that moe_route wrote on the device). Invariant: one pass over W;
+ * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and their MoE forms (one launch over
+ * the tiles of slots grouped by expert that moe_route wrote on the device): k_mvq_moe (dp4a; one
+ * slot per tile at decode, q8_0 always) and k_mmq_moe_q4k / _q6k (int8 tensor cores, tiles of
+ * several slots). Invariant: one pass over W;
  * no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x (the CPU op's rounding too).
  * Read next: cuda_common.cuh (block layouts), cuda_matmul.cu (the dispatch and the f32 path),
  * docs/perf/cuda-kernels.md (versions and measurements). */
@@ -461,6 +463,84 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+/* Q6_K on tensor cores: the scales cover 16 elements, so each 32-element sub-block j (half
+ * h = j/4, quarter qq = j%4 of a 210-byte block: element 128h + 32qq + l) is two
+ * mma.m16n8k16 (s8; A: a0 row groupID, a1 row groupID + 8, k = 4·(lane%4) + 0..3; B: the same k,
+ * column groupID; C as m16n8k32), l < 16 and l >= 16, each scaled by its own sc. A lane's four
+ * values: low (qq < 2) or high nibbles of ql[64h + 32·(qq&1) + l..] with bits 2qq.. of
+ * qh[32h + l..] on top, minus 32. Blocks are 2-byte aligned: words by ld_words. */
+__device__ __forceinline__ void mma_s8_16816(int &c0, int &c1, int &c2, int &c3, uint32_t a0,
+                                             uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, "
+                 "{%6}, {%0,%1,%2,%3};"
+                 : "+r"(c0), "+r"(c1), "+r"(c2), "+r"(c3)
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+__device__ __forceinline__ uint32_t q6k_word(const uint8_t *b, int h, int qq, int l) {
+    uint32_t ql, qh;
+    ld_words(b + 64 * h + 32 * (qq & 1) + l, 1, &ql);
+    ld_words(b + 128 + 32 * h + l, 1, &qh);
+    uint32_t v = ((ql >> (4 * (qq >> 1))) & 0x0f0f0f0fu) | (((qh >> (2 * qq)) & 0x03030303u) << 4);
+    return __vsub4(v, 0x20202020u);
+}
+
+__global__ void __launch_bounds__(128)
+    k_mmq_moe_q6k(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes,
+                  int n_in, int64_t n_out, const int8_t *__restrict__ qx,
+                  const float2 *__restrict__ ds, const int32_t *__restrict__ tiles,
+                  float *__restrict__ y) {
+    if ((int)blockIdx.y >= __ldg(tiles)) return;
+    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
+    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
+    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
+    if (r0 >= n_out) return;
+    int64_t ra = r0 + grp, rb = r0 + grp + 8;
+    const uint8_t *we = w + (uint64_t)e * expert_bytes;
+    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
+    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
+    int nb = n_in >> 5, nsb = n_in >> 8;
+    bool xin = grp < n;
+    const int8_t *xr = qx + (size_t)(s0 + (xin ? grp : 0)) * n_in + 4 * q;
+    int t0 = 2 * q, t1 = 2 * q + 1;
+    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
+    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *ba = wa + (size_t)sb * 210, *bb = wb + (size_t)sb * 210;
+        float da = ld_f16(ba + 208), db = ld_f16(bb + 208);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int h = j >> 2, qq = j & 3, ke = 256 * sb + 32 * j;
+            const int8_t *sca = (const int8_t *)(ba + 192 + 8 * h + 2 * qq);
+            const int8_t *scb = (const int8_t *)(bb + 192 + 8 * h + 2 * qq);
+            float2 x0 = __ldg(ds0 + 8 * sb + j), x1 = __ldg(ds1 + 8 * sb + j);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int l = 16 * half + 4 * q;
+                uint32_t a0 = q6k_word(ba, h, qq, l), a1 = q6k_word(bb, h, qq, l);
+                uint32_t b0 = xin ? __ldg((const uint32_t *)(xr + ke + 16 * half)) : 0u;
+                int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+                mma_s8_16816(c0, c1, c2, c3, a0, a1, b0);
+                float sa = da * (float)__ldg(sca + half), sbv = db * (float)__ldg(scb + half);
+                acc0 += sa * x0.x * (float)c0;
+                acc1 += sa * x1.x * (float)c1;
+                acc2 += sbv * x0.x * (float)c2;
+                acc3 += sbv * x1.x * (float)c3;
+            }
+        }
+    }
+    float *ys = y + (size_t)s0 * n_out;
+    if (ra < n_out) {
+        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc0;
+        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc1;
+    }
+    if (rb < n_out) {
+        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc2;
+        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc3;
+    }
+}
+
 /* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */
 /* The dp4a tile kernel for Q4_K tiles of several slots instead of the tensor-core one
  * (snug_cuda_moe_tune(1); tests and benchmarks compare both). */
@@ -514,10 +594,14 @@ extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const v
     const uint8_t *wb = (const uint8_t *)w;
     int ni = (int)n_in;
     dim3 gt(1, (unsigned)max_tiles);
-    if (type == SNUG_DTYPE_Q4_K && !single && !g_moe_dp4a) { /* several slots per tile */
+    if ((type == SNUG_DTYPE_Q4_K || type == SNUG_DTYPE_Q6_K) && !single && !g_moe_dp4a) {
+        /* several slots per tile: int8 tensor cores */
         dim3 g((unsigned)((n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)max_tiles);
-        k_mmq_moe_q4k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
-        return snug_cu_launched(err, "mmq_moe_q4k");
+        if (type == SNUG_DTYPE_Q4_K)
+            k_mmq_moe_q4k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
+        else
+            k_mmq_moe_q6k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
+        return snug_cu_launched(err, "mmq_moe");
     }
     switch (type) {
     case SNUG_DTYPE_Q4_K:
