@@ -6,7 +6,7 @@
  * (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
  * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and their MoE forms (one launch over
  * the tiles of slots grouped by expert that moe_route wrote on the device): k_mvq_moe (dp4a; one
- * slot per tile at decode, q8_0 always) and k_mmq_moe_q4k / _q6k (int8 tensor cores, tiles of
+ * slot per tile at decode, q8_0 always) and k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of
  * several slots). Invariant: one pass over W;
  * no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x (the CPU op's rounding too).
  * Read next: cuda_common.cuh (block layouts), cuda_matmul.cu (the dispatch and the f32 path),
@@ -404,31 +404,16 @@ __device__ __forceinline__ void q4k_scale(uint4 hd, int j, float *dsc, float *dm
 
 #define MMQ_ROWS 64 /* weight rows per block: 4 warps × 16 */
 
-__global__ void __launch_bounds__(128)
-    k_mmq_moe_q4k(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes,
-                  int n_in, int64_t n_out, const int8_t *__restrict__ qx,
-                  const float2 *__restrict__ ds, const int32_t *__restrict__ tiles,
-                  float *__restrict__ y) {
-    if ((int)blockIdx.y >= __ldg(tiles)) return;
-    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
-    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
-    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
-    if (r0 >= n_out) return; /* whole warps leave together */
-    int64_t ra = r0 + grp, rb = r0 + grp + 8;
-    const uint8_t *we = w + (uint64_t)e * expert_bytes;
-    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
-    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
-    int nb = n_in >> 5, nsb = n_in >> 8;
-    /* B fragment: this lane's slot is grp (zero past the tile); C columns 2q, 2q + 1 */
-    bool xin = grp < n;
-    const int8_t *xr = qx + (size_t)(s0 + (xin ? grp : 0)) * n_in + 4 * q;
-    int t0 = 2 * q, t1 = 2 * q + 1;
-    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
-    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-    for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *ba = wa + (size_t)sb * 144, *bb = wb + (size_t)sb * 144;
+/* One 256-element super-block of the warp's two rows (a: row groupID, b: groupID + 8) against
+ * the lane's slots: acc[0..3] = (a, t0), (a, t1), (b, t0), (b, t1) as the C fragment lays them.
+ * xr: the lane's B-fragment x̃ row (NULL past the tile); ds0/ds1: the C columns' x scales. */
+template <int TYPE> struct mmq_sb;
+
+template <> struct mmq_sb<SNUG_DTYPE_Q4_K> {
+    static constexpr int BYTES = 144;
+    __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
+                                               const int8_t *xr, const float2 *ds0,
+                                               const float2 *ds1, int sb, int q, float *acc) {
         uint4 ha = __ldg((const uint4 *)ba), hb = __ldg((const uint4 *)bb);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -438,30 +423,21 @@ __global__ void __launch_bounds__(128)
             uint32_t a1 = (__ldg((const uint32_t *)(bb + qo)) >> sh) & 0x0f0f0f0fu;
             uint32_t a3 = (__ldg((const uint32_t *)(bb + qo + 16)) >> sh) & 0x0f0f0f0fu;
             int ke = 256 * sb + 32 * j;
-            uint32_t b0 = xin ? __ldg((const uint32_t *)(xr + ke)) : 0u;
-            uint32_t b1 = xin ? __ldg((const uint32_t *)(xr + ke + 16)) : 0u;
+            uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke)) : 0u;
+            uint32_t b1 = xr ? __ldg((const uint32_t *)(xr + ke + 16)) : 0u;
             int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
             mma_s8_16832(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
             float dA, mA, dB, mB;
             q4k_scale(ha, j, &dA, &mA);
             q4k_scale(hb, j, &dB, &mB);
             float2 x0 = __ldg(ds0 + 8 * sb + j), x1 = __ldg(ds1 + 8 * sb + j);
-            acc0 += dA * x0.x * (float)c0 - mA * x0.y;
-            acc1 += dA * x1.x * (float)c1 - mA * x1.y;
-            acc2 += dB * x0.x * (float)c2 - mB * x0.y;
-            acc3 += dB * x1.x * (float)c3 - mB * x1.y;
+            acc[0] += dA * x0.x * (float)c0 - mA * x0.y;
+            acc[1] += dA * x1.x * (float)c1 - mA * x1.y;
+            acc[2] += dB * x0.x * (float)c2 - mB * x0.y;
+            acc[3] += dB * x1.x * (float)c3 - mB * x1.y;
         }
     }
-    float *ys = y + (size_t)s0 * n_out;
-    if (ra < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc0;
-        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc1;
-    }
-    if (rb < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc2;
-        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc3;
-    }
-}
+};
 
 /* Q6_K on tensor cores: the scales cover 16 elements, so each 32-element sub-block j (half
  * h = j/4, quarter qq = j%4 of a 210-byte block: element 128h + 32qq + l) is two
@@ -484,30 +460,11 @@ __device__ __forceinline__ uint32_t q6k_word(const uint8_t *b, int h, int qq, in
     return __vsub4(v, 0x20202020u);
 }
 
-__global__ void __launch_bounds__(128)
-    k_mmq_moe_q6k(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes,
-                  int n_in, int64_t n_out, const int8_t *__restrict__ qx,
-                  const float2 *__restrict__ ds, const int32_t *__restrict__ tiles,
-                  float *__restrict__ y) {
-    if ((int)blockIdx.y >= __ldg(tiles)) return;
-    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
-    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
-    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
-    if (r0 >= n_out) return;
-    int64_t ra = r0 + grp, rb = r0 + grp + 8;
-    const uint8_t *we = w + (uint64_t)e * expert_bytes;
-    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
-    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
-    int nb = n_in >> 5, nsb = n_in >> 8;
-    bool xin = grp < n;
-    const int8_t *xr = qx + (size_t)(s0 + (xin ? grp : 0)) * n_in + 4 * q;
-    int t0 = 2 * q, t1 = 2 * q + 1;
-    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
-    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-    for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *ba = wa + (size_t)sb * 210, *bb = wb + (size_t)sb * 210;
+template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
+    static constexpr int BYTES = 210;
+    __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
+                                               const int8_t *xr, const float2 *ds0,
+                                               const float2 *ds1, int sb, int q, float *acc) {
         float da = ld_f16(ba + 208), db = ld_f16(bb + 208);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -519,25 +476,53 @@ __global__ void __launch_bounds__(128)
             for (int half = 0; half < 2; half++) {
                 int l = 16 * half + 4 * q;
                 uint32_t a0 = q6k_word(ba, h, qq, l), a1 = q6k_word(bb, h, qq, l);
-                uint32_t b0 = xin ? __ldg((const uint32_t *)(xr + ke + 16 * half)) : 0u;
+                uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke + 16 * half)) : 0u;
                 int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
                 mma_s8_16816(c0, c1, c2, c3, a0, a1, b0);
                 float sa = da * (float)__ldg(sca + half), sbv = db * (float)__ldg(scb + half);
-                acc0 += sa * x0.x * (float)c0;
-                acc1 += sa * x1.x * (float)c1;
-                acc2 += sbv * x0.x * (float)c2;
-                acc3 += sbv * x1.x * (float)c3;
+                acc[0] += sa * x0.x * (float)c0;
+                acc[1] += sa * x1.x * (float)c1;
+                acc[2] += sbv * x0.x * (float)c2;
+                acc[3] += sbv * x1.x * (float)c3;
             }
         }
     }
+};
+
+/* The tile's block: 64 rows (warp w: rows 16w..16w+15 of the block) × the tile's slots. */
+template <int TYPE>
+__global__ void __launch_bounds__(128)
+    k_mmq_moe(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
+              int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
+              const int32_t *__restrict__ tiles, float *__restrict__ y) {
+    if ((int)blockIdx.y >= __ldg(tiles)) return;
+    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
+    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
+    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
+    if (r0 >= n_out) return; /* whole warps leave together */
+    int64_t ra = r0 + grp, rb = r0 + grp + 8;
+    const uint8_t *we = w + (uint64_t)e * expert_bytes;
+    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
+    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
+    int nb = n_in >> 5, nsb = n_in >> 8;
+    /* B fragment: this lane's slot is grp (none past the tile); C columns 2q, 2q + 1 */
+    const int8_t *xr = grp < n ? qx + (size_t)(s0 + grp) * n_in + 4 * q : NULL;
+    int t0 = 2 * q, t1 = 2 * q + 1;
+    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
+    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    constexpr int B = mmq_sb<TYPE>::BYTES;
+    for (int sb = 0; sb < nsb; sb++)
+        mmq_sb<TYPE>::run(wa + (size_t)sb * B, wb + (size_t)sb * B, xr, ds0, ds1, sb, q, acc);
     float *ys = y + (size_t)s0 * n_out;
     if (ra < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc0;
-        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc1;
+        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc[0];
+        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc[1];
     }
     if (rb < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc2;
-        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc3;
+        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc[2];
+        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc[3];
     }
 }
 
@@ -598,9 +583,11 @@ extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const v
         /* several slots per tile: int8 tensor cores */
         dim3 g((unsigned)((n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)max_tiles);
         if (type == SNUG_DTYPE_Q4_K)
-            k_mmq_moe_q4k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
+            k_mmq_moe<SNUG_DTYPE_Q4_K>
+                <<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
         else
-            k_mmq_moe_q6k<<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
+            k_mmq_moe<SNUG_DTYPE_Q6_K>
+                <<<g, 128, 0, s>>>(wb, expert_bytes, rb, ni, n_out, qx, ds, tiles, y);
         return snug_cu_launched(err, "mmq_moe");
     }
     switch (type) {
