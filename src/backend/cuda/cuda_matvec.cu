@@ -247,14 +247,23 @@ __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
  * slot s0, n <= NT slots of that expert); the tile's rows of x and y start at slot s0 and its
  * weights at w + e·expert_bytes. Blocks past the table's length leave at once (the grid is
  * sized by the table's bound, the table's length is only known on the device). */
+/* Tile blockIdx.y of the table moe_route wrote (expert, first slot, slots); false past its
+ * length (the grid is sized by the table's bound). */
+__device__ __forceinline__ bool moe_tile(const int32_t *__restrict__ tiles, int *e, int *s0,
+                                         int *n) {
+    if ((int)blockIdx.y >= __ldg(tiles)) return false;
+    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
+    *e = __ldg(tp), *s0 = __ldg(tp + 1), *n = __ldg(tp + 2);
+    return true;
+}
+
 template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq_moe(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
               int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
               const int32_t *__restrict__ tiles, float *__restrict__ y) {
-    if ((int)blockIdx.y >= __ldg(tiles)) return;
-    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
-    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int e, s0, n;
+    if (!moe_tile(tiles, &e, &s0, &n)) return;
     int nb = n_in >> 5;
     mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
                           qx + (size_t)s0 * n_in, ds + (size_t)s0 * nb, n, y + (size_t)s0 * n_out,
@@ -495,9 +504,8 @@ __global__ void __launch_bounds__(128)
     k_mmq_moe(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
               int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
               const int32_t *__restrict__ tiles, float *__restrict__ y) {
-    if ((int)blockIdx.y >= __ldg(tiles)) return;
-    const int32_t *tp = tiles + 1 + 3 * blockIdx.y;
-    int e = __ldg(tp), s0 = __ldg(tp + 1), n = __ldg(tp + 2);
+    int e, s0, n;
+    if (!moe_tile(tiles, &e, &s0, &n)) return;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
     int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
     if (r0 >= n_out) return; /* whole warps leave together */
