@@ -18,6 +18,8 @@ static const struct command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "print token ids as JSON: -m M.gguf (--text S | --file F)"},
     {"logits", cmd_logits, "write [T][V] float32 logits: -m M.gguf --ids IDS.json -o OUT.f32"},
     {"perplexity", cmd_perplexity, "perplexity over windows: -m M.gguf --ids IDS.json"},
+    {"vision", cmd_vision,
+     "the vision tower over preprocessed patches: -m MMPROJ.gguf --pixels P.f32 --grid H W -o F"},
     {"gen", cmd_gen, "write a random-weight model: --preset NAME --type TYPE -o OUT.gguf"},
     {"quantize", cmd_quantize, "requantize a model: IN.gguf OUT.gguf TYPE"},
     {"plan", cmd_plan, "memory plan and largest context for a budget: -m M.gguf [--budget SIZE]"},

@@ -1,0 +1,54 @@
+/* vision.h — the Qwen3.5/3.6 vision tower on the CPU: an "mmproj" GGUF as llama.cpp's converter
+ * writes it (projector qwen3vl_merger), and the encoder from preprocessed patches to the rows
+ * that replace an image's pad tokens in the text model (docs/vision.md, steps 2–5).
+ * Owns: the mmproj mapping and its tensor views. Invariant: snug_vision_encode allocates nothing
+ * (the caller passes snug_vision_work_bytes of work memory); float32 everywhere; the weights
+ * stay in the mapping (products through snug_op_matmul, any computable type).
+ * Read next: vision.c, docs/vision.md. Not yet: the image decoder/resizer, M-RoPE in the text
+ * model, the plan items, CUDA (issue 23). */
+#ifndef SNUG_VISION_H
+#define SNUG_VISION_H
+
+#include "core/threadpool.h"
+#include "snug.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SNUG_VISION_MAX_BLOCKS 64
+
+struct snug_vision;
+
+/* Hyper-parameters read from the mmproj's clip.vision.* keys. */
+struct snug_vision_hparams {
+    int32_t patch;    /* patch side in pixels (16) */
+    int32_t merge;    /* spatial merge (2): merge² patches per output row */
+    int32_t hidden;   /* ViT width */
+    int32_t heads;    /* attention heads */
+    int32_t ff;       /* MLP width */
+    int32_t depth;    /* blocks */
+    int32_t out_dim;  /* projector output = the text model's hidden size */
+    int32_t pos_side; /* the learned position table is pos_side × pos_side */
+    float eps;        /* LayerNorm epsilon */
+    float rope_theta; /* 2-D rotary base (10000: not in the GGUF) */
+    float mean[3], std[3];
+};
+
+/* Open and validate an mmproj GGUF (clip, projector qwen3vl_merger). */
+int snug_vision_load(struct snug_vision **out, const char *path, struct snug_err *err);
+void snug_vision_free(struct snug_vision *v); /* NULL is a no-op */
+const struct snug_vision_hparams *snug_vision_hparams(const struct snug_vision *v);
+
+/* Values per preprocessed patch: 3 channels × 2 frames × patch² pixels. */
+int64_t snug_vision_patch_values(const struct snug_vision *v);
+/* Work bytes of snug_vision_encode for one image of n_patches patches with n_threads threads. */
+size_t snug_vision_work_bytes(const struct snug_vision *v, int64_t n_patches, int n_threads);
+
+/* One image: pixels [grid_h·grid_w][snug_vision_patch_values] in the processor's merge-window-
+ * major patch order → out [(grid_h/merge)·(grid_w/merge)][out_dim]. grid_h, grid_w: patch rows
+ * and columns, multiples of merge. pool may be NULL (one thread). */
+int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, const float *pixels,
+                       int32_t grid_h, int32_t grid_w, float *out, void *work, size_t work_bytes,
+                       struct snug_err *err);
+
+#endif /* SNUG_VISION_H */
