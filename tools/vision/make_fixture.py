@@ -27,21 +27,18 @@ Outputs under OUT_DIR (all float32 little-endian, row-major):
 """
 import argparse
 import json
-import math
 import os
-import shutil
 
 import numpy as np
 import torch
 from PIL import Image
+from qwen_preprocess import (MAX_PIXELS, MEAN, MERGE, MIN_PIXELS, PATCH, STD, TPATCH, preprocess,
+                             smart_resize)
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as hf_smart_resize
 
 SEED = 20261201
-PATCH, TPATCH, MERGE = 16, 2, 2
-MIN_PIXELS, MAX_PIXELS = 8 * 32 * 32, 128 * 32 * 32  # small bounds keep the fixture small
-MEAN = STD = [0.5, 0.5, 0.5]
 PROCESSOR = Qwen2VLImageProcessorPil(patch_size=PATCH, temporal_patch_size=TPATCH, merge_size=MERGE,
                                      image_mean=MEAN, image_std=STD,
                                      size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS})
@@ -90,39 +87,12 @@ def make_tokenizer(src, dst):
     return ids, n
 
 
-def smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS):
-    """As Qwen2-VL's image processor (transformers qwen2_vl/image_processing_qwen2_vl.py)."""
-    hb, wb = round(h / factor) * factor, round(w / factor) * factor
-    if hb * wb > max_pixels:
-        beta = math.sqrt(h * w / max_pixels)
-        hb = max(factor, math.floor(h / beta / factor) * factor)
-        wb = max(factor, math.floor(w / beta / factor) * factor)
-    elif hb * wb < min_pixels:
-        beta = math.sqrt(min_pixels / (h * w))
-        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
-    return hb, wb
-
-
 def make_image(rng, h, w):
     y, x = np.mgrid[0:h, 0:w]
     r = (np.sin(x / 7.0) * 0.5 + 0.5) * 255
     g = (y / max(h - 1, 1)) * 255
     b = rng.integers(0, 256, size=(h, w))
     return Image.fromarray(np.stack([r, g, b], -1).astype(np.uint8), "RGB")
-
-
-def preprocess(img):
-    """Resize (PIL bicubic), rescale, normalise, and flatten into Qwen2-VL's patch order:
-    [grid_t·grid_h·grid_w patches][C·TPATCH·PATCH·PATCH], merge-window major."""
-    w0, h0 = img.size
-    h, w = smart_resize(h0, w0)
-    a = np.asarray(img.resize((w, h), Image.BICUBIC), dtype=np.float32) / 255.0
-    a = (a - np.array(MEAN, np.float32)) / np.array(STD, np.float32)
-    a = a.transpose(2, 0, 1)[None].repeat(TPATCH, 0)  # [T=2][C][H][W] (one image = 2 frames)
-    gt, gh, gw = 1, h // PATCH, w // PATCH
-    p = a.reshape(gt, TPATCH, 3, gh // MERGE, MERGE, PATCH, gw // MERGE, MERGE, PATCH)
-    p = p.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return p.reshape(gt * gh * gw, 3 * TPATCH * PATCH * PATCH).astype(np.float32), (gt, gh, gw), (h, w)
 
 
 def main():
@@ -167,7 +137,7 @@ def main():
     for h, w in sizes:
         ref = list(hf_smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS,
                                    max_pixels=MAX_PIXELS))
-        assert ref == list(smart_resize(h, w)), (h, w, ref)
+        assert ref == list(smart_resize(h, w, MIN_PIXELS, MAX_PIXELS)), (h, w, ref)
         rs.append({"h": h, "w": w, "resized": ref})
     json.dump({"factor": PATCH * MERGE, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS,
                "sizes": rs}, open(os.path.join(a.out, "resize.json"), "w"), indent=1)
@@ -177,7 +147,7 @@ def main():
     for i, (h, w) in enumerate([(96, 160), (200, 64), (150, 150)]):
         img = make_image(rng, h, w)
         img.save(os.path.join(a.out, f"img{i}.png"))
-        px, grid, hw = preprocess(img)
+        px, grid, hw = preprocess(img, MIN_PIXELS, MAX_PIXELS)
         ref = PROCESSOR(images=[img], return_tensors="np")  # transformers' own (PIL) processor
         assert list(ref["image_grid_thw"][0]) == list(grid), (ref["image_grid_thw"], grid)
         assert np.array_equal(ref["pixel_values"], px), "preprocess() differs from transformers"

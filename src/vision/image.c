@@ -1,0 +1,322 @@
+/* image.c — decoding, the size rule, Pillow-exact bicubic resampling and the patch layout of
+ * image.h. Pillow's resampling (src/libImaging/Resample.c in python-pillow/Pillow) is restated
+ * from its published algorithm: per output pixel a window of input pixels around
+ * center = (i + 0.5)·scale, weights of the Keys cubic with a = −0.5 evaluated at
+ * (j − center + 0.5)/max(scale, 1), normalised to sum 1, then rounded to 22-bit fixed point
+ * (half away from zero); each output byte is clamp((2^21 + Σ pixel·weight) >> 22, 0, 255). The
+ * horizontal pass runs first and is itself rounded to bytes; a pass whose size does not change
+ * is skipped (it would be the identity).
+ * Invariant: the decoders bound the image size before allocating; libjpeg errors come back
+ * through longjmp into this file only.
+ * Read next: image.h, docs/vision.md. */
+#include "vision/image.h"
+
+#include "core/core.h"
+
+#include <stdio.h> /* before jpeglib.h, which uses FILE */
+
+#include <jpeglib.h>
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <string.h>
+#include <webp/decode.h>
+
+#define MAX_SIDE 16384
+
+void snug_image_free(struct snug_image *im) {
+    if (!im) return;
+    snug_free(im->rgb);
+    im->rgb = NULL;
+    im->w = im->h = 0;
+}
+
+static int check_size(int64_t w, int64_t h, int64_t max_pixels, const char *what,
+                      struct snug_err *err) {
+    if (w < 1 || h < 1) return snug_err_set(err, SNUG_ERR_FORMAT, "%s image has no pixels", what);
+    if (w > MAX_SIDE || h > MAX_SIDE || w * h > max_pixels)
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "%s image of %lld x %lld pixels exceeds the limit of %lld pixels "
+                            "(%d per side)",
+                            what, (long long)w, (long long)h, (long long)max_pixels, MAX_SIDE);
+    return SNUG_OK;
+}
+
+static int alloc_rgb(struct snug_image *out, int32_t w, int32_t h, struct snug_err *err) {
+    out->rgb = snug_malloc((size_t)w * (size_t)h * 3);
+    if (!out->rgb) return snug_err_set(err, SNUG_ERR_NOMEM, "image: out of memory");
+    out->w = w, out->h = h;
+    return SNUG_OK;
+}
+
+/* ---- PNG: libpng's simplified reader, to RGBA, alpha dropped ------------------------------ */
+static int decode_png(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+                      struct snug_err *err) {
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, b, n))
+        return snug_err_set(err, SNUG_ERR_FORMAT, "PNG image: %s", im.message);
+    int rc = check_size(im.width, im.height, max_pixels, "PNG", err);
+    if (rc) {
+        png_image_free(&im);
+        return rc;
+    }
+    im.format = PNG_FORMAT_RGBA;
+    size_t bytes = PNG_IMAGE_SIZE(im);
+    uint8_t *rgba = snug_malloc(bytes);
+    if (!rgba) {
+        png_image_free(&im);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "PNG image: out of memory");
+    }
+    if (!png_image_finish_read(&im, NULL, rgba, 0, NULL)) {
+        rc = snug_err_set(err, SNUG_ERR_FORMAT, "PNG image: %s", im.message);
+        snug_free(rgba);
+        png_image_free(&im);
+        return rc;
+    }
+    if ((rc = alloc_rgb(out, (int32_t)im.width, (int32_t)im.height, err))) {
+        snug_free(rgba);
+        return rc;
+    }
+    for (size_t i = 0, np = (size_t)im.width * im.height; i < np; i++)
+        memcpy(out->rgb + 3 * i, rgba + 4 * i, 3);
+    snug_free(rgba);
+    return SNUG_OK;
+}
+
+/* ---- JPEG: libjpeg-turbo with its default decoding (as Pillow uses it), to RGB ------------ */
+struct jerr {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+};
+static void jpeg_fail(j_common_ptr c) {
+    struct jerr *e = (struct jerr *)c->err;
+    (*c->err->format_message)(c, e->msg);
+    longjmp(e->jb, 1);
+}
+static void jpeg_quiet(j_common_ptr c, int level) {
+    (void)c;
+    (void)level; /* warnings are not printed: the library never prints */
+}
+
+static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+                       struct snug_err *err) {
+    struct jpeg_decompress_struct c;
+    struct jerr e;
+    c.err = jpeg_std_error(&e.mgr);
+    e.mgr.error_exit = jpeg_fail;
+    e.mgr.emit_message = jpeg_quiet;
+    uint8_t *volatile buf = NULL;
+    if (setjmp(e.jb)) {
+        jpeg_destroy_decompress(&c);
+        snug_free(buf);
+        out->rgb = NULL;
+        return snug_err_set(err, SNUG_ERR_FORMAT, "JPEG image: %s", e.msg);
+    }
+    jpeg_create_decompress(&c);
+    jpeg_mem_src(&c, b, (unsigned long)n);
+    jpeg_read_header(&c, TRUE);
+    int rc = check_size(c.image_width, c.image_height, max_pixels, "JPEG", err);
+    if (rc) {
+        jpeg_destroy_decompress(&c);
+        return rc;
+    }
+    c.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&c);
+    if (c.output_components != 3) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "JPEG image with %d components cannot be read as RGB",
+                            c.output_components);
+    }
+    buf = snug_malloc((size_t)c.output_width * c.output_height * 3);
+    if (!buf) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "JPEG image: out of memory");
+    }
+    while (c.output_scanline < c.output_height) {
+        JSAMPROW row = buf + (size_t)c.output_scanline * c.output_width * 3;
+        jpeg_read_scanlines(&c, &row, 1);
+    }
+    out->w = (int32_t)c.output_width, out->h = (int32_t)c.output_height;
+    jpeg_finish_decompress(&c);
+    jpeg_destroy_decompress(&c);
+    out->rgb = buf;
+    return SNUG_OK;
+}
+
+/* ---- WebP: libwebp, to RGB -------------------------------------------------------------- */
+static int decode_webp(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+                       struct snug_err *err) {
+    int w, h;
+    if (!WebPGetInfo(b, n, &w, &h))
+        return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: not a valid WebP bitstream");
+    int rc = check_size(w, h, max_pixels, "WebP", err);
+    if (rc || (rc = alloc_rgb(out, w, h, err))) return rc;
+    if (!WebPDecodeRGBInto(b, n, out->rgb, (size_t)w * h * 3, w * 3)) {
+        snug_image_free(out);
+        return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: decoding failed");
+    }
+    return SNUG_OK;
+}
+
+int snug_image_decode(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+                      struct snug_err *err) {
+    memset(out, 0, sizeof *out);
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return decode_png(b, n, max_pixels, out, err);
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
+        return decode_jpeg(b, n, max_pixels, out, err);
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4))
+        return decode_webp(b, n, max_pixels, out, err);
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                        "image: not PNG, JPEG or WebP (the formats snug decodes)");
+}
+
+/* ---- the size rule ------------------------------------------------------------------------- */
+int snug_image_smart_size(int32_t h, int32_t w, int32_t factor, int64_t min_pixels,
+                          int64_t max_pixels, int32_t *out_h, int32_t *out_w,
+                          struct snug_err *err) {
+    if (h < 1 || w < 1 || factor < 1)
+        return snug_err_set(err, SNUG_ERR_INVALID, "image: %d x %d pixels", w, h);
+    if ((double)SNUG_MAX(h, w) / SNUG_MIN(h, w) > 200)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "image: aspect ratio %.1f exceeds 200 (%d x %d pixels)",
+                            (double)SNUG_MAX(h, w) / SNUG_MIN(h, w), w, h);
+    /* round half to even, as Python's round() */
+    double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
+    if (hb * wb > (double)max_pixels) {
+        double beta = sqrt((double)h * w / (double)max_pixels);
+        hb = SNUG_MAX((double)factor, floor(h / beta / factor) * factor);
+        wb = SNUG_MAX((double)factor, floor(w / beta / factor) * factor);
+    } else if (hb * wb < (double)min_pixels) {
+        double beta = sqrt((double)min_pixels / ((double)h * w));
+        hb = ceil(h * beta / factor) * factor;
+        wb = ceil(w * beta / factor) * factor;
+    }
+    *out_h = (int32_t)hb, *out_w = (int32_t)wb;
+    return SNUG_OK;
+}
+
+/* ---- Pillow's bicubic resampling --------------------------------------------------------- */
+#define RS_BITS 22 /* 32 − 8 − 2: room for the filter's negative lobes and overshoot */
+
+static double keys_cubic(double x) { /* a = −0.5 */
+    const double a = -0.5;
+    if (x < 0) x = -x;
+    if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+    if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0;
+}
+
+/* Taps per output pixel for in → out samples. */
+static int rs_ksize(int32_t in, int32_t out) {
+    double fs = SNUG_MAX((double)in / out, 1.0);
+    return (int)ceil(2.0 * fs) * 2 + 1;
+}
+
+/* Fixed-point weights k[out][ksize] and windows bounds[out] = (first, count). */
+static void rs_coeffs(int32_t in, int32_t out, int ksize, int32_t *bounds, int32_t *k,
+                      double *tmp) {
+    double scale = (double)in / out, fs = SNUG_MAX(scale, 1.0), support = 2.0 * fs;
+    for (int32_t o = 0; o < out; o++) {
+        double center = (o + 0.5) * scale, ww = 0, ss = 1.0 / fs;
+        int32_t lo = (int32_t)(center - support + 0.5), hi = (int32_t)(center + support + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > in) hi = in;
+        int32_t cnt = hi - lo;
+        for (int32_t j = 0; j < cnt; j++) ww += tmp[j] = keys_cubic((j + lo - center + 0.5) * ss);
+        for (int32_t j = 0; j < ksize; j++) {
+            double v = j < cnt ? (ww != 0 ? tmp[j] / ww : tmp[j]) : 0;
+            k[o * ksize + j] =
+                (int32_t)(v < 0 ? -0.5 + v * (1 << RS_BITS) : 0.5 + v * (1 << RS_BITS));
+        }
+        bounds[2 * o] = lo, bounds[2 * o + 1] = cnt;
+    }
+}
+
+static uint8_t rs_clip(int32_t ss) {
+    int32_t v = ss >> RS_BITS; /* arithmetic shift: floor */
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+size_t snug_image_resize_scratch(int32_t sw, int32_t sh, int32_t dw, int32_t dh) {
+    size_t kx = (size_t)rs_ksize(sw, dw), ky = (size_t)rs_ksize(sh, dh);
+    size_t n = (size_t)dw * kx * 4 + (size_t)dw * 8 + (size_t)dh * ky * 4 + (size_t)dh * 8;
+    n += (size_t)SNUG_MAX(kx, ky) * 8; /* double weights of one window */
+    n += (size_t)dw * (size_t)sh * 3;  /* the horizontal pass */
+    return n + 64;
+}
+
+void snug_image_resize(const struct snug_image *src, struct snug_image *dst, void *scratch) {
+    int32_t sw = src->w, sh = src->h, dw = dst->w, dh = dst->h;
+    int kx = rs_ksize(sw, dw), ky = rs_ksize(sh, dh);
+    uint8_t *p = (uint8_t *)(((uintptr_t)scratch + 7) & ~(uintptr_t)7);
+    double *tmp = (double *)p;
+    p += (size_t)SNUG_MAX(kx, ky) * 8;
+    int32_t *bx = (int32_t *)p, *kxw = bx + 2 * (size_t)dw;
+    int32_t *by = kxw + (size_t)dw * kx, *kyw = by + 2 * (size_t)dh;
+    uint8_t *mid = (uint8_t *)(kyw + (size_t)dh * ky);
+    const uint8_t *h_out = src->rgb; /* rows of dw pixels after the horizontal pass */
+    if (dw != sw) {
+        rs_coeffs(sw, dw, kx, bx, kxw, tmp);
+        for (int32_t y = 0; y < sh; y++)
+            for (int32_t x = 0; x < dw; x++) {
+                const int32_t *k = kxw + (size_t)x * kx;
+                const uint8_t *row = src->rgb + ((size_t)y * sw + bx[2 * x]) * 3;
+                int32_t s0 = 1 << (RS_BITS - 1), s1 = s0, s2 = s0;
+                for (int32_t j = 0; j < bx[2 * x + 1]; j++) {
+                    s0 += row[3 * j] * k[j];
+                    s1 += row[3 * j + 1] * k[j];
+                    s2 += row[3 * j + 2] * k[j];
+                }
+                uint8_t *o = mid + ((size_t)y * dw + x) * 3;
+                o[0] = rs_clip(s0), o[1] = rs_clip(s1), o[2] = rs_clip(s2);
+            }
+        h_out = mid;
+    }
+    if (dh == sh) {
+        if (h_out != dst->rgb) memcpy(dst->rgb, h_out, (size_t)dw * dh * 3);
+        return;
+    }
+    rs_coeffs(sh, dh, ky, by, kyw, tmp);
+    for (int32_t y = 0; y < dh; y++) {
+        const int32_t *k = kyw + (size_t)y * ky;
+        for (int32_t x = 0; x < dw; x++) {
+            int32_t s0 = 1 << (RS_BITS - 1), s1 = s0, s2 = s0;
+            for (int32_t j = 0; j < by[2 * y + 1]; j++) {
+                const uint8_t *px = h_out + ((size_t)(by[2 * y] + j) * dw + x) * 3;
+                s0 += px[0] * k[j];
+                s1 += px[1] * k[j];
+                s2 += px[2] * k[j];
+            }
+            uint8_t *o = dst->rgb + ((size_t)y * dw + x) * 3;
+            o[0] = rs_clip(s0), o[1] = rs_clip(s1), o[2] = rs_clip(s2);
+        }
+    }
+}
+
+/* ---- patches ------------------------------------------------------------------------------ */
+void snug_image_patches(const struct snug_image *im, const float mean[3], const float std[3],
+                        int32_t patch, int32_t merge, float *out) {
+    int32_t gh = im->h / patch, gw = im->w / patch, P = patch, M = merge;
+    size_t per = (size_t)3 * 2 * P * P;
+    int64_t n = 0;
+    for (int32_t br = 0; br < gh / M; br++)
+        for (int32_t bc = 0; bc < gw / M; bc++)
+            for (int32_t ir = 0; ir < M; ir++)
+                for (int32_t ic = 0; ic < M; ic++, n++) {
+                    int32_t r = br * M + ir, c = bc * M + ic;
+                    float *o = out + (size_t)n * per;
+                    for (int ch = 0; ch < 3; ch++)
+                        for (int y = 0; y < P; y++)
+                            for (int x = 0; x < P; x++) {
+                                uint8_t v =
+                                    im->rgb[((size_t)(r * P + y) * im->w + c * P + x) * 3 + ch];
+                                float f = ((float)v / 255.0f - mean[ch]) / std[ch];
+                                o[((size_t)ch * 2 + 0) * P * P + y * P + x] = f;
+                                o[((size_t)ch * 2 + 1) * P * P + y * P + x] = f;
+                            }
+                }
+}
