@@ -147,12 +147,12 @@ static void evict_leaf(struct snug_prefix_index *ix, int32_t i) {
     while (*p != i) p = &ix->nodes[*p].next_sibling;
     *p = nd->next_sibling;
     if (nd->len == ix->cfg.block) hash_remove(ix, i);
-    for (int32_t q = nd->first_point; q >= 0;) {
-        int32_t next = ix->points[q].next;
+    /* pop one point at a time: the callback may remove other points of this node */
+    for (int32_t q; (q = nd->first_point) >= 0;) {
         uint64_t h = ix->points[q].handle;
+        nd->first_point = ix->points[q].next;
         point_release(ix, q);
         if (ix->cfg.on_point_evicted) ix->cfg.on_point_evicted(ix->cfg.user, q, h);
-        q = next;
     }
     ix->n_tokens -= nd->len;
     nd->used = false;
