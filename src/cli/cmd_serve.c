@@ -4,6 +4,7 @@
  * Read next: src/server/server.h.
  */
 #include "cli.h"
+#include "cli_cache.h"
 
 #include "server/chat.h"
 #include "plan/plan.h"
@@ -30,7 +31,10 @@ static void serve_usage(void) {
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
-        "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n");
+        "  --script    TEST ONLY: generation follows FILE's text (or a request's "
+        "snug_script)\n" CLI_CACHE_USAGE
+        "  --no-prompt-normalize  keep agent clients' per-request spans (the Claude Code\n"
+        "              billing line) in the prompt (docs/prefix-cache.md)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -38,6 +42,7 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
+    struct snug_plan_cache_flags cache = {0};
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -84,6 +89,10 @@ int cmd_serve(int argc, char **argv) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {
             o.no_think = true;
+        } else if (!strcmp(a, "--no-prompt-normalize")) {
+            o.no_prompt_normalize = true;
+        } else if ((kvr = cli_cache_flag(argc, argv, &i, "serve", &cache)) != 0) {
+            if (kvr < 0) return 2;
         } else if (!strcmp(a, "--script")) {
             if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--timeout")) {
@@ -107,6 +116,10 @@ int cmd_serve(int argc, char **argv) {
         serve_usage();
         return 2;
     }
+    o.cache_ram = cache.ram_bytes;
+    o.cache_dir = cache.disk_dir;
+    o.cache_disk = cache.disk_bytes;
+    o.cache_every = cache.checkpoint_every;
     struct snug_err err = {0};
     if (snug_server_run(&o, &err) != SNUG_OK) return cli_fail("serve", &err);
     return 0;

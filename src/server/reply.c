@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "server/chat.h"
+#include "server/normalize.h"
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
@@ -679,6 +680,12 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         char *text = NULL;
         size_t tlen = 0;
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
+        /* agent clients' per-request spans out before rendering (normalize.h); the request
+         * owns its JSON, the messages array is edited in place */
+        if (!s->opts.no_prompt_normalize && snug_prompt_normalize((json_t *)q->messages) < 0) {
+            snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
+            goto reject;
+        }
         if (snug_chat_opts_from_request(&co, q->root, &err) != SNUG_OK ||
             snug_chat_render(q->messages, tools, &co, &text, &tlen, &err) != SNUG_OK) {
             snug_server_error_set(&e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
