@@ -624,6 +624,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         goto done;
     }
     if ((rc = boot_plan(s, &eo, err))) goto done;
+    eo.prefix = s->prefix;
+    eo.cache_every = opts->cache_every;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
 
     struct sockaddr_in addr = {0};
