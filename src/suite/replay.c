@@ -4,8 +4,9 @@
  * recorded assistant message (not the generated one, so every server sees the same history)
  * is appended WITHOUT its reasoning (almost no client sends reasoning back), then the next
  * turn's new messages. Per turn: time to first token, wall time, prompt tokens and
- * usage.prompt_tokens_details.cached_tokens; the summary gives the reuse of each request
- * against the previous request's prompt.
+ * usage.prompt_tokens_details.cached_tokens, and what the server answered (reasoning, content,
+ * tool calls: two servers' replies can be compared); the summary gives the reuse of each
+ * request against the previous request's prompt.
  *
  * File format (JSON; tests/data/agent_replay/sample.json is one):
  *   {"name": str, "system": str (optional), "tools": [OpenAI tool objects] (optional),
@@ -134,6 +135,10 @@ int snug_ops_agent_replay(struct snug_suite_client *c, const json_t *replay,
         json_object_set_new(row, "reuse_of_prev",
                             prev_prompt > 0 ? json_real((double)cached / (double)prev_prompt)
                                             : json_null());
+        json_object_set_new(row, "output",
+                            json_pack("{s:s%,s:s%,s:O?}", "reasoning", s.reasoning, s.reasoning_len,
+                                      "content", s.content, s.content_len, "tool_calls",
+                                      s.tool_calls));
         if (!ok) {
             char why[512];
             snug_suite_describe(s.status, s.error, s.raw, why, sizeof why);

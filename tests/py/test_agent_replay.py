@@ -4,11 +4,8 @@ turn of tests/data/agent_replay/sample.json, every turn answered, prompts grow t
 cached_tokens is an integer within [0, prompt_tokens], the summary adds up; /metrics carries
 the prefix cache's lines (per tier) and a malformed replay file is refused before any request.
 
-What this does NOT claim: reuse. The engine does not call the prefix cache yet (issue 17's
-engine wiring waits for issue 15), so after the first turn cached_tokens stays near 0 (the
-slot's strict-extension reuse cannot apply: the client drops the reasoning). The measured
-reuse is printed, not asserted; when the engine is wired, the acceptance test of issue 17
-(cached_tokens >= the previous prompt minus the generation prompt) replaces that print.
+Reuse and exactness are asserted by test_prefix_cache.py (real greedy generation against a
+cold server); here the scripted replay's reuse is only printed.
 Runnable as a script; prints "N passed, N failed".
 """
 import json
@@ -90,7 +87,7 @@ def main():
                       s.get("cached_tokens_after_first") ==
                       sum(t["cached_tokens"] for t in turns[1:]), "summary adds up")
             print(f"note: reuse after the first turn {s.get('reuse_after_first', 0):.1%} "
-                  "(the engine is not wired to the prefix cache yet: not asserted)")
+                  "(asserted in test_prefix_cache.py)")
             m = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
             for line in ['snug_prefix_cache_capacity_bytes{tier="ram"} 67108864',
                          'snug_prefix_cache_capacity_bytes{tier="disk"} 268435456',
