@@ -7,6 +7,9 @@
  * Decode is batched across slots: every generating slot picks its token (sample, script or a
  * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
  * forward (weights read once per step for all slots); prompts still run slot by slot.
+ * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts without speculative decoding):
+ * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
+ * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"

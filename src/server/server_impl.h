@@ -48,7 +48,7 @@ struct snug_srv {
     uint64_t plan_total;
     int plan_items;
     /* the prefix cache, made at boot from the plan when --cache-ram is given (else NULL); the
-     * engine is to look up, store and restore through it (issue 17); /metrics reads its stats */
+     * engine looks up, stores and restores through it; /metrics reads its stats */
     struct snug_prefix *prefix;
 };
 
