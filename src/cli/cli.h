@@ -29,6 +29,9 @@ int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
 int cmd_verify(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+struct snug_suite_client;
+/* bench --agent-replay FILE (cmd_bench_replay.c) */
+int cli_bench_replay(struct snug_suite_client *c, const char *file, bool as_json, const char *outp);
 
 /* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
 int cli_fail(const char *cmd, const struct snug_err *err);

@@ -25,7 +25,11 @@ static void bench_usage(void) {
         "  decode tokens/s with mean/std/CV/min/max; acceptance length from /metrics; prefill\n"
         "  tokens/s on salted haystacks at 10K, 90K and deeper where the context allows.\n"
         "  --json prints the results (--out writes them to a file); --compare prints ratios\n"
-        "  (this / other) against an earlier JSON.\n");
+        "  (this / other) against an earlier JSON.\n"
+        "       snug bench --agent-replay FILE [--url U] [--json] [--out F.json]\n"
+        "  Replays a recorded agent conversation (tests/data/agent_replay/sample.json) turn by\n"
+        "  turn, the history resent each time without reasoning: per turn TTFT, prompt and\n"
+        "  cached tokens (docs/prefix-cache.md).\n");
 }
 
 static double num(const json_t *o, const char *metric, const char *key) {
@@ -88,7 +92,7 @@ static int parse_depths(const char *s, long *out, int cap, int *n) {
 int cmd_bench(int argc, char **argv) {
     struct cli_conn cc = CLI_CONN_DEFAULT;
     int cr;
-    const char *svg = NULL, *cmp = NULL, *outp = NULL;
+    const char *svg = NULL, *cmp = NULL, *outp = NULL, *replay = NULL;
     bool as_json = false;
     long depths[32];
     struct snug_ops_bench_opts o = {.warmup = 3, .runs = 5, .prefill_warmup = 1, .prefill_runs = 3};
@@ -99,6 +103,8 @@ int cmd_bench(int argc, char **argv) {
             if (cr < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
+        } else if (!strcmp(a, "--agent-replay")) {
+            if (!(replay = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--svg")) {
             if (!(svg = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--out")) {
@@ -142,6 +148,11 @@ int cmd_bench(int argc, char **argv) {
     if (o.runs < 1) {
         fprintf(stderr, "snug bench: --runs must be at least 1\n");
         return 2;
+    }
+    if (replay) {
+        struct snug_suite_client rc_client;
+        if (cli_conn_open(&cc, &rc_client, "bench")) return 1;
+        return cli_bench_replay(&rc_client, replay, as_json, outp);
     }
     struct snug_err err = {0};
     json_t *before = NULL;

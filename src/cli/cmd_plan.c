@@ -4,6 +4,7 @@
  * the same the context allocates from. Read next: src/plan/plan.h, docs/memory.md.
  */
 #include "cli.h"
+#include "cli_cache.h"
 
 #include "kv/kvfmt.h"
 #include "model/presets.h"
@@ -33,7 +34,8 @@ static void usage(void) {
         "  --table (needs --budget): the largest context for every KV format and mixed pair,\n"
         "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
         "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
-        "  plan line of run/serve pastes here.\n");
+        "  plan line of run/serve pastes here.\n" CLI_CACHE_USAGE
+        "  (the RAM tier is a host item of the table; the disk tier is listed below it)\n");
 }
 
 /* A JSON string body (names here are plain ASCII, but escape the two that matter). */
@@ -112,6 +114,7 @@ int cmd_plan(int argc, char **argv) {
     struct snug_plan_limits lim = snug_plan_limits_default();
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
+    struct snug_plan_cache_flags cache = {0};
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     lim.n_threads = threads > 0 ? (int32_t)threads : 1;
     for (int i = 1; i < argc; i++) {
@@ -139,6 +142,8 @@ int cmd_plan(int argc, char **argv) {
                         s);
                 return 2;
             }
+        } else if ((r = cli_cache_flag(argc, argv, &i, "plan", &cache)) != 0) {
+            if (r < 0) return 2;
         } else if ((r = cli_kv_flag(argc, argv, &i, "plan", &kv)) != 0) {
             if (r < 0) return 2;
             lim.kv_type = cli_kv_code(&kv);
@@ -266,6 +271,8 @@ int cmd_plan(int argc, char **argv) {
 
     struct snug_plan p;
     if (snug_plan_make(&hp, &w, &lim, &p, &err)) return cli_fail("plan", &err);
+    uint64_t cache_disk = 0;
+    if (snug_plan_add_cache(&hp, &p, &cache, &cache_disk, &err)) return cli_fail("plan", &err);
     const bool fits = !budget || p.device_total <= budget;
     if (json) {
         printf("{\"model\": ");
@@ -295,6 +302,7 @@ int cmd_plan(int argc, char **argv) {
         printf("], \"weights_bytes\": %llu, \"total_bytes\": %llu, \"all_bytes\": %llu",
                (unsigned long long)w.total, (unsigned long long)p.device_total,
                (unsigned long long)p.total);
+        printf(", \"cache_disk_bytes\": %llu", (unsigned long long)cache_disk);
         printf(", \"items\": {");
         for (int k = 0; k < p.n_items; k++) {
             printf("%s", k ? ", " : "");
@@ -324,6 +332,9 @@ int cmd_plan(int argc, char **argv) {
     char buf[8192];
     snug_plan_format(&p, budget, buf, sizeof buf);
     fputs(buf, stdout);
+    if (cache_disk)
+        printf("prefix cache (disk): %.2f GiB in %s (disk, not memory)\n",
+               (double)cache_disk / 1073741824.0, cache.disk_dir);
     if (budget) {
         for (int k = 0; k < n_kv; k++) {
             printf("largest context that fits %.2f GiB with KV %s: %lld%s\n",

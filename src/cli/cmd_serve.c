@@ -4,6 +4,7 @@
  * Read next: src/server/server.h.
  */
 #include "cli.h"
+#include "cli_cache.h"
 
 #include "server/chat.h"
 #include "plan/plan.h"
@@ -35,7 +36,10 @@ static void serve_usage(void) {
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
-        "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n");
+        "  --script    TEST ONLY: generation follows FILE's text (or a request's "
+        "snug_script)\n" CLI_CACHE_USAGE
+        "  --no-prompt-normalize  keep agent clients' per-request spans (the Claude Code\n"
+        "              billing line) in the prompt (docs/prefix-cache.md)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -46,6 +50,7 @@ int cmd_serve(int argc, char **argv) {
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
     bool ctx_max = false;
+    struct snug_plan_cache_flags cache = {0};
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -92,6 +97,10 @@ int cmd_serve(int argc, char **argv) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {
             o.no_think = true;
+        } else if (!strcmp(a, "--no-prompt-normalize")) {
+            o.no_prompt_normalize = true;
+        } else if ((kvr = cli_cache_flag(argc, argv, &i, "serve", &cache)) != 0) {
+            if (kvr < 0) return 2;
         } else if (!strcmp(a, "--script")) {
             if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--timeout")) {
@@ -115,6 +124,10 @@ int cmd_serve(int argc, char **argv) {
         serve_usage();
         return 2;
     }
+    o.cache_ram = cache.ram_bytes;
+    o.cache_dir = cache.disk_dir;
+    o.cache_disk = cache.disk_bytes;
+    o.cache_every = cache.checkpoint_every;
     struct snug_err err = {0};
     /* the context and KV formats, sized by itself unless both are given (cli_autosize.c) */
     if (cli_serve_size(&o, kv_code, &err) != SNUG_OK) return cli_fail("serve", &err);

@@ -29,6 +29,10 @@ static size_t row_bytes_of(const struct snug_kv_shape *s, int which) {
     return (size_t)s->n_head_kv * (size_t)s->head_dim * elem_bytes(s->type);
 }
 
+size_t snug_kv_row_bytes(const struct snug_kv_shape *s, int which) {
+    return row_bytes_of(s, which);
+}
+
 size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s) {
     return (size_t)s->n_attn * (row_bytes_of(s, 0) + row_bytes_of(s, 1));
 }

@@ -44,6 +44,8 @@ struct snug_kv {
     bool snap_on;       /* the forward saves per-token states into slots 0..T-1 */
 };
 
+/* Bytes of one position of K (which 0) or V (which 1) in one attention layer. */
+size_t snug_kv_row_bytes(const struct snug_kv_shape *s, int which);
 /* Bytes of K+V for one token over all attention layers. */
 size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s);
 /* Bytes of all recurrent states. */

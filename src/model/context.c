@@ -205,6 +205,20 @@ void snug_ctx_reset(struct snug_ctx *ctx) {
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
     return ctx->n_past;
 }
+
+/* The prefix cache's access (model.h): the host caches of a CPU context without speculative
+ * state; NULL otherwise (the cache then stays out of the way). */
+struct snug_kv *snug_ctx_prefix_kv(struct snug_ctx *ctx) {
+    return ctx->gpu || ctx->spec ? NULL : &ctx->kv;
+}
+
+int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err) {
+    if (!snug_ctx_prefix_kv(ctx) || n_past < 0 || n_past > ctx->p.n_ctx)
+        return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
+    ctx->n_past = n_past;
+    ctx->snap_n = 0; /* the rollback point is gone */
+    return SNUG_OK;
+}
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx) {
     return ctx->p.n_ctx;
 }

@@ -201,4 +201,12 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);
 void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 
+/* The prefix cache's access to a context (context.c; used by the server engine): its host KV
+ * and recurrent state — NULL for a CUDA context or one with speculative decoding (not
+ * supported yet) — and setting the sequence length after the state and the KV rows [0, n_past)
+ * were written into it (a restore). */
+struct snug_kv;
+struct snug_kv *snug_ctx_prefix_kv(struct snug_ctx *ctx);
+int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err);
+
 #endif /* SNUG_MODEL_H */

@@ -374,8 +374,22 @@ static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv cont
 
 /* The whole template, top to bottom: the system/tools turn, the scan for the last real user
  * query, the turns, the generation prompt (see chat.h for the contract). */
+/* Record a message start at byte `at` (the prefix cache's chunk boundaries). */
+static void mark(struct snug_chat_marks *mk, size_t at) {
+    if (!mk || at == 0) return;
+    if (mk->n < mk->cap) mk->starts[mk->n] = at;
+    mk->n++;
+}
+
 int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
                      char **out_prompt, size_t *out_len, struct snug_err *err) {
+    return snug_chat_render_marks(messages, tools, opts, out_prompt, out_len, NULL, err);
+}
+
+int snug_chat_render_marks(const json_t *messages, const json_t *tools,
+                           const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                           struct snug_chat_marks *mk, struct snug_err *err) {
+    if (mk) mk->n = mk->system_end = mk->last_end = 0;
     *out_prompt = NULL;
     if (out_len) *out_len = 0;
     if (!json_is_array(messages) || json_array_size(messages) == 0)
@@ -416,6 +430,7 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
         snug_sbuf_append(&b, c.p, c.n);
         snug_sbuf_puts(&b, "<|im_end|>\n");
     }
+    if (mk) mk->system_end = b.len;
 
     /* ---- the last real user query: scanning back, the first user message that is not just a
      * <tool_response> block ---- */
@@ -449,16 +464,20 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
                 goto fail;
             }
         } else if (is_str(role, "user")) {
+            mark(mk, b.len);
             snug_sbuf_puts(&b, "<|im_start|>user\n");
             snug_sbuf_append(&b, c.p, c.n);
             snug_sbuf_puts(&b, "<|im_end|>\n");
         } else if (is_str(role, "assistant")) {
             bool keep = opts->preserve_thinking || i > last_query;
+            mark(mk, b.len);
             if ((st = render_assistant(&b, m, c, keep, i, err))) goto fail;
         } else if (is_str(role, "tool")) {
             /* consecutive tool results share one user turn */
-            if (i > 0 && !is_str(role_of(json_array_get(messages, i - 1)), "tool"))
+            if (i > 0 && !is_str(role_of(json_array_get(messages, i - 1)), "tool")) {
+                mark(mk, b.len);
                 snug_sbuf_puts(&b, "<|im_start|>user");
+            }
             snug_sbuf_puts(&b, "\n<tool_response>\n");
             snug_sbuf_append(&b, c.p, c.n);
             snug_sbuf_puts(&b, "\n</tool_response>");
@@ -472,6 +491,8 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
 
     /* ---- generation prompt ---- */
     if (opts->add_generation_prompt) {
+        mark(mk, b.len);
+        if (mk) mk->last_end = b.len;
         snug_sbuf_puts(&b, "<|im_start|>assistant\n");
         snug_sbuf_puts(&b, opts->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
     }

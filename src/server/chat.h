@@ -56,6 +56,23 @@ int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *reque
 int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
                      char **out_prompt, size_t *out_len, struct snug_err *err);
 
+/* Where the messages of a rendered prompt start (byte offsets; the prefix cache's chunk
+ * boundaries and checkpoint positions, src/prefix/prefix_sched.h). Each start is right before
+ * an "<|im_start|>" special token, so it is a token boundary too. The caller provides
+ * starts[0..cap); n counts every start (may exceed cap: only cap are written). Offset 0 is not
+ * recorded. system_end: the end of the system turn (0 without one); last_end: the start of the
+ * generation prompt (0 without one) = the end of the last message. */
+struct snug_chat_marks {
+    size_t *starts;
+    size_t cap, n;
+    size_t system_end, last_end;
+};
+
+/* snug_chat_render, also reporting the message starts into *marks (may be NULL). */
+int snug_chat_render_marks(const json_t *messages, const json_t *tools,
+                           const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                           struct snug_chat_marks *marks, struct snug_err *err);
+
 /* True when the rendered prompt leaves the model inside a reasoning block (it ends with
  * "<think>\n"): pass this as `in_reasoning` to snug_outparse_init. */
 bool snug_chat_prompt_in_reasoning(const char *prompt, size_t len);

@@ -7,9 +7,17 @@
  * Decode is batched across slots: every generating slot picks its token (sample, script or a
  * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
  * forward (weights read once per step for all slots); prompts still run slot by slot.
+ * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts without speculative decoding):
+ * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
+ * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"
+
+#include "model/model.h"
+#include "prefix/prefix.h"
+#include "prefix/prefix_sched.h"
+#include "server/engine_prefix.h"
 
 #include "core/core.h"
 #include "kv/kvfmt.h"
@@ -45,6 +53,12 @@ struct slot {
     snug_token pend[SNUG_SPEC_MAX_DRAFT + 1];
     int32_t n_pend, i_pend;
     struct snug_spec_stats spec0; /* the context's statistics when the job started */
+    /* prefix cache: the checkpoint pick_slot chose (entry -1: none), whether the slot needs
+     * its KV rows too (not when its own tokens already hold that prefix), the prefill's
+     * chunk/checkpoint schedule */
+    struct snug_prefix_hit hit;
+    bool hit_kv;
+    struct snug_prefix_sched sched;
 };
 
 struct snug_engine {
@@ -69,6 +83,8 @@ struct snug_engine {
     int32_t q_len, q_cap;
     bool stop;
     struct snug_engine_stats stats; /* guarded by mu */
+    struct snug_prefix *pc;         /* the prefix cache (engine thread), NULL when off */
+    int32_t cache_every;
     uint64_t use_clock;
     char self_test[600];
 };
@@ -166,7 +182,28 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
         }
     }
     *n_reuse = best ? best_n : 0;
-    return best ? best : lru;
+    struct slot *pick = best ? best : lru;
+    if (pick) pick->hit.entry = -1;
+    if (e->pc && pick) {
+        /* a checkpoint past the strict extension: restore it, into the free slot that already
+         * holds its tokens (state only) or else the least recently used one (state + KV) */
+        struct snug_prefix_hit h;
+        snug_prefix_lookup(e->pc, j->prompt, j->n_prompt, &h);
+        if (h.entry >= 0 && h.pos > best_n) {
+            struct slot *own = NULL;
+            for (int32_t i = 0; i < e->n_slots && !own; i++) {
+                struct slot *s = &e->slots[i];
+                if (s->state == SLOT_FREE && s->n_toks >= h.pos &&
+                    !memcmp(s->toks, j->prompt, (size_t)h.pos * sizeof(snug_token)))
+                    own = s;
+            }
+            pick = own ? own : lru;
+            pick->hit = h;
+            pick->hit_kv = !own;
+            *n_reuse = 0;
+        }
+    }
+    return pick;
 }
 
 /* Start a job on a slot: reset or reuse its state, set up the sampler. */
@@ -180,6 +217,34 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     s->usage.n_cached = n_reuse;
     if (e->n_draft > 0) snug_ctx_spec_stats(s->ctx, &s->spec0);
     s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
+    s->sched = (struct snug_prefix_sched){.n_prompt = j->n_prompt,
+                                          .n_chunk = e->n_chunk,
+                                          .every = e->pc ? e->cache_every : 0,
+                                          .msg_starts = j->msg_starts,
+                                          .n_msg_starts = e->pc ? j->n_msg_starts : 0,
+                                          .system_end = e->pc ? j->system_end : 0,
+                                          .last_end = e->pc ? j->last_end : 0};
+    if (e->pc && s->hit.entry >= 0) {
+        struct snug_kv *kv = snug_ctx_prefix_kv(s->ctx);
+        struct snug_prefix_io io = snug_engine_prefix_io(kv);
+        struct snug_err rerr = {0};
+        if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, s->hit.pos, &rerr); /* truncate */
+        if (snug_prefix_restore(e->pc, j->prompt, &s->hit, s->hit_kv, &io, &rerr) == SNUG_OK &&
+            snug_ctx_prefix_set_past(s->ctx, s->hit.pos, &rerr) == SNUG_OK) {
+            n_reuse = s->hit.pos;
+            memcpy(s->toks, j->prompt, (size_t)n_reuse * sizeof(snug_token));
+            s->n_toks = n_reuse;
+            s->usage.n_cached = n_reuse;
+            pthread_mutex_lock(&e->mu);
+            e->stats.cached_tokens += (uint64_t)n_reuse;
+            pthread_mutex_unlock(&e->mu);
+        } else {
+            snug_log(SNUG_LOG_WARN, "prefix cache: restore at %d failed (%s): prefilling cold\n",
+                     s->hit.pos, rerr.msg);
+            n_reuse = 0;
+        }
+        s->hit.entry = -1;
+    }
     if (n_reuse == 0) {
         snug_ctx_reset(s->ctx);
         s->n_toks = 0;
@@ -203,7 +268,9 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
 /* One prompt chunk for a prefilling slot. */
 static void slot_prefill(struct snug_engine *e, struct slot *s) {
     struct snug_engine_job *j = s->job;
-    int32_t n = j->n_prompt - s->n_prefilled;
+    /* chunks end where the prefix cache's schedule says (message starts, the interval): a run
+     * restored at a checkpoint cuts the chunks a cold run cuts (prefix_sched.h) */
+    int32_t n = snug_prefix_chunk_end(&s->sched, s->n_prefilled) - s->n_prefilled;
     if (n > e->n_chunk) n = e->n_chunk;
     struct snug_err err = {0};
     double t0 = snug_time_s();
@@ -223,6 +290,15 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     e->stats.prompt_tokens += (uint64_t)n;
     e->stats.prompt_s += t1 - t0;
     pthread_mutex_unlock(&e->mu);
+    if (e->pc && snug_prefix_checkpoint_at(&s->sched, s->n_prefilled)) {
+        struct snug_prefix_io io = snug_engine_prefix_io(snug_ctx_prefix_kv(s->ctx));
+        bool stored;
+        if (snug_prefix_store(e->pc, j->prompt, s->n_prefilled, &io, &stored, &err) != SNUG_OK)
+            snug_log(SNUG_LOG_WARN, "prefix cache: checkpoint at %d: %s\n", s->n_prefilled,
+                     err.msg);
+    }
+    if (e->pc && s->n_prefilled == j->n_prompt)
+        snug_prefix_note_prompt(e->pc, s->usage.n_cached, j->n_prompt - s->usage.n_cached);
     if (s->n_prefilled == j->n_prompt) {
         s->state = SLOT_GEN;
         s->t_prompt_done = t1;
@@ -558,6 +634,16 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
+    /* the prefix cache: CPU contexts without speculative state, the store's layout theirs */
+    if (o->prefix) {
+        if (snug_engine_prefix_fits(o->prefix, snug_ctx_prefix_kv(e->slots[0].ctx))) {
+            e->pc = o->prefix;
+            e->cache_every = o->cache_every > 0 ? o->cache_every : 4096;
+        } else {
+            snug_log(SNUG_LOG_WARN, "prefix cache: not used by this engine (speculative "
+                                    "decoding or a CUDA context: not supported yet)\n");
+        }
+    }
     e->stats.n_slots = e->n_slots;
     e->stats.queue_cap = e->q_cap;
     e->stats.n_ctx = e->n_ctx;

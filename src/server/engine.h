@@ -32,6 +32,8 @@ enum snug_engine_finish {
 };
 
 /* Log-probabilities of one generated token under the model's raw distribution. */
+struct snug_prefix;
+
 struct snug_engine_logprob {
     float logprob;
     int32_t n_top;
@@ -65,6 +67,11 @@ struct snug_engine_job {
     double deadline_s;        /* snug_time_s() deadline, 0 = none */
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;
+    /* chat prompts: token positions where messages start (ascending, borrowed), the end of the
+     * system turn and of the last message (0: none) — the prefix cache's chunk boundaries and
+     * checkpoint positions (src/prefix/prefix_sched.h) */
+    const int32_t *msg_starts;
+    int32_t n_msg_starts, system_end, last_end;
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
@@ -82,12 +89,14 @@ struct snug_engine_job {
 };
 
 struct snug_engine_opts {
-    int32_t n_slots;   /* >= 1 */
-    int32_t n_ctx;     /* per slot */
-    int32_t kv_type;   /* enum snug_kv_type */
-    int32_t n_threads; /* per context; 0 = model default */
-    int32_t queue_cap; /* jobs waiting beyond the slots; >= 1 */
-    int32_t n_draft;   /* MTP drafts per speculative step; 0 = plain decoding */
+    int32_t n_slots;            /* >= 1 */
+    int32_t n_ctx;              /* per slot */
+    int32_t kv_type;            /* enum snug_kv_type */
+    int32_t n_threads;          /* per context; 0 = model default */
+    int32_t queue_cap;          /* jobs waiting beyond the slots; >= 1 */
+    int32_t n_draft;            /* MTP drafts per speculative step; 0 = plain decoding */
+    struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
+    int32_t cache_every;        /* its checkpoint interval in tokens */
 };
 
 /* Live numbers for /health and /metrics (cumulative counters since start). */

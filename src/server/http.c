@@ -15,6 +15,8 @@
 #include "kv/kvfmt.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "plan/plan_cache.h"
+#include "prefix/prefix.h"
 #include "tokenizer/tokenizer.h"
 
 #include <arpa/inet.h>
@@ -113,6 +115,38 @@ static const char *route_name(enum snug_route r) {
     return names[r];
 }
 
+/* The prefix cache's tiers: the RAM item added to the plan (the budget checked again with it),
+ * the store made with the plan's layout and bound to the model file's identity (prefix.h). */
+static int boot_cache(struct snug_srv *s, struct snug_plan *plan, struct snug_err *err) {
+    const struct snug_model *m = s->model;
+    struct snug_plan_cache_flags f = {.ram_bytes = s->opts.cache_ram,
+                                      .disk_dir = s->opts.cache_dir,
+                                      .disk_bytes = s->opts.cache_disk,
+                                      .checkpoint_every = s->opts.cache_every};
+    uint64_t disk = 0;
+    int rc = snug_plan_add_cache(&m->hp, plan, &f, &disk, err);
+    if (rc || !f.ram_bytes) return rc;
+    if (s->opts.budget && plan->device_total > s->opts.budget)
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "the memory plan with --cache-ram is %.2f GiB, over --budget %.2f GiB",
+                            (double)plan->device_total / 1073741824.0,
+                            (double)s->opts.budget / 1073741824.0);
+    struct snug_prefix_cfg c;
+    if ((rc = snug_plan_cache_cfg(&m->hp, plan, &f, &c, err))) return rc;
+    if ((rc = snug_prefix_model_id(s->opts.model_path, 0, c.model_id, err))) return rc;
+    s->prefix = snug_calloc(1, sizeof *s->prefix);
+    if (!s->prefix) return snug_err_set(err, SNUG_ERR_NOMEM, "serve: no memory for the cache");
+    if ((rc = snug_prefix_init(s->prefix, &c, err))) {
+        snug_free(s->prefix);
+        s->prefix = NULL;
+        return rc;
+    }
+    if (disk)
+        fprintf(stderr, "snug serve: prefix cache disk tier: %s, %.2f GiB (not memory)\n",
+                c.disk_dir, (double)disk / 1073741824.0);
+    return SNUG_OK;
+}
+
 /* The memory plan at boot: the limits the engine's contexts will be made with (snug_ctx_init's
  * defaults resolved the same way: n_ctx 4096 capped at the trained length, chunk 512, one
  * context per slot), the table printed to stderr, SNUG_ERR_BUDGET (naming the largest context
@@ -143,6 +177,7 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
         return snug_err_set(err, SNUG_ERR_NOMEM, "serve: out of memory for the memory plan");
     }
     int rc = snug_plan_check(&m->hp, &w, &lim, s->opts.budget, plan, err);
+    if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
         fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",
                 plan->lim.n_slots, (long long)plan->lim.n_ctx, plan->lim.n_chunk,
@@ -246,6 +281,7 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_queue_capacity", "gauge", "Queue limit beyond free slots.", st.queue_cap);
     metric(&b, "snug_slots_busy", "gauge", "Slots running a request.", st.slots_busy);
     metric(&b, "snug_slots_total", "gauge", "Slots.", st.n_slots);
+    snug_srv_metrics_prefix(&b, s->prefix);
     if (st.n_draft > 0) {
         const struct snug_spec_stats *sp = &st.spec;
         metric(&b, "snug_spec_draft_length", "gauge", "MTP drafts per speculative step.",
@@ -588,6 +624,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         goto done;
     }
     if ((rc = boot_plan(s, &eo, err))) goto done;
+    eo.prefix = s->prefix;
+    eo.cache_every = opts->cache_every;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
 
     struct sockaddr_in addr = {0};
@@ -636,6 +674,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
 done:
     if (s->daemon) MHD_stop_daemon(s->daemon);
     snug_engine_free(s->engine);
+    if (s->prefix) snug_prefix_free(s->prefix);
+    snug_free(s->prefix);
     snug_model_free(s->model);
     snug_free(s->script_text);
     snug_free(s);

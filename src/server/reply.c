@@ -11,7 +11,9 @@
  */
 #define _GNU_SOURCE
 #include "server/chat.h"
+#include "server/normalize.h"
 #include "server/outparse.h"
+#include "server/prompt_marks.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
 
@@ -47,6 +49,8 @@ struct reply {
     struct snug_engine_job job;
     struct snug_server_req req;
     snug_token *prompt, *script;
+    size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
+    int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
     struct snug_outparse *parser; /* chat only */
     char id[64];
     long created;
@@ -86,6 +90,8 @@ static void reply_unref_locked(struct reply *r) {
     snug_outparse_free(r->parser);
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
+    snug_free(r->mark_bytes);
+    snug_free(r->mark_tokens);
     snug_free(r->script);
     snug_sbuf_free(&r->hold);
     snug_sbuf_free(&r->content);
@@ -632,6 +638,29 @@ static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_
     return snug_err_set(err, SNUG_ERR_INTERNAL, "tokenizer: inconsistent token count");
 }
 
+/* tokenize_alloc for a rendered chat prompt with its message marks (prompt_marks.h): the same
+ * ids, plus the token positions of the marks in *pm. */
+static int tokenize_marked_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
+                                 const struct snug_chat_marks *mk, snug_token **out, int32_t *n_out,
+                                 struct snug_prompt_marks *pm, struct snug_err *err) {
+    size_t cap = n + 16, got = 0;
+    *out = NULL;
+    for (int tries = 0; tries < 2; tries++) {
+        snug_token *ids = snug_malloc(cap * sizeof *ids);
+        if (!ids) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory tokenizing the prompt");
+        int rc = snug_prompt_encode_marked(tok, s, n, mk, ids, cap, &got, pm, err);
+        if (rc == SNUG_OK) {
+            *out = ids;
+            *n_out = (int32_t)got;
+            return SNUG_OK;
+        }
+        snug_free(ids);
+        if (rc != SNUG_ERR_BUDGET) return rc;
+        cap = got;
+    }
+    return snug_err_set(err, SNUG_ERR_INTERNAL, "tokenizer: inconsistent token count");
+}
+
 static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum snug_route route,
                             const struct snug_server_error *e) {
     snug_srv_count(s, route, (unsigned)e->http_status);
@@ -679,8 +708,22 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         char *text = NULL;
         size_t tlen = 0;
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
+        /* agent clients' per-request spans out before rendering (normalize.h); the request
+         * owns its JSON, the messages array is edited in place */
+        if (!s->opts.no_prompt_normalize && snug_prompt_normalize((json_t *)q->messages) < 0) {
+            snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
+            goto reject;
+        }
+        size_t n_marks = json_array_size(q->messages) + 2;
+        r->mark_bytes = snug_malloc(n_marks * sizeof *r->mark_bytes);
+        r->mark_tokens = snug_malloc(n_marks * sizeof *r->mark_tokens);
+        if (!r->mark_bytes || !r->mark_tokens) {
+            snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
+            goto reject;
+        }
+        struct snug_chat_marks mk = {.starts = r->mark_bytes, .cap = n_marks};
         if (snug_chat_opts_from_request(&co, q->root, &err) != SNUG_OK ||
-            snug_chat_render(q->messages, tools, &co, &text, &tlen, &err) != SNUG_OK) {
+            snug_chat_render_marks(q->messages, tools, &co, &text, &tlen, &mk, &err) != SNUG_OK) {
             snug_server_error_set(&e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
                                   "invalid_request_error", "messages", "%s", err.msg);
             goto reject;
@@ -700,13 +743,18 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                 snug_sbuf_puts(&force, ">\n");
             }
         }
+        struct snug_prompt_marks pm = {.starts = r->mark_tokens, .cap = (int32_t)n_marks};
         snug_sbuf_append(&full, text, tlen);
         if (force.len) snug_sbuf_append(&full, force.data, force.len);
         snug_free(text);
-        int rc = full.oom || force.oom
-                     ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
-                     : tokenize_alloc(s->tok, full.data, full.len, &r->prompt, &n_prompt, &err);
+        int rc = full.oom || force.oom ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
+                                       : tokenize_marked_alloc(s->tok, full.data, full.len, &mk,
+                                                               &r->prompt, &n_prompt, &pm, &err);
         snug_sbuf_free(&full);
+        r->job.msg_starts = r->mark_tokens;
+        r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
+        r->job.system_end = pm.system_end;
+        r->job.last_end = pm.last_end;
         if (rc == SNUG_OK)
             rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
         if (rc == SNUG_OK && force.len) {

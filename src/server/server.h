@@ -37,6 +37,13 @@ struct snug_server_opts {
     const char *port_file;   /* when set, the bound port is written there once listening */
     int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
     uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
+    /* the prefix cache (src/prefix, docs/prefix-cache.md): RAM tier bytes (0 = off), disk tier
+     * folder and bytes, checkpoint interval in tokens (0 = 4096) */
+    uint64_t cache_ram;
+    const char *cache_dir;
+    uint64_t cache_disk;
+    int32_t cache_every;
+    bool no_prompt_normalize; /* keep agent clients' volatile spans (server/normalize.h) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and

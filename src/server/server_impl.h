@@ -8,6 +8,7 @@
 #define SNUG_SERVER_IMPL_H
 
 #include "server/engine.h"
+#include "server/schema.h"
 #include "server/server.h"
 
 #include <microhttpd.h>
@@ -28,6 +29,8 @@ enum snug_route {
 
 #define SNUG_SRV_N_STATUS 600
 
+struct snug_prefix;
+
 struct snug_srv {
     struct snug_server_opts opts;
     struct snug_model *model;
@@ -44,7 +47,13 @@ struct snug_srv {
     /* the memory plan made at boot (src/plan) for model, ctx, slots, chunk, KV and drafts */
     uint64_t plan_total;
     int plan_items;
+    /* the prefix cache, made at boot from the plan when --cache-ram is given (else NULL); the
+     * engine looks up, stores and restores through it; /metrics reads its stats */
+    struct snug_prefix *prefix;
 };
+
+/* The prefix cache's /metrics lines (metrics_prefix.c); nothing when pc is NULL. */
+void snug_srv_metrics_prefix(struct snug_sbuf *b, struct snug_prefix *pc);
 
 /* Queue a JSON response (steals `body`); returns MHD's result. */
 enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body);

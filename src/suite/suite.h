@@ -205,4 +205,14 @@ json_t *snug_ops_bench_compare(const json_t *now, const json_t *before);
  * Returns a snug_malloc'd NUL-terminated string or NULL on out-of-memory. */
 char *snug_ops_bench_svg(const json_t *bench);
 
+/* bench --agent-replay (replay.c): a recorded agent conversation replayed turn by turn (the
+ * file format is in replay.c's comment). *out = {"name", "server", "turns": [{"turn", "ok",
+ * "ttft_s", "wall_s", "prompt_tokens", "cached_tokens", "messages", "prev_prompt_tokens",
+ * "reuse_of_prev", "output": {"reasoning", "content", "tool_calls"}}], "summary": {...}}.
+ * SNUG_ERR_FORMAT for a malformed file (nothing sent). */
+int snug_ops_replay_validate(const json_t *replay, struct snug_err *err);
+int snug_ops_agent_replay(struct snug_suite_client *c, const json_t *replay,
+                          snug_ops_progress_fn progress, void *user, json_t **out,
+                          struct snug_err *err);
+
 #endif /* SNUG_SUITE_H */

@@ -33,8 +33,8 @@ int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w, uin
                          int64_t n_in, int64_t n_out, const float *x, const int32_t *tiles,
                          int64_t n_slots, int64_t max_tiles, bool single, float *y, void *work,
                          struct snug_err *err);
-/* Q4_K/Q6_K expert products of several slots per tile: 0 = int8 tensor cores (default), 1 = the dp4a
- * tile kernel. */
+/* Q4_K/Q6_K expert products of several slots per tile: 0 = int8 tensor cores (default), 1 = the
+ * dp4a tile kernel. */
 void snug_cuda_moe_tune(int dp4a);
 int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *d, const float *glogit,
                         int64_t T, int64_t H, struct snug_err *err);

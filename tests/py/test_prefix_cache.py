@@ -1,0 +1,212 @@
+"""test_prefix_cache.py — the prefix cache end to end on the trained fixture (CPU, greedy,
+--spec-draft 0: the cache is not used with speculative decoding yet), issue 17's acceptance:
+
+1. The 10-turn agent replay (tests/data/agent_replay/sample.json: tool calls and results,
+   thinking on, the client never sends reasoning back) against a cold server (no cache) and a
+   cached one: every turn's greedy output (reasoning, content, tool calls) is identical; every
+   tool-loop request reuses the previous prompt up to its last message boundary (cached_tokens
+   >= previous prompt - the generation prompt's tokens). The new user turn (turn 8) cannot: the
+   template re-renders the assistant turns before a new user query without their empty
+   <think></think> block, so the prompt diverges right after the first user message — there it
+   must reuse at least turn 1's prompt minus the generation prompt.
+2. A second conversation with the same system prompt and tools reuses the system turn.
+3. A restart with --cache-dir reuses the disk tier (openai client, non-streamed): same output as
+   the cold server, cached_tokens > 0, files loaded.
+4. Corrupted files (payload bytes flipped, one truncated): refused, the request still answers
+   with the cold server's output; /metrics counts the refusals.
+Runnable as a script; prints "N passed, N failed".
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from snugtest import SNUG, SRC, Results, fixtures_dir  # noqa: E402
+
+import openai  # noqa: E402
+
+REPLAY = os.path.join(SRC, "tests", "data", "agent_replay", "sample.json")
+
+
+def start(model, tmp, name, extra):
+    port_file = os.path.join(tmp, name + ".port")
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    p = subprocess.Popen([SNUG, "serve", "-m", model, "--port", "0", "--port-file", port_file,
+                          "--spec-draft", "0", *extra], stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(600):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return p, f"http://127.0.0.1:{int(open(port_file).read())}"
+        if p.poll() is not None:
+            raise RuntimeError("snug serve exited: " + open(log.name).read())
+        time.sleep(0.1)
+    p.kill()
+    raise RuntimeError("snug serve did not start")
+
+
+def stop(p):
+    p.terminate()
+    p.wait(timeout=60)
+
+
+def replay(url, path=REPLAY):
+    p = subprocess.run([SNUG, "bench", "--agent-replay", path, "--url", url, "--json"],
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError("replay failed: " + p.stderr[-500:])
+    return json.loads(p.stdout)
+
+
+def requests_of(doc):
+    """The message list of every request, as replay.c builds them."""
+    hist = [{"role": "system", "content": doc["system"]}]
+    out = []
+    for t in doc["turns"]:
+        hist += t["messages"]
+        out.append(list(hist))
+        a = t["assistant"]
+        m = {"role": "assistant", "content": a.get("content", "")}
+        if a.get("tool_calls"):
+            m["tool_calls"] = a["tool_calls"]
+        hist.append(m)
+    return out
+
+
+def n_tokens(url, text):
+    req = urllib.request.Request(url + "/tokenize", data=json.dumps(
+        {"content": text, "parse_special": True}).encode(), headers={"Content-Type":
+                                                                     "application/json"})
+    return len(json.loads(urllib.request.urlopen(req, timeout=60).read())["tokens"])
+
+
+def metrics(url):
+    out = {}
+    for line in urllib.request.urlopen(url + "/metrics", timeout=30).read().decode().splitlines():
+        if line.startswith("snug_prefix_cache") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def ask(url, doc, messages):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="none")
+    r = c.chat.completions.create(model="trained-f16.gguf", messages=messages, tools=doc["tools"],
+                                  max_tokens=doc["max_tokens"], temperature=0,
+                                  extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    m = r.choices[0].message
+    calls = [{"name": t.function.name, "arguments": t.function.arguments}
+             for t in (m.tool_calls or [])]
+    reasoning = getattr(m, "reasoning_content", None) or (m.model_extra or {}).get(
+        "reasoning_content") or ""
+    return {"reasoning": reasoning, "content": m.content or "", "tool_calls": calls}, \
+        r.usage.prompt_tokens_details.cached_tokens, r.usage.prompt_tokens
+
+
+def same_output(stream_out, got):
+    calls = [{"name": t["name"], "arguments": t["arguments"]}
+             for t in (stream_out.get("tool_calls") or [])]
+    return (stream_out["reasoning"].strip() == got["reasoning"].strip() and
+            stream_out["content"].strip() == got["content"].strip() and calls == got["tool_calls"])
+
+
+def main():
+    res = Results()
+    fx = fixtures_dir(res)
+    if not fx:
+        res.done()
+    model = os.path.join(fx, "trained", "trained-f16.gguf")
+    doc = json.load(open(REPLAY))
+    reqs = requests_of(doc)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "cache")
+        flags = ["--cache-ram", "64MiB", "--cache-dir", cache]
+
+        cold_p, cold = start(model, tmp, "cold", [])
+        warm_p, warm = start(model, tmp, "warm", flags)
+        try:
+            gen = n_tokens(cold, "<|im_start|>assistant\n<think>\n")
+            a = replay(cold)["turns"]
+            b = replay(warm)["turns"]
+            res.check(len(a) == len(b) == 10 and all(t["ok"] for t in a + b), "both replays ran")
+            for i, (x, y) in enumerate(zip(a, b)):
+                res.check(x["output"] == y["output"] and x["prompt_tokens"] == y["prompt_tokens"],
+                          f"turn {i + 1}: cached server's greedy output equals the cold one's")
+            res.check(all(t["cached_tokens"] == 0 for t in a), "the cold server reuses nothing")
+            for i in range(1, 10):
+                prev = b[i - 1]["prompt_tokens"]
+                got = b[i]["cached_tokens"]
+                if i == 7:  # the new user turn: reuse up to the first re-rendered assistant turn
+                    want = b[0]["prompt_tokens"] - gen
+                    res.check(got >= want, f"turn 8 (new user turn) reuses {got} >= turn 1's "
+                                           f"prompt minus the generation prompt ({want})")
+                else:
+                    res.check(got >= prev - gen, f"turn {i + 1} reuses {got} >= previous prompt "
+                                                 f"{prev} - {gen}")
+            m = metrics(warm)
+            hits = m.get("snug_prefix_cache_hits_total", 0)
+            disk = m.get('snug_prefix_cache_checkpoints{tier="disk"}', 0)
+            res.check(hits >= 9 and disk > 0, f"/metrics: hits {hits}, disk checkpoints {disk}")
+            # two conversations sharing the system prompt
+            other = dict(doc)
+            other["turns"] = [{"messages": [{"role": "user", "content":
+                                             "Write a README section about the calculator."}],
+                               "assistant": {"content": "ok"}}]
+            op = os.path.join(tmp, "other.json")
+            json.dump(other, open(op, "w"))
+            sys_tokens = b[0]["prompt_tokens"] - gen - n_tokens(
+                cold, "<|im_start|>user\n" + doc["turns"][0]["messages"][0]["content"] +
+                "<|im_end|>\n")
+            o_cold = replay(cold, op)["turns"][0]
+            o_warm = replay(warm, op)["turns"][0]
+            res.check(o_warm["cached_tokens"] >= sys_tokens and
+                      o_warm["output"] == o_cold["output"],
+                      f"a new conversation reuses the system turn ({o_warm['cached_tokens']} >= "
+                      f"{sys_tokens}), same output")
+        finally:
+            stop(warm_p)
+        # restart on the disk tier: the last request again, openai client
+        warm_p, warm = start(model, tmp, "warm2", flags)
+        try:
+            out, cached, pt = ask(warm, doc, reqs[9])
+            m = metrics(warm)
+            res.check(m.get("snug_prefix_cache_files_loaded_total", 0) > 0,
+                      f"restart: {m.get('snug_prefix_cache_files_loaded_total')} files loaded")
+            res.check(cached >= b[8]["prompt_tokens"] - gen,
+                      f"restart: turn 10 reuses {cached} tokens from disk")
+            res.check(same_output(a[9]["output"], out), "restart: the cold server's output")
+        finally:
+            stop(warm_p)
+        # corrupt every file (flip payload bytes), truncate one: refused, still correct
+        files = sorted(f for f in os.listdir(cache) if f.endswith(".snugpfx"))
+        res.check(len(files) > 2, f"{len(files)} checkpoint files")
+        for k, f in enumerate(files):
+            path = os.path.join(cache, f)
+            size = os.path.getsize(path)
+            if k == 0:
+                os.truncate(path, size // 2)
+                continue
+            with open(path, "r+b") as fh:
+                fh.seek(size - 7)
+                b7 = fh.read(1)
+                fh.seek(size - 7)
+                fh.write(bytes([b7[0] ^ 0x5A]))
+        warm_p, warm = start(model, tmp, "warm3", flags)
+        try:
+            out, cached, pt = ask(warm, doc, reqs[9])
+            res.check(same_output(a[9]["output"], out), "corrupted files: still the cold output")
+            out2, _, _ = ask(warm, doc, reqs[4])
+            res.check(same_output(a[4]["output"], out2), "corrupted files: turn 5 too")
+            m = metrics(warm)
+            refused = m.get("snug_prefix_cache_files_refused_total", 0) + m.get(
+                "snug_prefix_cache_restore_failures_total", 0)
+            res.check(refused > 0, f"corrupted files refused ({refused})")
+        finally:
+            stop(warm_p)
+    res.done()
+
+
+if __name__ == "__main__":
+    main()
