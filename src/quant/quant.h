@@ -57,11 +57,13 @@ struct snug_dtype_info {
     const char *name;     /* ggml's name, e.g. "q4_K" */
     uint32_t block_elems; /* elements per block */
     uint32_t block_bytes; /* bytes per block */
-    bool computable;      /* snug can dequantize / dot / quantize it */
+    bool computable;      /* snug can dequantize and dot it (load and run files with it) */
+    bool quantizable;     /* snug_quantize_row can write it (implies computable) */
 };
 
 /* Info for a ggml type id, or NULL for an id that no ggml version defines. Types that exist
- * but that snug does not compute with have computable = false. */
+ * but that snug does not compute with have computable = false; the low-bit types (Q2_K, Q3_K,
+ * the IQ family, TQ1_0/TQ2_0, MXFP4) are computable but not yet quantizable. */
 const struct snug_dtype_info *snug_dtype_info(uint32_t type);
 /* Parse a type name, case-insensitive ("q4_k", "Q8_0", "f16"). Returns -1 if unknown. */
 int snug_dtype_from_name(const char *name);
@@ -80,7 +82,8 @@ void snug_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Σ dequant(w)[i] · x[i] over one row of n elements, accumulated in float32 (or better). */
 float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n);
 /* Quantize n floats into dst (row_bytes(type, n) bytes). `imatrix` (may be NULL) weights the
- * per-element error the K-quant searches minimise. Returns false for a non-computable type. */
+ * per-element error the K-quant searches minimise. Returns false for a type that is not
+ * quantizable (see snug_dtype_info) or a length that is not a whole number of blocks. */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* The scalar reference versions, always available (tests compare the fast ones to these). */

@@ -82,6 +82,11 @@ void snug_qkernels_ref(struct snug_qkernels *k);
 bool snug_qkernels_avx2(struct snug_qkernels *k);
 bool snug_qkernels_avx512(struct snug_qkernels *k);
 
+/* One block's decoder: writes the block's block_elems floats to y (quant_ref.c, quant_lowbit.c). */
+typedef void (*snug_block_deq_fn)(const uint8_t *b, float *y);
+/* The reference decoder of a low-bit type (Q2_K, Q3_K, IQ*, TQ*, MXFP4), or NULL. */
+snug_block_deq_fn snug_lowbit_decoder(uint32_t type);
+
 /* Shared scalar helpers (quant_act.c). */
 float snug_act_f16(const uint8_t *p); /* little-endian half at p */
 void snug_act_kscale(const uint8_t *s, int j, int *sc, int *mn);
