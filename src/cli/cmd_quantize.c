@@ -122,6 +122,13 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
                           type_name);
         goto done;
     }
+    if (!snug_recipe_writable(&recipe)) {
+        rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                          "snug quantize cannot write %s yet (snug loads and runs such files; "
+                          "make them with llama.cpp's llama-quantize)",
+                          type_name);
+        goto done;
+    }
 
     /* pass 1: pick every tensor's type (llama.cpp's two-pass counting, see recipe.c) */
     int64_t nt = snug_gguf_n_tensors(g);

@@ -278,8 +278,11 @@ int snug_model_tensor_types(const struct snug_hparams *hp, const char *recipe,
                           moe ? (int)hp->n_expert : 0))
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "unknown weight type '%s': expected f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 "
-                            "q5_1 q4_k q5_k q6_k q4_k_m q5_k_m",
+                            "q5_1 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m q3_k_l iq4_nl "
+                            "iq4_xs iq3_s iq3_m iq3_xxs iq2_m iq2_s iq2_xs iq2_xxs iq1_m iq1_s",
                             recipe);
+    /* files made with an importance matrix, as the low-bit ones are published */
+    snug_recipe_set_model(&ty.r, hp->n_head_kv ? (int)(hp->n_head / hp->n_head_kv) : 0, true);
     int rc = snug_model_tensor_list(hp, typing_pass, &ty);
     if (rc) return rc;
     ty.second = true;

@@ -57,11 +57,13 @@ struct snug_dtype_info {
     const char *name;     /* ggml's name, e.g. "q4_K" */
     uint32_t block_elems; /* elements per block */
     uint32_t block_bytes; /* bytes per block */
-    bool computable;      /* snug can dequantize / dot / quantize it */
+    bool computable;      /* snug can dequantize and dot it (load and run files with it) */
+    bool quantizable;     /* snug_quantize_row can write it (implies computable) */
 };
 
 /* Info for a ggml type id, or NULL for an id that no ggml version defines. Types that exist
- * but that snug does not compute with have computable = false. */
+ * but that snug does not compute with have computable = false; the low-bit types (Q2_K, Q3_K,
+ * the IQ family, TQ1_0/TQ2_0, MXFP4) are computable but not yet quantizable. */
 const struct snug_dtype_info *snug_dtype_info(uint32_t type);
 /* Parse a type name, case-insensitive ("q4_k", "Q8_0", "f16"). Returns -1 if unknown. */
 int snug_dtype_from_name(const char *name);
@@ -80,7 +82,8 @@ void snug_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Σ dequant(w)[i] · x[i] over one row of n elements, accumulated in float32 (or better). */
 float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n);
 /* Quantize n floats into dst (row_bytes(type, n) bytes). `imatrix` (may be NULL) weights the
- * per-element error the K-quant searches minimise. Returns false for a non-computable type. */
+ * per-element error the K-quant searches minimise. Returns false for a type that is not
+ * quantizable (see snug_dtype_info) or a length that is not a whole number of blocks. */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* The scalar reference versions, always available (tests compare the fast ones to these). */
@@ -219,17 +222,27 @@ void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, 
  *   for each tensor, in the same order: type = snug_recipe_type(&r, name, n_dims, ne);
  * The state is plain data; nothing allocates. */
 struct snug_recipe {
-    int kind;        /* internal recipe id */
-    int n_layer;     /* block_count: all layers (MTP layers included) */
-    int n_expert;    /* expert_count, 0 for a dense model */
-    int n_attn_v;    /* attn_v + attn_qkv tensors seen by snug_recipe_count */
-    int i_attn_v;    /* ... and handed out so far by snug_recipe_type */
-    int i_ffn_down;  /* ffn_down* tensors handed out so far (dense layer counter) */
-    bool has_output; /* the model has its own output.weight (else token_embd is tied) */
+    int kind;         /* internal recipe id */
+    int n_layer;      /* block_count: all layers (MTP layers included) */
+    int n_expert;     /* expert_count, 0 for a dense model */
+    int n_attn_v;     /* attn_v + attn_qkv tensors seen by snug_recipe_count */
+    int i_attn_v;     /* ... and handed out so far by snug_recipe_type */
+    int i_ffn_down;   /* ffn_down* tensors handed out so far (dense layer counter) */
+    bool has_output;  /* the model has its own output.weight (else token_embd is tied) */
+    int n_gqa;        /* attention heads per KV head (llama.cpp's n_gqa()); 1 after init */
+    bool has_imatrix; /* an importance matrix is given (changes a few low-bit rules) */
 };
 /* Returns false for an unknown recipe name (case-insensitive: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
- * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S). */
+ * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S; and the
+ * low-bit mixes q2_k q3_k_s q3_k_m q3_k_l iq4_nl iq4_xs iq3_s iq3_m iq3_xxs iq2_m iq2_s iq2_xs
+ * iq2_xxs iq1_m iq1_s, which snug can plan and run but not yet write: snug_recipe_writable). */
 bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int n_expert);
+/* Model facts some rules need (call after init, before the passes): n_gqa = n_head /
+ * n_head_kv (attn_v of the 3-bit and IQ4 mixes gets more bits at >= 4), and whether an
+ * importance matrix is given. */
+void snug_recipe_set_model(struct snug_recipe *r, int n_gqa, bool has_imatrix);
+/* Whether snug_quantize_row can write every type this recipe hands out. */
+bool snug_recipe_writable(const struct snug_recipe *r);
 void snug_recipe_count(struct snug_recipe *r, const char *tensor_name);
 /* The type to store this tensor in (ne[0] is the row length). Call once per tensor, in order. */
 uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_dims,

@@ -380,6 +380,14 @@ snug_deq_fn snug_act_deq_fn(uint32_t type) {
         return k->deq_q5_k;
     case SNUG_DTYPE_Q6_K:
         return k->deq_q6_k;
+    case SNUG_DTYPE_Q2_K:
+        return k->deq_q2_k;
+    case SNUG_DTYPE_Q3_K:
+        return k->deq_q3_k;
+    case SNUG_DTYPE_IQ4_NL:
+        return k->deq_iq4_nl;
+    case SNUG_DTYPE_IQ4_XS:
+        return k->deq_iq4_xs;
     default:
         return NULL;
     }

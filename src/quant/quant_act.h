@@ -54,7 +54,8 @@ struct snug_qkernels {
     snug_actq_fn quant_a32, quant_a256;
     snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k;
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
-    snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k;           /* NULL: use the reference */
+    snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k; /* NULL: use the reference */
+    snug_deq_fn deq_q2_k, deq_q3_k, deq_iq4_nl, deq_iq4_xs;
     float (*fdot_q8_0)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
     float (*fdot_q6_k)(const void *w, const float *x, int64_t n); /* NULL: deq + dot */
     /* two Q4_K rows · one A256 row (snug_act_dot2); NULL: two dot_q4_k calls */
@@ -81,6 +82,11 @@ void snug_qkernels_ref(struct snug_qkernels *k);
 /* These return false when the binary was built without that kernel set. */
 bool snug_qkernels_avx2(struct snug_qkernels *k);
 bool snug_qkernels_avx512(struct snug_qkernels *k);
+
+/* One block's decoder: writes the block's block_elems floats to y (quant_ref.c, quant_lowbit.c). */
+typedef void (*snug_block_deq_fn)(const uint8_t *b, float *y);
+/* The reference decoder of a low-bit type (Q2_K, Q3_K, IQ*, TQ*, MXFP4), or NULL. */
+snug_block_deq_fn snug_lowbit_decoder(uint32_t type);
 
 /* Shared scalar helpers (quant_act.c). */
 float snug_act_f16(const uint8_t *p); /* little-endian half at p */

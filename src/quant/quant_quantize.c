@@ -348,7 +348,7 @@ static void quant_q6_k(const float *x, uint8_t *b, const float *imatrix) {
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
                        const float *imatrix) {
     const struct snug_dtype_info *t = snug_dtype_info(type);
-    if (!t || !t->computable || n < 0 || n % t->block_elems) return false;
+    if (!t || !t->quantizable || n < 0 || n % t->block_elems) return false;
     uint8_t *o = dst;
     int64_t be = t->block_elems, nb = n / be;
     for (int64_t i = 0; i < nb; i++) {

@@ -1,5 +1,6 @@
 /* quant_ref.c — the reference kernels: fp16/bf16 scalar conversion, and dequantize + dot for
- * every computable type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+ * every computable type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K here,
+ * the low-bit formats (Q2_K, Q3_K, IQ*, TQ*, MXFP4) in quant_lowbit.c.
  *
  * These define the numbers: faster kernels are tested against them. Each block type is read
  * byte-wise from its packed layout (no struct overlay, so no alignment or padding assumptions;
@@ -225,7 +226,7 @@ static void deq_q6_k(const uint8_t *b, float *y) {
     }
 }
 
-typedef void (*deq_fn)(const uint8_t *b, float *y);
+typedef snug_block_deq_fn deq_fn;
 
 /* The block decoder for a quantized type, or NULL (plain float types are handled inline). */
 static deq_fn block_decoder(uint32_t type) {
@@ -247,7 +248,7 @@ static deq_fn block_decoder(uint32_t type) {
     case SNUG_DTYPE_Q6_K:
         return deq_q6_k;
     default:
-        return NULL;
+        return snug_lowbit_decoder(type);
     }
 }
 

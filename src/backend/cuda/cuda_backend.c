@@ -386,6 +386,13 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
         if (!lo[t->file_idx] || s < lo[t->file_idx]) lo[t->file_idx] = s;
         if (e > hi[t->file_idx]) hi[t->file_idx] = e;
         if (t->file_idx + 1 > c->n_files) c->n_files = t->file_idx + 1;
+        if (t->n_dims >= 2 && !snug_cuda_type_supported(t->type)) {
+            const struct snug_dtype_info *ti = snug_dtype_info(t->type);
+            return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                                "backend cuda: tensor '%s' is %s, which has no CUDA kernel yet "
+                                "(use --backend cpu)",
+                                t->name, ti ? ti->name : "an unknown type");
+        }
         if (t->n_dims >= 2) {
             *max_in = SNUG_MAX(*max_in, (int64_t)t->ne[0]);
             *max_out = SNUG_MAX(*max_out, (int64_t)t->ne[1]);

@@ -226,4 +226,68 @@ __device__ __forceinline__ void deq8<SNUG_DTYPE_Q6_K>(const uint8_t *row, int64_
     }
 }
 
+/* Q2_K: 84 bytes / 256: scales[16] | qs[64] | f16 d | f16 dmin. Element i: half h = i / 128,
+ * bit pair g = (i mod 128) / 32, l = i mod 32; code = bits 2g..2g+1 of qs[32h + l]; sub-block
+ * s = 8h + 2g + l / 16 with scale d·(scales[s] & 15), min dmin·(scales[s] >> 4)
+ * (docs/quant-types.md; src/quant/quant_lowbit.c). */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q2_K>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 84;
+    int i = (int)(e0 & 255), h = i >> 7, g = (i >> 5) & 3, l = i & 31;
+    int sc = b[8 * h + 2 * g + (l >> 4)];
+    float d = ld_f16(b + 80) * (float)(sc & 0xf), o = ld_f16(b + 82) * (float)(sc >> 4);
+    const uint8_t *q = b + 16 + 32 * h + l;
+#pragma unroll
+    for (int k = 0; k < 8; k++) y[k] = d * (float)((q[k] >> (2 * g)) & 3) - o;
+}
+/* Q3_K: 110 bytes / 256: hmask[32] | qs[64] | scales[12] | f16 d. Low two bits as Q2_K; the
+ * third bit of element 32m + l is bit m of hmask[l], a clear bit subtracting 4; 6-bit scale j
+ * (minus 32): low nibble from byte j (j < 8) or the high nibble of byte j − 8, top two bits
+ * from bits 2(j/4).. of byte 8 + j mod 4. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_Q3_K>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 110;
+    int i = (int)(e0 & 255), h = i >> 7, g = (i >> 5) & 3, l = i & 31, m = i >> 5;
+    int j = 8 * h + 2 * g + (l >> 4);
+    const uint8_t *s = b + 96;
+    int lo = j < 8 ? s[j] & 0xf : s[j - 8] >> 4, hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    float d = ld_f16(b + 108) * (float)((lo | hi << 4) - 32);
+    const uint8_t *q = b + 32 + 32 * h + l, *hm = b + l;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int v = ((q[k] >> (2 * g)) & 3) - (((hm[k] >> m) & 1) ? 0 : 4);
+        y[k] = d * (float)v;
+    }
+}
+/* The 16 IQ4_NL / IQ4_XS levels. */
+static __constant__ int8_t k_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+/* IQ4_NL: 18 bytes / 32: f16 d | qs[16]; element j < 16 low nibble of qs[j], j + 16 high;
+ * value d · level. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ4_NL>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 5) * 18;
+    int j = (int)(e0 & 31);
+    float d = ld_f16(b);
+    const uint8_t *qs = b + 2 + (j & 15);
+    int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[i] = d * (float)k_iq4nl_levels[(qs[i] >> sh) & 0xf];
+}
+/* IQ4_XS: 136 bytes / 256: f16 d | u16 scales_h | scales_l[4] | qs[128]; sub-block j of 32:
+ * 6-bit scale (low nibble of scales_l[j/2], nibble j mod 2; top bits 2j.. of scales_h) minus
+ * 32; nibbles of qs[16j..] as IQ4_NL. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ4_XS>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 136;
+    int i = (int)(e0 & 255), j = i >> 5, w = i & 31;
+    int ls = ((b[4 + (j >> 1)] >> (4 * (j & 1))) & 0xf) | (((b[2] | b[3] << 8) >> (2 * j)) & 3)
+                                                              << 4;
+    float d = ld_f16(b) * (float)(ls - 32);
+    const uint8_t *qs = b + 8 + 16 * j + (w & 15);
+    int sh = w >= 16 ? 4 : 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) y[k] = d * (float)k_iq4nl_levels[(qs[k] >> sh) & 0xf];
+}
+
 #endif /* SNUG_CUDA_COMMON_CUH */

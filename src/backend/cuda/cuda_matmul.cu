@@ -153,6 +153,18 @@ static bool mm_lookup(uint32_t type, struct mm_fns *f) {
     case SNUG_DTYPE_Q6_K:
         MM_FNS(SNUG_DTYPE_Q6_K, 256);
         return true;
+    case SNUG_DTYPE_Q2_K:
+        MM_FNS(SNUG_DTYPE_Q2_K, 256);
+        return true;
+    case SNUG_DTYPE_Q3_K:
+        MM_FNS(SNUG_DTYPE_Q3_K, 256);
+        return true;
+    case SNUG_DTYPE_IQ4_NL:
+        MM_FNS(SNUG_DTYPE_IQ4_NL, 32);
+        return true;
+    case SNUG_DTYPE_IQ4_XS:
+        MM_FNS(SNUG_DTYPE_IQ4_XS, 256);
+        return true;
     default:
         return false;
     }
