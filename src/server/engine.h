@@ -52,6 +52,20 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
+/* A per-job hook on token choice (all members optional; called on the engine thread). force:
+ * a token to emit without sampling, or -1; mask: set disallowed logits to -INFINITY; accept: a
+ * token was committed (emitted); allows: may a speculative draft be this token; rollback: undo
+ * the last n accepts. Today's engine calls force and accept; a job whose constraint has a
+ * `force` decodes without speculation (a forced token must never be drafted past). */
+struct snug_engine_constraint { /* all members optional; called on the engine thread */
+    void *user;
+    snug_token (*force)(void *user); /* a token to emit without sampling, or -1 */
+    void (*mask)(void *user, float *logits, int32_t n_vocab); /* disallowed -> -INFINITY */
+    void (*accept)(void *user, snug_token id);                /* a token was committed */
+    bool (*allows)(void *user, snug_token id);                /* speculative drafts */
+    void (*rollback)(void *user, int32_t n);                  /* undo the last n accepts */
+};
+
 /* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
  * on_done has returned, and may set `cancel` at any time from any thread. */
 struct snug_engine_job {
@@ -65,6 +79,7 @@ struct snug_engine_job {
     double deadline_s;        /* snug_time_s() deadline, 0 = none */
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;
+    const struct snug_engine_constraint *constraint; /* NULL = none */
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
