@@ -45,7 +45,7 @@ static void serve_usage(void) {
         "  --alias NAME            also answer to model NAME (repeatable, up to 16)\n"
         "  --any-model             accept any model name in requests\n"
         "  --cors ORIGIN           allow browser clients from ORIGIN ('*' = any); off by default\n"
-        "  --no-think              thinking off unless a request turns it on\n"
+        "  --no-think, --no-thinking  thinking off unless a request turns it on\n"
         "  --thinking-budget N     default reasoning budget in tokens (then the server closes "
         "the block)\n"
         "  --reasoning-repeat-guard N,K  close a reasoning block once an N-token span occurred K "
@@ -70,15 +70,28 @@ static int render_only(const struct snug_server_opts *o, const char *path, const
         return 2;
     }
     struct snug_server_error e = {0};
-    json_t *chat = !strcmp(api, "messages")    ? snug_server_messages_to_chat(req, &e)
-                   : !strcmp(api, "responses") ? snug_server_responses_to_chat(req, &e)
-                                               : json_incref(req);
-    json_decref(req);
     char *prompt = NULL;
     size_t len = 0;
-    if (!chat || snug_server_render_chat(o, chat, &prompt, &len, &e)) {
-        fprintf(stderr, "error: %s%s%s\n", e.param[0] ? e.param : "", e.param[0] ? ": " : "",
-                e.msg);
+    int rc;
+    if (!strcmp(api, "chat")) {
+        /* the renderer alone (no request validation), so its rejections are the template's own
+         * (the golden comparison against jinja2: tests/py/test_chat_template.py) */
+        struct snug_err err = {0};
+        struct snug_chat_opts co = snug_chat_default_opts(!o->no_think);
+        rc = snug_chat_opts_from_request(&co, req, &err);
+        if (!rc)
+            rc = snug_chat_render(json_object_get(req, "messages"), json_object_get(req, "tools"),
+                                  &co, &prompt, &len, &err);
+        if (rc) snprintf(e.msg, sizeof e.msg, "%.*s", (int)sizeof e.msg - 1, err.msg);
+        json_decref(req);
+    } else {
+        json_t *chat = !strcmp(api, "messages") ? snug_server_messages_to_chat(req, &e)
+                                                : snug_server_responses_to_chat(req, &e);
+        json_decref(req);
+        rc = !chat || snug_server_render_chat(o, chat, &prompt, &len, &e);
+    }
+    if (rc) {
+        fprintf(stderr, "error: %s\n", e.msg);
         return 1;
     }
     fwrite(prompt, 1, len, stdout);

@@ -264,9 +264,11 @@ static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_ser
                 return bad(e, "tools",
                            "each tool needs a \"name\" and an object \"input_schema\"%s", "");
             }
-            json_t *fn = json_pack("{s:s, s:O}", "name", name, "parameters", schema);
+            /* OpenAI's key order (name, description, parameters): the template prints it */
+            json_t *fn = json_pack("{s:s}", "name", name);
             const json_t *d = json_object_get(t, "description");
             if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+            json_object_set(fn, "parameters", (json_t *)schema);
             json_array_append_new(tools,
                                   json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }

@@ -314,12 +314,15 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
                 json_decref(chat);
                 return NULL;
             }
+            /* the chat tool's key order (name, description, parameters): the template prints it */
             json_t *fn = json_pack("{s:s}", "name", name);
-            const json_t *p = json_object_get(t, "parameters");
-            json_object_set(fn, "parameters", json_is_object(p) ? (json_t *)p : json_object());
-            if (!json_is_object(p)) json_decref(json_object_get(fn, "parameters"));
             const json_t *d = json_object_get(t, "description");
             if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+            const json_t *p = json_object_get(t, "parameters");
+            if (json_is_object(p))
+                json_object_set(fn, "parameters", (json_t *)p);
+            else
+                json_object_set_new(fn, "parameters", json_object());
             json_array_append_new(tools,
                                   json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }

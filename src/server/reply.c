@@ -621,6 +621,31 @@ static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum s
     return snug_srv_send_api_error(c, api, e);
 }
 
+/* Scripted turns (test seam): a --script file cut by lines "=== snug-script-turn ===" holds
+ * one script per turn of an agent loop; a chat request follows script number (tool results in
+ * its messages), the last one beyond. So a client that loops over tool calls (an agents SDK)
+ * gets a tool call first and an answer after the tool's result. */
+static void script_turn(const struct snug_server_req *q, const char **text, size_t *len) {
+    static const char SEP[] = "\n=== snug-script-turn ===\n";
+    size_t turn = 0, i;
+    const json_t *m;
+    json_array_foreach(q->messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "tool")) turn++;
+    }
+    const char *p = *text, *end = *text + *len;
+    for (;;) {
+        const char *cut = memmem(p, (size_t)(end - p), SEP, sizeof SEP - 1);
+        if (!cut || turn == 0) {
+            *text = p;
+            *len = (size_t)((cut && turn == 0 ? cut : end) - p);
+            return;
+        }
+        p = cut + sizeof SEP - 1;
+        turn--;
+    }
+}
+
 /* The generation path shared by every API: `body` (len bytes) or an already converted `root`
  * (stolen) is parsed as a chat/completion request; `api` picks the answer's shape. */
 static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
@@ -759,6 +784,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
+        if (!q->script) script_turn(q, &st_text, &st_len);
         if (tokenize_alloc(s->tok, st_text, st_len, &r->script, &r->job.n_script, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
