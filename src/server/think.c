@@ -90,11 +90,13 @@ static void start_closing(struct snug_think *t, enum snug_think_end why) {
 
 static snug_token think_force(void *user) {
     struct snug_think *t = user;
+    if (t->forcing) return t->i_close < t->n_close ? t->close[t->i_close] : -1;
     if (!t->in_reasoning) return -1;
-    if (!t->forcing && t->o.budget >= 0 && t->n_reasoning >= t->o.budget)
+    if (t->o.budget >= 0 && t->n_reasoning >= t->o.budget) {
         start_closing(t, SNUG_THINK_BUDGET);
-    if (!t->forcing || t->i_close >= t->n_close) return -1;
-    return t->close[t->i_close];
+        return t->close[0];
+    }
+    return -1;
 }
 
 /* FNV-1a over the span's token ids, never 0 (0 marks an empty table entry). */
@@ -132,8 +134,8 @@ static bool guard_push(struct snug_think *t, snug_token id) {
 
 static void think_accept(void *user, snug_token id) {
     struct snug_think *t = user;
-    if (!t->in_reasoning) return;
     if (t->forcing && t->i_close < t->n_close && id == t->close[t->i_close]) t->i_close++;
+    if (!t->in_reasoning) return;
     if (id == t->think_end || id == t->tool_call) {
         t->in_reasoning = false;
         if (t->end == SNUG_THINK_OPEN) t->end = SNUG_THINK_MODEL;
