@@ -63,44 +63,6 @@ json_t *snug_srv_json_str(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
-/* --cors (one server per process: set once at boot, read after) */
-static const char *g_cors;
-
-/* The request being answered on this connection thread (MHD runs one thread per connection),
- * for the access log. */
-struct access {
-    double t0;
-    int32_t n_prompt, n_gen, n_cached;
-    bool has_tokens;
-};
-static _Thread_local struct access *tl_access;
-
-void snug_srv_log_usage(int32_t n_prompt, int32_t n_gen, int32_t n_cached) {
-    if (!tl_access) return;
-    tl_access->n_prompt = n_prompt;
-    tl_access->n_gen = n_gen;
-    tl_access->n_cached = n_cached;
-    tl_access->has_tokens = true;
-}
-
-enum MHD_Result snug_srv_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
-    if (g_cors) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", g_cors);
-        if (strcmp(g_cors, "*")) MHD_add_response_header(r, "Vary", "Origin");
-    }
-    return MHD_queue_response(c, status, r);
-}
-
-bool snug_srv_model_matches(const struct snug_srv *s, const char *m) {
-    if (!m || !*m || s->opts.any_model) return true;
-    if (!strcmp(m, s->model_id)) return true;
-    for (int i = 0; i < s->opts.n_aliases; i++)
-        if (!strcmp(m, s->opts.aliases[i])) return true;
-    size_t n = strlen(s->model_id);
-    return n > 5 && !strcmp(s->model_id + n - 5, ".gguf") && strlen(m) == n - 5 &&
-           !strncmp(m, s->model_id, n - 5);
-}
-
 enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
     char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -122,37 +84,6 @@ enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_
         json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", e->msg, "type",
                   e->type ? e->type : "invalid_request_error", "param",
                   e->param[0] ? json_string(e->param) : json_null(), "code", e->http_status);
-    return snug_srv_send_json(c, (unsigned)e->http_status, b);
-}
-
-/* Anthropic's error types by HTTP status (docs.anthropic.com, "Errors"). */
-static const char *anthropic_error_type(int status) {
-    switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 404:
-        return "not_found_error";
-    case 413:
-        return "request_too_large";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-    case 529:
-        return "overloaded_error";
-    default:
-        return "api_error";
-    }
-}
-
-enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
-                                        const struct snug_server_error *e) {
-    if (api != SNUG_API_ANTHROPIC) return snug_srv_send_error(c, e);
-    json_t *b = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-                          anthropic_error_type(e->http_status), "message", e->msg);
     return snug_srv_send_json(c, (unsigned)e->http_status, b);
 }
 
@@ -231,41 +162,6 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
 }
 
 /* ==== small endpoints ======================================================================= */
-
-/* The model object of /v1/models under the name `id`. */
-static json_t *model_json(struct snug_srv *s, const char *id) {
-    struct snug_engine_stats st;
-    snug_engine_get_stats(s->engine, &st);
-    return json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", id, "object",
-                     "model", "created", (json_int_t)s->created, "owned_by", "snug", "meta", "arch",
-                     snug_model_arch(s->model), "n_vocab", snug_model_n_vocab(s->model), "n_embd",
-                     snug_model_n_embd(s->model), "n_ctx", st.n_ctx, "n_ctx_train",
-                     (json_int_t)snug_model_n_ctx_train(s->model));
-}
-
-/* GET /v1/models: the served model under its file name, then each --alias. */
-static enum MHD_Result do_models(struct snug_srv *s, struct MHD_Connection *c) {
-    json_t *data = json_array();
-    json_array_append_new(data, model_json(s, s->model_id));
-    for (int i = 0; i < s->opts.n_aliases; i++)
-        json_array_append_new(data, model_json(s, s->opts.aliases[i]));
-    snug_srv_count(s, ROUTE_MODELS, 200);
-    return snug_srv_send_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
-}
-
-/* GET /v1/models/{id}: the model object when id names the served model, else 404. */
-static enum MHD_Result do_model(struct snug_srv *s, struct MHD_Connection *c, const char *id) {
-    if (!*id || !snug_srv_model_matches(s, id)) {
-        struct snug_server_error e;
-        snug_server_error_set(&e, 404, "invalid_request_error", "model",
-                              "the model '%s' does not exist; this server serves '%s'", id,
-                              s->model_id);
-        snug_srv_count(s, ROUTE_MODEL, 404);
-        return snug_srv_send_error(c, &e);
-    }
-    snug_srv_count(s, ROUTE_MODEL, 200);
-    return snug_srv_send_json(c, 200, model_json(s, id));
-}
 
 static enum MHD_Result do_health(struct snug_srv *s, struct MHD_Connection *c) {
     struct snug_engine_stats st;
@@ -503,9 +399,7 @@ static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *
 struct conn {
     struct snug_sbuf body;
     bool too_big;
-    struct access log;
-    char method[16];
-    char url[160];
+    struct snug_srv_access log;
 };
 
 /* The key of `Authorization: Bearer K` or Anthropic's `x-api-key: K` (compared in constant
@@ -551,23 +445,6 @@ static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum
         &e);
 }
 
-/* A CORS preflight (OPTIONS with --cors on): 204 with the methods and headers allowed. */
-static enum MHD_Result preflight(struct MHD_Connection *c) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    const char *want =
-        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-    MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                            want && *want ? want
-                                          : "Authorization, Content-Type, x-api-key, "
-                                            "anthropic-version, anthropic-beta");
-    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
-    enum MHD_Result res = snug_srv_queue(c, 204, r);
-    MHD_destroy_response(r);
-    return res;
-}
-
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -577,12 +454,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = snug_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
-        cc->log.t0 = snug_time_s();
-        snprintf(cc->method, sizeof cc->method, "%s", method);
-        snprintf(cc->url, sizeof cc->url, "%s", url);
+        snug_srv_access_begin(&cc->log, method, url);
         return MHD_YES;
     }
-    tl_access = &cc->log;
+    snug_srv_access_enter(&cc->log);
     if (*upload_data_size) {
         size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
         if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
@@ -595,7 +470,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     enum snug_route r = route_of(url);
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (g_cors && !strcmp(method, "OPTIONS")) return preflight(c); /* no key: browsers send none */
+    if (s->opts.cors_origin && !strcmp(method, "OPTIONS"))
+        return snug_srv_preflight(c); /* no key: browsers send none */
     if (r != ROUTE_HEALTH && !auth_ok(s, c))
         return reject(s, c, r, 401, "authentication_error", "%s",
                       "missing or wrong API key: send 'Authorization: Bearer <key>' or "
@@ -624,7 +500,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case ROUTE_COMPLETION:
         return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len);
     case ROUTE_MODELS:
-        return do_models(s, c);
+        return snug_srv_models(s, c);
     case ROUTE_HEALTH:
         return do_health(s, c);
     case ROUTE_METRICS:
@@ -640,7 +516,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case ROUTE_RESPONSES:
         return snug_resp_handle(s, c, body, len);
     case ROUTE_MODEL:
-        return do_model(s, c, url + 11);
+        return snug_srv_model(s, c, url + 11);
     default:
         return MHD_NO;
     }
@@ -650,21 +526,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     struct conn *cc = *con_cls;
     if (!cc) return;
-    struct snug_srv *s = cls;
-    if (!s->opts.no_access_log) {
-        /* the access log: one line per request (never a header, so never the API key) */
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
-        unsigned status = ci ? ci->http_status : 0;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
-        char tokens[96] = "";
-        if (cc->log.has_tokens)
-            snprintf(tokens, sizeof tokens, " prompt=%d gen=%d cached=%d", cc->log.n_prompt,
-                     cc->log.n_gen, cc->log.n_cached);
-        fprintf(stderr, "snug serve: %s %s %u%s %.1fms\n", cc->method, cc->url, status, tokens,
-                (snug_time_s() - cc->log.t0) * 1e3);
-    }
-    if (tl_access == &cc->log) tl_access = NULL;
+    snug_srv_access_end(cls, &cc->log, c, toe);
     snug_sbuf_free(&cc->body);
     snug_free(cc);
     *con_cls = NULL;
@@ -701,7 +563,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
-    g_cors = opts->cors_origin;
+    snug_srv_cors_init(opts->cors_origin);
     s->t_start = snug_time_s();
     s->created = (long)time(NULL);
     const char *base = strrchr(opts->model_path, '/');

@@ -56,6 +56,27 @@ enum snug_api { SNUG_API_OPENAI = 0, SNUG_API_ANTHROPIC = 1, SNUG_API_RESPONSES 
 
 struct snug_responses_store; /* api_responses.c */
 
+/* The access-log record of one request (http_api.c). */
+struct snug_srv_access {
+    double t0;
+    int32_t n_prompt, n_gen, n_cached;
+    bool has_tokens;
+    char method[16];
+    char url[160];
+};
+void snug_srv_access_begin(struct snug_srv_access *a, const char *method, const char *url);
+/* The request this connection thread now answers (snug_srv_log_usage writes to it). */
+void snug_srv_access_enter(struct snug_srv_access *a);
+/* The request is over: its log line (unless --no-access-log). */
+void snug_srv_access_end(struct snug_srv *s, struct snug_srv_access *a, struct MHD_Connection *c,
+                         enum MHD_RequestTerminationCode toe);
+void snug_srv_cors_init(const char *origin);
+/* OPTIONS under --cors: 204 with the Access-Control-Allow-* headers. */
+enum MHD_Result snug_srv_preflight(struct MHD_Connection *c);
+/* GET /v1/models (the file name, then each alias) and GET /v1/models/{id}. */
+enum MHD_Result snug_srv_models(struct snug_srv *s, struct MHD_Connection *c);
+enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, const char *id);
+
 /* Queue a response, adding the CORS headers when --cors is on; returns MHD's result. */
 enum MHD_Result snug_srv_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
 /* Record the token counts of the request being answered on this thread (access log). */
