@@ -684,7 +684,8 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     int32_t n_prompt = 0;
     bool in_reasoning = false;
     if (kind == SNUG_REQ_CHAT) {
-        struct snug_chat_opts co = snug_chat_default_opts(!s->opts.no_think && !q->effort_no_think);
+        struct snug_chat_opts co =
+            snug_chat_default_opts(q->has_effort ? !q->effort_no_think : !s->opts.no_think);
         char *text = NULL;
         size_t tlen = 0;
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
@@ -947,7 +948,8 @@ int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char
     struct snug_err err = {0};
     *prompt = NULL;
     if (snug_server_req_parse_json(&q, SNUG_REQ_CHAT, chat, e) != SNUG_OK) return -1;
-    struct snug_chat_opts co = snug_chat_default_opts(!o->no_think && !q.effort_no_think);
+    struct snug_chat_opts co =
+        snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !o->no_think);
     const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
     int rc = snug_chat_opts_from_request(&co, q.root, &err);
     if (rc == SNUG_OK) rc = snug_chat_render(q.messages, tools, &co, prompt, len, &err);

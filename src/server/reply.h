@@ -27,7 +27,6 @@ struct snug_api_stream {
     int cur_index;  /* index of the open block */
     int64_t seq;    /* Responses: sequence_number */
     size_t text_from, reasoning_from; /* bytes already in earlier blocks */
-    int tools_done;                   /* tool blocks closed */
     char item_id[112];                /* Responses: the open item's id */
     json_t *items;                    /* Responses: output items closed so far (owned) */
 };

@@ -229,6 +229,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
             return bad(e, "reasoning_effort",
                        "'reasoning_effort' must be \"none\", \"minimal\", \"low\", "
                        "\"medium\", \"high\" or \"xhigh\"");
+        r->has_effort = true;
         if (!has) r->thinking_budget = eb, r->has_budget = true;
     }
     if ((v = field(o, "chat_template_kwargs")) && !json_is_object(v))

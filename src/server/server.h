@@ -97,6 +97,7 @@ struct snug_server_req {
      * "reasoning_effort" mapped to a budget (snug_server_effort_budget); has_budget = given */
     int32_t thinking_budget;
     bool has_budget;
+    bool has_effort;      /* "reasoning_effort" given: it decides thinking on / off */
     bool effort_no_think; /* reasoning_effort "none" / "minimal": thinking off */
     bool continue_final;  /* "continue_final_message": the last assistant turn is left open */
 };

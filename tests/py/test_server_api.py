@@ -429,6 +429,11 @@ def test_cli(res, model, tmp):
                         capture_output=True, text=True)
     bad = subprocess.run([SNUG, "serve", "--render-only", req, "--bogus"], capture_output=True,
                          text=True)
+    body = {"model": MODEL, "input": "x", "reasoning": {"effort": "low"}}
+    eff = render(body, "responses", "--no-think")
+    off = render(dict(body, reasoning={"effort": "none"}), "responses")
+    res.check(eff and eff.endswith("<think>\n") and off and off.endswith("</think>\n\n"),
+              "reasoning effort low turns thinking on under --no-think; none turns it off")
     res.check(ok.returncode == 0 and ok.stdout.endswith("<think>\n\n</think>\n\n") and
               bad.returncode == 2 and "--bogus" in bad.stderr,
               "--render-only takes serve's flags and rejects unknown ones")
