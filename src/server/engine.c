@@ -277,6 +277,9 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
 static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     struct snug_engine_job *j = s->job;
     snug_token id;
+    /* the job's constraint (engine.h): this engine calls force and accept; a job whose
+     * constraint can force decodes without speculation (a forced token must never be drafted
+     * past) */
     const struct snug_engine_constraint *c = j->constraint;
     snug_token forced = c && c->force ? c->force(c->user) : -1;
     if (forced >= 0) {

@@ -52,11 +52,6 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
-/* A per-job hook on token choice (all members optional; called on the engine thread). force:
- * a token to emit without sampling, or -1; mask: set disallowed logits to -INFINITY; accept: a
- * token was committed (emitted); allows: may a speculative draft be this token; rollback: undo
- * the last n accepts. Today's engine calls force and accept; a job whose constraint has a
- * `force` decodes without speculation (a forced token must never be drafted past). */
 struct snug_engine_constraint { /* all members optional; called on the engine thread */
     void *user;
     snug_token (*force)(void *user); /* a token to emit without sampling, or -1 */
