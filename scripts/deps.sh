@@ -3,7 +3,8 @@
 # Debian packages: compilers, CMake/Ninja, PCRE2 (pre-tokenizer regex), utf8proc (NFC),
 # jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client), libpng /
 # libjpeg-turbo / libwebp (image decoding for the vision tower). Python packages (tests only): numpy,
-# tokenizers, gguf, jinja2, openai, pytest, pillow (the image-preprocessing reference).
+# tokenizers, gguf, jinja2, openai, pytest, pillow (the image-preprocessing reference), anthropic
+# and openai-agents (the agent-client SDKs the server's API tests drive: tests/py/test_server_api.py).
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
       libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3
@@ -19,7 +20,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 if [ "${1:-}" = "--python" ]; then
-  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest pillow >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL
+  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest pillow anthropic openai-agents >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents
 PY
 fi

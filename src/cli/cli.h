@@ -19,8 +19,7 @@ int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
-int cmd_serve_render(int argc, char **argv); /* serve --render-only */
-int cmd_bench_local(int argc, char **argv);  /* cmd_bench_local.c: pp/tg timing on this CPU */
+int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
 struct cli_backend;
 /* bench-local --verify (cmd_bench_verify.c): speculative verify/draft/rollback cost vs decode;
  * accept > 0 also prints the k = 3 speed-up at that many tokens per verification. */

@@ -1,14 +1,18 @@
 /* cmd_serve.c — `snug serve`: parse the flags into struct snug_server_opts and run the
- * OpenAI-compatible server until SIGINT/SIGTERM; `snug serve --render-only REQUEST.json` prints
- * the chat prompt a request renders to (the chat renderer's test hook).
+ * OpenAI-compatible server until SIGINT/SIGTERM; `snug serve --render-only REQUEST.json [same
+ * flags]` prints the chat prompt a request renders to (the chat renderer's test hook), with
+ * `--render-api messages|responses` for a body of the Anthropic / Responses APIs.
  * Read next: src/server/server.h.
  */
 #include "cli.h"
 #include "cli_cache.h"
 
+#include "core/core.h"
+
 #include "server/chat.h"
 #include "plan/plan.h"
 #include "server/server.h"
+#include "server/think.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,41 +20,104 @@
 static void serve_usage(void) {
     fprintf(
         stderr,
-        "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N|max] [--slots N]\n"
-        "                  [--kv F|auto] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
-        "[--api-key K] [--threads N] "
-        "[--spec-draft N] [--budget SIZE] "
-        "[--no-think]\n"
-        "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
-        "                  [--port-file FILE] [--script FILE]\n"
-        "       snug serve --render-only REQUEST.json [--no-thinking]\n"
-        "  --ctx       context per slot in tokens; default (or max): the largest the budget "
-        "allows,\n"
-        "              capped at the trained length (docs/memory.md)\n"
-        "  --kv auto   the least lossy KV format (or K/V pair) reaching the context\n"
-        "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
-        "              free slots before 503 (default 4 x slots)\n"
-        "  --budget SIZE  the memory the plan must fit (e.g. 2GiB); default for sizing: the\n"
-        "              physical memory minus max(1/8, 1 GiB). The boot log's `plan:` line\n"
-        "              repeats the choice as flags that give the same plan.\n"
-        "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
-        "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
-        "  --port 0    any free port; --port-file writes the bound port to FILE\n"
-        "  --script    TEST ONLY: generation follows FILE's text (or a request's "
-        "snug_script)\n" CLI_CACHE_USAGE
-        "  --no-prompt-normalize  keep agent clients' per-request spans (the Claude Code\n"
-        "              billing line) in the prompt (docs/prefix-cache.md)\n");
+        "usage: snug serve -m M.gguf [flags]\n"
+        "       snug serve --render-only REQUEST.json [--render-api chat|messages|responses] "
+        "[flags]\n"
+        "  -m, --model FILE        the GGUF model to serve (required)\n"
+        "  --host ADDR             IPv4 address to listen on (default 127.0.0.1)\n"
+        "  --port N                TCP port (default 8080; 0 = any free port)\n"
+        "  --port-file FILE        write the bound port to FILE once listening\n"
+        "  --ctx N|max             context per slot in tokens; default (or max): the largest the "
+        "budget\n"
+        "                          allows, capped at the trained length (docs/memory.md)\n"
+        "  --slots N               requests generated concurrently (default 1)\n"
+        "  --queue N               requests waiting beyond the free slots before 503 (default 4 x "
+        "slots)\n"
+        "  --kv F|auto             attention KV cache format for K and V: f16 f32 bf16 q8_0 fp8 "
+        "tq4 tq3;\n"
+        "                          auto: the least lossy format (or K/V pair) reaching the "
+        "context\n"
+        "  --kv-k F, --kv-v F      the KV format of the keys / of the values alone\n"
+        "  --threads N, -t N       threads per context (default: all CPUs)\n"
+        "  --spec-draft N          MTP drafts per speculative step (default 3 with an MTP block, "
+        "else 0)\n"
+        "  --budget SIZE           the memory the plan must fit (e.g. 2GiB); default for sizing: "
+        "the\n"
+        "                          physical memory minus max(1/8, 1 GiB); the boot log's `plan:`\n"
+        "                          line repeats the choice as flags that give the same plan\n"
+        "  --api-key K             require 'Authorization: Bearer K' or 'x-api-key: K' (not on "
+        "/health)\n"
+        "  --timeout SECONDS       per-request time limit (default 600)\n"
+        "  --max-body BYTES        request body limit (default 8 MiB; larger bodies get 413)\n"
+        "  --alias NAME            also answer to model NAME (repeatable, up to 16)\n"
+        "  --any-model             accept any model name in requests\n"
+        "  --cors ORIGIN           allow browser clients from ORIGIN ('*' = any); off by default\n"
+        "  --no-think, --no-thinking  thinking off unless a request turns it on\n"
+        "  --thinking-budget N     default reasoning budget in tokens (then the server closes "
+        "the block)\n"
+        "  --reasoning-repeat-guard N,K  close a reasoning block once an N-token span occurred K "
+        "times\n"
+        "  --responses-store N     /v1/responses kept for previous_response_id (LRU, default 64)\n"
+        "  --no-access-log         no per-request line on stderr\n"
+        "  --no-prompt-normalize   keep agent clients' per-request spans (the Claude Code billing "
+        "line)\n" CLI_CACHE_USAGE
+        "  --script FILE           TEST ONLY: generation follows FILE's text (or a request's "
+        "snug_script)\n"
+        "  --render-only FILE      print the prompt a request body renders to and exit ('-' = "
+        "stdin)\n"
+        "  --render-api API        the body's API for --render-only: chat (default), messages, "
+        "responses\n");
+}
+
+/* --render-only: the prompt of a request body, rendered as the server would. */
+static int render_only(const struct snug_server_opts *o, const char *path, const char *api) {
+    json_error_t jerr;
+    json_t *req = !strcmp(path, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &jerr)
+                                     : json_load_file(path, JSON_ALLOW_NUL, &jerr);
+    if (!req) {
+        fprintf(stderr, "error: %s: %s (line %d)\n", path, jerr.text, jerr.line);
+        return 2;
+    }
+    struct snug_server_error e = {0};
+    char *prompt = NULL;
+    size_t len = 0;
+    int rc;
+    if (!strcmp(api, "chat")) {
+        /* the renderer alone (no request validation), so its rejections are the template's own
+         * (the golden comparison against jinja2: tests/py/test_chat_template.py) */
+        struct snug_err err = {0};
+        struct snug_chat_opts co = snug_chat_default_opts(!o->no_think);
+        rc = snug_chat_opts_from_request(&co, req, &err);
+        if (!rc)
+            rc = snug_chat_render(json_object_get(req, "messages"), json_object_get(req, "tools"),
+                                  &co, &prompt, &len, &err);
+        if (rc) snprintf(e.msg, sizeof e.msg, "%.*s", (int)sizeof e.msg - 1, err.msg);
+        json_decref(req);
+    } else {
+        json_t *chat = !strcmp(api, "messages") ? snug_server_messages_to_chat(req, &e)
+                                                : snug_server_responses_to_chat(req, &e);
+        json_decref(req);
+        rc = !chat || snug_server_render_chat(o, chat, &prompt, &len, &e);
+    }
+    if (rc) {
+        fprintf(stderr, "error: %s\n", e.msg);
+        return 1;
+    }
+    fwrite(prompt, 1, len, stdout);
+    fflush(stdout);
+    snug_free(prompt);
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
-    struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
+    struct snug_server_opts o = {
+        .host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1, .thinking_budget = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
     bool ctx_max = false;
     struct snug_plan_cache_flags cache = {0};
+    const char *render_path = NULL, *render_api = "chat";
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -95,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
             kv_code = cli_kv_code(&kv);
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--no-think")) {
+        } else if (!strcmp(a, "--no-think") || !strcmp(a, "--no-thinking")) {
             o.no_think = true;
         } else if (!strcmp(a, "--no-prompt-normalize")) {
             o.no_prompt_normalize = true;
@@ -111,6 +178,45 @@ int cmd_serve(int argc, char **argv) {
             o.max_body_bytes = (size_t)v;
         } else if (!strcmp(a, "--port-file")) {
             if (!(o.port_file = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--alias")) {
+            const char *n = cli_value(argc, argv, &i);
+            if (!n) return 2;
+            if (o.n_aliases >= SNUG_SERVER_MAX_ALIASES) {
+                fprintf(stderr, "snug serve: at most %d --alias names\n", SNUG_SERVER_MAX_ALIASES);
+                return 2;
+            }
+            o.aliases[o.n_aliases++] = n;
+        } else if (!strcmp(a, "--any-model")) {
+            o.any_model = true;
+        } else if (!strcmp(a, "--cors")) {
+            if (!(o.cors_origin = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--thinking-budget")) {
+            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > INT32_MAX) {
+                fprintf(stderr, "snug serve: --thinking-budget wants a token count >= 0\n");
+                return 2;
+            }
+            o.thinking_budget = (int32_t)v;
+        } else if (!strcmp(a, "--reasoning-repeat-guard")) {
+            const char *g = cli_value(argc, argv, &i);
+            if (!g || !snug_think_parse_guard(g, &o.repeat_n, &o.repeat_k)) {
+                fprintf(stderr, "snug serve: --reasoning-repeat-guard wants N,K (span of N in "
+                                "1..4096 tokens, K >= 2 occurrences), e.g. 16,4\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--responses-store")) {
+            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1000000) return 2;
+            o.responses_store = (int32_t)v;
+        } else if (!strcmp(a, "--no-access-log")) {
+            o.no_access_log = true;
+        } else if (!strcmp(a, "--render-only")) {
+            if (!(render_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--render-api")) {
+            if (!(render_api = cli_value(argc, argv, &i))) return 2;
+            if (strcmp(render_api, "chat") && strcmp(render_api, "messages") &&
+                strcmp(render_api, "responses")) {
+                fprintf(stderr, "snug serve: --render-api wants chat, messages or responses\n");
+                return 2;
+            }
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage();
             return 0;
@@ -120,6 +226,7 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
+    if (render_path) return render_only(&o, render_path, render_api);
     if (!o.model_path) {
         serve_usage();
         return 2;

@@ -1,6 +1,8 @@
 /* main.c — `snug <command> [args]`: dispatch to the subcommands declared in cli.h. */
 #include "cli.h"
 
+#include "quant/quant.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,8 @@ static const struct command COMMANDS[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: snug <command> [options]\n\ncommands:\n");
+    fprintf(f, "usage: snug <command> [options]   (snug --version: version and build)\n\n"
+               "commands:\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(f, "  %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
 }
@@ -78,7 +81,34 @@ int cli_float(int argc, char **argv, int *i, double *out) {
     return 1;
 }
 
+#ifndef SNUG_VERSION
+#define SNUG_VERSION "0.0.0"
+#endif
+#ifndef SNUG_GIT_COMMIT
+#define SNUG_GIT_COMMIT "unknown"
+#endif
+
+/* `snug --version`: version, the commit built, and the build options that change behaviour. */
+static int version(void) {
+#ifdef SNUG_HAVE_CUDA
+    const char *cuda = "on";
+#else
+    const char *cuda = "off";
+#endif
+    printf("snug %s (commit %s)\nbuild: CUDA %s, SIMD %s (this CPU; SNUG_CPU overrides), %s\n",
+           SNUG_VERSION, SNUG_GIT_COMMIT, cuda, snug_cpu_level_name(snug_cpu_level()),
+#ifdef __OPTIMIZE__
+           "optimized"
+#else
+           "debug"
+#endif
+    );
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")))
+        return version();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

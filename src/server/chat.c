@@ -62,6 +62,12 @@ int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *reque
             return snug_err_set(err, SNUG_ERR_INVALID, "add_generation_prompt must be a boolean");
         opts->add_generation_prompt = json_is_true(agp);
     }
+    const json_t *cf = json_object_get(request, "continue_final_message");
+    if (cf && !json_is_null(cf)) {
+        if (!json_is_boolean(cf))
+            return snug_err_set(err, SNUG_ERR_INVALID, "continue_final_message must be a boolean");
+        opts->continue_final = json_is_true(cf);
+    }
     const json_t *kw = json_object_get(request, "chat_template_kwargs");
     if (!kw || json_is_null(kw)) return SNUG_OK;
     if (!json_is_object(kw))
@@ -274,6 +280,12 @@ static const json_t *role_of(const json_t *m) {
     return json_object_get(m, "role");
 }
 
+/* "system", or OpenAI's "developer" (the same instructions under a newer name, rendered as the
+ * template's system turn). */
+static bool is_system(const json_t *role) {
+    return is_str(role, "system") || is_str(role, "developer");
+}
+
 /* The tool-call loop of an assistant turn: each call re-rendered in the XML format the model
  * writes. `content` is the turn's (split) content, for the "\n\n" before the first call. */
 static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv content,
@@ -342,7 +354,7 @@ static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv
 /* One assistant turn: reasoning from reasoning_content or split out of the content at
  * "</think>", kept when preserve_thinking or after the last user query; then the tool calls. */
 static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv content, bool keep,
-                            size_t msg_i, struct snug_err *err) {
+                            bool open, size_t msg_i, struct snug_err *err) {
     struct sv reasoning = {"", 0};
     const json_t *rc = json_object_get(m, "reasoning_content");
     if (json_is_string(rc)) {
@@ -368,7 +380,7 @@ static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv cont
     snug_sbuf_append(b, content.p, content.n);
     int st = render_tool_calls(b, json_object_get(m, "tool_calls"), content, msg_i, err);
     if (st) return st;
-    snug_sbuf_puts(b, "<|im_end|>\n");
+    if (!open) snug_sbuf_puts(b, "<|im_end|>\n");
     return SNUG_OK;
 }
 
@@ -413,7 +425,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         }
         snug_sbuf_puts(&b, "\n</tools>");
         snug_sbuf_puts(&b, TOOLS_INSTRUCTIONS);
-        if (is_str(role_of(m0), "system")) {
+        if (is_system(role_of(m0))) {
             if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, false, &vis, &c,
                                       err)))
                 goto fail;
@@ -423,7 +435,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
             }
         }
         snug_sbuf_puts(&b, "<|im_end|>\n");
-    } else if (is_str(role_of(m0), "system")) {
+    } else if (is_system(role_of(m0))) {
         if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, false, &vis, &c, err)))
             goto fail;
         snug_sbuf_puts(&b, "<|im_start|>system\n");
@@ -457,7 +469,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         const json_t *role = role_of(m);
         if ((st = content_trimmed(&s, json_object_get(m, "content"), false, true, &vis, &c, err)))
             goto fail;
-        if (is_str(role, "system")) {
+        if (is_system(role)) {
             if (i != 0) {
                 st =
                     snug_err_set(err, SNUG_ERR_INVALID, "System message must be at the beginning.");
@@ -470,8 +482,9 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
             snug_sbuf_puts(&b, "<|im_end|>\n");
         } else if (is_str(role, "assistant")) {
             bool keep = opts->preserve_thinking || i > last_query;
+            bool open = opts->continue_final && i == n - 1;
             mark(mk, b.len);
-            if ((st = render_assistant(&b, m, c, keep, i, err))) goto fail;
+            if ((st = render_assistant(&b, m, c, keep, open, i, err))) goto fail;
         } else if (is_str(role, "tool")) {
             /* consecutive tool results share one user turn */
             if (i > 0 && !is_str(role_of(json_array_get(messages, i - 1)), "tool")) {
@@ -489,8 +502,13 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         }
     }
 
-    /* ---- generation prompt ---- */
-    if (opts->add_generation_prompt) {
+    if (opts->continue_final && !is_str(role_of(json_array_get(messages, n - 1)), "assistant")) {
+        st = snug_err_set(err, SNUG_ERR_INVALID,
+                          "continue_final_message needs a final assistant message to continue");
+        goto fail;
+    }
+    /* ---- generation prompt (none when the final assistant turn is continued) ---- */
+    if (opts->add_generation_prompt && !opts->continue_final) {
         mark(mk, b.len);
         if (mk) mk->last_end = b.len;
         snug_sbuf_puts(&b, "<|im_start|>assistant\n");

@@ -28,6 +28,10 @@ struct snug_chat_opts {
     /* "Picture N: " / "Video N: " before each image / video placeholder (N counts over the
      * conversation). Template: `if add_vision_id` (Jinja truth of the kwarg); default off. */
     bool add_vision_id;
+    /* continue the final assistant message: it is rendered open (no "<|im_end|>"), no generation
+     * prompt follows, and the model's output continues its text (vLLM's continue_final_message,
+     * Anthropic's assistant prefill). The final message must be an assistant turn. */
+    bool continue_final;
 };
 
 /* Defaults: enable_thinking = `thinking_default` (the server flag), preserve_thinking false,
@@ -38,6 +42,7 @@ struct snug_chat_opts snug_chat_default_opts(bool thinking_default);
  *   "add_generation_prompt": bool                       (top level, as vLLM)
  *   "chat_template_kwargs": {"enable_thinking": bool, "preserve_thinking": bool,
  *                            "add_vision_id": any (Jinja truth)}
+ *   "continue_final_message": bool                      (top level, as vLLM)
  * Jinja semantics are kept: thinking is off only for a JSON `false`, preserve_thinking is on
  * only for a JSON `true`. A chat_template_kwargs that is not an object → SNUG_ERR_INVALID. */
 int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *request,

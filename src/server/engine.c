@@ -215,7 +215,12 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     s->usage.slot = s->index;
     s->usage.n_prompt = j->n_prompt;
     s->usage.n_cached = n_reuse;
-    if (e->n_draft > 0) snug_ctx_spec_stats(s->ctx, &s->spec0);
+    if (e->n_draft > 0) {
+        snug_ctx_spec_stats(s->ctx, &s->spec0);
+        /* the rejection sampler's own generator starts from the job's seed, so the same request
+         * with the same seed gives the same text (it used to run on across requests) */
+        snug_spec_seed(s->ctx, j->sampler.seed ^ 0x5bd1e9955bd1e995ull);
+    }
     s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
     s->sched = (struct snug_prefix_sched){.n_prompt = j->n_prompt,
                                           .n_chunk = e->n_chunk,
@@ -348,13 +353,20 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
 static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     struct snug_engine_job *j = s->job;
     snug_token id;
-    if (j->script) {
+    /* the job's constraint (engine.h): this engine calls force and accept; a job whose
+     * constraint can force decodes without speculation (a forced token must never be drafted
+     * past) */
+    const struct snug_engine_constraint *c = j->constraint;
+    snug_token forced = c && c->force ? c->force(c->user) : -1;
+    if (forced >= 0) {
+        id = forced; /* a forced token does not advance a script */
+    } else if (j->script) {
         if (s->script_pos >= j->n_script) {
             slot_finish(e, s, SNUG_FINISH_STOP, NULL);
             return false;
         }
         id = j->script[s->script_pos++];
-    } else if (e->n_draft > 0 && !j->logprobs) {
+    } else if (e->n_draft > 0 && !j->logprobs && !(c && c->force)) {
         if (!spec_next(e, s, &id)) return false;
     } else {
         id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
@@ -362,6 +374,7 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     struct snug_engine_logprob lp;
     if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
     s->n_gen++;
+    if (c && c->accept) c->accept(c->user, id);
     pthread_mutex_lock(&e->mu);
     e->stats.gen_tokens++;
     pthread_mutex_unlock(&e->mu);

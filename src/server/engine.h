@@ -54,6 +54,15 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
+struct snug_engine_constraint { /* all members optional; called on the engine thread */
+    void *user;
+    snug_token (*force)(void *user); /* a token to emit without sampling, or -1 */
+    void (*mask)(void *user, float *logits, int32_t n_vocab); /* disallowed -> -INFINITY */
+    void (*accept)(void *user, snug_token id);                /* a token was committed */
+    bool (*allows)(void *user, snug_token id);                /* speculative drafts */
+    void (*rollback)(void *user, int32_t n);                  /* undo the last n accepts */
+};
+
 /* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
  * on_done has returned, and may set `cancel` at any time from any thread. */
 struct snug_engine_job {
@@ -72,6 +81,7 @@ struct snug_engine_job {
      * checkpoint positions (src/prefix/prefix_sched.h) */
     const int32_t *msg_starts;
     int32_t n_msg_starts, system_end, last_end;
+    const struct snug_engine_constraint *constraint; /* NULL = none */
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */

@@ -76,7 +76,7 @@ enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, js
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result res = MHD_queue_response(c, status, r);
+    enum MHD_Result res = snug_srv_queue(c, status, r);
     MHD_destroy_response(r);
     return res;
 }
@@ -111,6 +111,10 @@ static const char *route_name(enum snug_route r) {
                                              "/metrics",
                                              "/tokenize",
                                              "/detokenize",
+                                             "/v1/messages",
+                                             "/v1/messages/count_tokens",
+                                             "/v1/responses",
+                                             "/v1/models/{id}",
                                              "other"};
     return names[r];
 }
@@ -193,19 +197,6 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
 }
 
 /* ==== small endpoints ======================================================================= */
-
-static enum MHD_Result do_models(struct snug_srv *s, struct MHD_Connection *c) {
-    struct snug_engine_stats st;
-    snug_engine_get_stats(s->engine, &st);
-    json_t *m =
-        json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", s->model_id, "object",
-                  "model", "created", (json_int_t)s->created, "owned_by", "snug", "meta", "arch",
-                  snug_model_arch(s->model), "n_vocab", snug_model_n_vocab(s->model), "n_embd",
-                  snug_model_n_embd(s->model), "n_ctx", st.n_ctx, "n_ctx_train",
-                  (json_int_t)snug_model_n_ctx_train(s->model));
-    snug_srv_count(s, ROUTE_MODELS, 200);
-    return snug_srv_send_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
-}
 
 static enum MHD_Result do_health(struct snug_srv *s, struct MHD_Connection *c) {
     struct snug_engine_stats st;
@@ -329,7 +320,7 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     snug_free(txt);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
-    enum MHD_Result res = MHD_queue_response(c, 200, r);
+    enum MHD_Result res = snug_srv_queue(c, 200, r);
     MHD_destroy_response(r);
     return res;
 }
@@ -444,13 +435,19 @@ static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *
 struct conn {
     struct snug_sbuf body;
     bool too_big;
+    struct snug_srv_access log;
 };
 
+/* The key of `Authorization: Bearer K` or Anthropic's `x-api-key: K` (compared in constant
+ * time; never logged). */
 static bool auth_ok(struct snug_srv *s, struct MHD_Connection *c) {
     if (!s->opts.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    const char *k = h + 7, *want = s->opts.api_key;
+    const char *k = NULL;
+    if (h && !strncmp(h, "Bearer ", 7)) k = h + 7;
+    if (!k) k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (!k) return false;
+    const char *want = s->opts.api_key;
     size_t kl = strlen(k), wl = strlen(want);
     unsigned diff = kl != wl;
     for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
@@ -466,6 +463,11 @@ static enum snug_route route_of(const char *url) {
     if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
     if (!strcmp(url, "/tokenize")) return ROUTE_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return ROUTE_DETOKENIZE;
+    if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages")) return ROUTE_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens") || !strcmp(url, "/messages/count_tokens"))
+        return ROUTE_COUNT_TOKENS;
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return ROUTE_RESPONSES;
+    if (!strncmp(url, "/v1/models/", 11)) return ROUTE_MODEL;
     return ROUTE_OTHER;
 }
 
@@ -474,7 +476,9 @@ static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum
     struct snug_server_error e;
     snug_server_error_set(&e, status, type, NULL, fmt, arg);
     snug_srv_count(s, r, (unsigned)status);
-    return snug_srv_send_error(c, &e);
+    return snug_srv_send_api_error(
+        c, r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS ? SNUG_API_ANTHROPIC : SNUG_API_OPENAI,
+        &e);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -486,8 +490,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = snug_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        snug_srv_access_begin(&cc->log, method, url);
         return MHD_YES;
     }
+    snug_srv_access_enter(&cc->log);
     if (*upload_data_size) {
         size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
         if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
@@ -500,9 +506,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     enum snug_route r = route_of(url);
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    if (s->opts.cors_origin && !strcmp(method, "OPTIONS"))
+        return snug_srv_preflight(c); /* no key: browsers send none */
     if (r != ROUTE_HEALTH && !auth_ok(s, c))
         return reject(s, c, r, 401, "authentication_error", "%s",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
+                      "missing or wrong API key: send 'Authorization: Bearer <key>' or "
+                      "'x-api-key: <key>'");
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "%zu bytes",
@@ -513,8 +522,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->body.oom) return reject(s, c, r, 500, "server_error", "%s", "out of memory");
     const char *body = cc->body.data ? cc->body.data : "";
     size_t len = cc->body.len;
-    bool want_post =
-        r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE || r == ROUTE_DETOKENIZE;
+    bool want_post = r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE ||
+                     r == ROUTE_DETOKENIZE || r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS ||
+                     r == ROUTE_RESPONSES;
     if (r == ROUTE_OTHER)
         return reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
     if ((want_post && !post) || (!want_post && !get))
@@ -526,7 +536,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case ROUTE_COMPLETION:
         return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len);
     case ROUTE_MODELS:
-        return do_models(s, c);
+        return snug_srv_models(s, c);
     case ROUTE_HEALTH:
         return do_health(s, c);
     case ROUTE_METRICS:
@@ -535,6 +545,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return do_tokenize(s, c, body, len);
     case ROUTE_DETOKENIZE:
         return do_detokenize(s, c, body, len);
+    case ROUTE_MESSAGES:
+        return snug_msgs_handle(s, c, body, len);
+    case ROUTE_COUNT_TOKENS:
+        return snug_msgs_count_tokens(s, c, body, len);
+    case ROUTE_RESPONSES:
+        return snug_resp_handle(s, c, body, len);
+    case ROUTE_MODEL:
+        return snug_srv_model(s, c, url + 11);
     default:
         return MHD_NO;
     }
@@ -544,6 +562,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     struct conn *cc = *con_cls;
     if (!cc) return;
+    snug_srv_access_end(cls, &cc->log, c, toe);
     snug_sbuf_free(&cc->body);
     snug_free(cc);
     *con_cls = NULL;
@@ -580,6 +599,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
+    snug_srv_cors_init(opts->cors_origin);
     s->t_start = snug_time_s();
     s->created = (long)time(NULL);
     const char *base = strrchr(opts->model_path, '/');
@@ -627,6 +647,10 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     eo.prefix = s->prefix;
     eo.cache_every = opts->cache_every;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
+    if ((rc = snug_responses_store_init(&s->responses, opts->responses_store))) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for the responses store");
+        goto done;
+    }
 
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -676,6 +700,7 @@ done:
     snug_engine_free(s->engine);
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);
+    snug_responses_store_free(s->responses);
     snug_model_free(s->model);
     snug_free(s->script_text);
     snug_free(s);

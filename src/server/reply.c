@@ -10,6 +10,8 @@
  * Read next: engine.c (where tokens come from), outparse.h (the reasoning / tool-call split).
  */
 #define _GNU_SOURCE
+#include "server/reply.h"
+
 #include "server/chat.h"
 #include "server/normalize.h"
 #include "server/outparse.h"
@@ -26,57 +28,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-#define MAX_TOOL_CALLS 64
-
-struct tool_call {
-    struct snug_sbuf name, args;
-    char id[40];
-    bool head_sent;
-    size_t args_sent;
-};
-
-struct lp_entry {
-    snug_token id;
-    struct snug_engine_logprob lp;
-};
-
-struct reply {
-    struct snug_srv *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;
-    struct snug_engine_job job;
-    struct snug_server_req req;
-    snug_token *prompt, *script;
-    size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
-    int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
-    struct snug_outparse *parser; /* chat only */
-    char id[64];
-    long created;
-    int fd;
-
-    /* engine side, under mu */
-    struct snug_sbuf hold; /* text held back while it could begin a stop string */
-    bool stopped;          /* a stop string matched */
-    struct snug_sbuf content, reasoning;
-    struct tool_call calls[MAX_TOOL_CALLS];
-    int n_calls;
-    struct lp_entry *lps;
-    size_t n_lps, cap_lps;
-    bool oom;
-    bool done;
-    enum snug_engine_finish finish;
-    struct snug_engine_usage usage;
-    char errmsg[512];
-
-    /* HTTP side (stream) */
-    size_t content_sent, reasoning_sent, lps_sent;
-    bool role_sent, final_sent;
-    struct snug_sbuf out; /* SSE bytes not yet read by MHD; reserved at admission */
-    size_t out_pos;
-    struct snug_sbuf frame; /* 'data: {"id":…,"choices":[{"index":0,' of every chunk */
-};
 
 /* ==== lifetime ============================================================================== */
 
@@ -101,6 +52,9 @@ static void reply_unref_locked(struct reply *r) {
         snug_sbuf_free(&r->calls[i].args);
     }
     snug_free(r->lps);
+    if (r->has_think) snug_think_free(&r->think);
+    json_decref(r->api_extra);
+    json_decref(r->as.items);
     snug_sbuf_free(&r->out);
     snug_sbuf_free(&r->frame);
     pthread_mutex_destroy(&r->mu);
@@ -228,7 +182,7 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
         size_t hn = r->hold.len, cut = hn;
         for (int i = 0; i < r->req.n_stop; i++) {
             const char *p = memmem(h, hn, r->req.stop[i], strlen(r->req.stop[i]));
-            if (p && (size_t)(p - h) < cut) cut = (size_t)(p - h), stop = true;
+            if (p && (size_t)(p - h) < cut) cut = (size_t)(p - h), stop = true, r->stop_index = i;
         }
         if (stop) {
             sink_text(r, h, cut);
@@ -267,7 +221,7 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
 
 /* ==== response building (HTTP side, r->mu held) ============================================= */
 
-static const char *finish_str(const struct reply *r) {
+const char *snug_reply_finish(const struct reply *r) {
     switch (r->finish) {
     case SNUG_FINISH_STOP:
         return r->n_calls > 0 ? "tool_calls" : "stop";
@@ -282,8 +236,13 @@ static const char *finish_str(const struct reply *r) {
 static json_t *usage_json(const struct reply *r) {
     const struct snug_engine_usage *u = &r->usage;
     json_t *d = json_pack("{s:i}", "cached_tokens", u->n_cached);
-    return json_pack("{s:i, s:i, s:i, s:o}", "prompt_tokens", u->n_prompt, "completion_tokens",
-                     u->n_gen, "total_tokens", u->n_prompt + u->n_gen, "prompt_tokens_details", d);
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:o}", "prompt_tokens", u->n_prompt, "completion_tokens",
+                  u->n_gen, "total_tokens", u->n_prompt + u->n_gen, "prompt_tokens_details", d);
+    if (o && r->has_think)
+        json_object_set_new(o, "completion_tokens_details",
+                            json_pack("{s:i}", "reasoning_tokens", r->think.n_reasoning));
+    return o;
 }
 
 /* Tokens a request may generate after a prompt of n_prompt tokens (the per-slot context). */
@@ -373,7 +332,9 @@ static json_t *sbuf_json(const struct snug_sbuf *b, size_t from) {
 }
 
 /* The whole non-streaming response. */
-static json_t *final_json(const struct reply *r) {
+static json_t *final_json(struct reply *r) {
+    if (r->api == SNUG_API_ANTHROPIC) return snug_msgs_final(r);
+    if (r->api == SNUG_API_RESPONSES) return snug_resp_final(r);
     json_t *choice;
     if (r->req.kind == SNUG_REQ_CHAT) {
         json_t *msg = json_pack("{s:s}", "role", "assistant");
@@ -397,31 +358,41 @@ static json_t *final_json(const struct reply *r) {
             json_object_set_new(msg, "tool_calls", calls);
         }
         choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
-                           finish_str(r));
+                           snug_reply_finish(r));
     } else {
         choice = json_pack("{s:i, s:o, s:s}", "index", 0, "text", sbuf_json(&r->content, 0),
-                           "finish_reason", finish_str(r));
+                           "finish_reason", snug_reply_finish(r));
     }
     json_object_set_new(choice, "logprobs",
                         r->req.logprobs ? logprobs_json(r, 0, r->n_lps) : json_null());
+    const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
+    if (closed) json_object_set_new(choice, "reasoning_closed", json_string(closed));
     return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", r->id, "object",
                      r->req.kind == SNUG_REQ_CHAT ? "chat.completion" : "text_completion",
                      "created", (json_int_t)r->created, "model", r->srv->model_id, "choices",
                      choice, "usage", usage_json(r), "timings", timings_json(r));
 }
 
-/* Append one SSE event "data: <json>\n\n" (steals obj). */
-static void sse_put(struct reply *r, json_t *obj) {
+void snug_reply_sse(struct reply *r, const char *event, json_t *obj) {
     char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
     if (!s) {
         r->oom = true;
         return;
     }
+    if (event) {
+        snug_sbuf_puts(&r->out, "event: ");
+        snug_sbuf_puts(&r->out, event);
+        snug_sbuf_putc(&r->out, '\n');
+    }
     snug_sbuf_puts(&r->out, "data: ");
     snug_sbuf_puts(&r->out, s);
     snug_sbuf_puts(&r->out, "\n\n");
     free(s);
+}
+
+static void sse_put(struct reply *r, json_t *obj) {
+    snug_reply_sse(r, NULL, obj);
 }
 
 /* A chunk object with one choice whose delta (chat) or text (completion) is `delta`. */
@@ -505,6 +476,14 @@ static void sse_tool_args(struct reply *r, int i, const struct snug_sbuf *b, siz
 
 /* Turn everything new since the last call into SSE events in r->out (r->mu held). */
 static void stream_collect(struct reply *r) {
+    if (r->api == SNUG_API_ANTHROPIC) {
+        snug_msgs_stream(r);
+        return;
+    }
+    if (r->api == SNUG_API_RESPONSES) {
+        snug_resp_stream(r);
+        return;
+    }
     bool chat = r->req.kind == SNUG_REQ_CHAT;
     if (chat && !r->role_sent) {
         sse_put(r, chunk(r, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
@@ -546,7 +525,11 @@ static void stream_collect(struct reply *r) {
                                  r->errmsg[0] ? r->errmsg : "generation failed", "type",
                                  "server_error", "code", 500));
         } else {
-            json_t *ch = chunk(r, NULL, finish_str(r));
+            json_t *ch = chunk(r, NULL, snug_reply_finish(r));
+            const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
+            if (closed)
+                json_object_set_new(json_array_get(json_object_get(ch, "choices"), 0),
+                                    "reasoning_closed", json_string(closed));
             if (lp_new && chat && r->n_lps > r->lps_sent)
                 chunk_set_logprobs(r, ch, r->lps_sent, r->n_lps), r->lps_sent = r->n_lps;
             json_object_set_new(ch, "timings", timings_json(r));
@@ -594,6 +577,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (r->final_sent) {
+            snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
@@ -662,38 +646,64 @@ static int tokenize_marked_alloc(const struct snug_tokenizer *tok, const char *s
 }
 
 static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum snug_route route,
-                            const struct snug_server_error *e) {
+                            enum snug_api api, const struct snug_server_error *e) {
     snug_srv_count(s, route, (unsigned)e->http_status);
-    return snug_srv_send_error(c, e);
+    return snug_srv_send_api_error(c, api, e);
 }
 
-/* Does the request's "model" name the served model? (absent = yes) */
-static bool model_matches(const struct snug_srv *s, const char *m) {
-    if (!m || !*m) return true;
-    if (!strcmp(m, s->model_id)) return true;
-    size_t n = strlen(s->model_id);
-    return n > 5 && !strcmp(s->model_id + n - 5, ".gguf") && strlen(m) == n - 5 &&
-           !strncmp(m, s->model_id, n - 5);
+/* Scripted turns (test seam): a --script file cut by lines "=== snug-script-turn ===" holds
+ * one script per turn of an agent loop; a chat request follows script number (tool results in
+ * its messages), the last one beyond. So a client that loops over tool calls (an agents SDK)
+ * gets a tool call first and an answer after the tool's result. */
+static void script_turn(const struct snug_server_req *q, const char **text, size_t *len) {
+    static const char SEP[] = "\n=== snug-script-turn ===\n";
+    size_t turn = 0, i;
+    const json_t *m;
+    json_array_foreach(q->messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "tool")) turn++;
+    }
+    const char *p = *text, *end = *text + *len;
+    for (;;) {
+        const char *cut = memmem(p, (size_t)(end - p), SEP, sizeof SEP - 1);
+        if (!cut || turn == 0) {
+            *text = p;
+            *len = (size_t)((cut && turn == 0 ? cut : end) - p);
+            return;
+        }
+        p = cut + sizeof SEP - 1;
+        turn--;
+    }
 }
 
-enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
-                                  enum snug_server_kind kind, const char *body, size_t len) {
-    enum snug_route route = kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION;
+/* The generation path shared by every API: `body` (len bytes) or an already converted `root`
+ * (stolen) is parsed as a chat/completion request; `api` picks the answer's shape. */
+static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
+                                enum snug_server_kind kind, enum snug_api api,
+                                enum snug_route route, const char *body, size_t len, json_t *root,
+                                json_t *extra) {
     struct snug_server_error e;
     struct snug_err err = {0};
     struct reply *r = snug_calloc(1, sizeof *r);
     if (!r) {
+        json_decref(root);
+        json_decref(extra);
         snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
-        return fail(s, c, route, &e);
+        return fail(s, c, route, api, &e);
     }
     r->srv = s;
     r->refs = 1;
+    r->api = api;
+    r->api_extra = extra;
+    r->as.cur = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     enum MHD_Result res;
-    if (snug_server_req_parse(&r->req, kind, body, len, &e) != SNUG_OK) goto reject;
+    if ((root ? snug_server_req_parse_json(&r->req, kind, root, &e)
+              : snug_server_req_parse(&r->req, kind, body, len, &e)) != SNUG_OK)
+        goto reject;
     struct snug_server_req *q = &r->req;
-    if (!model_matches(s, q->model)) {
+    if (!snug_srv_model_matches(s, q->model)) {
         snug_server_error_set(&e, 404, "invalid_request_error", "model",
                               "the model '%s' does not exist; this server serves '%s'", q->model,
                               s->model_id);
@@ -704,7 +714,8 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     int32_t n_prompt = 0;
     bool in_reasoning = false;
     if (kind == SNUG_REQ_CHAT) {
-        struct snug_chat_opts co = snug_chat_default_opts(!s->opts.no_think);
+        struct snug_chat_opts co =
+            snug_chat_default_opts(q->has_effort ? !q->effort_no_think : !s->opts.no_think);
         char *text = NULL;
         size_t tlen = 0;
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
@@ -729,6 +740,20 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
+        /* bounded thinking: the request's budget, else the server's; the guard is server-wide */
+        struct snug_think_opts to = {.budget = q->has_budget ? q->thinking_budget
+                                                             : s->opts.thinking_budget,
+                                     .repeat_n = s->opts.repeat_n,
+                                     .repeat_k = s->opts.repeat_k};
+        bool forced_call = tools && (q->tool_choice == SNUG_TOOL_REQUIRED ||
+                                     q->tool_choice == SNUG_TOOL_NAMED); /* closes it below */
+        if (snug_think_init(&r->think, s->tok, &to, in_reasoning && !forced_call, q->max_tokens,
+                            &err) != SNUG_OK) {
+            snug_free(text);
+            snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
+            goto reject;
+        }
+        r->has_think = true;
         /* tool_choice "required" / a named function: the assistant turn is begun for the model
          * (reasoning closed, "<tool_call>" and, when named, "<function=NAME>" written), and the
          * same text is fed to the output parser as if generated, so the response is a tool
@@ -809,6 +834,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
+        if (!q->script) script_turn(q, &st_text, &st_len);
         if (tokenize_alloc(s->tok, st_text, st_len, &r->script, &r->job.n_script, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
@@ -842,7 +868,11 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     /* the job */
     uint64_t nid = atomic_fetch_add(&s->id_counter, 1);
     r->created = (long)time(NULL);
-    snprintf(r->id, sizeof r->id, "%s-%lx%06llx", kind == SNUG_REQ_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(r->id, sizeof r->id, "%s%lx%06llx",
+             api == SNUG_API_ANTHROPIC   ? "msg_"
+             : api == SNUG_API_RESPONSES ? "resp_"
+             : kind == SNUG_REQ_CHAT     ? "chatcmpl-"
+                                         : "cmpl-",
              (unsigned long)r->created, (unsigned long long)nid);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -871,6 +901,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     j->logprobs = q->logprobs;
     j->top_logprobs = q->top_logprobs;
     j->deadline_s = snug_time_s() + (s->opts.timeout_s > 0 ? s->opts.timeout_s : 600);
+    if (r->has_think) j->constraint = snug_think_constraint(&r->think);
     j->on_token = on_token;
     j->on_done = on_done;
     j->user = r;
@@ -878,6 +909,10 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     r->refs = 2; /* this thread + the engine until on_done */
     if (snug_engine_submit(s->engine, j, &err) != SNUG_OK) {
         r->refs = 1;
+        if (err.status == SNUG_ERR_BUDGET && api != SNUG_API_OPENAI) {
+            snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
+            goto reject;
+        }
         if (err.status == SNUG_ERR_BUDGET) {
             snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
             snug_srv_count(s, route, 503);
@@ -889,7 +924,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                 MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
             MHD_add_response_header(resp, "Content-Type", "application/json");
             MHD_add_response_header(resp, "Retry-After", "1");
-            res = MHD_queue_response(c, 503, resp);
+            res = snug_srv_queue(c, 503, resp);
             MHD_destroy_response(resp);
             reply_unref(r);
             return res;
@@ -910,7 +945,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         snug_srv_count(s, route, 200);
-        res = MHD_queue_response(c, MHD_HTTP_OK, resp);
+        res = snug_srv_queue(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         return res;
     }
@@ -930,8 +965,10 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
                               r->oom ? "out of memory" : r->errmsg);
         reply_unref_locked(r);
-        return fail(s, c, route, &e);
+        return fail(s, c, route, api, &e);
     }
+    snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
+    if (api == SNUG_API_RESPONSES) snug_resp_finished(r);
     json_t *out = final_json(r);
     reply_unref_locked(r);
     snug_srv_count(s, route, 200);
@@ -939,5 +976,50 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
 
 reject:
     reply_unref(r);
-    return fail(s, c, route, &e);
+    return fail(s, c, route, api, &e);
+}
+
+enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
+                                  enum snug_server_kind kind, const char *body, size_t len) {
+    return generate(s, c, kind, SNUG_API_OPENAI,
+                    kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION, body, len, NULL, NULL);
+}
+
+enum MHD_Result snug_srv_generate_api(struct snug_srv *s, struct MHD_Connection *c,
+                                      enum snug_api api, enum snug_route route, json_t *chat,
+                                      json_t *extra) {
+    return generate(s, c, SNUG_REQ_CHAT, api, route, NULL, 0, chat, extra);
+}
+
+int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char **prompt,
+                            size_t *len, struct snug_server_error *e) {
+    struct snug_server_req q;
+    struct snug_err err = {0};
+    *prompt = NULL;
+    if (snug_server_req_parse_json(&q, SNUG_REQ_CHAT, chat, e) != SNUG_OK) return -1;
+    struct snug_chat_opts co =
+        snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !o->no_think);
+    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
+    int rc = snug_chat_opts_from_request(&co, q.root, &err);
+    if (rc == SNUG_OK) rc = snug_chat_render(q.messages, tools, &co, prompt, len, &err);
+    snug_server_req_free(&q);
+    if (rc != SNUG_OK)
+        return snug_server_error_set(e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
+                                     "invalid_request_error", "messages", "%s", err.msg);
+    return 0;
+}
+
+int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_tokens,
+                               struct snug_server_error *e) {
+    struct snug_err err = {0};
+    char *text = NULL;
+    size_t tlen = 0;
+    snug_token *ids = NULL;
+    *n_tokens = 0;
+    if (snug_server_render_chat(&s->opts, chat, &text, &tlen, e)) return -1;
+    int rc = tokenize_alloc(s->tok, text, tlen, &ids, n_tokens, &err);
+    snug_free(text);
+    snug_free(ids);
+    if (rc != SNUG_OK) return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+    return 0;
 }

@@ -219,6 +219,19 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
     bool has = false;
     if (get_int(o, "top_logprobs", 0, 20, &x, &has, e)) return -1;
     if (has) r->top_logprobs = (int32_t)x;
+    if (get_bool(o, "continue_final_message", &r->continue_final, e)) return -1;
+    if (get_int(o, "thinking_budget", -1, INT32_MAX, &x, &has, e)) return -1;
+    if (has) r->thinking_budget = (int32_t)x, r->has_budget = true;
+    if ((v = field(o, "reasoning_effort"))) {
+        int32_t eb = -1;
+        if (!json_is_string(v) ||
+            !snug_server_effort_budget(json_string_value(v), &eb, &r->effort_no_think))
+            return bad(e, "reasoning_effort",
+                       "'reasoning_effort' must be \"none\", \"minimal\", \"low\", "
+                       "\"medium\", \"high\" or \"xhigh\"");
+        r->has_effort = true;
+        if (!has) r->thinking_budget = eb, r->has_budget = true;
+    }
     if ((v = field(o, "chat_template_kwargs")) && !json_is_object(v))
         return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (v && field(v, "enable_thinking") && !json_is_boolean(field(v, "enable_thinking")))
@@ -254,6 +267,13 @@ static int parse_completion(struct snug_server_req *r, const json_t *o,
                    "'prompt' must be a string, an array of one string or a "
                    "non-empty array of token ids");
     }
+    bool echo = false;
+    if (get_bool(o, "echo", &echo, e)) return -1;
+    if (echo) return bad(e, "echo", "'echo': true is not supported (the prompt is not repeated)");
+    if ((v = field(o, "suffix")) && (!json_is_string(v) || json_string_length(v) > 0))
+        return bad(e, "suffix",
+                   "'suffix' is not supported: the served models have no fill-in-the-middle "
+                   "format");
     long long x = 0;
     bool has = false;
     if (get_int(o, "logprobs", 0, 20, &x, &has, e)) return -1;
@@ -264,18 +284,41 @@ static int parse_completion(struct snug_server_req *r, const json_t *o,
     return 0;
 }
 
+bool snug_server_effort_budget(const char *effort, int32_t *budget, bool *no_think) {
+    static const struct {
+        const char *name;
+        int32_t budget;
+        bool off;
+    } E[] = {{"none", 0, true},       {"minimal", 0, true}, {"low", 1024, false},
+             {"medium", 4096, false}, {"high", -1, false},  {"xhigh", -1, false}};
+    for (size_t i = 0; i < sizeof E / sizeof E[0]; i++)
+        if (!strcmp(effort, E[i].name)) {
+            *budget = E[i].budget;
+            *no_think = E[i].off;
+            return true;
+        }
+    return false;
+}
+
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,
                           size_t len, struct snug_server_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
-    r->kind = kind;
-    r->sampler = snug_sampler_params_default();
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return snug_server_error_set(e, 400, "invalid_request_error", NULL,
                                      "the request body is not valid JSON: %s (line %d, column %d)",
                                      je.text, je.line, je.column);
+    return snug_server_req_parse_json(r, kind, root, e);
+}
+
+int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind kind, json_t *root,
+                               struct snug_server_error *e) {
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    r->kind = kind;
+    r->sampler = snug_sampler_params_default();
     if (!json_is_object(root)) {
         json_decref(root);
         return snug_server_error_set(e, 400, "invalid_request_error", NULL,

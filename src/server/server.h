@@ -20,6 +20,8 @@
 
 /* ==== the server ============================================================================ */
 
+#define SNUG_SERVER_MAX_ALIASES 16
+
 struct snug_server_opts {
     const char *model_path;
     const char *host;        /* default "127.0.0.1" */
@@ -44,6 +46,15 @@ struct snug_server_opts {
     uint64_t cache_disk;
     int32_t cache_every;
     bool no_prompt_normalize; /* keep agent clients' volatile spans (server/normalize.h) */
+    /* names the server also answers to (--alias, repeatable), and --any-model */
+    const char *aliases[SNUG_SERVER_MAX_ALIASES];
+    int n_aliases;
+    bool any_model;
+    const char *cors_origin;    /* --cors: Access-Control-Allow-Origin value; NULL = off */
+    int32_t thinking_budget;    /* --thinking-budget: default reasoning budget; -1 = none */
+    int32_t repeat_n, repeat_k; /* --reasoning-repeat-guard N,K; 0 = off */
+    int32_t responses_store;    /* --responses-store: stored responses (LRU); 0 = 64 */
+    bool no_access_log;         /* --no-access-log */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and
@@ -89,7 +100,18 @@ struct snug_server_req {
     enum snug_server_tool_choice tool_choice;
     const char *tool_name; /* SNUG_TOOL_NAMED */
     const char *script;    /* "snug_script": test seam, honoured only under --script */
+    /* bounded thinking: "thinking_budget" (tokens of reasoning; -1 = unbounded) or
+     * "reasoning_effort" mapped to a budget (snug_server_effort_budget); has_budget = given */
+    int32_t thinking_budget;
+    bool has_budget;
+    bool has_effort;      /* "reasoning_effort" given: it decides thinking on / off */
+    bool effort_no_think; /* reasoning_effort "none" / "minimal": thinking off */
+    bool continue_final;  /* "continue_final_message": the last assistant turn is left open */
 };
+
+/* The thinking budget of a reasoning effort ("none" / "minimal" → thinking off (*no_think),
+ * "low" 1024, "medium" 4096, "high" / "xhigh" unbounded (-1)); false for an unknown word. */
+bool snug_server_effort_budget(const char *effort, int32_t *budget, bool *no_think);
 
 /* The OpenAI-style error of a rejected request. */
 struct snug_server_error {
@@ -106,7 +128,21 @@ struct snug_server_error {
  */
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,
                           size_t len, struct snug_server_error *e);
+/* The same from a parsed JSON object (stolen: owned by *r on success, released on failure);
+ * the Anthropic and Responses front ends convert their bodies to a chat request and call this. */
+int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind kind, json_t *root,
+                               struct snug_server_error *e);
 void snug_server_req_free(struct snug_server_req *r);
+
+/* Render a chat request (`chat` stolen) to its prompt text the way the server does (request
+ * validation, the thinking default of `o`, reasoning_effort, continue_final_message, tools).
+ * *prompt is snug_malloc'd on success; on failure returns -1 with *e set. */
+int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char **prompt,
+                            size_t *len, struct snug_server_error *e);
+/* Convert a body of the Anthropic Messages / OpenAI Responses API (no stored responses) into
+ * the equivalent chat request; NULL with *e set on a bad body. */
+json_t *snug_server_messages_to_chat(const json_t *body, struct snug_server_error *e);
+json_t *snug_server_responses_to_chat(const json_t *body, struct snug_server_error *e);
 
 /* Fill *e (returns e->http_status as a negative status-like value for convenience: -1). */
 int snug_server_error_set(struct snug_server_error *e, int http_status, const char *type,

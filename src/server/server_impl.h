@@ -23,6 +23,10 @@ enum snug_route {
     ROUTE_METRICS,
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
+    ROUTE_MESSAGES,     /* POST /v1/messages (Anthropic) */
+    ROUTE_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
+    ROUTE_RESPONSES,    /* POST /v1/responses (OpenAI Responses) */
+    ROUTE_MODEL,        /* GET /v1/models/{id} */
     ROUTE_OTHER,
     ROUTE_COUNT
 };
@@ -50,21 +54,84 @@ struct snug_srv {
     /* the prefix cache, made at boot from the plan when --cache-ram is given (else NULL); the
      * engine looks up, stores and restores through it; /metrics reads its stats */
     struct snug_prefix *prefix;
+    struct snug_responses_store *responses; /* stored responses (previous_response_id) */
 };
 
 /* The prefix cache's /metrics lines (metrics_prefix.c); nothing when pc is NULL. */
 void snug_srv_metrics_prefix(struct snug_sbuf *b, struct snug_prefix *pc);
 
+/* Which API a generation request came in through (its answer and error shapes). */
+enum snug_api { SNUG_API_OPENAI = 0, SNUG_API_ANTHROPIC = 1, SNUG_API_RESPONSES = 2 };
+
+struct snug_responses_store; /* api_responses.c */
+
+/* The access-log record of one request (http_api.c). */
+struct snug_srv_access {
+    double t0;
+    int32_t n_prompt, n_gen, n_cached;
+    bool has_tokens;
+    char method[16];
+    char url[160];
+};
+void snug_srv_access_begin(struct snug_srv_access *a, const char *method, const char *url);
+/* The request this connection thread now answers (snug_srv_log_usage writes to it). */
+void snug_srv_access_enter(struct snug_srv_access *a);
+/* The request is over: its log line (unless --no-access-log). */
+void snug_srv_access_end(struct snug_srv *s, struct snug_srv_access *a, struct MHD_Connection *c,
+                         enum MHD_RequestTerminationCode toe);
+void snug_srv_cors_init(const char *origin);
+/* OPTIONS under --cors: 204 with the Access-Control-Allow-* headers. */
+enum MHD_Result snug_srv_preflight(struct MHD_Connection *c);
+/* GET /v1/models (the file name, then each alias) and GET /v1/models/{id}. */
+enum MHD_Result snug_srv_models(struct snug_srv *s, struct MHD_Connection *c);
+enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, const char *id);
+
+/* Queue a response, adding the CORS headers when --cors is on; returns MHD's result. */
+enum MHD_Result snug_srv_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
+/* Record the token counts of the request being answered on this thread (access log). */
+void snug_srv_log_usage(int32_t n_prompt, int32_t n_gen, int32_t n_cached);
+/* Does `name` name the served model (its file name, the name without .gguf, an --alias, or
+ * anything under --any-model)? NULL / "" = yes. */
+bool snug_srv_model_matches(const struct snug_srv *s, const char *name);
+
 /* Queue a JSON response (steals `body`); returns MHD's result. */
 enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body);
 /* Queue an OpenAI-style error response. */
 enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e);
+/* The same in the shape of `api` (Anthropic: {"type":"error","error":{"type","message"}}). */
+enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
+                                        const struct snug_server_error *e);
 /* Count a finished request in /metrics. */
 void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status);
 
 /* Handle POST /v1/chat/completions or /v1/completions with the complete body. */
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   enum snug_server_kind kind, const char *body, size_t len);
+/* Generate for a request of another API already converted to a chat request (`chat` stolen);
+ * `extra` (stolen, may be NULL) is the front end's context for building the answer. */
+enum MHD_Result snug_srv_generate_api(struct snug_srv *s, struct MHD_Connection *c,
+                                      enum snug_api api, enum snug_route route, json_t *chat,
+                                      json_t *extra);
+/* Render a chat request (as the generation path does) and tokenize it: *n_tokens. For
+ * count_tokens and the golden render tests. Returns 0 or fills *e. */
+int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_tokens,
+                               struct snug_server_error *e);
+
+/* The front ends: POST /v1/messages, /v1/messages/count_tokens, /v1/responses (whole body). */
+enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                 size_t len);
+enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection *c,
+                                       const char *body, size_t len);
+enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                 size_t len);
+/* Convert a request body of the Anthropic Messages / OpenAI Responses API into the equivalent
+ * chat-completions request (a new JSON object), or NULL with *e set. Also used by
+ * `snug serve --render-only`. `store` may be NULL (no previous_response_id lookups). */
+json_t *snug_msgs_to_chat(const json_t *body, struct snug_server_error *e);
+json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body, json_t **extra,
+                          struct snug_server_error *e);
+int snug_responses_store_init(struct snug_responses_store **out, int32_t cap);
+void snug_responses_store_free(struct snug_responses_store *st);
 
 /* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
 json_t *snug_srv_json_str(const char *s, size_t n);

@@ -54,6 +54,8 @@ def make_renderer(path):
         template with add_generation_prompt and chat_template_kwargs."""
         msgs = json.loads(json.dumps(req["messages"]))
         for m in msgs if isinstance(msgs, list) else []:
+            if isinstance(m, dict) and m.get("role") == "developer":
+                m["role"] = "system"  # OpenAI's newer name for it (as llama.cpp and vLLM map it)
             for tc in (m.get("tool_calls") or []) if isinstance(m, dict) else []:
                 fn = tc.get("function", tc) if isinstance(tc, dict) else None
                 if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
@@ -266,7 +268,7 @@ CASES = [
     ("error: only tool responses", {"messages": [U("<tool_response>\nx\n</tool_response>")]}),
     ("error: only system", {"messages": [S("s")]}),
     ("error: empty messages", {"messages": []}),
-    ("error: unknown role", {"messages": [U("a"), {"role": "developer", "content": "x"}]}),
+    ("error: unknown role", {"messages": [U("a"), {"role": "critic", "content": "x"}]}),
     ("error: content is a mapping", {"messages": [U({"text": "x"})]}),
     ("error: content is a number", {"messages": [U(5)]}),
     ("error: part of unknown type", {"messages": [U([{"type": "audio", "data": "x"}])]}),

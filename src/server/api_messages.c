@@ -1,0 +1,518 @@
+/* api_messages.c — the Anthropic Messages API (POST /v1/messages, /v1/messages/count_tokens) as
+ * a front end over the chat path: a request body is converted into the equivalent
+ * chat-completions request (system → a system message; content blocks: text, tool_use →
+ * tool_calls, tool_result → tool messages, thinking → reasoning_content; tools with input_schema
+ * → function tools; tool_choice; thinking → enable_thinking + thinking_budget; stop_sequences;
+ * a final assistant message → continue_final_message, Anthropic's prefill), which then runs
+ * through the same validation, rendering and engine job as /v1/chat/completions; the answer is
+ * built from the same reply state in Anthropic's shapes (a message with thinking / text /
+ * tool_use blocks, or the SSE event sequence message_start, content_block_start / delta / stop,
+ * message_delta, message_stop, ping). Field semantics: Anthropic's API reference (Messages,
+ * Streaming Messages, Errors). Image and document blocks get a 400 until vision exists.
+ * Invariant: everything the conversion does not understand is a 400 naming the field, never
+ * silently dropped (except metadata and fields that only tune Anthropic's own service).
+ * Read next: reply.h (the state answered from), api_responses.c (the other front end).
+ */
+#include "server/reply.h"
+
+#include "core/core.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static json_t *bad(struct snug_server_error *e, const char *param, const char *fmt, const char *a) {
+    snug_server_error_set(e, 400, "invalid_request_error", param, fmt, a ? a : "");
+    return NULL;
+}
+
+/* A block's text, or NULL when it is not a text block. */
+static const char *block_text(const json_t *b) {
+    const char *t = json_string_value(json_object_get(b, "type"));
+    if (!t || strcmp(t, "text")) return NULL;
+    return json_string_value(json_object_get(b, "text"));
+}
+
+/* The text of a tool_result's content: a string, or text blocks joined by "\n". */
+static json_t *tool_result_text(const json_t *content, struct snug_server_error *e) {
+    if (!content || json_is_null(content)) return json_string("");
+    if (json_is_string(content)) return json_incref((json_t *)content);
+    if (!json_is_array(content))
+        return bad(e, "messages",
+                   "a tool_result's content must be a string or an array of blocks%s", "");
+    struct snug_sbuf b = {0};
+    size_t i;
+    json_t *blk;
+    json_array_foreach(content, i, blk) {
+        const char *t = block_text(blk);
+        const char *type = json_string_value(json_object_get(blk, "type"));
+        if (!t) {
+            snug_sbuf_free(&b);
+            if (type && (!strcmp(type, "image") || !strcmp(type, "document")))
+                return bad(e, "messages",
+                           "vision is not supported yet: a tool_result holds an %s block", type);
+            return bad(e, "messages", "a tool_result's content blocks must be text blocks%s", "");
+        }
+        if (i) snug_sbuf_putc(&b, '\n');
+        snug_sbuf_puts(&b, t);
+    }
+    json_t *s = json_stringn(b.data ? b.data : "", b.len);
+    snug_sbuf_free(&b);
+    return s;
+}
+
+/* Append one Anthropic message (role user / assistant) as chat messages to `out`. */
+static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug_server_error *e) {
+    char where[48];
+    snprintf(where, sizeof where, "messages[%zu]", idx);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const json_t *content = json_object_get(m, "content");
+    if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
+        bad(e, "messages", "'%s.role' must be \"user\" or \"assistant\"", where);
+        return -1;
+    }
+    if (json_is_string(content)) {
+        json_array_append_new(out, json_pack("{s:s, s:O}", "role", role, "content", content));
+        return 0;
+    }
+    if (!json_is_array(content)) {
+        bad(e, "messages", "'%s.content' must be a string or an array of content blocks", where);
+        return -1;
+    }
+    bool user = !strcmp(role, "user");
+    struct snug_sbuf text = {0}, reasoning = {0};
+    bool has_text = false;
+    json_t *calls = json_array();
+    size_t i;
+    json_t *blk;
+    int rc = 0;
+    json_array_foreach(content, i, blk) {
+        const char *type = json_string_value(json_object_get(blk, "type"));
+        if (!json_is_object(blk) || !type) {
+            bad(e, "messages", "'%s.content' blocks must be objects with a \"type\"", where);
+            rc = -1;
+            break;
+        }
+        if (!strcmp(type, "text")) {
+            const char *t = block_text(blk);
+            if (!t) {
+                bad(e, "messages", "'%s': a text block needs a string \"text\"", where);
+                rc = -1;
+                break;
+            }
+            snug_sbuf_puts(&text, t);
+            has_text = true;
+        } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
+            snug_server_error_set(e, 400, "invalid_request_error", "messages",
+                                  "vision is not supported yet: %s holds an %s block", where, type);
+            rc = -1;
+            break;
+        } else if (user && !strcmp(type, "tool_result")) {
+            if (has_text) { /* text before the results: its own user turn */
+                json_array_append_new(out, json_pack("{s:s, s:s%}", "role", "user", "content",
+                                                     text.data ? text.data : "", text.len));
+                snug_sbuf_reset(&text);
+                has_text = false;
+            }
+            json_t *t = tool_result_text(json_object_get(blk, "content"), e);
+            if (!t) {
+                rc = -1;
+                break;
+            }
+            const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
+            json_t *tm = json_pack("{s:s, s:o}", "role", "tool", "content", t);
+            if (id) json_object_set_new(tm, "tool_call_id", json_string(id));
+            json_array_append_new(out, tm);
+        } else if (!user && !strcmp(type, "tool_use")) {
+            const char *name = json_string_value(json_object_get(blk, "name"));
+            const json_t *input = json_object_get(blk, "input");
+            if (!name || (input && !json_is_object(input))) {
+                bad(e, "messages",
+                    "'%s': a tool_use block needs a \"name\" and an object \"input\"", where);
+                rc = -1;
+                break;
+            }
+            const char *id = json_string_value(json_object_get(blk, "id"));
+            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:O}}", "id", id ? id : "",
+                                                   "type", "function", "function", "name", name,
+                                                   "arguments", input ? input : json_object()));
+        } else if (!user && !strcmp(type, "thinking")) {
+            const char *t = json_string_value(json_object_get(blk, "thinking"));
+            if (t) snug_sbuf_puts(&reasoning, t);
+        } else if (!user && !strcmp(type, "redacted_thinking")) {
+            /* opaque to this server: nothing to render */
+        } else {
+            snug_server_error_set(e, 400, "invalid_request_error", "messages",
+                                  "%s: content blocks of type '%s' are not supported in a%s "
+                                  "message",
+                                  where, type, user ? " user" : "n assistant");
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && (has_text || json_array_size(calls) || reasoning.len || !user)) {
+        json_t *msg =
+            json_pack("{s:s, s:s%}", "role", role, "content", text.data ? text.data : "", text.len);
+        if (reasoning.len)
+            json_object_set_new(msg, "reasoning_content",
+                                json_stringn(reasoning.data, reasoning.len));
+        if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
+        json_array_append_new(out, msg);
+    }
+    json_decref(calls);
+    snug_sbuf_free(&text);
+    snug_sbuf_free(&reasoning);
+    return rc;
+}
+
+/* The converter shared by /v1/messages (max_tokens required) and count_tokens (not). */
+static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_server_error *e) {
+    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object%s", "");
+    json_t *chat = json_object();
+    json_t *msgs = json_array();
+    json_object_set_new(chat, "messages", msgs);
+    const json_t *v;
+    /* copied as they are (same meaning, checked by the chat parser) */
+    static const char *same[] = {"model", "stream",      "temperature", "top_p",
+                                 "top_k", "snug_script", "seed"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if ((v = json_object_get(body, same[i]))) json_object_set(chat, same[i], (json_t *)v);
+    v = json_object_get(body, "max_tokens");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1) {
+            json_decref(chat);
+            return bad(e, "max_tokens", "'max_tokens' must be an integer >= 1%s", "");
+        }
+        json_object_set(chat, "max_tokens", (json_t *)v);
+    } else if (need_max_tokens) {
+        json_decref(chat);
+        return bad(e, "max_tokens", "'max_tokens' is required%s", "");
+    }
+    if ((v = json_object_get(body, "stop_sequences")) && !json_is_null(v))
+        json_object_set(chat, "stop", (json_t *)v);
+    if ((v = json_object_get(body, "metadata")) && !json_is_null(v) && !json_is_object(v)) {
+        json_decref(chat);
+        return bad(e, "metadata", "'metadata' must be an object%s", "");
+    }
+    /* system: a string or text blocks */
+    if ((v = json_object_get(body, "system")) && !json_is_null(v)) {
+        json_t *sys = NULL;
+        if (json_is_string(v)) {
+            sys = json_incref((json_t *)v);
+        } else if (json_is_array(v)) {
+            struct snug_sbuf b = {0};
+            size_t i;
+            json_t *blk;
+            json_array_foreach(v, i, blk) {
+                const char *t = block_text(blk);
+                if (!t) {
+                    snug_sbuf_free(&b);
+                    json_decref(chat);
+                    return bad(e, "system", "'system' blocks must be text blocks%s", "");
+                }
+                if (i) snug_sbuf_putc(&b, '\n');
+                snug_sbuf_puts(&b, t);
+            }
+            sys = json_stringn(b.data ? b.data : "", b.len);
+            snug_sbuf_free(&b);
+        } else {
+            json_decref(chat);
+            return bad(e, "system", "'system' must be a string or an array of text blocks%s", "");
+        }
+        json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", sys));
+    }
+    v = json_object_get(body, "messages");
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        json_decref(chat);
+        return bad(e, "messages", "'messages' must be a non-empty array%s", "");
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(v, i, m) {
+        if (convert_message(msgs, m, i, e)) {
+            json_decref(chat);
+            return NULL;
+        }
+    }
+    /* the assistant prefill: a final assistant message is continued */
+    const char *last =
+        json_string_value(json_object_get(json_array_get(v, json_array_size(v) - 1), "role"));
+    if (last && !strcmp(last, "assistant"))
+        json_object_set_new(chat, "continue_final_message", json_true());
+    /* tools: client tools (input_schema) become function tools */
+    if ((v = json_object_get(body, "tools")) && !json_is_null(v)) {
+        if (!json_is_array(v)) {
+            json_decref(chat);
+            return bad(e, "tools", "'tools' must be an array%s", "");
+        }
+        json_t *tools = json_array();
+        json_object_set_new(chat, "tools", tools);
+        json_t *t;
+        json_array_foreach(v, i, t) {
+            const char *name = json_string_value(json_object_get(t, "name"));
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const json_t *schema = json_object_get(t, "input_schema");
+            if (type && strcmp(type, "custom")) {
+                snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                      "tool '%s' has type '%s': only client tools (a name and an "
+                                      "input_schema) are supported",
+                                      name ? name : "?", type);
+                json_decref(chat);
+                return NULL;
+            }
+            if (!name || !json_is_object(schema)) {
+                json_decref(chat);
+                return bad(e, "tools",
+                           "each tool needs a \"name\" and an object \"input_schema\"%s", "");
+            }
+            /* OpenAI's key order (name, description, parameters): the template prints it */
+            json_t *fn = json_pack("{s:s}", "name", name);
+            const json_t *d = json_object_get(t, "description");
+            if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+            json_object_set(fn, "parameters", (json_t *)schema);
+            json_array_append_new(tools,
+                                  json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        }
+    }
+    if ((v = json_object_get(body, "tool_choice")) && !json_is_null(v)) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        json_t *tc = NULL;
+        if (type && !strcmp(type, "auto"))
+            tc = json_string("auto");
+        else if (type && !strcmp(type, "any"))
+            tc = json_string("required");
+        else if (type && !strcmp(type, "none"))
+            tc = json_string("none");
+        else if (type && !strcmp(type, "tool") && json_is_string(json_object_get(v, "name")))
+            tc = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
+                           json_object_get(v, "name"));
+        if (!tc) {
+            json_decref(chat);
+            return bad(e, "tool_choice",
+                       "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or "
+                       "{\"type\": \"tool\", \"name\": ...}%s",
+                       "");
+        }
+        json_object_set_new(chat, "tool_choice", tc);
+    }
+    /* thinking: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"}; absent = the
+     * server's default */
+    if ((v = json_object_get(body, "thinking")) && !json_is_null(v)) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        const json_t *bt = json_object_get(v, "budget_tokens");
+        bool on = type && (!strcmp(type, "enabled") || !strcmp(type, "adaptive"));
+        if (!type || (!on && strcmp(type, "disabled")) ||
+            (bt && (!json_is_integer(bt) || json_integer_value(bt) < 0))) {
+            json_decref(chat);
+            return bad(e, "thinking",
+                       "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N >= 0} or "
+                       "{\"type\": \"disabled\"}%s",
+                       "");
+        }
+        json_object_set_new(chat, "chat_template_kwargs",
+                            json_pack("{s:b}", "enable_thinking", on));
+        if (on && bt) json_object_set(chat, "thinking_budget", (json_t *)bt);
+    }
+    return chat;
+}
+
+json_t *snug_msgs_to_chat(const json_t *body, struct snug_server_error *e) {
+    return to_chat(body, true, e);
+}
+
+static json_t *load(const char *body, size_t len, struct snug_server_error *e) {
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        snug_server_error_set(e, 400, "invalid_request_error", NULL,
+                              "the request body is not valid JSON: %s (line %d, column %d)",
+                              je.text, je.line, je.column);
+    return root;
+}
+
+enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                 size_t len) {
+    struct snug_server_error e = {0};
+    json_t *root = load(body, len, &e);
+    json_t *chat = root ? snug_msgs_to_chat(root, &e) : NULL;
+    json_decref(root);
+    if (!chat) {
+        snug_srv_count(s, ROUTE_MESSAGES, (unsigned)e.http_status);
+        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
+    }
+    return snug_srv_generate_api(s, c, SNUG_API_ANTHROPIC, ROUTE_MESSAGES, chat, NULL);
+}
+
+enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection *c,
+                                       const char *body, size_t len) {
+    struct snug_server_error e = {0};
+    json_t *root = load(body, len, &e);
+    json_t *chat = root ? to_chat(root, false, &e) : NULL;
+    json_decref(root);
+    int32_t n = 0;
+    if (!chat || snug_srv_count_chat_tokens(s, chat, &n, &e)) {
+        snug_srv_count(s, ROUTE_COUNT_TOKENS, (unsigned)e.http_status);
+        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
+    }
+    snug_srv_count(s, ROUTE_COUNT_TOKENS, 200);
+    return snug_srv_send_json(c, 200, json_pack("{s:i}", "input_tokens", n));
+}
+
+/* ==== the answer ============================================================================ */
+
+static const char *stop_reason(const struct reply *r) {
+    if (r->n_calls > 0) return "tool_use";
+    switch (r->finish) {
+    case SNUG_FINISH_LENGTH:
+    case SNUG_FINISH_TIMEOUT:
+        return "max_tokens";
+    default:
+        return r->stopped ? "stop_sequence" : "end_turn";
+    }
+}
+
+static json_t *stop_sequence(const struct reply *r) {
+    return r->stopped && r->n_calls == 0 ? json_string(r->req.stop[r->stop_index]) : json_null();
+}
+
+static json_t *usage(const struct reply *r, bool final) {
+    const struct snug_engine_usage *u = &r->usage;
+    int32_t n_prompt = final ? u->n_prompt : r->job.n_prompt;
+    int32_t cached = final ? u->n_cached : 0;
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", n_prompt - cached, "output_tokens",
+                     final ? u->n_gen : 0, "cache_read_input_tokens", cached,
+                     "cache_creation_input_tokens", 0);
+}
+
+/* A tool call's arguments as the tool_use block's input object ({} when not an object). */
+static json_t *tool_input(const struct tool_call *t) {
+    json_t *in = t->args.len ? json_loadb(t->args.data, t->args.len, 0, NULL) : NULL;
+    if (!json_is_object(in)) {
+        json_decref(in);
+        in = json_object();
+    }
+    return in;
+}
+
+static json_t *message(struct reply *r, json_t *content, bool final) {
+    json_t *m = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", r->id, "type", "message", "role",
+        "assistant", "model", r->req.model ? r->req.model : r->srv->model_id, "content", content,
+        "stop_reason", final ? json_string(stop_reason(r)) : json_null(), "stop_sequence",
+        final ? stop_sequence(r) : json_null(), "usage", usage(r, final));
+    const char *closed = final && r->has_think ? snug_think_end_name(&r->think) : NULL;
+    if (closed) json_object_set_new(m, "reasoning_closed", json_string(closed));
+    return m;
+}
+
+json_t *snug_msgs_final(struct reply *r) {
+    json_t *content = json_array();
+    if (r->reasoning.len)
+        json_array_append_new(content,
+                              json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                        snug_srv_json_str(r->reasoning.data, r->reasoning.len),
+                                        "signature", ""));
+    if (r->content.len || (!r->reasoning.len && !r->n_calls))
+        json_array_append_new(
+            content,
+            json_pack("{s:s, s:o}", "type", "text", "text",
+                      snug_srv_json_str(r->content.data ? r->content.data : "", r->content.len)));
+    for (int i = 0; i < r->n_calls; i++) {
+        const struct tool_call *t = &r->calls[i];
+        json_array_append_new(content,
+                              json_pack("{s:s, s:s, s:o, s:o}", "type", "tool_use", "id", t->id,
+                                        "name", snug_srv_json_str(t->name.data, t->name.len),
+                                        "input", tool_input(t)));
+    }
+    return message(r, content, true);
+}
+
+/* ---- streaming ---- */
+
+static void event(struct reply *r, const char *type, json_t *obj) {
+    json_object_set_new(obj, "type", json_string(type));
+    snug_reply_sse(r, type, obj);
+}
+
+static void block_stop(struct reply *r) {
+    if (r->as.cur < 0) return;
+    event(r, "content_block_stop", json_pack("{s:i}", "index", r->as.cur_index));
+    r->as.cur = -1;
+}
+
+/* Make block `kind` (0 thinking, 1 text, 2 + i tool call i) the open one. */
+static void block_open(struct reply *r, int kind) {
+    if (r->as.cur == kind) return;
+    block_stop(r);
+    json_t *cb;
+    if (kind == 0) {
+        cb = json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", "");
+    } else if (kind == 1) {
+        cb = json_pack("{s:s, s:s}", "type", "text", "text", "");
+    } else {
+        const struct tool_call *t = &r->calls[kind - 2];
+        cb = json_pack("{s:s, s:s, s:o, s:{}}", "type", "tool_use", "id", t->id, "name",
+                       snug_srv_json_str(t->name.data, t->name.len), "input");
+    }
+    r->as.cur = kind;
+    r->as.cur_index = r->as.next_index++;
+    event(r, "content_block_start",
+          json_pack("{s:i, s:o}", "index", r->as.cur_index, "content_block", cb));
+}
+
+static void delta(struct reply *r, const char *type, const char *key, const struct snug_sbuf *b,
+                  size_t from) {
+    event(r, "content_block_delta",
+          json_pack("{s:i, s:{s:s, s:o}}", "index", r->as.cur_index, "delta", "type", type, key,
+                    snug_srv_json_str(b->data ? b->data + from : "", b->len - from)));
+}
+
+void snug_msgs_stream(struct reply *r) {
+    if (!r->as.started) {
+        event(r, "message_start", json_pack("{s:o}", "message", message(r, json_array(), false)));
+        event(r, "ping", json_object());
+        r->as.started = true;
+    }
+    if (r->reasoning.len > r->reasoning_sent) {
+        block_open(r, 0);
+        delta(r, "thinking_delta", "thinking", &r->reasoning, r->reasoning_sent);
+        r->reasoning_sent = r->reasoning.len;
+    }
+    if (r->content.len > r->content_sent) {
+        block_open(r, 1);
+        delta(r, "text_delta", "text", &r->content, r->content_sent);
+        r->content_sent = r->content.len;
+    }
+    for (int i = 0; i < r->n_calls; i++) {
+        struct tool_call *t = &r->calls[i];
+        if (!t->head_sent) {
+            block_open(r, 2 + i);
+            t->head_sent = true;
+        }
+        if (t->args.len > t->args_sent && r->as.cur == 2 + i) {
+            delta(r, "input_json_delta", "partial_json", &t->args, t->args_sent);
+            t->args_sent = t->args.len;
+        }
+    }
+    if (r->done && !r->final_sent) {
+        block_stop(r);
+        if (r->finish == SNUG_FINISH_ERROR || r->oom) {
+            event(r, "error",
+                  json_pack("{s:{s:s, s:s}}", "error", "type", "api_error", "message",
+                            r->oom         ? "out of memory"
+                            : r->errmsg[0] ? r->errmsg
+                                           : "generation failed"));
+        } else {
+            json_t *md = json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(r),
+                                   "stop_sequence", stop_sequence(r), "usage", usage(r, true));
+            const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
+            if (closed) json_object_set_new(md, "reasoning_closed", json_string(closed));
+            event(r, "message_delta", md);
+            event(r, "message_stop", json_object());
+        }
+        r->final_sent = true;
+    }
+}
+
+json_t *snug_server_messages_to_chat(const json_t *body, struct snug_server_error *e) {
+    return snug_msgs_to_chat(body, e);
+}

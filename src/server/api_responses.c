@@ -1,0 +1,673 @@
+/* api_responses.c — the OpenAI Responses API (POST /v1/responses) as a front end over the chat
+ * path: `input` (a string, or items: messages, function_call, function_call_output, reasoning),
+ * `instructions`, function tools, tool_choice, max_output_tokens and reasoning.effort (→ thinking
+ * off / a thinking budget, snug_server_effort_budget) are converted into the equivalent
+ * chat-completions request, which runs through the same validation, rendering and engine job as
+ * /v1/chat/completions; the answer is a response object (output items: reasoning, message,
+ * function_call) or the Responses SSE event sequence (response.created, response.in_progress,
+ * response.output_item.added / done, response.content_part.added / done,
+ * response.reasoning_text.delta / done, response.output_text.delta / done,
+ * response.function_call_arguments.delta / done, response.completed or response.incomplete),
+ * each event with its sequence_number. Field semantics: OpenAI's API reference (Responses,
+ * Streaming events). `previous_response_id` continues a stored conversation: each answered
+ * response's messages (input + output, without the instructions, which are not carried over)
+ * are kept in an in-memory LRU of --responses-store entries for the server's lifetime.
+ * Custom tools (free-form input under a grammar) and built-in tools are a 400 naming them until
+ * a grammar engine exists; so are text.format json_schema / json_object.
+ * Invariant: the stream's output items and the final response's output are the same items (ids
+ * included): the final event carries the items the stream closed.
+ * Read next: api_messages.c (the Anthropic front end), reply.h.
+ */
+#include "server/reply.h"
+
+#include "core/core.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ==== the store (previous_response_id) ===================================================== */
+
+struct stored {
+    char id[64];
+    json_t *messages; /* the chat messages of the conversation so far */
+    uint64_t used;
+};
+
+struct snug_responses_store {
+    pthread_mutex_t mu;
+    struct stored *v;
+    int32_t cap, n;
+    uint64_t clock;
+};
+
+int snug_responses_store_init(struct snug_responses_store **out, int32_t cap) {
+    struct snug_responses_store *st = snug_calloc(1, sizeof *st);
+    if (cap <= 0) cap = 64;
+    if (st) st->v = snug_calloc((size_t)cap, sizeof *st->v);
+    if (!st || !st->v) {
+        snug_free(st);
+        *out = NULL;
+        return SNUG_ERR_NOMEM;
+    }
+    st->cap = cap;
+    pthread_mutex_init(&st->mu, NULL);
+    *out = st;
+    return SNUG_OK;
+}
+
+void snug_responses_store_free(struct snug_responses_store *st) {
+    if (!st) return;
+    for (int32_t i = 0; i < st->n; i++) json_decref(st->v[i].messages);
+    pthread_mutex_destroy(&st->mu);
+    snug_free(st->v);
+    snug_free(st);
+}
+
+/* Keep `messages` (stolen) under id, evicting the least recently used entry when full. */
+static void store_put(struct snug_responses_store *st, const char *id, json_t *messages) {
+    pthread_mutex_lock(&st->mu);
+    struct stored *slot = NULL;
+    if (st->n < st->cap) {
+        slot = &st->v[st->n++];
+    } else {
+        slot = &st->v[0];
+        for (int32_t i = 1; i < st->n; i++)
+            if (st->v[i].used < slot->used) slot = &st->v[i];
+        json_decref(slot->messages);
+    }
+    snprintf(slot->id, sizeof slot->id, "%s", id);
+    slot->messages = messages;
+    slot->used = ++st->clock;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A deep copy of the stored messages of `id`, or NULL. */
+static json_t *store_get(struct snug_responses_store *st, const char *id) {
+    json_t *m = NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int32_t i = 0; i < st->n; i++)
+        if (!strcmp(st->v[i].id, id)) {
+            m = json_deep_copy(st->v[i].messages);
+            st->v[i].used = ++st->clock;
+            break;
+        }
+    pthread_mutex_unlock(&st->mu);
+    return m;
+}
+
+/* ==== request conversion ==================================================================== */
+
+static json_t *bad(struct snug_server_error *e, const char *param, const char *fmt, const char *a) {
+    snug_server_error_set(e, 400, "invalid_request_error", param, fmt, a ? a : "");
+    return NULL;
+}
+
+/* The text of a message's content: a string, or parts input_text / output_text / text joined. */
+static json_t *content_text(const json_t *content, struct snug_server_error *e) {
+    if (json_is_string(content)) return json_incref((json_t *)content);
+    if (!json_is_array(content))
+        return bad(e, "input", "a message's content must be a string or an array of parts%s", "");
+    struct snug_sbuf b = {0};
+    size_t i;
+    json_t *p;
+    json_array_foreach(content, i, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        const char *t = json_string_value(json_object_get(p, "text"));
+        if (type && (!strcmp(type, "input_image") || !strcmp(type, "input_file") ||
+                     !strcmp(type, "input_audio"))) {
+            snug_sbuf_free(&b);
+            return bad(e, "input", "vision is not supported yet: the input holds an '%s' part",
+                       type);
+        }
+        if (!type || !t ||
+            (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text"))) {
+            snug_sbuf_free(&b);
+            return bad(e, "input",
+                       "content part type '%s' is not supported (input_text, "
+                       "output_text)",
+                       type ? type : "?");
+        }
+        snug_sbuf_puts(&b, t);
+    }
+    json_t *s = json_stringn(b.data ? b.data : "", b.len);
+    snug_sbuf_free(&b);
+    return s;
+}
+
+/* The last chat message when it is an assistant turn, for function calls to join. */
+static json_t *open_assistant(json_t *msgs) {
+    json_t *m = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    return role && !strcmp(role, "assistant") ? m : NULL;
+}
+
+static int convert_item(json_t *msgs, const json_t *it, size_t idx, struct snug_server_error *e) {
+    if (!json_is_object(it)) {
+        bad(e, "input", "'input' items must be objects%s", "");
+        return -1;
+    }
+    const char *type = json_string_value(json_object_get(it, "type"));
+    const char *role = json_string_value(json_object_get(it, "role"));
+    if (!type || !strcmp(type, "message")) {
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                      strcmp(role, "developer"))) {
+            bad(e, "input", "a message item needs a role: user, assistant, system or developer%s",
+                "");
+            return -1;
+        }
+        json_t *text = content_text(json_object_get(it, "content"), e);
+        if (!text) return -1;
+        json_t *prev = !strcmp(role, "assistant") ? open_assistant(msgs) : NULL;
+        const char *pc = json_string_value(json_object_get(prev, "content"));
+        if (prev && pc && !*pc && !json_object_get(prev, "tool_calls")) {
+            json_object_set_new(prev, "content", text); /* the message after its reasoning */
+        } else {
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", role, "content", text));
+        }
+        return 0;
+    }
+    if (!strcmp(type, "function_call")) {
+        const char *name = json_string_value(json_object_get(it, "name"));
+        const char *args = json_string_value(json_object_get(it, "arguments"));
+        const char *cid = json_string_value(json_object_get(it, "call_id"));
+        if (!name || !args) {
+            bad(e, "input", "a function_call item needs \"name\" and \"arguments\" strings%s", "");
+            return -1;
+        }
+        json_t *m = open_assistant(msgs);
+        if (!m) {
+            m = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+            json_array_append_new(msgs, m);
+        }
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (!calls) json_object_set_new(m, "tool_calls", calls = json_array());
+        json_array_append_new(calls,
+                              json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid ? cid : "", "type",
+                                        "function", "function", "name", name, "arguments", args));
+        return 0;
+    }
+    if (!strcmp(type, "function_call_output")) {
+        const json_t *out = json_object_get(it, "output");
+        json_t *text = json_is_string(out) ? json_incref((json_t *)out) : content_text(out, e);
+        if (!text) return -1;
+        json_t *m = json_pack("{s:s, s:o}", "role", "tool", "content", text);
+        const char *cid = json_string_value(json_object_get(it, "call_id"));
+        if (cid) json_object_set_new(m, "tool_call_id", json_string(cid));
+        json_array_append_new(msgs, m);
+        return 0;
+    }
+    if (!strcmp(type, "reasoning")) {
+        /* its reasoning_text (or, lacking that, its summary) opens the assistant turn */
+        struct snug_sbuf b = {0};
+        const char *keys[2] = {"content", "summary"};
+        for (int k = 0; k < 2 && !b.len; k++) {
+            size_t i;
+            json_t *p;
+            json_array_foreach(json_object_get(it, keys[k]), i, p) {
+                const char *t = json_string_value(json_object_get(p, "text"));
+                if (t) snug_sbuf_puts(&b, t);
+            }
+        }
+        json_array_append_new(msgs,
+                              json_pack("{s:s, s:s, s:s%}", "role", "assistant", "content", "",
+                                        "reasoning_content", b.data ? b.data : "", b.len));
+        snug_sbuf_free(&b);
+        return 0;
+    }
+    snug_server_error_set(e, 400, "invalid_request_error", "input",
+                          "input[%zu]: items of type '%s' are not supported (message, "
+                          "function_call, function_call_output, reasoning)",
+                          idx, type);
+    return -1;
+}
+
+json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body, json_t **extra,
+                          struct snug_server_error *e) {
+    *extra = NULL;
+    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object%s", "");
+    json_t *chat = json_object(), *msgs = NULL;
+    const json_t *v;
+    static const char *same[] = {"model",       "stream", "temperature",    "top_p",
+                                 "snug_script", "seed",   "thinking_budget"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if ((v = json_object_get(body, same[i]))) json_object_set(chat, same[i], (json_t *)v);
+    if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v))
+        json_object_set(chat, "max_tokens", (json_t *)v);
+    const char *prev = json_string_value(json_object_get(body, "previous_response_id"));
+    if (prev) {
+        msgs = store ? store_get(store, prev) : NULL;
+        if (!msgs) {
+            json_decref(chat);
+            snug_server_error_set(e, 404, "invalid_request_error", "previous_response_id",
+                                  "Previous response with id '%s' not found (responses are kept "
+                                  "in memory: the last --responses-store of this server's run)",
+                                  prev);
+            return NULL;
+        }
+    } else {
+        msgs = json_array();
+    }
+    v = json_object_get(body, "input");
+    if (json_is_string(v)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", v));
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *it;
+        json_array_foreach(v, i, it) {
+            if (convert_item(msgs, it, i, e)) {
+                json_decref(msgs);
+                json_decref(chat);
+                return NULL;
+            }
+        }
+    } else if (v || !prev) {
+        json_decref(msgs);
+        json_decref(chat);
+        return bad(e, "input", "'input' must be a string or an array of items%s", "");
+    }
+    /* what a later previous_response_id continues from: the messages without instructions */
+    json_t *ex = json_pack("{s:O}", "messages", msgs);
+    json_t *all = msgs;
+    const json_t *ins = json_object_get(body, "instructions");
+    if (json_is_string(ins) && json_string_length(ins)) {
+        all = json_deep_copy(msgs);
+        json_decref(msgs);
+        json_t *first = json_array_get(all, 0);
+        const char *r0 = json_string_value(json_object_get(first, "role"));
+        const char *c0 = json_string_value(json_object_get(first, "content"));
+        if (r0 && c0 && (!strcmp(r0, "system") || !strcmp(r0, "developer"))) {
+            struct snug_sbuf b = {0};
+            snug_sbuf_puts(&b, json_string_value(ins));
+            snug_sbuf_puts(&b, "\n\n");
+            snug_sbuf_puts(&b, c0);
+            json_object_set_new(first, "content", json_stringn(b.data, b.len));
+            snug_sbuf_free(&b);
+        } else {
+            json_array_insert_new(all, 0,
+                                  json_pack("{s:s, s:O}", "role", "system", "content", ins));
+        }
+    } else if (ins && !json_is_null(ins) && !json_is_string(ins)) {
+        json_decref(ex);
+        json_decref(msgs);
+        json_decref(chat);
+        return bad(e, "instructions", "'instructions' must be a string%s", "");
+    }
+    json_object_set_new(chat, "messages", all);
+    /* tools: function tools only */
+    if ((v = json_object_get(body, "tools")) && json_is_array(v) && json_array_size(v)) {
+        json_t *tools = json_array();
+        json_object_set_new(chat, "tools", tools);
+        size_t i;
+        json_t *t;
+        json_array_foreach(v, i, t) {
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const char *name = json_string_value(json_object_get(t, "name"));
+            if (!type || strcmp(type, "function") || !name) {
+                snug_server_error_set(
+                    e, 400, "invalid_request_error", "tools",
+                    "tools[%zu] ('%s', type '%s') is not supported: only function tools (custom "
+                    "and built-in tools need a grammar engine or a service this server does "
+                    "not have)",
+                    i, name ? name : "?", type ? type : "?");
+                json_decref(ex);
+                json_decref(chat);
+                return NULL;
+            }
+            /* the chat tool's key order (name, description, parameters): the template prints it */
+            json_t *fn = json_pack("{s:s}", "name", name);
+            const json_t *d = json_object_get(t, "description");
+            if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+            const json_t *p = json_object_get(t, "parameters");
+            if (json_is_object(p))
+                json_object_set(fn, "parameters", (json_t *)p);
+            else
+                json_object_set_new(fn, "parameters", json_object());
+            json_array_append_new(tools,
+                                  json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        }
+    }
+    if ((v = json_object_get(body, "tool_choice")) && !json_is_null(v)) {
+        json_t *tc = NULL;
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (json_is_string(v))
+            tc = json_incref((json_t *)v);
+        else if (type && !strcmp(type, "function") && json_is_string(json_object_get(v, "name")))
+            tc = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
+                           json_object_get(v, "name"));
+        if (!tc) {
+            json_decref(ex);
+            json_decref(chat);
+            return bad(e, "tool_choice",
+                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                       "\"function\", \"name\": ...}%s",
+                       "");
+        }
+        json_object_set_new(chat, "tool_choice", tc);
+    }
+    if ((v = json_object_get(body, "reasoning")) && json_is_object(v)) {
+        const json_t *eff = json_object_get(v, "effort");
+        if (eff && !json_is_null(eff)) json_object_set(chat, "reasoning_effort", (json_t *)eff);
+    }
+    const json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
+    const char *ft = json_string_value(json_object_get(fmt, "type"));
+    if (ft && strcmp(ft, "text")) {
+        json_decref(ex);
+        json_decref(chat);
+        return bad(e, "text.format",
+                   "text.format '%s' is not supported yet (structured outputs need a grammar "
+                   "engine); use \"text\"",
+                   ft);
+    }
+    const json_t *st = json_object_get(body, "store");
+    json_object_set_new(ex, "store", json_boolean(!json_is_false(st)));
+    static const char *echo[] = {
+        "instructions", "previous_response_id", "tools", "tool_choice",
+        "metadata",     "temperature",          "top_p", "max_output_tokens",
+        "reasoning"};
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++)
+        if ((v = json_object_get(body, echo[i]))) json_object_set(ex, echo[i], (json_t *)v);
+    *extra = ex;
+    return chat;
+}
+
+enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
+                                 size_t len) {
+    struct snug_server_error e = {0};
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *extra = NULL;
+    if (!root)
+        snug_server_error_set(&e, 400, "invalid_request_error", NULL,
+                              "the request body is not valid JSON: %s (line %d, column %d)",
+                              je.text, je.line, je.column);
+    json_t *chat = root ? snug_resp_to_chat(s->responses, root, &extra, &e) : NULL;
+    json_decref(root);
+    if (!chat) {
+        snug_srv_count(s, ROUTE_RESPONSES, (unsigned)e.http_status);
+        return snug_srv_send_error(c, &e);
+    }
+    return snug_srv_generate_api(s, c, SNUG_API_RESPONSES, ROUTE_RESPONSES, chat, extra);
+}
+
+/* ==== the answer ============================================================================ */
+
+static bool incomplete(const struct reply *r) {
+    return r->n_calls == 0 && (r->finish == SNUG_FINISH_LENGTH || r->finish == SNUG_FINISH_TIMEOUT);
+}
+
+/* The id of output item `index` of kind `pfx` ("rs", "msg", "fc"), from the response id. */
+static void item_id(const struct reply *r, const char *pfx, int index, char *out, size_t n) {
+    const char *tail = strchr(r->id, '_');
+    snprintf(out, n, "%s_%s_%d", pfx, tail ? tail + 1 : r->id, index);
+}
+
+static json_t *reasoning_item(const char *id, json_t *text, const char *status) {
+    return json_pack("{s:s, s:s, s:[], s:[{s:s, s:o}], s:s}", "id", id, "type", "reasoning",
+                     "summary", "content", "type", "reasoning_text", "text", text, "status",
+                     status);
+}
+
+static json_t *text_part(json_t *text) {
+    return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", text, "annotations",
+                     "logprobs");
+}
+
+static json_t *message_item(const char *id, json_t *text, const char *status) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", id, "type", "message", "status", status,
+                     "role", "assistant", "content",
+                     text ? json_pack("[o]", text_part(text)) : json_array());
+}
+
+static json_t *call_item(const char *id, const struct tool_call *t, bool args, const char *status) {
+    return json_pack(
+        "{s:s, s:s, s:s, s:o, s:o, s:s}", "id", id, "type", "function_call", "call_id", t->id,
+        "name", snug_srv_json_str(t->name.data, t->name.len), "arguments",
+        args ? (t->args.len ? snug_srv_json_str(t->args.data, t->args.len) : json_string("{}"))
+             : json_string(""),
+        "status", status);
+}
+
+/* The response object; `output` stolen (NULL: built from the reply's buffers). */
+static json_t *response(struct reply *r, const char *status, json_t *output, bool final) {
+    if (!output) {
+        output = json_array();
+        char id[96];
+        int k = 0;
+        if (r->reasoning.len) {
+            item_id(r, "rs", k++, id, sizeof id);
+            json_array_append_new(
+                output, reasoning_item(id, snug_srv_json_str(r->reasoning.data, r->reasoning.len),
+                                       "completed"));
+        }
+        if (r->content.len || (!r->reasoning.len && !r->n_calls)) {
+            item_id(r, "msg", k++, id, sizeof id);
+            json_array_append_new(
+                output,
+                message_item(
+                    id, snug_srv_json_str(r->content.data ? r->content.data : "", r->content.len),
+                    "completed"));
+        }
+        for (int i = 0; i < r->n_calls; i++) {
+            item_id(r, "fc", k++, id, sizeof id);
+            json_array_append_new(output, call_item(id, &r->calls[i], true, "completed"));
+        }
+    }
+    const json_t *x = r->api_extra;
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:b, s:s}", "id", r->id, "object",
+                          "response", "created_at", (json_int_t)r->created, "status", status,
+                          "model", r->req.model ? r->req.model : r->srv->model_id, "output", output,
+                          "parallel_tool_calls", true, "truncation", "disabled");
+    static const char *echo[] = {"instructions", "previous_response_id", "metadata", "temperature",
+                                 "top_p",        "max_output_tokens",    "reasoning"};
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
+        json_t *v = json_object_get(x, echo[i]);
+        json_object_set(o, echo[i], v ? v : json_null());
+    }
+    json_t *tools = json_object_get(x, "tools"), *tc = json_object_get(x, "tool_choice");
+    json_object_set(o, "tools", tools ? tools : json_array());
+    if (!tools) json_decref(json_object_get(o, "tools"));
+    json_object_set_new(o, "tool_choice", tc ? json_incref(tc) : json_string("auto"));
+    json_object_set_new(o, "store", json_boolean(json_is_true(json_object_get(x, "store"))));
+    json_object_set_new(o, "error", json_null());
+    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_object_set_new(o, "incomplete_details",
+                        final && incomplete(r) ? json_pack("{s:s}", "reason", "max_output_tokens")
+                                               : json_null());
+    if (final) {
+        const struct snug_engine_usage *u = &r->usage;
+        json_object_set_new(o, "usage",
+                            json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens",
+                                      u->n_prompt, "input_tokens_details", "cached_tokens",
+                                      u->n_cached, "output_tokens", u->n_gen,
+                                      "output_tokens_details", "reasoning_tokens",
+                                      r->has_think ? r->think.n_reasoning : 0, "total_tokens",
+                                      u->n_prompt + u->n_gen));
+        const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
+        if (closed) json_object_set_new(o, "reasoning_closed", json_string(closed));
+    } else {
+        json_object_set_new(o, "usage", json_null());
+    }
+    return o;
+}
+
+json_t *snug_resp_final(struct reply *r) {
+    return response(r, incomplete(r) ? "incomplete" : "completed", NULL, true);
+}
+
+void snug_resp_finished(struct reply *r) {
+    if (!json_is_true(json_object_get(r->api_extra, "store")) || !r->srv->responses) return;
+    json_t *msgs = json_deep_copy(json_object_get(r->api_extra, "messages"));
+    if (!msgs) return;
+    json_t *m =
+        json_pack("{s:s, s:o}", "role", "assistant", "content",
+                  snug_srv_json_str(r->content.data ? r->content.data : "", r->content.len));
+    if (r->reasoning.len)
+        json_object_set_new(m, "reasoning_content",
+                            snug_srv_json_str(r->reasoning.data, r->reasoning.len));
+    if (r->n_calls) {
+        json_t *calls = json_array();
+        for (int i = 0; i < r->n_calls; i++) {
+            const struct tool_call *t = &r->calls[i];
+            json_array_append_new(
+                calls,
+                json_pack("{s:s, s:s, s:{s:o, s:o}}", "id", t->id, "type", "function", "function",
+                          "name", snug_srv_json_str(t->name.data, t->name.len), "arguments",
+                          t->args.len ? snug_srv_json_str(t->args.data, t->args.len)
+                                      : json_string("{}")));
+        }
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    json_array_append_new(msgs, m);
+    store_put(r->srv->responses, r->id, msgs);
+}
+
+/* ---- streaming ---- */
+
+static void event(struct reply *r, const char *type, json_t *obj) {
+    json_object_set_new(obj, "type", json_string(type));
+    json_object_set_new(obj, "sequence_number", json_integer(r->as.seq++));
+    snug_reply_sse(r, type, obj);
+}
+
+static json_t *sb_str(const struct snug_sbuf *b, size_t from, size_t to) {
+    return snug_srv_json_str(b->data ? b->data + from : "", to - from);
+}
+
+/* Close the open item: its done events, and keep it for response.completed. */
+static void item_close(struct reply *r) {
+    int k = r->as.cur, oi = r->as.cur_index;
+    if (k < 0) return;
+    const char *id = r->as.item_id;
+    json_t *item;
+    if (k == 0) {
+        json_t *t = sb_str(&r->reasoning, r->as.reasoning_from, r->reasoning_sent);
+        event(r, "response.reasoning_text.done",
+              json_pack("{s:s, s:i, s:i, s:O}", "item_id", id, "output_index", oi, "content_index",
+                        0, "text", t));
+        event(r, "response.content_part.done",
+              json_pack("{s:s, s:i, s:i, s:{s:s, s:O}}", "item_id", id, "output_index", oi,
+                        "content_index", 0, "part", "type", "reasoning_text", "text", t));
+        item = reasoning_item(id, t, "completed");
+        r->as.reasoning_from = r->reasoning_sent;
+    } else if (k == 1) {
+        json_t *t = sb_str(&r->content, r->as.text_from, r->content_sent);
+        event(r, "response.output_text.done",
+              json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", id, "output_index", oi,
+                        "content_index", 0, "text", t, "logprobs"));
+        event(r, "response.content_part.done",
+              json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", oi, "content_index",
+                        0, "part", text_part(json_incref(t))));
+        item = message_item(id, t, "completed");
+        r->as.text_from = r->content_sent;
+    } else {
+        const struct tool_call *t = &r->calls[k - 2];
+        event(r, "response.function_call_arguments.done",
+              json_pack("{s:s, s:i, s:o, s:o}", "item_id", id, "output_index", oi, "arguments",
+                        t->args.len ? sb_str(&t->args, 0, t->args.len) : json_string("{}"), "name",
+                        snug_srv_json_str(t->name.data, t->name.len)));
+        item = call_item(id, t, true, "completed");
+    }
+    event(r, "response.output_item.done",
+          json_pack("{s:i, s:O}", "output_index", oi, "item", item));
+    json_array_append_new(r->as.items, item);
+    r->as.cur = -1;
+}
+
+static void item_open(struct reply *r, int kind) {
+    if (r->as.cur == kind) return;
+    item_close(r);
+    r->as.cur = kind;
+    r->as.cur_index = r->as.next_index++;
+    int oi = r->as.cur_index;
+    char *id = r->as.item_id;
+    json_t *item;
+    if (kind == 0) {
+        item_id(r, "rs", oi, id, sizeof r->as.item_id);
+        item = reasoning_item(id, json_string(""), "in_progress");
+        json_object_set_new(item, "content", json_array());
+    } else if (kind == 1) {
+        item_id(r, "msg", oi, id, sizeof r->as.item_id);
+        item = message_item(id, NULL, "in_progress");
+    } else {
+        item_id(r, "fc", oi, id, sizeof r->as.item_id);
+        item = call_item(id, &r->calls[kind - 2], false, "in_progress");
+    }
+    event(r, "response.output_item.added",
+          json_pack("{s:i, s:o}", "output_index", oi, "item", item));
+    if (kind == 0)
+        event(r, "response.content_part.added",
+              json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id", id, "output_index", oi,
+                        "content_index", 0, "part", "type", "reasoning_text", "text", ""));
+    else if (kind == 1)
+        event(r, "response.content_part.added",
+              json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", oi, "content_index",
+                        0, "part", text_part(json_string(""))));
+}
+
+void snug_resp_stream(struct reply *r) {
+    if (!r->as.started) {
+        r->as.items = json_array();
+        event(r, "response.created",
+              json_pack("{s:o}", "response", response(r, "in_progress", json_array(), false)));
+        event(r, "response.in_progress",
+              json_pack("{s:o}", "response", response(r, "in_progress", json_array(), false)));
+        r->as.started = true;
+    }
+    if (r->reasoning.len > r->reasoning_sent) {
+        item_open(r, 0);
+        event(r, "response.reasoning_text.delta",
+              json_pack("{s:s, s:i, s:i, s:o}", "item_id", r->as.item_id, "output_index",
+                        r->as.cur_index, "content_index", 0, "delta",
+                        sb_str(&r->reasoning, r->reasoning_sent, r->reasoning.len)));
+        r->reasoning_sent = r->reasoning.len;
+    }
+    if (r->content.len > r->content_sent) {
+        item_open(r, 1);
+        event(r, "response.output_text.delta",
+              json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", r->as.item_id, "output_index",
+                        r->as.cur_index, "content_index", 0, "delta",
+                        sb_str(&r->content, r->content_sent, r->content.len), "logprobs"));
+        r->content_sent = r->content.len;
+    }
+    for (int i = 0; i < r->n_calls; i++) {
+        struct tool_call *t = &r->calls[i];
+        if (!t->head_sent) {
+            item_open(r, 2 + i);
+            t->head_sent = true;
+        }
+        if (t->args.len > t->args_sent && r->as.cur == 2 + i) {
+            event(r, "response.function_call_arguments.delta",
+                  json_pack("{s:s, s:i, s:o}", "item_id", r->as.item_id, "output_index",
+                            r->as.cur_index, "delta", sb_str(&t->args, t->args_sent, t->args.len)));
+            t->args_sent = t->args.len;
+        }
+    }
+    if (r->done && !r->final_sent) {
+        if (r->finish == SNUG_FINISH_ERROR || r->oom) {
+            json_t *resp = response(r, "failed", json_incref(r->as.items), false);
+            json_object_set_new(resp, "error",
+                                json_pack("{s:s, s:s}", "code", "server_error", "message",
+                                          r->oom         ? "out of memory"
+                                          : r->errmsg[0] ? r->errmsg
+                                                         : "generation failed"));
+            event(r, "response.failed", json_pack("{s:o}", "response", resp));
+        } else {
+            if (!r->reasoning.len && !r->content.len && !r->n_calls) item_open(r, 1);
+            item_close(r);
+            snug_resp_finished(r);
+            bool inc = incomplete(r);
+            event(r, inc ? "response.incomplete" : "response.completed",
+                  json_pack("{s:o}", "response",
+                            response(r, inc ? "incomplete" : "completed", json_incref(r->as.items),
+                                     true)));
+        }
+        r->final_sent = true;
+    }
+}
+
+json_t *snug_server_responses_to_chat(const json_t *body, struct snug_server_error *e) {
+    json_t *extra = NULL;
+    json_t *chat = snug_resp_to_chat(NULL, body, &extra, e);
+    json_decref(extra);
+    return chat;
+}

@@ -1,0 +1,162 @@
+/* http_api.c — the HTTP pieces the agent-client APIs added around http.c: CORS (--cors: the
+ * allow-origin header on every answer, the OPTIONS preflight), the access log (one line per
+ * request on stderr: method, route, status, token counts, time; never a header, so never the API
+ * key), the model's names (--alias, --any-model; GET /v1/models and /v1/models/{id}) and
+ * Anthropic's error shape.
+ * Owns: the CORS origin (set once at boot) and each connection thread's pointer to the request
+ * it is answering (MHD runs one thread per connection). Read next: http.c, api_messages.c.
+ */
+#include "server/server_impl.h"
+
+#include "core/core.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* --cors (one server per process: set once at boot, read after) */
+static const char *g_cors;
+
+/* The request being answered on this connection thread, for the access log. */
+static _Thread_local struct snug_srv_access *tl_access;
+
+void snug_srv_cors_init(const char *origin) {
+    g_cors = origin;
+}
+
+void snug_srv_access_begin(struct snug_srv_access *a, const char *method, const char *url) {
+    memset(a, 0, sizeof *a);
+    a->t0 = snug_time_s();
+    snprintf(a->method, sizeof a->method, "%s", method);
+    snprintf(a->url, sizeof a->url, "%s", url);
+}
+
+void snug_srv_access_enter(struct snug_srv_access *a) {
+    tl_access = a;
+}
+
+void snug_srv_access_end(struct snug_srv *s, struct snug_srv_access *a, struct MHD_Connection *c,
+                         enum MHD_RequestTerminationCode toe) {
+    if (!s->opts.no_access_log) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        unsigned status = ci ? ci->http_status : 0;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
+        char tokens[96] = "";
+        if (a->has_tokens)
+            snprintf(tokens, sizeof tokens, " prompt=%d gen=%d cached=%d", a->n_prompt, a->n_gen,
+                     a->n_cached);
+        fprintf(stderr, "snug serve: %s %s %u%s %.1fms\n", a->method, a->url, status, tokens,
+                (snug_time_s() - a->t0) * 1e3);
+    }
+    if (tl_access == a) tl_access = NULL;
+}
+
+void snug_srv_log_usage(int32_t n_prompt, int32_t n_gen, int32_t n_cached) {
+    if (!tl_access) return;
+    tl_access->n_prompt = n_prompt;
+    tl_access->n_gen = n_gen;
+    tl_access->n_cached = n_cached;
+    tl_access->has_tokens = true;
+}
+
+enum MHD_Result snug_srv_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    if (g_cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", g_cors);
+        if (strcmp(g_cors, "*")) MHD_add_response_header(r, "Vary", "Origin");
+    }
+    return MHD_queue_response(c, status, r);
+}
+
+bool snug_srv_model_matches(const struct snug_srv *s, const char *m) {
+    if (!m || !*m || s->opts.any_model) return true;
+    if (!strcmp(m, s->model_id)) return true;
+    for (int i = 0; i < s->opts.n_aliases; i++)
+        if (!strcmp(m, s->opts.aliases[i])) return true;
+    size_t n = strlen(s->model_id);
+    return n > 5 && !strcmp(s->model_id + n - 5, ".gguf") && strlen(m) == n - 5 &&
+           !strncmp(m, s->model_id, n - 5);
+}
+
+/* Anthropic's error types by HTTP status (docs.anthropic.com, "Errors"). */
+static const char *anthropic_error_type(int status) {
+    switch (status) {
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return "api_error";
+    }
+}
+
+enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
+                                        const struct snug_server_error *e) {
+    if (api != SNUG_API_ANTHROPIC) return snug_srv_send_error(c, e);
+    json_t *b = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                          anthropic_error_type(e->http_status), "message", e->msg);
+    return snug_srv_send_json(c, (unsigned)e->http_status, b);
+}
+
+/* The model object of /v1/models under the name `id`. */
+static json_t *model_json(struct snug_srv *s, const char *id) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    return json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I}}", "id", id, "object",
+                     "model", "created", (json_int_t)s->created, "owned_by", "snug", "meta", "arch",
+                     snug_model_arch(s->model), "n_vocab", snug_model_n_vocab(s->model), "n_embd",
+                     snug_model_n_embd(s->model), "n_ctx", st.n_ctx, "n_ctx_train",
+                     (json_int_t)snug_model_n_ctx_train(s->model));
+}
+
+/* GET /v1/models: the served model under its file name, then each --alias. */
+enum MHD_Result snug_srv_models(struct snug_srv *s, struct MHD_Connection *c) {
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(s, s->model_id));
+    for (int i = 0; i < s->opts.n_aliases; i++)
+        json_array_append_new(data, model_json(s, s->opts.aliases[i]));
+    snug_srv_count(s, ROUTE_MODELS, 200);
+    return snug_srv_send_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+/* GET /v1/models/{id}: the model object when id names the served model, else 404. */
+enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, const char *id) {
+    if (!*id || !snug_srv_model_matches(s, id)) {
+        struct snug_server_error e;
+        snug_server_error_set(&e, 404, "invalid_request_error", "model",
+                              "the model '%s' does not exist; this server serves '%s'", id,
+                              s->model_id);
+        snug_srv_count(s, ROUTE_MODEL, 404);
+        return snug_srv_send_error(c, &e);
+    }
+    snug_srv_count(s, ROUTE_MODEL, 200);
+    return snug_srv_send_json(c, 200, model_json(s, id));
+}
+
+/* A CORS preflight (OPTIONS with --cors on): 204 with the methods and headers allowed. */
+enum MHD_Result snug_srv_preflight(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const char *want =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            want && *want ? want
+                                          : "Authorization, Content-Type, x-api-key, "
+                                            "anthropic-version, anthropic-beta");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    enum MHD_Result res = snug_srv_queue(c, 204, r);
+    MHD_destroy_response(r);
+    return res;
+}

@@ -1,0 +1,104 @@
+/* reply.h — struct reply: one generation request from admission to its last byte, shared by
+ * reply.c (the OpenAI chat/completions answers and the engine callbacks) and the other API front
+ * ends that answer from the same state: api_messages.c (Anthropic Messages) and api_responses.c
+ * (OpenAI Responses).
+ * Invariant: the engine side writes under mu; the HTTP side reads under mu and owns the stream
+ * state; the API builders are called with mu held and only read the engine-side fields.
+ * Read next: reply.c, api_messages.c, api_responses.c.
+ */
+#ifndef SNUG_SERVER_REPLY_H
+#define SNUG_SERVER_REPLY_H
+
+#include "server/outparse.h"
+#include "server/schema.h"
+#include "server/server_impl.h"
+#include "server/think.h"
+
+#include <pthread.h>
+
+#define MAX_TOOL_CALLS 64
+
+/* Stream state of the Anthropic / Responses event sequences: blocks (content blocks, output
+ * items) are opened as the model moves from reasoning to text to tool calls. */
+struct snug_api_stream {
+    bool started, ended;
+    int cur;        /* open block: -1 none, 0 reasoning, 1 text, 2 + i tool call i */
+    int next_index; /* next content block / output index */
+    int cur_index;  /* index of the open block */
+    int64_t seq;    /* Responses: sequence_number */
+    size_t text_from, reasoning_from; /* bytes already in earlier blocks */
+    char item_id[112];                /* Responses: the open item's id */
+    json_t *items;                    /* Responses: output items closed so far (owned) */
+};
+
+struct tool_call {
+    struct snug_sbuf name, args;
+    char id[40];
+    bool head_sent;
+    size_t args_sent;
+};
+
+struct lp_entry {
+    snug_token id;
+    struct snug_engine_logprob lp;
+};
+
+struct reply {
+    struct snug_srv *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    struct snug_engine_job job;
+    struct snug_server_req req;
+    enum snug_api api; /* which API answers */
+    json_t *api_extra; /* the front end's context for the answer (owned), or NULL */
+    struct snug_think think;
+    bool has_think;
+    snug_token *prompt, *script;
+    size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
+    int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
+    struct snug_outparse *parser; /* chat only */
+    char id[64];
+    long created;
+    int fd;
+
+    /* engine side, under mu */
+    struct snug_sbuf hold; /* text held back while it could begin a stop string */
+    bool stopped;          /* a stop string matched */
+    int stop_index;        /* which one (req.stop[]) */
+    struct snug_sbuf content, reasoning;
+    struct tool_call calls[MAX_TOOL_CALLS];
+    int n_calls;
+    struct lp_entry *lps;
+    size_t n_lps, cap_lps;
+    bool oom;
+    bool done;
+    enum snug_engine_finish finish;
+    struct snug_engine_usage usage;
+    char errmsg[512];
+
+    /* HTTP side (stream) */
+    size_t content_sent, reasoning_sent, lps_sent;
+    bool role_sent, final_sent;
+    struct snug_api_stream as; /* Anthropic / Responses stream state */
+    struct snug_sbuf out;      /* SSE bytes not yet read by MHD; reserved at admission */
+    size_t out_pos;
+    struct snug_sbuf frame; /* 'data: {"id":…,"choices":[{"index":0,' of every chunk */
+};
+
+/* Append one SSE event "data: <json>\n\n" (steals obj); with `event`, an "event: NAME" line
+ * first (the Anthropic and Responses streams name their events). */
+void snug_reply_sse(struct reply *r, const char *event, json_t *obj);
+/* "stop", "length", "tool_calls" (the OpenAI finish reason of the ended job). */
+const char *snug_reply_finish(const struct reply *r);
+
+/* ---- the front ends (each answers from a reply whose job ran; r->mu held) ---- */
+json_t *snug_msgs_final(struct reply *r);
+void snug_msgs_stream(struct reply *r);
+json_t *snug_resp_final(struct reply *r);
+void snug_resp_stream(struct reply *r);
+/* Called once when a Responses job ended well (stores the conversation for
+ * previous_response_id). */
+void snug_resp_finished(struct reply *r);
+
+#endif
