@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 #include "server/server.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,7 +31,52 @@ static void serve_usage(void) {
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
-        "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n");
+        "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n"
+        "  --api-key K  clients must send 'Authorization: Bearer K' (visible in the process list;\n"
+        "              prefer --api-key-file FILE: the key is FILE's first line)\n"
+        "  limits:     [--http-threads 4] [--max-conns 4096] [--max-conns-per-ip 256]\n"
+        "              [--idle-timeout 30] [--shutdown-grace 5] [--max-messages 1024]\n"
+        "              [--max-parts 256] [--max-tools 128] [--max-prompt-bytes 4194304]\n"
+        "  --special-tokens-in-content  parse special tokens (<|im_end|>, ...) inside message\n"
+        "              text as the template's own (injectable; off by default)\n");
+}
+
+/* --api-key-file: the key is the file's first line (trailing CR/LF and blanks dropped). */
+static const char *read_key_file(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "snug serve: cannot open the API key file %s\n", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, cap - 1, f);
+    bool more = fgetc(f) != EOF;
+    fclose(f);
+    buf[n] = 0;
+    char *nl = strpbrk(buf, "\r\n");
+    if (nl)
+        *nl = 0;
+    else if (more) {
+        fprintf(stderr, "snug serve: the API key in %s is longer than %zu bytes\n", path, cap - 2);
+        return NULL;
+    }
+    n = strlen(buf);
+    while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
+    if (!n) {
+        fprintf(stderr, "snug serve: the API key file %s is empty\n", path);
+        return NULL;
+    }
+    return buf;
+}
+
+/* A non-negative integer flag in [lo, hi] into *out (size_t or int32_t through a long). */
+static bool serve_int(int argc, char **argv, int *i, long lo, long hi, long *out) {
+    long v;
+    if (!cli_int(argc, argv, i, &v) || v < lo || v > hi) {
+        fprintf(stderr, "snug serve: %s wants %ld..%ld\n", argv[*i - 1 < 0 ? 0 : *i - 1], lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -38,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
+    static char key_buf[4096];
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -82,6 +129,38 @@ int cmd_serve(int argc, char **argv) {
             o.kv_type = cli_kv_code(&kv);
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--api-key-file")) {
+            const char *path = cli_value(argc, argv, &i);
+            if (!path || !(o.api_key = read_key_file(path, key_buf, sizeof key_buf))) return 2;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (!serve_int(argc, argv, &i, 1, 256, &v)) return 2;
+            o.http_threads = (int32_t)v;
+        } else if (!strcmp(a, "--max-conns")) {
+            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
+            o.max_conns = (int32_t)v;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
+            o.max_conns_per_ip = (int32_t)v;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!serve_int(argc, argv, &i, 1, 86400, &v)) return 2;
+            o.idle_timeout_s = (int32_t)v;
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            if (!cli_float(argc, argv, &i, &d) || d < 0.01 || d > 3600) return 2;
+            o.shutdown_grace_s = d;
+        } else if (!strcmp(a, "--max-messages")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_messages = (size_t)v;
+        } else if (!strcmp(a, "--max-parts")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_parts = (size_t)v;
+        } else if (!strcmp(a, "--max-tools")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_tools = (size_t)v;
+        } else if (!strcmp(a, "--max-prompt-bytes")) {
+            if (!serve_int(argc, argv, &i, 1024, 1L << 40, &v)) return 2;
+            o.limits.max_prompt_bytes = (size_t)v;
+        } else if (!strcmp(a, "--special-tokens-in-content")) {
+            o.special_in_content = true;
         } else if (!strcmp(a, "--no-think")) {
             o.no_think = true;
         } else if (!strcmp(a, "--script")) {

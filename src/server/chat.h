@@ -10,6 +10,7 @@
 #define SNUG_SERVER_CHAT_H
 
 #include "snug.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -55,6 +56,24 @@ int snug_chat_opts_from_request(struct snug_chat_opts *opts, const json_t *reque
  * SNUG_ERR_NOMEM). */
 int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
                      char **out_prompt, size_t *out_len, struct snug_err *err);
+
+/* The byte ranges of a rendered prompt that hold request text (message content, reasoning,
+ * tool names, arguments and results, the tools' JSON) rather than the template's own markers:
+ * the server tokenizes them with special tokens as plain text (snug_tokenizer_encode_spans),
+ * so a message cannot write "<|im_end|><|im_start|>system" and be believed. Vision
+ * placeholders inside content stay markers. Sorted, non-overlapping, snug_malloc'd. */
+struct snug_chat_spans {
+    struct snug_text_span *v;
+    size_t n, cap;
+    bool oom;
+};
+void snug_chat_spans_free(struct snug_chat_spans *sp);
+
+/* snug_chat_render that also fills *plain (may be NULL) with the request-text spans; on
+ * failure *plain is left empty. */
+int snug_chat_render_spans(const json_t *messages, const json_t *tools,
+                           const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                           struct snug_chat_spans *plain, struct snug_err *err);
 
 /* True when the rendered prompt leaves the model inside a reasoning block (it ends with
  * "<think>\n"): pass this as `in_reasoning` to snug_outparse_init. */

@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* ==== small helpers ========================================================================= */
@@ -63,28 +65,68 @@ json_t *snug_srv_json_str(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
-enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+/* The answer of last resort: a fixed, valid error body (no allocation but MHD's). */
+static enum MHD_Result send_static_error(struct MHD_Connection *c) {
+    static const char body[] = "{\"error\":{\"message\":\"the server could not build its "
+                               "answer (out of memory)\",\"type\":\"server_error\","
+                               "\"param\":null,\"code\":500}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result res = MHD_queue_response(c, 500, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+enum MHD_Result snug_srv_send_json_hdr(struct MHD_Connection *c, unsigned status, json_t *body,
+                                       const char *hname, const char *hval) {
     char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!txt) return MHD_NO;
+    if (!txt) return send_static_error(c);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
-        return MHD_NO;
+        return send_static_error(c);
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    if (hname && hval) MHD_add_response_header(r, hname, hval);
     enum MHD_Result res = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return res;
 }
 
+enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+    return snug_srv_send_json_hdr(c, status, body, NULL, NULL);
+}
+
+/* The error body is built from checked parts: strings that are not valid UTF-8 go through
+ * snug_srv_json_str (U+FFFD), so an error that echoes request text can always be sent. */
+enum MHD_Result snug_srv_send_error_hdr(struct MHD_Connection *c, const struct snug_server_error *e,
+                                        const char *hname, const char *hval) {
+    json_t *inner = json_object();
+    json_t *b = json_object();
+    if (inner && b) {
+        json_object_set_new(inner, "message", snug_srv_json_str(e->msg, strlen(e->msg)));
+        json_object_set_new(inner, "type",
+                            json_string(e->type ? e->type : "invalid_request_error"));
+        json_object_set_new(inner, "param",
+                            e->param[0] ? snug_srv_json_str(e->param, strlen(e->param))
+                                        : json_null());
+        json_object_set_new(inner, "code", json_integer(e->http_status));
+        json_object_set(b, "error", inner);
+    }
+    json_decref(inner);
+    if (!b || json_object_size(b) == 0) {
+        json_decref(b);
+        return send_static_error(c);
+    }
+    return snug_srv_send_json_hdr(c, (unsigned)e->http_status, b, hname, hval);
+}
+
 enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e) {
-    json_t *b =
-        json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", e->msg, "type",
-                  e->type ? e->type : "invalid_request_error", "param",
-                  e->param[0] ? json_string(e->param) : json_null(), "code", e->http_status);
-    return snug_srv_send_json(c, (unsigned)e->http_status, b);
+    return snug_srv_send_error_hdr(c, e, NULL, NULL);
 }
 
 void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) {
@@ -326,11 +368,31 @@ static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c,
         return snug_srv_send_error(c, &e);
     }
     size_t n = json_string_length(content), got = 0;
+    size_t cap_bytes = s->opts.limits.max_prompt_bytes;
+    if (cap_bytes && n > cap_bytes) {
+        json_decref(root);
+        snug_server_error_set(&e, 413, "invalid_request_error", "content",
+                              "'content' has %zu bytes; this server tokenizes at most %zu "
+                              "(--max-prompt-bytes)",
+                              n, cap_bytes);
+        snug_srv_count(s, ROUTE_TOKENIZE, 413);
+        return snug_srv_send_error(c, &e);
+    }
     snug_token *ids = snug_malloc((n + 16) * sizeof *ids);
     struct snug_err err = {0};
     int rc = ids ? snug_tokenizer_encode(s->tok, json_string_value(content), n, !json_is_false(ps),
                                          ids, n + 16, &got, &err)
                  : SNUG_ERR_NOMEM;
+    if (rc == SNUG_OK && json_is_true(wp) && got > SNUG_SRV_MAX_PIECES) {
+        snug_free(ids);
+        json_decref(root);
+        snug_server_error_set(&e, 413, "invalid_request_error", "with_pieces",
+                              "'with_pieces' answers at most %d tokens and this content has %zu; "
+                              "ask without pieces or in parts",
+                              SNUG_SRV_MAX_PIECES, got);
+        snug_srv_count(s, ROUTE_TOKENIZE, 413);
+        return snug_srv_send_error(c, &e);
+    }
     json_t *arr = json_array();
     for (size_t i = 0; rc == SNUG_OK && i < got; i++) {
         if (json_is_true(wp)) {
@@ -408,6 +470,8 @@ static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *
 struct conn {
     struct snug_sbuf body;
     bool too_big;
+    enum snug_route route;
+    void *pending; /* a non-streaming generation the (suspended) connection waits for */
 };
 
 static bool auth_ok(struct snug_srv *s, struct MHD_Connection *c) {
@@ -433,12 +497,81 @@ static enum snug_route route_of(const char *url) {
     return ROUTE_OTHER;
 }
 
-static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
-                              int status, const char *type, const char *fmt, const char *arg) {
+static enum MHD_Result reject_hdr(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
+                                  int status, const char *type, const char *hname, const char *hval,
+                                  const char *fmt, const char *arg) {
     struct snug_server_error e;
     snug_server_error_set(&e, status, type, NULL, fmt, arg);
     snug_srv_count(s, r, (unsigned)status);
-    return snug_srv_send_error(c, &e);
+    return snug_srv_send_error_hdr(c, &e, hname, hval);
+}
+
+static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
+                              int status, const char *type, const char *fmt, const char *arg) {
+    return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
+}
+
+/* A Content-Type a web page may send cross-origin without a CORS preflight (the "CORS-safelisted"
+ * types of the Fetch standard): a POST carrying one is not a JSON API call. */
+static bool simple_content_type(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    static const char *simple[] = {"text/plain", "application/x-www-form-urlencoded",
+                                   "multipart/form-data"};
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (!strncasecmp(ct, simple[i], strlen(simple[i]))) return true;
+    return false;
+}
+
+/* Checks made on the first call for a request, before any of its body is read: the route and
+ * method, the API key, and that a browser page of another origin is not driving the server.
+ * Answers (and returns true) when the request is refused; the body is then never buffered. */
+static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const char *url,
+                          const char *method, enum snug_route r, enum MHD_Result *res) {
+    bool want_post =
+        r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE || r == ROUTE_DETOKENIZE;
+    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    if (r == ROUTE_OTHER) {
+        *res = reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
+        return true;
+    }
+    if ((want_post && !post) || (!want_post && !get)) {
+        *res =
+            reject_hdr(s, c, r, 405, "invalid_request_error", "Allow", want_post ? "POST" : "GET",
+                       "this endpoint wants %s", want_post ? "POST" : "GET");
+        return true;
+    }
+    if (r != ROUTE_HEALTH && !auth_ok(s, c)) {
+        *res = reject(s, c, r, 401, "authentication_error", "%s",
+                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
+        return true;
+    }
+    if (post) {
+        /* a request from a web page of another origin carries Origin; without CORS enabled
+         * such a page must not make this server work (and cannot read the answer anyway) */
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (origin && !snug_srv_origin_allowed(s, origin)) {
+            *res =
+                reject(s, c, r, 403, "invalid_request_error",
+                       "requests from the web origin '%s' are not allowed (CORS is off)", origin);
+            return true;
+        }
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+        if (simple_content_type(ct)) {
+            *res = reject(s, c, r, 415, "invalid_request_error",
+                          "the body must be JSON: send 'Content-Type: application/json' (got "
+                          "'%s')",
+                          ct);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool snug_srv_origin_allowed(const struct snug_srv *s, const char *origin) {
+    (void)s;
+    (void)origin;
+    return false; /* CORS off: no origin may drive the server from a browser */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -446,12 +579,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_data_size, void **con_cls) {
     struct snug_srv *s = cls;
     struct conn *cc = *con_cls;
+    (void)version;
     if (!cc) {
+        enum snug_route r = route_of(url);
+        enum MHD_Result res;
+        if (early_refusal(s, c, url, method, r, &res)) return res;
         cc = snug_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
+        cc->route = r;
         *con_cls = cc;
         return MHD_YES;
     }
+    enum snug_route r = cc->route;
+    if (cc->pending) return snug_srv_generate_resume(s, c, &cc->pending);
     if (*upload_data_size) {
         size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
         if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
@@ -462,11 +602,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
-    enum snug_route r = route_of(url);
-    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (r != ROUTE_HEALTH && !auth_ok(s, c))
-        return reject(s, c, r, 401, "authentication_error", "%s",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "%zu bytes",
@@ -477,18 +612,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->body.oom) return reject(s, c, r, 500, "server_error", "%s", "out of memory");
     const char *body = cc->body.data ? cc->body.data : "";
     size_t len = cc->body.len;
-    bool want_post =
-        r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE || r == ROUTE_DETOKENIZE;
-    if (r == ROUTE_OTHER)
-        return reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
-    if ((want_post && !post) || (!want_post && !get))
-        return reject(s, c, r, 405, "invalid_request_error", "this endpoint wants %s",
-                      want_post ? "POST" : "GET");
     switch (r) {
     case ROUTE_CHAT:
-        return snug_srv_generate(s, c, SNUG_REQ_CHAT, body, len);
+        return snug_srv_generate(s, c, SNUG_REQ_CHAT, body, len, &cc->pending);
     case ROUTE_COMPLETION:
-        return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len);
+        return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len, &cc->pending);
     case ROUTE_MODELS:
         return do_models(s, c);
     case ROUTE_HEALTH:
@@ -506,8 +634,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
     struct conn *cc = *con_cls;
     if (!cc) return;
+    if (cc->pending) snug_srv_generate_abandon(cc->pending);
     snug_sbuf_free(&cc->body);
     snug_free(cc);
     *con_cls = NULL;
@@ -534,6 +664,36 @@ static int read_file(const char *path, char **out, size_t *out_len, struct snug_
     return *out ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading %s", path);
 }
 
+/* Thousands of connections need as many descriptors: lift the soft limit toward `want`
+ * (never above the hard limit). */
+static void raise_fd_limit(rlim_t want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* SIGTERM: stop accepting, let in-flight generations finish for the grace period, then end
+ * the rest (streams get a final SSE error event, waiting requests a 503) and give their
+ * connections a moment to flush. Every suspended connection is resumed before the daemon
+ * stops (MHD requires it). */
+static void shutdown_gracefully(struct snug_srv *s) {
+    if (!s->daemon) return;
+    MHD_quiesce_daemon(s->daemon);
+    double t_end = snug_time_s() + s->opts.shutdown_grace_s;
+    while (snug_srv_live_count(s) > 0 && snug_time_s() < t_end) sleep_ms(20);
+    atomic_store(&s->stopping, true);
+    if (snug_srv_cancel_all(s) > 0) {
+        double t_flush = snug_time_s() + 5.0;
+        while (snug_srv_live_count(s) > 0 && snug_time_s() < t_flush) sleep_ms(20);
+    }
+}
+
 int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     struct snug_srv *s = snug_calloc(1, sizeof *s);
     if (!s) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
@@ -541,6 +701,20 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     if (!s->opts.host) s->opts.host = "127.0.0.1";
     if (s->opts.n_slots <= 0) s->opts.n_slots = 1;
     if (s->opts.queue_cap <= 0) s->opts.queue_cap = 4 * s->opts.n_slots;
+    if (s->opts.http_threads <= 0) s->opts.http_threads = 4;
+    if (s->opts.max_conns <= 0) s->opts.max_conns = 4096;
+    if (s->opts.max_conns_per_ip <= 0) s->opts.max_conns_per_ip = 256;
+    if (s->opts.idle_timeout_s <= 0) s->opts.idle_timeout_s = 30;
+    if (s->opts.shutdown_grace_s <= 0) s->opts.shutdown_grace_s = 5;
+    {
+        struct snug_server_limits d = snug_server_limits_default(), *l = &s->opts.limits;
+        if (!l->max_messages) l->max_messages = d.max_messages;
+        if (!l->max_parts) l->max_parts = d.max_parts;
+        if (!l->max_tools) l->max_tools = d.max_tools;
+        if (!l->max_prompt_bytes) l->max_prompt_bytes = d.max_prompt_bytes;
+    }
+    pthread_mutex_init(&s->live_mu, NULL);
+    raise_fd_limit((rlim_t)s->opts.max_conns + 256);
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
@@ -597,11 +771,16 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         rc = snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", s->opts.host);
         goto done;
     }
+    /* a few connection threads, each an epoll loop over many connections; generations
+     * suspend their connection while the engine works (reply.c), so no thread blocks on one */
     s->daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
-        NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 512u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+        on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opts.idle_timeout_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->daemon) {
         rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
                           opts->port);
@@ -631,10 +810,13 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     }
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "snug serve: signal %d, shutting down\n", sig);
+    fprintf(stderr, "snug serve: signal %d, shutting down (grace %.1f s)\n", sig,
+            s->opts.shutdown_grace_s);
+    shutdown_gracefully(s);
 
 done:
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);
     snug_model_free(s->model);
     snug_free(s->script_text);

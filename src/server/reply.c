@@ -50,7 +50,10 @@ struct reply {
     struct snug_outparse *parser; /* chat only */
     char id[64];
     long created;
-    int fd;
+    struct MHD_Connection *conn;         /* under mu; NULL once MHD let go of the connection */
+    bool suspended;                      /* under mu: the connection waits for the engine */
+    struct reply *live_prev, *live_next; /* srv->live list, under srv->live_mu */
+    bool live;
 
     /* engine side, under mu */
     struct snug_sbuf hold; /* text held back while it could begin a stop string */
@@ -76,13 +79,40 @@ struct reply {
 
 /* ==== lifetime ============================================================================== */
 
+static void live_add(struct reply *r) {
+    struct snug_srv *s = r->srv;
+    pthread_mutex_lock(&s->live_mu);
+    r->live_prev = NULL;
+    r->live_next = s->live;
+    if (s->live) s->live->live_prev = r;
+    s->live = r;
+    s->n_live++;
+    r->live = true;
+    pthread_mutex_unlock(&s->live_mu);
+}
+
+static void live_remove(struct reply *r) {
+    struct snug_srv *s = r->srv;
+    pthread_mutex_lock(&s->live_mu);
+    if (r->live) {
+        if (r->live_prev)
+            r->live_prev->live_next = r->live_next;
+        else
+            s->live = r->live_next;
+        if (r->live_next) r->live_next->live_prev = r->live_prev;
+        s->n_live--;
+        r->live = false;
+    }
+    pthread_mutex_unlock(&s->live_mu);
+}
+
 static void reply_unref_locked(struct reply *r) {
-    SNUG_ASSERT(r->refs > 0);
     if (--r->refs > 0) {
         pthread_mutex_unlock(&r->mu);
         return;
     }
     pthread_mutex_unlock(&r->mu);
+    live_remove(r);
     snug_outparse_free(r->parser);
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
@@ -107,23 +137,20 @@ static void reply_unref(struct reply *r) {
     reply_unref_locked(r);
 }
 
-/* True when the client closed its end of the connection (a peek reads end-of-file or fails). */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
-    return false;
+/* Let MHD run the connection again when it waits for the engine (r->mu held). MHD allows
+ * resuming from any thread; suspending happens only in MHD's callbacks, also under r->mu, so
+ * a resume never precedes its suspend. */
+static void wake_locked(struct reply *r) {
+    if (r->suspended && r->conn) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
 }
 
-static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
+static void suspend_locked(struct reply *r, struct MHD_Connection *c) {
+    r->conn = c;
+    r->suspended = true;
+    MHD_suspend_connection(c);
 }
 
 /* ==== engine side =========================================================================== */
@@ -236,6 +263,7 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
         }
     }
     pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     pthread_mutex_unlock(&r->mu);
     return stop;
 }
@@ -256,6 +284,7 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
     if (msg) snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
     r->done = true;
     pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     reply_unref_locked(r);
 }
 
@@ -535,10 +564,13 @@ static void stream_collect(struct reply *r) {
         }
     }
     if (r->done && !r->final_sent) {
-        if (r->finish == SNUG_FINISH_ERROR) {
+        bool stopping = r->finish == SNUG_FINISH_CANCEL && atomic_load(&r->srv->stopping);
+        if (r->finish == SNUG_FINISH_ERROR || stopping) {
             sse_put(r, json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
-                                 r->errmsg[0] ? r->errmsg : "generation failed", "type",
-                                 "server_error", "code", 500));
+                                 stopping       ? "the server is shutting down"
+                                 : r->errmsg[0] ? r->errmsg
+                                                : "generation failed",
+                                 "type", "server_error", "code", stopping ? 503 : 500));
         } else {
             json_t *ch = chunk(r, NULL, finish_str(r));
             if (lp_new && chat && r->n_lps > r->lps_sent)
@@ -593,12 +625,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         stream_collect(r);
         if (r->out.len > r->out_pos) continue;
-        if (r->oom || client_gone(r->fd)) {
+        if (r->oom) {
             cancel_locked(r);
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        cond_wait_ms(&r->cv, &r->mu, 50);
+        /* nothing new: park the connection until the engine's next callback (a client that
+         * left is noticed when the next bytes fail to send) */
+        suspend_locked(r, r->conn);
+        pthread_mutex_unlock(&r->mu);
+        return 0;
     }
 }
 
@@ -606,20 +642,27 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     struct reply *r = cls;
     pthread_mutex_lock(&r->mu);
+    r->conn = NULL;
+    r->suspended = false;
     cancel_locked(r);
     reply_unref_locked(r);
 }
 
 /* ==== the request =========================================================================== */
 
+/* Tokenize n bytes of s into a snug_malloc'd array; special tokens are parsed except inside
+ * the `plain` spans (NULL: everywhere). */
 static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
-                          snug_token **out, int32_t *n_out, struct snug_err *err) {
+                          const struct snug_chat_spans *plain, snug_token **out, int32_t *n_out,
+                          struct snug_err *err) {
     size_t cap = n + 16, got = 0;
     *out = NULL;
     for (int tries = 0; tries < 2; tries++) {
         snug_token *ids = snug_malloc(cap * sizeof *ids);
         if (!ids) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory tokenizing the prompt");
-        int rc = snug_tokenizer_encode(tok, s, n, true, ids, cap, &got, err);
+        int rc = plain && plain->n ? snug_tokenizer_encode_spans(tok, s, n, plain->v, plain->n, ids,
+                                                                 cap, &got, err)
+                                   : snug_tokenizer_encode(tok, s, n, true, ids, cap, &got, err);
         if (rc == SNUG_OK) {
             *out = ids;
             *n_out = (int32_t)got;
@@ -647,8 +690,74 @@ static bool model_matches(const struct snug_srv *s, const char *m) {
            !strncmp(m, s->model_id, n - 5);
 }
 
+/* The answer of a finished non-streaming generation (r->mu held; lets go of r). */
+static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *c,
+                                     struct reply *r) {
+    enum snug_route route = r->req.kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION;
+    struct snug_server_error e;
+    r->conn = NULL;
+    if (r->finish == SNUG_FINISH_CANCEL) {
+        reply_unref_locked(r);
+        snug_server_error_set(&e, 503, "server_error", NULL,
+                              "the request was cancelled: the server is shutting down");
+        return fail(s, c, route, &e);
+    }
+    if (r->finish == SNUG_FINISH_ERROR || r->oom) {
+        snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
+                              r->oom ? "out of memory" : r->errmsg);
+        reply_unref_locked(r);
+        return fail(s, c, route, &e);
+    }
+    json_t *out = final_json(r);
+    reply_unref_locked(r);
+    snug_srv_count(s, route, 200);
+    return snug_srv_send_json(c, 200, out);
+}
+
+enum MHD_Result snug_srv_generate_resume(struct snug_srv *s, struct MHD_Connection *c,
+                                         void **pending) {
+    struct reply *r = *pending;
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) { /* woken early (a token): park again until on_done */
+        suspend_locked(r, c);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    *pending = NULL;
+    return finish_locked(s, c, r);
+}
+
+void snug_srv_generate_abandon(void *pending) {
+    struct reply *r = pending;
+    pthread_mutex_lock(&r->mu);
+    r->conn = NULL;
+    r->suspended = false;
+    cancel_locked(r);
+    reply_unref_locked(r);
+}
+
+int snug_srv_live_count(struct snug_srv *s) {
+    pthread_mutex_lock(&s->live_mu);
+    int n = s->n_live;
+    pthread_mutex_unlock(&s->live_mu);
+    return n;
+}
+
+int snug_srv_cancel_all(struct snug_srv *s) {
+    pthread_mutex_lock(&s->live_mu);
+    int n = 0;
+    for (struct reply *r = s->live; r; r = r->live_next, n++) {
+        pthread_mutex_lock(&r->mu);
+        cancel_locked(r);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&s->live_mu);
+    return n;
+}
+
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
-                                  enum snug_server_kind kind, const char *body, size_t len) {
+                                  enum snug_server_kind kind, const char *body, size_t len,
+                                  void **pending) {
     enum snug_route route = kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION;
     struct snug_server_error e;
     struct snug_err err = {0};
@@ -664,6 +773,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     enum MHD_Result res;
     if (snug_server_req_parse(&r->req, kind, body, len, &e) != SNUG_OK) goto reject;
     struct snug_server_req *q = &r->req;
+    if (snug_server_req_check_limits(q, &s->opts.limits, &e) != SNUG_OK) goto reject;
     if (!model_matches(s, q->model)) {
         snug_server_error_set(&e, 404, "invalid_request_error", "model",
                               "the model '%s' does not exist; this server serves '%s'", q->model,
@@ -678,11 +788,22 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         struct snug_chat_opts co = snug_chat_default_opts(!s->opts.no_think);
         char *text = NULL;
         size_t tlen = 0;
+        struct snug_chat_spans plain = {0};
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
         if (snug_chat_opts_from_request(&co, q->root, &err) != SNUG_OK ||
-            snug_chat_render(q->messages, tools, &co, &text, &tlen, &err) != SNUG_OK) {
+            snug_chat_render_spans(q->messages, tools, &co, &text, &tlen,
+                                   s->opts.special_in_content ? NULL : &plain, &err) != SNUG_OK) {
             snug_server_error_set(&e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
                                   "invalid_request_error", "messages", "%s", err.msg);
+            goto reject;
+        }
+        if (tlen > s->opts.limits.max_prompt_bytes) {
+            snug_free(text);
+            snug_chat_spans_free(&plain);
+            snug_server_error_set(&e, 413, "invalid_request_error", "messages",
+                                  "the rendered prompt has %zu bytes; this server takes at most "
+                                  "%zu (--max-prompt-bytes)",
+                                  tlen, s->opts.limits.max_prompt_bytes);
             goto reject;
         }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
@@ -703,10 +824,11 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_sbuf_append(&full, text, tlen);
         if (force.len) snug_sbuf_append(&full, force.data, force.len);
         snug_free(text);
-        int rc = full.oom || force.oom
-                     ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
-                     : tokenize_alloc(s->tok, full.data, full.len, &r->prompt, &n_prompt, &err);
+        int rc = full.oom || force.oom ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
+                                       : tokenize_alloc(s->tok, full.data, full.len, &plain,
+                                                        &r->prompt, &n_prompt, &err);
         snug_sbuf_free(&full);
+        snug_chat_spans_free(&plain);
         if (rc == SNUG_OK)
             rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
         if (rc == SNUG_OK && force.len) {
@@ -720,7 +842,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
     } else if (q->prompt) {
-        if (tokenize_alloc(s->tok, q->prompt, q->prompt_len, &r->prompt, &n_prompt, &err)) {
+        if (tokenize_alloc(s->tok, q->prompt, q->prompt_len, NULL, &r->prompt, &n_prompt, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }
@@ -761,7 +883,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
-        if (tokenize_alloc(s->tok, st_text, st_len, &r->script, &r->job.n_script, &err)) {
+        if (tokenize_alloc(s->tok, st_text, st_len, NULL, &r->script, &r->job.n_script, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }
@@ -796,9 +918,6 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     r->created = (long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%lx%06llx", kind == SNUG_REQ_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)r->created, (unsigned long long)nid);
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->fd = ci ? ci->connect_fd : -1;
     /* streams: the chunk frame, the SSE buffer (a window of a few chunks: the reader drains
      * it as it goes; beyond it grows, amortised) and the output parser's own buffers, all
      * sized now so the per-token path appends without allocating */
@@ -833,24 +952,18 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         if (err.status == SNUG_ERR_BUDGET) {
             snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
             snug_srv_count(s, route, 503);
-            json_t *b = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", e.msg, "type",
-                                  e.type, "param", "code", 503);
-            char *txt = json_dumps(b, JSON_COMPACT);
-            json_decref(b);
-            struct MHD_Response *resp =
-                MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-            MHD_add_response_header(resp, "Content-Type", "application/json");
-            MHD_add_response_header(resp, "Retry-After", "1");
-            res = MHD_queue_response(c, 503, resp);
-            MHD_destroy_response(resp);
             reply_unref(r);
-            return res;
+            return snug_srv_send_error_hdr(c, &e, "Retry-After", "1");
         }
         snug_server_error_set(&e, 400, "invalid_request_error", NULL, "%s", err.msg);
         goto reject;
     }
 
+    live_add(r);
     if (q->stream) {
+        pthread_mutex_lock(&r->mu);
+        r->conn = c;
+        pthread_mutex_unlock(&r->mu);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                       stream_read, r, stream_free);
         if (!resp) {
@@ -867,27 +980,14 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         return res;
     }
 
-    /* non-streaming: wait for the end, watching the client */
+    /* non-streaming: park the connection until on_done resumes it (the access handler is
+     * then called again and answers through snug_srv_generate_resume) */
     pthread_mutex_lock(&r->mu);
-    while (!r->done) {
-        if (client_gone(r->fd)) cancel_locked(r);
-        cond_wait_ms(&r->cv, &r->mu, 50);
-    }
-    if (r->finish == SNUG_FINISH_CANCEL) {
-        snug_srv_count(s, route, 499);
-        reply_unref_locked(r);
-        return MHD_NO;
-    }
-    if (r->finish == SNUG_FINISH_ERROR || r->oom) {
-        snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
-                              r->oom ? "out of memory" : r->errmsg);
-        reply_unref_locked(r);
-        return fail(s, c, route, &e);
-    }
-    json_t *out = final_json(r);
-    reply_unref_locked(r);
-    snug_srv_count(s, route, 200);
-    return snug_srv_send_json(c, 200, out);
+    if (r->done) return finish_locked(s, c, r);
+    suspend_locked(r, c);
+    *pending = r;
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES;
 
 reject:
     reply_unref(r);

@@ -20,6 +20,15 @@
 
 /* ==== the server ============================================================================ */
 
+/* Request-cost limits, checked after parsing and before any rendering or tokenizing (so one
+ * request cannot make a connection thread do unbounded work). 0 = no limit. */
+struct snug_server_limits {
+    size_t max_messages;     /* chat messages (default 1024) */
+    size_t max_parts;        /* content parts of one message (default 256) */
+    size_t max_tools;        /* tools (default 128) */
+    size_t max_prompt_bytes; /* text of the messages / prompt, and the rendered prompt (4 MiB) */
+};
+
 struct snug_server_opts {
     const char *model_path;
     const char *host;        /* default "127.0.0.1" */
@@ -37,6 +46,14 @@ struct snug_server_opts {
     const char *port_file;   /* when set, the bound port is written there once listening */
     int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
     uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
+    /* hardening (docs/server.md "Limits and hardening"); 0 = the default in brackets */
+    int32_t http_threads;     /* connection threads (MHD thread pool, epoll) [4] */
+    int32_t max_conns;        /* open connections in all [4096] */
+    int32_t max_conns_per_ip; /* open connections of one client address [256] */
+    int32_t idle_timeout_s;   /* idle keep-alive connections closed after this [30] */
+    double shutdown_grace_s;  /* on SIGTERM, in-flight requests may finish for this long [5] */
+    bool special_in_content;  /* --special-tokens-in-content: the old, injectable behaviour */
+    struct snug_server_limits limits; /* request-cost limits (fields 0 = defaults) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and
@@ -100,6 +117,19 @@ struct snug_server_error {
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,
                           size_t len, struct snug_server_error *e);
 void snug_server_req_free(struct snug_server_req *r);
+
+struct snug_server_limits snug_server_limits_default(void);
+/* 413 naming the limit and its flag when r exceeds one of lim's limits. */
+int snug_server_req_check_limits(const struct snug_server_req *r,
+                                 const struct snug_server_limits *lim, struct snug_server_error *e);
+
+/* A tool name the server accepts: 1 to 64 characters of a-z A-Z 0-9 _ - . (OpenAI's rule plus
+ * '.'); nothing that could close the template's "<function=NAME>" marker. */
+bool snug_server_tool_name_ok(const char *name);
+
+/* Cut n bytes of s back to the end of the last complete UTF-8 character (a NUL is written at
+ * the new end); returns the new length. For fixed buffers that may have cut a character. */
+size_t snug_utf8_trim_tail(char *s, size_t n);
 
 /* Fill *e (returns e->http_status as a negative status-like value for convenience: -1). */
 int snug_server_error_set(struct snug_server_error *e, int http_status, const char *type,

@@ -117,7 +117,13 @@ int snug_suite_client_init(struct snug_suite_client *c, const char *url, const c
     if (n >= 3 && !strcmp(c->base + n - 3, "/v1")) c->base[n -= 3] = 0;
     while (n > 0 && c->base[n - 1] == '/') c->base[--n] = 0;
     if (model && strlen(model) < sizeof c->model) strcpy(c->model, model);
-    if (api_key && strlen(api_key) < sizeof c->api_key) strcpy(c->api_key, api_key);
+    if (api_key && strlen(api_key) >= sizeof c->api_key)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--api-key is %zu bytes; the client takes at most %zu", strlen(api_key),
+                            sizeof c->api_key - 1);
+    if (api_key && strpbrk(api_key, "\r\n"))
+        return snug_err_set(err, SNUG_ERR_INVALID, "--api-key must not contain a line break");
+    if (api_key) strcpy(c->api_key, api_key);
     c->timeout_s = 600;
     static bool global_done;
     if (!global_done) {
@@ -175,7 +181,7 @@ static CURL *easy(const struct snug_suite_client *c, const char *path, double ti
     *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     *hdrs = curl_slist_append(*hdrs, "Expect:");
     if (c->api_key[0]) {
-        char a[300];
+        char a[sizeof c->api_key + 32];
         snprintf(a, sizeof a, "Authorization: Bearer %s", c->api_key);
         *hdrs = curl_slist_append(*hdrs, a);
     }

@@ -21,10 +21,10 @@
 /* ==== client ================================================================================ */
 
 struct snug_suite_client {
-    char base[512];    /* "http://host:port" (no trailing "/", no "/v1") */
-    char model[256];   /* served model id; "" until known (snug_suite_discover_model) */
-    char api_key[256]; /* "" = no Authorization header */
-    double timeout_s;  /* per generation request (default 600) */
+    char base[512];     /* "http://host:port" (no trailing "/", no "/v1") */
+    char model[256];    /* served model id; "" until known (snug_suite_discover_model) */
+    char api_key[4096]; /* "" = no Authorization header; a longer key is refused at init */
+    double timeout_s;   /* per generation request (default 600) */
 };
 
 /* url: "http://h:p", "http://h:p/", "http://h:p/v1" all mean the same server; NULL =
