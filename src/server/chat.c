@@ -331,6 +331,7 @@ static int content_trimmed(struct snug_sbuf *s, const json_t *content, bool is_s
     snug_sbuf_reset(s);
     int rc = render_content(s, content, is_system, count, vis, err);
     if (rc) return rc;
+    if (s->oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory rendering the prompt");
     *out = py_strip((struct sv){s->data ? s->data : "", s->len});
     return SNUG_OK;
 }
