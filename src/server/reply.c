@@ -624,11 +624,22 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         stream_collect(r);
+        if (r->out.oom) { /* events may be cut: drop them, the error event below says why */
+            snug_sbuf_free(&r->out);
+            r->out_pos = 0;
+            r->oom = true;
+        }
         if (r->out.len > r->out_pos) continue;
-        if (r->oom) {
+        if (r->oom) { /* end the stream with a fixed error event (no allocation needed) */
+            static const char OOM_END[] =
+                "data: {\"error\":{\"message\":\"out of memory while streaming\","
+                "\"type\":\"server_error\",\"code\":500}}\n\ndata: [DONE]\n\n";
             cancel_locked(r);
+            r->final_sent = true;
             pthread_mutex_unlock(&r->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (max < sizeof OOM_END - 1) return MHD_CONTENT_READER_END_WITH_ERROR;
+            memcpy(buf, OOM_END, sizeof OOM_END - 1);
+            return (ssize_t)(sizeof OOM_END - 1);
         }
         /* nothing new: park the connection until the engine's next callback (a client that
          * left is noticed when the next bytes fail to send) */
@@ -968,9 +979,12 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                                                       stream_read, r, stream_free);
         if (!resp) {
             pthread_mutex_lock(&r->mu);
+            r->conn = NULL;
             cancel_locked(r);
             reply_unref_locked(r);
-            return MHD_NO;
+            snug_server_error_set(&e, 500, "server_error", NULL,
+                                  "out of memory starting the stream");
+            return fail(s, c, route, &e);
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");

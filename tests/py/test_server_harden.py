@@ -235,6 +235,79 @@ def test_shutdown(res, model, tmp):
               f"8: SIGTERM ends a stream with an SSE error event ({time.time() - t0:.1f} s, rc {rc})")
 
 
+def test_fail_alloc(res, model, tmp):
+    """SNUG_FAIL_ALLOC=N over the boot and over the first requests: every run either refuses to
+    start with a message (exit 1) or serves, and every request gets an HTTP answer; the server
+    never crashes and exits cleanly on SIGTERM."""
+    def serve(n):
+        env = dict(os.environ, SNUG_FAIL_ALLOC=str(n))
+        pf = os.path.join(tmp, f"fa{n}.port")
+        p = subprocess.Popen([SNUG, "serve", "-m", model, "--port", "0", "--port-file", pf,
+                              "--threads", "1", "--ctx", "256", "--script", __file__],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        t0 = time.time()
+        while time.time() - t0 < 30:
+            if p.poll() is not None:
+                return p, None
+            if os.path.exists(pf) and open(pf).read().strip():
+                return p, int(open(pf).read())
+            time.sleep(0.02)
+        return p, None
+
+    boot_bad, boot_refused = [], 0
+    for n in range(1, 56, 3):
+        p, port = serve(n)
+        if port is None:
+            rc = p.wait(timeout=30)
+            boot_refused += 1
+            if rc != 1:
+                boot_bad.append((n, rc, p.stderr.read()[-200:]))
+        else:
+            p.terminate()
+            if p.wait(timeout=30) != 0:
+                boot_bad.append((n, "serving, then exit", p.returncode))
+    res.check(not boot_bad and boot_refused > 5,
+              f"fault injection over boot: {boot_refused} refusals, all exit 1 {boot_bad[:2]}")
+    # the allocation count once booted (deterministic for the same flags), then failures in the
+    # allocations of a chat request, a stream and a /tokenize
+    p, port = serve(10 ** 12)
+    srv = Server.__new__(Server)
+    srv.port = port
+    base = int(float([ln for ln in srv.raw("GET", "/metrics", key=None)[1].splitlines()
+                      if ln.startswith("snug_heap_allocations_total ")][0].split()[1]))
+    p.terminate()
+    p.wait(timeout=30)
+    req_bad, answered = [], 0
+    for k in range(base - 40, base + 400, 11):
+        p, port = serve(k)
+        if port is None:
+            rc = p.wait(timeout=30)
+            if rc != 1:
+                req_bad.append((k, "boot", rc))
+            continue
+        srv.port = port
+        try:
+            for body in ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                          "snug_script": "a b c"},
+                         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                          "stream": True, "snug_script": "a b c"}):
+                st = srv.raw("POST", "/v1/chat/completions", body, key=None)[0]
+                answered += st in (200, 400, 500, 503)
+                if st not in (200, 400, 500, 503):
+                    req_bad.append((k, st))
+            st = srv.raw("POST", "/tokenize", {"content": "hello"}, key=None)[0]
+            if st not in (200, 500):
+                req_bad.append((k, "tokenize", st))
+        except Exception as e:  # noqa: BLE001
+            req_bad.append((k, str(e)[:80]))
+        p.terminate()
+        rc = p.wait(timeout=30)
+        if rc != 0:
+            req_bad.append((k, "exit", rc, p.stderr.read()[-300:]))
+    res.check(not req_bad and answered > 0,
+              f"fault injection over requests: {answered} answered, failures {req_bad[:2]}")
+
+
 def hanging_server():
     """A listener that accepts and never answers."""
     ls = socket.socket()
@@ -310,6 +383,7 @@ def main():
             test_smaller(res, A)
             test_suite(res, L)
             test_shutdown(res, model, tmp)
+            test_fail_alloc(res, model, tmp)
         finally:
             for s in servers:
                 rc = s.stop()
