@@ -8,6 +8,7 @@
  * Read next: reply.c (generation requests), engine.c.
  */
 #define _GNU_SOURCE
+#include "server/gate.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
 
@@ -474,29 +475,6 @@ struct conn {
     void *pending; /* a non-streaming generation the (suspended) connection waits for */
 };
 
-static bool auth_ok(struct snug_srv *s, struct MHD_Connection *c) {
-    if (!s->opts.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    const char *k = h + 7, *want = s->opts.api_key;
-    size_t kl = strlen(k), wl = strlen(want);
-    unsigned diff = kl != wl;
-    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
-    return diff == 0;
-}
-
-static enum snug_route route_of(const char *url) {
-    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions"))
-        return ROUTE_CHAT;
-    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) return ROUTE_COMPLETION;
-    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) return ROUTE_MODELS;
-    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) return ROUTE_HEALTH;
-    if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
-    if (!strcmp(url, "/tokenize")) return ROUTE_TOKENIZE;
-    if (!strcmp(url, "/detokenize")) return ROUTE_DETOKENIZE;
-    return ROUTE_OTHER;
-}
-
 static enum MHD_Result reject_hdr(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
                                   int status, const char *type, const char *hname, const char *hval,
                                   const char *fmt, const char *arg) {
@@ -511,61 +489,28 @@ static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum
     return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
 }
 
-/* A Content-Type a web page may send cross-origin without a CORS preflight (the "CORS-safelisted"
- * types of the Fetch standard): a POST carrying one is not a JSON API call. */
-static bool simple_content_type(const char *ct) {
-    if (!ct) return false;
-    while (*ct == ' ') ct++;
-    static const char *simple[] = {"text/plain", "application/x-www-form-urlencoded",
-                                   "multipart/form-data"};
-    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
-        if (!strncasecmp(ct, simple[i], strlen(simple[i]))) return true;
-    return false;
+static bool origin_ok(const void *ctx, const char *origin) {
+    return snug_srv_origin_allowed(ctx, origin);
 }
 
-/* Checks made on the first call for a request, before any of its body is read: the route and
- * method, the API key, and that a browser page of another origin is not driving the server.
+/* The checks made on the first call for a request, before any of its body is read (gate.c).
  * Answers (and returns true) when the request is refused; the body is then never buffered. */
 static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const char *url,
-                          const char *method, enum snug_route r, enum MHD_Result *res) {
-    bool want_post =
-        r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE || r == ROUTE_DETOKENIZE;
-    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (r == ROUTE_OTHER) {
-        *res = reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
-        return true;
-    }
-    if ((want_post && !post) || (!want_post && !get)) {
-        *res =
-            reject_hdr(s, c, r, 405, "invalid_request_error", "Allow", want_post ? "POST" : "GET",
-                       "this endpoint wants %s", want_post ? "POST" : "GET");
-        return true;
-    }
-    if (r != ROUTE_HEALTH && !auth_ok(s, c)) {
-        *res = reject(s, c, r, 401, "authentication_error", "%s",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
-        return true;
-    }
-    if (post) {
-        /* a request from a web page of another origin carries Origin; without CORS enabled
-         * such a page must not make this server work (and cannot read the answer anyway) */
-        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-        if (origin && !snug_srv_origin_allowed(s, origin)) {
-            *res =
-                reject(s, c, r, 403, "invalid_request_error",
-                       "requests from the web origin '%s' are not allowed (CORS is off)", origin);
-            return true;
-        }
-        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-        if (simple_content_type(ct)) {
-            *res = reject(s, c, r, 415, "invalid_request_error",
-                          "the body must be JSON: send 'Content-Type: application/json' (got "
-                          "'%s')",
-                          ct);
-            return true;
-        }
-    }
-    return false;
+                          const char *method, enum snug_route *r, enum MHD_Result *res) {
+    struct snug_gate_request q = {
+        .url = url,
+        .method = method,
+        .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+        .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+        .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")};
+    struct snug_gate_policy p = {.api_key = s->opts.api_key, .origin_ok = origin_ok, .ctx = s};
+    struct snug_server_error e;
+    const char *allow = NULL;
+    int status = snug_gate_check(&q, &p, r, &e, &allow);
+    if (!status) return false;
+    snug_srv_count(s, *r, (unsigned)status);
+    *res = snug_srv_send_error_hdr(c, &e, allow ? "Allow" : NULL, allow);
+    return true;
 }
 
 bool snug_srv_origin_allowed(const struct snug_srv *s, const char *origin) {
@@ -581,9 +526,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct conn *cc = *con_cls;
     (void)version;
     if (!cc) {
-        enum snug_route r = route_of(url);
+        enum snug_route r;
         enum MHD_Result res;
-        if (early_refusal(s, c, url, method, r, &res)) return res;
+        if (early_refusal(s, c, url, method, &r, &res)) return res;
         cc = snug_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         cc->route = r;
@@ -594,11 +539,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->pending) return snug_srv_generate_resume(s, c, &cc->pending);
     if (*upload_data_size) {
         size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
-        if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
-            cc->too_big = true;
-            snug_sbuf_free(&cc->body);
-        }
-        if (!cc->too_big) snug_sbuf_append(&cc->body, upload_data, *upload_data_size);
+        snug_gate_body_add(&cc->body, &cc->too_big, limit, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }

@@ -14,6 +14,7 @@
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
+#include "server/stopfilter.h"
 
 #include "core/core.h"
 #include "tokenizer/tokenizer.h"
@@ -56,8 +57,7 @@ struct reply {
     bool live;
 
     /* engine side, under mu */
-    struct snug_sbuf hold; /* text held back while it could begin a stop string */
-    bool stopped;          /* a stop string matched */
+    struct snug_stop_filter stop; /* stop strings (holds back a possible beginning of one) */
     struct snug_sbuf content, reasoning;
     struct tool_call calls[MAX_TOOL_CALLS];
     int n_calls;
@@ -117,7 +117,7 @@ static void reply_unref_locked(struct reply *r) {
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
     snug_free(r->script);
-    snug_sbuf_free(&r->hold);
+    snug_stop_free(&r->stop);
     snug_sbuf_free(&r->content);
     snug_sbuf_free(&r->reasoning);
     for (int i = 0; i < r->n_calls; i++) {
@@ -205,18 +205,8 @@ static void sink_text(struct reply *r, const char *s, size_t n) {
     }
 }
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of some stop string. */
-static size_t stop_prefix_tail(const struct reply *r, const char *s, size_t n) {
-    size_t best = 0;
-    for (int i = 0; i < r->req.n_stop; i++) {
-        size_t sl = strlen(r->req.stop[i]);
-        for (size_t k = sl - 1 < n ? sl - 1 : n; k > best; k--)
-            if (!memcmp(s + n - k, r->req.stop[i], k)) {
-                best = k;
-                break;
-            }
-    }
-    return best;
+static void sink_cb(void *user, const char *s, size_t n) {
+    sink_text(user, s, n);
 }
 
 /* Engine callback: a token's text. Applies stop strings (holding back a possible beginning of
@@ -238,30 +228,7 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
         }
         if (r->n_lps < r->cap_lps) r->lps[r->n_lps++] = (struct lp_entry){id, *lp};
     }
-    bool stop = false;
-    if (r->stopped) {
-        stop = true;
-    } else if (r->req.n_stop == 0) {
-        sink_text(r, text, len);
-    } else {
-        snug_sbuf_append(&r->hold, text, len);
-        const char *h = r->hold.data ? r->hold.data : "";
-        size_t hn = r->hold.len, cut = hn;
-        for (int i = 0; i < r->req.n_stop; i++) {
-            const char *p = memmem(h, hn, r->req.stop[i], strlen(r->req.stop[i]));
-            if (p && (size_t)(p - h) < cut) cut = (size_t)(p - h), stop = true;
-        }
-        if (stop) {
-            sink_text(r, h, cut);
-            snug_sbuf_reset(&r->hold);
-            r->stopped = true;
-        } else {
-            size_t keep = stop_prefix_tail(r, h, hn);
-            sink_text(r, h, hn - keep);
-            memmove(r->hold.data, h + hn - keep, keep);
-            r->hold.len = keep;
-        }
-    }
+    bool stop = snug_stop_feed(&r->stop, text, len, sink_cb, r);
     pthread_cond_broadcast(&r->cv);
     wake_locked(r);
     pthread_mutex_unlock(&r->mu);
@@ -273,8 +240,7 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
                     const char *msg) {
     struct reply *r = user;
     pthread_mutex_lock(&r->mu);
-    if (!r->stopped && r->hold.len) sink_text(r, r->hold.data, r->hold.len);
-    snug_sbuf_reset(&r->hold);
+    snug_stop_flush(&r->stop, sink_cb, r);
     if (r->parser) {
         struct snug_err err = {0};
         if (snug_outparse_finish(r->parser, &err) != SNUG_OK) r->oom = true;
@@ -785,6 +751,8 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     if (snug_server_req_parse(&r->req, kind, body, len, &e) != SNUG_OK) goto reject;
     struct snug_server_req *q = &r->req;
     if (snug_server_req_check_limits(q, &s->opts.limits, &e) != SNUG_OK) goto reject;
+    r->stop.stop = q->stop;
+    r->stop.n_stop = q->n_stop;
     if (!model_matches(s, q->model)) {
         snug_server_error_set(&e, 404, "invalid_request_error", "model",
                               "the model '%s' does not exist; this server serves '%s'", q->model,
@@ -917,7 +885,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         if (text > ((size_t)4 << 20)) text = (size_t)4 << 20;
         if (!snug_sbuf_reserve(&r->content, text) ||
             (kind == SNUG_REQ_CHAT && !snug_sbuf_reserve(&r->reasoning, text)) ||
-            !snug_sbuf_reserve(&r->hold, stop_max + tb)) {
+            !snug_sbuf_reserve(&r->stop.hold, stop_max + tb)) {
             snug_server_error_set(&e, 503, "server_error", NULL,
                                   "out of memory for the reply buffers (%zu bytes)", text);
             goto reject;

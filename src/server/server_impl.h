@@ -8,25 +8,13 @@
 #define SNUG_SERVER_IMPL_H
 
 #include "server/engine.h"
+#include "server/gate.h"
 #include "server/server.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-
-/* Routes counted in /metrics (index into snug_srv.req_count). */
-enum snug_route {
-    ROUTE_CHAT = 0,
-    ROUTE_COMPLETION,
-    ROUTE_MODELS,
-    ROUTE_HEALTH,
-    ROUTE_METRICS,
-    ROUTE_TOKENIZE,
-    ROUTE_DETOKENIZE,
-    ROUTE_OTHER,
-    ROUTE_COUNT
-};
 
 #define SNUG_SRV_N_STATUS 600
 
