@@ -658,6 +658,23 @@ static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum s
     return snug_srv_send_error(c, e);
 }
 
+/* A lower bound of the tokens of n bytes of text (no token is longer than the vocabulary's
+ * longest); when it already fills the context, the text is refused without tokenizing it. */
+static bool surely_too_long(struct snug_srv *s, size_t n_bytes, struct snug_server_error *e,
+                            const char *param) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    size_t tb = snug_tokenizer_max_token_bytes(s->tok);
+    size_t min_tokens = tb ? n_bytes / tb : 0;
+    if (min_tokens < (size_t)st.n_ctx) return false;
+    snug_server_error_set(e, 400, "invalid_request_error", param,
+                          "the prompt has at least %zu tokens (%zu bytes) but the context holds "
+                          "%d tokens per slot; shorten the prompt or start the server with a "
+                          "larger --ctx",
+                          min_tokens, n_bytes, st.n_ctx);
+    return true;
+}
+
 /* Does the request's "model" name the served model? (absent = yes) */
 static bool model_matches(const struct snug_srv *s, const char *m) {
     if (!m || !*m) return true;
@@ -785,6 +802,11 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   tlen, s->opts.limits.max_prompt_bytes);
             goto reject;
         }
+        if (surely_too_long(s, tlen, &e, "messages")) {
+            snug_free(text);
+            snug_chat_spans_free(&plain);
+            goto reject;
+        }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
         /* tool_choice "required" / a named function: the assistant turn is begun for the model
          * (reasoning closed, "<tool_call>" and, when named, "<function=NAME>" written), and the
@@ -821,6 +843,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
     } else if (q->prompt) {
+        if (surely_too_long(s, q->prompt_len, &e, "prompt")) goto reject;
         if (tokenize_alloc(s->tok, q->prompt, q->prompt_len, NULL, &r->prompt, &n_prompt, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;

@@ -2,8 +2,10 @@
  * that cannot begin a stop string is released at once, a tail that could is held back until
  * the next piece decides, and everything from the first match on is dropped.
  * Owns: the held-back bytes (a snug_sbuf the caller may reserve so feeding never allocates).
- * Invariant: the released text, concatenated, is exactly the input cut before the leftmost
- * occurrence of any stop string (the whole input when none occurs), however it was split.
+ * Invariant: the released text, concatenated, is the input up to the first piece after which a
+ * stop string occurs in the text received so far, cut before the leftmost such occurrence (the
+ * whole input when none occurs). Splits matter only when stop strings overlap ("b" completes
+ * inside "abc": the one complete first wins, as generation would stop there).
  * Read next: reply.c (the user: engine callbacks), tests/fuzz/fuzz_server_stop.c.
  */
 #ifndef SNUG_SERVER_STOPFILTER_H

@@ -10,7 +10,6 @@
  * Read next: src/server/gate.h. */
 #include "core/core.h"
 #include "server/gate.h"
-#include "server/server_impl.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (st != 401 && st != 403 && st != 404 && st != 405 && st != 415) __builtin_trap();
         if (e.http_status != st || !e.msg[0]) __builtin_trap();
         if ((st == 405) != (allow != NULL)) __builtin_trap();
-        json_t *j = snug_srv_json_str(e.msg, strlen(e.msg));
+        json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
         if (!j || !json_string_value(j)) __builtin_trap();
         json_decref(j);
     } else if (f[5] && r != ROUTE_HEALTH) {
@@ -66,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* error building from arbitrary text: the message stays valid UTF-8 up to its cut */
     snug_server_error_set(&e, 400, "invalid_request_error", f[0], "echo: %s", f[6]);
-    json_t *j = snug_srv_json_str(e.msg, strlen(e.msg));
+    json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
     if (!j) __builtin_trap();
     json_decref(j);
     /* the body in chunks of sizes taken from its own bytes, against a small limit */

@@ -1,9 +1,9 @@
 /* fuzz_server_stop.c — libFuzzer target for stop strings over text that arrives in pieces
  * (stopfilter.c, used by reply.c on every generated token): input = a byte n (0..4 stop
  * strings), n NUL-terminated stop strings, then the text; piece lengths come from the text's
- * own bytes. The released text must equal the text cut before the leftmost occurrence of any
- * stop string (a second, obvious implementation), and the feed must say "stopped" exactly when
- * one occurs.
+ * own bytes. The released text must equal what a second, obvious implementation gives (after
+ * each piece, search all text received so far; at the first piece where a stop string occurs,
+ * cut before its leftmost occurrence), and the feed must say "stopped" exactly when one occurs.
  * Seeds: tests/fuzz/corpus-server-stop/. Read next: src/server/stopfilter.h. */
 #define _GNU_SOURCE
 #include "core/core.h"
@@ -31,13 +31,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const char *text = (const char *)data + off;
     size_t len = size - off;
-    /* the reference: leftmost occurrence of any stop string in the whole text */
-    size_t cut = len;
-    for (int i = 0; i < k; i++) {
-        const char *p = memmem(text, len, stop[i], strlen(stop[i]));
-        if (p && (size_t)(p - text) < cut) cut = (size_t)(p - text);
+    /* the reference: after each piece, look for stop strings in all the text received so far
+     * (text[0..end)); at the first piece where one occurs, cut at the leftmost occurrence */
+    size_t cut = len, end = 0;
+    while (end < len && cut == len) {
+        size_t n = 1 + ((unsigned char)text[end] % 7);
+        end += n > len - end ? len - end : n;
+        for (int i = 0; i < k; i++) {
+            const char *p = memmem(text, end, stop[i], strlen(stop[i]));
+            if (p && (size_t)(p - text) < cut) cut = (size_t)(p - text);
+        }
     }
-    bool want_stop = cut < len; /* a non-empty stop string occurs before the end */
+    bool want_stop = cut < len; /* an occurrence of a non-empty string starts before the end */
     struct snug_stop_filter f = {.stop = stop, .n_stop = k};
     struct snug_sbuf out = {0};
     bool stopped = false;

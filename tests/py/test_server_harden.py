@@ -76,7 +76,8 @@ def post(path, body, key=KEY, extra=b""):
 
 
 def test_errors(res, A):
-    st, b, _ = status_body(raw_http(A.port, b"GET /%ff HTTP/1.1\r\nHost: x\r\n\r\n"))
+    st, b, _ = status_body(raw_http(A.port, b"GET /%ff HTTP/1.1\r\nHost: x\r\n"
+                                              b"Authorization: Bearer " + KEY.encode() + b"\r\n\r\n"))
     res.check(st == 404 and b and "unknown endpoint" in b["error"]["message"],
               f"1: GET /%ff answered ({st})")
     st, b, _ = A.raw("POST", "/v1/chat/completions",
@@ -139,6 +140,10 @@ def test_limits(res, L, A):
                      {"messages": [{"role": "user", "content": "x" * 70000}]}, key=None)
     res.check(st == 413 and "--max-prompt-bytes" in b["error"]["message"],
               f"4: 70000-byte message > 65536: {st}")
+    st, b, _ = L.raw("POST", "/v1/completions", {"prompt": "ab " * 20000, "max_tokens": 1},
+                     key=None)
+    res.check(st == 400 and "at least" in b["error"]["message"],
+              f"4: a prompt surely longer than the context refused before tokenizing: {st}")
     st, b, _ = L.raw("POST", "/tokenize", {"content": "x" * 70000}, key=None)
     res.check(st == 413, f"4: /tokenize over --max-prompt-bytes: {st}")
     st, b, _ = A.raw("POST", "/tokenize", {"content": "a b " * 40000, "with_pieces": True})
