@@ -325,9 +325,11 @@ static void sse_line(struct xfer *x, char *line, size_t len) {
                                  : (json_int_t)i;
             if (idx < 0 || idx > 64) continue;
             while ((json_int_t)json_array_size(st->tool_calls) <= idx)
-                json_array_append_new(st->tool_calls,
-                                      json_pack("{s:s,s:s}", "name", "", "arguments", ""));
+                if (json_array_append_new(st->tool_calls,
+                                          json_pack("{s:s,s:s}", "name", "", "arguments", "")))
+                    break; /* out of memory (or no array): the call is not recorded */
             json_t *slot = json_array_get(st->tool_calls, (size_t)idx);
+            if (!slot) continue;
             json_t *fn = json_object_get(tc, "function");
             const char *nm = json_string_value(json_object_get(fn, "name"));
             const char *ar = json_string_value(json_object_get(fn, "arguments"));
@@ -379,6 +381,27 @@ int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body
     curl_slist_free_all(hdrs);
     free(payload);
     if (x.line.len) sse_line(&x, x.line.p, x.line.len); /* a last line without "\n" */
+    snug_ops_buf_free(&x.line);
+    bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
+    out->raw = buf_take(&x.body, &out->raw_len);
+    out->content = buf_take(&x.content, &out->content_len);
+    out->reasoning = buf_take(&x.reasoning, &out->reasoning_len);
+    if (oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a stream");
+    return SNUG_OK;
+}
+
+int snug_suite_sse_parse(const char *body, size_t n, size_t chunk, struct snug_suite_stream *out,
+                         struct snug_err *err) {
+    memset(out, 0, sizeof *out);
+    out->t_first = out->t_finish = -1;
+    out->status = 200;
+    out->tool_calls = json_array();
+    if (!out->tool_calls) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    struct xfer x = {.st = out, .t0 = snug_time_s()};
+    if (!chunk) chunk = 1;
+    for (size_t at = 0; at < n; at += chunk)
+        on_write((char *)body + at, 1, n - at < chunk ? n - at : chunk, &x);
+    if (x.line.len) sse_line(&x, x.line.p, x.line.len);
     snug_ops_buf_free(&x.line);
     bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
     out->raw = buf_take(&x.body, &out->raw_len);

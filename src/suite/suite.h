@@ -74,6 +74,12 @@ struct snug_suite_stream {
     double wall_s;
 };
 
+/* The SSE reader of snug_suite_stream_chat over a body already received, fed in pieces of
+ * `chunk` bytes (as libcurl would hand them over): for tests and tests/fuzz/fuzz_suite_sse.c.
+ * The result does not depend on `chunk`. */
+int snug_suite_sse_parse(const char *body, size_t n, size_t chunk, struct snug_suite_stream *out,
+                         struct snug_err *err);
+
 /* POST /v1/chat/completions with body (which must ask for "stream": true) and read the SSE. */
 int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body, double timeout_s,
                            struct snug_suite_stream *out, struct snug_err *err);
