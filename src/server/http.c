@@ -318,45 +318,19 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
 static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                    size_t len) {
     struct snug_server_error e = {0};
-    json_error_t je;
-    json_t *root = json_loadb(body, len, 0, &je);
-    json_t *content = json_object_get(root, "content");
-    json_t *ps = json_object_get(root, "parse_special"), *wp = json_object_get(root, "with_pieces");
-    if (!root || !json_is_object(root)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", NULL,
-                              "the request body is not a JSON object%s%s", root ? "" : ": ",
-                              root ? "" : je.text);
-    } else if (!json_is_string(content)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", "content",
-                              "'content' must be a string");
-    } else if ((ps && !json_is_boolean(ps)) || (wp && !json_is_boolean(wp))) {
-        snug_server_error_set(&e, 400, "invalid_request_error",
-                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces",
-                              "'%s' must be a boolean",
-                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces");
-    }
-    if (e.http_status) {
-        json_decref(root);
-        snug_srv_count(s, ROUTE_TOKENIZE, 400);
+    struct snug_tokenize_req q;
+    if (snug_server_tokenize_parse(&q, body, len, s->opts.limits.max_prompt_bytes, &e)) {
+        snug_srv_count(s, ROUTE_TOKENIZE, (unsigned)e.http_status);
         return snug_srv_send_error(c, &e);
     }
-    size_t n = json_string_length(content), got = 0;
-    size_t cap_bytes = s->opts.limits.max_prompt_bytes;
-    if (cap_bytes && n > cap_bytes) {
-        json_decref(root);
-        snug_server_error_set(&e, 413, "invalid_request_error", "content",
-                              "'content' has %zu bytes; this server tokenizes at most %zu "
-                              "(--max-prompt-bytes)",
-                              n, cap_bytes);
-        snug_srv_count(s, ROUTE_TOKENIZE, 413);
-        return snug_srv_send_error(c, &e);
-    }
+    json_t *root = q.root;
+    size_t n = q.len, got = 0;
     snug_token *ids = snug_malloc((n + 16) * sizeof *ids);
     struct snug_err err = {0};
-    int rc = ids ? snug_tokenizer_encode(s->tok, json_string_value(content), n, !json_is_false(ps),
-                                         ids, n + 16, &got, &err)
-                 : SNUG_ERR_NOMEM;
-    if (rc == SNUG_OK && json_is_true(wp) && got > SNUG_SRV_MAX_PIECES) {
+    int rc =
+        ids ? snug_tokenizer_encode(s->tok, q.content, n, q.parse_special, ids, n + 16, &got, &err)
+            : SNUG_ERR_NOMEM;
+    if (rc == SNUG_OK && q.with_pieces && got > SNUG_SRV_MAX_PIECES) {
         snug_free(ids);
         json_decref(root);
         snug_server_error_set(&e, 413, "invalid_request_error", "with_pieces",
@@ -368,7 +342,7 @@ static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c,
     }
     json_t *arr = json_array();
     for (size_t i = 0; rc == SNUG_OK && i < got; i++) {
-        if (json_is_true(wp)) {
+        if (q.with_pieces) {
             size_t bl = 0;
             const char *b = snug_tokenizer_token_bytes(s->tok, ids[i], &bl);
             json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece",
@@ -393,25 +367,9 @@ static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c,
 static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                      size_t len) {
     struct snug_server_error e = {0};
-    json_t *root = json_loadb(body, len, 0, NULL);
-    json_t *toks = json_object_get(root, "tokens");
-    int32_t V = snug_tokenizer_n_vocab(s->tok);
-    if (!json_is_array(toks)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
-                              "the body must be a JSON object with 'tokens': an array of ids");
-    } else {
-        size_t i;
-        json_t *t;
-        json_array_foreach(toks, i, t) {
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= V) {
-                snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
-                                      "'tokens[%zu]' must be a token id in [0, %d)", i, V);
-                break;
-            }
-        }
-    }
-    if (e.http_status) {
-        json_decref(root);
+    json_t *root = NULL;
+    const json_t *toks = NULL;
+    if (snug_server_detokenize_parse(&root, &toks, body, len, snug_tokenizer_n_vocab(s->tok), &e)) {
         snug_srv_count(s, ROUTE_DETOKENIZE, 400);
         return snug_srv_send_error(c, &e);
     }

@@ -398,6 +398,73 @@ int snug_server_req_check_limits(const struct snug_server_req *r,
     return SNUG_OK;
 }
 
+int snug_server_tokenize_parse(struct snug_tokenize_req *q, const char *body, size_t len,
+                               size_t max_bytes, struct snug_server_error *e) {
+    memset(q, 0, sizeof *q);
+    memset(e, 0, sizeof *e);
+    json_error_t je;
+    json_t *root = json_loadb(body, len, 0, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return snug_server_error_set(e, 400, "invalid_request_error", NULL,
+                                     "the request body is not a JSON object%s%s", root ? "" : ": ",
+                                     root ? "" : je.text);
+    }
+    json_t *content = json_object_get(root, "content");
+    json_t *ps = field(root, "parse_special"), *wp = field(root, "with_pieces");
+    int rc = 0;
+    if (!json_is_string(content))
+        rc = bad(e, "content", "'content' must be a string");
+    else if (ps && !json_is_boolean(ps))
+        rc = bad(e, "parse_special", "'parse_special' must be a boolean");
+    else if (wp && !json_is_boolean(wp))
+        rc = bad(e, "with_pieces", "'with_pieces' must be a boolean");
+    else if (max_bytes && json_string_length(content) > max_bytes)
+        rc = snug_server_error_set(e, 413, "invalid_request_error", "content",
+                                   "'content' has %zu bytes; this server tokenizes at most %zu "
+                                   "(--max-prompt-bytes)",
+                                   json_string_length(content), max_bytes);
+    if (rc) {
+        json_decref(root);
+        return rc;
+    }
+    q->root = root;
+    q->content = json_string_value(content);
+    q->len = json_string_length(content);
+    q->parse_special = !json_is_false(ps);
+    q->with_pieces = json_is_true(wp);
+    return SNUG_OK;
+}
+
+int snug_server_detokenize_parse(json_t **root, const json_t **tokens, const char *body, size_t len,
+                                 int32_t n_vocab, struct snug_server_error *e) {
+    memset(e, 0, sizeof *e);
+    *tokens = NULL;
+    *root = json_loadb(body, len, 0, NULL);
+    json_t *toks = json_object_get(*root, "tokens");
+    int rc = 0;
+    if (!json_is_array(toks)) {
+        rc = bad(e, "tokens", "the body must be a JSON object with 'tokens': an array of ids");
+    } else {
+        size_t i;
+        json_t *t;
+        json_array_foreach(toks, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) >= n_vocab) {
+                rc = bad(e, "tokens", "'tokens[%zu]' must be a token id in [0, %d)", i, n_vocab);
+                break;
+            }
+        }
+    }
+    if (rc) {
+        json_decref(*root);
+        *root = NULL;
+        return rc;
+    }
+    *tokens = toks;
+    return SNUG_OK;
+}
+
 void snug_server_req_free(struct snug_server_req *r) {
     if (!r) return;
     json_decref(r->root);

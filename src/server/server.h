@@ -118,6 +118,21 @@ int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind,
                           size_t len, struct snug_server_error *e);
 void snug_server_req_free(struct snug_server_req *r);
 
+/* POST /tokenize {"content": str, "parse_special": bool = true, "with_pieces": bool}: on
+ * success q->root owns the JSON (json_decref it) and content/len borrow from it; 400 for a
+ * wrong type, 413 for content over max_bytes (0 = no limit). Fuzzed (fuzz_server_tokenize). */
+struct snug_tokenize_req {
+    json_t *root;
+    const char *content;
+    size_t len;
+    bool parse_special, with_pieces;
+};
+int snug_server_tokenize_parse(struct snug_tokenize_req *q, const char *body, size_t len,
+                               size_t max_bytes, struct snug_server_error *e);
+/* POST /detokenize {"tokens": [ids in [0, n_vocab)]}: *root owns the JSON, *tokens borrows. */
+int snug_server_detokenize_parse(json_t **root, const json_t **tokens, const char *body, size_t len,
+                                 int32_t n_vocab, struct snug_server_error *e);
+
 struct snug_server_limits snug_server_limits_default(void);
 /* 413 naming the limit and its flag when r exceeds one of lim's limits. */
 int snug_server_req_check_limits(const struct snug_server_req *r,
