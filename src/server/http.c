@@ -555,7 +555,8 @@ static void sleep_ms(int ms) {
  * stops (MHD requires it). */
 static void shutdown_gracefully(struct snug_srv *s) {
     if (!s->daemon) return;
-    MHD_quiesce_daemon(s->daemon);
+    MHD_socket ls = MHD_quiesce_daemon(s->daemon); /* the listening socket is ours to close */
+    if (ls != MHD_INVALID_SOCKET) close(ls);
     double t_end = snug_time_s() + s->opts.shutdown_grace_s;
     while (snug_srv_live_count(s) > 0 && snug_time_s() < t_end) sleep_ms(20);
     atomic_store(&s->stopping, true);

@@ -230,7 +230,7 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
     }
     bool stop = snug_stop_feed(&r->stop, text, len, sink_cb, r);
     pthread_cond_broadcast(&r->cv);
-    wake_locked(r);
+    if (r->req.stream) wake_locked(r); /* a waiting non-stream request only needs on_done */
     pthread_mutex_unlock(&r->mu);
     return stop;
 }
