@@ -1,11 +1,15 @@
-/* http.c — the HTTP daemon (libmicrohttpd, one thread per connection), routing, auth, the
- * small endpoints (/health, /metrics, /v1/models, /tokenize, /detokenize) and boot/shutdown.
+/* http.c — the HTTP daemon (libmicrohttpd: a pool of epoll threads, suspend/resume for
+ * generations), routing, the small endpoints (/health, /metrics, /v1/models, /tokenize,
+ * /detokenize) and boot/graceful shutdown.
  *
- * Owns: struct snug_srv (model, engine, daemon, counters) for the life of snug_server_run, and
- * each connection's body buffer. Invariant: a body is accumulated up to max_body_bytes and
- * then discarded (413); every answer is JSON (errors in OpenAI's {"error": {...}} shape) except
- * /metrics (Prometheus text) and streams (SSE, reply.c). Nothing here prints to stdout.
- * Read next: reply.c (generation requests), engine.c.
+ * Owns: struct snug_srv (model, engine, daemon, counters, the list of generations in flight)
+ * for the life of snug_server_run, and each connection's body buffer. Invariant: route,
+ * method, API key and origin are decided from the headers before any body byte is kept
+ * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413); every
+ * request gets an answer (errors in OpenAI's {"error": {...}} shape, a fixed 500 body when
+ * even that cannot be built) except /metrics (Prometheus text) and streams (SSE, reply.c).
+ * Nothing here prints to stdout.
+ * Read next: gate.c, reply.c (generation requests), engine.c.
  */
 #define _GNU_SOURCE
 #include "server/gate.h"

@@ -5,8 +5,10 @@
  * reply.mu, freed when both have let go (refs). The engine side (on_token / on_done) applies
  * stop strings, feeds the output parser and appends to the accumulated content / reasoning /
  * tool calls; the HTTP side turns whatever is new into chunks (so slow readers get coalesced
- * deltas and the engine never waits on a socket). A client that goes away is noticed by
- * peeking its socket while waiting; the job is then cancelled and its slot freed at once.
+ * deltas and the engine never waits on a socket). While the engine works the connection is
+ * suspended (no connection thread waits); on_token (streams) and on_done resume it. A stream
+ * whose client went away fails to send and is cancelled, its slot freed; a client that only
+ * half-closed its side still gets the answer.
  * Read next: engine.c (where tokens come from), outparse.h (the reasoning / tool-call split).
  */
 #define _GNU_SOURCE
