@@ -219,16 +219,21 @@ def phase_mixed(port, pid, seconds):
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
     [t.start() for t in ts]
     rss = []
+    died = None
     while time.time() < stop_at:
-        rss.append(rss_of(pid))
+        r = rss_of(pid)
+        if not r and died is None:
+            died = time.time() + seconds - stop_at
+            print(f"mixed traffic: the server process is gone after {died:.0f} s")
+        rss.append(r)
         time.sleep(1)
     [t.join() for t in ts]
-    warm = rss[len(rss) // 5:] or rss
+    warm = [x for x in rss[len(rss) // 5:] if x] or [0]
     spread = (max(warm) - min(warm)) / 2**20
     print(f"mixed traffic: {seconds} s, 16 threads, answers {dict(sorted(counts.items(), key=str))};"
           f" RSS after warm-up {min(warm) / 2**20:.1f}..{max(warm) / 2**20:.1f} MiB "
           f"(spread {spread:.1f} MiB), end {rss[-1] / 2**20:.1f} MiB")
-    return spread < 16
+    return spread < 16 and died is None
 
 
 def main():
@@ -251,6 +256,9 @@ def main():
             p.terminate()
             rc = p.wait(timeout=60)
         print(f"server exit status {rc}")
+        log.seek(0)
+        tail = [ln for ln in log.read().splitlines() if ln.startswith("snug serve: signal")]
+        print("server log:", tail[-1] if tail else "(no signal line)")
         good = ok1 and ok2 and ok3 and rc == 0
         print("all targets met" if good else "TARGET MISSED")
         sys.exit(0 if good else 1)
