@@ -23,3 +23,6 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DSNUG_SANITIZE=ON 
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
+
+echo "== fuzzing, short form (30 s per target; scripts/fuzz.sh SECONDS for longer runs)"
+SNUG_FUZZ_JOBS="$jobs" scripts/fuzz.sh "${SNUG_FUZZ_SECONDS:-30}"

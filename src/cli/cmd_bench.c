@@ -67,6 +67,8 @@ static void print_report(FILE *f, const json_t *res) {
         const char *sk = json_string_value(json_object_get(p, "skipped"));
         if (sk)
             fprintf(f, "  prefill %7lld: skipped (%s)\n", (long long)d, sk);
+        else if (num(p, "prefill_tps", "n") < 1)
+            fprintf(f, "  prefill %7lld: FAILED (no probe succeeded)\n", (long long)d);
         else
             fprintf(f, "  prefill %7lld: %.1f tok/s (std %.1f), TTFT %.3f s\n", (long long)d,
                     num(p, "prefill_tps", "mean"), num(p, "prefill_tps", "std"),
@@ -177,6 +179,18 @@ int cmd_bench(int argc, char **argv) {
         p) if (json_integer_value(json_object_get(json_object_get(json_object_get(p, "stats"),
                                                                   "wall_s"),
                                                   "n")) < 1) rc = 1;
+    json_array_foreach(json_object_get(res, "prefill"), i, p) {
+        json_t *st = json_object_get(p, "prefill_tps");
+        if (!json_object_get(p, "skipped") && json_integer_value(json_object_get(st, "n")) < 1) {
+            json_t *r0 = json_array_get(json_object_get(p, "runs"), 0);
+            fprintf(stderr, "snug bench: every prefill probe at depth %lld failed (%s)\n",
+                    (long long)json_integer_value(json_object_get(p, "depth")),
+                    r0 && json_string_value(json_object_get(r0, "error"))
+                        ? json_string_value(json_object_get(r0, "error"))
+                        : "no successful run");
+            rc = 1;
+        }
+    }
     if (outp && json_dump_file(res, outp, JSON_INDENT(2))) {
         fprintf(stderr, "snug bench: cannot write %s\n", outp);
         rc = 1;

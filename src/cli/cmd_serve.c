@@ -14,6 +14,7 @@
 #include "server/server.h"
 #include "server/think.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -66,7 +67,20 @@ static void serve_usage(void) {
         "  --render-only FILE      print the prompt a request body renders to and exit ('-' = "
         "stdin)\n"
         "  --render-api API        the body's API for --render-only: chat (default), messages, "
-        "responses\n");
+        "responses\n"
+        "  --api-key-file FILE     the key is FILE's first line (--api-key is visible in the "
+        "process list)\n"
+        "  --http-threads N        connection threads (default 4)\n"
+        "  --max-conns N           open connections in all (default 4096)\n"
+        "  --max-conns-per-ip N    open connections of one client address (default 256)\n"
+        "  --idle-timeout S        idle keep-alive connections closed after S seconds (default "
+        "30)\n"
+        "  --shutdown-grace S      on SIGTERM in-flight requests may finish for S seconds (default "
+        "5)\n"
+        "  --max-messages N, --max-parts N, --max-tools N, --max-prompt-bytes N  request-cost\n"
+        "                          limits (defaults 1024, 256, 128, 4194304; over them: 413)\n"
+        "  --special-tokens-in-content  parse special tokens (<|im_end|>, ...) inside message\n"
+        "                          text as the template's own (injectable; off by default)\n");
 }
 
 /* --render-only: the prompt of a request body, rendered as the server would. */
@@ -109,6 +123,44 @@ static int render_only(const struct snug_server_opts *o, const char *path, const
     return 0;
 }
 
+/* --api-key-file: the key is the file's first line (trailing CR/LF and blanks dropped). */
+static const char *read_key_file(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "snug serve: cannot open the API key file %s\n", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, cap - 1, f);
+    bool more = fgetc(f) != EOF;
+    fclose(f);
+    buf[n] = 0;
+    char *nl = strpbrk(buf, "\r\n");
+    if (nl)
+        *nl = 0;
+    else if (more) {
+        fprintf(stderr, "snug serve: the API key in %s is longer than %zu bytes\n", path, cap - 2);
+        return NULL;
+    }
+    n = strlen(buf);
+    while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
+    if (!n) {
+        fprintf(stderr, "snug serve: the API key file %s is empty\n", path);
+        return NULL;
+    }
+    return buf;
+}
+
+/* A non-negative integer flag in [lo, hi] into *out (size_t or int32_t through a long). */
+static bool serve_int(int argc, char **argv, int *i, long lo, long hi, long *out) {
+    long v;
+    if (!cli_int(argc, argv, i, &v) || v < lo || v > hi) {
+        fprintf(stderr, "snug serve: %s wants %ld..%ld\n", argv[*i - 1 < 0 ? 0 : *i - 1], lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 int cmd_serve(int argc, char **argv) {
     struct snug_server_opts o = {
         .host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1, .thinking_budget = -1};
@@ -118,6 +170,7 @@ int cmd_serve(int argc, char **argv) {
     bool ctx_max = false;
     struct snug_plan_cache_flags cache = {0};
     const char *render_path = NULL, *render_api = "chat";
+    static char key_buf[4096];
     int kvr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -162,6 +215,38 @@ int cmd_serve(int argc, char **argv) {
             kv_code = cli_kv_code(&kv);
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--api-key-file")) {
+            const char *path = cli_value(argc, argv, &i);
+            if (!path || !(o.api_key = read_key_file(path, key_buf, sizeof key_buf))) return 2;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (!serve_int(argc, argv, &i, 1, 256, &v)) return 2;
+            o.http_threads = (int32_t)v;
+        } else if (!strcmp(a, "--max-conns")) {
+            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
+            o.max_conns = (int32_t)v;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
+            o.max_conns_per_ip = (int32_t)v;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!serve_int(argc, argv, &i, 1, 86400, &v)) return 2;
+            o.idle_timeout_s = (int32_t)v;
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            if (!cli_float(argc, argv, &i, &d) || d < 0.01 || d > 3600) return 2;
+            o.shutdown_grace_s = d;
+        } else if (!strcmp(a, "--max-messages")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_messages = (size_t)v;
+        } else if (!strcmp(a, "--max-parts")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_parts = (size_t)v;
+        } else if (!strcmp(a, "--max-tools")) {
+            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
+            o.limits.max_tools = (size_t)v;
+        } else if (!strcmp(a, "--max-prompt-bytes")) {
+            if (!serve_int(argc, argv, &i, 1024, 1L << 40, &v)) return 2;
+            o.limits.max_prompt_bytes = (size_t)v;
+        } else if (!strcmp(a, "--special-tokens-in-content")) {
+            o.special_in_content = true;
         } else if (!strcmp(a, "--no-think") || !strcmp(a, "--no-thinking")) {
             o.no_think = true;
         } else if (!strcmp(a, "--no-prompt-normalize")) {

@@ -16,13 +16,37 @@ _Noreturn void snug_assert_fail(const char *cond, const char *file, int line) {
 
 static atomic_uint_fast64_t g_alloc_count;
 
+/* Fault injection: the counted allocation with this 1-based index fails (0 = none). Set by
+ * snug_alloc_fail_at or, once at the first allocation, by the debug variable SNUG_FAIL_ALLOC=N
+ * (docs/server.md "Fault injection"). */
+static atomic_uint_fast64_t g_fail_at;
+static atomic_int g_fail_env_read;
+
+static bool alloc_should_fail(uint64_t index) {
+    if (!atomic_load_explicit(&g_fail_env_read, memory_order_acquire)) {
+        const char *v = getenv("SNUG_FAIL_ALLOC");
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&g_fail_env_read, &expected, 1) && v && *v)
+            atomic_store(&g_fail_at, strtoull(v, NULL, 10));
+    }
+    uint64_t at = atomic_load_explicit(&g_fail_at, memory_order_relaxed);
+    return at != 0 && index == at;
+}
+
+void snug_alloc_fail_at(uint64_t index) {
+    atomic_store(&g_fail_env_read, 1);
+    atomic_store(&g_fail_at, index);
+}
+
 void *snug_malloc(size_t bytes) {
-    atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed);
+    uint64_t i = atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed) + 1;
+    if (alloc_should_fail(i)) return NULL;
     return malloc(bytes ? bytes : 1);
 }
 
 void *snug_calloc(size_t n, size_t size) {
-    atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed);
+    uint64_t i = atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed) + 1;
+    if (alloc_should_fail(i)) return NULL;
     return calloc(n ? n : 1, size ? size : 1);
 }
 
@@ -41,8 +65,8 @@ int snug_arena_init(struct snug_arena *a, const char *name, size_t cap_bytes,
     if (cap_bytes == 0) return SNUG_OK;
     /* 64-byte aligned so SIMD loads of any arena buffer can be aligned. */
     size_t cap = SNUG_ALIGN_UP(cap_bytes, 64);
-    atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed);
-    a->base = aligned_alloc(64, cap);
+    uint64_t i = atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed) + 1;
+    a->base = alloc_should_fail(i) ? NULL : aligned_alloc(64, cap);
     if (!a->base)
         return snug_err_set(err, SNUG_ERR_NOMEM, "arena '%s': cannot allocate %zu bytes", name,
                             cap_bytes);

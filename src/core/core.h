@@ -29,6 +29,10 @@ void *snug_malloc(size_t bytes);
 void *snug_calloc(size_t n, size_t size);
 void snug_free(void *p);
 uint64_t snug_alloc_count(void); /* number of snug_malloc/snug_calloc calls so far */
+/* Fault injection for tests: the counted allocation whose 1-based index (snug_alloc_count()
+ * after it) equals `index` returns NULL; 0 turns it off. The debug environment variable
+ * SNUG_FAIL_ALLOC=N does the same from process start. */
+void snug_alloc_fail_at(uint64_t index);
 
 /* ---- overflow-checked size arithmetic ---------------------------------------------------- */
 /* Return false on overflow (result untouched). Used by every parser for counts and offsets. */

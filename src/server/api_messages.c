@@ -330,7 +330,7 @@ static json_t *load(const char *body, size_t len, struct snug_server_error *e) {
 }
 
 enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
-                                 size_t len) {
+                                 size_t len, void **pending) {
     struct snug_server_error e = {0};
     json_t *root = load(body, len, &e);
     json_t *chat = root ? snug_msgs_to_chat(root, &e) : NULL;
@@ -339,7 +339,7 @@ enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, c
         snug_srv_count(s, ROUTE_MESSAGES, (unsigned)e.http_status);
         return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
     }
-    return snug_srv_generate_api(s, c, SNUG_API_ANTHROPIC, ROUTE_MESSAGES, chat, NULL);
+    return snug_srv_generate_api(s, c, SNUG_API_ANTHROPIC, ROUTE_MESSAGES, chat, NULL, pending);
 }
 
 enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection *c,
@@ -366,12 +366,13 @@ static const char *stop_reason(const struct reply *r) {
     case SNUG_FINISH_TIMEOUT:
         return "max_tokens";
     default:
-        return r->stopped ? "stop_sequence" : "end_turn";
+        return r->stop.stopped ? "stop_sequence" : "end_turn";
     }
 }
 
 static json_t *stop_sequence(const struct reply *r) {
-    return r->stopped && r->n_calls == 0 ? json_string(r->req.stop[r->stop_index]) : json_null();
+    return r->stop.stopped && r->n_calls == 0 ? json_string(r->req.stop[r->stop.matched])
+                                              : json_null();
 }
 
 static json_t *usage(const struct reply *r, bool final) {

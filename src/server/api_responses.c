@@ -372,7 +372,7 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
 }
 
 enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
-                                 size_t len) {
+                                 size_t len, void **pending) {
     struct snug_server_error e = {0};
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *extra = NULL;
@@ -386,7 +386,7 @@ enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, c
         snug_srv_count(s, ROUTE_RESPONSES, (unsigned)e.http_status);
         return snug_srv_send_error(c, &e);
     }
-    return snug_srv_generate_api(s, c, SNUG_API_RESPONSES, ROUTE_RESPONSES, chat, extra);
+    return snug_srv_generate_api(s, c, SNUG_API_RESPONSES, ROUTE_RESPONSES, chat, extra, pending);
 }
 
 /* ==== the answer ============================================================================ */

@@ -201,6 +201,71 @@ struct vision {
     long images, videos;
 };
 
+/* ==== plain spans: what the request wrote, as opposed to the template's own markers ==== */
+
+static void span_add(struct snug_chat_spans *sp, size_t off, size_t n) {
+    if (!sp || !n || sp->oom) return;
+    if (sp->n && sp->v[sp->n - 1].off + sp->v[sp->n - 1].len == off) {
+        sp->v[sp->n - 1].len += n; /* adjacent: extend */
+        return;
+    }
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 32;
+        struct snug_text_span *v = snug_malloc(cap * sizeof *v);
+        if (!v) {
+            sp->oom = true;
+            return;
+        }
+        if (sp->n) memcpy(v, sp->v, sp->n * sizeof *v);
+        snug_free(sp->v);
+        sp->v = v;
+        sp->cap = cap;
+    }
+    sp->v[sp->n++] = (struct snug_text_span){off, n};
+}
+
+/* The vision placeholders render_content writes: template markers inside a message's text. */
+static const char *const VISION_MARKERS[] = {"<|vision_start|><|image_pad|><|vision_end|>",
+                                             "<|vision_start|><|video_pad|><|vision_end|>"};
+
+/* Append request text to b, recording it as plain (all but the vision placeholders, which
+ * stay the template's markers). */
+static void put_plain(struct snug_sbuf *b, struct snug_chat_spans *sp, const char *p, size_t n) {
+    size_t base = b->len;
+    snug_sbuf_append(b, p, n);
+    if (!sp || b->oom) return;
+    size_t from = 0;
+    for (size_t i = 0; i < n;) {
+        size_t ml = 0;
+        if (p[i] == '<')
+            for (size_t k = 0; k < 2 && !ml; k++) {
+                size_t l = strlen(VISION_MARKERS[k]);
+                if (l <= n - i && !memcmp(p + i, VISION_MARKERS[k], l)) ml = l;
+            }
+        if (!ml) {
+            i++;
+            continue;
+        }
+        span_add(sp, base + from, i - from);
+        i += ml;
+        from = i;
+    }
+    span_add(sp, base + from, n - from);
+}
+
+/* A JSON value from the request (a tool, an argument), dumped as the template's tojson. */
+static void put_plain_json(struct snug_sbuf *b, struct snug_chat_spans *sp, const json_t *v) {
+    size_t base = b->len;
+    snug_json_dumps(b, v);
+    if (!b->oom) span_add(sp, base, b->len - base);
+}
+
+void snug_chat_spans_free(struct snug_chat_spans *sp) {
+    if (!sp) return;
+    snug_free(sp->v);
+    memset(sp, 0, sizeof *sp);
+}
+
 /* The template's render_content macro: appends the text of `content` (string, list of parts,
  * null/absent) to b. Vision parts render as placeholders; with add_vision_id each is preceded
  * by "Picture N: " / "Video N: ", N the running count over the whole render, which only the
@@ -272,6 +337,7 @@ static int content_trimmed(struct snug_sbuf *s, const json_t *content, bool is_s
     snug_sbuf_reset(s);
     int rc = render_content(s, content, is_system, count, vis, err);
     if (rc) return rc;
+    if (s->oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory rendering the prompt");
     *out = py_strip((struct sv){s->data ? s->data : "", s->len});
     return SNUG_OK;
 }
@@ -288,8 +354,8 @@ static bool is_system(const json_t *role) {
 
 /* The tool-call loop of an assistant turn: each call re-rendered in the XML format the model
  * writes. `content` is the turn's (split) content, for the "\n\n" before the first call. */
-static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv content,
-                             size_t msg_i, struct snug_err *err) {
+static int render_tool_calls(struct snug_sbuf *b, struct snug_chat_spans *sp, const json_t *calls,
+                             struct sv content, size_t msg_i, struct snug_err *err) {
     /* `message.tool_calls and ... is iterable and ... is not mapping`: a non-empty list (a
      * non-empty string iterates characters and fails on `.name`; objects and scalars skip). */
     if (json_is_string(calls) && json_string_length(calls))
@@ -310,7 +376,7 @@ static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv
                                                   : "<tool_call>\n<function=");
         else
             snug_sbuf_puts(b, "\n<tool_call>\n<function=");
-        snug_sbuf_append(b, json_string_value(name), json_string_length(name));
+        put_plain(b, sp, json_string_value(name), json_string_length(name));
         snug_sbuf_puts(b, ">\n");
         const json_t *args = json_object_get(tc, "arguments");
         json_t *parsed = NULL;
@@ -337,12 +403,12 @@ static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv
         void *tmp;
         json_object_keylen_foreach_safe((json_t *)args, tmp, k, klen, v) {
             snug_sbuf_puts(b, "<parameter=");
-            snug_sbuf_append(b, k, klen);
+            put_plain(b, sp, k, klen);
             snug_sbuf_puts(b, ">\n");
             if (json_is_string(v))
-                snug_sbuf_append(b, json_string_value(v), json_string_length(v));
+                put_plain(b, sp, json_string_value(v), json_string_length(v));
             else
-                snug_json_dumps(b, v);
+                put_plain_json(b, sp, v);
             snug_sbuf_puts(b, "\n</parameter>\n");
         }
         json_decref(parsed);
@@ -353,8 +419,9 @@ static int render_tool_calls(struct snug_sbuf *b, const json_t *calls, struct sv
 
 /* One assistant turn: reasoning from reasoning_content or split out of the content at
  * "</think>", kept when preserve_thinking or after the last user query; then the tool calls. */
-static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv content, bool keep,
-                            bool open, size_t msg_i, struct snug_err *err) {
+static int render_assistant(struct snug_sbuf *b, struct snug_chat_spans *sp, const json_t *m,
+                            struct sv content, bool keep, bool open, size_t msg_i,
+                            struct snug_err *err) {
     struct sv reasoning = {"", 0};
     const json_t *rc = json_object_get(m, "reasoning_content");
     if (json_is_string(rc)) {
@@ -374,11 +441,11 @@ static int render_assistant(struct snug_sbuf *b, const json_t *m, struct sv cont
     snug_sbuf_puts(b, "<|im_start|>assistant\n");
     if (keep) {
         snug_sbuf_puts(b, "<think>\n");
-        snug_sbuf_append(b, reasoning.p, reasoning.n);
+        put_plain(b, sp, reasoning.p, reasoning.n);
         snug_sbuf_puts(b, "\n</think>\n\n");
     }
-    snug_sbuf_append(b, content.p, content.n);
-    int st = render_tool_calls(b, json_object_get(m, "tool_calls"), content, msg_i, err);
+    put_plain(b, sp, content.p, content.n);
+    int st = render_tool_calls(b, sp, json_object_get(m, "tool_calls"), content, msg_i, err);
     if (st) return st;
     if (!open) snug_sbuf_puts(b, "<|im_end|>\n");
     return SNUG_OK;
@@ -395,14 +462,28 @@ static void mark(struct snug_chat_marks *mk, size_t at) {
 
 int snug_chat_render(const json_t *messages, const json_t *tools, const struct snug_chat_opts *opts,
                      char **out_prompt, size_t *out_len, struct snug_err *err) {
-    return snug_chat_render_marks(messages, tools, opts, out_prompt, out_len, NULL, err);
+    return snug_chat_render_ex(messages, tools, opts, out_prompt, out_len, NULL, NULL, err);
 }
 
 int snug_chat_render_marks(const json_t *messages, const json_t *tools,
                            const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
                            struct snug_chat_marks *mk, struct snug_err *err) {
+    return snug_chat_render_ex(messages, tools, opts, out_prompt, out_len, mk, NULL, err);
+}
+
+int snug_chat_render_spans(const json_t *messages, const json_t *tools,
+                           const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                           struct snug_chat_spans *sp, struct snug_err *err) {
+    return snug_chat_render_ex(messages, tools, opts, out_prompt, out_len, NULL, sp, err);
+}
+
+int snug_chat_render_ex(const json_t *messages, const json_t *tools,
+                        const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                        struct snug_chat_marks *mk, struct snug_chat_spans *sp,
+                        struct snug_err *err) {
     if (mk) mk->n = mk->system_end = mk->last_end = 0;
     *out_prompt = NULL;
+    if (sp) memset(sp, 0, sizeof *sp);
     if (out_len) *out_len = 0;
     if (!json_is_array(messages) || json_array_size(messages) == 0)
         return snug_err_set(err, SNUG_ERR_INVALID, "No messages provided.");
@@ -421,7 +502,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
                            "functions:\n\n<tools>");
         for (size_t i = 0; i < json_array_size(tools); i++) {
             snug_sbuf_putc(&b, '\n');
-            snug_json_dumps(&b, json_array_get(tools, i));
+            put_plain_json(&b, sp, json_array_get(tools, i));
         }
         snug_sbuf_puts(&b, "\n</tools>");
         snug_sbuf_puts(&b, TOOLS_INSTRUCTIONS);
@@ -431,7 +512,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
                 goto fail;
             if (c.n) {
                 snug_sbuf_puts(&b, "\n\n");
-                snug_sbuf_append(&b, c.p, c.n);
+                put_plain(&b, sp, c.p, c.n);
             }
         }
         snug_sbuf_puts(&b, "<|im_end|>\n");
@@ -439,7 +520,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         if ((st = content_trimmed(&s, json_object_get(m0, "content"), true, false, &vis, &c, err)))
             goto fail;
         snug_sbuf_puts(&b, "<|im_start|>system\n");
-        snug_sbuf_append(&b, c.p, c.n);
+        put_plain(&b, sp, c.p, c.n);
         snug_sbuf_puts(&b, "<|im_end|>\n");
     }
     if (mk) mk->system_end = b.len;
@@ -478,13 +559,13 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         } else if (is_str(role, "user")) {
             mark(mk, b.len);
             snug_sbuf_puts(&b, "<|im_start|>user\n");
-            snug_sbuf_append(&b, c.p, c.n);
+            put_plain(&b, sp, c.p, c.n);
             snug_sbuf_puts(&b, "<|im_end|>\n");
         } else if (is_str(role, "assistant")) {
             bool keep = opts->preserve_thinking || i > last_query;
             bool open = opts->continue_final && i == n - 1;
             mark(mk, b.len);
-            if ((st = render_assistant(&b, m, c, keep, open, i, err))) goto fail;
+            if ((st = render_assistant(&b, sp, m, c, keep, open, i, err))) goto fail;
         } else if (is_str(role, "tool")) {
             /* consecutive tool results share one user turn */
             if (i > 0 && !is_str(role_of(json_array_get(messages, i - 1)), "tool")) {
@@ -492,7 +573,7 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
                 snug_sbuf_puts(&b, "<|im_start|>user");
             }
             snug_sbuf_puts(&b, "\n<tool_response>\n");
-            snug_sbuf_append(&b, c.p, c.n);
+            put_plain(&b, sp, c.p, c.n);
             snug_sbuf_puts(&b, "\n</tool_response>");
             if (i == n - 1 || !is_str(role_of(json_array_get(messages, i + 1)), "tool"))
                 snug_sbuf_puts(&b, "<|im_end|>\n");
@@ -515,12 +596,19 @@ int snug_chat_render_marks(const json_t *messages, const json_t *tools,
         snug_sbuf_puts(&b, opts->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
     }
     snug_sbuf_free(&s);
+    if (sp && sp->oom) {
+        st = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory rendering the prompt");
+        goto fail;
+    }
     *out_prompt = snug_sbuf_take(&b, out_len);
-    if (!*out_prompt)
+    if (!*out_prompt) {
+        snug_chat_spans_free(sp);
         return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory rendering the prompt");
+    }
     return SNUG_OK;
 fail:
     snug_sbuf_free(&s);
     snug_sbuf_free(&b);
+    snug_chat_spans_free(sp);
     return st;
 }

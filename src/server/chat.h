@@ -10,6 +10,7 @@
 #define SNUG_SERVER_CHAT_H
 
 #include "snug.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -77,6 +78,29 @@ struct snug_chat_marks {
 int snug_chat_render_marks(const json_t *messages, const json_t *tools,
                            const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
                            struct snug_chat_marks *marks, struct snug_err *err);
+/* The byte ranges of a rendered prompt that hold request text (message content, reasoning,
+ * tool names, arguments and results, the tools' JSON) rather than the template's own markers:
+ * the server tokenizes them with special tokens as plain text (snug_tokenizer_encode_spans),
+ * so a message cannot write "<|im_end|><|im_start|>system" and be believed. Vision
+ * placeholders inside content stay markers. Sorted, non-overlapping, snug_malloc'd. */
+struct snug_chat_spans {
+    struct snug_text_span *v;
+    size_t n, cap;
+    bool oom;
+};
+void snug_chat_spans_free(struct snug_chat_spans *sp);
+
+/* snug_chat_render that also fills *plain (may be NULL) with the request-text spans; on
+ * failure *plain is left empty. */
+int snug_chat_render_spans(const json_t *messages, const json_t *tools,
+                           const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                           struct snug_chat_spans *plain, struct snug_err *err);
+
+/* The one renderer behind the three above: marks and plain spans both optional. */
+int snug_chat_render_ex(const json_t *messages, const json_t *tools,
+                        const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
+                        struct snug_chat_marks *marks, struct snug_chat_spans *plain,
+                        struct snug_err *err);
 
 /* True when the rendered prompt leaves the model inside a reasoning block (it ends with
  * "<think>\n"): pass this as `in_reasoning` to snug_outparse_init. */

@@ -67,6 +67,9 @@ struct snug_engine {
     int32_t V, n_ctx, n_chunk, n_draft;
     struct slot *slots;
     int32_t n_slots;
+    /* the engine thread's admission lists (n_slots each, allocated at init) */
+    struct slot **started;
+    struct snug_engine_job **started_job;
     /* the batched decode step (all allocated at init, n_slots each): contexts, their tokens,
      * the slots they belong to, and the [n_slots][V] logits the batch writes */
     struct snug_ctx **b_ctx;
@@ -487,9 +490,8 @@ static void admit_locked(struct snug_engine *e, struct snug_engine_job **dead,
 
 static void *engine_main(void *arg) {
     struct snug_engine *e = arg;
-    struct slot **started = snug_calloc((size_t)e->n_slots, sizeof *started);
-    struct snug_engine_job **started_job = snug_calloc((size_t)e->n_slots, sizeof *started_job);
-    SNUG_ASSERT(started && started_job);
+    struct slot **started = e->started;
+    struct snug_engine_job **started_job = e->started_job;
     pthread_mutex_lock(&e->mu);
     for (;;) {
         struct snug_engine_job *dead = NULL;
@@ -537,8 +539,7 @@ static void *engine_main(void *arg) {
         if (e->n_draft > 0) sum_spec_stats_locked(e);
     }
     pthread_mutex_unlock(&e->mu);
-    snug_free(started);
-    snug_free(started_job);
+
     return NULL;
 }
 
@@ -641,7 +642,9 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->b_ids = snug_calloc((size_t)e->n_slots, sizeof *e->b_ids);
     e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
     e->b_logits = snug_malloc((size_t)e->n_slots * (size_t)e->V * sizeof(float));
-    if (!e->b_ctx || !e->b_ids || !e->b_slot || !e->b_logits) {
+    e->started = snug_calloc((size_t)e->n_slots, sizeof *e->started);
+    e->started_job = snug_calloc((size_t)e->n_slots, sizeof *e->started_job);
+    if (!e->b_ctx || !e->b_ids || !e->b_slot || !e->b_logits || !e->started || !e->started_job) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the decode batch");
         goto fail;
     }
@@ -694,6 +697,8 @@ void snug_engine_free(struct snug_engine *e) {
         }
         snug_free(e->slots);
     }
+    snug_free(e->started);
+    snug_free(e->started_job);
     snug_free(e->b_ctx);
     snug_free(e->b_ids);
     snug_free(e->b_slot);

@@ -1,13 +1,18 @@
-/* http.c — the HTTP daemon (libmicrohttpd, one thread per connection), routing, auth, the
- * small endpoints (/health, /metrics, /v1/models, /tokenize, /detokenize) and boot/shutdown.
+/* http.c — the HTTP daemon (libmicrohttpd: a pool of epoll threads, suspend/resume for
+ * generations), routing, the small endpoints (/health, /metrics, /v1/models, /tokenize,
+ * /detokenize) and boot/graceful shutdown.
  *
- * Owns: struct snug_srv (model, engine, daemon, counters) for the life of snug_server_run, and
- * each connection's body buffer. Invariant: a body is accumulated up to max_body_bytes and
- * then discarded (413); every answer is JSON (errors in OpenAI's {"error": {...}} shape) except
- * /metrics (Prometheus text) and streams (SSE, reply.c). Nothing here prints to stdout.
- * Read next: reply.c (generation requests), engine.c.
+ * Owns: struct snug_srv (model, engine, daemon, counters, the list of generations in flight)
+ * for the life of snug_server_run, and each connection's body buffer. Invariant: route,
+ * method, API key and origin are decided from the headers before any body byte is kept
+ * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413); every
+ * request gets an answer (errors in OpenAI's {"error": {...}} shape, a fixed 500 body when
+ * even that cannot be built) except /metrics (Prometheus text) and streams (SSE, reply.c).
+ * Nothing here prints to stdout.
+ * Read next: gate.c, reply.c (generation requests), engine.c.
  */
 #define _GNU_SOURCE
+#include "server/gate.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
 
@@ -29,64 +34,78 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* ==== small helpers ========================================================================= */
 
 json_t *snug_srv_json_str(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j) return j;
-    /* invalid UTF-8: keep valid sequences, replace every other byte by U+FFFD */
-    char *o = snug_malloc(n * 3 + 1);
-    if (!o) return json_string("");
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
-        if (ok && len > 1) {
-            json_t *probe = json_stringn(s + i, len);
-            ok = probe != NULL;
-            json_decref(probe);
-        }
-        if (ok && c != 0) {
-            memcpy(o + k, s + i, len);
-            k += len;
-            i += len;
-        } else {
-            memcpy(o + k, "\xEF\xBF\xBD", 3);
-            k += 3;
-            i++;
-        }
-    }
-    j = json_stringn(o, k);
-    snug_free(o);
-    return j ? j : json_string("");
+    return snug_json_string_lossy(s, n);
 }
 
-enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+/* The answer of last resort: a fixed, valid error body (no allocation but MHD's). */
+static enum MHD_Result send_static_error(struct MHD_Connection *c) {
+    static const char body[] = "{\"error\":{\"message\":\"the server could not build its "
+                               "answer (out of memory)\",\"type\":\"server_error\","
+                               "\"param\":null,\"code\":500}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result res = MHD_queue_response(c, 500, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+enum MHD_Result snug_srv_send_json_hdr(struct MHD_Connection *c, unsigned status, json_t *body,
+                                       const char *hname, const char *hval) {
     char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!txt) return MHD_NO;
+    if (!txt) return send_static_error(c);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
-        return MHD_NO;
+        return send_static_error(c);
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    if (hname && hval) MHD_add_response_header(r, hname, hval);
     enum MHD_Result res = snug_srv_queue(c, status, r);
     MHD_destroy_response(r);
     return res;
 }
 
+enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+    return snug_srv_send_json_hdr(c, status, body, NULL, NULL);
+}
+
+/* The error body is built from checked parts: strings that are not valid UTF-8 go through
+ * snug_srv_json_str (U+FFFD), so an error that echoes request text can always be sent. */
+enum MHD_Result snug_srv_send_error_hdr(struct MHD_Connection *c, const struct snug_server_error *e,
+                                        const char *hname, const char *hval) {
+    json_t *inner = json_object();
+    json_t *b = json_object();
+    if (inner && b) {
+        json_object_set_new(inner, "message", snug_srv_json_str(e->msg, strlen(e->msg)));
+        json_object_set_new(inner, "type",
+                            json_string(e->type ? e->type : "invalid_request_error"));
+        json_object_set_new(inner, "param",
+                            e->param[0] ? snug_srv_json_str(e->param, strlen(e->param))
+                                        : json_null());
+        json_object_set_new(inner, "code", json_integer(e->http_status));
+        json_object_set(b, "error", inner);
+    }
+    json_decref(inner);
+    if (!b || json_object_size(b) == 0) {
+        json_decref(b);
+        return send_static_error(c);
+    }
+    return snug_srv_send_json_hdr(c, (unsigned)e->http_status, b, hname, hval);
+}
+
 enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e) {
-    json_t *b =
-        json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", e->msg, "type",
-                  e->type ? e->type : "invalid_request_error", "param",
-                  e->param[0] ? json_string(e->param) : json_null(), "code", e->http_status);
-    return snug_srv_send_json(c, (unsigned)e->http_status, b);
+    return snug_srv_send_error_hdr(c, e, NULL, NULL);
 }
 
 void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) {
@@ -330,37 +349,31 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
 static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                    size_t len) {
     struct snug_server_error e = {0};
-    json_error_t je;
-    json_t *root = json_loadb(body, len, 0, &je);
-    json_t *content = json_object_get(root, "content");
-    json_t *ps = json_object_get(root, "parse_special"), *wp = json_object_get(root, "with_pieces");
-    if (!root || !json_is_object(root)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", NULL,
-                              "the request body is not a JSON object%s%s", root ? "" : ": ",
-                              root ? "" : je.text);
-    } else if (!json_is_string(content)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", "content",
-                              "'content' must be a string");
-    } else if ((ps && !json_is_boolean(ps)) || (wp && !json_is_boolean(wp))) {
-        snug_server_error_set(&e, 400, "invalid_request_error",
-                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces",
-                              "'%s' must be a boolean",
-                              ps && !json_is_boolean(ps) ? "parse_special" : "with_pieces");
-    }
-    if (e.http_status) {
-        json_decref(root);
-        snug_srv_count(s, ROUTE_TOKENIZE, 400);
+    struct snug_tokenize_req q;
+    if (snug_server_tokenize_parse(&q, body, len, s->opts.limits.max_prompt_bytes, &e)) {
+        snug_srv_count(s, ROUTE_TOKENIZE, (unsigned)e.http_status);
         return snug_srv_send_error(c, &e);
     }
-    size_t n = json_string_length(content), got = 0;
+    json_t *root = q.root;
+    size_t n = q.len, got = 0;
     snug_token *ids = snug_malloc((n + 16) * sizeof *ids);
     struct snug_err err = {0};
-    int rc = ids ? snug_tokenizer_encode(s->tok, json_string_value(content), n, !json_is_false(ps),
-                                         ids, n + 16, &got, &err)
-                 : SNUG_ERR_NOMEM;
+    int rc =
+        ids ? snug_tokenizer_encode(s->tok, q.content, n, q.parse_special, ids, n + 16, &got, &err)
+            : SNUG_ERR_NOMEM;
+    if (rc == SNUG_OK && q.with_pieces && got > SNUG_SRV_MAX_PIECES) {
+        snug_free(ids);
+        json_decref(root);
+        snug_server_error_set(&e, 413, "invalid_request_error", "with_pieces",
+                              "'with_pieces' answers at most %d tokens and this content has %zu; "
+                              "ask without pieces or in parts",
+                              SNUG_SRV_MAX_PIECES, got);
+        snug_srv_count(s, ROUTE_TOKENIZE, 413);
+        return snug_srv_send_error(c, &e);
+    }
     json_t *arr = json_array();
     for (size_t i = 0; rc == SNUG_OK && i < got; i++) {
-        if (json_is_true(wp)) {
+        if (q.with_pieces) {
             size_t bl = 0;
             const char *b = snug_tokenizer_token_bytes(s->tok, ids[i], &bl);
             json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece",
@@ -385,25 +398,9 @@ static enum MHD_Result do_tokenize(struct snug_srv *s, struct MHD_Connection *c,
 static enum MHD_Result do_detokenize(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                      size_t len) {
     struct snug_server_error e = {0};
-    json_t *root = json_loadb(body, len, 0, NULL);
-    json_t *toks = json_object_get(root, "tokens");
-    int32_t V = snug_tokenizer_n_vocab(s->tok);
-    if (!json_is_array(toks)) {
-        snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
-                              "the body must be a JSON object with 'tokens': an array of ids");
-    } else {
-        size_t i;
-        json_t *t;
-        json_array_foreach(toks, i, t) {
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= V) {
-                snug_server_error_set(&e, 400, "invalid_request_error", "tokens",
-                                      "'tokens[%zu]' must be a token id in [0, %d)", i, V);
-                break;
-            }
-        }
-    }
-    if (e.http_status) {
-        json_decref(root);
+    json_t *root = NULL;
+    const json_t *toks = NULL;
+    if (snug_server_detokenize_parse(&root, &toks, body, len, snug_tokenizer_n_vocab(s->tok), &e)) {
         snug_srv_count(s, ROUTE_DETOKENIZE, 400);
         return snug_srv_send_error(c, &e);
     }
@@ -436,49 +433,55 @@ struct conn {
     struct snug_sbuf body;
     bool too_big;
     struct snug_srv_access log;
+    enum snug_route route;
+    void *pending; /* a non-streaming generation the (suspended) connection waits for */
 };
 
-/* The key of `Authorization: Bearer K` or Anthropic's `x-api-key: K` (compared in constant
- * time; never logged). */
-static bool auth_ok(struct snug_srv *s, struct MHD_Connection *c) {
-    if (!s->opts.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    const char *k = NULL;
-    if (h && !strncmp(h, "Bearer ", 7)) k = h + 7;
-    if (!k) k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    if (!k) return false;
-    const char *want = s->opts.api_key;
-    size_t kl = strlen(k), wl = strlen(want);
-    unsigned diff = kl != wl;
-    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
-    return diff == 0;
-}
-
-static enum snug_route route_of(const char *url) {
-    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions"))
-        return ROUTE_CHAT;
-    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) return ROUTE_COMPLETION;
-    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) return ROUTE_MODELS;
-    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) return ROUTE_HEALTH;
-    if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
-    if (!strcmp(url, "/tokenize")) return ROUTE_TOKENIZE;
-    if (!strcmp(url, "/detokenize")) return ROUTE_DETOKENIZE;
-    if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages")) return ROUTE_MESSAGES;
-    if (!strcmp(url, "/v1/messages/count_tokens") || !strcmp(url, "/messages/count_tokens"))
-        return ROUTE_COUNT_TOKENS;
-    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return ROUTE_RESPONSES;
-    if (!strncmp(url, "/v1/models/", 11)) return ROUTE_MODEL;
-    return ROUTE_OTHER;
+/* An error answer in the shape of the route's API (Anthropic's for /v1/messages). */
+static enum MHD_Result reject_hdr(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
+                                  int status, const char *type, const char *hname, const char *hval,
+                                  const char *fmt, const char *arg) {
+    struct snug_server_error e;
+    snug_server_error_set(&e, status, type, NULL, fmt, arg);
+    snug_srv_count(s, r, (unsigned)status);
+    if (!hname && (r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS))
+        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
+    return snug_srv_send_error_hdr(c, &e, hname, hval);
 }
 
 static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
                               int status, const char *type, const char *fmt, const char *arg) {
+    return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
+}
+
+static bool origin_ok(const void *ctx, const char *origin) {
+    return snug_srv_origin_allowed(ctx, origin);
+}
+
+/* The checks made on the first call for a request, before any of its body is read (gate.c).
+ * Answers (and returns true) when the request is refused; the body is then never buffered. */
+static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const char *url,
+                          const char *method, enum snug_route *r, enum MHD_Result *res) {
+    struct snug_gate_request q = {
+        .url = url,
+        .method = method,
+        .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+        .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+        .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
+        .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key")};
+    struct snug_gate_policy p = {.api_key = s->opts.api_key, .origin_ok = origin_ok, .ctx = s};
     struct snug_server_error e;
-    snug_server_error_set(&e, status, type, NULL, fmt, arg);
-    snug_srv_count(s, r, (unsigned)status);
-    return snug_srv_send_api_error(
-        c, r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS ? SNUG_API_ANTHROPIC : SNUG_API_OPENAI,
-        &e);
+    const char *allow = NULL;
+    int status = snug_gate_check(&q, &p, r, &e, &allow);
+    if (!status) return false;
+    snug_srv_count(s, *r, (unsigned)status);
+    *res = snug_srv_send_error_hdr(c, &e, allow ? "Allow" : NULL, allow);
+    return true;
+}
+
+bool snug_srv_origin_allowed(const struct snug_srv *s, const char *origin) {
+    const char *allow = s->opts.cors_origin; /* --cors; NULL: CORS off, no page may */
+    return allow && origin && (!strcmp(allow, "*") || !strcmp(allow, origin));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -486,32 +489,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_data_size, void **con_cls) {
     struct snug_srv *s = cls;
     struct conn *cc = *con_cls;
+    (void)version;
     if (!cc) {
+        enum snug_route r;
+        enum MHD_Result res;
         cc = snug_calloc(1, sizeof *cc);
-        if (!cc) return MHD_NO;
+        if (!cc) return send_static_error(c); /* out of memory: still an answer */
         *con_cls = cc;
-        snug_srv_access_begin(&cc->log, method, url);
+        snug_srv_access_begin(&cc->log, method, url); /* refusals are logged too */
+        snug_srv_access_enter(&cc->log);
+        if (s->opts.cors_origin && !strcmp(method, "OPTIONS"))
+            return snug_srv_preflight(c); /* no key: browsers send none */
+        if (early_refusal(s, c, url, method, &r, &res)) return res;
+        cc->route = r;
         return MHD_YES;
     }
     snug_srv_access_enter(&cc->log);
+    enum snug_route r = cc->route;
+    if (cc->pending) return snug_srv_generate_resume(s, c, &cc->pending);
     if (*upload_data_size) {
         size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
-        if (!cc->too_big && cc->body.len + *upload_data_size > limit) {
-            cc->too_big = true;
-            snug_sbuf_free(&cc->body);
-        }
-        if (!cc->too_big) snug_sbuf_append(&cc->body, upload_data, *upload_data_size);
+        snug_gate_body_add(&cc->body, &cc->too_big, limit, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    enum snug_route r = route_of(url);
-    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (s->opts.cors_origin && !strcmp(method, "OPTIONS"))
-        return snug_srv_preflight(c); /* no key: browsers send none */
-    if (r != ROUTE_HEALTH && !auth_ok(s, c))
-        return reject(s, c, r, 401, "authentication_error", "%s",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>' or "
-                      "'x-api-key: <key>'");
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "%zu bytes",
@@ -522,19 +523,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->body.oom) return reject(s, c, r, 500, "server_error", "%s", "out of memory");
     const char *body = cc->body.data ? cc->body.data : "";
     size_t len = cc->body.len;
-    bool want_post = r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_TOKENIZE ||
-                     r == ROUTE_DETOKENIZE || r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS ||
-                     r == ROUTE_RESPONSES;
-    if (r == ROUTE_OTHER)
-        return reject(s, c, r, 404, "invalid_request_error", "unknown endpoint '%s'", url);
-    if ((want_post && !post) || (!want_post && !get))
-        return reject(s, c, r, 405, "invalid_request_error", "this endpoint wants %s",
-                      want_post ? "POST" : "GET");
     switch (r) {
     case ROUTE_CHAT:
-        return snug_srv_generate(s, c, SNUG_REQ_CHAT, body, len);
+        return snug_srv_generate(s, c, SNUG_REQ_CHAT, body, len, &cc->pending);
     case ROUTE_COMPLETION:
-        return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len);
+        return snug_srv_generate(s, c, SNUG_REQ_COMPLETION, body, len, &cc->pending);
     case ROUTE_MODELS:
         return snug_srv_models(s, c);
     case ROUTE_HEALTH:
@@ -546,11 +539,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case ROUTE_DETOKENIZE:
         return do_detokenize(s, c, body, len);
     case ROUTE_MESSAGES:
-        return snug_msgs_handle(s, c, body, len);
+        return snug_msgs_handle(s, c, body, len, &cc->pending);
     case ROUTE_COUNT_TOKENS:
         return snug_msgs_count_tokens(s, c, body, len);
     case ROUTE_RESPONSES:
-        return snug_resp_handle(s, c, body, len);
+        return snug_resp_handle(s, c, body, len, &cc->pending);
     case ROUTE_MODEL:
         return snug_srv_model(s, c, url + 11);
     default:
@@ -560,9 +553,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
     struct conn *cc = *con_cls;
     if (!cc) return;
     snug_srv_access_end(cls, &cc->log, c, toe);
+    if (cc->pending) snug_srv_generate_abandon(cc->pending);
     snug_sbuf_free(&cc->body);
     snug_free(cc);
     *con_cls = NULL;
@@ -589,6 +584,37 @@ static int read_file(const char *path, char **out, size_t *out_len, struct snug_
     return *out ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading %s", path);
 }
 
+/* Thousands of connections need as many descriptors: lift the soft limit toward `want`
+ * (never above the hard limit). */
+static void raise_fd_limit(rlim_t want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* SIGTERM: stop accepting, let in-flight generations finish for the grace period, then end
+ * the rest (streams get a final SSE error event, waiting requests a 503) and give their
+ * connections a moment to flush. Every suspended connection is resumed before the daemon
+ * stops (MHD requires it). */
+static void shutdown_gracefully(struct snug_srv *s) {
+    if (!s->daemon) return;
+    MHD_socket ls = MHD_quiesce_daemon(s->daemon); /* the listening socket is ours to close */
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    double t_end = snug_time_s() + s->opts.shutdown_grace_s;
+    while (snug_srv_live_count(s) > 0 && snug_time_s() < t_end) sleep_ms(20);
+    atomic_store(&s->stopping, true);
+    if (snug_srv_cancel_all(s) > 0) {
+        double t_flush = snug_time_s() + 5.0;
+        while (snug_srv_live_count(s) > 0 && snug_time_s() < t_flush) sleep_ms(20);
+    }
+}
+
 int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     struct snug_srv *s = snug_calloc(1, sizeof *s);
     if (!s) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
@@ -596,6 +622,20 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     if (!s->opts.host) s->opts.host = "127.0.0.1";
     if (s->opts.n_slots <= 0) s->opts.n_slots = 1;
     if (s->opts.queue_cap <= 0) s->opts.queue_cap = 4 * s->opts.n_slots;
+    if (s->opts.http_threads <= 0) s->opts.http_threads = 4;
+    if (s->opts.max_conns <= 0) s->opts.max_conns = 4096;
+    if (s->opts.max_conns_per_ip <= 0) s->opts.max_conns_per_ip = 256;
+    if (s->opts.idle_timeout_s <= 0) s->opts.idle_timeout_s = 30;
+    if (s->opts.shutdown_grace_s <= 0) s->opts.shutdown_grace_s = 5;
+    {
+        struct snug_server_limits d = snug_server_limits_default(), *l = &s->opts.limits;
+        if (!l->max_messages) l->max_messages = d.max_messages;
+        if (!l->max_parts) l->max_parts = d.max_parts;
+        if (!l->max_tools) l->max_tools = d.max_tools;
+        if (!l->max_prompt_bytes) l->max_prompt_bytes = d.max_prompt_bytes;
+    }
+    pthread_mutex_init(&s->live_mu, NULL);
+    raise_fd_limit((rlim_t)s->opts.max_conns + 256);
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
@@ -659,11 +699,16 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         rc = snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", s->opts.host);
         goto done;
     }
+    /* a few connection threads, each an epoll loop over many connections; generations
+     * suspend their connection while the engine works (reply.c), so no thread blocks on one */
     s->daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
-        NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 512u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+        on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opts.idle_timeout_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->daemon) {
         rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
                           opts->port);
@@ -693,10 +738,13 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     }
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "snug serve: signal %d, shutting down\n", sig);
+    fprintf(stderr, "snug serve: signal %d, shutting down (grace %.1f s)\n", sig,
+            s->opts.shutdown_grace_s);
+    shutdown_gracefully(s);
 
 done:
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);

@@ -27,8 +27,21 @@ void snug_srv_cors_init(const char *origin) {
 void snug_srv_access_begin(struct snug_srv_access *a, const char *method, const char *url) {
     memset(a, 0, sizeof *a);
     a->t0 = snug_time_s();
-    snprintf(a->method, sizeof a->method, "%s", method);
-    snprintf(a->url, sizeof a->url, "%s", url);
+    /* printable ASCII as is, every other byte as %XX: a log line stays one clean line of text
+     * whatever a client sends (the request line is untrusted) */
+    const char *in[2] = {method, url};
+    char *out[2] = {a->method, a->url};
+    size_t cap[2] = {sizeof a->method, sizeof a->url};
+    for (int f = 0; f < 2; f++) {
+        size_t k = 0;
+        for (const unsigned char *p = (const unsigned char *)in[f]; *p && k + 4 < cap[f]; p++) {
+            if (*p > 0x20 && *p < 0x7f && *p != '%')
+                out[f][k++] = (char)*p;
+            else
+                k += (size_t)snprintf(out[f] + k, cap[f] - k, "%%%02X", *p);
+        }
+        out[f][k] = 0;
+    }
 }
 
 void snug_srv_access_enter(struct snug_srv_access *a) {

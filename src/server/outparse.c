@@ -168,6 +168,11 @@ static void end_run(struct snug_outparse *p) {
  * (its parameters are parsed and dropped). */
 static void call_begin(struct snug_outparse *p) {
     end_run(p);
+    if (p->name.oom || !p->name.data) { /* out of memory: no call (check_oom reports it) */
+        p->name.oom = true;
+        p->call_live = false;
+        return;
+    }
     size_t a = 0, b = p->name.len;
     while (a < b && is_ws(p->name.data[a])) a++;
     while (b > a && is_ws(p->name.data[b - 1])) b--;

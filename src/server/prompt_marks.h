@@ -29,5 +29,12 @@ struct snug_prompt_marks {
 int snug_prompt_encode_marked(const struct snug_tokenizer *tok, const char *prompt, size_t len,
                               const struct snug_chat_marks *marks, snug_token *ids, size_t cap,
                               size_t *n_ids, struct snug_prompt_marks *out, struct snug_err *err);
+/* The same with the request text's plain spans (chat.h snug_chat_spans; NULL = none): inside
+ * them special-token text is encoded as plain text (snug_tokenizer_encode_spans). */
+int snug_prompt_encode_marked_spans(const struct snug_tokenizer *tok, const char *prompt,
+                                    size_t len, const struct snug_chat_marks *marks,
+                                    const struct snug_chat_spans *plain, snug_token *ids,
+                                    size_t cap, size_t *n_ids, struct snug_prompt_marks *out,
+                                    struct snug_err *err);
 
 #endif /* SNUG_SERVER_PROMPT_MARKS_H */

@@ -5,8 +5,10 @@
  * reply.mu, freed when both have let go (refs). The engine side (on_token / on_done) applies
  * stop strings, feeds the output parser and appends to the accumulated content / reasoning /
  * tool calls; the HTTP side turns whatever is new into chunks (so slow readers get coalesced
- * deltas and the engine never waits on a socket). A client that goes away is noticed by
- * peeking its socket while waiting; the job is then cancelled and its slot freed at once.
+ * deltas and the engine never waits on a socket). While the engine works the connection is
+ * suspended (no connection thread waits); on_token (streams) and on_done resume it. A stream
+ * whose client went away fails to send and is cancelled, its slot freed; a client that only
+ * half-closed its side still gets the answer.
  * Read next: engine.c (where tokens come from), outparse.h (the reasoning / tool-call split).
  */
 #define _GNU_SOURCE
@@ -18,6 +20,7 @@
 #include "server/prompt_marks.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
+#include "server/stopfilter.h"
 
 #include "core/core.h"
 #include "tokenizer/tokenizer.h"
@@ -31,20 +34,47 @@
 
 /* ==== lifetime ============================================================================== */
 
+static void live_add(struct reply *r) {
+    struct snug_srv *s = r->srv;
+    pthread_mutex_lock(&s->live_mu);
+    r->live_prev = NULL;
+    r->live_next = s->live;
+    if (s->live) s->live->live_prev = r;
+    s->live = r;
+    s->n_live++;
+    r->live = true;
+    pthread_mutex_unlock(&s->live_mu);
+}
+
+static void live_remove(struct reply *r) {
+    struct snug_srv *s = r->srv;
+    pthread_mutex_lock(&s->live_mu);
+    if (r->live) {
+        if (r->live_prev)
+            r->live_prev->live_next = r->live_next;
+        else
+            s->live = r->live_next;
+        if (r->live_next) r->live_next->live_prev = r->live_prev;
+        s->n_live--;
+        r->live = false;
+    }
+    pthread_mutex_unlock(&s->live_mu);
+}
+
 static void reply_unref_locked(struct reply *r) {
-    SNUG_ASSERT(r->refs > 0);
     if (--r->refs > 0) {
         pthread_mutex_unlock(&r->mu);
         return;
     }
     pthread_mutex_unlock(&r->mu);
+    live_remove(r);
     snug_outparse_free(r->parser);
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
     snug_free(r->mark_bytes);
     snug_free(r->mark_tokens);
     snug_free(r->script);
-    snug_sbuf_free(&r->hold);
+    snug_stop_free(&r->stop);
     snug_sbuf_free(&r->content);
     snug_sbuf_free(&r->reasoning);
     for (int i = 0; i < r->n_calls; i++) {
@@ -67,23 +97,20 @@ static void reply_unref(struct reply *r) {
     reply_unref_locked(r);
 }
 
-/* True when the client closed its end of the connection (a peek reads end-of-file or fails). */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
-    return false;
+/* Let MHD run the connection again when it waits for the engine (r->mu held). MHD allows
+ * resuming from any thread; suspending happens only in MHD's callbacks, also under r->mu, so
+ * a resume never precedes its suspend. */
+static void wake_locked(struct reply *r) {
+    if (r->suspended && r->conn) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
 }
 
-static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
+static void suspend_locked(struct reply *r, struct MHD_Connection *c) {
+    r->conn = c;
+    r->suspended = true;
+    MHD_suspend_connection(c);
 }
 
 /* ==== engine side =========================================================================== */
@@ -138,18 +165,8 @@ static void sink_text(struct reply *r, const char *s, size_t n) {
     }
 }
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of some stop string. */
-static size_t stop_prefix_tail(const struct reply *r, const char *s, size_t n) {
-    size_t best = 0;
-    for (int i = 0; i < r->req.n_stop; i++) {
-        size_t sl = strlen(r->req.stop[i]);
-        for (size_t k = sl - 1 < n ? sl - 1 : n; k > best; k--)
-            if (!memcmp(s + n - k, r->req.stop[i], k)) {
-                best = k;
-                break;
-            }
-    }
-    return best;
+static void sink_cb(void *user, const char *s, size_t n) {
+    sink_text(user, s, n);
 }
 
 /* Engine callback: a token's text. Applies stop strings (holding back a possible beginning of
@@ -171,31 +188,9 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
         }
         if (r->n_lps < r->cap_lps) r->lps[r->n_lps++] = (struct lp_entry){id, *lp};
     }
-    bool stop = false;
-    if (r->stopped) {
-        stop = true;
-    } else if (r->req.n_stop == 0) {
-        sink_text(r, text, len);
-    } else {
-        snug_sbuf_append(&r->hold, text, len);
-        const char *h = r->hold.data ? r->hold.data : "";
-        size_t hn = r->hold.len, cut = hn;
-        for (int i = 0; i < r->req.n_stop; i++) {
-            const char *p = memmem(h, hn, r->req.stop[i], strlen(r->req.stop[i]));
-            if (p && (size_t)(p - h) < cut) cut = (size_t)(p - h), stop = true, r->stop_index = i;
-        }
-        if (stop) {
-            sink_text(r, h, cut);
-            snug_sbuf_reset(&r->hold);
-            r->stopped = true;
-        } else {
-            size_t keep = stop_prefix_tail(r, h, hn);
-            sink_text(r, h, hn - keep);
-            memmove(r->hold.data, h + hn - keep, keep);
-            r->hold.len = keep;
-        }
-    }
+    bool stop = snug_stop_feed(&r->stop, text, len, sink_cb, r);
     pthread_cond_broadcast(&r->cv);
+    if (r->req.stream) wake_locked(r); /* a waiting non-stream request only needs on_done */
     pthread_mutex_unlock(&r->mu);
     return stop;
 }
@@ -205,8 +200,7 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
                     const char *msg) {
     struct reply *r = user;
     pthread_mutex_lock(&r->mu);
-    if (!r->stopped && r->hold.len) sink_text(r, r->hold.data, r->hold.len);
-    snug_sbuf_reset(&r->hold);
+    snug_stop_flush(&r->stop, sink_cb, r);
     if (r->parser) {
         struct snug_err err = {0};
         if (snug_outparse_finish(r->parser, &err) != SNUG_OK) r->oom = true;
@@ -216,6 +210,7 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
     if (msg) snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
     r->done = true;
     pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     reply_unref_locked(r);
 }
 
@@ -520,10 +515,13 @@ static void stream_collect(struct reply *r) {
         }
     }
     if (r->done && !r->final_sent) {
-        if (r->finish == SNUG_FINISH_ERROR) {
+        bool stopping = r->finish == SNUG_FINISH_CANCEL && atomic_load(&r->srv->stopping);
+        if (r->finish == SNUG_FINISH_ERROR || stopping) {
             sse_put(r, json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
-                                 r->errmsg[0] ? r->errmsg : "generation failed", "type",
-                                 "server_error", "code", 500));
+                                 stopping       ? "the server is shutting down"
+                                 : r->errmsg[0] ? r->errmsg
+                                                : "generation failed",
+                                 "type", "server_error", "code", stopping ? 503 : 500));
         } else {
             json_t *ch = chunk(r, NULL, snug_reply_finish(r));
             const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
@@ -582,13 +580,28 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         stream_collect(r);
-        if (r->out.len > r->out_pos) continue;
-        if (r->oom || client_gone(r->fd)) {
-            cancel_locked(r);
-            pthread_mutex_unlock(&r->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->out.oom) { /* events may be cut: drop them, the error event below says why */
+            snug_sbuf_free(&r->out);
+            r->out_pos = 0;
+            r->oom = true;
         }
-        cond_wait_ms(&r->cv, &r->mu, 50);
+        if (r->out.len > r->out_pos) continue;
+        if (r->oom) { /* end the stream with a fixed error event (no allocation needed) */
+            static const char OOM_END[] =
+                "data: {\"error\":{\"message\":\"out of memory while streaming\","
+                "\"type\":\"server_error\",\"code\":500}}\n\ndata: [DONE]\n\n";
+            cancel_locked(r);
+            r->final_sent = true;
+            pthread_mutex_unlock(&r->mu);
+            if (max < sizeof OOM_END - 1) return MHD_CONTENT_READER_END_WITH_ERROR;
+            memcpy(buf, OOM_END, sizeof OOM_END - 1);
+            return (ssize_t)(sizeof OOM_END - 1);
+        }
+        /* nothing new: park the connection until the engine's next callback (a client that
+         * left is noticed when the next bytes fail to send) */
+        suspend_locked(r, r->conn);
+        pthread_mutex_unlock(&r->mu);
+        return 0;
     }
 }
 
@@ -596,20 +609,27 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     struct reply *r = cls;
     pthread_mutex_lock(&r->mu);
+    r->conn = NULL;
+    r->suspended = false;
     cancel_locked(r);
     reply_unref_locked(r);
 }
 
 /* ==== the request =========================================================================== */
 
+/* Tokenize n bytes of s into a snug_malloc'd array; special tokens are parsed except inside
+ * the `plain` spans (NULL: everywhere). */
 static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
-                          snug_token **out, int32_t *n_out, struct snug_err *err) {
+                          const struct snug_chat_spans *plain, snug_token **out, int32_t *n_out,
+                          struct snug_err *err) {
     size_t cap = n + 16, got = 0;
     *out = NULL;
     for (int tries = 0; tries < 2; tries++) {
         snug_token *ids = snug_malloc(cap * sizeof *ids);
         if (!ids) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory tokenizing the prompt");
-        int rc = snug_tokenizer_encode(tok, s, n, true, ids, cap, &got, err);
+        int rc = plain && plain->n ? snug_tokenizer_encode_spans(tok, s, n, plain->v, plain->n, ids,
+                                                                 cap, &got, err)
+                                   : snug_tokenizer_encode(tok, s, n, true, ids, cap, &got, err);
         if (rc == SNUG_OK) {
             *out = ids;
             *n_out = (int32_t)got;
@@ -625,14 +645,16 @@ static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_
 /* tokenize_alloc for a rendered chat prompt with its message marks (prompt_marks.h): the same
  * ids, plus the token positions of the marks in *pm. */
 static int tokenize_marked_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
-                                 const struct snug_chat_marks *mk, snug_token **out, int32_t *n_out,
-                                 struct snug_prompt_marks *pm, struct snug_err *err) {
+                                 const struct snug_chat_marks *mk,
+                                 const struct snug_chat_spans *plain, snug_token **out,
+                                 int32_t *n_out, struct snug_prompt_marks *pm,
+                                 struct snug_err *err) {
     size_t cap = n + 16, got = 0;
     *out = NULL;
     for (int tries = 0; tries < 2; tries++) {
         snug_token *ids = snug_malloc(cap * sizeof *ids);
         if (!ids) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory tokenizing the prompt");
-        int rc = snug_prompt_encode_marked(tok, s, n, mk, ids, cap, &got, pm, err);
+        int rc = snug_prompt_encode_marked_spans(tok, s, n, mk, plain, ids, cap, &got, pm, err);
         if (rc == SNUG_OK) {
             *out = ids;
             *n_out = (int32_t)got;
@@ -649,6 +671,91 @@ static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum s
                             enum snug_api api, const struct snug_server_error *e) {
     snug_srv_count(s, route, (unsigned)e->http_status);
     return snug_srv_send_api_error(c, api, e);
+}
+
+/* A lower bound of the tokens of n bytes of text (no token is longer than the vocabulary's
+ * longest); when it already fills the context, the text is refused without tokenizing it. */
+static bool surely_too_long(struct snug_srv *s, size_t n_bytes, struct snug_server_error *e,
+                            const char *param) {
+    struct snug_engine_stats st;
+    snug_engine_get_stats(s->engine, &st);
+    size_t tb = snug_tokenizer_max_token_bytes(s->tok);
+    size_t min_tokens = tb ? n_bytes / tb : 0;
+    if (min_tokens < (size_t)st.n_ctx) return false;
+    snug_server_error_set(e, 400, "invalid_request_error", param,
+                          "the prompt has at least %zu tokens (%zu bytes) but the context holds "
+                          "%d tokens per slot; shorten the prompt or start the server with a "
+                          "larger --ctx",
+                          min_tokens, n_bytes, st.n_ctx);
+    return true;
+}
+
+/* The answer of a finished non-streaming generation (r->mu held; lets go of r). */
+static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *c,
+                                     struct reply *r) {
+    enum snug_route route = r->route;
+    enum snug_api api = r->api;
+    struct snug_server_error e;
+    r->conn = NULL;
+    if (r->finish == SNUG_FINISH_CANCEL) {
+        reply_unref_locked(r);
+        snug_server_error_set(&e, 503, "server_error", NULL,
+                              "the request was cancelled: the server is shutting down");
+        return fail(s, c, route, api, &e);
+    }
+    if (r->finish == SNUG_FINISH_ERROR || r->oom) {
+        snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
+                              r->oom ? "out of memory" : r->errmsg);
+        reply_unref_locked(r);
+        return fail(s, c, route, api, &e);
+    }
+    snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
+    if (api == SNUG_API_RESPONSES) snug_resp_finished(r);
+    json_t *out = final_json(r);
+    reply_unref_locked(r);
+    snug_srv_count(s, route, 200);
+    return snug_srv_send_json(c, 200, out);
+}
+
+enum MHD_Result snug_srv_generate_resume(struct snug_srv *s, struct MHD_Connection *c,
+                                         void **pending) {
+    struct reply *r = *pending;
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) { /* woken early (a token): park again until on_done */
+        suspend_locked(r, c);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    *pending = NULL;
+    return finish_locked(s, c, r);
+}
+
+void snug_srv_generate_abandon(void *pending) {
+    struct reply *r = pending;
+    pthread_mutex_lock(&r->mu);
+    r->conn = NULL;
+    r->suspended = false;
+    cancel_locked(r);
+    reply_unref_locked(r);
+}
+
+int snug_srv_live_count(struct snug_srv *s) {
+    pthread_mutex_lock(&s->live_mu);
+    int n = s->n_live;
+    pthread_mutex_unlock(&s->live_mu);
+    return n;
+}
+
+int snug_srv_cancel_all(struct snug_srv *s) {
+    pthread_mutex_lock(&s->live_mu);
+    int n = 0;
+    for (struct reply *r = s->live; r; r = r->live_next, n++) {
+        pthread_mutex_lock(&r->mu);
+        cancel_locked(r);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&s->live_mu);
+    return n;
 }
 
 /* Scripted turns (test seam): a --script file cut by lines "=== snug-script-turn ===" holds
@@ -681,7 +788,7 @@ static void script_turn(const struct snug_server_req *q, const char **text, size
 static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
                                 enum snug_server_kind kind, enum snug_api api,
                                 enum snug_route route, const char *body, size_t len, json_t *root,
-                                json_t *extra) {
+                                json_t *extra, void **pending) {
     struct snug_server_error e;
     struct snug_err err = {0};
     struct reply *r = snug_calloc(1, sizeof *r);
@@ -696,6 +803,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     r->api = api;
     r->api_extra = extra;
     r->as.cur = -1;
+    r->route = route;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     enum MHD_Result res;
@@ -703,6 +811,9 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
               : snug_server_req_parse(&r->req, kind, body, len, &e)) != SNUG_OK)
         goto reject;
     struct snug_server_req *q = &r->req;
+    if (snug_server_req_check_limits(q, &s->opts.limits, &e) != SNUG_OK) goto reject;
+    r->stop.stop = q->stop;
+    r->stop.n_stop = q->n_stop;
     if (!snug_srv_model_matches(s, q->model)) {
         snug_server_error_set(&e, 404, "invalid_request_error", "model",
                               "the model '%s' does not exist; this server serves '%s'", q->model,
@@ -718,6 +829,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
             snug_chat_default_opts(q->has_effort ? !q->effort_no_think : !s->opts.no_think);
         char *text = NULL;
         size_t tlen = 0;
+        struct snug_chat_spans plain = {0};
         const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
         /* agent clients' per-request spans out before rendering (normalize.h); the request
          * owns its JSON, the messages array is edited in place */
@@ -734,9 +846,24 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         }
         struct snug_chat_marks mk = {.starts = r->mark_bytes, .cap = n_marks};
         if (snug_chat_opts_from_request(&co, q->root, &err) != SNUG_OK ||
-            snug_chat_render_marks(q->messages, tools, &co, &text, &tlen, &mk, &err) != SNUG_OK) {
+            snug_chat_render_ex(q->messages, tools, &co, &text, &tlen, &mk,
+                                s->opts.special_in_content ? NULL : &plain, &err) != SNUG_OK) {
             snug_server_error_set(&e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
                                   "invalid_request_error", "messages", "%s", err.msg);
+            goto reject;
+        }
+        if (tlen > s->opts.limits.max_prompt_bytes) {
+            snug_free(text);
+            snug_chat_spans_free(&plain);
+            snug_server_error_set(&e, 413, "invalid_request_error", "messages",
+                                  "the rendered prompt has %zu bytes; this server takes at most "
+                                  "%zu (--max-prompt-bytes)",
+                                  tlen, s->opts.limits.max_prompt_bytes);
+            goto reject;
+        }
+        if (surely_too_long(s, tlen, &e, "messages")) {
+            snug_free(text);
+            snug_chat_spans_free(&plain);
             goto reject;
         }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
@@ -772,10 +899,12 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_sbuf_append(&full, text, tlen);
         if (force.len) snug_sbuf_append(&full, force.data, force.len);
         snug_free(text);
-        int rc = full.oom || force.oom ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
-                                       : tokenize_marked_alloc(s->tok, full.data, full.len, &mk,
-                                                               &r->prompt, &n_prompt, &pm, &err);
+        int rc = full.oom || force.oom
+                     ? snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory")
+                     : tokenize_marked_alloc(s->tok, full.data, full.len, &mk, &plain, &r->prompt,
+                                             &n_prompt, &pm, &err);
         snug_sbuf_free(&full);
+        snug_chat_spans_free(&plain);
         r->job.msg_starts = r->mark_tokens;
         r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
         r->job.system_end = pm.system_end;
@@ -793,7 +922,8 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
             goto reject;
         }
     } else if (q->prompt) {
-        if (tokenize_alloc(s->tok, q->prompt, q->prompt_len, &r->prompt, &n_prompt, &err)) {
+        if (surely_too_long(s, q->prompt_len, &e, "prompt")) goto reject;
+        if (tokenize_alloc(s->tok, q->prompt, q->prompt_len, NULL, &r->prompt, &n_prompt, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }
@@ -835,7 +965,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
         if (!q->script) script_turn(q, &st_text, &st_len);
-        if (tokenize_alloc(s->tok, st_text, st_len, &r->script, &r->job.n_script, &err)) {
+        if (tokenize_alloc(s->tok, st_text, st_len, NULL, &r->script, &r->job.n_script, &err)) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }
@@ -858,7 +988,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         if (text > ((size_t)4 << 20)) text = (size_t)4 << 20;
         if (!snug_sbuf_reserve(&r->content, text) ||
             (kind == SNUG_REQ_CHAT && !snug_sbuf_reserve(&r->reasoning, text)) ||
-            !snug_sbuf_reserve(&r->hold, stop_max + tb)) {
+            !snug_sbuf_reserve(&r->stop.hold, stop_max + tb)) {
             snug_server_error_set(&e, 503, "server_error", NULL,
                                   "out of memory for the reply buffers (%zu bytes)", text);
             goto reject;
@@ -874,9 +1004,6 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
              : kind == SNUG_REQ_CHAT     ? "chatcmpl-"
                                          : "cmpl-",
              (unsigned long)r->created, (unsigned long long)nid);
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->fd = ci ? ci->connect_fd : -1;
     /* streams: the chunk frame, the SSE buffer (a window of a few chunks: the reader drains
      * it as it goes; beyond it grows, amortised) and the output parser's own buffers, all
      * sized now so the per-token path appends without allocating */
@@ -916,31 +1043,28 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         if (err.status == SNUG_ERR_BUDGET) {
             snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
             snug_srv_count(s, route, 503);
-            json_t *b = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", e.msg, "type",
-                                  e.type, "param", "code", 503);
-            char *txt = json_dumps(b, JSON_COMPACT);
-            json_decref(b);
-            struct MHD_Response *resp =
-                MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-            MHD_add_response_header(resp, "Content-Type", "application/json");
-            MHD_add_response_header(resp, "Retry-After", "1");
-            res = snug_srv_queue(c, 503, resp);
-            MHD_destroy_response(resp);
             reply_unref(r);
-            return res;
+            return snug_srv_send_error_hdr(c, &e, "Retry-After", "1");
         }
         snug_server_error_set(&e, 400, "invalid_request_error", NULL, "%s", err.msg);
         goto reject;
     }
 
+    live_add(r);
     if (q->stream) {
+        pthread_mutex_lock(&r->mu);
+        r->conn = c;
+        pthread_mutex_unlock(&r->mu);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                       stream_read, r, stream_free);
         if (!resp) {
             pthread_mutex_lock(&r->mu);
+            r->conn = NULL;
             cancel_locked(r);
             reply_unref_locked(r);
-            return MHD_NO;
+            snug_server_error_set(&e, 500, "server_error", NULL,
+                                  "out of memory starting the stream");
+            return fail(s, c, route, api, &e);
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -950,29 +1074,14 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         return res;
     }
 
-    /* non-streaming: wait for the end, watching the client */
+    /* non-streaming: park the connection until on_done resumes it (the access handler is
+     * then called again and answers through snug_srv_generate_resume) */
     pthread_mutex_lock(&r->mu);
-    while (!r->done) {
-        if (client_gone(r->fd)) cancel_locked(r);
-        cond_wait_ms(&r->cv, &r->mu, 50);
-    }
-    if (r->finish == SNUG_FINISH_CANCEL) {
-        snug_srv_count(s, route, 499);
-        reply_unref_locked(r);
-        return MHD_NO;
-    }
-    if (r->finish == SNUG_FINISH_ERROR || r->oom) {
-        snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
-                              r->oom ? "out of memory" : r->errmsg);
-        reply_unref_locked(r);
-        return fail(s, c, route, api, &e);
-    }
-    snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
-    if (api == SNUG_API_RESPONSES) snug_resp_finished(r);
-    json_t *out = final_json(r);
-    reply_unref_locked(r);
-    snug_srv_count(s, route, 200);
-    return snug_srv_send_json(c, 200, out);
+    if (r->done) return finish_locked(s, c, r);
+    suspend_locked(r, c);
+    *pending = r;
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES;
 
 reject:
     reply_unref(r);
@@ -980,15 +1089,17 @@ reject:
 }
 
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
-                                  enum snug_server_kind kind, const char *body, size_t len) {
+                                  enum snug_server_kind kind, const char *body, size_t len,
+                                  void **pending) {
     return generate(s, c, kind, SNUG_API_OPENAI,
-                    kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION, body, len, NULL, NULL);
+                    kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION, body, len, NULL, NULL,
+                    pending);
 }
 
 enum MHD_Result snug_srv_generate_api(struct snug_srv *s, struct MHD_Connection *c,
                                       enum snug_api api, enum snug_route route, json_t *chat,
-                                      json_t *extra) {
-    return generate(s, c, SNUG_REQ_CHAT, api, route, NULL, 0, chat, extra);
+                                      json_t *extra, void **pending) {
+    return generate(s, c, SNUG_REQ_CHAT, api, route, NULL, 0, chat, extra, pending);
 }
 
 int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char **prompt,
@@ -1017,7 +1128,7 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
     snug_token *ids = NULL;
     *n_tokens = 0;
     if (snug_server_render_chat(&s->opts, chat, &text, &tlen, e)) return -1;
-    int rc = tokenize_alloc(s->tok, text, tlen, &ids, n_tokens, &err);
+    int rc = tokenize_alloc(s->tok, text, tlen, NULL, &ids, n_tokens, &err);
     snug_free(text);
     snug_free(ids);
     if (rc != SNUG_OK) return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);

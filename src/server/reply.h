@@ -12,6 +12,7 @@
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
+#include "server/stopfilter.h"
 #include "server/think.h"
 
 #include <pthread.h>
@@ -50,8 +51,9 @@ struct reply {
     int refs;
     struct snug_engine_job job;
     struct snug_server_req req;
-    enum snug_api api; /* which API answers */
-    json_t *api_extra; /* the front end's context for the answer (owned), or NULL */
+    enum snug_api api;     /* which API answers */
+    enum snug_route route; /* the route counted in /metrics */
+    json_t *api_extra;     /* the front end's context for the answer (owned), or NULL */
     struct snug_think think;
     bool has_think;
     snug_token *prompt, *script;
@@ -60,12 +62,13 @@ struct reply {
     struct snug_outparse *parser; /* chat only */
     char id[64];
     long created;
-    int fd;
+    struct MHD_Connection *conn;         /* under mu; NULL once MHD let go of the connection */
+    bool suspended;                      /* under mu: the connection waits for the engine */
+    struct reply *live_prev, *live_next; /* srv->live list, under srv->live_mu */
+    bool live;
 
     /* engine side, under mu */
-    struct snug_sbuf hold; /* text held back while it could begin a stop string */
-    bool stopped;          /* a stop string matched */
-    int stop_index;        /* which one (req.stop[]) */
+    struct snug_stop_filter stop; /* stop strings (holds back a possible beginning of one) */
     struct snug_sbuf content, reasoning;
     struct tool_call calls[MAX_TOOL_CALLS];
     int n_calls;

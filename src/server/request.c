@@ -15,14 +15,40 @@
 #include <stdio.h>
 #include <string.h>
 
+size_t snug_utf8_trim_tail(char *s, size_t n) {
+    /* walk back over at most 3 continuation bytes to the last lead byte; drop the sequence
+     * when it is shorter than its lead byte announces */
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t want = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (want && back + 1 < want) n = i - 1; /* an incomplete last character: cut before it */
+    s[n] = 0;
+    return n;
+}
+
+/* vsnprintf into a fixed buffer, never ending inside a UTF-8 character (the message may echo
+ * request text; a cut character would make the error body invalid JSON to build). */
+static void msg_format(char *dst, size_t cap, const char *fmt, va_list ap) {
+    int k = vsnprintf(dst, cap, fmt, ap);
+    if (k < 0) {
+        dst[0] = 0;
+        return;
+    }
+    size_t n = (size_t)k < cap ? (size_t)k : cap - 1;
+    snug_utf8_trim_tail(dst, n);
+}
+
 int snug_server_error_set(struct snug_server_error *e, int http_status, const char *type,
                           const char *param, const char *fmt, ...) {
     e->http_status = http_status;
     e->type = type;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snug_utf8_trim_tail(e->param, strlen(e->param));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    msg_format(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -38,9 +64,10 @@ static int bad(struct snug_server_error *e, const char *field, const char *fmt, 
     e->http_status = 400;
     e->type = "invalid_request_error";
     snprintf(e->param, sizeof e->param, "%s", field);
+    snug_utf8_trim_tail(e->param, strlen(e->param));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    msg_format(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -150,6 +177,18 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
     return 0;
 }
 
+bool snug_server_tool_name_ok(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        if (!ok) return false;
+    }
+    return true;
+}
+
 /* Chat-only fields: messages, tools, tool_choice, logprobs/top_logprobs. */
 static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_server_error *e) {
     json_t *v = field(o, "messages");
@@ -174,6 +213,27 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
                            "'tools[%zu]' must be {\"type\": \"function\", "
                            "\"function\": {\"name\": ..., ...}}",
                            i);
+            if (!snug_server_tool_name_ok(json_string_value(json_object_get(fn, "name"))))
+                return bad(e, "tools",
+                           "'tools[%zu].function.name' must be 1 to 64 characters of a-z, A-Z, "
+                           "0-9, '_', '-' or '.'",
+                           i);
+            json_t *params = field(fn, "parameters");
+            if (params && !json_is_object(params))
+                return bad(e, "tools",
+                           "'tools[%zu].function.parameters' must be a JSON schema "
+                           "object",
+                           i);
+            json_t *props = params ? field(params, "properties") : NULL;
+            if (props && !json_is_object(props))
+                return bad(e, "tools",
+                           "'tools[%zu].function.parameters.properties' must be an object", i);
+            if (params && field(params, "required") && !json_is_array(field(params, "required")))
+                return bad(e, "tools", "'tools[%zu].function.parameters.required' must be an array",
+                           i);
+            json_t *desc = field(fn, "description");
+            if (desc && !json_is_string(desc))
+                return bad(e, "tools", "'tools[%zu].function.description' must be a string", i);
         }
         r->tools = v;
     }
@@ -332,6 +392,119 @@ int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind 
         memset(r, 0, sizeof *r);
         return -1;
     }
+    return SNUG_OK;
+}
+
+struct snug_server_limits snug_server_limits_default(void) {
+    return (struct snug_server_limits){.max_messages = 1024,
+                                       .max_parts = 256,
+                                       .max_tools = 128,
+                                       .max_prompt_bytes = (size_t)4 << 20};
+}
+
+int snug_server_req_check_limits(const struct snug_server_req *r,
+                                 const struct snug_server_limits *lim,
+                                 struct snug_server_error *e) {
+    size_t n = json_array_size(r->messages);
+    if (lim->max_messages && n > lim->max_messages)
+        return snug_server_error_set(e, 413, "invalid_request_error", "messages",
+                                     "'messages' holds %zu messages; this server takes at most %zu "
+                                     "(--max-messages)",
+                                     n, lim->max_messages);
+    size_t bytes = r->prompt ? r->prompt_len : 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *c = json_object_get(json_array_get(r->messages, i), "content");
+        if (json_is_string(c)) bytes += json_string_length(c);
+        if (!json_is_array(c)) continue;
+        if (lim->max_parts && json_array_size(c) > lim->max_parts)
+            return snug_server_error_set(e, 413, "invalid_request_error", "messages",
+                                         "'messages[%zu].content' holds %zu parts; this server "
+                                         "takes at most %zu (--max-parts)",
+                                         i, json_array_size(c), lim->max_parts);
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            const json_t *t = json_object_get(json_array_get(c, k), "text");
+            if (json_is_string(t)) bytes += json_string_length(t);
+        }
+    }
+    size_t nt = json_array_size(r->tools);
+    if (lim->max_tools && nt > lim->max_tools)
+        return snug_server_error_set(e, 413, "invalid_request_error", "tools",
+                                     "'tools' holds %zu tools; this server takes at most %zu "
+                                     "(--max-tools)",
+                                     nt, lim->max_tools);
+    if (lim->max_prompt_bytes && bytes > lim->max_prompt_bytes)
+        return snug_server_error_set(e, 413, "invalid_request_error",
+                                     r->kind == SNUG_REQ_CHAT ? "messages" : "prompt",
+                                     "the prompt text has %zu bytes; this server takes at most "
+                                     "%zu (--max-prompt-bytes)",
+                                     bytes, lim->max_prompt_bytes);
+    return SNUG_OK;
+}
+
+int snug_server_tokenize_parse(struct snug_tokenize_req *q, const char *body, size_t len,
+                               size_t max_bytes, struct snug_server_error *e) {
+    memset(q, 0, sizeof *q);
+    memset(e, 0, sizeof *e);
+    json_error_t je;
+    json_t *root = json_loadb(body, len, 0, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return snug_server_error_set(e, 400, "invalid_request_error", NULL,
+                                     "the request body is not a JSON object%s%s", root ? "" : ": ",
+                                     root ? "" : je.text);
+    }
+    json_t *content = json_object_get(root, "content");
+    json_t *ps = field(root, "parse_special"), *wp = field(root, "with_pieces");
+    int rc = 0;
+    if (!json_is_string(content))
+        rc = bad(e, "content", "'content' must be a string");
+    else if (ps && !json_is_boolean(ps))
+        rc = bad(e, "parse_special", "'parse_special' must be a boolean");
+    else if (wp && !json_is_boolean(wp))
+        rc = bad(e, "with_pieces", "'with_pieces' must be a boolean");
+    else if (max_bytes && json_string_length(content) > max_bytes)
+        rc = snug_server_error_set(e, 413, "invalid_request_error", "content",
+                                   "'content' has %zu bytes; this server tokenizes at most %zu "
+                                   "(--max-prompt-bytes)",
+                                   json_string_length(content), max_bytes);
+    if (rc) {
+        json_decref(root);
+        return rc;
+    }
+    q->root = root;
+    q->content = json_string_value(content);
+    q->len = json_string_length(content);
+    q->parse_special = !json_is_false(ps);
+    q->with_pieces = json_is_true(wp);
+    return SNUG_OK;
+}
+
+int snug_server_detokenize_parse(json_t **root, const json_t **tokens, const char *body, size_t len,
+                                 int32_t n_vocab, struct snug_server_error *e) {
+    memset(e, 0, sizeof *e);
+    *tokens = NULL;
+    *root = json_loadb(body, len, 0, NULL);
+    json_t *toks = json_object_get(*root, "tokens");
+    int rc = 0;
+    if (!json_is_array(toks)) {
+        rc = bad(e, "tokens", "the body must be a JSON object with 'tokens': an array of ids");
+    } else {
+        size_t i;
+        json_t *t;
+        json_array_foreach(toks, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) >= n_vocab) {
+                rc = bad(e, "tokens", "'tokens[%zu]' must be a token id in [0, %d)", i, n_vocab);
+                break;
+            }
+        }
+    }
+    if (rc) {
+        json_decref(*root);
+        *root = NULL;
+        return rc;
+    }
+    *tokens = toks;
     return SNUG_OK;
 }
 

@@ -349,3 +349,35 @@ void snug_schema_typed_value(struct snug_sbuf *b, const json_t *schema, const ch
     }
     snug_json_dumps_str(b, text, n);
 }
+
+json_t *snug_json_string_lossy(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    /* invalid UTF-8: keep valid sequences, replace every other byte by U+FFFD */
+    char *o = snug_malloc(n * 3 + 1);
+    if (!o) return json_string("");
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
+        if (ok && len > 1) {
+            json_t *probe = json_stringn(s + i, len);
+            ok = probe != NULL;
+            json_decref(probe);
+        }
+        if (ok && c != 0) {
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    j = json_stringn(o, k);
+    snug_free(o);
+    return j ? j : json_string("");
+}

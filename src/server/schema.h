@@ -37,6 +37,10 @@ void snug_json_dumps(struct snug_sbuf *b, const json_t *v);
 /* Append the JSON string literal for n bytes of s (same escaping as above). */
 void snug_json_dumps_str(struct snug_sbuf *b, const char *s, size_t n);
 
+/* A JSON string from bytes that may not be valid UTF-8: valid sequences kept, every other byte
+ * (and NUL) becomes U+FFFD. Never NULL unless out of memory (then an empty string is tried). */
+json_t *snug_json_string_lossy(const char *s, size_t n);
+
 /* The schema of function `name`'s parameter `param` in an OpenAI tools array (borrowed), or
  * NULL when the tool or the parameter is not declared. */
 const json_t *snug_schema_find_param(const json_t *tools, const char *name, const char *param);

@@ -21,6 +21,14 @@
 /* ==== the server ============================================================================ */
 
 #define SNUG_SERVER_MAX_ALIASES 16
+/* Request-cost limits, checked after parsing and before any rendering or tokenizing (so one
+ * request cannot make a connection thread do unbounded work). 0 = no limit. */
+struct snug_server_limits {
+    size_t max_messages;     /* chat messages (default 1024) */
+    size_t max_parts;        /* content parts of one message (default 256) */
+    size_t max_tools;        /* tools (default 128) */
+    size_t max_prompt_bytes; /* text of the messages / prompt, and the rendered prompt (4 MiB) */
+};
 
 struct snug_server_opts {
     const char *model_path;
@@ -55,6 +63,14 @@ struct snug_server_opts {
     int32_t repeat_n, repeat_k; /* --reasoning-repeat-guard N,K; 0 = off */
     int32_t responses_store;    /* --responses-store: stored responses (LRU); 0 = 64 */
     bool no_access_log;         /* --no-access-log */
+    /* hardening (docs/server.md "Limits and hardening"); 0 = the default in brackets */
+    int32_t http_threads;     /* connection threads (MHD thread pool, epoll) [4] */
+    int32_t max_conns;        /* open connections in all [4096] */
+    int32_t max_conns_per_ip; /* open connections of one client address [256] */
+    int32_t idle_timeout_s;   /* idle keep-alive connections closed after this [30] */
+    double shutdown_grace_s;  /* on SIGTERM, in-flight requests may finish for this long [5] */
+    bool special_in_content;  /* --special-tokens-in-content: the old, injectable behaviour */
+    struct snug_server_limits limits; /* request-cost limits (fields 0 = defaults) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and
@@ -143,6 +159,33 @@ int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char
  * the equivalent chat request; NULL with *e set on a bad body. */
 json_t *snug_server_messages_to_chat(const json_t *body, struct snug_server_error *e);
 json_t *snug_server_responses_to_chat(const json_t *body, struct snug_server_error *e);
+/* POST /tokenize {"content": str, "parse_special": bool = true, "with_pieces": bool}: on
+ * success q->root owns the JSON (json_decref it) and content/len borrow from it; 400 for a
+ * wrong type, 413 for content over max_bytes (0 = no limit). Fuzzed (fuzz_server_tokenize). */
+struct snug_tokenize_req {
+    json_t *root;
+    const char *content;
+    size_t len;
+    bool parse_special, with_pieces;
+};
+int snug_server_tokenize_parse(struct snug_tokenize_req *q, const char *body, size_t len,
+                               size_t max_bytes, struct snug_server_error *e);
+/* POST /detokenize {"tokens": [ids in [0, n_vocab)]}: *root owns the JSON, *tokens borrows. */
+int snug_server_detokenize_parse(json_t **root, const json_t **tokens, const char *body, size_t len,
+                                 int32_t n_vocab, struct snug_server_error *e);
+
+struct snug_server_limits snug_server_limits_default(void);
+/* 413 naming the limit and its flag when r exceeds one of lim's limits. */
+int snug_server_req_check_limits(const struct snug_server_req *r,
+                                 const struct snug_server_limits *lim, struct snug_server_error *e);
+
+/* A tool name the server accepts: 1 to 64 characters of a-z A-Z 0-9 _ - . (OpenAI's rule plus
+ * '.'); nothing that could close the template's "<function=NAME>" marker. */
+bool snug_server_tool_name_ok(const char *name);
+
+/* Cut n bytes of s back to the end of the last complete UTF-8 character (a NUL is written at
+ * the new end); returns the new length. For fixed buffers that may have cut a character. */
+size_t snug_utf8_trim_tail(char *s, size_t n);
 
 /* Fill *e (returns e->http_status as a negative status-like value for convenience: -1). */
 int snug_server_error_set(struct snug_server_error *e, int http_status, const char *type,

@@ -8,28 +8,14 @@
 #define SNUG_SERVER_IMPL_H
 
 #include "server/engine.h"
+#include "server/gate.h"
 #include "server/schema.h"
 #include "server/server.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
-
-/* Routes counted in /metrics (index into snug_srv.req_count). */
-enum snug_route {
-    ROUTE_CHAT = 0,
-    ROUTE_COMPLETION,
-    ROUTE_MODELS,
-    ROUTE_HEALTH,
-    ROUTE_METRICS,
-    ROUTE_TOKENIZE,
-    ROUTE_DETOKENIZE,
-    ROUTE_MESSAGES,     /* POST /v1/messages (Anthropic) */
-    ROUTE_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
-    ROUTE_RESPONSES,    /* POST /v1/responses (OpenAI Responses) */
-    ROUTE_MODEL,        /* GET /v1/models/{id} */
-    ROUTE_OTHER,
-    ROUTE_COUNT
-};
+#include <stdbool.h>
 
 #define SNUG_SRV_N_STATUS 600
 
@@ -55,6 +41,11 @@ struct snug_srv {
      * engine looks up, stores and restores through it; /metrics reads its stats */
     struct snug_prefix *prefix;
     struct snug_responses_store *responses; /* stored responses (previous_response_id) */
+    /* generations in flight (struct reply, reply.c), for shutdown */
+    pthread_mutex_t live_mu;
+    struct reply *live;
+    int n_live;
+    atomic_bool stopping; /* SIGTERM seen: streams ended now get an error event */
 };
 
 /* The prefix cache's /metrics lines (metrics_prefix.c); nothing when pc is NULL. */
@@ -94,24 +85,38 @@ void snug_srv_log_usage(int32_t n_prompt, int32_t n_gen, int32_t n_cached);
  * anything under --any-model)? NULL / "" = yes. */
 bool snug_srv_model_matches(const struct snug_srv *s, const char *name);
 
-/* Queue a JSON response (steals `body`); returns MHD's result. */
+/* /tokenize with_pieces answers at most this many tokens (each piece is a JSON object). */
+#define SNUG_SRV_MAX_PIECES 65536
+
+/* Queue a JSON response (steals `body`); returns MHD's result. When the body cannot be
+ * serialised a fixed 500 error is sent instead, so every request gets an answer. */
 enum MHD_Result snug_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body);
-/* Queue an OpenAI-style error response. */
+/* The same with one extra header (hname = NULL for none). */
+enum MHD_Result snug_srv_send_json_hdr(struct MHD_Connection *c, unsigned status, json_t *body,
+                                       const char *hname, const char *hval);
+/* Queue an OpenAI-style error response (always sendable: invalid UTF-8 becomes U+FFFD). */
 enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e);
 /* The same in the shape of `api` (Anthropic: {"type":"error","error":{"type","message"}}). */
 enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
                                         const struct snug_server_error *e);
+enum MHD_Result snug_srv_send_error_hdr(struct MHD_Connection *c, const struct snug_server_error *e,
+                                        const char *hname, const char *hval);
 /* Count a finished request in /metrics. */
 void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status);
+/* May a browser page of this Origin drive the server? (false while CORS is off) */
+bool snug_srv_origin_allowed(const struct snug_srv *s, const char *origin);
 
-/* Handle POST /v1/chat/completions or /v1/completions with the complete body. */
+/* Handle POST /v1/chat/completions or /v1/completions with the complete body. A non-streaming
+ * request suspends the connection while the engine works and sets *pending; MHD calls the
+ * access handler again once it is resumed, which then calls snug_srv_generate_resume. */
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
-                                  enum snug_server_kind kind, const char *body, size_t len);
+                                  enum snug_server_kind kind, const char *body, size_t len,
+                                  void **pending);
 /* Generate for a request of another API already converted to a chat request (`chat` stolen);
  * `extra` (stolen, may be NULL) is the front end's context for building the answer. */
 enum MHD_Result snug_srv_generate_api(struct snug_srv *s, struct MHD_Connection *c,
                                       enum snug_api api, enum snug_route route, json_t *chat,
-                                      json_t *extra);
+                                      json_t *extra, void **pending);
 /* Render a chat request (as the generation path does) and tokenize it: *n_tokens. For
  * count_tokens and the golden render tests. Returns 0 or fills *e. */
 int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_tokens,
@@ -119,11 +124,11 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
 
 /* The front ends: POST /v1/messages, /v1/messages/count_tokens, /v1/responses (whole body). */
 enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
-                                 size_t len);
+                                 size_t len, void **pending);
 enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection *c,
                                        const char *body, size_t len);
 enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
-                                 size_t len);
+                                 size_t len, void **pending);
 /* Convert a request body of the Anthropic Messages / OpenAI Responses API into the equivalent
  * chat-completions request (a new JSON object), or NULL with *e set. Also used by
  * `snug serve --render-only`. `store` may be NULL (no previous_response_id lookups). */
@@ -132,6 +137,14 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
                           struct snug_server_error *e);
 int snug_responses_store_init(struct snug_responses_store **out, int32_t cap);
 void snug_responses_store_free(struct snug_responses_store *st);
+enum MHD_Result snug_srv_generate_resume(struct snug_srv *s, struct MHD_Connection *c,
+                                         void **pending);
+/* The connection closed while a generation was pending: cancel it and let go. */
+void snug_srv_generate_abandon(void *pending);
+/* Shutdown: end every generation in flight (streams get a final SSE error event, waiting
+ * requests a 503). Returns the number of generations still alive (0 = all released). */
+int snug_srv_cancel_all(struct snug_srv *s);
+int snug_srv_live_count(struct snug_srv *s);
 
 /* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
 json_t *snug_srv_json_str(const char *s, size_t n);

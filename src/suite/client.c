@@ -117,7 +117,13 @@ int snug_suite_client_init(struct snug_suite_client *c, const char *url, const c
     if (n >= 3 && !strcmp(c->base + n - 3, "/v1")) c->base[n -= 3] = 0;
     while (n > 0 && c->base[n - 1] == '/') c->base[--n] = 0;
     if (model && strlen(model) < sizeof c->model) strcpy(c->model, model);
-    if (api_key && strlen(api_key) < sizeof c->api_key) strcpy(c->api_key, api_key);
+    if (api_key && strlen(api_key) >= sizeof c->api_key)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--api-key is %zu bytes; the client takes at most %zu", strlen(api_key),
+                            sizeof c->api_key - 1);
+    if (api_key && strpbrk(api_key, "\r\n"))
+        return snug_err_set(err, SNUG_ERR_INVALID, "--api-key must not contain a line break");
+    if (api_key) strcpy(c->api_key, api_key);
     c->timeout_s = 600;
     static bool global_done;
     if (!global_done) {
@@ -175,7 +181,7 @@ static CURL *easy(const struct snug_suite_client *c, const char *path, double ti
     *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     *hdrs = curl_slist_append(*hdrs, "Expect:");
     if (c->api_key[0]) {
-        char a[300];
+        char a[sizeof c->api_key + 32];
         snprintf(a, sizeof a, "Authorization: Bearer %s", c->api_key);
         *hdrs = curl_slist_append(*hdrs, a);
     }
@@ -319,9 +325,11 @@ static void sse_line(struct xfer *x, char *line, size_t len) {
                                  : (json_int_t)i;
             if (idx < 0 || idx > 64) continue;
             while ((json_int_t)json_array_size(st->tool_calls) <= idx)
-                json_array_append_new(st->tool_calls,
-                                      json_pack("{s:s,s:s}", "name", "", "arguments", ""));
+                if (json_array_append_new(st->tool_calls,
+                                          json_pack("{s:s,s:s}", "name", "", "arguments", "")))
+                    break; /* out of memory (or no array): the call is not recorded */
             json_t *slot = json_array_get(st->tool_calls, (size_t)idx);
+            if (!slot) continue;
             json_t *fn = json_object_get(tc, "function");
             const char *nm = json_string_value(json_object_get(fn, "name"));
             const char *ar = json_string_value(json_object_get(fn, "arguments"));
@@ -373,6 +381,27 @@ int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body
     curl_slist_free_all(hdrs);
     free(payload);
     if (x.line.len) sse_line(&x, x.line.p, x.line.len); /* a last line without "\n" */
+    snug_ops_buf_free(&x.line);
+    bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
+    out->raw = buf_take(&x.body, &out->raw_len);
+    out->content = buf_take(&x.content, &out->content_len);
+    out->reasoning = buf_take(&x.reasoning, &out->reasoning_len);
+    if (oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a stream");
+    return SNUG_OK;
+}
+
+int snug_suite_sse_parse(const char *body, size_t n, size_t chunk, struct snug_suite_stream *out,
+                         struct snug_err *err) {
+    memset(out, 0, sizeof *out);
+    out->t_first = out->t_finish = -1;
+    out->status = 200;
+    out->tool_calls = json_array();
+    if (!out->tool_calls) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    struct xfer x = {.st = out, .t0 = snug_time_s()};
+    if (!chunk) chunk = 1;
+    for (size_t at = 0; at < n; at += chunk)
+        on_write((char *)body + at, 1, n - at < chunk ? n - at : chunk, &x);
+    if (x.line.len) sse_line(&x, x.line.p, x.line.len);
     snug_ops_buf_free(&x.line);
     bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
     out->raw = buf_take(&x.body, &out->raw_len);

@@ -21,10 +21,10 @@
 /* ==== client ================================================================================ */
 
 struct snug_suite_client {
-    char base[512];    /* "http://host:port" (no trailing "/", no "/v1") */
-    char model[256];   /* served model id; "" until known (snug_suite_discover_model) */
-    char api_key[256]; /* "" = no Authorization header */
-    double timeout_s;  /* per generation request (default 600) */
+    char base[512];     /* "http://host:port" (no trailing "/", no "/v1") */
+    char model[256];    /* served model id; "" until known (snug_suite_discover_model) */
+    char api_key[4096]; /* "" = no Authorization header; a longer key is refused at init */
+    double timeout_s;   /* per generation request (default 600) */
 };
 
 /* url: "http://h:p", "http://h:p/", "http://h:p/v1" all mean the same server; NULL =
@@ -73,6 +73,12 @@ struct snug_suite_stream {
     double t_finish; /* seconds to the event carrying finish_reason; -1 */
     double wall_s;
 };
+
+/* The SSE reader of snug_suite_stream_chat over a body already received, fed in pieces of
+ * `chunk` bytes (as libcurl would hand them over): for tests and tests/fuzz/fuzz_suite_sse.c.
+ * The result does not depend on `chunk`. */
+int snug_suite_sse_parse(const char *body, size_t n, size_t chunk, struct snug_suite_stream *out,
+                         struct snug_err *err);
 
 /* POST /v1/chat/completions with body (which must ask for "stream": true) and read the SSE. */
 int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body, double timeout_s,

@@ -74,6 +74,11 @@ static bool weather_call(const json_t *calls, char *why, size_t why_n) {
 }
 
 /* POST a non-streamed chat body; on a non-chat answer writes the reason into why. */
+/* The bound of the quick checks: 120 s, or the user's --timeout when shorter. */
+static double short_timeout(const struct snug_suite_client *c) {
+    return c->timeout_s > 0 && c->timeout_s < 120 ? c->timeout_s : 120;
+}
+
 static bool chat(struct snug_suite_client *c, json_t *body, double timeout,
                  struct snug_suite_http *h, struct snug_suite_msg *m, char *why, size_t why_n,
                  struct snug_err *err, int *rc) {
@@ -174,7 +179,7 @@ static json_t *check_basic(struct snug_suite_client *c, struct snug_err *err) {
     json_t *b = snug_suite_chat_body(c, NULL, "What is the capital of France? One short sentence.",
                                      30, 0.6, 0);
     json_t *r;
-    if (!chat(c, b, 120, &h, &m, why, sizeof why, err, &rc))
+    if (!chat(c, b, short_timeout(c), &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
     else if (!m.content)
         r = snug_ops_check(name, "fail", "message.content is missing or not a string");
@@ -198,7 +203,7 @@ static json_t *check_tool(struct snug_suite_client *c, struct snug_err *err) {
     json_object_set_new(b, "tools", json_loads(TOOL_WEATHER, 0, NULL));
     json_object_set_new(b, "tool_choice", json_string("auto"));
     json_t *r;
-    if (!chat(c, b, 120, &h, &m, why, sizeof why, err, &rc))
+    if (!chat(c, b, short_timeout(c), &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
     else if (leaks_markup(m.content))
         r = snug_ops_check(name, "fail", "tool-call markup leaked into content: \"%.100s\"",
@@ -249,7 +254,7 @@ static json_t *check_stream(struct snug_suite_client *c, struct snug_err *err) {
     json_t *b =
         snug_suite_chat_body(c, NULL, "Write a three-sentence haiku about debugging.", 120, 0.6, 0);
     json_object_set_new(b, "stream", json_true());
-    int rc = snug_suite_stream_chat(c, b, 120, &s, err);
+    int rc = snug_suite_stream_chat(c, b, short_timeout(c), &s, err);
     json_decref(b);
     if (rc) return NULL;
     json_t *r;
@@ -490,8 +495,22 @@ int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, 
     if (progress) progress(user, "warm-up", 0, n + 1);
     struct snug_suite_http h;
     json_t *wb = snug_suite_chat_body(c, NULL, "Say hello.", 8, 0.6, 0);
-    if (!snug_suite_post(c, "/v1/chat/completions", wb, 120, &h, err)) snug_suite_http_free(&h);
+    int wrc = snug_suite_post(c, "/v1/chat/completions", wb, short_timeout(c), &h, err);
     json_decref(wb);
+    if (wrc) {
+        json_decref(checks);
+        return wrc;
+    }
+    if (h.status == 0) { /* no answer at all (timeout, refused): every check would wait the same */
+        int rc = snug_err_set(err, SNUG_ERR_IO,
+                              "the server at %s did not answer the warm-up request within %.0f s "
+                              "(%s); is it running and responsive?",
+                              c->base, short_timeout(c), h.error);
+        snug_suite_http_free(&h);
+        json_decref(checks);
+        return rc;
+    }
+    snug_suite_http_free(&h);
     for (int i = 0; i < n; i++) {
         if (progress) progress(user, CHECKS[i].label, i + 1, n + 1);
         json_t *r = CHECKS[i].fn(c, err);

@@ -244,9 +244,17 @@ static void enc_free(struct enc *e) {
 
 /* Scan the raw text for added tokens (leftmost, longest first); encode the text between them
  * with encode_text. Ids are counted past `cap` so the caller learns the size it needs. */
-int snug_tokenizer_encode(const struct snug_tokenizer *t, const char *text, size_t len,
-                          bool parse_special, snug_token *out_ids, size_t cap, size_t *n_out,
-                          struct snug_err *err) {
+/* Does [i, i + l) overlap a plain span? *p is the first span that may (spans are sorted and
+ * i only grows, so it advances monotonically). */
+static bool in_plain(const struct snug_text_span *plain, size_t n_plain, size_t *p, size_t i,
+                     size_t l) {
+    while (*p < n_plain && plain[*p].off + plain[*p].len <= i) (*p)++;
+    return *p < n_plain && plain[*p].off < i + l;
+}
+
+static int encode_impl(const struct snug_tokenizer *t, const char *text, size_t len,
+                       bool parse_special, const struct snug_text_span *plain, size_t n_plain,
+                       snug_token *out_ids, size_t cap, size_t *n_out, struct snug_err *err) {
     *n_out = 0;
     if (!text && len) return snug_err_set(err, SNUG_ERR_INVALID, "encode: text is NULL");
     if (!out_ids) cap = 0;
@@ -262,10 +270,13 @@ int snug_tokenizer_encode(const struct snug_tokenizer *t, const char *text, size
         if (e.jit) pcre2_jit_stack_assign(e.mctx, NULL, e.jit);
     }
     int rc = SNUG_OK;
-    size_t seg = 0, i = 0;
+    size_t seg = 0, i = 0, pi = 0;
     bool any_added = t->first[256] > 0;
     while (any_added && i < len) {
         int32_t id = match_added(t, text + i, len - i, parse_special);
+        if (id >= 0 && n_plain && t->types[id] == SNUG_TOKEN_CONTROL &&
+            in_plain(plain, n_plain, &pi, i, t->tok_len[id]))
+            id = match_added(t, text + i, len - i, false); /* plain text: no control tokens */
         if (id < 0) {
             i++;
             continue;
@@ -283,4 +294,24 @@ int snug_tokenizer_encode(const struct snug_tokenizer *t, const char *text, size
     if (e.n > cap)
         return snug_err_set(err, SNUG_ERR_BUDGET, "encode: %zu tokens do not fit in %zu", e.n, cap);
     return SNUG_OK;
+}
+
+int snug_tokenizer_encode(const struct snug_tokenizer *t, const char *text, size_t len,
+                          bool parse_special, snug_token *out_ids, size_t cap, size_t *n_out,
+                          struct snug_err *err) {
+    return encode_impl(t, text, len, parse_special, NULL, 0, out_ids, cap, n_out, err);
+}
+
+int snug_tokenizer_encode_spans(const struct snug_tokenizer *t, const char *text, size_t len,
+                                const struct snug_text_span *plain, size_t n_plain,
+                                snug_token *out_ids, size_t cap, size_t *n_out,
+                                struct snug_err *err) {
+    for (size_t k = 0; k < n_plain; k++)
+        if (plain[k].off > len || plain[k].len > len - plain[k].off ||
+            (k && plain[k].off < plain[k - 1].off + plain[k - 1].len)) {
+            *n_out = 0;
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "encode: plain span %zu is out of order or outside the text", k);
+        }
+    return encode_impl(t, text, len, true, plain, n_plain, out_ids, cap, n_out, err);
 }

@@ -93,6 +93,22 @@ int snug_tokenizer_encode(const struct snug_tokenizer *tok, const char *text, si
                           bool parse_special, snug_token *out_ids, size_t cap, size_t *n_out,
                           struct snug_err *err);
 
+/* A byte range of a text. */
+struct snug_text_span {
+    size_t off, len;
+};
+
+/* Encode with special tokens parsed (as parse_special = true) except inside the `plain` spans
+ * (sorted, non-overlapping): a CONTROL token whose text overlaps a plain span is not matched
+ * there, so that text is encoded as ordinary bytes. For a chat prompt, the plain spans are
+ * what users wrote and only the template's own markers become special tokens; the text is
+ * still encoded in one pass, so boundaries between spans tokenize exactly as without spans.
+ * SNUG_ERR_INVALID for spans out of order or outside the text; otherwise as encode. */
+int snug_tokenizer_encode_spans(const struct snug_tokenizer *tok, const char *text, size_t len,
+                                const struct snug_text_span *plain, size_t n_plain,
+                                snug_token *out_ids, size_t cap, size_t *n_out,
+                                struct snug_err *err);
+
 int32_t snug_tokenizer_n_vocab(const struct snug_tokenizer *tok);
 enum snug_pretok snug_tokenizer_pretok(const struct snug_tokenizer *tok);
 /* The id of a token given as literal text ("<|im_end|>", "hello" for the NORMAL token "hello"),

@@ -57,8 +57,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             struct snug_err err = {0};
             char *prompt = NULL;
             size_t n = 0;
+            struct snug_chat_spans plain;
             if (snug_chat_opts_from_request(&co, r.root, &err) == SNUG_OK &&
-                snug_chat_render(r.messages, r.tools, &co, &prompt, &n, &err) == SNUG_OK) {
+                snug_chat_render_spans(r.messages, r.tools, &co, &prompt, &n, &plain, &err) ==
+                    SNUG_OK) {
+                /* the plain spans: sorted, disjoint, inside the prompt, and the same text as
+                 * the plain render */
+                for (size_t k = 0; k < plain.n; k++) {
+                    if (plain.v[k].off > n || plain.v[k].len > n - plain.v[k].off ||
+                        !plain.v[k].len)
+                        __builtin_trap();
+                    if (k && plain.v[k].off <= plain.v[k - 1].off + plain.v[k - 1].len)
+                        __builtin_trap();
+                }
+                char *again = NULL;
+                size_t n2 = 0;
+                if (snug_chat_render(r.messages, r.tools, &co, &again, &n2, &err) == SNUG_OK &&
+                    (n2 != n || memcmp(again, prompt, n)))
+                    __builtin_trap();
+                snug_free(again);
+                snug_chat_spans_free(&plain);
+                /* every tool name the request passed is one the template marker cannot close */
+                for (size_t k = 0; k < json_array_size(r.tools); k++) {
+                    const char *tn = json_string_value(json_object_get(
+                        json_object_get(json_array_get(r.tools, k), "function"), "name"));
+                    if (!snug_server_tool_name_ok(tn)) __builtin_trap();
+                }
                 struct snug_outparse *p = NULL;
                 if (snug_outparse_init(&p, r.tools, snug_chat_prompt_in_reasoning(prompt, n),
                                        noop_emit, NULL, &err) == SNUG_OK) {

@@ -1,0 +1,87 @@
+/* fuzz_server_http.c — libFuzzer target for the HTTP layer's decisions before and while a body
+ * is read (gate.c) and for error building: the input is split at '\n' into url, method,
+ * Authorization, Origin, Content-Type, an API key and a body. Checks: a refusal is one of
+ * 401/403/404/405/415 with a message that always becomes a JSON string (request text is
+ * echoed: invalid UTF-8 must be repaired, a cut character dropped); with a key set only the
+ * exact "Bearer <key>" passes (but /health); the body is kept whole up to the limit and
+ * dropped past it, however it is split.
+ * Seeds: tests/fuzz/corpus-server-http/. Run: scripts/fuzz.sh (all targets) or
+ * build-fuzz/fuzz_server_http tests/fuzz/corpus-server-http.
+ * Read next: src/server/gate.h. */
+#include "core/core.h"
+#include "server/gate.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool origin_never(const void *ctx, const char *origin) {
+    (void)ctx;
+    return origin && !strcmp(origin, "http://allowed.example");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *buf = malloc(size + 1);
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    buf[size] = 0;
+    /* fields 0..5 end at '\n'; field 6 (the body) is the rest */
+    const char *f[7] = {"", "", "", "", "", "", ""};
+    char *p = buf, *end = buf + size;
+    int i = 0;
+    for (; i < 6; i++) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        f[i] = p;
+        if (!nl) {
+            p = end;
+            break;
+        }
+        *nl = 0;
+        p = nl + 1;
+    }
+    f[6] = p;
+    size_t body_len = (size_t)(end - p);
+    for (int k = 2; k <= 5; k++)
+        if (!f[k][0]) f[k] = NULL; /* an empty line: the header is absent */
+    struct snug_gate_request q = {f[0], f[1], f[2], f[3], f[4]};
+    struct snug_gate_policy pol = {.api_key = f[5], .origin_ok = origin_never};
+    struct snug_server_error e;
+    enum snug_route r;
+    const char *allow = NULL;
+    int st = snug_gate_check(&q, &pol, &r, &e, &allow);
+    if (r < 0 || r >= ROUTE_COUNT) __builtin_trap();
+    if (st) {
+        if (st != 401 && st != 403 && st != 404 && st != 405 && st != 415) __builtin_trap();
+        if (e.http_status != st || !e.msg[0]) __builtin_trap();
+        if ((st == 405) != (allow != NULL)) __builtin_trap();
+        json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
+        if (!j || !json_string_value(j)) __builtin_trap();
+        json_decref(j);
+    } else if (f[5] && r != ROUTE_HEALTH) {
+        if (!q.authorization || strncmp(q.authorization, "Bearer ", 7) ||
+            strcmp(q.authorization + 7, f[5]))
+            __builtin_trap();
+    }
+    /* error building from arbitrary text: the message stays valid UTF-8 up to its cut */
+    snug_server_error_set(&e, 400, "invalid_request_error", f[0], "echo: %s", f[6]);
+    json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
+    if (!j) __builtin_trap();
+    json_decref(j);
+    /* the body in chunks of sizes taken from its own bytes, against a small limit */
+    struct snug_sbuf b = {0};
+    bool too_big = false;
+    size_t limit = 64 + (size % 200), off = 0;
+    while (off < body_len) {
+        size_t n = 1 + ((unsigned char)f[6][off] % 37);
+        if (n > body_len - off) n = body_len - off;
+        snug_gate_body_add(&b, &too_big, limit, f[6] + off, n);
+        off += n;
+    }
+    if (too_big != (body_len > limit)) __builtin_trap();
+    if (!too_big && body_len && (b.len != body_len || memcmp(b.data, f[6], body_len)))
+        __builtin_trap();
+    snug_sbuf_free(&b);
+    free(buf);
+    return 0;
+}
