@@ -199,11 +199,11 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     if (lim.backend == SNUG_BACKEND_CUDA) {
         item(out, "logits (device)", S * V * 4, SNUG_DEVICE_GPU, false);
         /* per context: bf16 GEMM tiles / int8 matvec activations / split-attention partials
-         * (what snug_backend_cuda_open allocates as its op scratch: this number) */
+         * (what the CUDA backend allocates as its op scratch: this number) */
         int64_t mi, mo;
         plan_matrix_extent(hp, &mi, &mo);
         out->cuda_scratch_bytes =
-            snug_backend_cuda_scratch_bytes(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
+            snug_backend_plan_cuda_scratch(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
         item(out, "cuda op scratch", S * out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
         item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
         item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum snug_backend { SNUG_BACKEND_CPU = 0, SNUG_BACKEND_CUDA = 1 };
+/* enum snug_backend (cpu, cuda): src/backend/backend.h */
 enum snug_device { SNUG_DEVICE_HOST = 0, SNUG_DEVICE_GPU = 1 };
 
 /* Weight bytes per dtype (and count of tensors), from a GGUF tensor table or a recipe. */
