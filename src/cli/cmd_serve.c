@@ -18,7 +18,7 @@ static void serve_usage(void) {
         "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
         "                  [--kv F] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
         "[--api-key K] [--threads N] "
-        "[--spec-draft N] [--budget SIZE] "
+        "[--spec-draft N] [--budget SIZE] [--backend cpu|cuda] [--vram-budget SIZE] "
         "[--no-think]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
@@ -27,6 +27,8 @@ static void serve_usage(void) {
         "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
         "              free slots before 503 (default 4 x slots)\n"
         "  --budget SIZE  refuse to start when the memory plan exceeds SIZE (e.g. 2GiB)\n"
+        "  --backend cpu|cuda  where the model runs (cuda: libsnug_cuda.so, loaded at start)\n"
+        "  --vram-budget SIZE  --backend cuda: refuse to start when the GPU plan exceeds SIZE\n"
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
@@ -38,7 +40,8 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "--render-only")) return cmd_serve_render(argc, argv);
     struct snug_server_opts o = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
-    int kvr;
+    struct cli_backend bk = {0};
+    int kvr, bkr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -80,6 +83,10 @@ int cmd_serve(int argc, char **argv) {
         } else if ((kvr = cli_kv_flag(argc, argv, &i, "serve", &kv)) != 0) {
             if (kvr < 0) return 2;
             o.kv_type = cli_kv_code(&kv);
+        } else if ((bkr = cli_backend_flag(argc, argv, &i, "serve", &bk)) != 0) {
+            if (bkr < 0) return 2;
+            o.backend = bk.backend;
+            o.vram_budget = bk.vram_budget;
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {
