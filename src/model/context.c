@@ -311,7 +311,7 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                             ctxs ? "ids" : "contexts");
     if (n == 0) return SNUG_OK;
     const struct snug_model *m = ctxs[0]->m;
-    bool batched = true;
+    bool batched = true, split = false;
     for (int32_t i = 0; i < n; i++) {
         struct snug_ctx *c = ctxs[i];
         if (!c || c->m != m)
@@ -335,14 +335,17 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                                 "eval batch: token id %d of row %d is outside the vocabulary "
                                 "[0, %u)",
                                 ids[i], i, m->hp.n_vocab);
-        if (c->device || c->spec || c->hook) batched = false;
+        /* one forward runs on one backend instance: CPU contexts share ops over host memory,
+         * device contexts must be slots of the same instance (src/engine/slots.h) */
+        if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
+        if (c->spec || c->hook || split) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
         static atomic_bool said_cuda;
-        if (ctxs[0]->device && !atomic_exchange(&said_cuda, true))
-            snug_log(SNUG_LOG_INFO, "eval batch: backend cuda decodes the batch's contexts one "
-                                    "by one (the batched forward is CPU-only so far)\n");
+        if (split && !atomic_exchange(&said_cuda, true))
+            snug_log(SNUG_LOG_INFO, "eval batch: device contexts of different backend instances "
+                                    "are decoded one by one (make them slots of one pool)\n");
         for (int32_t i = 0; i < n; i++) {
             int rc = snug_ctx_eval(ctxs[i], ids + i, 1, logits_out ? logits_out + i * V : NULL,
                                    SNUG_EVAL_LOGITS_LAST, err);
@@ -356,23 +359,23 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
         for (int32_t t = 0; t < T; t++) c0->pos[t] = ctxs[off + t]->n_past;
         struct snug_kv **rows = c0->rows; /* planned with the positions (pos_bytes) */
         for (int32_t t = 0; t < T; t++) rows[t] = ctxs[off + t]->kv;
-        snug_arena_reset_to(c0->work, 0);
         struct snug_fwd f = {
             .m = m,
             .pool = c0->pool,
             .n_threads = c0->n_threads,
-            .be = c0->be,
-            .work = c0->work,
-            .kv = rows[0],
             .ids = ids + off,
             .pos = c0->pos,
             .T = T,
             .pos0 = c0->pos[0],
             .logits = logits_out ? logits_out + (int64_t)off * V : NULL,
             .logits_all = true,
-            .kv_rows = rows,
         };
+        ctx_fwd_be(c0, &f, T); /* the shared instance: work arena, positions in its memory */
+        f.kv = rows[0];
+        f.kv_rows = rows;
         m->arch->forward(&f);
+        int rc = c0->be->ops->sync(c0->be, err);
+        if (rc) return rc;
         for (int32_t t = 0; t < T; t++) ctxs[off + t]->n_past++;
     }
     return SNUG_OK;
