@@ -1,147 +1,222 @@
 #!/usr/bin/env python3
-# bench/server_gpu.py — slots batched on one server: aggregate decode tokens/s of N concurrent
-# streams against one stream alone, and the inter-token latency of N-1 streams while another
-# request prefills a long prompt, against the same streams idle (not a test; results in
-# docs/perf/server.md). Works against any running `snug serve` (CPU or `--backend cuda`).
+# bench/server_gpu.py — `snug serve --backend cuda` with several slots (issue 15; not a test:
+# results with their command lines go in docs/perf/server.md). Starts its own servers.
 #
-#   python3 bench/server_gpu.py PORT [--slots N] [--max-tokens M] [--prefill P] [--vocab V]
+#   python3 bench/server_gpu.py SNUG MODEL.gguf [--slots 4] [--ctx 65536] [--kv q8_0]
+#       [--vram-budget 23.5GiB] [--tokens 64] [--prefill 32768] [--compare] [--spec-draft N]
 #
-# Every request is a streaming /v1/completions with a token-id prompt (ids cycle through
-# 100..V-1, so any vocabulary of V tokens works), greedy (temperature 0). A stream's decode rate
-# counts tokens after its first one (prompt time excluded); the aggregate rate is the sum of the
-# streams' tokens after their first over the time from the earliest first token to the latest
-# last token. Inter-token gaps are SSE chunk arrival times (one token per chunk on snug).
+# 1. --compare: the same greedy /v1/completions (temperature 0, 16 tokens, streamed and not) on a
+#    CPU server and on the CUDA server; prints whether the first 16 tokens agree per prompt.
+# 2. Throughput: aggregate generated tokens/s with 1 request, then with SLOTS concurrent ones
+#    (each max_tokens TOKENS, temperature 0.8, distinct seeds); prints the ratio.
+# 3. Streaming under a long prefill: SLOTS-1 streamed requests; inter-token latency (time
+#    between SSE chunks) p50/p99 while idle, then again while one more request with a prompt of
+#    about PREFILL tokens is admitted (the engine runs its prompt chunk by chunk between the
+#    others' decode steps). Prints both and the prompt's time to first token.
 import argparse
-import http.client
 import json
-import statistics
+import os
+import random
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 
 
-def stream(port, prompt_ids, max_tokens, rec, start_evt=None):
-    """POST one streaming completion; append (arrival time) for every text chunk to rec['t']."""
-    if start_evt is not None:
-        start_evt.wait()
-    body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True}).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
-    rec["t0"] = time.time()
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    if r.status != 200:
-        rec["error"] = f"HTTP {r.status}: {r.read()[:200]!r}"
-        return
-    rec.setdefault("t", [])
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            break
-        ev = json.loads(data)
-        if "error" in ev:
-            rec["error"] = str(ev["error"])
-            break
-        if ev.get("choices"):
-            rec["t"].append(time.time())
-    rec["t1"] = time.time()
-    conn.close()
+class Server:
+    def __init__(self, snug, model, tmp, name, args):
+        self.port_file = os.path.join(tmp, name + ".port")
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.log = open(self.log_path, "w")
+        cmd = [snug, "serve", "-m", model, "--port", "0", "--port-file", self.port_file, *args]
+        print("$", " ".join(cmd), flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        t0 = time.time()
+        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
+            if self.proc.poll() is not None or time.time() - t0 > 600:
+                raise RuntimeError(f"server {name} did not start:\n" + open(self.log_path).read())
+            time.sleep(0.1)
+        self.port = int(open(self.port_file).read())
+        print(f"  {name}: up in {time.time() - t0:.1f} s", flush=True)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def post(self, body, timeout=1200):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        return urllib.request.urlopen(req, timeout=timeout)
+
+    def complete(self, body):
+        with self.post(body) as r:
+            return json.load(r)
+
+    def stream(self, body, stamps=None):
+        """Streamed completion: the text and (when given) the arrival time of each chunk."""
+        body = dict(body, stream=True)
+        text = ""
+        with self.post(body) as r:
+            for raw in r:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                obj = json.loads(line[6:])
+                for c in obj.get("choices", []):
+                    if c.get("text"):
+                        text += c["text"]
+                        if stamps is not None:
+                            stamps.append(time.time())
+        return text
 
 
-def ids(n, vocab, salt):
-    return [100 + (salt * 7919 + i) % (vocab - 100) for i in range(n)]
-
-
-def run_streams(port, n, max_tokens, vocab, salt=0):
-    recs = [{} for _ in range(n)]
-    go = threading.Event()
-    th = [threading.Thread(target=stream, args=(port, ids(16, vocab, salt + i), max_tokens,
-                                                recs[i], go)) for i in range(n)]
-    for t in th:
-        t.start()
-    go.set()
-    for t in th:
-        t.join()
-    return recs
-
-
-def aggregate(recs):
-    errs = [r["error"] for r in recs if "error" in r]
-    if errs:
-        raise SystemExit(f"stream error: {errs[0]}")
-    toks = sum(len(r["t"]) - 1 for r in recs)
-    t_first = min(r["t"][0] for r in recs)
-    t_last = max(r["t"][-1] for r in recs)
-    return toks / (t_last - t_first), toks
-
-
-def gaps(recs, lo=None, hi=None):
-    out = []
-    for r in recs:
-        t = r.get("t", [])
-        for a, b in zip(t, t[1:]):
-            if (lo is None or b >= lo) and (hi is None or a <= hi):
-                out.append((b - a) * 1000.0)
-    return out
-
-
-def pct(xs, q):
+def pct(xs, p):
     if not xs:
         return float("nan")
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100.0 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+PROMPTS = ["Once upon a time", "The capital of France is", "def fibonacci(n):",
+           "Question: what is 2 + 2? Answer:"]
+
+
+def compare(cpu, gpu):
+    same = 0
+    for p in PROMPTS:
+        body = {"prompt": p, "max_tokens": 16, "temperature": 0}
+        a = cpu.complete(body)["choices"][0]["text"]
+        b = gpu.complete(body)["choices"][0]["text"]
+        s = gpu.stream(body)
+        ok = a == b == s
+        same += ok
+        print(f"  {'same' if ok else 'DIFFERENT'}: {p!r}: cpu {a!r} gpu {b!r} gpu-stream {s!r}")
+    print(f"compare: {same}/{len(PROMPTS)} prompts give the same 16 greedy tokens on CPU and GPU")
+
+
+def throughput(srv, n, tokens):
+    out = [0] * n
+
+    def one(i):
+        r = srv.complete({"prompt": f"Request {i}: once upon a time", "max_tokens": tokens,
+                          "temperature": 0.8, "seed": i})
+        out[i] = r["usage"]["completion_tokens"]
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    t0 = time.time()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    dt = time.time() - t0
+    return sum(out) / dt, sum(out), dt
+
+
+def itl_run(srv, n_stream, tokens, long_prompt=None):
+    stamps = [[] for _ in range(n_stream)]
+    ttft = {}
+
+    def streamer(i):
+        srv.stream({"prompt": f"Stream {i}: a long story begins", "max_tokens": tokens,
+                    "temperature": 0.8, "seed": 100 + i}, stamps[i])
+
+    def prefill():
+        t0 = time.time()
+        try:
+            r = srv.complete({"prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+        except urllib.error.HTTPError as e:
+            print(f"long prompt refused: {e.code} {e.read()[:400]!r}", flush=True)
+            return
+        ttft["s"] = time.time() - t0
+        ttft["n"] = r["usage"]["prompt_tokens"]
+
+    th = [threading.Thread(target=streamer, args=(i,)) for i in range(n_stream)]
+    for t in th:
+        t.start()
+    time.sleep(1.0)  # the streams are decoding
+    w0 = time.time()
+    pt = None
+    if long_prompt:
+        pt = threading.Thread(target=prefill)
+        pt.start()
+        pt.join()
+    w1 = time.time()
+    for t in th:
+        t.join()
+    gaps = []
+    for s in stamps:
+        for a, b in zip(s, s[1:]):
+            if not long_prompt or (a >= w0 and b <= w1):
+                gaps.append(b - a)
+    return gaps, ttft
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("port", type=int)
+    ap.add_argument("snug")
+    ap.add_argument("model")
     ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--prefill", type=int, default=32768, help="prompt tokens of the long request")
-    ap.add_argument("--vocab", type=int, default=2048, help="token ids used are 100..V-1")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=0)
+    ap.add_argument("--kv", default="")
+    ap.add_argument("--vram-budget", default="")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prefill", type=int, default=32768)
+    ap.add_argument("--spec-draft", type=int, default=0)
+    ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--skip-itl", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
     a = ap.parse_args()
-    n = a.slots
-
-    one = max(aggregate(run_streams(a.port, 1, a.max_tokens, a.vocab, 1000 + k))[0]
-              for k in range(a.rounds))
-    many = max(aggregate(run_streams(a.port, n, a.max_tokens, a.vocab, 2000 + 10 * k))[0]
-               for k in range(a.rounds))
-    print(f"decode alone: {one:.1f} tok/s; {n} streams together: {many:.1f} tok/s aggregate "
-          f"= {many / one:.2f}x", flush=True)
-
-    idle = run_streams(a.port, n - 1, a.max_tokens, a.vocab, 3000)
-    g_idle = gaps(idle)
-    print(f"{n - 1} streams idle: inter-token p50 {pct(g_idle, 50):.1f} ms, p99 "
-          f"{pct(g_idle, 99):.1f} ms ({len(g_idle)} gaps)", flush=True)
-
-    # n-1 streams long enough to outlast the prefill; the long prompt starts once they stream
-    recs = [{} for _ in range(n - 1)]
-    th = [threading.Thread(target=stream, args=(a.port, ids(16, a.vocab, 4000 + i),
-                                                a.max_tokens * 8, recs[i])) for i in range(n - 1)]
-    for t in th:
-        t.start()
-    while any(len(r.get("t", [])) < 4 for r in recs) and not any("error" in r for r in recs):
-        time.sleep(0.01)
-    long_rec = {}
-    stream(a.port, ids(a.prefill, a.vocab, 5000), 1, long_rec)
-    for t in th:
-        t.join()
-    if "error" in long_rec:
-        raise SystemExit(f"long prompt: {long_rec['error']}")
-    lo, hi = long_rec["t0"], long_rec["t"][0] if long_rec.get("t") else long_rec["t1"]
-    g_pre = gaps(recs, lo, hi)
-    print(f"{n - 1} streams while a {a.prefill}-token prompt prefills ({hi - lo:.2f} s to its "
-          f"first token): inter-token p50 {pct(g_pre, 50):.1f} ms, p99 {pct(g_pre, 99):.1f} ms "
-          f"({len(g_pre)} gaps; max {max(g_pre) if g_pre else float('nan'):.1f} ms)", flush=True)
-    if not g_pre:
-        print("  no token of the other streams arrived during the prefill: they were frozen")
+    common = ["--slots", str(a.slots), "--spec-draft", str(a.spec_draft)]
+    if a.ctx:
+        common += ["--ctx", str(a.ctx)]
+    if a.kv:
+        common += ["--kv", a.kv]
+    gpu_args = ["--backend", "cuda", *common]
+    if a.vram_budget:
+        gpu_args += ["--vram-budget", a.vram_budget]
+    with tempfile.TemporaryDirectory() as tmp:
+        gpu = Server(a.snug, a.model, tmp, "gpu", gpu_args)
+        try:
+            if a.compare:
+                cpu = Server(a.snug, a.model, tmp, "cpu", common)
+                try:
+                    compare(cpu, gpu)
+                finally:
+                    cpu.stop()
+            throughput(gpu, 1, 8)  # warm-up
+            if not a.skip_throughput:
+                r1, n1, t1 = throughput(gpu, 1, a.tokens)
+                rn, nn, tn = throughput(gpu, a.slots, a.tokens)
+                print(f"throughput: 1 request {r1:.1f} tok/s ({n1} tokens, {t1:.2f} s); "
+                      f"{a.slots} requests {rn:.1f} tok/s ({nn} tokens, {tn:.2f} s); "
+                      f"ratio {rn / r1:.2f}x", flush=True)
+            if not a.skip_itl and a.slots >= 2:
+                idle, _ = itl_run(gpu, a.slots - 1, a.tokens)
+                random.seed(1)
+                words = ["".join(random.choice("abcdefghijklmnopqrstuvwxyz")
+                                 for _ in range(random.randint(2, 8))) for _ in range(4000)]
+                # random 2-8 letter words: about 6 tokens each with the vocabulary `snug gen`
+                # builds in (8192 words were 48475 tokens); the usage line gives the real count
+                long_prompt = " ".join(random.choice(words) for _ in range(a.prefill * 10 // 59))
+                busy, ttft = itl_run(gpu, a.slots - 1, 4 * a.tokens, long_prompt)
+                print(f"inter-token latency, {a.slots - 1} streams: idle p50 "
+                      f"{1e3 * pct(idle, 50):.1f} ms p99 {1e3 * pct(idle, 99):.1f} ms "
+                      f"({len(idle)} gaps); during a {ttft.get('n')}-token prefill p50 "
+                      f"{1e3 * pct(busy, 50):.1f} ms p99 {1e3 * pct(busy, 99):.1f} ms "
+                      f"({len(busy)} gaps; prefill took {ttft.get('s', 0):.1f} s)", flush=True)
+        finally:
+            gpu.stop()
+            print("---- gpu server log (tail) ----")
+            print("".join(open(os.path.join(tmp, "gpu.log")).readlines()[-30:]))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -161,9 +161,11 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
  * row run against its own context's caches. logits_out (may be NULL) gets [n][V], row i the
  * logits of ctxs[i]. Each row's logits equal a lone snug_ctx_eval of that token bit for bit
  * on the CPU (tests/e2e/test_batch_decode.c: f16, Q8_0, Q6_K, Q4_K_M). Steps hold at most
- * ctxs[0]'s n_chunk rows (more run as several steps) and use ctxs[0]'s thread pool and work
- * arena. Contexts on the CUDA backend, with speculative decoding (n_draft > 0) or with a
- * layer hook are evaluated one by one with snug_ctx_eval instead (same results). Validates
+ * ctxs[0]'s n_chunk rows (more run as several steps) and use ctxs[0]'s backend instance
+ * (thread pool, work arena; on CUDA the contexts must be slots of one instance, as the
+ * server's are, to share a forward). Contexts with speculative decoding (n_draft > 0), with a
+ * layer hook, or on different device instances are evaluated one by one with snug_ctx_eval
+ * instead (same results). Validates
  * everything first: a failure (a full context, an id outside the vocabulary, a repeated
  * context) changes nothing. Allocates nothing. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,

@@ -1,19 +1,24 @@
-/* backend.h — the one small interface every compute backend implements (design.md: "backends
- * are interchangeable behind one small interface"): the ops the architectures call, over
- * activation buffers that live in the backend's own memory (host for the CPU, device for CUDA).
- * The architecture forward (src/arch/qwen35.c, qwen35moe.c) calls only these; it never touches
- * an activation with the host CPU, so a forward runs unchanged on any backend.
- * Invariant: every op of struct snug_backend_ops is implemented by every backend (a missing
- * one is a build error: each backend fills the table with designated initialisers and the
- * CUDA build checks it). Ops never allocate; errors are sticky in `status`/`err` (the first
- * one wins) and the caller checks them after the step (snug_backend_finish).
- * Read next: backend_cpu.c (wraps src/backend/cpu/ops.h), cuda/cuda_backend.c (wraps
+/* backend.h — the one small interface every compute backend implements: the ops the
+ * architectures call, over activation buffers that live in the backend's own memory (host for
+ * the CPU, device for CUDA), and the memory and lifecycle of a backend instance (open/close,
+ * the per-slot KV cache + recurrent state + snapshots, the work arena, reset, snapshot/restore,
+ * host<->device copies, sync, bytes held). The architecture forward (src/arch/qwen35.c,
+ * qwen35moe.c) calls only the ops; contexts call only the lifecycle entries, so no file outside
+ * src/backend/cuda/ names a CUDA function. A backend is reached through its module
+ * (struct snug_backend_module): the CPU one is built in, the CUDA one is the shared object
+ * libsnug_cuda.so that loader.c opens (dlopen) only when `--backend cuda` is asked.
+ * Invariant: every entry of struct snug_backend_ops is implemented by every backend (each fills
+ * the table with designated initialisers; the loader checks the table). Ops never allocate;
+ * errors are sticky in `status`/`err` (the first one wins) and the caller checks them after the
+ * step (snug_backend_finish, or the sync entry).
+ * Read next: backend_cpu.c (wraps src/backend/cpu/ops.h), loader.c, cuda/cuda_backend.c (wraps
  * cuda/cuda_ops.h), src/arch/qwen35.c (the caller).
  */
 #ifndef SNUG_BACKEND_H
 #define SNUG_BACKEND_H
 
-#include "backend/cpu/ops.h"
+#include "backend/kv_view.h"
+#include "core/core.h"
 #include "core/threadpool.h"
 #include "gguf/gguf.h"
 #include "snug.h"
@@ -101,6 +106,35 @@ struct snug_backend_ops {
     /* bytes from src to dst, both in the backend's memory, queued in order with the ops
      * (recurrent-state snapshots and rollback, MTP hidden rows). */
     void (*copy)(struct snug_be *be, void *dst, const void *src, size_t bytes);
+
+    /* ---- memory and lifecycle of an instance (opened by its module's open) ---------------- */
+    /* Free everything the instance holds (waits for queued work first). */
+    void (*close)(struct snug_be *be);
+    /* Slot s's caches (0 <= s < n_slots): attention views + recurrent states + snapshot slots,
+     * in the backend's memory. */
+    struct snug_kv *(*slot_kv)(struct snug_be *be, int32_t slot);
+    /* Speculative decoding (limits n_snap > 0): slot s's MTP block cache and its spec_bytes
+     * block of device buffers; NULL when the backend keeps them on the host (the CPU: the
+     * speculative module allocates its own) or without speculation. */
+    struct snug_kv *(*slot_mtp_kv)(struct snug_be *be, int32_t slot);
+    void *(*slot_spec_mem)(struct snug_be *be, int32_t slot);
+    /* The one work arena (activations of a step) and, for a device backend, a host arena for
+     * the little host-side work (MoE routing, hook copies); host_work NULL on the CPU. */
+    struct snug_arena *(*work)(struct snug_be *be);
+    struct snug_arena *(*host_work)(struct snug_be *be);
+    /* [n_chunk] positions in the backend's memory for a step (NULL: the step's host array is
+     * read directly, a host-memory backend). */
+    int32_t *(*positions)(struct snug_be *be);
+    /* Zero slot s's recurrent states (a new sequence; attention rows need no clearing). */
+    void (*reset_slot)(struct snug_be *be, int32_t slot);
+    /* Copy every recurrent state of slot s into its snapshot t (save) or back (restore);
+     * queued in order with the ops. */
+    void (*snapshot)(struct snug_be *be, int32_t slot, int32_t t, bool save);
+    /* Wait for the queued work; the first device or recorded error (then cleared). */
+    int (*sync)(struct snug_be *be, struct snug_err *err);
+    /* Bytes the instance holds in its own memory (device bytes for CUDA, shared weights
+     * included; host arenas for the CPU). */
+    size_t (*bytes)(const struct snug_be *be);
 };
 
 struct snug_be {
@@ -135,53 +169,72 @@ int snug_backend_fail(struct snug_be *be, int st, const char *fmt, ...);
 /* After a step: SNUG_OK, or the first recorded error copied into err (and cleared). */
 int snug_backend_finish(struct snug_be *be, struct snug_err *err);
 
-/* ---- the CUDA backend (src/backend/cuda/cuda_backend.c) ------------------------------------
- * One object per context: a CUDA context (device 0, one stream), the weights uploaded once into
- * one device allocation per GGUF file (shared by every CUDA context of the same model,
- * refcounted: N server slots hold one copy), and one device allocation per planned arena (KV +
- * recurrent state, work, op scratch). Without nvcc at build time every function returns
- * SNUG_ERR_UNSUPPORTED ("built without CUDA"); without a GPU, open fails with the runtime's
- * reason. */
+/* ---- backend modules and instances ----------------------------------------------------------
+ * A module opens instances; an instance holds the buffers the memory plan (src/plan) sizes:
+ * n_slots sequence slots (each its own attention KV + recurrent state + n_snap rollback
+ * snapshots, and on CUDA its MTP cache and draft buffers), one work arena, one op scratch (CUDA),
+ * one position table — and on CUDA the weights, uploaded once per GGUF file and shared,
+ * refcounted, by every instance of the same model. */
+enum snug_backend { SNUG_BACKEND_CPU = 0, SNUG_BACKEND_CUDA = 1 };
+
 struct snug_kv;
 struct snug_kv_shape;
-struct snug_cuda_limits {
-    const struct snug_kv_shape *kv_shape; /* the plan's KV/state shape (F16 or F32 cache) */
-    size_t kv_bytes;                      /* snug_kv_bytes(kv_shape): the KV/state arena */
+struct snug_backend_limits {
+    const struct snug_kv_shape *kv_shape; /* one slot's KV/state shape (the plan's) */
+    size_t kv_bytes;                      /* snug_kv_bytes(kv_shape): one slot's arena */
+    int32_t n_slots;                      /* sequence slots (0 means 1) */
     size_t work_bytes;                    /* the plan's work arena (activations of a step) */
-    size_t scratch_bytes;     /* the plan's op scratch (snug_plan.cuda_scratch_bytes); 0: size it
-                               * from the file's tensors (tests that open the backend directly) */
+    size_t scratch_bytes;     /* CUDA: the plan's op scratch (snug_plan.cuda_scratch_bytes);
+                               * 0: size it from the file's tensors (tests that open the
+                               * backend directly) */
     int32_t n_chunk;          /* tokens per step */
     int64_t n_embd;           /* H (embedding staging) */
     int64_t n_head, head_dim; /* attention scratch */
-    /* speculative decoding (all 0/NULL without): n_snap recurrent-state snapshot slots
-     * (snug_kv_snap_bytes, the plan's "state snapshots (mtp)"), the MTP block's one-layer
-     * cache, and spec_bytes of device buffers for src/speculative (snug_spec_dev_bytes). */
+    /* speculative decoding (all 0/NULL without): n_snap recurrent-state snapshots per slot
+     * (snug_kv_snap_bytes, the plan's "state snapshots (mtp)"); CUDA also: each slot's MTP
+     * block cache and spec_bytes of device buffers for src/speculative (snug_spec_dev_bytes). */
     int32_t n_snap;
     const struct snug_kv_shape *mtp_kv_shape;
     size_t spec_bytes;
 };
-bool snug_backend_cuda_built(void);
-/* Device op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
- * matrix has max_n_in inputs and max_n_out outputs. */
-size_t snug_backend_cuda_scratch_bytes(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk,
-                                       int64_t Hq, int64_t D);
-int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
-                           const struct snug_cuda_limits *lim, struct snug_err *err);
-void snug_backend_cuda_close(struct snug_be *be);                   /* NULL is a no-op */
-struct snug_kv *snug_backend_cuda_kv(struct snug_be *be);           /* device views */
-struct snug_arena *snug_backend_cuda_work(struct snug_be *be);      /* over device memory */
-struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be); /* host */
-int32_t *snug_backend_cuda_pos(struct snug_be *be);                 /* device [n_chunk] */
-/* Speculative decoding (lim->n_snap > 0): the MTP block's cache (device views; its snapshot
- * slots are in snug_backend_cuda_kv's kv->snap) and the spec_bytes device block; NULL without. */
-struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be);
-void *snug_backend_cuda_spec_mem(struct snug_be *be);
-/* Zero every recurrent state (a new sequence). */
-void snug_backend_cuda_reset(struct snug_be *be);
-/* Wait for the queued step; the first device or recorded error. */
-int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err);
-/* Device bytes taken by this backend (all its allocations) and cudaMemGetInfo. */
-size_t snug_backend_cuda_bytes(const struct snug_be *be);
-int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err);
+
+/* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
+ * the loader refuses a libsnug_cuda.so built from other headers. */
+#define SNUG_BACKEND_ABI 1u
+
+struct snug_backend_module {
+    uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */
+    const char *name;
+    /* Open an instance over the model's file g (weights), sized by lim. pool: the CPU
+     * backend's thread pool (borrowed; ignored by CUDA). */
+    int (*open)(struct snug_be **out, const struct snug_gguf *g,
+                const struct snug_backend_limits *lim, struct snug_pool *pool,
+                struct snug_err *err);
+    /* Device memory free / total (CUDA: cudaMemGetInfo); SNUG_ERR_UNSUPPORTED on the CPU. */
+    int (*mem_info)(size_t *free_b, size_t *total_b, struct snug_err *err);
+};
+
+/* The CPU module (built in). */
+const struct snug_backend_module *snug_backend_cpu_module(void);
+
+/* The module of a backend (loader.c): the CPU one at once; CUDA the first time it is asked,
+ * from libsnug_cuda.so (linked into the process, e.g. the device tests; else dlopen'ed from
+ * $SNUG_CUDA_LIB when set (a debug override), then beside the running executable, then the
+ * build directory). SNUG_ERR_UNSUPPORTED with a message naming `--backend cuda` and what is
+ * missing (the library, or the CUDA runtime it needs). Thread-safe. */
+int snug_backend_module_get(enum snug_backend kind, const struct snug_backend_module **out,
+                            struct snug_err *err);
+/* Open an instance of a backend (module_get + open). */
+int snug_backend_open(enum snug_backend kind, struct snug_be **out, const struct snug_gguf *g,
+                      const struct snug_backend_limits *lim, struct snug_pool *pool,
+                      struct snug_err *err);
+/* Close an instance (NULL is a no-op). */
+void snug_backend_close(struct snug_be *be);
+
+/* The CUDA op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
+ * matrix has max_n_in inputs and max_n_out outputs: a pure formula (backend_plan.c) shared by
+ * the memory plan and the CUDA backend, so planning needs no GPU. */
+size_t snug_backend_plan_cuda_scratch(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk,
+                                      int64_t Hq, int64_t D);
 
 #endif /* SNUG_BACKEND_H */

@@ -2,13 +2,17 @@
  * src/backend/cpu/ops.h (the prompt-sized element-wise ones, residual add, attention gate, MoE
  * combine, thread over the pool there) plus the small ones the architectures used to do inline
  * (scale, DeltaNet gates, strided copies, MoE gather). Activations
- * are host memory; weights are the GGUF mapping itself. Also the sticky-error helpers every
- * backend shares. Invariant: no allocation; results identical to calling ops.h directly.
+ * are host memory; weights are the GGUF mapping itself. An opened instance (the CPU module's
+ * open) owns the slots' caches (src/kv, one arena each) and the one work arena; the ops-only
+ * form (snug_backend_cpu_init) owns nothing. Also the sticky-error helpers every backend shares.
+ * Invariant: ops never allocate; results identical to calling ops.h directly.
  * Read next: backend.h (the interface), cuda/cuda_backend.c (the other implementation).
  */
 #include "backend/backend.h"
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
+#include "kv/kv.h"
 
 #include "quant/quant.h"
 
@@ -155,6 +159,61 @@ static void cpu_add_gated(struct snug_be *be, float *y, const float *d, const fl
     snug_op_add_gated(be->pool, y, d, gl, T, H);
 }
 
+/* ---- an opened CPU instance: the slots' caches and the work arena ------------------------- */
+struct cpu_be {
+    struct snug_be be; /* first: the interface */
+    int32_t n_slots;
+    struct snug_kv *slots; /* [n_slots] */
+    struct snug_arena work;
+    size_t bytes;
+};
+static struct cpu_be *CPU(struct snug_be *be) {
+    return (struct cpu_be *)be;
+}
+static void cpu_close(struct snug_be *be) {
+    if (!be) return;
+    struct cpu_be *c = CPU(be);
+    if (c->slots)
+        for (int32_t i = 0; i < c->n_slots; i++) snug_kv_free(&c->slots[i]);
+    snug_free(c->slots);
+    snug_arena_free(&c->work);
+    snug_free(c);
+}
+static struct snug_kv *cpu_slot_kv(struct snug_be *be, int32_t slot) {
+    SNUG_ASSERT(slot >= 0 && slot < CPU(be)->n_slots);
+    return &CPU(be)->slots[slot];
+}
+static struct snug_kv *cpu_slot_none(struct snug_be *be, int32_t slot) {
+    return NULL;
+}
+static void *cpu_slot_spec_mem(struct snug_be *be, int32_t slot) {
+    return NULL;
+}
+static struct snug_arena *cpu_work(struct snug_be *be) {
+    return &CPU(be)->work;
+}
+static struct snug_arena *cpu_host_work(struct snug_be *be) {
+    return NULL;
+}
+static int32_t *cpu_positions(struct snug_be *be) {
+    return NULL;
+}
+static void cpu_reset_slot(struct snug_be *be, int32_t slot) {
+    snug_kv_reset(cpu_slot_kv(be, slot));
+}
+static void cpu_snapshot(struct snug_be *be, int32_t slot, int32_t t, bool save) {
+    if (save)
+        snug_kv_snap_save(cpu_slot_kv(be, slot), t);
+    else
+        snug_kv_snap_restore(cpu_slot_kv(be, slot), t);
+}
+static int cpu_sync(struct snug_be *be, struct snug_err *err) {
+    return snug_backend_finish(be, err);
+}
+static size_t cpu_bytes(const struct snug_be *be) {
+    return ((const struct cpu_be *)be)->bytes;
+}
+
 static const struct snug_backend_ops CPU_OPS = {
     .name = "cpu",
     .weight = cpu_weight,
@@ -183,6 +242,17 @@ static const struct snug_backend_ops CPU_OPS = {
     .moe_matmul = cpu_moe_matmul,
     .add_gated = cpu_add_gated,
     .copy = cpu_copy,
+    .close = cpu_close,
+    .slot_kv = cpu_slot_kv,
+    .slot_mtp_kv = cpu_slot_none,
+    .slot_spec_mem = cpu_slot_spec_mem,
+    .work = cpu_work,
+    .host_work = cpu_host_work,
+    .positions = cpu_positions,
+    .reset_slot = cpu_reset_slot,
+    .snapshot = cpu_snapshot,
+    .sync = cpu_sync,
+    .bytes = cpu_bytes,
 };
 
 void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool) {
@@ -192,53 +262,53 @@ void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool) {
     be->pool = pool;
 }
 
-#ifndef SNUG_HAVE_CUDA
-/* Built without nvcc: the CUDA backend's entry points say so. */
-static int no_cuda(struct snug_err *err) {
-    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                        "backend cuda: this snug was built without CUDA (nvcc not found at "
-                        "configure time); rebuild on a machine with the CUDA toolkit or use "
-                        "--backend cpu");
-}
-bool snug_backend_cuda_built(void) {
-    return false;
-}
-size_t snug_backend_cuda_scratch_bytes(int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
-    return 0;
-}
-int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
-                           const struct snug_cuda_limits *lim, struct snug_err *err) {
+/* The ops-only form (a forward over the pool without an instance: snug_fwd_be). The lifecycle
+ * entries of an ops-only backend must not be called (they would read a missing instance). */
+static int cpu_open(struct snug_be **out, const struct snug_gguf *g,
+                    const struct snug_backend_limits *lim, struct snug_pool *pool,
+                    struct snug_err *err) {
     *out = NULL;
-    return no_cuda(err);
+    int32_t n = lim->n_slots > 0 ? lim->n_slots : 1;
+    struct cpu_be *c = snug_calloc(1, sizeof *c);
+    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cpu: out of memory");
+    snug_backend_cpu_init(&c->be, pool);
+    c->be.impl = c;
+    int rc = SNUG_OK;
+    c->slots = snug_calloc((size_t)n, sizeof *c->slots);
+    if (!c->slots) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "backend cpu: out of memory");
+        goto fail;
+    }
+    c->n_slots = n;
+    for (int32_t i = 0; i < n; i++) {
+        if ((rc = snug_kv_init(&c->slots[i], lim->kv_shape, err))) goto fail;
+        c->bytes += snug_kv_bytes(lim->kv_shape);
+        if (lim->n_snap > 0) {
+            if ((rc = snug_kv_snap_init(&c->slots[i], lim->n_snap, err))) goto fail;
+            c->bytes += snug_kv_snap_bytes(lim->kv_shape, lim->n_snap);
+        }
+    }
+    if ((rc = snug_arena_init(&c->work, "work", lim->work_bytes, err))) goto fail;
+    c->bytes += lim->work_bytes;
+    *out = &c->be;
+    return SNUG_OK;
+fail:
+    cpu_close(&c->be);
+    return rc;
 }
-void snug_backend_cuda_close(struct snug_be *be) {}
-struct snug_kv *snug_backend_cuda_kv(struct snug_be *be) {
-    return NULL;
-}
-struct snug_arena *snug_backend_cuda_work(struct snug_be *be) {
-    return NULL;
-}
-struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
-    return NULL;
-}
-int32_t *snug_backend_cuda_pos(struct snug_be *be) {
-    return NULL;
-}
-struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be) {
-    return NULL;
-}
-void *snug_backend_cuda_spec_mem(struct snug_be *be) {
-    return NULL;
-}
-void snug_backend_cuda_reset(struct snug_be *be) {}
-int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err) {
-    return no_cuda(err);
-}
-size_t snug_backend_cuda_bytes(const struct snug_be *be) {
-    return 0;
-}
-int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
+
+static int cpu_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
     *free_b = *total_b = 0;
-    return no_cuda(err);
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "backend cpu: no device memory");
 }
-#endif
+
+static const struct snug_backend_module CPU_MODULE = {
+    .abi = SNUG_BACKEND_ABI,
+    .name = "cpu",
+    .open = cpu_open,
+    .mem_info = cpu_mem_info,
+};
+
+const struct snug_backend_module *snug_backend_cpu_module(void) {
+    return &CPU_MODULE;
+}

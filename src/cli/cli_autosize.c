@@ -7,6 +7,8 @@
  */
 #include "cli.h"
 
+#include "backend/backend.h"
+
 #include "model/model.h"
 #include "plan/plan_auto.h"
 #include "server/server.h"
@@ -53,9 +55,17 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
                 .n_draft = draft,
                 .n_threads = threads,
                 .kv_type = kv_code,
-                .backend = SNUG_BACKEND_CPU}, /* the server runs CPU contexts */
-        .budget = o->budget,
+                .backend = o->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU},
+        .budget = o->backend == 1 ? o->vram_budget : o->budget,
     };
+    /* no --vram-budget on CUDA: the device's free memory (minus the stated margin) */
+    const struct snug_backend_module *mod;
+    size_t dev_free = 0, dev_total = 0;
+    struct snug_err e2 = {0};
+    if (o->backend == 1 && !req.budget &&
+        snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
+        mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
+        req.device_free = dev_free;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     static struct snug_plan_auto a; /* a few KiB; one boot per process */
@@ -67,7 +77,10 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     fprintf(stderr, "snug serve: plan: %s\n", line);
     o->n_ctx = (int32_t)a.n_ctx;
     o->kv_type = a.kv_type;
-    o->budget = a.budget;
+    if (o->backend == 1)
+        o->vram_budget = a.budget;
+    else
+        o->budget = a.budget;
     o->n_draft = draft;
     return SNUG_OK;
 }

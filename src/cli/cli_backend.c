@@ -46,7 +46,10 @@ void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp)
 void cli_backend_report(const struct cli_backend *b, const char *when) {
     size_t fr = 0, tot = 0;
     struct snug_err e = {0};
-    if (b->backend != 1 || snug_backend_cuda_mem_info(&fr, &tot, &e)) return;
+    const struct snug_backend_module *mod;
+    if (b->backend != 1 || snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e) ||
+        mod->mem_info(&fr, &tot, &e))
+        return;
     fprintf(stderr, "cuda: device memory used %.1f MiB of %.1f MiB %s\n", (tot - fr) / 1048576.0,
             tot / 1048576.0, when);
 }

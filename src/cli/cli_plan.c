@@ -32,8 +32,10 @@ int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_p
     };
     size_t dev_free = 0, dev_total = 0;
     struct snug_err e2 = {0};
+    const struct snug_backend_module *mod;
     if (req.lim.backend == SNUG_BACKEND_CUDA && !budget &&
-        snug_backend_cuda_mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
+        snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
+        mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
         req.device_free = dev_free;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);

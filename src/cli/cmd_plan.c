@@ -309,7 +309,16 @@ int cmd_plan(int argc, char **argv) {
             json_str(p.items[k].name);
             printf(": %llu", (unsigned long long)p.items[k].bytes);
         }
-        printf("}, \"estimated\": [");
+        printf("}, \"per_slot\": [");
+        for (int k = 0, first = 1; k < p.n_items; k++)
+            if (p.items[k].scope == SNUG_PLAN_PER_SLOT) {
+                printf("%s", first ? "" : ", ");
+                json_str(p.items[k].name);
+                first = 0;
+            }
+        printf("], \"model_bytes\": %llu, \"slot_bytes\": %llu",
+               (unsigned long long)p.model_device_bytes, (unsigned long long)p.slot_device_bytes);
+        printf(", \"estimated\": [");
         for (int k = 0, first = 1; k < p.n_items; k++)
             if (p.items[k].estimated) {
                 printf("%s", first ? "" : ", ");

@@ -42,6 +42,8 @@ static void serve_usage(void) {
         "  --threads N, -t N       threads per context (default: all CPUs)\n"
         "  --spec-draft N          MTP drafts per speculative step (default 3 with an MTP block, "
         "else 0)\n"
+        "  --backend cpu|cuda      where the model runs (cuda: libsnug_cuda.so, loaded at start)\n"
+        "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
         "  --budget SIZE           the memory the plan must fit (e.g. 2GiB); default for sizing: "
         "the\n"
         "                          physical memory minus max(1/8, 1 GiB); the boot log's `plan:`\n"
@@ -171,7 +173,8 @@ int cmd_serve(int argc, char **argv) {
     struct snug_plan_cache_flags cache = {0};
     const char *render_path = NULL, *render_api = "chat";
     static char key_buf[4096];
-    int kvr;
+    struct cli_backend bk = {0};
+    int kvr, bkr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -213,6 +216,10 @@ int cmd_serve(int argc, char **argv) {
         } else if ((kvr = cli_kv_flag(argc, argv, &i, "serve", &kv)) != 0) {
             if (kvr < 0) return 2;
             kv_code = cli_kv_code(&kv);
+        } else if ((bkr = cli_backend_flag(argc, argv, &i, "serve", &bk)) != 0) {
+            if (bkr < 0) return 2;
+            o.backend = bk.backend;
+            o.vram_budget = bk.vram_budget;
         } else if (!strcmp(a, "--api-key")) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--api-key-file")) {

@@ -1,15 +1,17 @@
-/* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool, the
- * KV/state caches (src/kv) and the work arena, all sized at snug_ctx_init by the memory
- * planner (src/plan/plan.h); snug_ctx_eval splits the input into chunks of at most n_chunk tokens
- * and runs the architecture's forward on each; snug_ctx_eval_batch runs one token for each of
- * several contexts in one forward (f.kv_rows). With n_draft > 0 it also owns the MTP state
- * (src/speculative) and the rollback snapshots; see snug_ctx_truncate.
- * Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count around it).
- * Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+/* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool and a
+ * backend instance of one slot (src/backend/backend.h: the KV/state caches and the work arena,
+ * in host or device memory), all sized at snug_ctx_init by the memory planner
+ * (src/plan/plan.h); no line here depends on which backend it is; snug_ctx_eval splits the input
+ * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
+ * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
+ * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
+ * snug_ctx_truncate. Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count
+ * around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
 #include "kv/kvfmt.h"
+#include "engine/slots.h"
 #include "plan/plan.h"
 #include "speculative/speculative.h"
 #include "quant/quant.h"
@@ -22,9 +24,10 @@ struct snug_ctx {
     struct snug_ctx_params p;
     int n_threads;
     struct snug_pool *pool;
-    struct snug_kv kv;
-    struct snug_arena work;
-    int32_t *pos;          /* [n_chunk] */
+    struct snug_be *be; /* the backend instance: caches, work arena (backend.h) */
+    struct snug_kv *kv; /* this sequence's slot of it */
+    struct snug_arena *work;
+    int32_t *pos;          /* [n_chunk] host */
     struct snug_kv **rows; /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
                               pos_bytes: rows first, then pos, in one block) */
     int32_t n_past;
@@ -35,74 +38,43 @@ struct snug_ctx {
     int64_t mtp_rows;       /* rows written there so far */
     snug_pos snap_pos0;     /* the last SNUG_EVAL_SNAPSHOT eval: first position */
     int32_t snap_n;         /* and its token count (0: no rollback point) */
-    struct snug_be *gpu;    /* the CUDA backend (backend cuda), NULL on the CPU */
+    bool device;            /* the backend's memory is not the host's (CUDA) */
+    int32_t slot;           /* which slot of the backend instance is this sequence's */
+    bool owns;              /* the pool and the instance are this context's (snug_ctx_init);
+                               else a slot pool's (src/engine/slots.c) */
 };
 
 struct snug_ctx_params snug_ctx_default_params(void) {
     return (struct snug_ctx_params){.n_ctx = 4096, .n_chunk = 512, .kv_type = SNUG_KV_F16};
 }
 
-/* The CUDA side of snug_ctx_init: check the whole plan (weights included) against
- * p->vram_budget, then open the backend, which takes one device allocation per planned arena
- * and uploads the weights. With n_draft > 0 the backend also holds the rollback snapshots,
- * the MTP block's cache and the MTP row buffers (the spec state keeps only host buffers). */
-static int ctx_init_cuda(struct snug_ctx *c, struct snug_model *m, const struct snug_ctx_params *p,
-                         const struct snug_plan_limits *lim, struct snug_plan *plan,
-                         struct snug_err *err) {
-    if (p->n_draft > 0 && (m->hp.n_nextn == 0 || !m->arch->mtp_forward))
-        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "speculative decoding (n_draft %d) needs an MTP block, but this %s "
-                            "model has %s.nextn_predict_layers = 0; use n_draft 0",
-                            p->n_draft, m->hp.arch, m->hp.arch);
-    struct snug_plan_weights w;
-    snug_plan_weights_from_gguf(m->gguf, &w);
-    int rc = snug_plan_check(&m->hp, &w, lim, p->vram_budget, plan, err);
-    if (rc) return rc;
-    struct snug_cuda_limits cl = {
-        .kv_shape = &plan->kv_shape,
-        .kv_bytes = snug_kv_bytes(&plan->kv_shape),
-        .work_bytes = plan->work_bytes,
-        .scratch_bytes = plan->cuda_scratch_bytes,
-        .n_chunk = plan->lim.n_chunk,
-        .n_embd = m->hp.n_embd,
-        .n_head = m->hp.n_head,
-        .head_dim = m->hp.head_dim,
-    };
-    struct snug_kv_shape mtp_shape;
-    if (p->n_draft > 0) { /* speculative decoding: snapshots, MTP cache and rows on the device */
-        mtp_shape = snug_spec_kv_shape(&m->hp, p->n_ctx, (enum snug_kv_type)p->kv_type);
-        cl.n_snap = p->n_draft + 1;
-        cl.mtp_kv_shape = &mtp_shape;
-        cl.spec_bytes = snug_spec_dev_bytes(&m->hp, plan->lim.n_chunk);
-        SNUG_ASSERT(plan->snapshot_bytes == snug_kv_snap_bytes(&plan->kv_shape, cl.n_snap));
-    }
-    size_t free0 = 0, free1 = 0, total = 0;
-    struct snug_err e2 = {0};
-    snug_backend_cuda_mem_info(&free0, &total, &e2);
-    rc = snug_backend_cuda_open(&c->gpu, m->gguf, &cl, err);
-    if (rc) return rc;
-    snug_backend_cuda_mem_info(&free1, &total, &e2);
-    snug_log(SNUG_LOG_INFO,
-             "cuda: device memory free %.1f MiB before load, %.1f MiB after (of %.1f MiB); "
-             "backend holds %.1f MiB; plan device total %.1f MiB\n",
-             free0 / 1048576.0, free1 / 1048576.0, total / 1048576.0,
-             snug_backend_cuda_bytes(c->gpu) / 1048576.0, plan->device_total / 1048576.0);
+/* Attach a context to slot `slot` of an opened backend instance: its caches, the shared work
+ * arena, its own host row table and (n_draft > 0) its MTP state — in the backend's memory when
+ * the backend holds the MTP cache (CUDA), else allocated on the host by src/speculative. */
+static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct snug_err *err) {
+    struct snug_be *be = c->be;
+    const struct snug_ctx_params *p = &c->p;
+    c->device = !be->host_memory;
+    c->kv = be->ops->slot_kv(be, c->slot);
+    c->work = be->ops->work(be);
     c->rows = snug_malloc(plan->pos_bytes);
     if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
     c->pos = (int32_t *)(c->rows + plan->lim.n_chunk);
-    if (p->n_draft > 0)
-        return snug_spec_init_on(
-            &c->spec, m, p->n_ctx, plan->lim.n_chunk, p->n_draft, (enum snug_kv_type)p->kv_type,
-            c->gpu, snug_backend_cuda_mtp_kv(c->gpu), snug_backend_cuda_spec_mem(c->gpu), err);
+    if (p->n_draft > 0) {
+        struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
+        if (mtp_kv) /* the MTP cache and rows in the backend's memory */
+            return snug_spec_init_on(&c->spec, c->m, p->n_ctx, plan->lim.n_chunk, p->n_draft,
+                                     (enum snug_kv_type)p->kv_type, be, mtp_kv,
+                                     be->ops->slot_spec_mem(be, c->slot), err);
+        return snug_spec_init(&c->spec, c->m, p->n_ctx, plan->lim.n_chunk, p->n_draft,
+                              (enum snug_kv_type)p->kv_type, err);
+    }
     return SNUG_OK;
 }
 
-/* Build the context: resolve defaults, ask the architecture for its plan, allocate the caches
- * and the work arena once. */
-int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *params,
-                  struct snug_err *err) {
-    *out = NULL;
-    struct snug_ctx_params p = params ? *params : snug_ctx_default_params();
+int snug_ctx_params_resolve(const struct snug_model *m, struct snug_ctx_params *pp,
+                            struct snug_err *err) {
+    struct snug_ctx_params p = *pp;
     if (p.n_ctx < 0 || p.n_chunk < 0 || p.n_threads < 0)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "context: n_ctx %d, n_chunk %d, n_threads %d must not be negative",
@@ -116,7 +88,13 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
                             "context: kv_type %d / K %d / V %d: expected formats 0..%d (f16 f32 "
                             "bf16 q8_0 fp8 tq4 tq3)",
                             p.kv_type, p.kv_type_k, p.kv_type_v, SNUG_KVFMT_N - 1);
-    if (kv_pair) p.kv_type = snug_kvfmt_code(p.kv_type_k, p.kv_type_v);
+    if (kv_pair) {
+        p.kv_type = snug_kvfmt_code(p.kv_type_k, p.kv_type_v);
+        p.kv_type_k = p.kv_type_v = SNUG_KV_F16; /* resolved: kv_type is the pair */
+    }
+    if (p.backend != 0 && p.backend != 1)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "context: backend %d: expected 0 (cpu) or 1 (cuda)", p.backend);
     if (p.n_ctx == 0) {
         p.n_ctx = 4096;
         if (m->hp.n_ctx_train && (uint64_t)p.n_ctx > m->hp.n_ctx_train)
@@ -127,56 +105,67 @@ int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug
     if (p.n_draft < 0 || p.n_draft > SNUG_SPEC_MAX_DRAFT)
         return snug_err_set(err, SNUG_ERR_INVALID, "context: n_draft %d: expected 0..%d", p.n_draft,
                             SNUG_SPEC_MAX_DRAFT);
+    if (p.n_draft > 0 && (m->hp.n_nextn == 0 || !m->arch->mtp_forward))
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "speculative decoding (n_draft %d) needs an MTP block, but this %s "
+                            "model has %s.nextn_predict_layers = 0; use n_draft 0",
+                            p.n_draft, m->hp.arch, m->hp.arch);
+    *pp = p;
+    return SNUG_OK;
+}
 
+int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m,
+                       const struct snug_ctx_params *resolved, struct snug_pool *pool,
+                       struct snug_be *be, int32_t slot, const struct snug_plan *plan,
+                       struct snug_err *err) {
+    *out = NULL;
+    struct snug_ctx *c = snug_calloc(1, sizeof *c);
+    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    c->m = m;
+    c->p = *resolved;
+    c->pool = pool;
+    c->n_threads = snug_pool_size(pool);
+    c->be = be;
+    c->slot = slot;
+    int rc = ctx_attach(c, plan, err);
+    if (rc) {
+        snug_ctx_free(c);
+        return rc;
+    }
+    *out = c;
+    return SNUG_OK;
+}
+
+/* Build the context: resolve defaults, plan, open a one-slot backend instance that allocates
+ * the caches and the work arena once (src/engine/slots.c), attach to its slot 0. */
+int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *params,
+                  struct snug_err *err) {
+    *out = NULL;
+    struct snug_ctx_params p = params ? *params : snug_ctx_default_params();
+    int rc = snug_ctx_params_resolve(m, &p, err);
+    if (rc) return rc;
     struct snug_ctx *c = snug_calloc(1, sizeof *c);
     if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->p = p;
-    int rc = snug_pool_init(&c->pool, p.n_threads ? p.n_threads : m->n_threads, err);
-    if (rc) goto fail;
-    c->n_threads = snug_pool_size(c->pool);
-
-    /* Every arena size comes from the memory planner (src/plan), the same numbers
-     * `snug plan` prints; nothing here computes a size of its own. */
-    struct snug_plan_limits lim = {
-        .n_ctx = p.n_ctx,
-        .n_slots = 1,
-        .n_chunk = p.n_chunk,
-        .n_draft = p.n_draft,
-        .n_threads = c->n_threads,
-        .kv_type = p.kv_type,
-        .backend = p.backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU,
-    };
-    struct snug_plan plan;
-    if (p.backend == 1) { /* the CUDA backend: device arenas from the plan, budget checked */
-        rc = ctx_init_cuda(c, m, &p, &lim, &plan, err);
-        if (rc) goto fail;
-        *out = c;
-        return SNUG_OK;
-    }
-    rc = snug_plan_make(&m->hp, NULL, &lim, &plan, err);
-    if (rc) goto fail;
-    rc = snug_kv_init(&c->kv, &plan.kv_shape, err);
-    if (rc) goto fail;
-    rc = snug_arena_init(&c->work, "work", plan.work_bytes, err);
-    if (rc) goto fail;
-    c->rows = snug_malloc(plan.pos_bytes);
-    if (!c->rows) {
+    c->owns = true;
+    struct snug_plan *plan = snug_malloc(sizeof *plan);
+    if (!plan) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
-    c->pos = (int32_t *)(c->rows + plan.lim.n_chunk);
-    if (p.n_draft > 0) { /* speculative decoding: MTP state + n_draft + 1 rollback slots */
-        rc = snug_spec_init(&c->spec, m, p.n_ctx, p.n_chunk, p.n_draft,
-                            (enum snug_kv_type)p.kv_type, err);
-        if (rc) goto fail;
-        SNUG_ASSERT(plan.snapshot_bytes == snug_kv_snap_bytes(&plan.kv_shape, p.n_draft + 1));
-        rc = snug_kv_snap_init(&c->kv, p.n_draft + 1, err);
-        if (rc) goto fail;
-    }
+    rc = snug_pool_init(&c->pool, p.n_threads ? p.n_threads : m->n_threads, err);
+    if (rc) goto fail;
+    c->n_threads = snug_pool_size(c->pool);
+    rc = snug_slots_open_backend(m, &p, 1, c->pool, &c->be, plan, err);
+    if (rc) goto fail;
+    rc = ctx_attach(c, plan, err);
+    if (rc) goto fail;
+    snug_free(plan);
     *out = c;
     return SNUG_OK;
 fail:
+    snug_free(plan);
     snug_ctx_free(c);
     return rc;
 }
@@ -185,20 +174,17 @@ void snug_ctx_free(struct snug_ctx *ctx) {
     if (!ctx) return;
     snug_spec_free(ctx->spec);
     snug_free(ctx->rows); /* pos lives in the same block */
-    snug_arena_free(&ctx->work);
-    snug_kv_free(&ctx->kv);
-    snug_backend_cuda_close(ctx->gpu);
-    snug_pool_free(ctx->pool);
+    if (ctx->owns) {
+        snug_backend_close(ctx->be);
+        snug_pool_free(ctx->pool);
+    }
     snug_free(ctx);
 }
 
 void snug_ctx_reset(struct snug_ctx *ctx) {
     ctx->n_past = 0;
     ctx->snap_n = 0;
-    if (ctx->gpu)
-        snug_backend_cuda_reset(ctx->gpu);
-    else
-        snug_kv_reset(&ctx->kv);
+    ctx->be->ops->reset_slot(ctx->be, ctx->slot);
     if (ctx->spec) snug_spec_reset(ctx->spec);
 }
 
@@ -209,7 +195,7 @@ int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
 /* The prefix cache's access (model.h): the host caches of a CPU context without speculative
  * state; NULL otherwise (the cache then stays out of the way). */
 struct snug_kv *snug_ctx_prefix_kv(struct snug_ctx *ctx) {
-    return ctx->gpu || ctx->spec ? NULL : &ctx->kv;
+    return ctx->device || ctx->spec ? NULL : ctx->kv;
 }
 
 int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err) {
@@ -228,48 +214,29 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
     ctx->hook_user = user;
 }
 
-/* The caches the forward runs on: the device backend's or the context's own. */
+/* The caches the forward runs on: this sequence's slot. */
 static struct snug_kv *ctx_kv(struct snug_ctx *ctx) {
-    return ctx->gpu ? snug_backend_cuda_kv(ctx->gpu) : &ctx->kv;
+    return ctx->kv;
 }
 
 /* Copy every recurrent state into snapshot slot t (save) or back from it, in the caches' own
- * memory (a queued device copy on CUDA; kv.h's memcpy on the CPU). */
+ * memory (queued in order with the ops). */
 static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
-    if (!ctx->gpu) {
-        if (save)
-            snug_kv_snap_save(&ctx->kv, t);
-        else
-            snug_kv_snap_restore(&ctx->kv, t);
-        return;
-    }
-    struct snug_kv *kv = ctx_kv(ctx);
-    const struct snug_kv_shape *s = &kv->shape;
-    SNUG_ASSERT(t >= 0 && t < kv->n_snap);
-    if (s->n_rec == 0) return;
-    size_t cb = (size_t)s->n_rec * (size_t)s->conv_elems * 4;
-    size_t db = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
-    struct snug_be *be = ctx->gpu;
-    if (save) {
-        be->ops->copy(be, snug_kv_snap_conv(kv, t, 0), kv->conv, cb);
-        be->ops->copy(be, snug_kv_snap_delta(kv, t, 0), kv->delta, db);
-    } else {
-        be->ops->copy(be, kv->conv, snug_kv_snap_conv(kv, t, 0), cb);
-        be->ops->copy(be, kv->delta, snug_kv_snap_delta(kv, t, 0), db);
-    }
+    ctx->be->ops->snapshot(ctx->be, ctx->slot, t, save);
 }
 
-/* Point a step at the device backend: its caches, work arenas and positions (uploaded from
- * ctx->pos, T of them). */
-static void ctx_fwd_gpu(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
-    f->be = ctx->gpu;
-    f->kv = snug_backend_cuda_kv(ctx->gpu);
-    f->work = snug_backend_cuda_work(ctx->gpu);
-    f->host_work = snug_backend_cuda_host_work(ctx->gpu);
+/* Point a step at the backend: its caches, work arenas and positions (uploaded from ctx->pos,
+ * T of them, when the backend keeps its own copy). */
+static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
+    struct snug_be *be = ctx->be;
+    f->be = be;
+    f->kv = ctx->kv;
+    f->work = ctx->work;
+    f->host_work = be->ops->host_work(be);
     snug_arena_reset_to(f->work, 0);
-    snug_arena_reset_to(f->host_work, 0);
-    int32_t *dpos = snug_backend_cuda_pos(ctx->gpu);
-    if (T > 0) ctx->gpu->ops->upload(ctx->gpu, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
+    if (f->host_work) snug_arena_reset_to(f->host_work, 0);
+    int32_t *dpos = be->ops->positions(be);
+    if (dpos && T > 0) be->ops->upload(be, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
     f->pos_be = dpos;
 }
 
@@ -307,7 +274,6 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
         for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
-        snug_arena_reset_to(&ctx->work, 0);
         float *lg = NULL;
         if (logits_out) {
             if (all)
@@ -320,8 +286,6 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .m = m,
             .pool = ctx->pool,
             .n_threads = ctx->n_threads,
-            .work = &ctx->work,
-            .kv = &ctx->kv,
             .ids = ids + off,
             .pos = ctx->pos,
             .T = T,
@@ -331,18 +295,16 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
-        if (ctx->gpu) ctx_fwd_gpu(ctx, &f, T); /* activations, caches, positions on device */
-        if (ctx->spec) { /* the pending rows learn their next token: MTP step 1 over them */
+        ctx_fwd_be(ctx, &f, T); /* activations, caches, positions in the backend's memory */
+        if (ctx->spec) {        /* the pending rows learn their next token: MTP step 1 over them */
             float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
             ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
             snug_arena_reset_to(f.work, 0);
             if (f.host_work) snug_arena_reset_to(f.host_work, 0);
         }
         m->arch->forward(&f);
-        if (ctx->gpu) {
-            int rc = snug_backend_cuda_sync(ctx->gpu, err);
-            if (rc) return rc;
-        }
+        int rc = ctx->be->ops->sync(ctx->be, err);
+        if (rc) return rc;
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }
@@ -363,7 +325,7 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                             ctxs ? "ids" : "contexts");
     if (n == 0) return SNUG_OK;
     const struct snug_model *m = ctxs[0]->m;
-    bool batched = true;
+    bool batched = true, split = false;
     for (int32_t i = 0; i < n; i++) {
         struct snug_ctx *c = ctxs[i];
         if (!c || c->m != m)
@@ -387,14 +349,17 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                                 "eval batch: token id %d of row %d is outside the vocabulary "
                                 "[0, %u)",
                                 ids[i], i, m->hp.n_vocab);
-        if (c->gpu || c->spec || c->hook) batched = false;
+        /* one forward runs on one backend instance: CPU contexts share ops over host memory,
+         * device contexts must be slots of the same instance (src/engine/slots.h) */
+        if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
+        if (c->spec || c->hook || split) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
         static atomic_bool said_cuda;
-        if (ctxs[0]->gpu && !atomic_exchange(&said_cuda, true))
-            snug_log(SNUG_LOG_INFO, "eval batch: backend cuda decodes the batch's contexts one "
-                                    "by one (the batched forward is CPU-only so far)\n");
+        if (split && !atomic_exchange(&said_cuda, true))
+            snug_log(SNUG_LOG_INFO, "eval batch: device contexts of different backend instances "
+                                    "are decoded one by one (make them slots of one pool)\n");
         for (int32_t i = 0; i < n; i++) {
             int rc = snug_ctx_eval(ctxs[i], ids + i, 1, logits_out ? logits_out + i * V : NULL,
                                    SNUG_EVAL_LOGITS_LAST, err);
@@ -407,23 +372,24 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
         int32_t T = SNUG_MIN(c0->p.n_chunk, n - off);
         for (int32_t t = 0; t < T; t++) c0->pos[t] = ctxs[off + t]->n_past;
         struct snug_kv **rows = c0->rows; /* planned with the positions (pos_bytes) */
-        for (int32_t t = 0; t < T; t++) rows[t] = &ctxs[off + t]->kv;
-        snug_arena_reset_to(&c0->work, 0);
+        for (int32_t t = 0; t < T; t++) rows[t] = ctxs[off + t]->kv;
         struct snug_fwd f = {
             .m = m,
             .pool = c0->pool,
             .n_threads = c0->n_threads,
-            .work = &c0->work,
-            .kv = rows[0],
             .ids = ids + off,
             .pos = c0->pos,
             .T = T,
             .pos0 = c0->pos[0],
             .logits = logits_out ? logits_out + (int64_t)off * V : NULL,
             .logits_all = true,
-            .kv_rows = rows,
         };
+        ctx_fwd_be(c0, &f, T); /* the shared instance: work arena, positions in its memory */
+        f.kv = rows[0];
+        f.kv_rows = rows;
         m->arch->forward(&f);
+        int rc = c0->be->ops->sync(c0->be, err);
+        if (rc) return rc;
         for (int32_t t = 0; t < T; t++) ctxs[off + t]->n_past++;
     }
     return SNUG_OK;
@@ -444,9 +410,8 @@ int32_t snug_model_n_nextn(const struct snug_model *m) {
 /* The fields of a forward step every MTP run shares with the trunk's (the backend and its
  * work arenas; the MTP uploads its own positions). */
 static struct snug_fwd base_fwd(struct snug_ctx *ctx) {
-    struct snug_fwd f = {
-        .m = ctx->m, .pool = ctx->pool, .n_threads = ctx->n_threads, .work = &ctx->work};
-    if (ctx->gpu) ctx_fwd_gpu(ctx, &f, 0);
+    struct snug_fwd f = {.m = ctx->m, .pool = ctx->pool, .n_threads = ctx->n_threads};
+    ctx_fwd_be(ctx, &f, 0);
     return f;
 }
 
@@ -462,7 +427,7 @@ int snug_ctx_eval_mtp(struct snug_ctx *ctx, const snug_token *ids, int32_t n, fl
         snug_spec_flush_known(ctx->spec, &base,
                               mtp_logits ? mtp_logits + ctx->mtp_rows * (int64_t)ctx->m->hp.n_vocab
                                          : NULL);
-        if (ctx->gpu) rc = snug_backend_cuda_sync(ctx->gpu, err);
+        if (rc == SNUG_OK) rc = ctx->be->ops->sync(ctx->be, err);
     }
     ctx->mtp_sink = NULL;
     return rc;
@@ -475,7 +440,7 @@ int snug_ctx_draft(struct snug_ctx *ctx, snug_token next, int32_t k, snug_token 
     struct snug_fwd base = base_fwd(ctx);
     int rc =
         snug_spec_draft(ctx->spec, &base, ctx->n_past, ctx->p.n_ctx, next, k, drafts, n_out, err);
-    if (rc == SNUG_OK && ctx->gpu) rc = snug_backend_cuda_sync(ctx->gpu, err);
+    if (rc == SNUG_OK) rc = ctx->be->ops->sync(ctx->be, err);
     return rc;
 }
 
@@ -498,22 +463,19 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
     if (sp->recompute) {
         ctx_snap(ctx, 0, false);
         for (int32_t i = 0; i < keep; i++) ctx->pos[i] = ctx->snap_pos0 + i;
-        snug_arena_reset_to(&ctx->work, 0);
         struct snug_fwd f = base_fwd(ctx);
         f.kv = ctx_kv(ctx);
         f.ids = sp->hid_ids;
         f.pos = ctx->pos;
         f.T = keep;
         f.pos0 = ctx->snap_pos0;
-        if (ctx->gpu) ctx_fwd_gpu(ctx, &f, keep);
+        ctx_fwd_be(ctx, &f, keep);
         ctx->m->arch->forward(&f);
     } else {
         ctx_snap(ctx, keep - 1, false);
     }
-    if (ctx->gpu) {
-        int rc = snug_backend_cuda_sync(ctx->gpu, err);
-        if (rc) return rc;
-    }
+    int rc = ctx->be->ops->sync(ctx->be, err);
+    if (rc) return rc;
     ctx->n_past = n_past;
     if (sp->hid_pos0 == ctx->snap_pos0) sp->n_hid = SNUG_MIN(sp->n_hid, keep);
     return SNUG_OK;

@@ -170,6 +170,18 @@ static inline struct snug_arena *snug_fwd_host_work(struct snug_fwd *f) {
     return f->host_work ? f->host_work : f->work;
 }
 
+/* Contexts over a slot pool (src/engine/slots.c). Resolve a context's parameters in place
+ * (defaults, the K/V pair code, the chunk clamp) and validate them. */
+int snug_ctx_params_resolve(const struct snug_model *m, struct snug_ctx_params *p,
+                            struct snug_err *err);
+/* A context over slot `slot` of an opened backend instance owned by someone else (borrows pool
+ * and be; allocates its row table and, n_draft > 0, its MTP state). p: resolved parameters;
+ * plan: the instance's plan (src/plan). snug_ctx_free leaves the pool and instance alone. */
+struct snug_plan;
+int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *p,
+                       struct snug_pool *pool, struct snug_be *be, int32_t slot,
+                       const struct snug_plan *plan, struct snug_err *err);
+
 /* Arch helpers shared between registry entries (src/model/tensors.c). */
 /* Find a tensor and check its shape: n_dims dims with ne[0..n_dims) equal to the given values
  * (extra dims must be 1). required=false: absent → *out = NULL, OK. `f32_only` demands F32

@@ -59,17 +59,34 @@ int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *rec
 }
 
 /* ---- the plan ----------------------------------------------------------------------------- */
-static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
-                 bool estimated) {
+static void add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                     bool estimated, enum snug_plan_scope scope, uint64_t slot_bytes) {
     SNUG_ASSERT(p->n_items < SNUG_PLAN_MAX_ITEMS);
     struct snug_plan_item *it = &p->items[p->n_items++];
     snprintf(it->name, sizeof it->name, "%s", name);
     it->bytes = bytes;
     it->device = dev;
     it->estimated = estimated;
+    it->scope = scope;
+    it->slot_bytes = slot_bytes;
     p->total += bytes;
     bool gpu_budget = p->lim.backend == SNUG_BACKEND_CUDA;
-    if ((dev == SNUG_DEVICE_GPU) == gpu_budget) p->device_total += bytes;
+    if ((dev == SNUG_DEVICE_GPU) == gpu_budget) {
+        p->device_total += bytes;
+        if (scope == SNUG_PLAN_PER_SLOT)
+            p->slot_device_bytes += slot_bytes;
+        else
+            p->model_device_bytes += bytes;
+    }
+}
+/* A buffer the model holds once. */
+static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                 bool estimated) {
+    add_item(p, name, bytes, dev, estimated, SNUG_PLAN_PER_MODEL, 0);
+}
+/* A buffer every slot holds: one slot's bytes, n_slots times. */
+static void slot_item(struct snug_plan *p, const char *name, uint64_t one, enum snug_device dev) {
+    add_item(p, name, (uint64_t)p->lim.n_slots * one, dev, false, SNUG_PLAN_PER_SLOT, one);
 }
 
 /* CUDA runtime overheads: not allocations of ours, so ESTIMATES (labelled in every output).
@@ -137,7 +154,7 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     out->lim = lim;
     const enum snug_device dev =
         lim.backend == SNUG_BACKEND_CUDA ? SNUG_DEVICE_GPU : SNUG_DEVICE_HOST;
-    const uint64_t S = (uint64_t)lim.n_slots, V = hp->n_vocab;
+    const uint64_t V = hp->n_vocab;
 
     /* weights, per stored type */
     if (w)
@@ -169,42 +186,46 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     s0.n_ctx = 0;
     const uint64_t kv_all = snug_kv_bytes(&s), kv_fixed = snug_kv_bytes(&s0);
     out->kv_shape = s;
-    item(out, "kv cache (attention)", S * (kv_all - kv_fixed), dev, false);
-    item(out, "recurrent state", S * kv_fixed, dev, false);
+    slot_item(out, "kv cache (attention)", kv_all - kv_fixed, dev);
+    slot_item(out, "recurrent state", kv_fixed, dev);
     /* Speculative decoding with a draft of N tokens verifies N+1 positions in one step; to
      * roll the recurrent state back to the last accepted one we keep the state after each of
      * them: N+1 copies of every DeltaNet layer's conv + delta state (64-byte aligned). */
     if (lim.n_draft > 0) {
         out->snapshot_bytes =
             (size_t)(lim.n_draft + 1) * SNUG_ALIGN_UP(snug_kv_state_bytes(&s), (size_t)64);
-        item(out, "state snapshots (mtp)", S * out->snapshot_bytes, dev, false);
+        slot_item(out, "state snapshots (mtp)", out->snapshot_bytes, dev);
         /* the MTP block's own one-layer KV cache and the draft/verify buffers, exactly what
          * snug_spec_init allocates (src/speculative/speculative.c) */
         if (hp->n_nextn > 0)
-            item(out, "mtp kv cache + draft buffers",
-                 S * snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,
-                                     (enum snug_kv_type)lim.kv_type),
-                 dev, false);
+            slot_item(out, "mtp kv cache + draft buffers",
+                      snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,
+                                      (enum snug_kv_type)lim.kv_type),
+                      dev);
     }
-    /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64) */
+    /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64); one
+     * per model: the slots share the backend instance's arena, one step at a time */
     out->work_bytes = SNUG_ALIGN_UP(ap.work_bytes, (size_t)64);
-    item(out, "work arena (per chunk)", S * out->work_bytes, dev, false);
+    item(out, "work arena (per chunk)", out->work_bytes, dev, false);
     /* the step's position table and, for a batched decode across slots
-     * (snug_ctx_eval_batch), its row → cache table: n_chunk of each */
+     * (snug_ctx_eval_batch), its row → cache table: n_chunk of each. Each slot's sequence
+     * handle keeps one (the host copy the backend uploads from). */
     out->pos_bytes = (size_t)lim.n_chunk * (sizeof(int32_t) + sizeof(void *));
-    item(out, "positions + batch rows", S * out->pos_bytes, dev, false);
+    slot_item(out, "positions + batch rows", out->pos_bytes, SNUG_DEVICE_HOST);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
-    item(out, "logits", S * V * 4, SNUG_DEVICE_HOST, false);
-    item(out, "sampler", S * 6 * V * 4, SNUG_DEVICE_HOST, false);
+    slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);
+    slot_item(out, "sampler", 6 * V * 4, SNUG_DEVICE_HOST);
     if (lim.backend == SNUG_BACKEND_CUDA) {
-        item(out, "logits (device)", S * V * 4, SNUG_DEVICE_GPU, false);
-        /* per context: bf16 GEMM tiles / int8 matvec activations / split-attention partials
-         * (what snug_backend_cuda_open allocates as its op scratch: this number) */
+        item(out, "logits (device)", V * 4, SNUG_DEVICE_GPU, false);
+        /* the backend's copy of a step's positions, [n_chunk] int32 */
+        item(out, "positions (device)", (uint64_t)lim.n_chunk * 4, SNUG_DEVICE_GPU, false);
+        /* per model: bf16 GEMM tiles / int8 matvec activations / split-attention partials
+         * (what the CUDA backend allocates as its op scratch: this number) */
         int64_t mi, mo;
         plan_matrix_extent(hp, &mi, &mo);
         out->cuda_scratch_bytes =
-            snug_backend_cuda_scratch_bytes(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
-        item(out, "cuda op scratch", S * out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
+            snug_backend_plan_cuda_scratch(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
+        item(out, "cuda op scratch", out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
         item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
         item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);
     }
@@ -287,7 +308,7 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
     size_t o = 0;
     if (n) buf[0] = 0;
     const double ref = budget ? (double)budget : (double)SNUG_MAX(p->device_total, 1);
-    put(buf, n, &o, "  %-30s %15s %11s %7s  %s\n", "item", "bytes", "MiB",
+    put(buf, n, &o, "  %-30s %-9s %15s %11s %7s  %s\n", "item", "per", "bytes", "MiB",
         budget ? "budget" : "share", "");
     for (int i = 0; i < p->n_items; i++) {
         const struct snug_plan_item *it = &p->items[i];
@@ -296,19 +317,28 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
         char bar[BAR + 1];
         for (int k = 0; k < BAR; k++) bar[k] = k < fill ? '#' : '.';
         bar[BAR] = 0;
-        put(buf, n, &o, "%c %-30s %15llu %11.1f %6.1f%%  %s%s\n", it->estimated ? '~' : ' ',
-            it->name, (unsigned long long)it->bytes, (double)it->bytes / 1048576.0, 100 * share,
-            bar, it->device == SNUG_DEVICE_GPU ? " gpu" : "");
+        char per[16];
+        if (it->scope == SNUG_PLAN_PER_SLOT)
+            snprintf(per, sizeof per, "slot x%d", (int)p->lim.n_slots);
+        else
+            snprintf(per, sizeof per, "model");
+        put(buf, n, &o, "%c %-30s %-9s %15llu %11.1f %6.1f%%  %s%s\n", it->estimated ? '~' : ' ',
+            it->name, per, (unsigned long long)it->bytes, (double)it->bytes / 1048576.0,
+            100 * share, bar, it->device == SNUG_DEVICE_GPU ? " gpu" : "");
     }
-    put(buf, n, &o, "  %-30s %15llu %11.1f %6.1f%%\n",
-        p->lim.backend == SNUG_BACKEND_CUDA ? "total on the gpu" : "total",
+    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f %6.1f%%\n",
+        p->lim.backend == SNUG_BACKEND_CUDA ? "total on the gpu" : "total", "",
         (unsigned long long)p->device_total, (double)p->device_total / 1048576.0,
         100 * (double)p->device_total / ref);
+    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per model", "",
+        (unsigned long long)p->model_device_bytes, (double)p->model_device_bytes / 1048576.0);
+    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per slot (one slot)", "",
+        (unsigned long long)p->slot_device_bytes, (double)p->slot_device_bytes / 1048576.0);
     if (budget)
-        put(buf, n, &o, "  %-30s %15llu %11.1f\n", "budget", (unsigned long long)budget,
+        put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "budget", "", (unsigned long long)budget,
             (double)budget / 1048576.0);
     if (p->total != p->device_total)
-        put(buf, n, &o, "  %-30s %15llu %11.1f\n", "host (not in the gpu budget)",
+        put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "host (not in the gpu budget)", "",
             (unsigned long long)(p->total - p->device_total),
             (double)(p->total - p->device_total) / 1048576.0);
     return o;

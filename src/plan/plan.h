@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum snug_backend { SNUG_BACKEND_CPU = 0, SNUG_BACKEND_CUDA = 1 };
+/* enum snug_backend (cpu, cuda): src/backend/backend.h */
 enum snug_device { SNUG_DEVICE_HOST = 0, SNUG_DEVICE_GPU = 1 };
 
 /* Weight bytes per dtype (and count of tensors), from a GGUF tensor table or a recipe. */
@@ -40,11 +40,18 @@ struct snug_plan_limits {
     enum snug_backend backend;
 };
 
+/* Who holds a buffer: the model (one per loaded model however many slots: weights, the one
+ * work arena, the op scratch, the backend's runtime) or each sequence slot (its KV cache,
+ * recurrent state, snapshots, MTP state, logits row and sampler). */
+enum snug_plan_scope { SNUG_PLAN_PER_MODEL = 0, SNUG_PLAN_PER_SLOT = 1 };
+
 struct snug_plan_item {
     char name[48];
-    uint64_t bytes;
+    uint64_t bytes; /* the whole run's: per-slot items are n_slots × slot_bytes */
     enum snug_device device;
     bool estimated; /* not a computed allocation (CUDA runtime overheads) */
+    enum snug_plan_scope scope;
+    uint64_t slot_bytes; /* per-slot items: one slot's bytes (0 for per-model items) */
 };
 
 #define SNUG_PLAN_MAX_ITEMS 48
@@ -54,12 +61,15 @@ struct snug_plan {
     int n_items;
     uint64_t total;        /* all items */
     uint64_t device_total; /* items on the budgeted device: GPU for cuda, host for cpu */
-    /* What one context (one slot) allocates, for snug_ctx_init: */
-    struct snug_kv_shape kv_shape; /* its KV/state arena (snug_kv_bytes(&kv_shape) bytes) */
-    size_t work_bytes;             /* its work arena (one step of n_chunk tokens) */
-    size_t pos_bytes;              /* its position table + batched-decode row table */
+    /* device_total = model_device_bytes + n_slots × slot_device_bytes */
+    uint64_t model_device_bytes; /* its per-model items */
+    uint64_t slot_device_bytes;  /* one slot's share of its per-slot items */
+    /* What the backend instance allocates (src/engine/slots.c): */
+    struct snug_kv_shape kv_shape; /* per slot: its KV/state arena (snug_kv_bytes(&kv_shape)) */
     size_t snapshot_bytes;         /* per slot: recurrent-state copies for rollback */
-    size_t cuda_scratch_bytes;     /* per slot, --backend cuda: the backend's op scratch */
+    size_t work_bytes;             /* per model: the work arena (one step of n_chunk tokens) */
+    size_t pos_bytes;              /* per model: a step's position table + batch row table */
+    size_t cuda_scratch_bytes;     /* per model, --backend cuda: the backend's op scratch */
 };
 
 /* The KV format names the engine has, in enum order, NULL-terminated ("f16", "f32"). */

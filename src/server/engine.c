@@ -1,6 +1,8 @@
 /* engine.c — the engine thread, its slots and the job queue (see engine.h for the contract).
  *
- * Owns: one snug_ctx, sampler, detokenizer, logits row and token cache per slot; the queue.
+ * Owns: the model's slot pool (src/engine/slots.h: one backend instance, work arena and thread
+ * pool; one sequence per slot), and per slot a sampler, detokenizer, logits row and token
+ * cache; the queue.
  * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
  * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
  * cannot be rolled back, so only exact extensions qualify).
@@ -20,6 +22,7 @@
 #include "server/engine_prefix.h"
 
 #include "core/core.h"
+#include "engine/slots.h"
 #include "kv/kvfmt.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -70,6 +73,7 @@ struct snug_engine {
     /* the engine thread's admission lists (n_slots each, allocated at init) */
     struct slot **started;
     struct snug_engine_job **started_job;
+    struct snug_slots *pool; /* the slots' sequences over one backend instance */
     /* the batched decode step (all allocated at init, n_slots each): contexts, their tokens,
      * the slots they belong to, and the [n_slots][V] logits the batch writes */
     struct snug_ctx **b_ctx;
@@ -619,15 +623,16 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     cp.kv_type_v = kv_v;
     cp.n_threads = o->n_threads;
     cp.n_draft = o->n_draft > SNUG_SPEC_MAX_DRAFT ? SNUG_SPEC_MAX_DRAFT : o->n_draft;
+    cp.backend = o->backend;
+    cp.vram_budget = o->vram_budget;
     e->n_draft = cp.n_draft;
+    /* one backend instance, work arena and thread pool for the model; a slot per sequence */
+    rc = snug_slots_init(&e->pool, m, &cp, o->n_slots, err);
+    if (rc != SNUG_OK) goto fail;
     for (int32_t i = 0; i < o->n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->index = i;
-        rc = snug_ctx_init(&s->ctx, m, &cp, err);
-        if (rc != SNUG_OK) {
-            snug_err_prefix(err, "slot %d", i);
-            goto fail;
-        }
+        s->ctx = snug_slots_ctx(e->pool, i);
         e->n_ctx = snug_ctx_n_ctx(s->ctx);
         s->toks = snug_malloc((size_t)e->n_ctx * sizeof(snug_token));
         s->logits = snug_malloc((size_t)e->V * sizeof(float));
@@ -689,7 +694,6 @@ void snug_engine_free(struct snug_engine *e) {
     if (e->slots) {
         for (int32_t i = 0; i < e->n_slots; i++) {
             struct slot *s = &e->slots[i];
-            snug_ctx_free(s->ctx);
             snug_free(s->toks);
             snug_free(s->logits);
             snug_sampler_free(s->smp);
@@ -699,6 +703,7 @@ void snug_engine_free(struct snug_engine *e) {
     }
     snug_free(e->started);
     snug_free(e->started_job);
+    snug_slots_free(e->pool); /* the slots' sequences, the backend instance, the thread pool */
     snug_free(e->b_ctx);
     snug_free(e->b_ids);
     snug_free(e->b_slot);

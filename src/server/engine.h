@@ -99,12 +99,14 @@ struct snug_engine_job {
 };
 
 struct snug_engine_opts {
-    int32_t n_slots;            /* >= 1 */
-    int32_t n_ctx;              /* per slot */
-    int32_t kv_type;            /* enum snug_kv_type */
-    int32_t n_threads;          /* per context; 0 = model default */
-    int32_t queue_cap;          /* jobs waiting beyond the slots; >= 1 */
-    int32_t n_draft;            /* MTP drafts per speculative step; 0 = plain decoding */
+    int32_t n_slots;      /* >= 1 */
+    int32_t n_ctx;        /* per slot */
+    int32_t kv_type;      /* enum snug_kv_type */
+    int32_t n_threads;    /* the model's thread pool; 0 = model default */
+    int32_t queue_cap;    /* jobs waiting beyond the slots; >= 1 */
+    int32_t n_draft;      /* MTP drafts per speculative step; 0 = plain decoding */
+    int32_t backend;      /* 0 = CPU, 1 = CUDA (snug_ctx_params.backend) */
+    uint64_t vram_budget; /* backend CUDA: bytes the whole plan must fit (0 = no check) */
     struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
     int32_t cache_every;        /* its checkpoint interval in tokens */
 };
@@ -125,7 +127,8 @@ struct snug_engine_stats {
 
 struct snug_engine;
 
-/* Make the contexts (one per slot, all allocated now) and start the engine thread. */
+/* Make the slots (one backend instance for the model, a sequence per slot, all allocated now)
+ * and start the engine thread. */
 int snug_engine_init(struct snug_engine **out, struct snug_model *m,
                      const struct snug_engine_opts *opts, struct snug_err *err);
 /* Stop the thread (jobs still queued or running end with CANCEL) and free everything. */

@@ -189,7 +189,9 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
                                    .n_draft = eo->n_draft,
                                    .n_threads = threads,
                                    .kv_type = eo->kv_type,
-                                   .backend = SNUG_BACKEND_CPU};
+                                   .backend =
+                                       eo->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU};
+    uint64_t budget = eo->backend == 1 ? eo->vram_budget : s->opts.budget;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     struct snug_plan *plan = snug_malloc(sizeof *plan);
@@ -199,13 +201,13 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
         snug_free(buf);
         return snug_err_set(err, SNUG_ERR_NOMEM, "serve: out of memory for the memory plan");
     }
-    int rc = snug_plan_check(&m->hp, &w, &lim, s->opts.budget, plan, err);
+    int rc = snug_plan_check(&m->hp, &w, &lim, budget, plan, err);
     if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
         fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",
                 plan->lim.n_slots, (long long)plan->lim.n_ctx, plan->lim.n_chunk,
                 kv_name(eo->kv_type), plan->lim.n_draft);
-        snug_plan_format(plan, s->opts.budget, buf, 8192);
+        snug_plan_format(plan, budget, buf, 8192);
         fputs(buf, stderr);
         s->plan_total = plan->total;
         s->plan_items = plan->n_items;
@@ -671,6 +673,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         .kv_type = opts->kv_type,
         .n_threads = opts->n_threads,
         .queue_cap = s->opts.queue_cap,
+        .backend = opts->backend,
+        .vram_budget = opts->vram_budget,
         /* default: 3 drafts when the model has an MTP block — but not under --script, whose
          * generation follows a text and never drafts (verify would see idle counters) */
         .n_draft = opts->n_draft >= 0                                         ? opts->n_draft

@@ -71,6 +71,8 @@ struct snug_server_opts {
     double shutdown_grace_s;  /* on SIGTERM, in-flight requests may finish for this long [5] */
     bool special_in_content;  /* --special-tokens-in-content: the old, injectable behaviour */
     struct snug_server_limits limits; /* request-cost limits (fields 0 = defaults) */
+    int32_t backend;         /* 0 = CPU, 1 = CUDA (--backend) */
+    uint64_t vram_budget;    /* --backend cuda: bytes the GPU plan must fit; 0 = no limit */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and

@@ -1,6 +1,7 @@
 #!/bin/sh
 # pack_devcarry.sh — what a device run needs, from a build made HERE (the device machine has
-# no -dev packages): D/lib.tar.xz holding snug, bench_cuda_ops, test_cuda_ops and
+# no -dev packages): D/lib.tar.xz holding snug, libsnug_cuda.so (the CUDA backend snug loads
+# at run time from its own directory), bench_cuda_ops, test_cuda_ops and
 # test_mtp_device (when built) and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
 # device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
 # D should be under devcarry/ (ignored by git) and named in the `run` tool's carry list.
@@ -12,15 +13,15 @@ D=${2:?carry dir}
 FX=${FX:-$(dirname "$0")/../../../shared/fixtures}
 set -e
 rm -rf "$D" && mkdir -p "$D/lib" "$D/fx"
-for t in snug bench_cuda_ops test_cuda_ops test_mtp_device; do
+for t in snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device; do
   f=$(find "$B" -maxdepth 3 -type f -name $t -perm -u+x | head -1)
-  [ -n "$f" ] && cp "$f" "$D/" && strip "$D/$t"
+  [ -n "$f" ] && cp "$f" "$D/" && strip --strip-unneeded "$D/$t"
 done
 ldd "$D/snug" | awk '/=>/ {print $3}' |
   grep -v -E 'libc\.so|ld-linux|libm\.so|libpthread|libdl\.so|librt\.so|libcuda|libcublas|libcudart|libnvidia' |
   while read -r l; do cp -L "$l" "$D/lib/"; done
 # the binaries travel inside the archive too (their fatbins compress well; carry is 64 MiB)
-bins=$(cd "$D" && ls snug bench_cuda_ops test_cuda_ops test_mtp_device 2>/dev/null || true)
+bins=$(cd "$D" && ls snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device 2>/dev/null || true)
 tar cJf "$D/lib.tar.xz" -C "$D" lib $bins && (cd "$D" && rm -rf lib $bins)
 [ "${NOFX:-0}" = 1 ] || for m in trained moe; do
   mkdir -p "$D/fx/$m"

@@ -316,11 +316,16 @@ static void test_shared_weights(const char *dir) {
     }
     struct snug_err err = {0};
     size_t f0 = 0, f1 = 0, f2 = 0, tot = 0;
-    snug_backend_cuda_mem_info(&f0, &tot, &err);
+    const struct snug_backend_module *cuda = NULL;
+    if (snug_backend_module_get(SNUG_BACKEND_CUDA, &cuda, &err)) {
+        free(ids);
+        return;
+    }
+    cuda->mem_info(&f0, &tot, &err);
     struct snug_ctx *a = mk_ctx(1, 0, n, 64);
-    snug_backend_cuda_mem_info(&f1, &tot, &err);
+    cuda->mem_info(&f1, &tot, &err);
     struct snug_ctx *b = mk_ctx(1, 0, n, 64);
-    snug_backend_cuda_mem_info(&f2, &tot, &err);
+    cuda->mem_info(&f2, &tot, &err);
     float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4), *lc = malloc((size_t)V * 4);
     int rc = snug_ctx_eval(a, ids, n, la, SNUG_EVAL_LOGITS_LAST, &err);
     if (!rc) rc = snug_ctx_eval(b, ids, n, lb, SNUG_EVAL_LOGITS_LAST, &err);

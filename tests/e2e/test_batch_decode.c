@@ -4,6 +4,8 @@
  * greedy continuations for several steps, and every batched logits row must equal the lone
  * decode's row bit for bit (each matmul output is the same kernel call for one row or a few:
  * f16, and Q8_0 / Q6_K / Q4_K_M copies of the trained model made with `snug quantize`).
+ * The batched contexts are either separate contexts or the slots of one pool (src/engine/slots.h:
+ * one backend instance, work arena and thread pool for all of them, as the server runs them).
  * Also: a step of more rows than ctxs[0]'s n_chunk (split into several forwards), the
  * one-by-one fallback (a context with a layer hook), zero allocations per batched step, and
  * the refusals (a repeated context, a full context) that change nothing.
@@ -15,6 +17,8 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are checked by the open */
 #endif
 #include "test_fixtures_common.h"
+
+#include "engine/slots.h"
 
 #define NB    4  /* contexts in the batch */
 #define STEPS 10 /* decode steps */
@@ -37,8 +41,8 @@ static void noop_hook(void *user, int32_t stage, snug_pos pos0, int32_t n, int32
 /* One model: NB batched contexts and NB reference contexts, prompts of different lengths,
  * STEPS greedy decode steps compared row by row. chunk0: ctxs[0]'s n_chunk (small values split
  * the batch into several forwards); hook: set a layer hook on context 1 (the fallback path). */
-static void run_model(const char *dir, const char *model, const char *path, int32_t chunk0,
-                      bool hook) {
+static void run_model_in(const char *dir, const char *model, const char *path, int32_t chunk0,
+                         bool hook, bool pool) {
     struct snug_err err = {0};
     struct snug_model *m = NULL;
     struct snug_model_params mp = {.path = path, .n_threads = 2};
@@ -55,14 +59,23 @@ static void run_model(const char *dir, const char *model, const char *path, int3
     float *rlog = malloc(sizeof(float) * (size_t)(NB * V));
     snug_token next[NB];
     bool ok = ids && blog && rlog && n_ids >= 120;
+    struct snug_slots *sp = NULL;
+    if (ok && pool) { /* the batched sequences as slots of one backend instance */
+        struct snug_ctx_params cp = snug_ctx_default_params();
+        cp.n_ctx = 256;
+        cp.n_chunk = chunk0;
+        cp.n_threads = 2;
+        ok = snug_slots_init(&sp, m, &cp, NB, &err) == SNUG_OK;
+        for (int i = 0; ok && i < NB; i++) bat[i] = snug_slots_ctx(sp, i);
+    }
     for (int i = 0; ok && i < NB; i++) {
         struct snug_ctx_params cp = snug_ctx_default_params();
         cp.n_ctx = 256;
         cp.n_chunk = 64;
         cp.n_threads = 2;
-        if (i == 0) cp.n_chunk = chunk0; /* (both: the prompt's chunking must match too) */
+        if (i == 0 || pool) cp.n_chunk = chunk0; /* (both: the prompt's chunking must match) */
         ok = snug_ctx_init(&ref[i], m, &cp, &err) == SNUG_OK;
-        ok = ok && snug_ctx_init(&bat[i], m, &cp, &err) == SNUG_OK;
+        if (!pool) ok = ok && snug_ctx_init(&bat[i], m, &cp, &err) == SNUG_OK;
         int32_t len = 7 + 29 * i; /* different positions per sequence */
         ok = ok && snug_ctx_eval(ref[i], ids, len, rlog + i * V, 0, &err) == SNUG_OK;
         ok = ok && snug_ctx_eval(bat[i], ids, len, blog + i * V, 0, &err) == SNUG_OK;
@@ -89,10 +102,10 @@ static void run_model(const char *dir, const char *model, const char *path, int3
         }
         steps_ok++;
     }
-    printf("%s (chunk0 %d%s): %d steps x %d contexts, max |batched - lone| logit %.3g, %llu "
+    printf("%s (chunk0 %d%s%s): %d steps x %d contexts, max |batched - lone| logit %.3g, %llu "
            "allocations\n",
-           model, chunk0, hook ? ", hook fallback" : "", steps_ok, NB, worst,
-           (unsigned long long)allocs);
+           model, chunk0, hook ? ", hook fallback" : "", pool ? ", slots of one pool" : "",
+           steps_ok, NB, worst, (unsigned long long)allocs);
     CHECK(steps_ok == STEPS);
     CHECKF(worst == 0, "%s: batched logits differ from lone decodes by %.3g", model, worst);
     CHECKF(allocs == 0, "%s: %llu allocations in batched steps", model, (unsigned long long)allocs);
@@ -109,13 +122,19 @@ static void run_model(const char *dir, const char *model, const char *path, int3
         CHECK(snug_ctx_eval_batch(bat, two, 0, NULL, &err) == SNUG_OK);
     }
     for (int i = 0; i < NB; i++) {
-        snug_ctx_free(bat[i]);
+        if (!pool) snug_ctx_free(bat[i]);
         snug_ctx_free(ref[i]);
     }
+    snug_slots_free(sp);
     free(blog);
     free(rlog);
     free(ids);
     snug_model_free(m);
+}
+
+static void run_model(const char *dir, const char *model, const char *path, int32_t chunk0,
+                      bool hook) {
+    run_model_in(dir, model, path, chunk0, hook, false);
 }
 
 /* A context with no room left is refused by name and nothing moves. */
@@ -154,6 +173,8 @@ int main(void) {
     run_model(dir, "moe", fx_path(dir, "moe", "moe-f16.gguf"), 64, false);
     run_model(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 3, false); /* 3 + 1 */
     run_model(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 64, true);
+    run_model_in(dir, "trained", fx_path(dir, "trained", "trained-f16.gguf"), 64, false, true);
+    run_model_in(dir, "moe", fx_path(dir, "moe", "moe-f16.gguf"), 64, false, true);
     /* block types: Q8_0 / Q6_K take float activations (the few-row in-place dot), Q4_K int8
      * activations (several rows per weight-block decode); quantized here with `snug quantize` */
     const char *types[] = {"q8_0", "q6_k", "q4_k_m"};

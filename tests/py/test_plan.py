@@ -108,6 +108,35 @@ def test_formulas():
     check(g["all_bytes"] > g["total_bytes"], "cuda: host items outside the device total")
 
 
+def test_slots_share_the_model():
+    """Issue 15: per-model buffers once, per-slot buffers per slot, to the byte."""
+    base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "65536", "--kv", "q8_0",
+            "--backend", "cuda"]
+    for extra in ([], ["--mtp", "3"]):
+        _, one, _ = plan(*base, *extra, "--slots", "1")
+        _, four, _ = plan(*base, *extra, "--slots", "4")
+        tag = " ".join(extra) or "no mtp"
+        for name in ("work arena (per chunk)", "cuda op scratch", "logits (device)"):
+            check(one["items"][name] == four["items"][name] and name not in four["per_slot"],
+                  f"{tag}: {name} is one model's ({four['items'][name]} bytes for 4 slots)")
+        slot = sum(one["items"][n] for n in ("kv cache (attention)", "recurrent state",
+                                              "state snapshots (mtp)",
+                                              "mtp kv cache + draft buffers")
+                   if n in one["items"])
+        diff = four["total_bytes"] - one["total_bytes"]
+        check(diff == 3 * slot, f"{tag}: total(4 slots) - total(1 slot) = {diff} = 3 x per-slot "
+                                f"KV + state + snapshots ({slot})")
+        check(four["slot_bytes"] == slot and four["model_bytes"] + 4 * slot ==
+              four["total_bytes"], f"{tag}: model_bytes + 4 x slot_bytes = total")
+        for n in ("kv cache (attention)", "recurrent state"):
+            check(n in four["per_slot"] and four["items"][n] == 4 * one["items"][n],
+                  f"{tag}: {n} per slot")
+        print(f"27B q4_k_m ctx 65536 q8_0 cuda {tag}: 1 slot {one['total_bytes']}, 4 slots "
+              f"{four['total_bytes']}, per slot {slot}, work arena "
+              f"{four['items']['work arena (per chunk)']}, op scratch "
+              f"{four['items']['cuda op scratch']}")
+
+
 def test_max_ctx():
     res = {}
     _, base, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m")
@@ -158,6 +187,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_weight_bytes(tmp)
     test_formulas()
+    test_slots_share_the_model()
     test_max_ctx()
     test_sizes_and_errors()
     print(f"{passed} passed, {failed} failed")

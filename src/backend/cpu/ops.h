@@ -14,6 +14,7 @@
 #ifndef SNUG_OPS_H
 #define SNUG_OPS_H
 
+#include "backend/kv_view.h"
 #include "core/threadpool.h"
 
 #include <stddef.h>
@@ -73,19 +74,7 @@ void snug_op_add_gated(struct snug_pool *pool, float *y, const float *d, const f
                        int64_t H);
 
 /* ---- attention (full-attention layers) ---------------------------------------------------- */
-/* The attention cache of one layer for one sequence: K and V rows of Hkv·D elements per
- * position, position p at base + p * row_bytes, in dtype F32 or F16. */
-struct snug_kv_view {
-    uint32_t type; /* SNUG_DTYPE_F32 or SNUG_DTYPE_F16, or SNUG_KV_VIEW_FMT */
-    void *k;       /* [n_ctx][Hkv][D] */
-    void *v;       /* [n_ctx][Hkv][D] */
-    int64_t n_ctx; /* capacity in positions */
-    int32_t k_fmt; /* type SNUG_KV_VIEW_FMT: the K and V formats (enum snug_kv_type, */
-    int32_t v_fmt; /* src/kv/kvfmt.h); a position holds Hkv stored vectors of each */
-};
-/* View type of a cache in the formats of src/kv/kvfmt.h (compressed or a mixed K/V pair):
- * written and read by snug_op_kvq_store / snug_op_kvq_attention (ops_attention_kvq.c). */
-#define SNUG_KV_VIEW_FMT 0x4b56u
+/* Caches are struct snug_kv_view (src/backend/kv_view.h). */
 /* Store k, v rows ([T][Hkv][D] float32) at positions pos0 .. pos0+T-1 (converted to the
  * cache dtype). Caller guarantees pos0 + T <= n_ctx. */
 void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,

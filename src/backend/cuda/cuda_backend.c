@@ -1,11 +1,14 @@
 /* cuda_backend.c — the CUDA implementation of struct snug_backend_ops (backend.h): each op
- * forwards to cuda_ops.h / cuda_backend.h on the context's stream, recording the first error;
- * plus the per-context device memory: weights (one allocation per GGUF file, uploaded by the
- * model's first context and shared, refcounted, by its others), the KV/state arena laid out as
- * attention views + recurrent states, the work arena the architecture bumps its activations from,
- * the op scratch, and the positions. Invariant: every cudaMalloc happens in snug_backend_cuda_open;
- * the token path only queues kernels and small synchronous copies (embeddings, MoE routing,
- * logits). Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
+ * forwards to cuda_ops.h / cuda_backend.h on the instance's stream, recording the first error;
+ * plus the instance's device memory: weights (one allocation per GGUF file, uploaded by the
+ * model's first instance and shared, refcounted, by any other), per sequence slot a KV/state
+ * arena laid out as attention views + recurrent states (and with speculation its snapshots, MTP
+ * cache and draft buffers), and once per instance the work arena the architecture bumps its
+ * activations from, the op scratch and the positions. Built into libsnug_cuda.so, whose one
+ * exported entry is snug_cuda_backend_module (src/backend/loader.c opens it).
+ * Invariant: every cudaMalloc happens in cuda_open; the token path only queues kernels and
+ * small synchronous copies (embeddings, MoE routing, logits).
+ * Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -25,6 +28,14 @@ _Static_assert(SNUG_MOE_TILE == SNUG_CUDA_MOE_TILE,
 
 #define MAX_FILES 64
 
+/* One sequence slot's device memory. */
+struct cuda_slot {
+    void *kv_mem;
+    struct snug_kv kv; /* views point into kv_mem (device); views array on the host */
+    void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
+    struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
+};
+
 struct cuda_be {
     struct snug_be be; /* first: the interface */
     struct snug_cuda cu;
@@ -34,18 +45,15 @@ struct cuda_be {
     uint8_t *dbase[MAX_FILES];       /* its device copy */
     size_t wbytes[MAX_FILES];
     struct cuda_weights *shared; /* the model's shared device weights (NULL: dbase is ours) */
-    void *kv_mem;
-    size_t kv_bytes;
-    struct snug_kv kv; /* views point into kv_mem (device); views array on the host */
+    int32_t n_slots;
+    struct cuda_slot *slots; /* [n_slots] */
     void *work_mem;
     size_t work_bytes;
     struct snug_arena work, host_work;
     void *scratch;
     size_t scratch_bytes;
-    int32_t *pos;                        /* device [n_chunk] */
-    float *stage;                        /* host [n_chunk][H]: embedding rows before upload */
-    void *snap_mem, *mtp_mem, *spec_mem; /* speculative decoding (NULL without) */
-    struct snug_kv mtp_kv;               /* the MTP block's cache over mtp_mem */
+    int32_t *pos; /* device [n_chunk] */
+    float *stage; /* host [n_chunk][H]: embedding rows before upload */
     int64_t stage_floats;
     size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
@@ -322,42 +330,10 @@ static void cb_copy(struct snug_be *be, void *dst, const void *src, size_t bytes
     if (bytes && dst != src) CK(snug_cuda_copy(&CB(be)->cu, dst, src, bytes, err));
 }
 
-static const struct snug_backend_ops CUDA_OPS = {
-    .name = "cuda",
-    .weight = cb_weight,
-    .matmul = cb_matmul,
-    .rmsnorm = cb_rmsnorm,
-    .l2norm = cb_l2norm,
-    .rope_neox = cb_rope,
-    .swiglu = cb_swiglu,
-    .sigmoid_mul = cb_sigmoid_mul,
-    .gated_rmsnorm = cb_gated_rmsnorm,
-    .conv_silu = cb_conv_silu,
-    .kv_store = cb_kv_store,
-    .attention = cb_attention,
-    .delta_step = cb_delta_step,
-    .delta_chunked = cb_delta_chunked,
-    .add = cb_add,
-    .scale = cb_scale,
-    .delta_gates = cb_delta_gates,
-    .copy2d = cb_copy2d,
-    .embed = cb_embed,
-    .upload = cb_upload,
-    .download = cb_download,
-    .gather_rows = cb_gather_rows,
-    .moe_combine = cb_moe_combine,
-    .moe_route = cb_moe_route,
-    .moe_matmul = cb_moe_matmul,
-    .add_gated = cb_add_gated,
-    .copy = cb_copy,
-};
-
-bool snug_backend_cuda_built(void) {
-    return true;
-}
-
-size_t snug_backend_cuda_scratch_bytes(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk,
-                                       int64_t Hq, int64_t D) {
+/* The op scratch the kernels ask for (the plan's copy of this formula is
+ * snug_backend_plan_cuda_scratch, src/backend/backend_plan.c; open checks the plan's is enough). */
+static size_t scratch_need(int64_t max_n_in, int64_t max_n_out, int64_t n_chunk, int64_t Hq,
+                           int64_t D) {
     size_t a = snug_cuda_matmul_work_bytes(max_n_in, max_n_out, n_chunk);
     size_t b = snug_cuda_attention_work_bytes(Hq, D, n_chunk);
     return SNUG_MAX(a, b);
@@ -366,7 +342,7 @@ size_t snug_backend_cuda_scratch_bytes(int64_t max_n_in, int64_t max_n_out, int6
 static int dmalloc(struct cuda_be *c, void **p, size_t bytes, const char *what,
                    struct snug_err *err) {
     int rc = snug_cuda_malloc(p, bytes, err);
-    if (rc) return snug_err_prefix(err, "backend cuda: %s (%zu bytes)", what, bytes);
+    if (rc) return snug_err_prefix(err, "%s (%zu bytes)", what, bytes);
     c->total += bytes ? bytes : 1;
     return SNUG_OK;
 }
@@ -380,8 +356,8 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
         const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
         if (t->file_idx >= MAX_FILES)
             return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                                "backend cuda: tensor in split part %u: at most %d parts",
-                                t->file_idx, MAX_FILES);
+                                "tensor in split part %u: at most %d parts", t->file_idx,
+                                MAX_FILES);
         const uint8_t *s = t->data, *e = s + t->n_bytes;
         if (!lo[t->file_idx] || s < lo[t->file_idx]) lo[t->file_idx] = s;
         if (e > hi[t->file_idx]) hi[t->file_idx] = e;
@@ -503,13 +479,13 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
         char nb[32];
         if (!snug_kvfmt_split(s->fmt, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, s->head_dim))
             return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                                "backend cuda: KV cache format %s at head size %d: the CUDA "
+                                "KV cache format %s at head size %d: the CUDA "
                                 "attention reads f16 f32 bf16 q8_0 fp8 with head sizes 32, 64, "
                                 "128, 256 and tq4 tq3 with 64, 128, 256 (or use --backend cpu)",
                                 snug_kvfmt_code_name(s->fmt, nb, sizeof nb), s->head_dim);
     } else if (s->type != SNUG_DTYPE_F16 && s->type != SNUG_DTYPE_F32) {
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "backend cuda: KV cache type %u: the CUDA attention reads f16 or f32 "
+                            "KV cache type %u: the CUDA attention reads f16 or f32 "
                             "rows (use --kv f16 or f32)",
                             s->type);
     } else {
@@ -526,7 +502,7 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
     if (rc) return rc;
     kv->shape = *s;
     kv->views = snug_calloc((size_t)s->n_attn + 1, sizeof *kv->views);
-    if (!kv->views) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
+    if (!kv->views) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
     uint8_t *p = *mem;
     for (int32_t i = 0; i < s->n_attn; i++) {
         kv->views[i].type = fmt ? SNUG_KV_VIEW_FMT : s->type;
@@ -545,90 +521,28 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
 /* Speculative decoding on the device: n_snap snapshot slots of the recurrent state (slot t at
  * t·snap_stride floats, the layout of kv.h's snug_kv_snap_conv/_delta), the MTP block's cache
  * and the spec module's device buffers. */
-static int layout_spec(struct cuda_be *c, const struct snug_cuda_limits *lim,
-                       struct snug_err *err) {
+static int layout_spec(struct cuda_be *c, struct cuda_slot *sl,
+                       const struct snug_backend_limits *lim, struct snug_err *err) {
     if (lim->n_snap <= 0) return SNUG_OK;
-    const struct snug_kv_shape *s = &c->kv.shape;
+    const struct snug_kv_shape *s = &sl->kv.shape;
     size_t bytes = snug_kv_snap_bytes(s, lim->n_snap);
     if (bytes) {
-        int rc = dmalloc(c, &c->snap_mem, bytes, "state snapshots (mtp)", err);
+        int rc = dmalloc(c, &sl->snap_mem, bytes, "state snapshots (mtp)", err);
         if (rc) return rc;
-        c->kv.snap = c->snap_mem;
-        c->kv.n_snap = lim->n_snap;
-        c->kv.snap_stride = bytes / (size_t)lim->n_snap / sizeof(float);
+        sl->kv.snap = sl->snap_mem;
+        sl->kv.n_snap = lim->n_snap;
+        sl->kv.snap_stride = bytes / (size_t)lim->n_snap / sizeof(float);
     }
     if (lim->mtp_kv_shape) {
-        int rc = layout_kv(c, &c->mtp_kv, &c->mtp_mem, lim->mtp_kv_shape,
+        int rc = layout_kv(c, &sl->mtp_kv, &sl->mtp_mem, lim->mtp_kv_shape,
                            snug_kv_bytes(lim->mtp_kv_shape), err);
         if (rc) return rc;
     }
-    return dmalloc(c, &c->spec_mem, lim->spec_bytes, "mtp draft buffers", err);
+    return dmalloc(c, &sl->spec_mem, lim->spec_bytes, "mtp draft buffers", err);
 }
 
-int snug_backend_cuda_open(struct snug_be **out, const struct snug_gguf *g,
-                           const struct snug_cuda_limits *lim, struct snug_err *err) {
-    *out = NULL;
-    struct cuda_be *c = snug_calloc(1, sizeof *c);
-    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
-    c->be.ops = &CUDA_OPS;
-    c->be.impl = c;
-    int rc = snug_cuda_init(&c->cu, 0, err);
-    if (rc) {
-        snug_err_prefix(err, "backend cuda: no usable GPU");
-        goto fail;
-    }
-    c->cu_ok = true;
-    const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
-    c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
-    const char *pe = getenv("SNUG_CUDA_PROFILE");
-    if (pe && *pe && strcmp(pe, "0") != 0) {
-        c->prof = snug_calloc(1, sizeof *c->prof);
-        if (!c->prof) {
-            rc = snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
-            goto fail;
-        }
-        cudaEventCreate(&c->prof->e0);
-        cudaEventCreate(&c->prof->e1);
-    }
-    int64_t max_in = 0, max_out = 0;
-    if ((rc = acquire_weights(c, g, &max_in, &max_out, err))) goto fail;
-    if ((rc = layout_kv(c, &c->kv, &c->kv_mem, lim->kv_shape, lim->kv_bytes, err))) goto fail;
-    if ((rc = layout_spec(c, lim, err))) goto fail;
-    c->work_bytes = lim->work_bytes;
-    if ((rc = dmalloc(c, &c->work_mem, c->work_bytes, "work arena", err))) goto fail;
-    c->work = (struct snug_arena){.name = "work (cuda)", .base = c->work_mem, .cap = c->work_bytes};
-    /* the op scratch is the plan's number; the file's widest matrices must fit in it */
-    size_t need =
-        snug_backend_cuda_scratch_bytes(max_in, max_out, lim->n_chunk, lim->n_head, lim->head_dim);
-    c->scratch_bytes = lim->scratch_bytes ? lim->scratch_bytes : need;
-    if (need > c->scratch_bytes) {
-        rc = snug_err_set(err, SNUG_ERR_INTERNAL,
-                          "backend cuda: the file's matrices (widest input %lld, output %lld) "
-                          "need %zu bytes of op scratch but the memory plan has %zu; the plan "
-                          "under-counts this model's shape (src/plan/plan.c plan_matrix_extent)",
-                          (long long)max_in, (long long)max_out, need, c->scratch_bytes);
-        goto fail;
-    }
-    if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
-    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 4, "positions", err))) goto fail;
-    /* host side: embedding staging and the host work arena (routing, hook copies) */
-    c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;
-    c->stage = snug_malloc((size_t)c->stage_floats * sizeof(float));
-    if (!c->stage) {
-        rc = snug_err_set(err, SNUG_ERR_NOMEM, "backend cuda: out of memory");
-        goto fail;
-    }
-    if ((rc = snug_arena_init(&c->host_work, "host work (cuda)", lim->work_bytes, err))) goto fail;
-    snug_backend_cuda_reset(&c->be);
-    if ((rc = snug_cuda_sync(&c->cu, err))) goto fail;
-    *out = &c->be;
-    return SNUG_OK;
-fail:
-    snug_backend_cuda_close(&c->be);
-    return rc;
-}
-
-void snug_backend_cuda_close(struct snug_be *be) {
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+static void cuda_close(struct snug_be *be) {
     if (!be) return;
     struct cuda_be *c = CB(be);
     if (c->cu_ok) cudaStreamSynchronize((cudaStream_t)c->cu.stream);
@@ -639,52 +553,79 @@ void snug_backend_cuda_close(struct snug_be *be) {
         snug_free(c->prof);
     }
     release_weights(c);
-    snug_cuda_dfree(c->kv_mem);
-    snug_cuda_dfree(c->snap_mem);
-    snug_cuda_dfree(c->mtp_mem);
-    snug_cuda_dfree(c->spec_mem);
-    snug_free(c->mtp_kv.views);
+    for (int32_t i = 0; c->slots && i < c->n_slots; i++) {
+        struct cuda_slot *sl = &c->slots[i];
+        snug_cuda_dfree(sl->kv_mem);
+        snug_cuda_dfree(sl->snap_mem);
+        snug_cuda_dfree(sl->mtp_mem);
+        snug_cuda_dfree(sl->spec_mem);
+        snug_free(sl->mtp_kv.views);
+        snug_free(sl->kv.views);
+    }
+    snug_free(c->slots);
     snug_cuda_dfree(c->work_mem);
     snug_cuda_dfree(c->scratch);
     snug_cuda_dfree(c->pos);
-    snug_free(c->kv.views);
     snug_free(c->stage);
     snug_arena_free(&c->host_work);
     if (c->cu_ok) snug_cuda_free(&c->cu);
     snug_free(c);
 }
 
-struct snug_kv *snug_backend_cuda_kv(struct snug_be *be) {
-    return &CB(be)->kv;
+static struct cuda_slot *slot_of(struct snug_be *be, int32_t slot) {
+    SNUG_ASSERT(slot >= 0 && slot < CB(be)->n_slots);
+    return &CB(be)->slots[slot];
 }
-struct snug_arena *snug_backend_cuda_work(struct snug_be *be) {
+static struct snug_kv *cuda_slot_kv(struct snug_be *be, int32_t slot) {
+    return &slot_of(be, slot)->kv;
+}
+static struct snug_kv *cuda_slot_mtp_kv(struct snug_be *be, int32_t slot) {
+    struct cuda_slot *sl = slot_of(be, slot);
+    return sl->mtp_mem ? &sl->mtp_kv : NULL;
+}
+static void *cuda_slot_spec_mem(struct snug_be *be, int32_t slot) {
+    return slot_of(be, slot)->spec_mem;
+}
+static struct snug_arena *cuda_work(struct snug_be *be) {
     return &CB(be)->work;
 }
-struct snug_arena *snug_backend_cuda_host_work(struct snug_be *be) {
+static struct snug_arena *cuda_host_work(struct snug_be *be) {
     return &CB(be)->host_work;
 }
-int32_t *snug_backend_cuda_pos(struct snug_be *be) {
+static int32_t *cuda_positions(struct snug_be *be) {
     return CB(be)->pos;
 }
-struct snug_kv *snug_backend_cuda_mtp_kv(struct snug_be *be) {
-    return CB(be)->mtp_mem ? &CB(be)->mtp_kv : NULL;
-}
-void *snug_backend_cuda_spec_mem(struct snug_be *be) {
-    return CB(be)->spec_mem;
-}
 
-void snug_backend_cuda_reset(struct snug_be *be) {
-    struct cuda_be *c = CB(be);
-    const struct snug_kv_shape *s = &c->kv.shape;
+static void cuda_reset_slot(struct snug_be *be, int32_t slot) {
+    struct snug_kv *kv = cuda_slot_kv(be, slot);
+    const struct snug_kv_shape *s = &kv->shape;
     size_t conv = (size_t)s->n_rec * (size_t)s->conv_elems * 4;
     size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
-    cudaStream_t st = (cudaStream_t)c->cu.stream;
-    cudaError_t e = cudaMemsetAsync(c->kv.conv, 0, conv, st);
-    if (e == cudaSuccess) e = cudaMemsetAsync(c->kv.delta, 0, delta, st);
+    cudaStream_t st = (cudaStream_t)CB(be)->cu.stream;
+    cudaError_t e = cudaMemsetAsync(kv->conv, 0, conv, st);
+    if (e == cudaSuccess) e = cudaMemsetAsync(kv->delta, 0, delta, st);
     if (e != cudaSuccess) bfail(be, "cudaMemsetAsync", e);
 }
 
-int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err) {
+/* Every recurrent state of a slot into its snapshot t or back: two queued device copies (the
+ * conv states and the delta states are contiguous, in the layout of kv.h's snapshot slots). */
+static void cuda_snapshot(struct snug_be *be, int32_t slot, int32_t t, bool save) {
+    struct snug_kv *kv = cuda_slot_kv(be, slot);
+    const struct snug_kv_shape *s = &kv->shape;
+    SNUG_ASSERT(t >= 0 && t < kv->n_snap);
+    if (s->n_rec == 0) return;
+    size_t cb = (size_t)s->n_rec * (size_t)s->conv_elems * 4;
+    size_t db = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
+    if (save) {
+        cb_copy(be, snug_kv_snap_conv(kv, t, 0), kv->conv, cb);
+        cb_copy(be, snug_kv_snap_delta(kv, t, 0), kv->delta, db);
+    } else {
+        cb_copy(be, kv->conv, snug_kv_snap_conv(kv, t, 0), cb);
+        cb_copy(be, kv->delta, snug_kv_snap_delta(kv, t, 0), db);
+    }
+}
+
+static int cuda_sync(struct snug_be *be, struct snug_err *err) {
     int rc = snug_cuda_sync(&CB(be)->cu, err);
     if (rc) return rc;
     if (be->status != SNUG_OK) {
@@ -695,10 +636,140 @@ int snug_backend_cuda_sync(struct snug_be *be, struct snug_err *err) {
     return SNUG_OK;
 }
 
-size_t snug_backend_cuda_bytes(const struct snug_be *be) {
+static size_t cuda_bytes(const struct snug_be *be) {
     return ((const struct cuda_be *)be)->total;
 }
 
-int snug_backend_cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
+static const struct snug_backend_ops CUDA_OPS = {
+    .name = "cuda",
+    .weight = cb_weight,
+    .matmul = cb_matmul,
+    .rmsnorm = cb_rmsnorm,
+    .l2norm = cb_l2norm,
+    .rope_neox = cb_rope,
+    .swiglu = cb_swiglu,
+    .sigmoid_mul = cb_sigmoid_mul,
+    .gated_rmsnorm = cb_gated_rmsnorm,
+    .conv_silu = cb_conv_silu,
+    .kv_store = cb_kv_store,
+    .attention = cb_attention,
+    .delta_step = cb_delta_step,
+    .delta_chunked = cb_delta_chunked,
+    .add = cb_add,
+    .scale = cb_scale,
+    .delta_gates = cb_delta_gates,
+    .copy2d = cb_copy2d,
+    .embed = cb_embed,
+    .upload = cb_upload,
+    .download = cb_download,
+    .gather_rows = cb_gather_rows,
+    .moe_combine = cb_moe_combine,
+    .moe_route = cb_moe_route,
+    .moe_matmul = cb_moe_matmul,
+    .add_gated = cb_add_gated,
+    .copy = cb_copy,
+    .close = cuda_close,
+    .slot_kv = cuda_slot_kv,
+    .slot_mtp_kv = cuda_slot_mtp_kv,
+    .slot_spec_mem = cuda_slot_spec_mem,
+    .work = cuda_work,
+    .host_work = cuda_host_work,
+    .positions = cuda_positions,
+    .reset_slot = cuda_reset_slot,
+    .snapshot = cuda_snapshot,
+    .sync = cuda_sync,
+    .bytes = cuda_bytes,
+};
+
+/* Open an instance: the weights (shared per model), n_slots slots of KV/state (+ speculation
+ * buffers), one work arena, one op scratch, one position table; all device memory now. */
+static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
+                     const struct snug_backend_limits *lim, struct snug_pool *pool,
+                     struct snug_err *err) {
+    *out = NULL;
+    struct cuda_be *c = snug_calloc(1, sizeof *c);
+    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    c->be.ops = &CUDA_OPS;
+    c->be.impl = c;
+    int rc = snug_cuda_init(&c->cu, 0, err);
+    if (rc) {
+        snug_err_prefix(err, "no usable GPU");
+        goto fail;
+    }
+    c->cu_ok = true;
+    const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
+    c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
+    const char *pe = getenv("SNUG_CUDA_PROFILE");
+    if (pe && *pe && strcmp(pe, "0") != 0) {
+        c->prof = snug_calloc(1, sizeof *c->prof);
+        if (!c->prof) {
+            rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        cudaEventCreate(&c->prof->e0);
+        cudaEventCreate(&c->prof->e1);
+    }
+    int64_t max_in = 0, max_out = 0;
+    if ((rc = acquire_weights(c, g, &max_in, &max_out, err))) goto fail;
+    int32_t n = lim->n_slots > 0 ? lim->n_slots : 1;
+    c->slots = snug_calloc((size_t)n, sizeof *c->slots);
+    if (!c->slots) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    c->n_slots = n;
+    for (int32_t i = 0; i < n; i++) {
+        struct cuda_slot *sl = &c->slots[i];
+        if ((rc = layout_kv(c, &sl->kv, &sl->kv_mem, lim->kv_shape, lim->kv_bytes, err))) goto fail;
+        if ((rc = layout_spec(c, sl, lim, err))) goto fail;
+    }
+    c->work_bytes = lim->work_bytes;
+    if ((rc = dmalloc(c, &c->work_mem, c->work_bytes, "work arena", err))) goto fail;
+    c->work = (struct snug_arena){.name = "work (cuda)", .base = c->work_mem, .cap = c->work_bytes};
+    /* the op scratch is the plan's number; the file's widest matrices must fit in it */
+    size_t need = scratch_need(max_in, max_out, lim->n_chunk, lim->n_head, lim->head_dim);
+    c->scratch_bytes = lim->scratch_bytes ? lim->scratch_bytes : need;
+    if (need > c->scratch_bytes) {
+        rc = snug_err_set(err, SNUG_ERR_INTERNAL,
+                          "the file's matrices (widest input %lld, output %lld) "
+                          "need %zu bytes of op scratch but the memory plan has %zu; the plan "
+                          "under-counts this model's shape (src/plan/plan.c plan_matrix_extent, "
+                          "src/backend/backend_plan.c)",
+                          (long long)max_in, (long long)max_out, need, c->scratch_bytes);
+        goto fail;
+    }
+    if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
+    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 4, "positions", err))) goto fail;
+    /* host side: embedding staging and the host work arena (routing, hook copies) */
+    c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;
+    c->stage = snug_malloc((size_t)c->stage_floats * sizeof(float));
+    if (!c->stage) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = snug_arena_init(&c->host_work, "host work (cuda)", lim->work_bytes, err))) goto fail;
+    for (int32_t i = 0; i < n; i++) cuda_reset_slot(&c->be, i);
+    if ((rc = cuda_sync(&c->be, err))) goto fail;
+    *out = &c->be;
+    return SNUG_OK;
+fail:
+    cuda_close(&c->be);
+    return rc;
+}
+
+static int cuda_mem_info(size_t *free_b, size_t *total_b, struct snug_err *err) {
     return snug_cuda_mem_info(free_b, total_b, err);
+}
+
+static const struct snug_backend_module CUDA_MODULE = {
+    .abi = SNUG_BACKEND_ABI,
+    .name = "cuda",
+    .open = cuda_open,
+    .mem_info = cuda_mem_info,
+};
+
+/* The library's one entry point (src/backend/loader.c looks it up by name). */
+__attribute__((visibility("default"))) const struct snug_backend_module *
+snug_cuda_backend_module(void) {
+    return &CUDA_MODULE;
 }
