@@ -278,8 +278,18 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
             return false;
         }
         id = j->script[s->script_pos++];
-    } else if (e->n_draft > 0 && !j->logprobs) {
+    } else if (e->n_draft > 0 && !j->logprobs && !j->constraint) {
+        /* constrained jobs decode without drafts: snug_spec_step samples its verify rows
+         * itself, so it cannot mask them (the hook's allows/rollback are for that) */
         if (!spec_next(e, s, &id)) return false;
+    } else if (j->constraint) {
+        const struct snug_engine_constraint *c = j->constraint;
+        id = c->force ? c->force(c->user) : -1;
+        if (id < 0 || id >= e->V) {
+            if (c->mask) c->mask(c->user, s->logits, e->V);
+            id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        }
+        if (c->accept) c->accept(c->user, id);
     } else {
         id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
     }

@@ -52,6 +52,22 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
+/* A per-job constraint on the tokens the engine picks (grammars, logit_bias: src/server/
+ * constraint.h builds one). All members optional; called on the engine thread only. At each
+ * pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask() edits
+ * the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
+ * every committed token (end tokens too). allows() and rollback() are for speculative decoding
+ * (drafts checked one by one, rejected ones undone); today's engine does not draft for
+ * constrained jobs (see engine.c slot_pick), so it calls neither. */
+struct snug_engine_constraint {
+    void *user;
+    snug_token (*force)(void *user);                          /* a token to emit, or -1 */
+    void (*mask)(void *user, float *logits, int32_t n_vocab); /* disallowed -> -INFINITY */
+    void (*accept)(void *user, snug_token id);                /* a token was committed */
+    bool (*allows)(void *user, snug_token id);                /* speculative drafts */
+    void (*rollback)(void *user, int32_t n);                  /* undo the last n accepts */
+};
+
 /* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
  * on_done has returned, and may set `cancel` at any time from any thread. */
 struct snug_engine_job {
@@ -65,6 +81,7 @@ struct snug_engine_job {
     double deadline_s;        /* snug_time_s() deadline, 0 = none */
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;
+    const struct snug_engine_constraint *constraint; /* NULL = none; borrowed like the job */
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */

@@ -569,6 +569,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
                           opts->model_path);
         goto done;
     }
+    /* the vocabulary trie for grammar masks (src/grammar), shared by all requests */
+    if ((rc = snug_vocab_trie_build(&s->trie, s->tok, err))) goto done;
     struct snug_engine_opts eo = {
         .n_slots = s->opts.n_slots,
         .n_ctx = opts->n_ctx,
@@ -636,6 +638,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
 done:
     if (s->daemon) MHD_stop_daemon(s->daemon);
     snug_engine_free(s->engine);
+    snug_vocab_trie_free(s->trie);
     snug_model_free(s->model);
     snug_free(s->script_text);
     snug_free(s);

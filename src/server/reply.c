@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "server/chat.h"
+#include "server/constraint.h"
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
@@ -21,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -47,7 +49,8 @@ struct reply {
     struct snug_engine_job job;
     struct snug_server_req req;
     snug_token *prompt, *script;
-    struct snug_outparse *parser; /* chat only */
+    struct snug_outparse *parser;    /* chat only */
+    struct snug_srv_constraint *con; /* grammar / logit_bias, or NULL */
     char id[64];
     long created;
     int fd;
@@ -84,6 +87,7 @@ static void reply_unref_locked(struct reply *r) {
     }
     pthread_mutex_unlock(&r->mu);
     snug_outparse_free(r->parser);
+    snug_srv_constraint_free(r->con);
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
     snug_free(r->script);
@@ -647,6 +651,101 @@ static bool model_matches(const struct snug_srv *s, const char *m) {
            !strncmp(m, s->model_id, n - 5);
 }
 
+/* The request's constraint (grammar, response_format, strict tools, logit_bias) compiled into
+ * r->con; r->con stays NULL when there is none. `in_reasoning`: the prompt ends inside the
+ * reasoning block, so the grammar starts after "</think>". A 400 (in e) for a bad grammar or
+ * schema, naming the line and column or the keyword. */
+static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoning,
+                            struct snug_server_error *e) {
+    const struct snug_server_req *q = &r->req;
+    struct snug_err err = {0};
+    char *owned = NULL;
+    const char *text = NULL, *param = "grammar";
+    size_t tlen = 0;
+    if (q->grammar) {
+        text = q->grammar;
+        tlen = q->grammar_len;
+    } else if (q->format != SNUG_FORMAT_TEXT) {
+        param = "response_format";
+        char *schema = q->format == SNUG_FORMAT_JSON_SCHEMA
+                           ? json_dumps(q->json_schema, JSON_COMPACT | JSON_ENCODE_ANY)
+                           : NULL;
+        const char *st = schema ? schema : "{\"type\":\"object\"}";
+        int rc = snug_json_schema_to_gbnf(st, strlen(st), &owned, &tlen, &err);
+        free(schema); /* jansson's allocation */
+        if (rc != SNUG_OK)
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        text = owned;
+    }
+    int32_t V = snug_tokenizer_n_vocab(s->tok);
+    int32_t n_bias = q->logit_bias ? (int32_t)json_object_size(q->logit_bias) : 0;
+    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS];
+    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS];
+    if (n_bias) {
+        const char *k;
+        json_t *v;
+        int32_t i = 0;
+        json_object_foreach((json_t *)q->logit_bias, k, v) {
+            long long id = strtoll(k, NULL, 10);
+            if (id >= V) {
+                snug_free(owned);
+                return snug_server_error_set(e, 400, "invalid_request_error", "logit_bias",
+                                             "'logit_bias' names token %lld, but the vocabulary "
+                                             "has %d tokens",
+                                             id, V);
+            }
+            bias_ids[i] = (snug_token)id;
+            bias_vals[i++] = (float)json_number_value(v);
+        }
+    }
+    if (!text && !n_bias) return 0;
+    /* with thinking on, the grammar begins after the reasoning block: "</think>" then up to
+     * four blanks, then the grammar's root */
+    struct snug_sbuf wrapped = {0};
+    const char *root = NULL;
+    if (text && in_reasoning) {
+        /* the client's grammar alone first, so error positions are its own */
+        struct snug_grammar *g = NULL;
+        int rc = snug_grammar_parse(&g, text, tlen, NULL, NULL, &err);
+        snug_grammar_free(g);
+        if (rc != SNUG_OK) {
+            snug_free(owned);
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        }
+        snug_sbuf_append(&wrapped, text, tlen);
+        snug_sbuf_puts(&wrapped, "\nsnug-think-root ::= [ \\t\\n]{0,4} root\n");
+        if (wrapped.oom) {
+            snug_free(owned);
+            return snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+        }
+        root = "snug-think-root";
+    }
+    snug_token end_ids[3] = {snug_tokenizer_im_end(s->tok), snug_tokenizer_eos(s->tok),
+                             snug_tokenizer_token_id(s->tok, "<|endoftext|>")};
+    struct snug_srv_constraint_desc d = {
+        .gbnf = root ? wrapped.data : text,
+        .gbnf_len = root ? wrapped.len : tlen,
+        .root = root,
+        .trigger = root ? "</think>" : NULL,
+        .bias_ids = bias_ids,
+        .bias_vals = bias_vals,
+        .n_bias = n_bias,
+        .end_ids = end_ids,
+        .n_end = 3,
+    };
+    int rc = snug_srv_constraint_init(&r->con, &d, s->trie, s->tok, &err);
+    snug_sbuf_free(&wrapped);
+    snug_free(owned);
+    if (rc != SNUG_OK) {
+        if (rc == SNUG_ERR_NOMEM)
+            return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+        return snug_server_error_set(e, 400, "invalid_request_error", param, "%s", err.msg);
+    }
+    return 0;
+}
+
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   enum snug_server_kind kind, const char *body, size_t len) {
     enum snug_route route = kind == SNUG_REQ_CHAT ? ROUTE_CHAT : ROUTE_COMPLETION;
@@ -757,6 +856,9 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
         goto reject;
     }
 
+    /* structured outputs: the grammar / schema / logit_bias constraint, compiled now */
+    if (build_constraint(s, r, in_reasoning, &e)) goto reject;
+
     /* the test seam: scripted generation */
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
@@ -823,6 +925,7 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     j->logprobs = q->logprobs;
     j->top_logprobs = q->top_logprobs;
     j->deadline_s = snug_time_s() + (s->opts.timeout_s > 0 ? s->opts.timeout_s : 600);
+    j->constraint = r->con ? snug_srv_constraint_hook(r->con) : NULL;
     j->on_token = on_token;
     j->on_done = on_done;
     j->user = r;

@@ -57,6 +57,13 @@ enum snug_server_tool_choice {
     SNUG_TOOL_NAMED = 3,
 };
 
+enum snug_server_format {
+    SNUG_FORMAT_TEXT = 0,
+    SNUG_FORMAT_JSON_OBJECT = 1, /* any JSON object */
+    SNUG_FORMAT_JSON_SCHEMA = 2, /* a JSON document valid under json_schema */
+};
+
+#define SNUG_REQ_MAX_LOGIT_BIAS 1024
 #define SNUG_REQ_MAX_STOP       16
 #define SNUG_REQ_MAX_STOP_BYTES 512 /* keeps the per-token stop-string check cheap */
 
@@ -82,6 +89,13 @@ struct snug_server_req {
     enum snug_server_tool_choice tool_choice;
     const char *tool_name; /* SNUG_TOOL_NAMED */
     const char *script;    /* "snug_script": test seam, honoured only under --script */
+    /* structured outputs (docs/grammar.md) */
+    const char *grammar; /* "grammar": GBNF text, or NULL */
+    size_t grammar_len;
+    enum snug_server_format format; /* response_format.type */
+    const json_t *json_schema;      /* response_format.json_schema.schema (json_schema only) */
+    const json_t *logit_bias;       /* validated: {"id": value in [-100, 100]}, or NULL */
+    bool parallel_tool_calls;       /* default true; false = at most one tool call */
 };
 
 /* The OpenAI-style error of a rejected request. */
