@@ -173,6 +173,7 @@ nomem:
 #define ST_UNKNOWN 0xFFFFu /* transition not computed yet */
 #define ST_DEAD    0xFFFEu /* the byte is not allowed */
 #define ST_MAX     0xFFF0
+#define BFS_MAX    4096 /* states a shortest-completion search visits at most */
 #define CUR_ENDED  (-3) /* an end token was accepted */
 #define STEP_FULL  (-2) /* the state table is full: flush and retry */
 
@@ -211,6 +212,10 @@ struct snug_matcher {
     uint64_t *mc_bits, *mc_used, clock;
     int32_t mask_for; /* the state `mask` was computed for, -1 = none */
     int64_t n_walks, n_hits;
+    /* shortest completion search */
+    uint32_t *st_mark, bfs_epoch;
+    int32_t *bfs_state, *bfs_parent;
+    uint8_t *bfs_byte;
     bool failed;
     char errmsg[200];
 };
@@ -469,10 +474,14 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->mc_state = snug_malloc((size_t)m->lim.mask_cache * sizeof(int32_t));
     m->mc_used = snug_calloc((size_t)m->lim.mask_cache, sizeof(uint64_t));
     m->mc_bits = snug_malloc((size_t)m->lim.mask_cache * (size_t)m->words * sizeof(uint64_t));
+    m->st_mark = snug_calloc((size_t)S, sizeof(uint32_t));
+    m->bfs_state = snug_malloc(BFS_MAX * sizeof(int32_t));
+    m->bfs_parent = snug_malloc(BFS_MAX * sizeof(int32_t));
+    m->bfs_byte = snug_malloc(BFS_MAX);
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits) {
+        !m->mc_bits || !m->st_mark || !m->bfs_state || !m->bfs_parent || !m->bfs_byte) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -525,6 +534,10 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->mc_state);
     snug_free(m->mc_used);
     snug_free(m->mc_bits);
+    snug_free(m->st_mark);
+    snug_free(m->bfs_state);
+    snug_free(m->bfs_parent);
+    snug_free(m->bfs_byte);
     snug_free(m);
 }
 
@@ -759,14 +772,17 @@ snug_token snug_matcher_forced(struct snug_matcher *m) {
         bool none = !(u[0] | u[1] | u[2] | u[3]);
         return none && m->st_accept[m->cur] && m->n_end ? m->end_ids[0] : -1;
     }
-    /* the longest token spelling a prefix of forced[0..n): descend the trie */
-    const struct snug_vocab_trie *t = m->t;
+    return snug_vocab_trie_longest_prefix(m->t, forced, n);
+}
+
+snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const uint8_t *bytes,
+                                          int n) {
     snug_token best = -1;
     int32_t node = 0;
     for (int d = 0; d < n; d++) {
         int32_t c = node + 1, child = -1;
         while (c < t->end[node]) {
-            if (t->byte[c] == forced[d]) {
+            if (t->byte[c] == bytes[d]) {
                 child = c;
                 break;
             }
@@ -777,6 +793,46 @@ snug_token snug_matcher_forced(struct snug_matcher *m) {
         if (t->tok_first[node] < t->tok_first[node + 1]) best = t->tok_list[t->tok_first[node]];
     }
     return best;
+}
+
+int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {
+    if (m->cur < 0 || m->failed) return -1;
+    maybe_flush(m);
+    if (m->st_accept[m->cur]) return 0;
+    if (++m->bfs_epoch == 0) {
+        memset(m->st_mark, 0, (size_t)m->max_states * sizeof *m->st_mark);
+        m->bfs_epoch = 1;
+    }
+    int32_t head = 0, tail = 0;
+    m->bfs_state[tail] = m->cur;
+    m->bfs_parent[tail] = -1;
+    m->bfs_byte[tail++] = 0;
+    m->st_mark[m->cur] = m->bfs_epoch;
+    while (head < tail) {
+        int32_t q = head++, s = m->bfs_state[q];
+        const uint64_t *u = m->st_bytes[s];
+        for (unsigned b = 0; b < 256; b++) {
+            if (!gr_byteset_has(u, b)) continue;
+            int32_t ns = step(m, s, b);
+            if (ns < 0) return -1; /* a full table: give up this time */
+            if (ns == ST_DEAD || m->st_mark[ns] == m->bfs_epoch) continue;
+            if (tail >= BFS_MAX) return -1;
+            m->st_mark[ns] = m->bfs_epoch;
+            m->bfs_state[tail] = ns;
+            m->bfs_parent[tail] = q;
+            m->bfs_byte[tail++] = (uint8_t)b;
+            if (m->st_accept[ns]) {
+                int len = 0;
+                for (int32_t k = tail - 1; m->bfs_parent[k] >= 0; k = m->bfs_parent[k]) len++;
+                if (len > cap) return -1;
+                int i = len;
+                for (int32_t k = tail - 1; m->bfs_parent[k] >= 0; k = m->bfs_parent[k])
+                    out[--i] = m->bfs_byte[k];
+                return len;
+            }
+        }
+    }
+    return -1;
 }
 
 const char *snug_matcher_error(const struct snug_matcher *m) {

@@ -8,6 +8,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ struct snug_srv_constraint {
     const struct snug_tokenizer *tok;
     struct snug_grammar *g;
     struct snug_matcher *m;
+    const struct snug_vocab_trie *trie;
     snug_token *bias_ids;
     float *bias_vals;
     int32_t n_bias;
@@ -29,7 +31,8 @@ struct snug_srv_constraint {
     bool waiting;
     char window[TRIGGER_MAX * 2 + 8]; /* the last bytes seen while waiting */
     size_t win_len;
-    int32_t n_accepted; /* tokens accepted by the matcher (for rollback bounds) */
+    int32_t n_accepted;    /* tokens accepted by the matcher (for rollback bounds) */
+    int32_t budget, n_gen; /* token budget (0 = none) and tokens committed so far */
     char errmsg[600];
 };
 
@@ -67,6 +70,18 @@ static snug_token c_force(void *user) {
     struct snug_srv_constraint *c = user;
     if (c->errmsg[0]) return c->n_end ? c->end_ids[0] : -1;
     if (!c->m || c->waiting) return -1;
+    /* near the budget: finish along the shortest completion (its n bytes take at most n
+     * tokens, plus one for the end) */
+    int32_t left = c->budget > 0 ? c->budget - c->n_gen : INT32_MAX;
+    if (left <= 256) {
+        uint8_t done[256];
+        int n = snug_matcher_shortest_completion(c->m, done, (int)sizeof done);
+        if (n >= 0 && n + 3 >= left) {
+            if (n == 0) return c->n_end ? c->end_ids[0] : -1;
+            snug_token t = snug_vocab_trie_longest_prefix(c->trie, done, n);
+            if (t >= 0) return t;
+        }
+    }
     /* a forced token only when logit_bias cannot matter for it: biases could ban it */
     snug_token t = snug_matcher_forced(c->m);
     for (int32_t i = 0; t >= 0 && i < c->n_bias; i++)
@@ -99,6 +114,7 @@ static void watch_trigger(struct snug_srv_constraint *c, snug_token id) {
 
 static void c_accept(void *user, snug_token id) {
     struct snug_srv_constraint *c = user;
+    c->n_gen++;
     if (!c->m || c->errmsg[0]) return;
     if (c->waiting) {
         watch_trigger(c, id);
@@ -141,6 +157,8 @@ int snug_srv_constraint_init(struct snug_srv_constraint **out,
     struct snug_srv_constraint *c = snug_calloc(1, sizeof *c);
     if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
     c->tok = tok;
+    c->trie = trie;
+    c->budget = d->budget;
     for (int i = 0; i < d->n_end && c->n_end < 4; i++)
         if (d->end_ids[i] >= 0) c->end_ids[c->n_end++] = d->end_ids[i];
     int rc = SNUG_OK;

@@ -29,6 +29,10 @@ struct snug_srv_constraint_desc {
     int32_t n_bias;
     const snug_token *end_ids; /* end-of-generation tokens (-1 entries ignored) */
     int n_end;
+    /* the job's token budget (max_tokens or the context left; 0 = none): when the shortest
+     * completion of the grammar no longer fits in what is left, its tokens are forced, so a
+     * reply cut by the budget still parses */
+    int32_t budget;
 };
 
 /* Compile and allocate. Grammar errors: SNUG_ERR_FORMAT (text with line and column),

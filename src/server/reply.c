@@ -655,7 +655,7 @@ static bool model_matches(const struct snug_srv *s, const char *m) {
  * r->con; r->con stays NULL when there is none. `in_reasoning`: the prompt ends inside the
  * reasoning block, so the grammar starts after "</think>". A 400 (in e) for a bad grammar or
  * schema, naming the line and column or the keyword. */
-static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoning,
+static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoning, int32_t budget,
                             struct snug_server_error *e) {
     const struct snug_server_req *q = &r->req;
     struct snug_err err = {0};
@@ -734,6 +734,7 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
         .n_bias = n_bias,
         .end_ids = end_ids,
         .n_end = 3,
+        .budget = budget,
     };
     int rc = snug_srv_constraint_init(&r->con, &d, s->trie, s->tok, &err);
     snug_sbuf_free(&wrapped);
@@ -857,7 +858,11 @@ enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
     }
 
     /* structured outputs: the grammar / schema / logit_bias constraint, compiled now */
-    if (build_constraint(s, r, in_reasoning, &e)) goto reject;
+    {
+        int32_t left = (int32_t)n_ctx_left(s, n_prompt);
+        int32_t budget = q->max_tokens > 0 && q->max_tokens < left ? q->max_tokens : left;
+        if (build_constraint(s, r, in_reasoning, budget, &e)) goto reject;
+    }
 
     /* the test seam: scripted generation */
     if (s->script_text) {

