@@ -82,6 +82,9 @@ void snug_matcher_reset(struct snug_matcher *m);
 
 /* True when token `id` may come next (an end token: when the grammar is complete). */
 bool snug_matcher_allows(struct snug_matcher *m, snug_token id);
+/* True when token `id` is allowed and the grammar is complete after it (end tokens: when
+ * complete now). */
+bool snug_matcher_completes(struct snug_matcher *m, snug_token id);
 /* Advance by token `id`. SNUG_ERR_INVALID when the grammar does not allow it (state unchanged);
  * an end token is accepted when complete and ends the matcher (nothing is allowed after). */
 int snug_matcher_accept(struct snug_matcher *m, snug_token id, struct snug_err *err);

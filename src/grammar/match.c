@@ -37,6 +37,10 @@ struct snug_vocab_trie {
     snug_token *tok_list; /* tokens in trie order */
     uint8_t *in_trie;     /* [n_vocab] 1 when the token takes part in grammar matching */
     int32_t max_depth;
+    /* the bytes on the edges of node i's subtree (incl. its own edge): bits of bytes < 128 in
+     * sub_ascii[i][0..1], sub_wide[i] = 1 when some byte is >= 128 */
+    uint64_t (*sub_ascii)[2];
+    uint8_t *sub_wide;
 };
 
 struct tok_ref {
@@ -62,6 +66,8 @@ void snug_vocab_trie_free(struct snug_vocab_trie *t) {
     snug_free(t->tok_first);
     snug_free(t->tok_list);
     snug_free(t->in_trie);
+    snug_free(t->sub_ascii);
+    snug_free(t->sub_wide);
     snug_free(t);
 }
 
@@ -160,6 +166,22 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
     snug_free(open);
     snug_free(refs);
     t->n_nodes = nn;
+    /* subtree byte sets, children before parents (reverse preorder) */
+    t->sub_ascii = snug_calloc((size_t)nn, sizeof *t->sub_ascii);
+    t->sub_wide = snug_calloc((size_t)nn, 1);
+    if (!t->sub_ascii || !t->sub_wide) goto nomem;
+    for (int32_t i = nn - 1; i >= 1; i--) {
+        unsigned b = t->byte[i];
+        if (b >= 128)
+            t->sub_wide[i] = 1;
+        else
+            t->sub_ascii[i][b >> 6] |= 1ull << (b & 63);
+        for (int32_t c = i + 1; c < t->end[i]; c = t->end[c]) {
+            t->sub_ascii[i][0] |= t->sub_ascii[c][0];
+            t->sub_ascii[i][1] |= t->sub_ascii[c][1];
+            t->sub_wide[i] |= t->sub_wide[c];
+        }
+    }
     *out = t;
     return SNUG_OK;
 nomem:
@@ -199,6 +221,8 @@ struct snug_matcher {
     uint16_t *trans;         /* [max_states][256] */
     uint64_t (*st_bytes)[4]; /* bytes some stack of the state can take */
     uint8_t *st_accept;
+    uint64_t (*st_loop)[2]; /* ASCII bytes b with trans[s][b] == s (valid when st_loop_ok) */
+    uint8_t *st_loop_ok;
     int32_t *st_hash; /* state + 1 */
     uint32_t st_hash_mask;
     int32_t start, cur;
@@ -335,6 +359,7 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     uint64_t *u = m->st_bytes[s];
     u[0] = u[1] = u[2] = u[3] = 0;
     m->st_accept[s] = 0;
+    m->st_loop_ok[s] = 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
         if (pos < 0) {
@@ -465,6 +490,8 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->trans = snug_malloc((size_t)S * 256 * sizeof(uint16_t));
     m->st_bytes = snug_malloc((size_t)S * sizeof *m->st_bytes);
     m->st_accept = snug_malloc((size_t)S);
+    m->st_loop = snug_malloc((size_t)S * sizeof *m->st_loop);
+    m->st_loop_ok = snug_malloc((size_t)S);
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
     m->rescue =
@@ -481,7 +508,8 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits || !m->st_mark || !m->bfs_state || !m->bfs_parent || !m->bfs_byte) {
+        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_mark || !m->bfs_state ||
+        !m->bfs_parent || !m->bfs_byte) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -526,6 +554,8 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->trans);
     snug_free(m->st_bytes);
     snug_free(m->st_accept);
+    snug_free(m->st_loop);
+    snug_free(m->st_loop_ok);
     snug_free(m->st_hash);
     snug_free(m->hist);
     snug_free(m->rescue);
@@ -593,6 +623,17 @@ bool snug_matcher_allows(struct snug_matcher *m, snug_token id) {
     return r >= 0 && r != ST_DEAD;
 }
 
+bool snug_matcher_completes(struct snug_matcher *m, snug_token id) {
+    if (m->cur < 0 || id < 0 || id >= m->V || m->failed) return false;
+    if (is_end(m, id)) return m->st_accept[m->cur];
+    if (!m->t->in_trie[id]) return false;
+    maybe_flush(m);
+    size_t len = 0;
+    const char *s = snug_tokenizer_token_bytes(m->t->tok, id, &len);
+    int32_t r = run_bytes(m, (const uint8_t *)s, len);
+    return r >= 0 && r != ST_DEAD && m->st_accept[r];
+}
+
 static void push_hist(struct snug_matcher *m) {
     int32_t H = m->lim.history;
     m->hist[m->hist_head] = m->cur;
@@ -656,7 +697,26 @@ int snug_matcher_rollback(struct snug_matcher *m, int32_t n, struct snug_err *er
     return SNUG_OK;
 }
 
-/* The trie walk for state `s` into m->mask; false when it must be retried after a flush. */
+/* The ASCII bytes that lead from state s back to s (a string's plain characters, say);
+ * computed on first use. False when the state table filled up meanwhile. */
+static bool state_loop(struct snug_matcher *m, int32_t s) {
+    if (m->st_loop_ok[s]) return true;
+    uint64_t loop[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++) {
+        if (!gr_byteset_has(m->st_bytes[s], b)) continue;
+        int32_t ns = step(m, s, b);
+        if (ns < 0) return false;
+        if (ns == s) loop[b >> 6] |= 1ull << (b & 63);
+    }
+    m->st_loop[s][0] = loop[0];
+    m->st_loop[s][1] = loop[1];
+    m->st_loop_ok[s] = 1;
+    return true;
+}
+
+/* The trie walk for state `s` into m->mask; 0 when it must be retried after a flush, -1 when
+ * the matcher failed. A subtree whose bytes all loop on the state (ASCII only) is allowed
+ * whole without visiting it: inside a JSON string most of the vocabulary is. */
 static int walk_mask(struct snug_matcher *m, int32_t s) {
     const struct snug_vocab_trie *t = m->t;
     memset(m->mask, 0, (size_t)m->words * sizeof(uint64_t));
@@ -667,6 +727,18 @@ static int walk_mask(struct snug_matcher *m, int32_t s) {
     while (i < n) {
         int32_t ps = m->walk[depth[i] - 1];
         unsigned b = byte[i];
+        if (!t->sub_wide[i] && b < 128 && gr_byteset_has(m->st_bytes[ps], b)) {
+            if (!m->st_loop_ok[ps] && !state_loop(m, ps)) return m->failed ? -1 : 0;
+            const uint64_t *lp = m->st_loop[ps], *sb = t->sub_ascii[i];
+            if (!(sb[0] & ~lp[0]) && !(sb[1] & ~lp[1])) {
+                for (int32_t k = t->tok_first[i]; k < t->tok_first[t->end[i]]; k++) {
+                    snug_token id = t->tok_list[k];
+                    m->mask[id >> 6] |= 1ull << (id & 63);
+                }
+                i = t->end[i];
+                continue;
+            }
+        }
         uint16_t tr = m->trans[(size_t)ps * 256 + b];
         int32_t ns;
         if (tr == ST_DEAD) {

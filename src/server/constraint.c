@@ -64,6 +64,11 @@ static void c_mask(void *user, float *logits, int32_t n_vocab) {
         return;
     }
     snug_matcher_apply(c->m, logits, n_vocab);
+    /* the last two tokens of the budget, with the grammar complete: only tokens that keep it
+     * complete (or the end), so the reply still parses and may still end with "stop" */
+    if (c->budget > 0 && c->budget - c->n_gen <= 2 && snug_matcher_is_complete(c->m))
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (logits[i] != -INFINITY && !snug_matcher_completes(c->m, i)) logits[i] = -INFINITY;
 }
 
 static snug_token c_force(void *user) {
@@ -76,8 +81,7 @@ static snug_token c_force(void *user) {
     if (left <= 256) {
         uint8_t done[256];
         int n = snug_matcher_shortest_completion(c->m, done, (int)sizeof done);
-        if (n >= 0 && n + 3 >= left) {
-            if (n == 0) return c->n_end ? c->end_ids[0] : -1;
+        if (n > 0 && n + 2 >= left) { /* (complete now: see c_mask) */
             snug_token t = snug_vocab_trie_longest_prefix(c->trie, done, n);
             if (t >= 0) return t;
         }

