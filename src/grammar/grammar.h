@@ -133,4 +133,15 @@ void snug_matcher_stats(const struct snug_matcher *m, int64_t *walks, int64_t *h
 int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, size_t *out_len,
                              struct snug_err *err);
 
+/* A grammar for Qwen's XML tool calls over the OpenAI `tools` array (JSON text):
+ *   <function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>\n</tool_call>
+ * starting right after "<tool_call>\n" (after "<function=NAME>\n" when `named`), preceded by
+ * the literal `lead` (NULL = none). Strict tools (function.strict true) get their parameters
+ * from the schema — declared order, optional ones skippable, strings raw (unquoted, no '<'),
+ * other values compact JSON; other tools take any parameters. `many`: more calls may follow
+ * ("\n<tool_call>\n<function=..."). Errors as for snug_json_schema_to_gbnf, with the JSON path
+ * under #/tools/N/function/parameters. */
+int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, const char *lead,
+                       bool many, char **out, size_t *out_len, struct snug_err *err);
+
 #endif /* SNUG_GRAMMAR_H */

@@ -174,7 +174,9 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
     return true;
 }
 
-static int gen_string(struct ctx *c, json_t *s) {
+/* A string: JSON-quoted, or `raw` (the bare text, for Qwen's XML tool-call parameters, where a
+ * string value is written unquoted and ends at the next '<'). */
+static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
     long long mn = 0, mx = -1;
     bool has_mn, has_mx;
     if (!get_count(s, "minLength", &mn, &has_mn))
@@ -190,44 +192,49 @@ static int gen_string(struct ctx *c, json_t *s) {
     if (pat)
         return unsupported(c, "pattern",
                            "regular expressions are not supported yet; use enum or format");
+    const char *q = raw ? "" : "\"\\\"\" ";
+    const char *q2 = raw ? "" : " \"\\\"\"";
     if (fmt) {
         if (!json_is_string(fmt)) return invalid(c, "format", "must be a string");
         if (has_mn || has_mx) return unsupported(c, "format", "together with minLength/maxLength");
         const char *f = json_string_value(fmt);
         const char *body = NULL;
         if (!strcmp(f, "date"))
-            body = "\"\\\"\" date \"\\\"\"";
+            body = "date";
         else if (!strcmp(f, "time"))
-            body = "\"\\\"\" time \"\\\"\"";
+            body = "time";
         else if (!strcmp(f, "date-time"))
-            body = "\"\\\"\" date \"T\" time \"\\\"\"";
+            body = "date \"T\" time";
         else if (!strcmp(f, "uuid"))
-            body = "\"\\\"\" hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12} \"\\\"\"";
+            body = "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}";
         else if (!strcmp(f, "email"))
-            body = "\"\\\"\" [a-zA-Z0-9._+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" "
-                   "[a-zA-Z0-9-]{1,32}){0,3} "
-                   "\".\" [a-zA-Z]{2,8} \"\\\"\"";
+            body = "[a-zA-Z0-9._+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" [a-zA-Z0-9-]{1,32}){0,3} "
+                   "\".\" [a-zA-Z]{2,8}";
         else if (!strcmp(f, "ipv4"))
-            body = "\"\\\"\" octet \".\" octet \".\" octet \".\" octet \"\\\"\"";
+            body = "octet \".\" octet \".\" octet \".\" octet";
         else if (!strcmp(f, "uri") || !strcmp(f, "url"))
-            body = "\"\\\"\" [a-z] [a-z0-9+.-]{0,8} \"://\" [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{1,64} "
-                   "\"\\\"\"";
+            body = "[a-z] [a-z0-9+.-]{0,8} \"://\" [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{1,64}";
         else
             return unsupported(c, "format", f);
         int id = rule_begin(c);
-        bputs(&c->rules, body);
+        bprintf(&c->rules, "%s%s%s", q, body, q2);
         rule_end(c);
         return id;
     }
+    const char *ch = raw ? "rawchar" : "char";
     int id = rule_begin(c);
     if (!has_mn && !has_mx)
-        bputs(&c->rules, "string");
+        bprintf(&c->rules, "%s%s*%s", q, ch, q2);
     else if (mx < 0)
-        bprintf(&c->rules, "\"\\\"\" char{%lld,} \"\\\"\"", mn);
+        bprintf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
     else
-        bprintf(&c->rules, "\"\\\"\" char{%lld,%lld} \"\\\"\"", mn, mx);
+        bprintf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
     rule_end(c);
     return id;
+}
+
+static int gen_string(struct ctx *c, json_t *s) {
+    return gen_string_as(c, s, false);
 }
 
 /* Read a numeric bound; *has false when absent. */
@@ -749,6 +756,7 @@ static const char *BASE =
     "string ::= \"\\\"\" char* \"\\\"\"\n"
     "char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" hex{4})\n"
     "hex ::= [0-9a-fA-F]\n"
+    "rawchar ::= [^<\\x00]\n"
     "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
     "number ::= integer frac? exp?\n"
     "frac ::= \".\" [0-9]{1,16}\n"
@@ -763,6 +771,202 @@ static const char *BASE =
     "time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "octet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n";
+
+/* Does the schema take a JSON string as its value (so Qwen's tool-call format writes it raw)?
+ * The rule of the output parser (src/server/outparse.h): type "string" or a list holding it,
+ * an anyOf/oneOf alternative that does, or an all-string enum without a type. */
+static bool admits_string(json_t *s) {
+    json_t *t = json_object_get(s, "type");
+    if (json_is_string(t)) return !strcmp(json_string_value(t), "string");
+    if (json_is_array(t)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(t, i, x) if (json_is_string(x) &&
+                                        !strcmp(json_string_value(x), "string")) return true;
+        return false;
+    }
+    const char *alts[2] = {"anyOf", "oneOf"};
+    for (int k = 0; k < 2; k++) {
+        json_t *a = json_object_get(s, alts[k]);
+        size_t i;
+        json_t *x;
+        json_array_foreach(a, i, x) if (json_is_object(x) && admits_string(x)) return true;
+    }
+    json_t *en = json_object_get(s, "enum");
+    if (json_is_array(en) && json_array_size(en) && !t) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(en, i, x) if (!json_is_string(x)) return false;
+        return true;
+    }
+    return false;
+}
+
+/* The value of one tool parameter: raw text for strings, compact JSON otherwise. */
+static int gen_param_value(struct ctx *c, json_t *s) {
+    if (!json_is_object(s)) return gen(c, s);
+    if (!admits_string(s)) return gen(c, s);
+    json_t *t = json_object_get(s, "type");
+    json_t *en = json_object_get(s, "enum");
+    if (json_is_array(en) && json_array_size(en)) { /* raw enum values */
+        int id = rule_begin(c);
+        size_t i;
+        json_t *x;
+        json_array_foreach(en, i, x) {
+            if (!json_is_string(x)) continue;
+            if (i) bputs(&c->rules, " | ");
+            blit(&c->rules, json_string_value(x), json_string_length(x));
+        }
+        rule_end(c);
+        return id;
+    }
+    if (json_is_string(t)) return gen_string_as(c, s, true);
+    int id = rule_begin(c); /* a union admitting any string: any raw text */
+    bputs(&c->rules, "rawchar*");
+    rule_end(c);
+    return id;
+}
+
+/* One function's parameters in Qwen's XML form: "<parameter=K>\nV\n</parameter>\n" for the
+ * schema's properties in declared order, optional ones skippable; a non-strict tool (or one
+ * without properties) takes any parameters. */
+static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
+    json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
+    if (!strict || !json_is_object(props)) {
+        int id = rule_begin(c);
+        bputs(&c->rules,
+              "(\"<parameter=\" [a-zA-Z0-9_.-]{1,64} \">\\n\" rawchar* \"\\n</parameter>\\n\")*");
+        rule_end(c);
+        return id;
+    }
+    /* validate the object keywords as gen_object would (additionalProperties is implied false) */
+    json_t *req = json_object_get(params, "required");
+    size_t n = json_object_size(props);
+    int *val = snug_malloc((n ? n : 1) * sizeof *val);
+    if (!val) return invalid(c, "parameters", "out of memory");
+    const char *key;
+    json_t *sub;
+    size_t i = 0;
+    json_object_foreach(props, key, sub) {
+        size_t old = path_push(c, "properties");
+        size_t old2 = path_push(c, key);
+        val[i] = gen_param_value(c, sub);
+        path_pop(c, old2);
+        path_pop(c, old);
+        if (val[i] < 0) {
+            snug_free(val);
+            return -1;
+        }
+        i++;
+    }
+    int id = rule_begin(c);
+    i = 0;
+    json_object_foreach(props, key, sub) {
+        bool is_req = false;
+        size_t k;
+        json_t *r;
+        json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key))
+            is_req = true;
+        bputs(&c->rules, is_req ? " (" : " (");
+        bputs(&c->rules, "\"<parameter=");
+        for (const char *p = key; *p; p++) { /* the key inside a GBNF literal */
+            if (*p == '"' || *p == '\\') bputs(&c->rules, "\\");
+            bput(&c->rules, p, 1);
+        }
+        bprintf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i], is_req ? "" : "?");
+        i++;
+    }
+    if (!n) bputs(&c->rules, "\"\"");
+    rule_end(c);
+    snug_free(val);
+    return id;
+}
+
+static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
+                  struct snug_err *err) {
+    struct buf o = {0};
+    bprintf(&o, "root ::= %s\n", root_body);
+    bputs(&o, BASE);
+    if (c->rules.d) bput(&o, c->rules.d, c->rules.n);
+    snug_free(c->rules.d);
+    if (o.oom || c->rules.oom) {
+        snug_free(o.d);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
+    }
+    *out = o.d;
+    if (out_len) *out_len = o.n;
+    return SNUG_OK;
+}
+
+int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, const char *lead,
+                       bool many, char **out, size_t *out_len, struct snug_err *err) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    json_error_t je;
+    json_t *tools = json_loadb(tools_json, len, 0, &je);
+    if (!json_is_array(tools)) {
+        json_decref(tools);
+        return snug_err_set(err, SNUG_ERR_INVALID, "tools: not a JSON array");
+    }
+    struct ctx c = {.err = err, .path = "#"};
+    size_t n = json_array_size(tools), i;
+    int *fn = snug_malloc((n ? n : 1) * sizeof *fn);
+    int rc = fn ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory");
+    int named_fn = -1, n_fn = 0;
+    for (i = 0; i < n && rc == SNUG_OK; i++) {
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name) continue;
+        json_t *params = json_object_get(f, "parameters");
+        bool strict = json_is_true(json_object_get(f, "strict"));
+        c.root = params; /* $ref inside a tool's parameters resolve against them */
+        c.n_refs = 0;
+        snprintf(c.path, sizeof c.path, "#/tools/%zu/function/parameters", i);
+        int p = gen_tool_params(&c, params, strict);
+        if (p < 0) {
+            rc = c.status ? c.status : SNUG_ERR_INVALID;
+            break;
+        }
+        /* fn_i ::= NAME ">\n" params "</function>\n</tool_call>" */
+        fn[n_fn] = rule_begin(&c);
+        size_t nl = strlen(name);
+        blit(&c.rules, name, nl);
+        bprintf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
+        rule_end(&c);
+        if (named && !strcmp(named, name)) {
+            named_fn = p;
+            /* named: the prompt already holds "<function=NAME>\n" */
+            int k = rule_begin(&c);
+            bprintf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
+            rule_end(&c);
+            named_fn = k;
+        }
+        n_fn++;
+    }
+    if (rc == SNUG_OK && (!n_fn || (named && named_fn < 0)))
+        rc = snug_err_set(err, SNUG_ERR_INVALID, "tools: %s",
+                          named ? "the named function is not among the tools" : "no functions");
+    if (rc == SNUG_OK) {
+        int any = rule_begin(&c);
+        for (int k = 0; k < n_fn; k++) bprintf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
+        rule_end(&c);
+        struct buf root = {0};
+        if (lead && *lead) blit(&root, lead, strlen(lead)), bputs(&root, " ");
+        if (named)
+            bprintf(&root, "r%d", named_fn);
+        else
+            bprintf(&root, "\"<function=\" r%d", any);
+        if (many) bprintf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
+        rc = root.oom ? snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory")
+                      : finish(&c, root.d, out, out_len, err);
+        snug_free(root.d);
+        c.rules.d = NULL; /* finish freed it */
+    }
+    snug_free(c.rules.d);
+    snug_free(fn);
+    json_decref(tools);
+    return rc;
+}
 
 int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, size_t *out_len,
                              struct snug_err *err) {

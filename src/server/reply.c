@@ -662,7 +662,42 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
     char *owned = NULL;
     const char *text = NULL, *param = "grammar";
     size_t tlen = 0;
-    if (q->grammar) {
+    const char *trigger = NULL;
+    /* tool calls: tool_choice required / a named function (the prompt already ends with
+     * "<tool_call>\n", and "<function=NAME>\n" when named), or strict tools under "auto" (the
+     * grammar starts when the model writes "<tool_call>") */
+    bool forced_tools = q->kind == SNUG_REQ_CHAT && q->tools &&
+                        (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED);
+    bool strict_auto = false;
+    if (q->kind == SNUG_REQ_CHAT && q->tools && q->tool_choice == SNUG_TOOL_AUTO) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(q->tools, i, t) if (json_is_true(json_object_get(
+                                                   json_object_get(t, "function"), "strict")))
+            strict_auto = true;
+    }
+    if ((forced_tools || strict_auto) && (q->grammar || q->format != SNUG_FORMAT_TEXT))
+        return snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                     "tool calls (tool_choice required / a named function, or "
+                                     "strict tools) cannot be combined with 'grammar' or a JSON "
+                                     "'response_format'");
+    if (forced_tools || strict_auto) {
+        param = "tools";
+        char *tj = json_dumps(q->tools, JSON_COMPACT);
+        int rc = tj ? snug_tools_to_gbnf(
+                          tj, strlen(tj), q->tool_choice == SNUG_TOOL_NAMED ? q->tool_name : NULL,
+                          strict_auto ? "\n" : NULL,
+                          q->parallel_tool_calls && q->tool_choice != SNUG_TOOL_NAMED, &owned,
+                          &tlen, &err)
+                    : snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
+        free(tj); /* jansson's allocation */
+        if (rc != SNUG_OK)
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        text = owned;
+        in_reasoning = false; /* a forced call closed it; under "auto" the trigger decides */
+        if (strict_auto) trigger = "<tool_call>";
+    } else if (q->grammar) {
         text = q->grammar;
         tlen = q->grammar_len;
     } else if (q->format != SNUG_FORMAT_TEXT) {
@@ -728,7 +763,8 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
         .gbnf = root ? wrapped.data : text,
         .gbnf_len = root ? wrapped.len : tlen,
         .root = root,
-        .trigger = root ? "</think>" : NULL,
+        .trigger = root ? "</think>" : trigger,
+        .end_before_trigger = trigger != NULL,
         .bias_ids = bias_ids,
         .bias_vals = bias_vals,
         .n_bias = n_bias,

@@ -311,6 +311,54 @@ def test_json_object(res, srv):
     res.check(good == 5, f"json_object: {good}/5 outputs are JSON objects")
 
 
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    "when": {"type": "string", "format": "date"}},
+    "required": ["city", "days"], "additionalProperties": False}
+SEARCH = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 40},
+                                           "n": {"type": "integer", "minimum": 1, "maximum": 5},
+                                           "filters": {"type": "array", "items": {"type": "string"},
+                                                       "maxItems": 2}},
+          "required": ["q", "n"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "strict": True,
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "search", "strict": True,
+                                           "parameters": SEARCH}}]
+
+
+def test_tools(res, srv):
+    """Strict tools: arguments generated inside Qwen's XML tool-call format follow the schema."""
+    fc = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    schemas = {"get_weather": WEATHER, "search": SEARCH}
+    for label, choice, want in (("required", "required", None),
+                                ("named", {"type": "function", "function": {"name": "get_weather"}},
+                                 "get_weather")):
+        good, seen = 0, []
+        for i in range(5):
+            st, r, _ = chat(srv, {"tools": TOOLS, "tool_choice": choice, "temperature": 1,
+                                  "seed": 40 + i, "max_tokens": 400, "parallel_tool_calls": False})
+            calls = (r["choices"][0]["message"].get("tool_calls") or []) if st == 200 else []
+            try:
+                ok = len(calls) == 1 and r["choices"][0]["finish_reason"] == "tool_calls"
+                for c in calls:
+                    name = c["function"]["name"]
+                    ok = ok and (want is None or name == want)
+                    jsonschema.validate(json.loads(c["function"]["arguments"]), schemas[name],
+                                        format_checker=fc)
+                    seen.append(name)
+                good += ok
+            except Exception as e:  # noqa: BLE001
+                print("   ", label, str(e)[:200])
+        res.check(good == 5, f"strict tools, tool_choice {label}: {good}/5 replies are one call "
+                             f"with schema-valid arguments ({sorted(set(seen))})")
+    st, r, _ = chat(srv, {"tools": [{"type": "function", "function": {
+        "name": "f", "strict": True, "parameters": {"type": "object", "properties": {
+            "x": {"type": "string", "pattern": "^a$"}}}}}], "tool_choice": "required"})
+    res.check(st == 400 and r["error"]["param"] == "tools" and "pattern" in r["error"]["message"],
+              f"strict tool with an unsupported keyword -> 400: {r.get('error', {}).get('message')!r}")
+
+
 def test_clients(res, srv):
     try:
         import openai
@@ -372,6 +420,7 @@ def main():
             test_greedy_equal(res, A)
             test_gbnf(res, A)
             test_json_object(res, A)
+            test_tools(res, A)
             test_clients(res, B)
             test_corpus(res, A, "spec-draft 0")
             test_corpus(res, B, "spec-draft 3")
