@@ -240,15 +240,26 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
         *id = s->pend[s->i_pend++];
         return true;
     }
+    const struct snug_engine_constraint *c = s->job->constraint;
     if (!s->spec_pending) {
-        *id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        *id = c && c->force ? c->force(c->user) : -1;
+        if (*id < 0 || *id >= e->V) {
+            if (c && c->mask) c->mask(c->user, s->logits, e->V);
+            *id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        }
+        if (c && c->accept) c->accept(c->user, *id);
         s->toks[s->n_toks++] = *id;
         s->spec_pending = true;
         return true;
     }
     struct snug_err err = {0};
     int32_t n0 = s->n_toks, n_new = 0;
-    if (snug_spec_step(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, &n_new, &err) != SNUG_OK ||
+    /* a constrained job: every verification row is masked with the grammar's state after the
+     * drafts before it, so a draft the grammar rejects is cut there (speculative.h) */
+    struct snug_spec_constraint sc = {0};
+    if (c) sc = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
+    if (snug_spec_step_constrained(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, c ? &sc : NULL,
+                                   &n_new, &err) != SNUG_OK ||
         n_new < 1) {
         snug_ctx_reset(s->ctx);
         s->n_toks = 0;
@@ -278,10 +289,8 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
             return false;
         }
         id = j->script[s->script_pos++];
-    } else if (e->n_draft > 0 && !j->logprobs && !j->constraint) {
-        /* constrained jobs decode without drafts: snug_spec_step samples its verify rows
-         * itself, so it cannot mask them (the hook's allows/rollback are for that) */
-        if (!spec_next(e, s, &id)) return false;
+    } else if (e->n_draft > 0 && !j->logprobs) {
+        if (!spec_next(e, s, &id)) return false; /* (a constraint is applied in there) */
     } else if (j->constraint) {
         const struct snug_engine_constraint *c = j->constraint;
         id = c->force ? c->force(c->user) : -1;

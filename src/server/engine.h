@@ -56,9 +56,11 @@ struct snug_engine_usage {
  * constraint.h builds one). All members optional; called on the engine thread only. At each
  * pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask() edits
  * the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
- * every committed token (end tokens too). allows() and rollback() are for speculative decoding
- * (drafts checked one by one, rejected ones undone); today's engine does not draft for
- * constrained jobs (see engine.c slot_pick), so it calls neither. */
+ * every committed token (end tokens too), in order. With speculative decoding the same calls
+ * happen per verification row (src/speculative/speculative.h snug_spec_step_constrained: row i
+ * is masked in the state after the drafts before it, so a rejected draft is cut there);
+ * allows() and rollback() are for engines that check drafts ahead of verification — today's
+ * engine calls neither. */
 struct snug_engine_constraint {
     void *user;
     snug_token (*force)(void *user);                          /* a token to emit, or -1 */
