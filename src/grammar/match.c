@@ -41,6 +41,11 @@ struct snug_vocab_trie {
      * sub_ascii[i][0..1], sub_wide[i] = 1 when some byte is >= 128 */
     uint64_t (*sub_ascii)[2];
     uint8_t *sub_wide;
+    /* bit k: every path of node i's subtree (from its own edge) is a well-formed UTF-8 prefix
+     * when k continuation bytes are pending before it (leads C2-DF, E1-EC, EE-EF, F1-F3 only:
+     * the leads whose continuations are the full 80-BF range) */
+    uint8_t *sub_utf8;
+    uint64_t *in_mask; /* [(n_vocab + 63) / 64] bits of the tokens in the trie */
 };
 
 struct tok_ref {
@@ -68,6 +73,8 @@ void snug_vocab_trie_free(struct snug_vocab_trie *t) {
     snug_free(t->in_trie);
     snug_free(t->sub_ascii);
     snug_free(t->sub_wide);
+    snug_free(t->sub_utf8);
+    snug_free(t->in_mask);
     snug_free(t);
 }
 
@@ -169,18 +176,40 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
     /* subtree byte sets, children before parents (reverse preorder) */
     t->sub_ascii = snug_calloc((size_t)nn, sizeof *t->sub_ascii);
     t->sub_wide = snug_calloc((size_t)nn, 1);
-    if (!t->sub_ascii || !t->sub_wide) goto nomem;
+    t->sub_utf8 = snug_calloc((size_t)nn, 1);
+    t->in_mask = snug_calloc((size_t)(V + 63) / 64 + 1, sizeof(uint64_t));
+    if (!t->sub_ascii || !t->sub_wide || !t->sub_utf8 || !t->in_mask) goto nomem;
+    for (snug_token id = 0; id < V; id++)
+        if (t->in_trie[id]) t->in_mask[id >> 6] |= 1ull << (id & 63);
     for (int32_t i = nn - 1; i >= 1; i--) {
         unsigned b = t->byte[i];
         if (b >= 128)
             t->sub_wide[i] = 1;
         else
             t->sub_ascii[i][b >> 6] |= 1ull << (b & 63);
+        uint8_t kids = 0x0F; /* bit k': all children are fine with k' pending */
         for (int32_t c = i + 1; c < t->end[i]; c = t->end[c]) {
             t->sub_ascii[i][0] |= t->sub_ascii[c][0];
             t->sub_ascii[i][1] |= t->sub_ascii[c][1];
             t->sub_wide[i] |= t->sub_wide[c];
+            kids &= t->sub_utf8[c];
         }
+        uint8_t ok = 0;
+        for (int k = 0; k < 4; k++) {
+            int next = -1;
+            if (k > 0)
+                next = b >= 0x80 && b <= 0xBF ? k - 1 : -1;
+            else if (b < 0x80)
+                next = 0;
+            else if (b >= 0xC2 && b <= 0xDF)
+                next = 1;
+            else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+                next = 2;
+            else if (b >= 0xF1 && b <= 0xF3)
+                next = 3;
+            if (next >= 0 && ((kids >> next) & 1)) ok |= (uint8_t)(1u << k);
+        }
+        t->sub_utf8[i] = ok;
     }
     *out = t;
     return SNUG_OK;
@@ -223,6 +252,8 @@ struct snug_matcher {
     uint8_t *st_accept;
     uint64_t (*st_loop)[2]; /* ASCII bytes b with trans[s][b] == s (valid when st_loop_ok) */
     uint8_t *st_loop_ok;
+    uint8_t *st_u8;   /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
+                         back to the state through live states, 2: not */
     int32_t *st_hash; /* state + 1 */
     uint32_t st_hash_mask;
     int32_t start, cur;
@@ -360,6 +391,7 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     u[0] = u[1] = u[2] = u[3] = 0;
     m->st_accept[s] = 0;
     m->st_loop_ok[s] = 0;
+    m->st_u8[s] = 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
         if (pos < 0) {
@@ -492,6 +524,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->st_accept = snug_malloc((size_t)S);
     m->st_loop = snug_malloc((size_t)S * sizeof *m->st_loop);
     m->st_loop_ok = snug_malloc((size_t)S);
+    m->st_u8 = snug_malloc((size_t)S);
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
     m->rescue =
@@ -508,7 +541,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_mark || !m->bfs_state ||
+        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_mark || !m->bfs_state ||
         !m->bfs_parent || !m->bfs_byte) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
@@ -556,6 +589,7 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->st_accept);
     snug_free(m->st_loop);
     snug_free(m->st_loop_ok);
+    snug_free(m->st_u8);
     snug_free(m->st_hash);
     snug_free(m->hist);
     snug_free(m->rescue);
@@ -714,53 +748,110 @@ static bool state_loop(struct snug_matcher *m, int32_t s) {
     return true;
 }
 
+/* All lead bytes in [lo, hi] go from s to one state from which `depth` continuation bytes
+ * (each any of 80-BF, each time to one state) lead back to s. -1: the table filled up. */
+static int u8_class_loops(struct snug_matcher *m, int32_t s, unsigned lo, unsigned hi, int depth) {
+    int32_t t = -1;
+    for (unsigned b = lo; b <= hi; b++) {
+        int32_t ns = step(m, s, b);
+        if (ns < 0) return -1;
+        if (ns == ST_DEAD || (t >= 0 && ns != t)) return 0;
+        t = ns;
+    }
+    for (int d = 0; d < depth; d++) {
+        int32_t u = -1;
+        for (unsigned c = 0x80; c <= 0xBF; c++) {
+            int32_t ns = step(m, t, c);
+            if (ns < 0) return -1;
+            if (ns == ST_DEAD || (u >= 0 && ns != u)) return 0;
+            u = ns;
+        }
+        t = u;
+    }
+    return t == s;
+}
+
+/* Does every well-formed character of the sub_utf8 leads loop on state s? Computed once. */
+static bool state_u8(struct snug_matcher *m, int32_t s, bool *full) {
+    *full = false;
+    if (m->st_u8[s]) return m->st_u8[s] == 1;
+    static const unsigned cls[5][3] = {
+        {0xC2, 0xDF, 1}, {0xE1, 0xEC, 2}, {0xEE, 0xEF, 2}, {0xF1, 0xF3, 3}, {0, 0, 0}};
+    for (int i = 0; cls[i][0]; i++) {
+        int r = u8_class_loops(m, s, cls[i][0], cls[i][1], (int)cls[i][2]);
+        if (r < 0) {
+            *full = true;
+            return false;
+        }
+        if (!r) {
+            m->st_u8[s] = 2;
+            return false;
+        }
+    }
+    m->st_u8[s] = 1;
+    return true;
+}
+
 /* The trie walk for state `s` into m->mask; 0 when it must be retried after a flush, -1 when
  * the matcher failed. A subtree whose bytes all loop on the state (ASCII only) is allowed
  * whole without visiting it: inside a JSON string most of the vocabulary is. */
 static int walk_mask(struct snug_matcher *m, int32_t s) {
     const struct snug_vocab_trie *t = m->t;
-    memset(m->mask, 0, (size_t)m->words * sizeof(uint64_t));
+    /* Where most of the vocabulary will be allowed (the state loops on most ASCII bytes, as
+     * inside a string) start from "all allowed" and clear what is rejected; else start from
+     * nothing and set what is reached. Either way the per-token work is the smaller side. */
+    if (!m->st_loop_ok[s] && !state_loop(m, s)) return m->failed ? -1 : 0;
+    bool clear_mode =
+        __builtin_popcountll(m->st_loop[s][0]) + __builtin_popcountll(m->st_loop[s][1]) >= 64;
+    if (clear_mode)
+        memcpy(m->mask, t->in_mask, (size_t)m->words * sizeof(uint64_t));
+    else
+        memset(m->mask, 0, (size_t)m->words * sizeof(uint64_t));
     m->walk[0] = s;
     const uint8_t *byte = t->byte;
     const uint16_t *depth = t->depth;
+    const int32_t *tok_first = t->tok_first;
+    const snug_token *tok_list = t->tok_list;
+    uint64_t *mask = m->mask;
     int32_t i = 1, n = t->n_nodes;
     while (i < n) {
         int32_t ps = m->walk[depth[i] - 1];
         unsigned b = byte[i];
-        if (!t->sub_wide[i] && b < 128 && gr_byteset_has(m->st_bytes[ps], b)) {
+        if (gr_byteset_has(m->st_bytes[ps], b) && (t->sub_utf8[i] & 1)) {
             if (!m->st_loop_ok[ps] && !state_loop(m, ps)) return m->failed ? -1 : 0;
             const uint64_t *lp = m->st_loop[ps], *sb = t->sub_ascii[i];
-            if (!(sb[0] & ~lp[0]) && !(sb[1] & ~lp[1])) {
-                for (int32_t k = t->tok_first[i]; k < t->tok_first[t->end[i]]; k++) {
-                    snug_token id = t->tok_list[k];
-                    m->mask[id >> 6] |= 1ull << (id & 63);
-                }
+            bool whole = !(sb[0] & ~lp[0]) && !(sb[1] & ~lp[1]);
+            if (whole && t->sub_wide[i]) {
+                bool full;
+                whole = state_u8(m, ps, &full);
+                if (full) return m->failed ? -1 : 0;
+            }
+            if (whole) { /* the whole subtree is allowed */
+                if (!clear_mode)
+                    for (int32_t k = tok_first[i]; k < tok_first[t->end[i]]; k++)
+                        mask[tok_list[k] >> 6] |= 1ull << (tok_list[k] & 63);
                 i = t->end[i];
                 continue;
             }
         }
         uint16_t tr = m->trans[(size_t)ps * 256 + b];
-        int32_t ns;
-        if (tr == ST_DEAD) {
-            i = t->end[i];
-            continue;
-        }
-        if (tr != ST_UNKNOWN) {
-            ns = tr;
-        } else {
+        int32_t ns = tr;
+        if (tr == ST_UNKNOWN) {
             ns = step(m, ps, b);
             if (ns == STEP_FULL) return 0;
             if (ns < 0) return -1;
-            if (ns == ST_DEAD) {
-                i = t->end[i];
-                continue;
-            }
+        }
+        if (ns == ST_DEAD) { /* the whole subtree is rejected */
+            if (clear_mode)
+                for (int32_t k = tok_first[i]; k < tok_first[t->end[i]]; k++)
+                    mask[tok_list[k] >> 6] &= ~(1ull << (tok_list[k] & 63));
+            i = t->end[i];
+            continue;
         }
         m->walk[depth[i]] = ns;
-        for (int32_t k = t->tok_first[i]; k < t->tok_first[i + 1]; k++) {
-            snug_token id = t->tok_list[k];
-            m->mask[id >> 6] |= 1ull << (id & 63);
-        }
+        if (!clear_mode)
+            for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++)
+                mask[tok_list[k] >> 6] |= 1ull << (tok_list[k] & 63);
         i++;
     }
     return 1;
@@ -810,13 +901,19 @@ const uint64_t *snug_matcher_mask(struct snug_matcher *m) {
 void snug_matcher_apply(struct snug_matcher *m, float *logits, int32_t n_vocab) {
     const uint64_t *mk = snug_matcher_mask(m);
     int32_t n = n_vocab < m->V ? n_vocab : m->V;
-    for (int32_t w = 0; w * 64 < n; w++) {
+    int32_t full = n / 64;
+    for (int32_t w = 0; w < full; w++) {
         uint64_t bits = mk[w];
-        if (bits == ~0ull && w * 64 + 64 <= n) continue;
-        int32_t lim = w * 64 + 64 < n ? w * 64 + 64 : n;
-        for (int32_t i = w * 64; i < lim; i++)
-            if (!((bits >> (i & 63)) & 1)) logits[i] = -INFINITY;
+        float *row = logits + (int64_t)w * 64;
+        if (bits == ~0ull) continue;
+        if (bits == 0) {
+            for (int k = 0; k < 64; k++) row[k] = -INFINITY;
+            continue;
+        }
+        for (uint64_t z = ~bits; z; z &= z - 1) row[__builtin_ctzll(z)] = -INFINITY;
     }
+    for (int32_t i = full * 64; i < n; i++)
+        if (!((mk[i >> 6] >> (i & 63)) & 1)) logits[i] = -INFINITY;
     for (int32_t i = n; i < n_vocab; i++) logits[i] = -INFINITY;
 }
 

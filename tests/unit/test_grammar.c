@@ -255,6 +255,13 @@ static void check_masks_along(struct snug_matcher *m, const char *const *pieces,
             if (a != snug_matcher_allows(m, id)) diff++;
         }
         CHECKF(diff == 0, "step %d: %d tokens differ between mask and allows", step, diff);
+        static float row[300];
+        for (int i = 0; i < 300; i++) row[i] = 1.0f;
+        snug_matcher_apply(m, row, 300); /* logits beyond the vocabulary are disallowed too */
+        int bad = 0;
+        for (int i = 0; i < 300; i++)
+            bad += (i < V && ((copy[i >> 6] >> (i & 63)) & 1)) != (row[i] == 1.0f);
+        CHECKF(bad == 0, "step %d: apply disagrees with the mask on %d logits", step, bad);
         if (step == n_pieces) break;
         snug_token id = tok_of(pieces[step]);
         CHECKF(snug_matcher_accept(m, id, &err) == SNUG_OK, "accept '%s': %s", pieces[step],
