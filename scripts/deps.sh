@@ -2,7 +2,8 @@
 # deps.sh — install what building and testing snug needs on Debian 12, only what is missing.
 # Debian packages: compilers, CMake/Ninja, PCRE2 (pre-tokenizer regex), utf8proc (NFC),
 # jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client). Python packages (tests only): numpy,
-# tokenizers, gguf, jinja2, openai, pytest.
+# tokenizers, gguf, jinja2, openai, pytest, jsonschema + pydantic + instructor + langchain-openai
+# (structured outputs: tests/py/test_grammar_server.py).
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
       libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3)
@@ -17,7 +18,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 if [ "${1:-}" = "--python" ]; then
-  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest
+  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest \
+    jsonschema pydantic instructor langchain-openai >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, jsonschema, pydantic, instructor, langchain_openai
 PY
 fi
