@@ -152,6 +152,7 @@ static void c_rollback(void *user, int32_t n) {
         return;
     }
     c->n_accepted -= n;
+    c->n_gen -= n;
 }
 
 int snug_srv_constraint_init(struct snug_srv_constraint **out,
