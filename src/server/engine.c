@@ -230,6 +230,19 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     }
 }
 
+/* Sample the slot's next token from its logits, under the job's constraint if any: a forced
+ * token, else the masked logits; the constraint is told the token. */
+static snug_token sample_next(struct snug_engine *e, struct slot *s) {
+    const struct snug_engine_constraint *c = s->job->constraint;
+    snug_token id = c && c->force ? c->force(c->user) : -1;
+    if (id < 0 || id >= e->V) {
+        if (c && c->mask) c->mask(c->user, s->logits, e->V);
+        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+    }
+    if (c && c->accept) c->accept(c->user, id);
+    return id;
+}
+
 /* The next token of a speculative slot: the first one is sampled from the prompt's logits and
  * left pending (not evaluated); later ones come from snug_spec_step, which evaluates the
  * pending token with up to n_draft MTP drafts in one forward and appends 1..n_draft + 1
@@ -242,12 +255,7 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
     }
     const struct snug_engine_constraint *c = s->job->constraint;
     if (!s->spec_pending) {
-        *id = c && c->force ? c->force(c->user) : -1;
-        if (*id < 0 || *id >= e->V) {
-            if (c && c->mask) c->mask(c->user, s->logits, e->V);
-            *id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
-        }
-        if (c && c->accept) c->accept(c->user, *id);
+        *id = sample_next(e, s);
         s->toks[s->n_toks++] = *id;
         s->spec_pending = true;
         return true;
@@ -291,16 +299,8 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
         id = j->script[s->script_pos++];
     } else if (e->n_draft > 0 && !j->logprobs) {
         if (!spec_next(e, s, &id)) return false; /* (a constraint is applied in there) */
-    } else if (j->constraint) {
-        const struct snug_engine_constraint *c = j->constraint;
-        id = c->force ? c->force(c->user) : -1;
-        if (id < 0 || id >= e->V) {
-            if (c->mask) c->mask(c->user, s->logits, e->V);
-            id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
-        }
-        if (c->accept) c->accept(c->user, id);
     } else {
-        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        id = sample_next(e, s);
     }
     struct snug_engine_logprob lp;
     if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
