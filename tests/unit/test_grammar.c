@@ -392,7 +392,24 @@ static void test_schema(void) {
     S_OK("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],"
          "\"items\":false}",
          "[1,\"a\"]");
-    schema_error("{\"type\":\"string\",\"pattern\":\"^a+$\"}", "pattern");
+    /* pattern: a regular-expression subset, on the JSON-encoded string */
+    const char *code = "{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-\\\\d{2,4}$\"}";
+    S_OK(code, "\"ABC-123\"");
+    S_BAD(code, "\"AB-123\"");
+    S_BAD(code, "\"ABC-12345\"");
+    S_BAD(code, "\"xABC-123\"");
+    const char *alt = "{\"type\":\"string\",\"pattern\":\"^(foo|ba[rz])+(\\\\.[0-9]+)?$\"}";
+    S_OK(alt, "\"foobaz.5\"");
+    S_OK(alt, "\"bar\"");
+    S_BAD(alt, "\"baq\"");
+    const char *unanch = "{\"type\":\"string\",\"pattern\":\"ab\"}";
+    S_OK(unanch, "\"xxabyy\"");
+    S_BAD(unanch, "\"xxa\"");
+    const char *quote = "{\"type\":\"string\",\"pattern\":\"^a\\\"[^a]\\\\\\\\$\"}";
+    S_OK(quote, "\"a\\\"b\\\\\"");
+    S_BAD(quote, "\"a\\\"\\\"\\\\\""); /* the class leaves out a raw '"' */
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(?=a)a$\"}", "look-around");
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(a)\\\\1$\"}", "back-references");
     schema_error("{\"type\":\"object\",\"minProperties\":1}", "minProperties");
     schema_error("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
     schema_error("{\"type\":\"integer\",\"multipleOf\":3}", "multipleOf");
