@@ -834,8 +834,43 @@ static void gb_free(struct gb *b) {
     snug_free(b->bs_hash);
 }
 
+/* rule_min / rule_best_alt / rest_min by relaxation (lengths only shrink; a grammar without
+ * left recursion settles within a few rounds; capped, leaving GR_INF where unsettled). */
+static void compute_min_lengths(struct snug_grammar *g) {
+    for (int32_t r = 0; r < g->n_rules; r++) g->rule_min[r] = GR_INF, g->rule_best_alt[r] = -1;
+    for (int round = 0; round < 256; round++) {
+        bool changed = false;
+        for (int32_t r = 0; r < g->n_rules; r++) {
+            for (int32_t a = g->alt_first[r]; a < g->alt_first[r + 1]; a++) {
+                int64_t sum = 0;
+                for (int32_t p = g->alt_pos[a]; g->elems[p].kind != GE_END && sum < GR_INF; p++)
+                    sum += g->elems[p].kind == GE_BYTES ? 1 : g->rule_min[g->elems[p].arg];
+                if (sum < g->rule_min[r]) {
+                    g->rule_min[r] = (int32_t)sum;
+                    g->rule_best_alt[r] = a;
+                    changed = true;
+                }
+            }
+        }
+        if (!changed) break;
+    }
+    for (int32_t p = g->n_elems - 1; p >= 0; p--) {
+        const struct gr_elem *e = &g->elems[p];
+        if (e->kind == GE_END) {
+            g->rest_min[p] = 0;
+        } else {
+            int64_t v =
+                (int64_t)g->rest_min[p + 1] + (e->kind == GE_BYTES ? 1 : g->rule_min[e->arg]);
+            g->rest_min[p] = v > GR_INF ? GR_INF : (int32_t)v;
+        }
+    }
+}
+
 void snug_grammar_free(struct snug_grammar *g) {
     if (!g) return;
+    snug_free(g->rule_min);
+    snug_free(g->rule_best_alt);
+    snug_free(g->rest_min);
     snug_free(g->elems);
     snug_free(g->alt_first);
     snug_free(g->alt_pos);
@@ -927,6 +962,13 @@ int snug_grammar_parse(struct snug_grammar **out, const char *text, size_t len, 
             }
             g->alt_first[b.n_rules] = pa;
             g->n_elems = pe;
+            g->rule_min = snug_malloc((size_t)b.n_rules * sizeof(int32_t));
+            g->rule_best_alt = snug_malloc((size_t)b.n_rules * sizeof(int32_t));
+            g->rest_min = snug_malloc((size_t)pe * sizeof(int32_t));
+            if (!g->rule_min || !g->rule_best_alt || !g->rest_min)
+                rc = snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory");
+            else
+                compute_min_lengths(g);
         }
     }
     gb_free(&b);

@@ -104,9 +104,10 @@ void snug_matcher_apply(struct snug_matcher *m, float *logits, int32_t n_vocab);
  * brace, only the end), the longest token spelling a prefix of it (or the first end token
  * when only the end is allowed); -1 when the next step is a real choice. */
 snug_token snug_matcher_forced(struct snug_matcher *m);
-/* The shortest byte string that completes the grammar from here (breadth-first over the
- * states; at most `cap` bytes and a bounded search): its length (0 = complete now) and the
- * bytes in out, or -1 when none was found within the bounds. */
+/* A shortest byte string that completes the grammar from here: the live stack with the fewest
+ * bytes left (from per-element minimum lengths computed at compile time), spelled with the
+ * cheapest alternative of each rule and the lowest byte of each set. Its length (0 = complete
+ * now) and the bytes in out, or -1 when it is longer than `cap`. */
 int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap);
 /* The longest vocabulary token spelling a prefix of bytes[0..n) (-1 when none). */
 snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const uint8_t *bytes,

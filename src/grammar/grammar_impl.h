@@ -8,6 +8,10 @@
 
 #include "grammar/grammar.h"
 
+#include <stdint.h>
+
+#define GR_INF (INT32_MAX / 4)
+
 enum gr_kind {
     GE_END = 0,   /* end of an alternative: return to the caller */
     GE_BYTES = 1, /* one byte from byte set `arg` */
@@ -28,6 +32,10 @@ struct snug_grammar {
     int32_t *alt_pos;        /* element positions where alternatives start */
     uint64_t (*bytesets)[4]; /* [n_bytesets] 256-bit sets */
     int32_t n_bytesets;
+    /* shortest completions: the fewest bytes rule r matches (GR_INF when it never ends), the
+     * alternative that does it, and the fewest bytes from element p to the end of its
+     * alternative */
+    int32_t *rule_min, *rule_best_alt, *rest_min;
     struct snug_grammar_limits lim; /* with the defaults filled in */
 };
 

@@ -1,6 +1,6 @@
 /* match.c — the grammar matcher: parse stacks as interned nodes, sets of stacks interned into a
  * lazily built DFA over bytes, token masks by a walk of the vocabulary trie, rollback, forced
- * tokens.
+ * tokens, shortest completions.
  *
  * Owns: struct snug_vocab_trie (every token's bytes in a preorder trie: node i's first child is
  * i + 1, its subtree ends at end[i], so a walk that rejects a byte skips the whole subtree at
@@ -224,7 +224,6 @@ nomem:
 #define ST_UNKNOWN 0xFFFFu /* transition not computed yet */
 #define ST_DEAD    0xFFFEu /* the byte is not allowed */
 #define ST_MAX     0xFFF0
-#define BFS_MAX    4096 /* states a shortest-completion search visits at most */
 #define CUR_ENDED  (-3) /* an end token was accepted */
 #define STEP_FULL  (-2) /* the state table is full: flush and retry */
 
@@ -267,10 +266,6 @@ struct snug_matcher {
     uint64_t *mc_bits, *mc_used, clock;
     int32_t mask_for; /* the state `mask` was computed for, -1 = none */
     int64_t n_walks, n_hits;
-    /* shortest completion search */
-    uint32_t *st_mark, bfs_epoch;
-    int32_t *bfs_state, *bfs_parent;
-    uint8_t *bfs_byte;
     bool failed;
     char errmsg[200];
 };
@@ -534,15 +529,10 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->mc_state = snug_malloc((size_t)m->lim.mask_cache * sizeof(int32_t));
     m->mc_used = snug_calloc((size_t)m->lim.mask_cache, sizeof(uint64_t));
     m->mc_bits = snug_malloc((size_t)m->lim.mask_cache * (size_t)m->words * sizeof(uint64_t));
-    m->st_mark = snug_calloc((size_t)S, sizeof(uint32_t));
-    m->bfs_state = snug_malloc(BFS_MAX * sizeof(int32_t));
-    m->bfs_parent = snug_malloc(BFS_MAX * sizeof(int32_t));
-    m->bfs_byte = snug_malloc(BFS_MAX);
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_mark || !m->bfs_state ||
-        !m->bfs_parent || !m->bfs_byte) {
+        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -598,10 +588,6 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->mc_state);
     snug_free(m->mc_used);
     snug_free(m->mc_bits);
-    snug_free(m->st_mark);
-    snug_free(m->bfs_state);
-    snug_free(m->bfs_parent);
-    snug_free(m->bfs_byte);
     snug_free(m);
 }
 
@@ -964,44 +950,46 @@ snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const
     return best;
 }
 
-int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {
-    if (m->cur < 0 || m->failed) return -1;
-    maybe_flush(m);
-    if (m->st_accept[m->cur]) return 0;
-    if (++m->bfs_epoch == 0) {
-        memset(m->st_mark, 0, (size_t)m->max_states * sizeof *m->st_mark);
-        m->bfs_epoch = 1;
-    }
-    int32_t head = 0, tail = 0;
-    m->bfs_state[tail] = m->cur;
-    m->bfs_parent[tail] = -1;
-    m->bfs_byte[tail++] = 0;
-    m->st_mark[m->cur] = m->bfs_epoch;
-    while (head < tail) {
-        int32_t q = head++, s = m->bfs_state[q];
-        const uint64_t *u = m->st_bytes[s];
-        for (unsigned b = 0; b < 256; b++) {
-            if (!gr_byteset_has(u, b)) continue;
-            int32_t ns = step(m, s, b);
-            if (ns < 0) return -1; /* a full table: give up this time */
-            if (ns == ST_DEAD || m->st_mark[ns] == m->bfs_epoch) continue;
-            if (tail >= BFS_MAX) return -1;
-            m->st_mark[ns] = m->bfs_epoch;
-            m->bfs_state[tail] = ns;
-            m->bfs_parent[tail] = q;
-            m->bfs_byte[tail++] = (uint8_t)b;
-            if (m->st_accept[ns]) {
-                int len = 0;
-                for (int32_t k = tail - 1; m->bfs_parent[k] >= 0; k = m->bfs_parent[k]) len++;
-                if (len > cap) return -1;
-                int i = len;
-                for (int32_t k = tail - 1; m->bfs_parent[k] >= 0; k = m->bfs_parent[k])
-                    out[--i] = m->bfs_byte[k];
-                return len;
-            }
+/* Append the shortest text from element p to the end of its alternative (the lowest byte of
+ * each byte set, the cheapest alternative of each rule). False when it does not fit. */
+static bool emit_min(const struct snug_grammar *g, int32_t p, uint8_t *out, int *len, int cap,
+                     int depth) {
+    if (depth > 512) return false;
+    for (; g->elems[p].kind != GE_END; p++) {
+        const struct gr_elem *e = &g->elems[p];
+        if (e->kind == GE_BYTES) {
+            if (*len >= cap) return false;
+            const uint64_t *bs = g->bytesets[e->arg];
+            int w = bs[0] ? 0 : bs[1] ? 1 : bs[2] ? 2 : 3;
+            out[(*len)++] = (uint8_t)(w * 64 + __builtin_ctzll(bs[w]));
+        } else {
+            int32_t a = g->rule_best_alt[e->arg];
+            if (a < 0 || !emit_min(g, g->alt_pos[a], out, len, cap, depth + 1)) return false;
         }
     }
-    return -1;
+    return true;
+}
+
+int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {
+    if (m->cur < 0 || m->failed) return -1;
+    if (m->st_accept[m->cur]) return 0;
+    /* the live stack whose remaining elements (its top's alternative, then each return
+     * position's) are shortest, measured with the grammar's per-element minimum lengths */
+    const struct snug_grammar *g = m->g;
+    const int32_t *set = m->pool + m->st_off[m->cur];
+    int64_t best = GR_INF;
+    int32_t best_node = -1;
+    for (int32_t i = 0; i < m->st_len[m->cur]; i++) {
+        int64_t cost = 0;
+        for (int32_t n = set[i]; n >= 0 && cost < GR_INF; n = m->npar[n])
+            cost += m->npos[n] < 0 ? 0 : g->rest_min[m->npos[n]];
+        if (cost < best) best = cost, best_node = set[i];
+    }
+    if (best_node < 0 || best > cap) return -1;
+    int len = 0;
+    for (int32_t n = best_node; n >= 0; n = m->npar[n])
+        if (m->npos[n] >= 0 && !emit_min(g, m->npos[n], out, &len, cap, 0)) return -1;
+    return len;
 }
 
 const char *snug_matcher_error(const struct snug_matcher *m) {

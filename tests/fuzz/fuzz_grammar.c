@@ -2,7 +2,8 @@
  * first NUL byte is a grammar, the rest is text fed to a matcher of it (byte by byte, with a
  * mask, a forced-token query and a shortest-completion search after each byte, a rollback now
  * and then). A 256-token byte-level vocabulary is built once. Invariants checked: a parse error
- * names a line and column; the mask agrees with allows() on every token.
+ * names a line and column; the mask agrees with allows() on every token; the shortest
+ * completion completes the grammar.
  * Seeds: tests/fuzz/corpus-grammar/. Build: CC=clang cmake -B build-fuzz -DSNUG_FUZZ=ON &&
  * cmake --build build-fuzz --target fuzz_grammar; run: build-fuzz/fuzz_grammar
  * tests/fuzz/corpus-grammar. Read next: src/grammar/gbnf.c. */
@@ -80,6 +81,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 continue;
             }
             if (snug_matcher_accept(m, *p, &err) != SNUG_OK) break;
+        }
+        /* the shortest completion, when found, completes the grammar */
+        uint8_t done[256];
+        int n = snug_matcher_shortest_completion(m, done, (int)sizeof done);
+        if (n >= 0 && !snug_matcher_error(m)) {
+            if (snug_matcher_accept_bytes(m, (const char *)done, (size_t)n, &err) != SNUG_OK &&
+                !snug_matcher_error(m))
+                __builtin_trap();
+            if (!snug_matcher_error(m) && !snug_matcher_is_complete(m)) __builtin_trap();
         }
         snug_matcher_free(m);
     }

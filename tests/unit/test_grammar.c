@@ -345,6 +345,36 @@ static int schema_judge(const char *schema, const char *doc) {
     return r;
 }
 
+/* For every prefix of a valid document: the shortest completion from there completes it. */
+static void completions_along(const char *schema, const char *doc) {
+    char *gbnf = NULL;
+    struct snug_err err = {0};
+    struct snug_grammar *g = NULL;
+    if (snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL, &err) ||
+        snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err)) {
+        CHECKF(0, "%s", err.msg);
+        snug_free(gbnf);
+        return;
+    }
+    int bad = 0;
+    for (size_t k = 0; k <= strlen(doc); k++) {
+        struct snug_matcher *m = NULL;
+        if (snug_matcher_init(&m, g, TRIE, &EOS, 1, NULL, &err)) break;
+        uint8_t buf[512];
+        int n = -1;
+        if (snug_matcher_accept_bytes(m, doc, k, &err) == SNUG_OK)
+            n = snug_matcher_shortest_completion(m, buf, (int)sizeof buf);
+        bool ok = n >= 0 &&
+                  snug_matcher_accept_bytes(m, (const char *)buf, (size_t)n, &err) == SNUG_OK &&
+                  snug_matcher_is_complete(m);
+        if (!ok && bad++ < 3) fprintf(stderr, "prefix %zu of %s: completion %d\n", k, doc, n);
+        snug_matcher_free(m);
+    }
+    CHECKF(bad == 0, "%d prefixes of %s not completed", bad, doc);
+    snug_grammar_free(g);
+    snug_free(gbnf);
+}
+
 #define S_OK(s, d)  CHECKF(schema_judge(s, d) == 1, "%s should accept %s", s, d)
 #define S_BAD(s, d) CHECKF(schema_judge(s, d) != 1, "%s should not accept %s", s, d)
 
@@ -375,6 +405,8 @@ static void test_schema(void) {
                        "\"null\"}]}},\"required\":[\"v\",\"next\"]}},\"$ref\":\"#/$defs/node\"}";
     S_OK(defs, "{\"v\":1.5,\"next\":{\"v\":-2e3,\"next\":null}}");
     S_BAD(defs, "{\"v\":1,\"next\":{\"v\":2}}");
+    completions_along(defs, "{\"v\":1.5,\"next\":{\"v\":-2e3,\"next\":{\"v\":0,\"next\":null}}}");
+    completions_along(obj, "{ \"name\": \"x\\\"y\u00e9\", \"age\": 3, \"tags\": [\"a\", \"b\"] }");
     S_OK("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"");
     S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"");
     S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"");
