@@ -109,6 +109,9 @@ snug_token snug_matcher_forced(struct snug_matcher *m);
  * cheapest alternative of each rule and the lowest byte of each set. Its length (0 = complete
  * now) and the bytes in out, or -1 when it is longer than `cap`. */
 int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap);
+/* How many bytes the shortest completion has after token `id` (0 = complete; for an end token:
+ * 0 when complete now), or -1 when the token is not allowed. */
+int snug_matcher_completion_after(struct snug_matcher *m, snug_token id);
 /* The longest vocabulary token spelling a prefix of bytes[0..n) (-1 when none). */
 snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const uint8_t *bytes,
                                           int n);

@@ -970,21 +970,43 @@ static bool emit_min(const struct snug_grammar *g, int32_t p, uint8_t *out, int 
     return true;
 }
 
-int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {
-    if (m->cur < 0 || m->failed) return -1;
-    if (m->st_accept[m->cur]) return 0;
-    /* the live stack whose remaining elements (its top's alternative, then each return
-     * position's) are shortest, measured with the grammar's per-element minimum lengths */
+/* The fewest bytes that complete the grammar from DFA state s, and the stack that does it: the
+ * live stack whose remaining elements (its top's alternative, then each return position's) are
+ * shortest, measured with the grammar's per-element minimum lengths. */
+static int64_t state_completion(const struct snug_matcher *m, int32_t s, int32_t *node) {
     const struct snug_grammar *g = m->g;
-    const int32_t *set = m->pool + m->st_off[m->cur];
+    const int32_t *set = m->pool + m->st_off[s];
     int64_t best = GR_INF;
-    int32_t best_node = -1;
-    for (int32_t i = 0; i < m->st_len[m->cur]; i++) {
+    *node = -1;
+    for (int32_t i = 0; i < m->st_len[s]; i++) {
         int64_t cost = 0;
         for (int32_t n = set[i]; n >= 0 && cost < GR_INF; n = m->npar[n])
             cost += m->npos[n] < 0 ? 0 : g->rest_min[m->npos[n]];
-        if (cost < best) best = cost, best_node = set[i];
+        if (cost < best) best = cost, *node = set[i];
     }
+    return best;
+}
+
+int snug_matcher_completion_after(struct snug_matcher *m, snug_token id) {
+    if (m->cur < 0 || m->failed || id < 0 || id >= m->V) return -1;
+    if (is_end(m, id)) return m->st_accept[m->cur] ? 0 : -1;
+    if (!m->t->in_trie[id]) return -1;
+    size_t len = 0;
+    const char *b = snug_tokenizer_token_bytes(m->t->tok, id, &len);
+    int32_t r = run_bytes(m, (const uint8_t *)b, len);
+    if (r < 0 || r == ST_DEAD) return -1;
+    if (m->st_accept[r]) return 0;
+    int32_t node;
+    int64_t c = state_completion(m, r, &node);
+    return c >= GR_INF ? -1 : (int)(c > INT32_MAX / 2 ? INT32_MAX / 2 : c);
+}
+
+int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {
+    if (m->cur < 0 || m->failed) return -1;
+    if (m->st_accept[m->cur]) return 0;
+    const struct snug_grammar *g = m->g;
+    int32_t best_node;
+    int64_t best = state_completion(m, m->cur, &best_node);
     if (best_node < 0 || best > cap) return -1;
     int len = 0;
     for (int32_t n = best_node; n >= 0; n = m->npar[n])

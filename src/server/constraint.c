@@ -65,11 +65,28 @@ static void c_mask(void *user, float *logits, int32_t n_vocab) {
         return;
     }
     snug_matcher_apply(c->m, logits, n_vocab);
-    /* the last two tokens of the budget, with the grammar complete: only tokens that keep it
-     * complete (or the end), so the reply still parses and may still end with "stop" */
-    if (c->budget > 0 && c->budget - c->n_gen <= 2 && snug_matcher_is_complete(c->m))
-        for (int32_t i = 0; i < n_vocab; i++)
-            if (logits[i] != -INFINITY && !snug_matcher_completes(c->m, i)) logits[i] = -INFINITY;
+    /* near the end of the budget, only tokens after which the shortest completion still fits:
+     * its n bytes take at most n tokens, and one more is the end (so a reply cut by the budget
+     * still parses, and ends with "stop" when the budget allows) */
+    int32_t left = c->budget > 0 ? c->budget - c->n_gen : INT32_MAX;
+    if (left <= 256) {
+        uint8_t done[256];
+        int n = snug_matcher_shortest_completion(c->m, done, (int)sizeof done);
+        if (n >= 0 && n + 16 >= left) {
+            int32_t kept = 0;
+            for (int pass = 0; pass < 2; pass++)
+                for (int32_t i = 0; i < n_vocab; i++) {
+                    if (logits[i] == -INFINITY) continue;
+                    int a = snug_matcher_completion_after(c->m, i);
+                    /* complete after it (a == 0) is fine too: cut there, it still parses */
+                    bool fits = a == 0 || (a > 0 && a + 2 <= left);
+                    if (pass == 0)
+                        kept += fits;
+                    else if (!fits && kept > 0)
+                        logits[i] = -INFINITY; /* (none fits: leave the mask, force decides) */
+                }
+        }
+    }
 }
 
 static snug_token c_force(void *user) {
