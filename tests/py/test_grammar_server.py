@@ -8,6 +8,7 @@
   checked by independent recognizers written here; an invalid grammar is a 400 naming line and
   column; an unsupported schema keyword is a 400 naming it; logit_bias is validated and honoured.
 - Greedy output under a grammar that allows everything equals unconstrained greedy output.
+- A small max_tokens still ends in a valid document (the shortest completion is steered to).
 - Clients: the openai client's `.parse()` with a pydantic model, instructor in JSON-schema
   mode, langchain's `with_structured_output` get valid objects (each skipped visibly when its
   package is missing).
@@ -299,6 +300,26 @@ def test_greedy_equal(res, srv):
               f"logit_bias -100 bans the greedy first token ({a[:20]!r} -> {b2[:20]!r})")
 
 
+def test_budget(res, srv):
+    """A small max_tokens: the grammar steers to the shortest completion in time, so the reply
+    still parses and ends with "stop"."""
+    good, total = 0, 0
+    for name in ("tool_get_weather", "person", "sentiment", "bool_flags", "geo_point",
+                 "string_list", "classification", "optional_only", "json_object", "translations"):
+        schema = json.load(open(os.path.join(SRC, "tests", "data", "schemas", name + ".json")))
+        for i in range(2):
+            st, r, _ = chat(srv, {"temperature": 1, "seed": 300 + i, "max_tokens": 48,
+                                  "response_format": {"type": "json_schema", "json_schema": {
+                                      "name": name, "schema": schema}}})
+            total += 1
+            try:
+                jsonschema.validate(json.loads(content_of(r)), schema)
+                good += r["choices"][0]["finish_reason"] == "stop"
+            except Exception as e:  # noqa: BLE001
+                print("   ", name, str(e)[:120])
+    res.check(good == total, f"max_tokens 48: {good}/{total} replies valid and ended with stop")
+
+
 def test_json_object(res, srv):
     good = 0
     for i in range(5):
@@ -420,6 +441,7 @@ def main():
             test_greedy_equal(res, A)
             test_gbnf(res, A)
             test_json_object(res, A)
+            test_budget(res, B)
             test_tools(res, A)
             test_clients(res, B)
             test_corpus(res, A, "spec-draft 0")
