@@ -53,7 +53,7 @@ def test_corpus(res, srv, label, n_samples=5):
         jsonschema.Draft202012Validator.check_schema(schema)
         name = os.path.basename(path)[:-5]
         for i in range(n_samples):
-            st, r, _ = chat(srv, {"temperature": 1, "seed": 1000 + i, "max_tokens": 1500,
+            st, r, _ = chat(srv, {"temperature": 1, "seed": 1000 + i, "max_tokens": 600,
                                   "response_format": {"type": "json_schema", "json_schema": {
                                       "name": name, "schema": schema, "strict": True}}})
             total += 1
@@ -323,7 +323,7 @@ def test_budget(res, srv):
 def test_json_object(res, srv):
     good = 0
     for i in range(5):
-        st, r, _ = chat(srv, {"temperature": 1, "seed": i, "max_tokens": 1500,
+        st, r, _ = chat(srv, {"temperature": 1, "seed": i, "max_tokens": 600,
                               "response_format": {"type": "json_object"}})
         try:
             good += st == 200 and isinstance(json.loads(content_of(r)), dict)
@@ -404,21 +404,21 @@ def test_clients(res, srv):
     ok = 0
     for model_cls in (Weather, Order, Weather):
         comp = parse(model="trained-f16.gguf", messages=MSG, response_format=model_cls,
-                     temperature=1, max_tokens=1500)
+                     temperature=1, max_tokens=600)
         ok += isinstance(comp.choices[0].message.parsed, model_cls)
     res.check(ok == 3, f"openai .parse() with pydantic models: {ok}/3 parsed objects")
     try:
         import instructor
         ic = instructor.from_openai(cl, mode=instructor.Mode.JSON_SCHEMA)
         got = ic.chat.completions.create(model="trained-f16.gguf", messages=MSG,
-                                         response_model=Order, max_retries=0, max_tokens=1500)
+                                         response_model=Order, max_retries=0, max_tokens=600)
         res.check(isinstance(got, Order), f"instructor JSON_SCHEMA mode: {got!r}"[:120])
     except ImportError:
         print("SKIP: instructor is not installed")
     try:
         from langchain_openai import ChatOpenAI
         lc = ChatOpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY,
-                        model="trained-f16.gguf", max_tokens=1500, max_retries=0)
+                        model="trained-f16.gguf", max_tokens=600, max_retries=0)
         got = lc.with_structured_output(Weather, method="json_schema").invoke("weather?")
         res.check(isinstance(got, Weather), f"langchain with_structured_output: {got!r}"[:120])
     except ImportError:
