@@ -251,6 +251,7 @@ struct snug_matcher {
     uint8_t *st_accept;
     uint64_t (*st_loop)[2]; /* ASCII bytes b with trans[s][b] == s (valid when st_loop_ok) */
     uint8_t *st_loop_ok;
+    int32_t *st_cost; /* shortest completion length from the state, -2 = not computed */
     uint8_t *st_u8;   /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
                          back to the state through live states, 2: not */
     int32_t *st_hash; /* state + 1 */
@@ -387,6 +388,7 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     m->st_accept[s] = 0;
     m->st_loop_ok[s] = 0;
     m->st_u8[s] = 0;
+    m->st_cost[s] = -2;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
         if (pos < 0) {
@@ -520,6 +522,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->st_loop = snug_malloc((size_t)S * sizeof *m->st_loop);
     m->st_loop_ok = snug_malloc((size_t)S);
     m->st_u8 = snug_malloc((size_t)S);
+    m->st_cost = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
     m->rescue =
@@ -532,7 +535,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8) {
+        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_cost) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -580,6 +583,7 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->st_loop);
     snug_free(m->st_loop_ok);
     snug_free(m->st_u8);
+    snug_free(m->st_cost);
     snug_free(m->st_hash);
     snug_free(m->hist);
     snug_free(m->rescue);
@@ -996,9 +1000,12 @@ int snug_matcher_completion_after(struct snug_matcher *m, snug_token id) {
     int32_t r = run_bytes(m, (const uint8_t *)b, len);
     if (r < 0 || r == ST_DEAD) return -1;
     if (m->st_accept[r]) return 0;
-    int32_t node;
-    int64_t c = state_completion(m, r, &node);
-    return c >= GR_INF ? -1 : (int)(c > INT32_MAX / 2 ? INT32_MAX / 2 : c);
+    if (m->st_cost[r] == -2) {
+        int32_t node;
+        int64_t c = state_completion(m, r, &node);
+        m->st_cost[r] = c >= GR_INF ? -1 : (int32_t)c;
+    }
+    return m->st_cost[r];
 }
 
 int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {

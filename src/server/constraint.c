@@ -65,14 +65,16 @@ static void c_mask(void *user, float *logits, int32_t n_vocab) {
         return;
     }
     snug_matcher_apply(c->m, logits, n_vocab);
-    /* near the end of the budget, only tokens after which the shortest completion still fits:
-     * its n bytes take at most n tokens, and one more is the end (so a reply cut by the budget
-     * still parses, and ends with "stop" when the budget allows) */
+    /* in the last 256 tokens of the budget, only tokens after which the shortest completion
+     * still fits: its n bytes take at most n tokens, and one more is the end (so a reply cut by
+     * the budget still parses, and ends with "stop" when the budget allows). One token can add
+     * a whole structure's minimum (a "," before another array item), so every allowed token is
+     * checked (a cached transition walk and a per-state lookup each). */
     int32_t left = c->budget > 0 ? c->budget - c->n_gen : INT32_MAX;
     if (left <= 256) {
         uint8_t done[256];
         int n = snug_matcher_shortest_completion(c->m, done, (int)sizeof done);
-        if (n >= 0 && n + 16 >= left) {
+        if (n >= 0) {
             int32_t kept = 0;
             for (int pass = 0; pass < 2; pass++)
                 for (int32_t i = 0; i < n_vocab; i++) {
