@@ -4,7 +4,9 @@
 # jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client), libpng /
 # libjpeg-turbo / libwebp (image decoding for the vision tower). Python packages (tests only): numpy,
 # tokenizers, gguf, jinja2, openai, pytest, pillow (the image-preprocessing reference), anthropic
-# and openai-agents (the agent-client SDKs the server's API tests drive: tests/py/test_server_api.py).
+# and openai-agents (the agent-client SDKs the server's API tests drive: tests/py/test_server_api.py),
+# jsonschema + pydantic + instructor + langchain-openai (structured outputs:
+# tests/py/test_grammar_server.py).
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
       libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3
@@ -20,7 +22,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 if [ "${1:-}" = "--python" ]; then
-  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest pillow anthropic openai-agents >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents
+  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest \
+    pillow anthropic openai-agents jsonschema pydantic instructor langchain-openai >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents, jsonschema, pydantic, instructor, langchain_openai
 PY
 fi

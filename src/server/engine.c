@@ -318,6 +318,19 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     }
 }
 
+/* Sample the slot's next token from its logits, under the job's constraint if any: a forced
+ * token, else the masked logits; the constraint is told the token. */
+static snug_token sample_next(struct snug_engine *e, struct slot *s) {
+    const struct snug_engine_constraint *c = s->job->constraint;
+    snug_token id = c && c->force ? c->force(c->user) : -1;
+    if (id < 0 || id >= e->V) {
+        if (c && c->mask) c->mask(c->user, s->logits, e->V);
+        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+    }
+    if (c && c->accept) c->accept(c->user, id);
+    return id;
+}
+
 /* The next token of a speculative slot: the first one is sampled from the prompt's logits and
  * left pending (not evaluated); later ones come from snug_spec_step, which evaluates the
  * pending token with up to n_draft MTP drafts in one forward and appends 1..n_draft + 1
@@ -328,15 +341,21 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
         *id = s->pend[s->i_pend++];
         return true;
     }
+    const struct snug_engine_constraint *c = s->job->constraint;
     if (!s->spec_pending) {
-        *id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        *id = sample_next(e, s);
         s->toks[s->n_toks++] = *id;
         s->spec_pending = true;
         return true;
     }
     struct snug_err err = {0};
     int32_t n0 = s->n_toks, n_new = 0;
-    if (snug_spec_step(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, &n_new, &err) != SNUG_OK ||
+    /* a constrained job: every verification row is masked with the grammar's state after the
+     * drafts before it, so a draft the grammar rejects is cut there (speculative.h) */
+    struct snug_spec_constraint sc = {0};
+    if (c) sc = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
+    if (snug_spec_step_constrained(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, c ? &sc : NULL,
+                                   &n_new, &err) != SNUG_OK ||
         n_new < 1) {
         snug_ctx_reset(s->ctx);
         s->n_toks = 0;
@@ -376,7 +395,7 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     } else if (e->n_draft > 0 && !j->logprobs && !(c && c->force)) {
         if (!spec_next(e, s, &id)) return false;
     } else {
-        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
+        id = sample_next(e, s);
     }
     struct snug_engine_logprob lp;
     if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);

@@ -54,9 +54,18 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
-struct snug_engine_constraint { /* all members optional; called on the engine thread */
+/* A per-job constraint on the tokens the engine picks (grammars, logit_bias: src/server/
+ * constraint.h builds one). All members optional; called on the engine thread only. At each
+ * pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask() edits
+ * the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
+ * every committed token (end tokens too), in order. With speculative decoding the same calls
+ * happen per verification row (src/speculative/speculative.h snug_spec_step_constrained: row i
+ * is masked in the state after the drafts before it, so a rejected draft is cut there);
+ * allows() and rollback() are for engines that check drafts ahead of verification — today's
+ * engine calls neither. */
+struct snug_engine_constraint {
     void *user;
-    snug_token (*force)(void *user); /* a token to emit without sampling, or -1 */
+    snug_token (*force)(void *user);                          /* a token to emit, or -1 */
     void (*mask)(void *user, float *logits, int32_t n_vocab); /* disallowed -> -INFINITY */
     void (*accept)(void *user, snug_token id);                /* a token was committed */
     bool (*allows)(void *user, snug_token id);                /* speculative drafts */
@@ -99,14 +108,14 @@ struct snug_engine_job {
 };
 
 struct snug_engine_opts {
-    int32_t n_slots;      /* >= 1 */
-    int32_t n_ctx;        /* per slot */
-    int32_t kv_type;      /* enum snug_kv_type */
-    int32_t n_threads;    /* the model's thread pool; 0 = model default */
-    int32_t queue_cap;    /* jobs waiting beyond the slots; >= 1 */
-    int32_t n_draft;      /* MTP drafts per speculative step; 0 = plain decoding */
-    int32_t backend;      /* 0 = CPU, 1 = CUDA (snug_ctx_params.backend) */
-    uint64_t vram_budget; /* backend CUDA: bytes the whole plan must fit (0 = no check) */
+    int32_t n_slots;            /* >= 1 */
+    int32_t n_ctx;              /* per slot */
+    int32_t kv_type;            /* enum snug_kv_type */
+    int32_t n_threads;          /* the model's thread pool; 0 = model default */
+    int32_t queue_cap;          /* jobs waiting beyond the slots; >= 1 */
+    int32_t n_draft;            /* MTP drafts per speculative step; 0 = plain decoding */
+    int32_t backend;            /* 0 = CPU, 1 = CUDA (snug_ctx_params.backend) */
+    uint64_t vram_budget;       /* backend CUDA: bytes the whole plan must fit (0 = no check) */
     struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
     int32_t cache_every;        /* its checkpoint interval in tokens */
 };

@@ -667,6 +667,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
                           opts->model_path);
         goto done;
     }
+    /* the vocabulary trie for grammar masks (src/grammar), shared by all requests */
+    if ((rc = snug_vocab_trie_build(&s->trie, s->tok, err))) goto done;
     struct snug_engine_opts eo = {
         .n_slots = s->opts.n_slots,
         .n_ctx = opts->n_ctx,
@@ -753,6 +755,7 @@ done:
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);
     snug_responses_store_free(s->responses);
+    snug_vocab_trie_free(s->trie);
     snug_model_free(s->model);
     snug_free(s->script_text);
     snug_free(s);

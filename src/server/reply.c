@@ -16,6 +16,7 @@
 
 #include "server/chat.h"
 #include "server/normalize.h"
+#include "server/constraint.h"
 #include "server/outparse.h"
 #include "server/prompt_marks.h"
 #include "server/schema.h"
@@ -28,6 +29,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -69,6 +71,7 @@ static void reply_unref_locked(struct reply *r) {
     pthread_mutex_unlock(&r->mu);
     live_remove(r);
     snug_outparse_free(r->parser);
+    snug_srv_constraint_free(r->con);
     snug_server_req_free(&r->req);
     snug_free(r->prompt);
     snug_free(r->mark_bytes);
@@ -690,6 +693,181 @@ static bool surely_too_long(struct snug_srv *s, size_t n_bytes, struct snug_serv
     return true;
 }
 
+/* Two constraints in a row (bounded thinking first, then the grammar): the first one's forced
+ * token wins, both mask and are told every committed token. */
+static snug_token chain_force(void *u) {
+    struct reply *r = u;
+    for (int i = 0; i < 2; i++) {
+        const struct snug_engine_constraint *c = r->chain_parts[i];
+        snug_token t = c->force ? c->force(c->user) : -1;
+        if (t >= 0) return t;
+    }
+    return -1;
+}
+static void chain_mask(void *u, float *logits, int32_t n) {
+    struct reply *r = u;
+    for (int i = 0; i < 2; i++)
+        if (r->chain_parts[i]->mask) r->chain_parts[i]->mask(r->chain_parts[i]->user, logits, n);
+}
+static void chain_accept(void *u, snug_token id) {
+    struct reply *r = u;
+    for (int i = 0; i < 2; i++)
+        if (r->chain_parts[i]->accept) r->chain_parts[i]->accept(r->chain_parts[i]->user, id);
+}
+static bool chain_allows(void *u, snug_token id) {
+    struct reply *r = u;
+    for (int i = 0; i < 2; i++)
+        if (r->chain_parts[i]->allows && !r->chain_parts[i]->allows(r->chain_parts[i]->user, id))
+            return false;
+    return true;
+}
+static void chain_rollback(void *u, int32_t n) {
+    struct reply *r = u;
+    for (int i = 0; i < 2; i++)
+        if (r->chain_parts[i]->rollback) r->chain_parts[i]->rollback(r->chain_parts[i]->user, n);
+}
+static const struct snug_engine_constraint *chain_constraint(struct reply *r) {
+    r->chain = (struct snug_engine_constraint){.user = r,
+                                               .force = chain_force,
+                                               .mask = chain_mask,
+                                               .accept = chain_accept,
+                                               .allows = chain_allows,
+                                               .rollback = chain_rollback};
+    return &r->chain;
+}
+
+/* The request's constraint (grammar, response_format, strict tools, logit_bias) compiled into
+ * r->con; r->con stays NULL when there is none. `in_reasoning`: the prompt ends inside the
+ * reasoning block, so the grammar starts after "</think>". A 400 (in e) for a bad grammar or
+ * schema, naming the line and column or the keyword. */
+static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoning, int32_t budget,
+                            struct snug_server_error *e) {
+    const struct snug_server_req *q = &r->req;
+    struct snug_err err = {0};
+    char *owned = NULL;
+    const char *text = NULL, *param = "grammar";
+    size_t tlen = 0;
+    const char *trigger = NULL;
+    /* tool calls: tool_choice required / a named function (the prompt already ends with
+     * "<tool_call>\n", and "<function=NAME>\n" when named), or strict tools under "auto" (the
+     * grammar starts when the model writes "<tool_call>") */
+    bool forced_tools = q->kind == SNUG_REQ_CHAT && q->tools &&
+                        (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED);
+    bool strict_auto = false;
+    if (q->kind == SNUG_REQ_CHAT && q->tools && q->tool_choice == SNUG_TOOL_AUTO) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(q->tools, i, t) if (json_is_true(json_object_get(
+                                                   json_object_get(t, "function"), "strict")))
+            strict_auto = true;
+    }
+    if ((forced_tools || strict_auto) && (q->grammar || q->format != SNUG_FORMAT_TEXT))
+        return snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                     "tool calls (tool_choice required / a named function, or "
+                                     "strict tools) cannot be combined with 'grammar' or a JSON "
+                                     "'response_format'");
+    if (forced_tools || strict_auto) {
+        param = "tools";
+        char *tj = json_dumps(q->tools, JSON_COMPACT);
+        int rc = tj ? snug_tools_to_gbnf(
+                          tj, strlen(tj), q->tool_choice == SNUG_TOOL_NAMED ? q->tool_name : NULL,
+                          strict_auto ? "\n" : NULL,
+                          q->parallel_tool_calls && q->tool_choice != SNUG_TOOL_NAMED, &owned,
+                          &tlen, &err)
+                    : snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
+        free(tj); /* jansson's allocation */
+        if (rc != SNUG_OK)
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        text = owned;
+        in_reasoning = false; /* a forced call closed it; under "auto" the trigger decides */
+        if (strict_auto) trigger = "<tool_call>";
+    } else if (q->grammar) {
+        text = q->grammar;
+        tlen = q->grammar_len;
+    } else if (q->format != SNUG_FORMAT_TEXT) {
+        param = "response_format";
+        char *schema = q->format == SNUG_FORMAT_JSON_SCHEMA
+                           ? json_dumps(q->json_schema, JSON_COMPACT | JSON_ENCODE_ANY)
+                           : NULL;
+        const char *st = schema ? schema : "{\"type\":\"object\"}";
+        int rc = snug_json_schema_to_gbnf(st, strlen(st), &owned, &tlen, &err);
+        free(schema); /* jansson's allocation */
+        if (rc != SNUG_OK)
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        text = owned;
+    }
+    int32_t V = snug_tokenizer_n_vocab(s->tok);
+    int32_t n_bias = q->logit_bias ? (int32_t)json_object_size(q->logit_bias) : 0;
+    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS];
+    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS];
+    if (n_bias) {
+        const char *k;
+        json_t *v;
+        int32_t i = 0;
+        json_object_foreach((json_t *)q->logit_bias, k, v) {
+            long long id = strtoll(k, NULL, 10);
+            if (id >= V) {
+                snug_free(owned);
+                return snug_server_error_set(e, 400, "invalid_request_error", "logit_bias",
+                                             "'logit_bias' names token %lld, but the vocabulary "
+                                             "has %d tokens",
+                                             id, V);
+            }
+            bias_ids[i] = (snug_token)id;
+            bias_vals[i++] = (float)json_number_value(v);
+        }
+    }
+    if (!text && !n_bias) return 0;
+    /* with thinking on, the grammar begins after the reasoning block: "</think>" then up to
+     * four blanks, then the grammar's root */
+    struct snug_sbuf wrapped = {0};
+    const char *root = NULL;
+    if (text && in_reasoning) {
+        /* the client's grammar alone first, so error positions are its own */
+        struct snug_grammar *g = NULL;
+        int rc = snug_grammar_parse(&g, text, tlen, NULL, NULL, &err);
+        snug_grammar_free(g);
+        if (rc != SNUG_OK) {
+            snug_free(owned);
+            return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
+                                         "invalid_request_error", param, "%s", err.msg);
+        }
+        snug_sbuf_append(&wrapped, text, tlen);
+        snug_sbuf_puts(&wrapped, "\nsnug-think-root ::= [ \\t\\n]{0,4} root\n");
+        if (wrapped.oom) {
+            snug_free(owned);
+            return snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+        }
+        root = "snug-think-root";
+    }
+    snug_token end_ids[3] = {snug_tokenizer_im_end(s->tok), snug_tokenizer_eos(s->tok),
+                             snug_tokenizer_token_id(s->tok, "<|endoftext|>")};
+    struct snug_srv_constraint_desc d = {
+        .gbnf = root ? wrapped.data : text,
+        .gbnf_len = root ? wrapped.len : tlen,
+        .root = root,
+        .trigger = root ? "</think>" : trigger,
+        .end_before_trigger = trigger != NULL,
+        .bias_ids = bias_ids,
+        .bias_vals = bias_vals,
+        .n_bias = n_bias,
+        .end_ids = end_ids,
+        .n_end = 3,
+        .budget = budget,
+    };
+    int rc = snug_srv_constraint_init(&r->con, &d, s->trie, s->tok, &err);
+    snug_sbuf_free(&wrapped);
+    snug_free(owned);
+    if (rc != SNUG_OK) {
+        if (rc == SNUG_ERR_NOMEM)
+            return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+        return snug_server_error_set(e, 400, "invalid_request_error", param, "%s", err.msg);
+    }
+    return 0;
+}
+
 /* The answer of a finished non-streaming generation (r->mu held; lets go of r). */
 static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *c,
                                      struct reply *r) {
@@ -960,6 +1138,13 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         goto reject;
     }
 
+    /* structured outputs: the grammar / schema / logit_bias constraint, compiled now */
+    {
+        int32_t left = (int32_t)n_ctx_left(s, n_prompt);
+        int32_t budget = q->max_tokens > 0 && q->max_tokens < left ? q->max_tokens : left;
+        if (build_constraint(s, r, in_reasoning, budget, &e)) goto reject;
+    }
+
     /* the test seam: scripted generation */
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
@@ -1028,7 +1213,18 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     j->logprobs = q->logprobs;
     j->top_logprobs = q->top_logprobs;
     j->deadline_s = snug_time_s() + (s->opts.timeout_s > 0 ? s->opts.timeout_s : 600);
-    if (r->has_think) j->constraint = snug_think_constraint(&r->think);
+    /* the request's constraints: bounded thinking (think.h) and the grammar / logit_bias
+     * (constraint.h), chained when both are there */
+    const struct snug_engine_constraint *tc =
+        r->has_think ? snug_think_constraint(&r->think) : NULL;
+    const struct snug_engine_constraint *gc = r->con ? snug_srv_constraint_hook(r->con) : NULL;
+    if (tc && gc) {
+        r->chain_parts[0] = tc;
+        r->chain_parts[1] = gc;
+        j->constraint = chain_constraint(r);
+    } else {
+        j->constraint = tc ? tc : gc;
+    }
     j->on_token = on_token;
     j->on_done = on_done;
     j->user = r;

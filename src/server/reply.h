@@ -9,6 +9,7 @@
 #ifndef SNUG_SERVER_REPLY_H
 #define SNUG_SERVER_REPLY_H
 
+#include "server/constraint.h"
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
@@ -59,7 +60,11 @@ struct reply {
     snug_token *prompt, *script;
     size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
     int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
-    struct snug_outparse *parser; /* chat only */
+    struct snug_outparse *parser;    /* chat only */
+    struct snug_srv_constraint *con; /* grammar / logit_bias (constraint.h), or NULL */
+    /* the job's constraint when bounded thinking and a grammar both apply (reply.c chain) */
+    const struct snug_engine_constraint *chain_parts[2];
+    struct snug_engine_constraint chain;
     char id[64];
     long created;
     struct MHD_Connection *conn;         /* under mu; NULL once MHD let go of the connection */

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t snug_utf8_trim_tail(char *s, size_t n) {
@@ -170,6 +171,65 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
             return bad(e, "stop", "'stop' must be a string or an array of strings");
         }
     }
+    if ((v = field(o, "grammar"))) {
+        if (!json_is_string(v)) return bad(e, "grammar", "'grammar' must be a string (GBNF)");
+        r->grammar = json_string_value(v);
+        r->grammar_len = json_string_length(v);
+    }
+    if ((v = field(o, "response_format"))) {
+        json_t *t = json_is_object(v) ? field(v, "type") : NULL;
+        if (!json_is_string(t))
+            return bad(e, "response_format",
+                       "'response_format' must be an object with a string 'type'");
+        const char *ts = json_string_value(t);
+        if (!strcmp(ts, "text")) {
+            r->format = SNUG_FORMAT_TEXT;
+        } else if (!strcmp(ts, "json_object")) {
+            r->format = SNUG_FORMAT_JSON_OBJECT;
+        } else if (!strcmp(ts, "json_schema")) {
+            json_t *js = field(v, "json_schema");
+            if (!json_is_object(js))
+                return bad(e, "response_format",
+                           "'response_format.json_schema' must be an object with a 'schema'");
+            json_t *st = field(js, "strict");
+            if (st && !json_is_boolean(st))
+                return bad(e, "response_format",
+                           "'response_format.json_schema.strict' must be a boolean");
+            json_t *sc = field(js, "schema");
+            if (sc && !json_is_object(sc) && !json_is_boolean(sc))
+                return bad(e, "response_format",
+                           "'response_format.json_schema.schema' must be a JSON Schema object");
+            r->format = sc ? SNUG_FORMAT_JSON_SCHEMA : SNUG_FORMAT_JSON_OBJECT;
+            r->json_schema = sc;
+        } else {
+            return bad(e, "response_format",
+                       "'response_format.type' must be \"text\", \"json_object\" or "
+                       "\"json_schema\", got \"%.64s\"",
+                       ts);
+        }
+        if (r->format != SNUG_FORMAT_TEXT && r->grammar)
+            return bad(e, "grammar", "give either 'grammar' or a JSON 'response_format', not both");
+    }
+    if ((v = field(o, "logit_bias"))) {
+        if (!json_is_object(v))
+            return bad(e, "logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
+        if (json_object_size(v) > SNUG_REQ_MAX_LOGIT_BIAS)
+            return bad(e, "logit_bias", "'logit_bias' holds at most %d entries",
+                       SNUG_REQ_MAX_LOGIT_BIAS);
+        const char *k;
+        json_t *b;
+        json_object_foreach(v, k, b) {
+            char *end = NULL;
+            long long id = *k >= '0' && *k <= '9' ? strtoll(k, &end, 10) : -1;
+            if (id < 0 || id > INT32_MAX || !end || *end)
+                return bad(e, "logit_bias", "'logit_bias' key '%.32s' is not a token id", k);
+            if (!json_is_number(b) ||
+                !(json_number_value(b) >= -100 && json_number_value(b) <= 100))
+                return bad(e, "logit_bias",
+                           "'logit_bias[\"%.32s\"]' must be a number in [-100, 100]", k);
+        }
+        r->logit_bias = v;
+    }
     if ((v = field(o, "snug_script"))) {
         if (!json_is_string(v)) return bad(e, "snug_script", "'snug_script' must be a string");
         r->script = json_string_value(v);
@@ -274,6 +334,8 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
         if (r->tool_choice == SNUG_TOOL_REQUIRED && !r->tools)
             return bad(e, "tool_choice", "'tool_choice' is \"required\" but no tools are given");
     }
+    r->parallel_tool_calls = true;
+    if (get_bool(o, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
     if (get_bool(o, "logprobs", &r->logprobs, e)) return -1;
     long long x = 0;
     bool has = false;

@@ -71,8 +71,8 @@ struct snug_server_opts {
     double shutdown_grace_s;  /* on SIGTERM, in-flight requests may finish for this long [5] */
     bool special_in_content;  /* --special-tokens-in-content: the old, injectable behaviour */
     struct snug_server_limits limits; /* request-cost limits (fields 0 = defaults) */
-    int32_t backend;         /* 0 = CPU, 1 = CUDA (--backend) */
-    uint64_t vram_budget;    /* --backend cuda: bytes the GPU plan must fit; 0 = no limit */
+    int32_t backend;                  /* 0 = CPU, 1 = CUDA (--backend) */
+    uint64_t vram_budget; /* --backend cuda: bytes the GPU plan must fit; 0 = no limit */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and
@@ -93,6 +93,13 @@ enum snug_server_tool_choice {
     SNUG_TOOL_NAMED = 3,
 };
 
+enum snug_server_format {
+    SNUG_FORMAT_TEXT = 0,
+    SNUG_FORMAT_JSON_OBJECT = 1, /* any JSON object */
+    SNUG_FORMAT_JSON_SCHEMA = 2, /* a JSON document valid under json_schema */
+};
+
+#define SNUG_REQ_MAX_LOGIT_BIAS 1024
 #define SNUG_REQ_MAX_STOP       16
 #define SNUG_REQ_MAX_STOP_BYTES 512 /* keeps the per-token stop-string check cheap */
 
@@ -125,6 +132,13 @@ struct snug_server_req {
     bool has_effort;      /* "reasoning_effort" given: it decides thinking on / off */
     bool effort_no_think; /* reasoning_effort "none" / "minimal": thinking off */
     bool continue_final;  /* "continue_final_message": the last assistant turn is left open */
+    /* structured outputs (docs/grammar.md) */
+    const char *grammar; /* "grammar": GBNF text, or NULL */
+    size_t grammar_len;
+    enum snug_server_format format; /* response_format.type */
+    const json_t *json_schema;      /* response_format.json_schema.schema (json_schema only) */
+    const json_t *logit_bias;       /* validated: {"id": value in [-100, 100]}, or NULL */
+    bool parallel_tool_calls;       /* default true; false = at most one tool call */
 };
 
 /* The thinking budget of a reasoning effort ("none" / "minimal" → thinking off (*no_think),

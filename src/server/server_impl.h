@@ -7,6 +7,7 @@
 #ifndef SNUG_SERVER_IMPL_H
 #define SNUG_SERVER_IMPL_H
 
+#include "grammar/grammar.h"
 #include "server/engine.h"
 #include "server/gate.h"
 #include "server/schema.h"
@@ -25,6 +26,7 @@ struct snug_srv {
     struct snug_server_opts opts;
     struct snug_model *model;
     const struct snug_tokenizer *tok;
+    struct snug_vocab_trie *trie; /* the vocabulary's bytes, for grammar masks */
     struct snug_engine *engine;
     struct MHD_Daemon *daemon;
     char model_id[256];

@@ -260,6 +260,12 @@ static snug_token draw(const float *probs, int64_t n, double u) {
 
 int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
                    int32_t cap, int32_t *n_new, struct snug_err *err) {
+    return snug_spec_step_constrained(ctx, smp, hist, n_hist, cap, NULL, n_new, err);
+}
+
+int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist,
+                               int32_t n_hist, int32_t cap, const struct snug_spec_constraint *con,
+                               int32_t *n_new, struct snug_err *err) {
     *n_new = 0;
     struct snug_spec *sp = snug_ctx_spec(ctx);
     if (n_hist < 1 || cap < n_hist + 1)
@@ -282,7 +288,13 @@ int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *h
         float *lg = sp->logits;
         int rc = snug_ctx_eval(ctx, &next, 1, lg, SNUG_EVAL_LOGITS_LAST, err);
         if (rc) return rc;
-        hist[n_hist] = snug_sampler_sample(smp, lg, hist, n_hist);
+        snug_token f = con && con->force ? con->force(con->user) : -1;
+        if (f < 0 || f >= V) {
+            if (con && con->mask) con->mask(con->user, lg, (int32_t)V);
+            f = snug_sampler_sample(smp, lg, hist, n_hist);
+        }
+        if (con && con->accept) con->accept(con->user, f);
+        hist[n_hist] = f;
         *n_new = 1;
         return SNUG_OK;
     }
@@ -295,6 +307,20 @@ int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *h
     int32_t acc = 0;
     snug_token emit = -1;
     for (int32_t i = 0; i <= k; i++) {
+        if (con) {
+            snug_token f = con->force ? con->force(con->user) : -1;
+            if (f >= 0 && f < V) {
+                if (i < k && drafts[i] == f) {
+                    hist[n_hist + i] = f;
+                    acc++;
+                    if (con->accept) con->accept(con->user, f);
+                    continue;
+                }
+                emit = f;
+                break;
+            }
+            if (con->mask) con->mask(con->user, sp->logits + (int64_t)i * V, (int32_t)V);
+        }
         snug_sampler_probs(smp, sp->logits + (int64_t)i * V, hist, n_hist + i, sp->probs);
         double u = snug_rng_uniform(&sp->rng);
         if (i == k) {
@@ -305,6 +331,7 @@ int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *h
         if (u < (double)sp->probs[d]) {
             hist[n_hist + i] = d;
             acc++;
+            if (con && con->accept) con->accept(con->user, d);
             continue;
         }
         sp->probs[d] = 0; /* the residual max(p - onehot(d), 0) */
@@ -312,6 +339,7 @@ int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *h
         break;
     }
     hist[n_hist + acc] = emit;
+    if (con && con->accept) con->accept(con->user, emit);
     *n_new = acc + 1;
     struct snug_spec_stats *st = &sp->stats;
     st->n_steps++;

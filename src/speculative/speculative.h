@@ -92,6 +92,24 @@ struct snug_spec *snug_ctx_spec(struct snug_ctx *ctx);
 int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
                    int32_t cap, int32_t *n_new, struct snug_err *err);
 
+/* A constraint on the emitted tokens (grammars: src/grammar via the server's engine hook). At
+ * every verification row: force() may name the token (a draft equal to it is kept, else it is
+ * emitted and the step ends); otherwise mask() edits the row's logits (disallowed -> -INFINITY)
+ * before the sampler's distribution is taken, so a draft the constraint rejects has p = 0 and is
+ * cut there by the acceptance test; accept() is told every kept draft and the emitted token, in
+ * order. The rows are masked with the constraint's state after the drafts before them. */
+struct snug_spec_constraint {
+    void *user;
+    snug_token (*force)(void *user);
+    void (*mask)(void *user, float *logits, int32_t n_vocab);
+    void (*accept)(void *user, snug_token id);
+};
+
+/* snug_spec_step under a constraint (NULL = none, the same as snug_spec_step). */
+int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist,
+                               int32_t n_hist, int32_t cap, const struct snug_spec_constraint *con,
+                               int32_t *n_new, struct snug_err *err);
+
 /* Seed the acceptance/residual random stream (default seed 0). */
 void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
 /* Rollback strategy for measurements: false (default) = per-token snapshots during

@@ -23,6 +23,11 @@ static void check_req(const struct snug_server_req *r) {
         if (!r->stop[i] || !r->stop[i][0] || strlen(r->stop[i]) > SNUG_REQ_MAX_STOP_BYTES)
             __builtin_trap();
     if (r->top_logprobs < 0 || r->top_logprobs > 20) __builtin_trap();
+    if (r->grammar && (strlen(r->grammar) > r->grammar_len)) __builtin_trap();
+    if (r->grammar && r->format != SNUG_FORMAT_TEXT) __builtin_trap(); /* one or the other */
+    if (r->format == SNUG_FORMAT_JSON_SCHEMA && !r->json_schema) __builtin_trap();
+    if (r->logit_bias && json_object_size(r->logit_bias) > SNUG_REQ_MAX_LOGIT_BIAS)
+        __builtin_trap();
     if (r->max_tokens < 0) __builtin_trap();
     if (!(r->sampler.temperature >= 0) || !(r->sampler.top_p >= 0 && r->sampler.top_p <= 1))
         __builtin_trap();

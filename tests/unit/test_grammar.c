@@ -1,0 +1,565 @@
+#define _DEFAULT_SOURCE /* opendir */
+/* test_grammar.c — the grammar module: GBNF parse errors (line and column), the language a
+ * grammar accepts (literals, classes incl. negation and UTF-8 ranges checked code point by code
+ * point against the class definition, repetitions, groups, comments), token masks against a
+ * token-by-token check, end tokens only when complete, forced tokens, rollback, no allocation
+ * on the token path, JSON Schema → grammar (accepting valid documents, rejecting invalid ones,
+ * naming unsupported keywords), and the masks over the real 248K-token Qwen3.5 vocabulary
+ * (fixture; skipped visibly without it). */
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "grammar/grammar.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- a small byte-level tokenizer: all 256 bytes plus a few longer tokens ----------------- */
+
+static char mapped[256][4]; /* GPT-2 byte -> unicode mapping, as UTF-8 */
+static const char *EXTRA[] = {"he",    "hel", "hello", "{\"",  "\":", "true", "false",
+                              "null",  "12",  "123",   "ab",   "abc", " (",   "1+",
+                              "\",\"", "\"}", "name",  "\"na", "Ã©",  "xé",   NULL};
+#define N_EXTRA 20
+static char extra_mapped[N_EXTRA][64];
+static struct snug_gguf_str toks[256 + N_EXTRA + 1];
+static int32_t types[256 + N_EXTRA + 1];
+
+static void map_bytes(void) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int cp =
+            (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE) ? b : 256 + n++;
+        if (cp < 0x80) {
+            mapped[b][0] = (char)cp;
+            mapped[b][1] = 0;
+        } else {
+            mapped[b][0] = (char)(0xC0 | (cp >> 6));
+            mapped[b][1] = (char)(0x80 | (cp & 63));
+            mapped[b][2] = 0;
+        }
+    }
+}
+
+static struct snug_tokenizer *small_tokenizer(void) {
+    map_bytes();
+    for (int b = 0; b < 256; b++) {
+        toks[b] = (struct snug_gguf_str){strlen(mapped[b]), mapped[b]};
+        types[b] = SNUG_TOKEN_NORMAL;
+    }
+    for (int i = 0; i < N_EXTRA; i++) {
+        extra_mapped[i][0] = 0;
+        for (const unsigned char *p = (const unsigned char *)EXTRA[i]; *p; p++)
+            strcat(extra_mapped[i], mapped[*p]);
+        toks[256 + i] = (struct snug_gguf_str){strlen(extra_mapped[i]), extra_mapped[i]};
+        types[256 + i] = SNUG_TOKEN_NORMAL;
+    }
+    toks[256 + N_EXTRA] = (struct snug_gguf_str){10, "<|im_end|>"};
+    types[256 + N_EXTRA] = SNUG_TOKEN_CONTROL;
+    struct snug_tokenizer_desc d = {.n_tokens = 256 + N_EXTRA + 1,
+                                    .tokens = toks,
+                                    .token_types = types,
+                                    .pre = "qwen2",
+                                    .bos_id = -1,
+                                    .eos_id = 256 + N_EXTRA,
+                                    .pad_id = -1,
+                                    .name = "small"};
+    struct snug_tokenizer *t = NULL;
+    struct snug_err err = {0};
+    int rc = snug_tokenizer_init(&t, &d, &err);
+    CHECKF(rc == SNUG_OK, "%s", err.msg);
+    return t;
+}
+
+static struct snug_tokenizer *TOK;
+static struct snug_vocab_trie *TRIE;
+static snug_token EOS;
+
+static snug_token tok_of(const char *s) {
+    for (snug_token id = 0; id < snug_tokenizer_n_vocab(TOK); id++) {
+        size_t n;
+        const char *b = snug_tokenizer_token_bytes(TOK, id, &n);
+        if (n == strlen(s) && !memcmp(b, s, n) &&
+            snug_tokenizer_token_type(TOK, id) != SNUG_TOKEN_CONTROL)
+            return id;
+    }
+    return -1;
+}
+
+static struct snug_grammar *LAST_G; /* the grammar of the last matcher() */
+
+static void drop(struct snug_matcher *m) {
+    snug_matcher_free(m);
+    snug_grammar_free(LAST_G);
+    LAST_G = NULL;
+}
+
+static struct snug_matcher *matcher(const char *gbnf) {
+    struct snug_grammar *g = NULL;
+    struct snug_err err = {0};
+    if (snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err) != SNUG_OK) {
+        CHECKF(0, "parse: %s", err.msg);
+        return NULL;
+    }
+    struct snug_matcher *m = NULL;
+    if (snug_matcher_init(&m, g, TRIE, &EOS, 1, NULL, &err) != SNUG_OK) {
+        CHECKF(0, "matcher: %s", err.msg);
+        snug_grammar_free(g);
+        return NULL;
+    }
+    LAST_G = g;
+    return m;
+}
+
+/* 1 = the whole text is a sentence, 0 = a proper prefix of one, -1 = neither */
+static int judge(const char *gbnf, const char *text, size_t n) {
+    struct snug_grammar *g = NULL;
+    struct snug_err err = {0};
+    if (snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err) != SNUG_OK) {
+        CHECKF(0, "parse: %s", err.msg);
+        return -2;
+    }
+    struct snug_matcher *m = NULL;
+    int r = -2;
+    if (snug_matcher_init(&m, g, TRIE, &EOS, 1, NULL, &err) == SNUG_OK) {
+        if (snug_matcher_accept_bytes(m, text, n, &err) != SNUG_OK)
+            r = -1;
+        else
+            r = snug_matcher_is_complete(m) ? 1 : 0;
+    }
+    snug_matcher_free(m);
+    snug_grammar_free(g);
+    return r;
+}
+
+#define ACCEPTS(g, s) CHECKF(judge(g, s, strlen(s)) == 1, "'%s' should be accepted", s)
+#define PREFIX(g, s)  CHECKF(judge(g, s, strlen(s)) == 0, "'%s' should be a proper prefix", s)
+#define REJECTS(g, s) CHECKF(judge(g, s, strlen(s)) == -1, "'%s' should be rejected", s)
+
+static void expect_error(const char *gbnf, const char *where, const char *what) {
+    struct snug_grammar *g = NULL;
+    struct snug_err err = {0};
+    int rc = snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err);
+    CHECKF(rc == SNUG_ERR_FORMAT && !g, "'%s' should fail", gbnf);
+    CHECKF(strstr(err.msg, where) != NULL, "'%s' not in '%s'", where, err.msg);
+    CHECKF(strstr(err.msg, what) != NULL, "'%s' not in '%s'", what, err.msg);
+    snug_grammar_free(g);
+}
+
+static void test_parse_errors(void) {
+    expect_error("root ::= \"a\n", "line 1, column 12", "unterminated");
+    expect_error("root ::= x\n", "line 1, column 10", "never defined");
+    expect_error("# comment\nroot ::= \"a\" (\"b\"\n", "line 2, column 14", "never closed");
+    expect_error("root ::= [b-a]\n", "line 1, column 10", "out of order");
+    expect_error("root ::= \"a\" )\n", "line 1, column 14", "without a matching");
+    expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n", "line 2, column 1",
+                 "left-recursive");
+    expect_error("root ::= (\"a\"?)*\n", "line 1", "left-recursive");
+    expect_error("root ::= \"\\q\"\n", "line 1, column 11", "unknown escape");
+    expect_error("root ::= \"a\"{3,2}\n", "line 1", "n < m");
+    expect_error("root ::= \"a\" ::= \"b\"\n", "line 1, column 14", "unexpected character");
+    expect_error("start ::= \"a\"\n", "line 1", "no rule named 'root'");
+    expect_error("root ::= \"a\"\nroot ::= \"b\"\n", "line 2, column 1", "defined twice");
+}
+
+static const char *ARITH = "# arithmetic\n"
+                           "root ::= expr\n"
+                           "expr ::= term ((\"+\" | \"-\") term)*\n"
+                           "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                           "factor ::= [0-9]+ | \"(\" expr \")\"\n";
+
+static void test_language(void) {
+    ACCEPTS(ARITH, "1+2*(3-4)");
+    ACCEPTS(ARITH, "((12))");
+    PREFIX(ARITH, "1+");
+    PREFIX(ARITH, "(1");
+    REJECTS(ARITH, "1++2");
+    REJECTS(ARITH, ")");
+    const char *rep = "root ::= \"a\"{2,4} \"b\"{1,} \"c\"{2} \"d\"{,1}\n";
+    ACCEPTS(rep, "aabcc");
+    ACCEPTS(rep, "aaaabbbccd");
+    REJECTS(rep, "abcc");
+    REJECTS(rep, "aaaaabcc");
+    REJECTS(rep, "aabccc");
+    REJECTS(rep, "aabccdd");
+    const char *multi = "root ::= \"x\"\n"
+                        "  | \"y\" # a comment\n"
+                        "  | [a-c]+ \"\\n\" \"\\x41\\u00e9\"\n"
+                        "other ::= \"unused\"\n";
+    ACCEPTS(multi, "x");
+    ACCEPTS(multi, "y");
+    ACCEPTS(multi, "abc\nA\xc3\xa9");
+    REJECTS(multi, "z");
+    const char *any = "root ::= . . \"!\"\n";
+    ACCEPTS(any, "ab!");
+    ACCEPTS(any, "\xe4\xb8\x80\xf0\x9f\x98\x80!");
+    REJECTS(any, "\xed\xa0\x80x!"); /* a surrogate is not a character */
+    REJECTS(any, "\xc3!");          /* a truncated sequence */
+}
+
+/* Every code point 0..0x10FFFF (step 7 plus the edges) against the class definition. */
+static void test_utf8_classes(void) {
+    const char *g = "root ::= [^a-c\\u00e9\\u4e00-\\u4eff\\U0001F600-\\U0001F64F] \"!\"\n";
+    struct snug_grammar *gr = NULL;
+    struct snug_err err = {0};
+    CHECK(snug_grammar_parse(&gr, g, strlen(g), NULL, NULL, &err) == SNUG_OK);
+    struct snug_matcher *m = NULL;
+    CHECK(snug_matcher_init(&m, gr, TRIE, &EOS, 1, NULL, &err) == SNUG_OK);
+    int bad = 0;
+    uint32_t edges[] = {0,       0x60,    0x61,    0x63,    0x64,    0x7F,    0x80,
+                        0xE8,    0xE9,    0xEA,    0x7FF,   0x800,   0x4DFF,  0x4E00,
+                        0x4EFF,  0x4F00,  0xD7FF,  0xD800,  0xDFFF,  0xE000,  0xFFFF,
+                        0x10000, 0x1F5FF, 0x1F600, 0x1F64F, 0x1F650, 0x10FFFF};
+    for (uint32_t k = 0; k < 0x110000 / 7 + 27; k++) {
+        uint32_t c = k < 27 ? edges[k] : (k - 27) * 7;
+        char u[8];
+        int n;
+        if (c < 0x80) {
+            u[0] = (char)c, n = 1;
+        } else if (c < 0x800) {
+            u[0] = (char)(0xC0 | (c >> 6)), u[1] = (char)(0x80 | (c & 63)), n = 2;
+        } else if (c < 0x10000) {
+            u[0] = (char)(0xE0 | (c >> 12)), u[1] = (char)(0x80 | ((c >> 6) & 63));
+            u[2] = (char)(0x80 | (c & 63)), n = 3;
+        } else {
+            u[0] = (char)(0xF0 | (c >> 18)), u[1] = (char)(0x80 | ((c >> 12) & 63));
+            u[2] = (char)(0x80 | ((c >> 6) & 63)), u[3] = (char)(0x80 | (c & 63)), n = 4;
+        }
+        u[n++] = '!';
+        bool in = !((c >= 'a' && c <= 'c') || c == 0xE9 || (c >= 0x4E00 && c <= 0x4EFF) ||
+                    (c >= 0x1F600 && c <= 0x1F64F) || (c >= 0xD800 && c <= 0xDFFF));
+        snug_matcher_reset(m);
+        bool got = snug_matcher_accept_bytes(m, u, (size_t)n, &err) == SNUG_OK &&
+                   snug_matcher_is_complete(m);
+        if (got != in && bad++ < 5) fprintf(stderr, "U+%04X: got %d want %d\n", c, got, in);
+    }
+    CHECKF(bad == 0, "%d code points misclassified", bad);
+    snug_matcher_free(m);
+    snug_grammar_free(gr);
+}
+
+/* The mask equals a token-by-token allows() over the vocabulary, in every state along a text. */
+static void check_masks_along(struct snug_matcher *m, const char *const *pieces, int n_pieces) {
+    int32_t V = snug_tokenizer_n_vocab(TOK);
+    struct snug_err err = {0};
+    for (int step = 0; step <= n_pieces; step++) {
+        const uint64_t *mk = snug_matcher_mask(m);
+        uint64_t copy[64];
+        memcpy(copy, mk, (size_t)((V + 63) / 64) * 8);
+        int diff = 0;
+        for (snug_token id = 0; id < V; id++) {
+            bool a = (copy[id >> 6] >> (id & 63)) & 1;
+            if (a != snug_matcher_allows(m, id)) diff++;
+        }
+        CHECKF(diff == 0, "step %d: %d tokens differ between mask and allows", step, diff);
+        static float row[300];
+        for (int i = 0; i < 300; i++) row[i] = 1.0f;
+        snug_matcher_apply(m, row, 300); /* logits beyond the vocabulary are disallowed too */
+        int bad = 0;
+        for (int i = 0; i < 300; i++)
+            bad += (i < V && ((copy[i >> 6] >> (i & 63)) & 1)) != (row[i] == 1.0f);
+        CHECKF(bad == 0, "step %d: apply disagrees with the mask on %d logits", step, bad);
+        if (step == n_pieces) break;
+        snug_token id = tok_of(pieces[step]);
+        CHECKF(snug_matcher_accept(m, id, &err) == SNUG_OK, "accept '%s': %s", pieces[step],
+               err.msg);
+    }
+}
+
+static void test_masks(void) {
+    struct snug_matcher *m =
+        matcher("root ::= \"{\\\"name\\\":\" (\"true\" | \"false\" | [0-9]+) \"}\"\n");
+    if (!m) return;
+    const char *path[] = {"{\"", "n", "a", "m", "e", "\":", "12", "3", "}"};
+    check_masks_along(m, path, 9);
+    CHECK(snug_matcher_is_complete(m));
+    CHECK(snug_matcher_allows(m, EOS));
+    CHECK(snug_matcher_forced(m) == EOS); /* only the end is left */
+    /* rollback: back to after "{\"" */
+    struct snug_err err = {0};
+    CHECK(snug_matcher_rollback(m, 8, &err) == SNUG_OK);
+    CHECK(!snug_matcher_allows(m, EOS));
+    CHECK(snug_matcher_allows(m, tok_of("name")));
+    CHECK(!snug_matcher_allows(m, tok_of("\"na")));
+    CHECK(snug_matcher_forced(m) == tok_of("name")); /* the longest token of the forced text */
+    CHECK(snug_matcher_rollback(m, 2, &err) == SNUG_ERR_INVALID); /* only one left */
+    CHECK(snug_matcher_rollback(m, 1, &err) == SNUG_OK);
+    CHECK(snug_matcher_forced(m) == tok_of("{\""));
+    CHECK(snug_matcher_accept(m, tok_of("true"), &err) == SNUG_ERR_INVALID);
+    CHECK(snug_matcher_accept(m, EOS, &err) == SNUG_ERR_INVALID);
+    /* the shortest completion from the start: {"name":D} with one digit D */
+    {
+        uint8_t buf[64];
+        int n = snug_matcher_shortest_completion(m, buf, 64);
+        CHECKF(n == 10 && !memcmp(buf, "{\"name\":", 8) && buf[8] >= '0' && buf[8] <= '9' &&
+                   buf[9] == '}',
+               "shortest completion %d '%.*s'", n, n > 0 ? n : 0, (const char *)buf);
+        CHECK(snug_vocab_trie_longest_prefix(TRIE, (const uint8_t *)"hello!", 6) ==
+              tok_of("hello"));
+    }
+    /* no allocation on the token path */
+    uint64_t a0 = snug_alloc_count();
+    for (int rep = 0; rep < 3; rep++) {
+        const char *p2[] = {"{\"", "name", "\":", "1", "2", "}"};
+        for (int i = 0; i < 6; i++) {
+            snug_matcher_mask(m);
+            snug_matcher_forced(m);
+            CHECK(snug_matcher_accept(m, tok_of(p2[i]), &err) == SNUG_OK);
+        }
+        CHECK(snug_matcher_accept(m, EOS, &err) == SNUG_OK);
+        CHECK(!snug_matcher_allows(m, EOS));
+        CHECK(snug_matcher_rollback(m, 7, &err) == SNUG_OK);
+    }
+    CHECK(snug_alloc_count() == a0);
+    drop(m);
+
+    /* an allow-everything grammar allows every non-control token, and the end at once */
+    m = matcher("root ::= [\\x00-\\U0010FFFF]*\n");
+    if (m) {
+        const uint64_t *mk = snug_matcher_mask(m);
+        int n = 0;
+        for (snug_token id = 0; id < snug_tokenizer_n_vocab(TOK); id++)
+            n += (mk[id >> 6] >> (id & 63)) & 1;
+        /* single bytes that can begin no UTF-8 character are out: 0x80..0xC1, 0xF5..0xFF */
+        int want = snug_tokenizer_n_vocab(TOK) - (0xC2 - 0x80) - (0x100 - 0xF5);
+        CHECKF(n == want, "%d allowed, want %d", n, want);
+        drop(m);
+    }
+}
+
+/* ---- JSON Schema ------------------------------------------------------------------------- */
+
+static int schema_judge(const char *schema, const char *doc) {
+    char *gbnf = NULL;
+    size_t n = 0;
+    struct snug_err err = {0};
+    if (snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &n, &err) != SNUG_OK) {
+        CHECKF(0, "schema: %s", err.msg);
+        return -2;
+    }
+    int r = judge(gbnf, doc, strlen(doc));
+    snug_free(gbnf);
+    return r;
+}
+
+/* For every prefix of a valid document: the shortest completion from there completes it. */
+static void completions_along(const char *schema, const char *doc) {
+    char *gbnf = NULL;
+    struct snug_err err = {0};
+    struct snug_grammar *g = NULL;
+    if (snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL, &err) ||
+        snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err)) {
+        CHECKF(0, "%s", err.msg);
+        snug_free(gbnf);
+        return;
+    }
+    int bad = 0;
+    for (size_t k = 0; k <= strlen(doc); k++) {
+        struct snug_matcher *m = NULL;
+        if (snug_matcher_init(&m, g, TRIE, &EOS, 1, NULL, &err)) break;
+        uint8_t buf[512];
+        int n = -1;
+        if (snug_matcher_accept_bytes(m, doc, k, &err) == SNUG_OK)
+            n = snug_matcher_shortest_completion(m, buf, (int)sizeof buf);
+        bool ok = n >= 0 &&
+                  snug_matcher_accept_bytes(m, (const char *)buf, (size_t)n, &err) == SNUG_OK &&
+                  snug_matcher_is_complete(m);
+        if (!ok && bad++ < 3) fprintf(stderr, "prefix %zu of %s: completion %d\n", k, doc, n);
+        snug_matcher_free(m);
+    }
+    CHECKF(bad == 0, "%d prefixes of %s not completed", bad, doc);
+    snug_grammar_free(g);
+    snug_free(gbnf);
+}
+
+#define S_OK(s, d)  CHECKF(schema_judge(s, d) == 1, "%s should accept %s", s, d)
+#define S_BAD(s, d) CHECKF(schema_judge(s, d) != 1, "%s should not accept %s", s, d)
+
+static void schema_error(const char *schema, const char *keyword) {
+    char *gbnf = NULL;
+    struct snug_err err = {0};
+    int rc = snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL, &err);
+    CHECKF(rc != SNUG_OK && !gbnf, "%s should fail", schema);
+    CHECKF(strstr(err.msg, keyword) != NULL, "'%s' not named in '%s'", keyword, err.msg);
+}
+
+static void test_schema(void) {
+    const char *obj =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+        "\"age\":{\"type\":\"integer\",\"minimum\":0},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},"
+        "\"required\":[\"name\"],\"additionalProperties\":false}";
+    S_OK(obj, "{\"name\":\"x\"}");
+    S_OK(obj, "{ \"name\": \"x\\\"y\", \"age\": 3, \"tags\": [\"a\", \"b\"] }");
+    S_OK(obj, "{\"name\":\"\",\"tags\":[]}");
+    S_BAD(obj, "{\"age\":3}");
+    S_BAD(obj, "{\"name\":\"x\",\"age\":-1}");
+    S_BAD(obj, "{\"name\":\"x\",\"tags\":[\"a\",\"b\",\"a\"]}");
+    S_BAD(obj, "{\"name\":\"x\",\"other\":1}");
+    S_BAD(obj, "{\"age\":3,\"name\":\"x\"}"); /* declared order */
+    const char *defs = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
+                       "\"number\"},\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":"
+                       "\"null\"}]}},\"required\":[\"v\",\"next\"]}},\"$ref\":\"#/$defs/node\"}";
+    S_OK(defs, "{\"v\":1.5,\"next\":{\"v\":-2e3,\"next\":null}}");
+    S_BAD(defs, "{\"v\":1,\"next\":{\"v\":2}}");
+    completions_along(defs, "{\"v\":1.5,\"next\":{\"v\":-2e3,\"next\":{\"v\":0,\"next\":null}}}");
+    completions_along(obj, "{ \"name\": \"x\\\"y\u00e9\", \"age\": 3, \"tags\": [\"a\", \"b\"] }");
+    S_OK("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"");
+    S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"");
+    S_BAD("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"");
+    S_OK("{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"");
+    S_OK("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"ab\"");
+    S_BAD("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"abcd\"");
+    S_OK("{\"type\":\"integer\",\"minimum\":-3,\"maximum\":5}", "-3");
+    S_BAD("{\"type\":\"integer\",\"minimum\":-3,\"maximum\":5}", "6");
+    S_OK("{\"type\":[\"string\",\"null\"]}", "null");
+    S_OK("{\"const\":{\"a\":[1,true]}}", "{\"a\":[1,true]}");
+    S_OK("{\"type\":\"object\"}", "{\"k\":[1,{\"z\":null}],\"j\":\"\"}");
+    S_OK("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+         "{\"a\":1,\"b\":2}");
+    S_BAD("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "{\"a\":\"x\"}");
+    S_OK("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],"
+         "\"items\":false}",
+         "[1,\"a\"]");
+    /* pattern: a regular-expression subset, on the JSON-encoded string */
+    const char *code = "{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-\\\\d{2,4}$\"}";
+    S_OK(code, "\"ABC-123\"");
+    S_BAD(code, "\"AB-123\"");
+    S_BAD(code, "\"ABC-12345\"");
+    S_BAD(code, "\"xABC-123\"");
+    const char *alt = "{\"type\":\"string\",\"pattern\":\"^(foo|ba[rz])+(\\\\.[0-9]+)?$\"}";
+    S_OK(alt, "\"foobaz.5\"");
+    S_OK(alt, "\"bar\"");
+    S_BAD(alt, "\"baq\"");
+    const char *unanch = "{\"type\":\"string\",\"pattern\":\"ab\"}";
+    S_OK(unanch, "\"xxabyy\"");
+    S_BAD(unanch, "\"xxa\"");
+    const char *quote = "{\"type\":\"string\",\"pattern\":\"^a\\\"[^a]\\\\\\\\$\"}";
+    S_OK(quote, "\"a\\\"b\\\\\"");
+    S_BAD(quote, "\"a\\\"\\\"\\\\\""); /* the class leaves out a raw '"' */
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(?=a)a$\"}", "look-around");
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(a)\\\\1$\"}", "back-references");
+    schema_error("{\"type\":\"object\",\"minProperties\":1}", "minProperties");
+    schema_error("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
+    schema_error("{\"type\":\"integer\",\"multipleOf\":3}", "multipleOf");
+    schema_error("{\"properties\":{\"a\":{\"if\":{}}}}", "'if' at #/properties/a");
+    schema_error("{\"$ref\":\"http://example.com/s.json\"}", "$ref");
+    schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", "hostname");
+}
+
+/* Every schema of the corpus (tests/data/schemas) compiles to a grammar. */
+static void test_schema_corpus(void) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/tests/data/schemas", SNUG_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    CHECKF(d != NULL, "cannot open %s", dir);
+    if (!d) return;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t L = strlen(de->d_name);
+        if (L < 6 || strcmp(de->d_name + L - 5, ".json")) continue;
+        char path[8400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char text[65536];
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        char *gbnf = NULL;
+        struct snug_err err = {0};
+        int rc = snug_json_schema_to_gbnf(text, len, &gbnf, NULL, &err);
+        CHECKF(rc == SNUG_OK, "%s: %s", de->d_name, err.msg);
+        struct snug_grammar *g = NULL;
+        if (rc == SNUG_OK) {
+            rc = snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err);
+            CHECKF(rc == SNUG_OK, "%s: %s", de->d_name, err.msg);
+        }
+        snug_grammar_free(g);
+        snug_free(gbnf);
+        n++;
+    }
+    closedir(d);
+    CHECKF(n >= 50, "only %d schemas in the corpus", n);
+}
+
+/* ---- the real vocabulary ------------------------------------------------------------------- */
+
+static void test_qwen_vocab(const char *fx) {
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/tokenizer/ggml-vocab-qwen35.gguf", fx);
+    struct snug_gguf *gg = NULL;
+    struct snug_err err = {0};
+    if (snug_gguf_open(&gg, path, &err) != SNUG_OK) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    struct snug_tokenizer *tok = NULL;
+    CHECK(snug_tokenizer_load(&tok, gg, &err) == SNUG_OK);
+    snug_gguf_close(gg);
+    if (!tok) return;
+    struct snug_vocab_trie *trie = NULL;
+    CHECK(snug_vocab_trie_build(&trie, tok, &err) == SNUG_OK);
+    char *gbnf = NULL;
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                         "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\",\"days\"]}";
+    CHECK(snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL, &err) == SNUG_OK);
+    struct snug_grammar *g = NULL;
+    CHECK(snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err) == SNUG_OK);
+    snug_token end = snug_tokenizer_im_end(tok);
+    struct snug_matcher *m = NULL;
+    CHECK(snug_matcher_init(&m, g, trie, &end, 1, NULL, &err) == SNUG_OK);
+    if (m) {
+        const char *text = "{\"city\": \"Zürich, 東京\", \"days\": 12}";
+        snug_token ids[64];
+        size_t n = 0;
+        CHECK(snug_tokenizer_encode(tok, text, strlen(text), false, ids, 64, &n, &err) == SNUG_OK);
+        int32_t V = snug_tokenizer_n_vocab(tok);
+        uint64_t *copy = snug_malloc((size_t)(V + 63) / 64 * 8);
+        for (size_t i = 0; i <= n; i++) {
+            memcpy(copy, snug_matcher_mask(m), (size_t)(V + 63) / 64 * 8);
+            int diff = 0, allowed = 0;
+            for (snug_token id = 0; id < V; id++) {
+                bool a = (copy[id >> 6] >> (id & 63)) & 1;
+                allowed += a;
+                if (a != snug_matcher_allows(m, id)) diff++;
+            }
+            CHECKF(diff == 0, "token %zu: %d differ", i, diff);
+            if (i == n) {
+                CHECK(allowed == 1 && snug_matcher_allows(m, end));
+                break;
+            }
+            CHECKF((copy[ids[i] >> 6] >> (ids[i] & 63)) & 1, "token %zu (id %d) masked out", i,
+                   ids[i]);
+            CHECK(snug_matcher_accept(m, ids[i], &err) == SNUG_OK);
+        }
+        snug_free(copy);
+    }
+    snug_matcher_free(m);
+    snug_grammar_free(g);
+    snug_free(gbnf);
+    snug_vocab_trie_free(trie);
+    snug_tokenizer_free(tok);
+}
+
+int main(void) {
+    TOK = small_tokenizer();
+    if (!TOK) return TEST_DONE();
+    EOS = snug_tokenizer_eos(TOK);
+    struct snug_err err = {0};
+    CHECK(snug_vocab_trie_build(&TRIE, TOK, &err) == SNUG_OK);
+    test_parse_errors();
+    test_language();
+    test_utf8_classes();
+    test_masks();
+    test_schema();
+    test_schema_corpus();
+    const char *fx = test_fixtures_dir();
+    if (fx) test_qwen_vocab(fx);
+    snug_vocab_trie_free(TRIE);
+    snug_tokenizer_free(TOK);
+    return TEST_DONE();
+}
