@@ -386,21 +386,22 @@ static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     snug_token forced = c && c->force ? c->force(c->user) : -1;
     if (forced >= 0) {
         id = forced; /* a forced token does not advance a script */
+        if (c->accept) c->accept(c->user, id);
     } else if (j->script) {
         if (s->script_pos >= j->n_script) {
             slot_finish(e, s, SNUG_FINISH_STOP, NULL);
             return false;
         }
         id = j->script[s->script_pos++];
+        if (c && c->accept) c->accept(c->user, id);
     } else if (e->n_draft > 0 && !j->logprobs && !(c && c->force)) {
-        if (!spec_next(e, s, &id)) return false;
+        if (!spec_next(e, s, &id)) return false; /* accepts what it hands out */
     } else {
-        id = sample_next(e, s);
+        id = sample_next(e, s); /* masks, samples, accepts */
     }
     struct snug_engine_logprob lp;
     if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
     s->n_gen++;
-    if (c && c->accept) c->accept(c->user, id);
     pthread_mutex_lock(&e->mu);
     e->stats.gen_tokens++;
     pthread_mutex_unlock(&e->mu);

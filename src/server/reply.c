@@ -1217,7 +1217,9 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
      * (constraint.h), chained when both are there */
     const struct snug_engine_constraint *tc =
         r->has_think ? snug_think_constraint(&r->think) : NULL;
-    const struct snug_engine_constraint *gc = r->con ? snug_srv_constraint_hook(r->con) : NULL;
+    /* a scripted job (the test seam) is not sampled: the grammar has nothing to constrain */
+    const struct snug_engine_constraint *gc =
+        r->con && !r->job.script ? snug_srv_constraint_hook(r->con) : NULL;
     if (tc && gc) {
         r->chain_parts[0] = tc;
         r->chain_parts[1] = gc;
