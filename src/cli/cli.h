@@ -26,6 +26,10 @@ int cmd_verify(int argc, char **argv);
 int cmd_stress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
+/* The demo model's path when no -m is given (cli_model.c): next to the binary, the source
+ * tree, the install prefix; NULL (after printing where it looked) when it is in none. */
+const char *cli_default_model(const char *cmd);
+
 /* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
 int cli_fail(const char *cmd, const struct snug_err *err);
 

@@ -15,19 +15,21 @@
 static void serve_usage(void) {
     fprintf(
         stderr,
-        "usage: snug serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
+        "usage: snug serve [-m M.gguf] [--host 127.0.0.1] [--port 8080] [--ctx N] [--slots N]\n"
         "                  [--kv F] [--kv-k F] [--kv-v F] (F: f16 f32 bf16 q8_0 fp8 tq4 tq3) "
         "[--api-key K] [--threads N] "
         "[--spec-draft N] [--budget SIZE] "
-        "[--no-think]\n"
+        "[--no-think] [--no-webui]\n"
         "                  [--queue N] [--timeout SECONDS] [--max-body BYTES]\n"
         "                  [--port-file FILE] [--script FILE]\n"
         "       snug serve --render-only REQUEST.json [--no-thinking]\n"
+        "  -m          the model (default: the demo model, docs/demo-model.md)\n"
         "  --ctx       context per slot in tokens (default 4096, capped at the training length)\n"
         "  --slots     concurrent requests (default 1); --queue: waiting requests beyond the\n"
         "              free slots before 503 (default 4 x slots)\n"
         "  --budget SIZE  refuse to start when the memory plan exceeds SIZE (e.g. 2GiB)\n"
         "  --spec-draft N  MTP drafts per speculative step (default 3 with an MTP block, else 0)\n"
+        "  --no-webui  no chat page at / (by default the server answers / with it)\n"
         "  --no-think  thinking off unless a request sets chat_template_kwargs.enable_thinking\n"
         "  --port 0    any free port; --port-file writes the bound port to FILE\n"
         "  --script    TEST ONLY: generation follows FILE's text (or a request's snug_script)\n");
@@ -84,6 +86,8 @@ int cmd_serve(int argc, char **argv) {
             if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-think")) {
             o.no_think = true;
+        } else if (!strcmp(a, "--no-webui")) {
+            o.no_webui = true;
         } else if (!strcmp(a, "--script")) {
             if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--timeout")) {
@@ -104,8 +108,8 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     if (!o.model_path) {
-        serve_usage();
-        return 2;
+        if (!(o.model_path = cli_default_model("serve"))) return 1;
+        fprintf(stderr, "snug serve: no -m given: serving the demo model %s\n", o.model_path);
     }
     struct snug_err err = {0};
     if (snug_server_run(&o, &err) != SNUG_OK) return cli_fail("serve", &err);

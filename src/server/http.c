@@ -464,6 +464,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     enum snug_route r = route_of(url);
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    if (get && !s->opts.no_webui && snug_webui_route(url)) return snug_webui_send(c);
     if (r != ROUTE_HEALTH && !auth_ok(s, c))
         return reject(s, c, r, 401, "authentication_error", "%s",
                       "missing or wrong API key: send 'Authorization: Bearer <key>'");

@@ -37,6 +37,7 @@ struct snug_server_opts {
     const char *port_file;   /* when set, the bound port is written there once listening */
     int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
     uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
+    bool no_webui;           /* no chat page at / (webui.c) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and

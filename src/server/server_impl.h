@@ -57,6 +57,10 @@ void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status);
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   enum snug_server_kind kind, const char *body, size_t len);
 
+/* The chat page (webui.c): whether url is its route, and queue the embedded page. */
+bool snug_webui_route(const char *url);
+enum MHD_Result snug_webui_send(struct MHD_Connection *c);
+
 /* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
 json_t *snug_srv_json_str(const char *s, size_t n);
 
