@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # deps.sh — install what building and testing snug needs on Debian 12, only what is missing.
 # Debian packages: compilers, CMake/Ninja, PCRE2 (pre-tokenizer regex), utf8proc (NFC),
-# jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client). Python packages (tests only): numpy,
-# tokenizers, gguf, jinja2, openai, pytest.
+# jansson (JSON at the edges), libmicrohttpd (HTTP server), libcurl (HTTP client), chromium +
+# chromium-driver (tests only: the chat page's headless browser test). Python packages (tests only): numpy,
+# tokenizers, gguf, jinja2, openai, pytest, selenium (drives chromium).
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
       libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3)
+# with --python (the test suite, scripts/test.sh) also the browser of the chat-page test
+[ "${1:-}" = "--python" ] && pkgs+=(chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,7 +20,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 if [ "${1:-}" = "--python" ]; then
-  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest
+  python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest selenium >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, selenium
 PY
 fi
