@@ -223,6 +223,9 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     e->stats.prompt_tokens += (uint64_t)n;
     e->stats.prompt_s += t1 - t0;
     pthread_mutex_unlock(&e->mu);
+    if (j->on_progress)
+        j->on_progress(j->user, s->n_prefilled, j->n_prompt, s->usage.n_cached,
+                       (t1 - s->t_admit) * 1e3);
     if (s->n_prefilled == j->n_prompt) {
         s->state = SLOT_GEN;
         s->t_prompt_done = t1;

@@ -73,6 +73,7 @@ struct snug_server_req {
     size_t prompt_len;
     const json_t *prompt_ids; /* completion: an array of token ids instead of text */
     bool stream, include_usage;
+    bool return_progress; /* stream prompt_progress events while the prompt is evaluated */
     struct snug_sampler_params sampler;
     bool has_seed;
     int32_t max_tokens; /* 0 = until the context is full */

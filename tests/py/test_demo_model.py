@@ -4,7 +4,7 @@ docs/demo-model.md) behaves, served by snug, as verify's checks demand — by th
 (reasoning split out) and speculative (MTP mean acceptance length >= 2 from /metrics); then
 `snug run` and `snug serve` without -m pick the demo model and say so; and `snug gen
 --from-weights` writes the given float32 values (read back from the GGUF) with the shapes
-checked. Runnable as a script; prints "N passed, N failed".
+checked; and a stream with return_progress gets prompt_progress events. Runnable as a script; prints "N passed, N failed".
 """
 import json
 import os
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -87,6 +88,54 @@ def test_default_model(res, tmp):
         log.seek(0)
         res.check("no -m given: serving the demo model" in log.read(),
                   "the serve boot log names the demo model")
+    finally:
+        stop(p)
+
+
+def sse_events(url, body):
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    evs = []
+    with urllib.request.urlopen(req, timeout=300) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("data: ") and line[6:] != "[DONE]":
+                evs.append(json.loads(line[6:]))
+    return evs
+
+
+def test_progress(res, tmp):
+    """return_progress: prompt_progress events after each 512-token prompt chunk."""
+    p, url, log = serve(["-m", MODEL], tmp)
+    try:
+        long_q = "Count the words: " + " ".join(f"w{i}" for i in range(900))
+        body = {"messages": [{"role": "user", "content": long_q}], "stream": True,
+                "max_tokens": 4, "return_progress": True}
+        evs = sse_events(url, body)
+        prog = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
+        total = prog[-1]["total"] if prog else 0
+        res.check(len(prog) == (total + 511) // 512 and total > 1024,
+                  f"one prompt_progress event per 512-token chunk ({len(prog)} for {total})")
+        res.check(all(a["processed"] < b["processed"] for a, b in zip(prog, prog[1:])) and
+                  prog and prog[-1]["processed"] == total and
+                  all(x["time_ms"] >= 0 and x["cache"] == 0 for x in prog),
+                  f"processed grows to the total: {[x['processed'] for x in prog]}")
+        first_content = next((i for i, e in enumerate(evs) if e.get("choices") and
+                              e["choices"][0].get("delta", {}).get("content")), len(evs))
+        last_prog = max(i for i, e in enumerate(evs) if "prompt_progress" in e) if prog else 0
+        res.check(last_prog < first_content, "progress comes before the answer")
+        body.pop("return_progress")
+        evs = sse_events(url, body)
+        res.check(evs and not any("prompt_progress" in e for e in evs),
+                  "no progress events unless asked")
+        bad = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}], "return_progress": 1}).encode(),
+            headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(bad, timeout=30)
+            code = 200
+        except urllib.error.HTTPError as e:
+            code = e.code
+        res.check(code == 400, f"a non-boolean return_progress is a 400 ({code})")
     finally:
         stop(p)
 
@@ -194,6 +243,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_verify(res, tmp)
         test_default_model(res, tmp)
+        test_progress(res, tmp)
         test_from_weights(res, tmp)
     res.done()
 
