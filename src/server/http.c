@@ -558,6 +558,11 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* the port opens first; /health reports the load (boot.c) */
+    struct snug_boot *boot = NULL;
+    if ((rc = snug_boot_start(&boot, &s->opts, s->model_id, err))) goto done;
+    snug_boot_read_weights(boot, opts->model_path);
+    snug_boot_phase(boot, "planning and starting the engine");
 
     if (opts->script_path &&
         (rc = read_file(opts->script_path, &s->script_text, &s->script_len, err)))
@@ -600,16 +605,16 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     }
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
-        NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 512u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+        NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)snug_boot_handoff(boot),
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        s, MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
     if (!s->daemon) {
         rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
                           opts->port);
         goto done;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : opts->port;
+    int port = di && di->port ? di->port : snug_boot_port(boot);
 
     struct snug_engine_stats st;
     snug_engine_get_stats(s->engine, &st);
@@ -635,6 +640,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     fprintf(stderr, "snug serve: signal %d, shutting down\n", sig);
 
 done:
+    snug_boot_free(boot);
     if (s->daemon) MHD_stop_daemon(s->daemon);
     snug_engine_free(s->engine);
     snug_model_free(s->model);

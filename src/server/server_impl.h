@@ -57,6 +57,18 @@ void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status);
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   enum snug_server_kind kind, const char *body, size_t len);
 
+/* The port before the model (boot.c): start a loading daemon on the server's address, read the
+ * weights with progress, name the phase, hand the listening socket over (returns it; the loading
+ * daemon is gone), free (stops it if still running). */
+struct snug_boot;
+int snug_boot_start(struct snug_boot **out, const struct snug_server_opts *opts,
+                    const char *model_id, struct snug_err *err);
+void snug_boot_read_weights(struct snug_boot *b, const char *path);
+void snug_boot_phase(struct snug_boot *b, const char *phase);
+int snug_boot_handoff(struct snug_boot *b);
+int snug_boot_port(const struct snug_boot *b);
+void snug_boot_free(struct snug_boot *b);
+
 /* The chat page (webui.c): whether url is its route, and queue the embedded page. */
 bool snug_webui_route(const char *url);
 enum MHD_Result snug_webui_send(struct MHD_Connection *c);

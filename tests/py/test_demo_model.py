@@ -4,7 +4,8 @@ docs/demo-model.md) behaves, served by snug, as verify's checks demand — by th
 (reasoning split out) and speculative (MTP mean acceptance length >= 2 from /metrics); then
 `snug run` and `snug serve` without -m pick the demo model and say so; and `snug gen
 --from-weights` writes the given float32 values (read back from the GGUF) with the shapes
-checked; and a stream with return_progress gets prompt_progress events. Runnable as a script; prints "N passed, N failed".
+checked; a stream with return_progress gets prompt_progress events; and the port opens
+before the model is loaded, /health answering 503 with the load progress until it is. Runnable as a script; prints "N passed, N failed".
 """
 import json
 import os
@@ -140,6 +141,48 @@ def test_progress(res, tmp):
         stop(p)
 
 
+def test_loading(res, tmp):
+    """The port opens before the model is loaded: /health is 503 with progress, other routes
+    503, then 200 on the same port (SNUG_DEBUG_BOOT_DELAY_MS slows the weight read down)."""
+    log = open(os.path.join(tmp, "boot.log"), "w+")
+    env = dict(os.environ, SNUG_DEBUG_BOOT_DELAY_MS="2500")
+    p = subprocess.Popen([SNUG, "serve", "-m", MODEL, "--port", "0"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        port = None
+        for _ in range(400):
+            log.seek(0)
+            m = [ln for ln in log.read().splitlines() if " open; /health says" in ln]
+            if m:
+                port = m[0].split("port ")[1].split()[0]
+                break
+            time.sleep(0.01)
+        res.check(port is not None, f"the boot log names the open port ({port})")
+        url = f"http://127.0.0.1:{port}"
+        seen, ok_at = [], None
+        for _ in range(600):
+            try:
+                h = json.loads(urllib.request.urlopen(url + "/health", timeout=5).read())
+                ok_at = h.get("status")
+                break
+            except urllib.error.HTTPError as e:
+                seen.append((e.code, json.loads(e.read())))
+            time.sleep(0.05)
+        loading = [b for c, b in seen if c == 503 and b.get("status") == "loading"]
+        size = os.path.getsize(MODEL)
+        res.check(len(loading) >= 3 and all(b["loading"]["total_bytes"] == size
+                                            for b in loading),
+                  f"/health answers 503 'loading' with the file size while loading "
+                  f"({len(loading)} polls)")
+        done = [b["loading"]["done_bytes"] for b in loading]
+        res.check(done == sorted(done) and done[0] < size and
+                  any(0 < d < size for d in done),
+                  f"done_bytes grows ({done[0]} .. {done[-1]} of {size})")
+        res.check(ok_at == "ok", "then /health says ok on the same port")
+    finally:
+        stop(p)
+
+
 def read_gguf_f32(path):
     """{name: (ne, float32 values)} for the F32 tensors of a GGUF file (a minimal reader)."""
     b = open(path, "rb").read()
@@ -244,6 +287,7 @@ def main():
         test_verify(res, tmp)
         test_default_model(res, tmp)
         test_progress(res, tmp)
+        test_loading(res, tmp)
         test_from_weights(res, tmp)
     res.done()
 
