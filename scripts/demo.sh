@@ -20,7 +20,11 @@ Q=${1:-What is the capital of France?}
 ./build/snug run -m "$MODEL" --temp 0 -n 40 \
     -p $'<|im_start|>user\n'"$Q"$'<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n'
 echo
-echo "== snug run: plain code completion"
+echo "== snug run: the same protocol with thinking on (the reply starts inside <think>)"
+./build/snug run -m "$MODEL" --temp 0 -n 60 \
+    -p $'<|im_start|>user\nWhat is 7*8?<|im_end|>\n<|im_start|>assistant\n<think>\n'
+echo
+echo "== snug run: plain code completion (a 5.8M-parameter model: do not expect much)"
 ./build/snug run -m "$MODEL" -p "def fibonacci(n):" -n 48 --seed 1
 echo
 echo "== serving $MODEL and running snug verify against it (chat page: snug serve, then open /)"
