@@ -34,7 +34,7 @@ struct snug_server_opts {
     int32_t queue_cap;       /* requests waiting beyond the slots; 0 = 4 × slots */
     double timeout_s;        /* per request; 0 = 600 */
     size_t max_body_bytes;   /* 0 = 8 MiB */
-    const char *port_file;   /* when set, the bound port is written there once listening */
+    const char *port_file;   /* when set, the bound port is written there once ready */
     int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
     uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
     bool no_webui;           /* no chat page at / (webui.c) */
