@@ -2,19 +2,15 @@
 # demo_verify.sh — serve a model in the background on a free port, wait for /health, run
 # `snug verify` against it, stop the server. The exit status is verify's (number of failed
 # checks). Usage: scripts/demo_verify.sh [SNUG_BIN] [MODEL.gguf]
-#   SNUG_BIN defaults to build/snug; MODEL defaults to a freshly generated demo model
-#   (snug gen --preset demo --type q8_0). Extra serve flags: SNUG_SERVE_ARGS="--ctx 2048".
-# A random-weight demo model will not answer "Paris": expect those checks to fail with reasons;
-# the point is to see the whole path (serve -> verify) work.
+#   SNUG_BIN defaults to build/snug; MODEL defaults to the trained demo model
+#   (data/demo/snug-demo-q8_0.gguf, docs/demo-model.md), which passes every check.
+#   Extra serve flags: SNUG_SERVE_ARGS="--ctx 2048".
 set -u
 SNUG=${1:-build/snug}
 MODEL=${2:-}
 TMP=$(mktemp -d)
 trap 'if [ -n "${PID:-}" ]; then kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; fi; rm -rf "$TMP"' EXIT
-if [ -z "$MODEL" ]; then
-    MODEL=$TMP/demo.gguf
-    "$SNUG" gen --preset demo --type q8_0 -o "$MODEL" >/dev/null || exit 1
-fi
+[ -n "$MODEL" ] || MODEL=$(dirname "$0")/../data/demo/snug-demo-q8_0.gguf
 # shellcheck disable=SC2086
 "$SNUG" serve -m "$MODEL" --port 0 --port-file "$TMP/port" ${SNUG_SERVE_ARGS:-} 2>"$TMP/serve.log" &
 PID=$!

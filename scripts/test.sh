@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --python
+# deps.sh --python installs chromium: the chat-page browser test must then run, not skip
+export SNUG_REQUIRE_BROWSER=${SNUG_REQUIRE_BROWSER:-1}
 
 echo "== clang-format check"
 files=$(git ls-files 'src/*.c' 'src/*.h' 'include/*.h' 'tests/*.c' 'tests/*.h' 2>/dev/null || true)

@@ -32,6 +32,10 @@ struct snug_suite_client;
 /* bench --agent-replay FILE (cmd_bench_replay.c) */
 int cli_bench_replay(struct snug_suite_client *c, const char *file, bool as_json, const char *outp);
 
+/* The demo model's path when no -m is given (cli_model.c): next to the binary, the source
+ * tree, the install prefix; NULL (after printing where it looked) when it is in none. */
+const char *cli_default_model(const char *cmd);
+
 /* Print "snug <cmd>: <message>" for a failed status to stderr and return exit status 1. */
 int cli_fail(const char *cmd, const struct snug_err *err);
 

@@ -1,6 +1,6 @@
 /* cmd_gen.c — `snug gen`: write a random-weight qwen35 / qwen35moe model (src/tools/gen.h).
  *   snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S] [--vocab-from F.gguf|tokenizer.json]
- *            [--set key=value ...] [--name NAME]
+ *            [--set key=value ...] [--name NAME] [--from-weights DIR]
  * Prints progress to stderr and a one-line summary (path, size, seconds) to stdout. */
 #include "cli.h"
 
@@ -15,6 +15,9 @@ static void usage(void) {
     fprintf(stderr,
             "usage: snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S]\n"
             "                [--vocab-from F.gguf|tokenizer.json] [--set key=value ...]\n"
+            "                [--from-weights DIR] [--name NAME]\n"
+            "  --from-weights DIR: the tensor values from DIR/<tensor name>.f32 (float32, GGUF\n"
+            "    layout; tools/train/train.py writes them) instead of random ones\n"
             "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
             "           qwen3.6-35b-a3b\n"
             "  types:   f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n"
@@ -42,6 +45,7 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
 
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *type = NULL, *out = NULL, *vocab = NULL, *name = NULL;
+    const char *weights = NULL;
     const char *sets[64];
     int n_sets = 0;
     long seed = 0;
@@ -55,6 +59,8 @@ int cmd_gen(int argc, char **argv) {
             if (!(out = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--vocab-from")) {
             if (!(vocab = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--from-weights")) {
+            if (!(weights = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--name")) {
             if (!(name = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--seed")) {
@@ -93,6 +99,7 @@ int cmd_gen(int argc, char **argv) {
         .seed = (uint64_t)seed,
         .vocab_from = vocab,
         .name = name,
+        .weights_dir = weights,
         .progress = on_progress,
         .progress_user = &pr,
     };

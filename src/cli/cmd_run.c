@@ -7,6 +7,7 @@
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
  * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
  * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
+#define _POSIX_C_SOURCE 200809L /* isatty */
 #include "cli.h"
 
 #include "core/core.h"
@@ -19,16 +20,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void usage(void) {
     fprintf(
         stderr,
-        "usage: snug run -m M.gguf (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
+        "usage: snug run [-m M.gguf] (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
         "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
         "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
         "                [--threads N] [--ctx N|max] [--spec-draft N] [--kv TYPE|auto]\n"
         "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE]\n"
         "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
+        "  -m defaults to the demo model (data/demo/snug-demo-q8_0.gguf, docs/demo-model.md).\n"
         "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
         "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
         "  --ctx defaults to prompt + N tokens; --ctx max: the largest that fits the budget\n"
@@ -38,6 +41,33 @@ static void usage(void) {
         "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
         "  (default) f32 bf16 q8_0 fp8 tq4 tq3; auto: the least lossy reaching the context.\n"
         "  The plan line on stderr repeats the choice as flags.\n");
+}
+
+/* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices
+ * of n_chunk tokens (the chunks snug_ctx_eval makes anyway, so the numbers are the same) with
+ * a progress line after each: tokens done / total, tokens/s, time left; the line is erased at
+ * the end. Not on a terminal: one call and nothing printed, so logs get no control characters. */
+static int cli_eval_prompt(struct snug_ctx *ctx, const snug_token *ids, int32_t n, int32_t n_chunk,
+                           float *logits, struct snug_err *err) {
+    if (!isatty(STDERR_FILENO) || n <= n_chunk)
+        return snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_LAST, err);
+    double t0 = snug_time_s();
+    for (int32_t off = 0; off < n; off += n_chunk) {
+        int32_t k = SNUG_MIN(n_chunk, n - off);
+        int rc = snug_ctx_eval(ctx, ids + off, k, off + k == n ? logits : NULL,
+                               SNUG_EVAL_LOGITS_LAST, err);
+        if (rc) {
+            fprintf(stderr, "\n");
+            return rc;
+        }
+        double dt = snug_time_s() - t0, rate = dt > 0 ? (off + k) / dt : 0;
+        fprintf(stderr, "\rsnug run: prompt %d / %d tokens (%d%%), %.0f tok/s, ETA %.0f s   ",
+                off + k, n, (int)(100.0 * (off + k) / n), rate,
+                rate > 0 ? (n - off - k) / rate : 0.0);
+        fflush(stderr);
+    }
+    fprintf(stderr, "\r\033[K");
+    return SNUG_OK;
 }
 
 /* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
@@ -123,10 +153,14 @@ int cmd_run(int argc, char **argv) {
         }
         if (!ok) return 2;
     }
-    if (!model_path || (!prompt && !prompt_file)) {
-        fprintf(stderr, "snug run: -m and -p (or -f) are required\n");
+    if (!prompt && !prompt_file) {
+        fprintf(stderr, "snug run: -p TEXT (or -f FILE) is required\n");
         usage();
         return 2;
+    }
+    if (!model_path) {
+        if (!(model_path = cli_default_model("run"))) return 1;
+        fprintf(stderr, "snug run: no -m given: using the demo model %s\n", model_path);
     }
     if (n_predict < 0 || n_predict > (1L << 30) || threads < 0 || threads > 4096 || n_ctx < 0 ||
         n_ctx > (1L << 30) || top_k < 0 || top_k > (1L << 30) || last_n < -1 ||
@@ -235,7 +269,8 @@ int cmd_run(int argc, char **argv) {
 
     /* prompt */
     double t0 = snug_time_s();
-    if (snug_ctx_eval(ctx, ids, (int32_t)n_prompt, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto fail;
+    if (cli_eval_prompt(ctx, ids, (int32_t)n_prompt, cp.n_chunk ? cp.n_chunk : 512, logits, &err))
+        goto fail;
     double t_prompt = snug_time_s() - t0;
     cli_backend_report(&bk, "after the prompt");
 

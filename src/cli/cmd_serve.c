@@ -24,7 +24,8 @@ static void serve_usage(void) {
         "usage: snug serve -m M.gguf [flags]\n"
         "       snug serve --render-only REQUEST.json [--render-api chat|messages|responses] "
         "[flags]\n"
-        "  -m, --model FILE        the GGUF model to serve (required)\n"
+        "  -m, --model FILE        the GGUF model to serve (default: the demo model,\n"
+        "                          docs/demo-model.md)\n"
         "  --host ADDR             IPv4 address to listen on (default 127.0.0.1)\n"
         "  --port N                TCP port (default 8080; 0 = any free port)\n"
         "  --port-file FILE        write the bound port to FILE once listening\n"
@@ -62,6 +63,7 @@ static void serve_usage(void) {
         "times\n"
         "  --responses-store N     /v1/responses kept for previous_response_id (LRU, default 64)\n"
         "  --no-access-log         no per-request line on stderr\n"
+        "  --no-webui              no chat page at / (by default the server answers / with it)\n"
         "  --no-prompt-normalize   keep agent clients' per-request spans (the Claude Code billing "
         "line)\n" CLI_CACHE_USAGE
         "  --script FILE           TEST ONLY: generation follows FILE's text (or a request's "
@@ -260,6 +262,8 @@ int cmd_serve(int argc, char **argv) {
             o.no_prompt_normalize = true;
         } else if ((kvr = cli_cache_flag(argc, argv, &i, "serve", &cache)) != 0) {
             if (kvr < 0) return 2;
+        } else if (!strcmp(a, "--no-webui")) {
+            o.no_webui = true;
         } else if (!strcmp(a, "--script")) {
             if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--timeout")) {
@@ -320,8 +324,8 @@ int cmd_serve(int argc, char **argv) {
     }
     if (render_path) return render_only(&o, render_path, render_api);
     if (!o.model_path) {
-        serve_usage();
-        return 2;
+        if (!(o.model_path = cli_default_model("serve"))) return 1;
+        fprintf(stderr, "snug serve: no -m given: serving the demo model %s\n", o.model_path);
     }
     o.cache_ram = cache.ram_bytes;
     o.cache_dir = cache.disk_dir;

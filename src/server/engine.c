@@ -311,6 +311,9 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     }
     if (e->pc && s->n_prefilled == j->n_prompt)
         snug_prefix_note_prompt(e->pc, s->usage.n_cached, j->n_prompt - s->usage.n_cached);
+    if (j->on_progress)
+        j->on_progress(j->user, s->n_prefilled, j->n_prompt, s->usage.n_cached,
+                       (t1 - s->t_admit) * 1e3);
     if (s->n_prefilled == j->n_prompt) {
         s->state = SLOT_GEN;
         s->t_prompt_done = t1;

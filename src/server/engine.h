@@ -100,6 +100,10 @@ struct snug_engine_job {
      * the queue). After it returns the engine forgets the job. */
     void (*on_done)(void *user, enum snug_engine_finish finish,
                     const struct snug_engine_usage *usage, const char *errmsg);
+    /* Optional (NULL = none): called on the engine thread after each prompt chunk with the
+     * prompt tokens in the context (the reused prefix included), the prompt length, the reused
+     * prefix and the milliseconds since the job got its slot. */
+    void (*on_progress)(void *user, int32_t processed, int32_t total, int32_t cached, double ms);
     void *user;
     atomic_bool cancel;
     /* engine-private */

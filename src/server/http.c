@@ -502,6 +502,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         snug_srv_access_enter(&cc->log);
         if (s->opts.cors_origin && !strcmp(method, "OPTIONS"))
             return snug_srv_preflight(c); /* no key: browsers send none */
+        /* the chat page (webui.c): static, no key (the page asks for it) */
+        if (!strcmp(method, "GET") && !s->opts.no_webui && snug_webui_route(url))
+            return snug_webui_send(c);
         if (early_refusal(s, c, url, method, &r, &res)) return res;
         cc->route = r;
         return MHD_YES;
@@ -655,6 +658,11 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* the port opens first; /health reports the load (boot.c) */
+    struct snug_boot *boot = NULL;
+    if ((rc = snug_boot_start(&boot, &s->opts, s->model_id, err))) goto done;
+    snug_boot_read_weights(boot, opts->model_path);
+    snug_boot_phase(boot, "planning and starting the engine");
 
     if (opts->script_path &&
         (rc = read_file(opts->script_path, &s->script_text, &s->script_len, err)))
@@ -709,19 +717,19 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
      * suspend their connection while the engine works (reply.c), so no thread blocks on one */
     s->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
-        on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opts.idle_timeout_s,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+        on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)snug_boot_handoff(boot),
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->opts.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->opts.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->opts.idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->daemon) {
         rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
                           opts->port);
         goto done;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : opts->port;
+    int port = di && di->port ? di->port : snug_boot_port(boot);
 
     struct snug_engine_stats st;
     snug_engine_get_stats(s->engine, &st);
@@ -749,6 +757,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     shutdown_gracefully(s);
 
 done:
+    snug_boot_free(boot);
     if (s->daemon) MHD_stop_daemon(s->daemon);
     pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);

@@ -172,6 +172,19 @@ static void sink_cb(void *user, const char *s, size_t n) {
     sink_text(user, s, n);
 }
 
+/* Engine callback (requests with return_progress): a prompt chunk is done; the HTTP side
+ * turns it into a prompt_progress event. */
+static void on_progress(void *user, int32_t processed, int32_t total, int32_t cached, double ms) {
+    struct reply *r = user;
+    pthread_mutex_lock(&r->mu);
+    r->prog_processed = processed;
+    r->prog_total = total;
+    r->prog_cached = cached;
+    r->prog_ms = ms;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* Engine callback: a token's text. Applies stop strings (holding back a possible beginning of
  * one), records logprobs, wakes the HTTP side. Returns true when a stop string matched. */
 static bool on_token(void *user, snug_token id, const char *text, size_t len,
@@ -483,6 +496,15 @@ static void stream_collect(struct reply *r) {
         return;
     }
     bool chat = r->req.kind == SNUG_REQ_CHAT;
+    if (r->prog_processed > r->prog_sent) { /* return_progress: as llama.cpp's prompt_progress */
+        json_t *ev = chunk(r, chat ? json_object() : json_string(""), NULL);
+        json_object_set_new(ev, "prompt_progress",
+                            json_pack("{s:i, s:i, s:i, s:f}", "total", r->prog_total, "cache",
+                                      r->prog_cached, "processed", r->prog_processed, "time_ms",
+                                      r->prog_ms));
+        sse_put(r, ev);
+        r->prog_sent = r->prog_processed;
+    }
     if (chat && !r->role_sent) {
         sse_put(r, chunk(r, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
         r->role_sent = true;
@@ -1229,6 +1251,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     }
     j->on_token = on_token;
     j->on_done = on_done;
+    j->on_progress = q->stream && q->return_progress ? on_progress : NULL;
     j->user = r;
     atomic_init(&j->cancel, false);
     r->refs = 2; /* this thread + the engine until on_done */

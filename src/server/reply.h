@@ -74,6 +74,8 @@ struct reply {
 
     /* engine side, under mu */
     struct snug_stop_filter stop; /* stop strings (holds back a possible beginning of one) */
+    int32_t prog_processed, prog_total, prog_cached, prog_sent; /* return_progress */
+    double prog_ms;
     struct snug_sbuf content, reasoning;
     struct tool_call calls[MAX_TOOL_CALLS];
     int n_calls;

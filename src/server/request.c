@@ -129,6 +129,7 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
                        "'stream_options.include_usage' must be a boolean");
         r->include_usage = json_is_true(iu);
     }
+    if (get_bool(o, "return_progress", &r->return_progress, e)) return -1;
     if (get_num(o, "temperature", 0, 100, &sp->temperature, e)) return -1;
     if (get_num(o, "top_p", 0, 1, &sp->top_p, e)) return -1;
     if (get_num(o, "min_p", 0, 1, &sp->min_p, e)) return -1;

@@ -44,7 +44,7 @@ struct snug_server_opts {
     int32_t queue_cap;       /* requests waiting beyond the slots; 0 = 4 × slots */
     double timeout_s;        /* per request; 0 = 600 */
     size_t max_body_bytes;   /* 0 = 8 MiB */
-    const char *port_file;   /* when set, the bound port is written there once listening */
+    const char *port_file;   /* when set, the bound port is written there once ready */
     int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
     uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
     /* the prefix cache (src/prefix, docs/prefix-cache.md): RAM tier bytes (0 = off), disk tier
@@ -73,6 +73,7 @@ struct snug_server_opts {
     struct snug_server_limits limits; /* request-cost limits (fields 0 = defaults) */
     int32_t backend;                  /* 0 = CPU, 1 = CUDA (--backend) */
     uint64_t vram_budget; /* --backend cuda: bytes the GPU plan must fit; 0 = no limit */
+    bool no_webui;        /* no chat page at / (webui.c) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and
@@ -115,6 +116,7 @@ struct snug_server_req {
     size_t prompt_len;
     const json_t *prompt_ids; /* completion: an array of token ids instead of text */
     bool stream, include_usage;
+    bool return_progress; /* stream prompt_progress events while the prompt is evaluated */
     struct snug_sampler_params sampler;
     bool has_seed;
     int32_t max_tokens; /* 0 = until the context is full */

@@ -148,6 +148,22 @@ void snug_srv_generate_abandon(void *pending);
 int snug_srv_cancel_all(struct snug_srv *s);
 int snug_srv_live_count(struct snug_srv *s);
 
+/* The port before the model (boot.c): start a loading daemon on the server's address, read the
+ * weights with progress, name the phase, hand the listening socket over (returns it; the loading
+ * daemon is gone), free (stops it if still running). */
+struct snug_boot;
+int snug_boot_start(struct snug_boot **out, const struct snug_server_opts *opts,
+                    const char *model_id, struct snug_err *err);
+void snug_boot_read_weights(struct snug_boot *b, const char *path);
+void snug_boot_phase(struct snug_boot *b, const char *phase);
+int snug_boot_handoff(struct snug_boot *b);
+int snug_boot_port(const struct snug_boot *b);
+void snug_boot_free(struct snug_boot *b);
+
+/* The chat page (webui.c): whether url is its route, and queue the embedded page. */
+bool snug_webui_route(const char *url);
+enum MHD_Result snug_webui_send(struct MHD_Connection *c);
+
 /* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
 json_t *snug_srv_json_str(const char *s, size_t n);
 

@@ -5,7 +5,9 @@
  * norm weights 1 + N(0, 0.02) (GGUF stores the already "+1"-ed zero-centred norms, docs/qwen35.md
  * §4.4); ssm_a = -U(0.1, 1) (the converter stores -exp(A_log), which is negative); ssm_dt.bias ~
  * N(0, 0.1); conv kernels ~ N(0, 0.1). Every tensor has its own generator seeded from (seed, tensor
- * name), so the file does not depend on the order of generation. Read next: src/quant/quant.h
+ * name), so the file does not depend on the order of generation. With a weights folder
+ * (gen.h: weights_dir) the values come from its files instead: how the trained demo model
+ * (docs/demo-model.md) is written with this writer. Read next: src/quant/quant.h
  * (recipes), src/tools/vocab.h, src/arch/qwen35.c (the loader).
  */
 #include "tools/gen.h"
@@ -308,6 +310,56 @@ struct gen_bufs {
     size_t out_cap;
 };
 
+/* Stream one tensor read from DIR/<name>.f32 (float32 in GGUF layout, exactly ne0 × rows
+ * values) into the writer, each row encoded as t->type. */
+static int write_tensor_from(struct snug_gguf_writer *w, const struct gen_tensor *t,
+                             const char *dir, struct gen_bufs *b, const char *path,
+                             struct snug_err *err) {
+    char fn[4096];
+    snprintf(fn, sizeof fn, "%s/%s.f32", dir, t->name);
+    const uint64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const uint64_t rb = snug_dtype_row_bytes(t->type, ne0);
+    FILE *f = fopen(fn, "rb");
+    if (!f)
+        return snug_err_set(err, SNUG_ERR_IO, "%s: %s (each tensor of the model needs one)", fn,
+                            strerror(errno));
+    int rc = SNUG_OK;
+    if (fseek(f, 0, SEEK_END) || ftell(f) != (long)(ne0 * rows * sizeof(float))) {
+        rc = snug_err_set(err, SNUG_ERR_FORMAT,
+                          "%s: expected %llu float32 values (%llu x %llu) for %s, the file has "
+                          "%ld bytes",
+                          fn, (unsigned long long)(ne0 * rows), (unsigned long long)ne0,
+                          (unsigned long long)rows, t->name, ftell(f));
+        goto done;
+    }
+    rewind(f);
+    const uint64_t rows_per_buf = SNUG_MAX(1, b->out_cap / rb);
+    for (uint64_t r0 = 0; r0 < rows; r0 += rows_per_buf) {
+        uint64_t nr = SNUG_MIN(rows_per_buf, rows - r0);
+        for (uint64_t i = 0; i < nr; i++) {
+            if (fread(b->row, sizeof(float), ne0, f) != ne0) {
+                rc = snug_err_set(err, SNUG_ERR_IO, "%s: short read", fn);
+                goto done;
+            }
+            for (uint64_t j = 0; j < ne0; j++)
+                if (!isfinite(b->row[j])) {
+                    rc = snug_err_set(err, SNUG_ERR_FORMAT, "%s: value %llu is not finite", fn,
+                                      (unsigned long long)((r0 + i) * ne0 + j));
+                    goto done;
+                }
+            encode_row(t->type, b->row, b->out + i * rb, ne0);
+        }
+        if (snug_gguf_writer_write(w, b->out, nr * rb)) {
+            rc = snug_err_set(err, SNUG_ERR_IO, "%s: writing %s: %s", path, t->name,
+                              snug_gguf_writer_error(w));
+            goto done;
+        }
+    }
+done:
+    fclose(f);
+    return rc;
+}
+
 /* Stream one tensor's data into the writer. */
 static int write_tensor(struct snug_gguf_writer *w, const struct gen_tensor *t, uint64_t seed,
                         struct gen_bufs *b, const char *path, struct snug_err *err) {
@@ -530,7 +582,8 @@ int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params
     uint64_t done = 0;
     for (size_t i = 0; i < tl.n; i++) {
         const struct gen_tensor *t = &tl.t[i];
-        rc = write_tensor(w, t, p->seed, &b, p->out_path, err);
+        rc = p->weights_dir ? write_tensor_from(w, t, p->weights_dir, &b, p->out_path, err)
+                            : write_tensor(w, t, p->seed, &b, p->out_path, err);
         if (rc) goto fail;
         done += snug_dtype_row_bytes(t->type, t->ne[0]) * t->ne[1] * t->ne[2] * t->ne[3];
         if (p->progress) p->progress(p->progress_user, done, total);

@@ -56,12 +56,18 @@ struct snug_gen_params {
     uint64_t seed;          /* weights depend only on (seed, tensor name, shape, type) */
     const char *vocab_from; /* NULL: built-in byte vocabulary; else a .gguf or tokenizer.json */
     const char *name;       /* general.name; NULL = "snug random" */
+    /* NULL: random weights. Else a folder holding one "<tensor name>.f32" file per tensor
+     * (raw little-endian float32 in GGUF layout: ne[0] fastest, i.e. a weight of ne =
+     * {n_in, n_out} is n_out rows of n_in), e.g. written by tools/train/train.py; each is
+     * encoded as the recipe types it. */
+    const char *weights_dir;
     /* Optional progress report (bytes of tensor data written so far, total). */
     void (*progress)(void *user, uint64_t done_bytes, uint64_t total_bytes);
     void *progress_user;
 };
 
-/* Write the model. On failure the partial file is removed and err says what went wrong. */
+/* Write the model (random weights, or p->weights_dir's). On failure the partial file is removed and
+ * err says what went wrong. */
 int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params *p,
                    struct snug_err *err);
 

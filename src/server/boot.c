@@ -1,0 +1,171 @@
+/* boot.c — the port opens before the model loads: a small "loading" HTTP daemon binds the
+ * listening socket first (the boot log names the port; --port-file is still written only
+ * when the server is ready, as tests expect), answers GET /health with 503 and the load
+ * progress ({"status": "loading", "loading": {"phase", "done_bytes", "total_bytes"}}) and
+ * every other route with 503 "the model is loading", while snug_server_run reads the weights
+ * (through the page cache, counted, so the progress is real bytes and the first request does
+ * not fault them in one page at a time), plans and starts the engine. Then the socket is
+ * handed to the real daemon (MHD_quiesce_daemon → MHD_OPTION_LISTEN_SOCKET): connections that
+ * arrive during the switch wait in the kernel's backlog, none is refused.
+ * Invariant: the progress fields are atomics written by the loading thread and read by the
+ * daemon's thread; the socket belongs to exactly one daemon at a time.
+ * Read next: http.c (snug_server_run), webui/index.html (shows the progress).
+ */
+#define _GNU_SOURCE
+#include "server/server_impl.h"
+
+#include "core/core.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct snug_boot {
+    struct MHD_Daemon *daemon;
+    int port;
+    char model_id[256];
+    _Atomic(const char *) phase;
+    atomic_uint_least64_t done_bytes, total_bytes;
+};
+
+static enum MHD_Result send_503(struct MHD_Connection *c, json_t *body) {
+    char *txt = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_SERVICE_UNAVAILABLE, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result on_loading_request(void *cls, struct MHD_Connection *c, const char *url,
+                                          const char *method, const char *version,
+                                          const char *upload_data, size_t *upload_data_size,
+                                          void **con_cls) {
+    struct snug_boot *b = cls;
+    if (!*con_cls) { /* first call: headers only */
+        *con_cls = b;
+        return MHD_YES;
+    }
+    if (*upload_data_size) { /* a body: not read while loading */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health"))
+        return send_503(c, json_pack("{s:s, s:s, s:{s:s, s:I, s:I}}", "status", "loading", "model",
+                                     b->model_id, "loading", "phase", atomic_load(&b->phase),
+                                     "done_bytes", (json_int_t)atomic_load(&b->done_bytes),
+                                     "total_bytes", (json_int_t)atomic_load(&b->total_bytes)));
+    return send_503(c, json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
+                                 "the model is loading; retry when GET /health says ok", "type",
+                                 "server_busy", "param", "code", "loading"));
+}
+
+int snug_boot_start(struct snug_boot **out, const struct snug_server_opts *opts,
+                    const char *model_id, struct snug_err *err) {
+    *out = NULL;
+    struct snug_boot *b = snug_calloc(1, sizeof *b);
+    if (!b) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    snprintf(b->model_id, sizeof b->model_id, "%s", model_id);
+    atomic_init(&b->phase, "opening the model");
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)opts->port);
+    if (inet_pton(AF_INET, opts->host, &addr.sin_addr) != 1) {
+        snug_free(b);
+        return snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", opts->host);
+    }
+    b->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0,
+                                 NULL, NULL, on_loading_request, b, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+                                 MHD_OPTION_END);
+    if (!b->daemon) {
+        snug_free(b);
+        return snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", opts->host,
+                            opts->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    b->port = di && di->port ? di->port : opts->port;
+    fprintf(stderr, "snug serve: port %d open; /health says \"loading\" until the model is ready\n",
+            b->port);
+    *out = b;
+    return SNUG_OK;
+}
+
+int snug_boot_port(const struct snug_boot *b) {
+    return b ? b->port : 0;
+}
+
+void snug_boot_phase(struct snug_boot *b, const char *phase) {
+    if (b) atomic_store(&b->phase, phase);
+}
+
+void snug_boot_read_weights(struct snug_boot *b, const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0) close(fd);
+        return; /* the model load reports the real error */
+    }
+    uint64_t total = (uint64_t)st.st_size;
+    atomic_store(&b->total_bytes, total);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    /* a file near the size of memory would only evict itself: leave it to the mapping */
+    if (pages > 0 && psz > 0 && total > (uint64_t)pages * (uint64_t)psz / 10 * 8) {
+        close(fd);
+        return;
+    }
+    atomic_store(&b->phase, "reading the weights");
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    enum { BUF = 1 << 20 };
+    char *buf = snug_malloc(BUF);
+    double t0 = snug_time_s(), last = t0;
+    uint64_t done = 0;
+    /* debugging only: SNUG_DEBUG_BOOT_DELAY_MS=N spreads N ms of sleep over the read, to see
+     * (and test) the loading state on a small model */
+    const char *dv = getenv("SNUG_DEBUG_BOOT_DELAY_MS");
+    double delay_s = dv ? atof(dv) / 1e3 : 0;
+    while (buf) {
+        ssize_t n = read(fd, buf, BUF);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += (uint64_t)n;
+        atomic_store(&b->done_bytes, done);
+        if (delay_s > 0 && total) usleep((useconds_t)(delay_s * 1e6 * (double)n / (double)total));
+        double now = snug_time_s();
+        if (now - last >= 2.0) { /* plain lines: logs get no control characters */
+            last = now;
+            fprintf(stderr, "snug serve: reading the weights: %.0f / %.0f MiB (%.0f%%)\n",
+                    done / 1048576.0, total / 1048576.0, total ? 100.0 * done / total : 0);
+        }
+    }
+    snug_free(buf);
+    close(fd);
+}
+
+int snug_boot_handoff(struct snug_boot *b) {
+    if (!b || !b->daemon) return -1;
+    MHD_socket fd = MHD_quiesce_daemon(b->daemon);
+    MHD_stop_daemon(b->daemon); /* after quiesce the socket stays open */
+    b->daemon = NULL;
+    return (int)fd;
+}
+
+void snug_boot_free(struct snug_boot *b) {
+    if (!b) return;
+    if (b->daemon) MHD_stop_daemon(b->daemon);
+    snug_free(b);
+}
