@@ -50,6 +50,16 @@ static bool simple_content_type(const char *ct) {
     return false;
 }
 
+/* Origin "http://HOST" or "https://HOST" for the Host the request was sent to: the server's own
+ * page (the chat page at /), which CORS never restricts. */
+static bool same_origin(const char *origin, const char *host) {
+    if (!origin || !host || !*host) return false;
+    const char *rest = !strncmp(origin, "http://", 7)    ? origin + 7
+                       : !strncmp(origin, "https://", 8) ? origin + 8
+                                                         : NULL;
+    return rest && !strcmp(rest, host);
+}
+
 static int refuse(struct snug_server_error *e, int status, const char *type, const char *fmt,
                   const char *arg) {
     snug_server_error_set(e, status, type, NULL, fmt, arg);
@@ -77,7 +87,8 @@ int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_po
                       "'x-api-key: <key>'");
     /* a request from a web page of another origin carries Origin; unless CORS allows it,
      * such a page must not make this server work (it could not read the answer anyway) */
-    if (post && q->origin && !(p->origin_ok && p->origin_ok(p->ctx, q->origin)))
+    if (post && q->origin && !same_origin(q->origin, q->host) &&
+        !(p->origin_ok && p->origin_ok(p->ctx, q->origin)))
         return refuse(e, 403, "invalid_request_error",
                       "requests from the web origin '%s' are not allowed (CORS is off)", q->origin);
     if (post && simple_content_type(q->content_type))

@@ -36,6 +36,7 @@ struct snug_gate_request {
     const char *url, *method;
     const char *authorization, *origin, *content_type; /* header values or NULL */
     const char *x_api_key;                             /* Anthropic's key header, or NULL */
+    const char *host; /* the Host header: a page of this very server is same-origin */
 };
 
 struct snug_gate_policy {

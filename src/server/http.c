@@ -470,7 +470,8 @@ static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const ch
         .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
         .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
         .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
-        .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key")};
+        .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
+        .host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")};
     struct snug_gate_policy p = {.api_key = s->opts.api_key, .origin_ok = origin_ok, .ctx = s};
     struct snug_server_error e;
     const char *allow = NULL;

@@ -182,6 +182,7 @@ static void on_progress(void *user, int32_t processed, int32_t total, int32_t ca
     r->prog_cached = cached;
     r->prog_ms = ms;
     pthread_cond_broadcast(&r->cv);
+    if (r->req.stream) wake_locked(r); /* the suspended stream sends the progress event */
     pthread_mutex_unlock(&r->mu);
 }
 
