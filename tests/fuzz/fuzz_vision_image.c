@@ -2,7 +2,7 @@
  * goes through snug_image_decode (PNG, JPEG, WebP by signature; at most 4 megapixels here), and a
  * decoded image through the size rule, Pillow-exact resize and the patch layout, so a bound or
  * buffer mistake shows up as an ASan/UBSan report. Seeds: the vision fixture's PNGs
- * (tests/data/vision/*.png) and any JPEG/WebP files.
+ * (the PNG files of tests/data/vision) and any JPEG/WebP files.
  * Build: CC=clang cmake -B build-fuzz -DSNUG_FUZZ=ON && cmake --build build-fuzz
  * --target fuzz_vision_image. Read next: src/vision/image.h. */
 #include "core/core.h"
