@@ -44,7 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t body_len = (size_t)(end - p);
     for (int k = 2; k <= 5; k++)
         if (!f[k][0]) f[k] = NULL; /* an empty line: the header is absent */
-    struct snug_gate_request q = {f[0], f[1], f[2], f[3], f[4]};
+    struct snug_gate_request q = {.url = f[0],
+                                  .method = f[1],
+                                  .authorization = f[2],
+                                  .origin = f[3],
+                                  .content_type = f[4],
+                                  .x_api_key = f[2], /* the same bytes as Anthropic's header */
+                                  .host = f[3]};     /* and as the Host (same-origin check) */
     struct snug_gate_policy pol = {.api_key = f[5], .origin_ok = origin_never};
     struct snug_server_error e;
     enum snug_route r;
