@@ -132,9 +132,11 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
                 break;
             }
             const char *id = json_string_value(json_object_get(blk, "id"));
-            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:O}}", "id", id ? id : "",
+            /* "o" steals: a borrowed input gets its own reference, a missing one a new {} */
+            json_t *args = input ? json_incref((json_t *)input) : json_object();
+            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id ? id : "",
                                                    "type", "function", "function", "name", name,
-                                                   "arguments", input ? input : json_object()));
+                                                   "arguments", args));
         } else if (!user && !strcmp(type, "thinking")) {
             const char *t = json_string_value(json_object_get(blk, "thinking"));
             if (t) snug_sbuf_puts(&reasoning, t);
