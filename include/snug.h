@@ -17,6 +17,7 @@
 #define SNUG_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -131,6 +132,7 @@ struct snug_ctx_params {
     int32_t kv_type_v;    /* are SNUG_KV_F16 (zero, the default) kv_type applies to both */
     int32_t backend;      /* 0 = CPU, 1 = CUDA (src/backend/backend.h; device 0) */
     uint64_t vram_budget; /* backend CUDA: bytes the whole plan must fit (0 = no check) */
+    bool profile;         /* backend CUDA: time every op, print the table at close (slow) */
 };
 struct snug_ctx_params snug_ctx_default_params(void);
 

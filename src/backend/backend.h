@@ -196,6 +196,7 @@ struct snug_backend_limits {
     int32_t n_snap;
     const struct snug_kv_shape *mtp_kv_shape;
     size_t spec_bytes;
+    bool profile; /* CUDA: time every op (each waited for), the table to stderr at close */
 };
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:

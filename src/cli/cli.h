@@ -76,6 +76,7 @@ void cli_progress(void *user, const char *label, int done, int total);
 struct cli_backend {
     int backend; /* 0 cpu, 1 cuda */
     uint64_t vram_budget;
+    bool profile; /* --cuda-profile */
 };
 int cli_backend_flag(int argc, char **argv, int *i, const char *cmd, struct cli_backend *b);
 void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp);

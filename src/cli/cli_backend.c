@@ -1,6 +1,7 @@
 /* cli_backend.c — the compute-backend flags shared by logits, run and perplexity:
- * `--backend cpu|cuda` and `--vram-budget SIZE` (the whole plan, weights included, must fit;
- * sizes as snug_plan_parse_size: 23.5GiB, 24G, ...). Owns nothing; see backend.h.
+ * `--backend cpu|cuda`, `--vram-budget SIZE` (the whole plan, weights included, must fit;
+ * sizes as snug_plan_parse_size: 23.5GiB, 24G, ...) and `--cuda-profile` (per-op device times
+ * to stderr at the end). Owns nothing; see backend.h.
  * Read next: src/model/context.c (ctx_init_cuda). */
 #include "cli.h"
 
@@ -13,6 +14,10 @@
 
 int cli_backend_flag(int argc, char **argv, int *i, const char *cmd, struct cli_backend *b) {
     const char *a = argv[*i];
+    if (!strcmp(a, "--cuda-profile")) {
+        b->profile = true;
+        return 1;
+    }
     if (strcmp(a, "--backend") && strcmp(a, "--vram-budget")) return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "snug %s: %s needs a value\n", cmd, a);
@@ -40,6 +45,7 @@ int cli_backend_flag(int argc, char **argv, int *i, const char *cmd, struct cli_
 void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp) {
     cp->backend = b->backend;
     cp->vram_budget = b->vram_budget;
+    cp->profile = b->profile;
     if (b->backend == 1) snug_log_set_level(SNUG_LOG_INFO); /* device memory before / after load */
 }
 

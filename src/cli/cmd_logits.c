@@ -47,13 +47,12 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
 }
 
 static int usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
-        "[--chunk N] [--kv TYPE] "
-        "[--backend cpu|cuda] [--vram-budget SIZE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]\n"
-        "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
-        "and V)\n");
+    fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
+                    "[--chunk N] [--kv TYPE] "
+                    "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
+                    "[--kv-v TYPE] [--ctx N] [--mtp]\n"
+                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
+                    "and V)\n");
     return 2;
 }
 

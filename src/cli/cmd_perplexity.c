@@ -13,10 +13,12 @@
 snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out);
 
 static int usage(void) {
-    fprintf(stderr, "usage: snug perplexity -m M.gguf --ids IDS.json [--window 1024] "
-                    "[--threads N] [--chunk N] [--kv TYPE] "
-                    "[--backend cpu|cuda] [--vram-budget SIZE] [--kv-k TYPE] [--kv-v TYPE]\n"
-                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format)\n");
+    fprintf(
+        stderr,
+        "usage: snug perplexity -m M.gguf --ids IDS.json [--window 1024] "
+        "[--threads N] [--chunk N] [--kv TYPE] "
+        "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] [--kv-v TYPE]\n"
+        "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format)\n");
     return 2;
 }
 

@@ -56,6 +56,7 @@ int snug_slots_open_backend(struct snug_model *m, const struct snug_ctx_params *
         .n_embd = m->hp.n_embd,
         .n_head = m->hp.n_head,
         .head_dim = m->hp.head_dim,
+        .profile = p->profile,
     };
     struct snug_kv_shape mtp_shape;
     if (p->n_draft > 0) { /* speculative decoding: snapshots (+ MTP cache and rows on CUDA) */

@@ -223,7 +223,7 @@ int main(void) {
             for (int64_t p = 0; p < ctxmax; p += CH)
                 OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, SNUG_MIN(CH, ctxmax - p), rk, rv, &err));
             for (int gm = 0; gm < 2; gm++) { /* the grouped decode kernel, then the per-head one */
-                setenv("SNUG_ATT_GROUPED", gm ? "0" : "1", 1);
+                snug_cuda_attention_tune(gm ? 0 : 1);
                 for (int i = 0; i < REP; i++) {
                     tic();
                     OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, 1, q, 0.0625f, o, work,
@@ -236,10 +236,10 @@ int main(void) {
                        fn[fi], gm ? "per-head" : "grouped ", (long long)ctxmax, ms * 1e3, bw,
                        100 * bw / copy_bw);
             }
-            unsetenv("SNUG_ATT_GROUPED");
+            snug_cuda_attention_tune(-1);
             int64_t ctxs[3] = {8192, 32768, 131072};
-            for (int pm = 0; pm < 2; pm++) { /* SNUG_FA_PIPE: cp.async kernel, then the other */
-                setenv("SNUG_FA_PIPE", pm ? "0" : "1", 1);
+            for (int pm = 0; pm < 2; pm++) { /* pipelined loader, then the other */
+                snug_cuda_fa_tune(pm ? 0 : 1);
                 for (int ci = 0; ci < 3; ci++) {
                     int64_t ctx = ctxs[ci];
                     tic();
@@ -254,7 +254,7 @@ int main(void) {
                            fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
                 }
             }
-            unsetenv("SNUG_FA_PIPE");
+            snug_cuda_fa_tune(-1);
             snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
         }
         snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),

@@ -431,6 +431,13 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                    int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
                    float *out, void *work, struct snug_err *err);
 
+/* Decode attention kernel: -2 = not decided yet (SNUG_ATT_GROUPED read at the first call),
+ * -1 = by the formats, 0 = per head, 1 = grouped (snug_cuda_attention_tune). */
+static int g_att_grouped = -2;
+extern "C" void snug_cuda_attention_tune(int grouped) {
+    g_att_grouped = grouped == 0 || grouped == 1 ? grouped : -1;
+}
+
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
                                    int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
                                    float scale, float *out, void *work, struct snug_err *err) {
@@ -501,10 +508,13 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
      * q8_0/tq4, 1.41x for fp8, equal for q8_0, 0.84x for f16 (whose decode is free): the
      * per-head kernel keeps caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0
      * forces either */
-    const char *ge = getenv("SNUG_ATT_GROUPED");
+    if (g_att_grouped == -2) { /* first call: the debugging override, read once */
+        const char *ge = getenv("SNUG_ATT_GROUPED");
+        g_att_grouped = ge && *ge ? strcmp(ge, "0") != 0 : -1;
+    }
     bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
-    bool grouped = ge && *ge ? strcmp(ge, "0") != 0 : !cheap;
+    bool grouped = g_att_grouped >= 0 ? g_att_grouped == 1 : !cheap;
     grouped = grouped && G >= 2 && G <= ATT_GMAX && D >= 64;
     dim3 grid((unsigned)ns, (unsigned)(grouped ? Hkv : Hq), (unsigned)T);
 #define ATT_D(DPL)                                                                                 \

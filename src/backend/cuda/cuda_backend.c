@@ -699,8 +699,8 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->cu_ok = true;
     const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
-    const char *pe = getenv("SNUG_CUDA_PROFILE");
-    if (pe && *pe && strcmp(pe, "0") != 0) {
+    const char *pe = getenv("SNUG_CUDA_PROFILE"); /* the debugging override of --cuda-profile */
+    if (lim->profile || (pe && *pe && strcmp(pe, "0") != 0)) {
         c->prof = snug_calloc(1, sizeof *c->prof);
         if (!c->prof) {
             rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");

@@ -477,6 +477,13 @@ static int fa_smem_attr(const void *fn, size_t smem, size_t *set, struct snug_er
     return SNUG_OK;
 }
 
+/* Prompt-attention tile loader: -2 = not decided yet (SNUG_FA_PIPE read at the first call),
+ * -1 = by the formats, 0 = plain, 1 = pipelined (snug_cuda_fa_tune). */
+static int g_fa_pipe = -2;
+extern "C" void snug_cuda_fa_tune(int pipe) {
+    g_fa_pipe = pipe == 0 || pipe == 1 ? pipe : -1;
+}
+
 /* Which kernel: measured on the H200 (docs/perf/cuda-kernels.md), the pipelined one (cp.async,
  * tiles of 32 keys) wins for q8_0 (88 vs 47 TFLOP/s at 128K) and loses for f16 (103 vs 149)
  * and fp8 (53 vs 62), so it runs when K or V is q8_0. SNUG_FA_PIPE=1 / 0 forces either (tests
@@ -491,8 +498,11 @@ static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
     size_t smem_pipe = (size_t)(FA_BM + 2 * 32) * D * sizeof(__half) +
                        (size_t)(32 * (raw_stride(kvb) + raw_stride(vvb)));
     size_t smem_plain = (size_t)(FA_BM + 2 * FA_BN) * D * sizeof(__half);
-    const char *pe = getenv("SNUG_FA_PIPE");
-    bool pipe = pe && *pe ? strcmp(pe, "0") != 0 : (kf == SNUG_KV_Q8_0 || vf == SNUG_KV_Q8_0);
+    if (g_fa_pipe == -2) { /* first call: the debugging override, read once */
+        const char *pe = getenv("SNUG_FA_PIPE");
+        g_fa_pipe = pe && *pe ? strcmp(pe, "0") != 0 : -1;
+    }
+    bool pipe = g_fa_pipe >= 0 ? g_fa_pipe == 1 : (kf == SNUG_KV_Q8_0 || vf == SNUG_KV_Q8_0);
     /* tq vectors travel in 4-byte units: only when their size is a multiple of 4 (D 256) */
     pipe = pipe && kf != SNUG_KV_F32 && vf != SNUG_KV_F32 && (!kvf_rotated(kf) || kvb % 4 == 0) &&
            (!kvf_rotated(vf) || vvb % 4 == 0) && smem_pipe <= cu->smem_optin;

@@ -61,6 +61,12 @@ bool snug_cuda_matvec_int8(uint32_t type);
 /* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
+/* The same kind of knobs for the decode attention (1 = grouped per KV head, 0 = per query
+ * head) and the prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the
+ * choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
+ * (docs/debugging.md). */
+void snug_cuda_attention_tune(int grouped);
+void snug_cuda_fa_tune(int pipe);
 /* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
  * T <= SNUG_CUDA_MATVEC_MAX_T runs the decode kernel (one pass over W, dequantised in
  * registers, f32 accumulate): for q4_K/q6_K/q8_0 with `work` given, x is first rounded to int8
