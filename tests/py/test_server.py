@@ -83,6 +83,18 @@ class Server:
         return rc
 
 
+
+def stop_all(res, servers):
+    """SIGTERM every server: each must exit 0; its log is printed when it did not, or when it
+    holds an error or a sanitizer report."""
+    for s in servers:
+        rc = s.stop()
+        res.check(rc == 0, f"server exits cleanly on SIGTERM (rc {rc})")
+        s.log.seek(0)
+        log = s.log.read()
+        if rc != 0 or "ERROR" in log or "runtime error" in log:
+            print(log[-3000:])
+
 def wait_idle(srv, timeout=5.0):
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -506,13 +518,7 @@ def main():
             test_queue(res, C)
             test_timeout(res, D)
         finally:
-            for s in servers:
-                rc = s.stop()
-                res.check(rc == 0, f"server exits cleanly on SIGTERM (rc {rc})")
-                s.log.seek(0)
-                log = s.log.read()
-                if rc != 0 or "ERROR" in log or "runtime error" in log:
-                    print(log[-3000:])
+            stop_all(res, servers)
     res.done()
 
 

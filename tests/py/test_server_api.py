@@ -20,7 +20,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from snugtest import SNUG, Results, fixtures_dir  # noqa: E402
-from test_server import KEY, Server, collect_stream  # noqa: E402
+from test_server import stop_all, KEY, Server, collect_stream  # noqa: E402
 
 import anthropic  # noqa: E402
 import openai  # noqa: E402
@@ -470,13 +470,7 @@ def main():
             test_thinking(res, TB)
             test_small(res, A, E, fx, tmp)
         finally:
-            for s in servers:
-                rc = s.stop()
-                res.check(rc == 0, f"server exits cleanly on SIGTERM (rc {rc})")
-                s.log.seek(0)
-                log = s.log.read()
-                if rc != 0 or "ERROR" in log or "runtime error" in log:
-                    print(log[-3000:])
+            stop_all(res, servers)
     res.done()
 
 

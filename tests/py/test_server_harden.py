@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from snugtest import SNUG, Results, fixtures_dir  # noqa: E402
-from test_server import KEY, TOOLS, Server  # noqa: E402
+from test_server import stop_all, KEY, TOOLS, Server  # noqa: E402
 
 LONG = " ".join(f"t{i}" for i in range(3000))
 
@@ -400,13 +400,7 @@ def main():
             test_shutdown(res, model, tmp)
             test_fail_alloc(res, model, tmp)
         finally:
-            for s in servers:
-                rc = s.stop()
-                res.check(rc == 0, f"server exits cleanly on SIGTERM (rc {rc})")
-                s.log.seek(0)
-                log = s.log.read()
-                if rc != 0 or "ERROR" in log or "runtime error" in log:
-                    print(log[-3000:])
+            stop_all(res, servers)
     res.done()
 
 

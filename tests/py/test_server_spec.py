@@ -20,7 +20,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from snugtest import SNUG, Results, fixtures_dir  # noqa: E402
-from test_server import Server  # noqa: E402
+from test_server import stop_all, Server  # noqa: E402
 
 PROMPTS = ["1, 2, 3, 4,", "The quick brown fox", "Once upon a time", "1, 2, 3, 4, 5, 6, 7,"]
 
@@ -132,13 +132,7 @@ def main():
             res.check(all(0 <= x <= 1 for x in rates) and rates[0] > 0, f"per-position acceptance rates {rates}")
             res.check(m.get("snug_spec_draft_tokens_total", 0) >= acc, "draft tokens >= accepted tokens")
         finally:
-            for s in servers:
-                rc = s.stop()
-                res.check(rc == 0, f"server exits cleanly on SIGTERM (rc {rc})")
-                s.log.seek(0)
-                log = s.log.read()
-                if rc != 0 or "ERROR" in log or "runtime error" in log:
-                    print(log[-3000:])
+            stop_all(res, servers)
     res.done()
 
 
