@@ -289,13 +289,7 @@ bool snug_plan_parse_size(const char *s, uint64_t *out) {
     return true;
 }
 
-/* snprintf into buf at *o, tracking the wanted length even past the end. */
-static void put(char *buf, size_t n, size_t *o, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-static void put(char *buf, size_t n, size_t *o, const char *fmt, ...) {
+void snug_plan_putf(char *buf, size_t n, size_t *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(*o < n ? buf + *o : NULL, *o < n ? n - *o : 0, fmt, ap);
@@ -308,8 +302,8 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
     size_t o = 0;
     if (n) buf[0] = 0;
     const double ref = budget ? (double)budget : (double)SNUG_MAX(p->device_total, 1);
-    put(buf, n, &o, "  %-30s %-9s %15s %11s %7s  %s\n", "item", "per", "bytes", "MiB",
-        budget ? "budget" : "share", "");
+    snug_plan_putf(buf, n, &o, "  %-30s %-9s %15s %11s %7s  %s\n", "item", "per", "bytes", "MiB",
+                   budget ? "budget" : "share", "");
     for (int i = 0; i < p->n_items; i++) {
         const struct snug_plan_item *it = &p->items[i];
         double share = (double)it->bytes / ref;
@@ -322,25 +316,28 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
             snprintf(per, sizeof per, "slot x%d", (int)p->lim.n_slots);
         else
             snprintf(per, sizeof per, "model");
-        put(buf, n, &o, "%c %-30s %-9s %15llu %11.1f %6.1f%%  %s%s\n", it->estimated ? '~' : ' ',
-            it->name, per, (unsigned long long)it->bytes, (double)it->bytes / 1048576.0,
-            100 * share, bar, it->device == SNUG_DEVICE_GPU ? " gpu" : "");
+        snug_plan_putf(buf, n, &o, "%c %-30s %-9s %15llu %11.1f %6.1f%%  %s%s\n",
+                       it->estimated ? '~' : ' ', it->name, per, (unsigned long long)it->bytes,
+                       (double)it->bytes / 1048576.0, 100 * share, bar,
+                       it->device == SNUG_DEVICE_GPU ? " gpu" : "");
     }
-    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f %6.1f%%\n",
-        p->lim.backend == SNUG_BACKEND_CUDA ? "total on the gpu" : "total", "",
-        (unsigned long long)p->device_total, (double)p->device_total / 1048576.0,
-        100 * (double)p->device_total / ref);
-    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per model", "",
-        (unsigned long long)p->model_device_bytes, (double)p->model_device_bytes / 1048576.0);
-    put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per slot (one slot)", "",
-        (unsigned long long)p->slot_device_bytes, (double)p->slot_device_bytes / 1048576.0);
+    snug_plan_putf(buf, n, &o, "  %-30s %-9s %15llu %11.1f %6.1f%%\n",
+                   p->lim.backend == SNUG_BACKEND_CUDA ? "total on the gpu" : "total", "",
+                   (unsigned long long)p->device_total, (double)p->device_total / 1048576.0,
+                   100 * (double)p->device_total / ref);
+    snug_plan_putf(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per model", "",
+                   (unsigned long long)p->model_device_bytes,
+                   (double)p->model_device_bytes / 1048576.0);
+    snug_plan_putf(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "  of which per slot (one slot)", "",
+                   (unsigned long long)p->slot_device_bytes,
+                   (double)p->slot_device_bytes / 1048576.0);
     if (budget)
-        put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "budget", "", (unsigned long long)budget,
-            (double)budget / 1048576.0);
+        snug_plan_putf(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "budget", "",
+                       (unsigned long long)budget, (double)budget / 1048576.0);
     if (p->total != p->device_total)
-        put(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "host (not in the gpu budget)", "",
-            (unsigned long long)(p->total - p->device_total),
-            (double)(p->total - p->device_total) / 1048576.0);
+        snug_plan_putf(buf, n, &o, "  %-30s %-9s %15llu %11.1f\n", "host (not in the gpu budget)",
+                       "", (unsigned long long)(p->total - p->device_total),
+                       (double)(p->total - p->device_total) / 1048576.0);
     return o;
 }
 

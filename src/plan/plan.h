@@ -112,4 +112,12 @@ int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weight
  * — all binary: a memory budget is in powers of two). false on a malformed string. */
 bool snug_plan_parse_size(const char *s, uint64_t *out);
 
+/* snprintf into buf (n bytes) at *o, advancing *o by the wanted length even past the end (the
+ * formatters' shared writer: snug_plan_format, plan_auto.c). */
+void snug_plan_putf(char *buf, size_t n, size_t *o, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 #endif /* SNUG_PLAN_H */

@@ -165,54 +165,48 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
     return snug_plan_check(hp, w, &lim, out->budget, &out->plan, err);
 }
 
-static void put(char *buf, size_t n, size_t *o, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(*o < n ? buf + *o : NULL, *o < n ? n - *o : 0, fmt, ap);
-    va_end(ap);
-    if (k > 0) *o += (size_t)k;
-}
-
 size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n) {
     size_t o = 0;
     if (n) buf[0] = 0;
     const struct snug_plan_limits *l = &a->plan.lim;
     int k, v;
     snug_kvfmt_split(a->kv_type, &k, &v);
-    put(buf, n, &o, "--ctx %lld", (long long)a->n_ctx);
+    snug_plan_putf(buf, n, &o, "--ctx %lld", (long long)a->n_ctx);
     if (k == v)
-        put(buf, n, &o, " --kv %s", snug_kvfmt_name(k));
+        snug_plan_putf(buf, n, &o, " --kv %s", snug_kvfmt_name(k));
     else
-        put(buf, n, &o, " --kv-k %s --kv-v %s", snug_kvfmt_name(k), snug_kvfmt_name(v));
+        snug_plan_putf(buf, n, &o, " --kv-k %s --kv-v %s", snug_kvfmt_name(k), snug_kvfmt_name(v));
     char size[32], have[32], mem[32];
     if (a->budget)
-        put(buf, n, &o, " %s %s", l->backend == SNUG_BACKEND_CUDA ? "--vram-budget" : "--budget",
-            snug_plan_size_str(a->budget, size, sizeof size));
-    if (l->n_slots > 1) put(buf, n, &o, " --slots %d", l->n_slots);
-    put(buf, n, &o, " --spec-draft %d", l->n_draft);
+        snug_plan_putf(buf, n, &o, " %s %s",
+                       l->backend == SNUG_BACKEND_CUDA ? "--vram-budget" : "--budget",
+                       snug_plan_size_str(a->budget, size, sizeof size));
+    if (l->n_slots > 1) snug_plan_putf(buf, n, &o, " --slots %d", l->n_slots);
+    snug_plan_putf(buf, n, &o, " --spec-draft %d", l->n_draft);
 
     /* why */
     human(a->budget, have, sizeof have);
-    put(buf, n, &o, " (");
+    snug_plan_putf(buf, n, &o, " (");
     if (!a->ctx_auto)
-        put(buf, n, &o, "context as requested");
+        snug_plan_putf(buf, n, &o, "context as requested");
     else if (a->ctx_at_train)
-        put(buf, n, &o, "the trained length %lld fits %s", (long long)a->n_ctx, have);
+        snug_plan_putf(buf, n, &o, "the trained length %lld fits %s", (long long)a->n_ctx, have);
     else
-        put(buf, n, &o, "largest context that fits %s", have);
+        snug_plan_putf(buf, n, &o, "largest context that fits %s", have);
     if (!a->kv_auto)
-        put(buf, n, &o, "; KV as requested");
+        snug_plan_putf(buf, n, &o, "; KV as requested");
     else if (a->ctx_auto && !a->ctx_at_train)
-        put(buf, n, &o, "; no KV format reaches the trained length, this one reaches furthest");
+        snug_plan_putf(buf, n, &o,
+                       "; no KV format reaches the trained length, this one reaches furthest");
     else
-        put(buf, n, &o, "; least lossy KV format reaching it");
+        snug_plan_putf(buf, n, &o, "; least lossy KV format reaching it");
     if (a->source == SNUG_PLAN_BUDGET_DEVICE)
-        put(buf, n, &o, "; budget = free device memory %s minus 512 MiB",
-            human(a->machine_bytes, mem, sizeof mem));
+        snug_plan_putf(buf, n, &o, "; budget = free device memory %s minus 512 MiB",
+                       human(a->machine_bytes, mem, sizeof mem));
     else if (a->source == SNUG_PLAN_BUDGET_HOST)
-        put(buf, n, &o, "; budget = physical memory %s minus max(1/8, 1 GiB)",
-            human(a->machine_bytes, mem, sizeof mem));
-    put(buf, n, &o, "; plan %s)", human(a->plan.device_total, size, sizeof size));
+        snug_plan_putf(buf, n, &o, "; budget = physical memory %s minus max(1/8, 1 GiB)",
+                       human(a->machine_bytes, mem, sizeof mem));
+    snug_plan_putf(buf, n, &o, "; plan %s)", human(a->plan.device_total, size, sizeof size));
     return o;
 }
 

@@ -644,32 +644,8 @@ static void stream_free(void *cls) {
 /* ==== the request =========================================================================== */
 
 /* Tokenize n bytes of s into a snug_malloc'd array; special tokens are parsed except inside
- * the `plain` spans (NULL: everywhere). */
-static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
-                          const struct snug_chat_spans *plain, snug_token **out, int32_t *n_out,
-                          struct snug_err *err) {
-    size_t cap = n + 16, got = 0;
-    *out = NULL;
-    for (int tries = 0; tries < 2; tries++) {
-        snug_token *ids = snug_malloc(cap * sizeof *ids);
-        if (!ids) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory tokenizing the prompt");
-        int rc = plain && plain->n ? snug_tokenizer_encode_spans(tok, s, n, plain->v, plain->n, ids,
-                                                                 cap, &got, err)
-                                   : snug_tokenizer_encode(tok, s, n, true, ids, cap, &got, err);
-        if (rc == SNUG_OK) {
-            *out = ids;
-            *n_out = (int32_t)got;
-            return SNUG_OK;
-        }
-        snug_free(ids);
-        if (rc != SNUG_ERR_BUDGET) return rc;
-        cap = got;
-    }
-    return snug_err_set(err, SNUG_ERR_INTERNAL, "tokenizer: inconsistent token count");
-}
-
-/* tokenize_alloc for a rendered chat prompt with its message marks (prompt_marks.h): the same
- * ids, plus the token positions of the marks in *pm. */
+ * the `plain` spans (NULL: everywhere). With message marks `mk` (a rendered chat prompt,
+ * prompt_marks.h) also the token positions of the marks in *pm; the ids are the same. */
 static int tokenize_marked_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
                                  const struct snug_chat_marks *mk,
                                  const struct snug_chat_spans *plain, snug_token **out,
@@ -691,6 +667,13 @@ static int tokenize_marked_alloc(const struct snug_tokenizer *tok, const char *s
         cap = got;
     }
     return snug_err_set(err, SNUG_ERR_INTERNAL, "tokenizer: inconsistent token count");
+}
+
+/* tokenize_marked_alloc without marks. */
+static int tokenize_alloc(const struct snug_tokenizer *tok, const char *s, size_t n,
+                          const struct snug_chat_spans *plain, snug_token **out, int32_t *n_out,
+                          struct snug_err *err) {
+    return tokenize_marked_alloc(tok, s, n, NULL, plain, out, n_out, NULL, err);
 }
 
 static enum MHD_Result fail(struct snug_srv *s, struct MHD_Connection *c, enum snug_route route,
