@@ -7,7 +7,6 @@
 #include "core/core.h"
 #include "kv/kvfmt.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
