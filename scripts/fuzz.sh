@@ -6,6 +6,8 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET ...]
 #   SNUG_FUZZ_JOBS=N   run N targets at a time (default 1)
+#   SNUG_FUZZ_SEED=N   libFuzzer's random seed (default: a new one per run); CI fixes it so a
+#                      red CI run can be replayed, long runs leave it unset to explore more
 # Exit status: non-zero when a target fails to build or finds a crash, leak or timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ run_one() {
   mkdir -p "$work" "$crashes"
   local args=("$work")
   [ -d "$seeds" ] && args+=("$seeds")
+  [ -n "${SNUG_FUZZ_SEED:-}" ] && args+=("-seed=$SNUG_FUZZ_SEED")
   local log="$BUILD/$t.log"
   if "$BUILD/$t" "${args[@]}" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=4096 \
       -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1; then

@@ -27,4 +27,4 @@ cmake --build build-asan -j "$jobs"
   ctest --output-on-failure -j "$jobs")
 
 echo "== fuzzing, short form (30 s per target; scripts/fuzz.sh SECONDS for longer runs)"
-SNUG_FUZZ_JOBS="$jobs" scripts/fuzz.sh "${SNUG_FUZZ_SECONDS:-30}"
+SNUG_FUZZ_SEED="${SNUG_FUZZ_SEED:-20261201}" SNUG_FUZZ_JOBS="$jobs" scripts/fuzz.sh "${SNUG_FUZZ_SECONDS:-30}"

@@ -67,9 +67,9 @@ static void bprintf(struct buf *b, const char *fmt, ...) {
     if (n > 0) bput(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* A GBNF string literal spelling the bytes s[0..n). */
-static void blit(struct buf *b, const char *s, size_t n) {
-    bputs(b, "\"");
+/* The inside of a GBNF string literal spelling the bytes s[0..n): quotes and backslashes
+ * escaped, control bytes as \xNN (a raw newline would end the rule). */
+static void blit_body(struct buf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
@@ -81,6 +81,12 @@ static void blit(struct buf *b, const char *s, size_t n) {
             bput(b, (const char *)&c, 1);
         }
     }
+}
+
+/* A GBNF string literal spelling the bytes s[0..n). */
+static void blit(struct buf *b, const char *s, size_t n) {
+    bputs(b, "\"");
+    blit_body(b, s, n);
     bputs(b, "\"");
 }
 
@@ -1234,10 +1240,7 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
             is_req = true;
         bputs(&c->rules, is_req ? " (" : " (");
         bputs(&c->rules, "\"<parameter=");
-        for (const char *p = key; *p; p++) { /* the key inside a GBNF literal */
-            if (*p == '"' || *p == '\\') bputs(&c->rules, "\\");
-            bput(&c->rules, p, 1);
-        }
+        blit_body(&c->rules, key, strlen(key)); /* the key inside the literal */
         bprintf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i], is_req ? "" : "?");
         i++;
     }

@@ -450,6 +450,27 @@ static void test_schema(void) {
     schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", "hostname");
 }
 
+/* A strict tool whose parameter names hold a newline, a quote, a backslash and a control byte:
+ * the tool-call grammar still parses and spells each name exactly (a raw newline inside a GBNF
+ * literal once ended the rule; found by fuzz_grammar_schema). */
+static void test_tool_param_names(void) {
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\\nb\":{\"type\":"
+                        "\"string\"},\"q\\\"\\\\\\u0001\":{\"type\":\"integer\"}},"
+                        "\"required\":[\"a\\nb\"]}}}]";
+    char *gbnf = NULL;
+    struct snug_err err = {0};
+    int rc = snug_tools_to_gbnf(tools, strlen(tools), NULL, NULL, false, &gbnf, NULL, &err);
+    CHECKF(rc == SNUG_OK, "tools: %s", err.msg);
+    if (rc) return;
+    const char *call = "<function=f>\n<parameter=a\nb>\nhi\n</parameter>\n"
+                       "<parameter=q\"\\\x01>\n7\n</parameter>\n</function>\n</tool_call>";
+    CHECKF(judge(gbnf, call, strlen(call)) == 1, "the call with odd names is not accepted");
+    const char *wrong = "<function=f>\n<parameter=ab>\nhi\n</parameter>\n</function>\n</tool_call>";
+    CHECKF(judge(gbnf, wrong, strlen(wrong)) != 1, "a misspelt name is accepted");
+    snug_free(gbnf);
+}
+
 /* Every schema of the corpus (tests/data/schemas) compiles to a grammar. */
 static void test_schema_corpus(void) {
     char dir[4200];
@@ -556,6 +577,7 @@ int main(void) {
     test_utf8_classes();
     test_masks();
     test_schema();
+    test_tool_param_names();
     test_schema_corpus();
     const char *fx = test_fixtures_dir();
     if (fx) test_qwen_vocab(fx);
