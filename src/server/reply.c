@@ -1325,17 +1325,39 @@ int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char
     return 0;
 }
 
+/* The tokens the chat would be generated from: normalised and rendered as generate() does,
+ * request text tokenized with special tokens as plain text (unless --special-in-content),
+ * so the count equals the response's prompt tokens. */
 int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_tokens,
                                struct snug_server_error *e) {
     struct snug_err err = {0};
+    struct snug_server_req q;
+    *n_tokens = 0;
+    if (snug_server_req_parse_json(&q, SNUG_REQ_CHAT, chat, e) != SNUG_OK) return -1;
+    if (!s->opts.no_prompt_normalize && snug_prompt_normalize((json_t *)q.messages) < 0) {
+        snug_server_req_free(&q);
+        return snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+    }
+    struct snug_chat_opts co =
+        snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !s->opts.no_think);
+    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
     char *text = NULL;
     size_t tlen = 0;
+    struct snug_chat_spans plain = {0};
+    int rc = snug_chat_opts_from_request(&co, q.root, &err);
+    if (rc == SNUG_OK)
+        rc = snug_chat_render_spans(q.messages, tools, &co, &text, &tlen,
+                                    s->opts.special_in_content ? NULL : &plain, &err);
+    snug_server_req_free(&q);
+    if (rc != SNUG_OK)
+        return snug_server_error_set(e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
+                                     "invalid_request_error", "messages", "%s", err.msg);
     snug_token *ids = NULL;
-    *n_tokens = 0;
-    if (snug_server_render_chat(&s->opts, chat, &text, &tlen, e)) return -1;
-    int rc = tokenize_alloc(s->tok, text, tlen, NULL, &ids, n_tokens, &err);
+    rc = tokenize_alloc(s->tok, text, tlen, s->opts.special_in_content ? NULL : &plain, &ids,
+                        n_tokens, &err);
     snug_free(text);
     snug_free(ids);
+    snug_chat_spans_free(&plain);
     if (rc != SNUG_OK) return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
     return 0;
 }

@@ -10,7 +10,7 @@
 #   the device's used memory every 100 ms: the peak is printed next to the plan's total.
 # Not in ctest (needs a GPU). `snug` (+ bench_cuda_ops) are built off-device with nvcc present
 # and -DSNUG_NATIVE=OFF and carried: D/snug, D/bench_cuda_ops, D/lib.tar.xz (ldd minus libc and
-# CUDA), like run_27b_device.sh. Results go in docs/perf/cuda.md.
+# CUDA). Results go in docs/perf/cuda.md.
 # Usage on the device: KV=tq4 (or KVARGS="--kv-k q8_0 --kv-v tq4") G=32 CEIL=1 sh tests/device/run_27b_accept.sh D OUTDIR 4096 8192 ...
 D=${1:-devcarry/lead}
 O=${2:-${OUT:-/tmp/27b}}
