@@ -71,6 +71,27 @@ static int cli_eval_prompt(struct snug_ctx *ctx, const snug_token *ids, int32_t 
     return SNUG_OK;
 }
 
+/* Model load progress on a terminal: the file read once through the page cache
+ * (snug_file_prefetch) with "loading: X / Y MiB (Z%)" redrawn in place, then erased. Not on a
+ * terminal: nothing (the mapping faults the weights in as they are used). */
+struct load_line {
+    double last;
+};
+static void on_load_progress(void *user, uint64_t done, uint64_t total) {
+    struct load_line *l = user;
+    double now = snug_time_s();
+    if (done && done < total && now - l->last < 0.1) return;
+    l->last = now;
+    fprintf(stderr, "\rsnug run: loading the model: %.0f / %.0f MiB (%d%%)   ", done / 1048576.0,
+            total / 1048576.0, total ? (int)(100.0 * (double)done / (double)total) : 100);
+    fflush(stderr);
+}
+static void cli_prefetch_model(const char *path) {
+    if (!isatty(STDERR_FILENO)) return;
+    struct load_line l = {0};
+    if (snug_file_prefetch(path, on_load_progress, &l)) fprintf(stderr, "\r\033[K");
+}
+
 /* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -196,6 +217,7 @@ int cmd_run(int argc, char **argv) {
     float *logits = NULL;
     double t_load = snug_time_s();
     struct snug_model_params mp = {.path = model_path, .n_threads = (int)threads};
+    cli_prefetch_model(model_path);
     if (snug_model_load(&m, &mp, &err)) goto fail;
     const struct snug_tokenizer *tok = snug_model_tokenizer(m);
     if (!tok) {

@@ -83,6 +83,13 @@ void snug_log(enum snug_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* ---- reading a file ahead (prefetch.c) ------------------------------------------------------
+ * Read `path` once through the page cache, calling progress(user, done, total) before the
+ * first read and after each 1 MiB (NULL: none). Files over 80% of physical memory and files
+ * that cannot be read are skipped. Returns the bytes read. */
+typedef void (*snug_prefetch_fn)(void *user, uint64_t done_bytes, uint64_t total_bytes);
+uint64_t snug_file_prefetch(const char *path, snug_prefetch_fn progress, void *user);
+
 /* ---- time and memory readings ------------------------------------------------------------- */
 double snug_time_s(void);           /* monotonic seconds */
 uint64_t snug_peak_rss_bytes(void); /* peak resident set size of this process (VmHWM) */

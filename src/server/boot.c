@@ -17,13 +17,10 @@
 #include "core/core.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 struct snug_boot {
@@ -113,47 +110,37 @@ void snug_boot_phase(struct snug_boot *b, const char *phase) {
     if (b) atomic_store(&b->phase, phase);
 }
 
-void snug_boot_read_weights(struct snug_boot *b, const char *path) {
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        if (fd >= 0) close(fd);
-        return; /* the model load reports the real error */
-    }
-    uint64_t total = (uint64_t)st.st_size;
-    atomic_store(&b->total_bytes, total);
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    /* a file near the size of memory would only evict itself: leave it to the mapping */
-    if (pages > 0 && psz > 0 && total > (uint64_t)pages * (uint64_t)psz / 10 * 8) {
-        close(fd);
+struct read_progress {
+    struct snug_boot *b;
+    double last, delay_s;
+};
+
+static void on_read(void *user, uint64_t done, uint64_t total) {
+    struct read_progress *p = user;
+    struct snug_boot *b = p->b;
+    if (!done) {
+        atomic_store(&b->total_bytes, total);
+        atomic_store(&b->phase, "reading the weights");
         return;
     }
-    atomic_store(&b->phase, "reading the weights");
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    enum { BUF = 1 << 20 };
-    char *buf = snug_malloc(BUF);
-    double t0 = snug_time_s(), last = t0;
-    uint64_t done = 0;
+    uint64_t step = done - atomic_load(&b->done_bytes);
+    atomic_store(&b->done_bytes, done);
+    if (p->delay_s > 0 && total)
+        usleep((useconds_t)(p->delay_s * 1e6 * (double)step / (double)total));
+    double now = snug_time_s();
+    if (now - p->last >= 2.0) { /* plain lines: logs get no control characters */
+        p->last = now;
+        fprintf(stderr, "snug serve: reading the weights: %.0f / %.0f MiB (%.0f%%)\n",
+                done / 1048576.0, total / 1048576.0, total ? 100.0 * done / total : 0);
+    }
+}
+
+void snug_boot_read_weights(struct snug_boot *b, const char *path) {
     /* debugging only: SNUG_DEBUG_BOOT_DELAY_MS=N spreads N ms of sleep over the read, to see
      * (and test) the loading state on a small model */
     const char *dv = getenv("SNUG_DEBUG_BOOT_DELAY_MS");
-    double delay_s = dv ? atof(dv) / 1e3 : 0;
-    while (buf) {
-        ssize_t n = read(fd, buf, BUF);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        done += (uint64_t)n;
-        atomic_store(&b->done_bytes, done);
-        if (delay_s > 0 && total) usleep((useconds_t)(delay_s * 1e6 * (double)n / (double)total));
-        double now = snug_time_s();
-        if (now - last >= 2.0) { /* plain lines: logs get no control characters */
-            last = now;
-            fprintf(stderr, "snug serve: reading the weights: %.0f / %.0f MiB (%.0f%%)\n",
-                    done / 1048576.0, total / 1048576.0, total ? 100.0 * done / total : 0);
-        }
-    }
-    snug_free(buf);
-    close(fd);
+    struct read_progress p = {.b = b, .last = snug_time_s(), .delay_s = dv ? atof(dv) / 1e3 : 0};
+    snug_file_prefetch(path, on_read, &p);
 }
 
 int snug_boot_handoff(struct snug_boot *b) {

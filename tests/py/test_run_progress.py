@@ -1,6 +1,7 @@
-"""test_run_progress.py — `snug run` prompt progress: on an 8K-token prompt with stderr on a
-terminal (a pseudo-terminal from Python's pty) it shows the progress line (tokens done / total,
-tok/s, ETA) after each 512-token chunk and erases it at the end; with stderr redirected to a
+"""test_run_progress.py — `snug run` load and prompt progress: with stderr on a terminal (a
+pseudo-terminal from Python's pty) it shows the model load (MiB read, to 100%) and, on an
+8K-token prompt, the progress line (tokens done / total, tok/s, ETA) after each 512-token chunk,
+each erased at the end; with stderr redirected to a
 file it prints no progress and no control characters; and the generated text is the same
 either way (the slices are the chunks snug_ctx_eval makes anyway). Uses the demo model.
 Runnable as a script; prints "N passed, N failed".
@@ -61,14 +62,20 @@ def main():
                   f"a progress line after each 512-token chunk ({len(lines)} lines, last "
                   f"{lines[-1] if lines else None})")
         res.check("\r" in term and "\x1b[K" in term, "the line is redrawn in place and erased")
+        size_mib = os.path.getsize(MODEL) / 1048576.0
+        loads = re.findall(r"loading the model: (\d+) / (\d+) MiB \((\d+)%\)", term)
+        res.check(bool(loads) and loads[-1][2] == "100" and loads[-1][0] == loads[-1][1] and
+                  int(loads[-1][1]) == round(size_mib),
+                  f"the model load shows bytes read ({loads[-1] if loads else None}, "
+                  f"file {size_mib:.1f} MiB)")
 
         log = os.path.join(tmp, "err.log")
         with open(log, "w") as f:
             p = subprocess.run(args, stdout=subprocess.PIPE, stderr=f, text=True)
         err = open(log).read()
         res.check(p.returncode == 0, "snug run with stderr in a file exits 0")
-        res.check("tok/s, ETA" not in err and not re.search(r"prompt \d+ / \d+ tokens", err),
-                  "no progress lines in the file")
+        res.check("tok/s, ETA" not in err and not re.search(r"prompt \d+ / \d+ tokens", err)
+                  and "loading the model" not in err, "no progress lines in the file")
         res.check(not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", err),
                   "no control characters in the file")
         res.check(p.stdout == out_tty, f"same text either way ({p.stdout!r} vs {out_tty!r})")
