@@ -9,6 +9,7 @@
 #include "quant/quant.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,38 +105,8 @@ int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err 
 }
 
 /* ---- overrides ---------------------------------------------------------------------------- */
-struct hp_field {
-    const char *key;
-    size_t off;
-    bool u64;
-};
-#define HPF(k, member, wide)                                                                       \
-    { k, offsetof(struct snug_hparams, member), wide }
-static const struct hp_field HP_FIELDS[] = {
-    HPF("n_vocab", n_vocab, false),
-    HPF("n_layer", n_layer, false),
-    HPF("nextn_predict_layers", n_nextn, false),
-    HPF("context_length", n_ctx_train, true),
-    HPF("embedding_length", n_embd, false),
-    HPF("feed_forward_length", n_ff, false),
-    HPF("attention.head_count", n_head, false),
-    HPF("attention.head_count_kv", n_head_kv, false),
-    HPF("attention.key_length", head_dim, false),
-    HPF("rope.dimension_count", n_rot, false),
-    HPF("ssm.conv_kernel", conv_kernel, false),
-    HPF("ssm.state_size", ssm_d_state, false),
-    HPF("ssm.group_count", ssm_n_group, false),
-    HPF("ssm.time_step_rank", ssm_dt_rank, false),
-    HPF("full_attention_interval", full_attn_interval, false),
-    HPF("expert_count", n_expert, false),
-    HPF("expert_used_count", n_expert_used, false),
-    HPF("expert_feed_forward_length", n_ff_exp, false),
-    HPF("expert_shared_feed_forward_length", n_ff_shexp, false),
-};
-
-/* Parse "key=value" into the matching field; integers only (the float keys do not change any
- * size). */
-int snug_preset_set(struct snug_hparams *hp, const char *kv, struct snug_err *err) {
+int snug_set_apply(void *base, char *arch, size_t arch_size, const struct snug_set_field *fields,
+                   size_t n_fields, const char *kv, struct snug_err *err) {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
         return snug_err_set(err, SNUG_ERR_INVALID, "--set '%s': expected key=value", kv);
@@ -145,28 +116,72 @@ int snug_preset_set(struct snug_hparams *hp, const char *kv, struct snug_err *er
         if (strcmp(val, "qwen35") && strcmp(val, "qwen35moe"))
             return snug_err_set(err, SNUG_ERR_INVALID,
                                 "--set arch=%s: expected qwen35 or qwen35moe", val);
-        snprintf(hp->arch, sizeof hp->arch, "%s", val);
+        snprintf(arch, arch_size, "%s", val);
         return SNUG_OK;
     }
-    for (size_t i = 0; i < sizeof HP_FIELDS / sizeof HP_FIELDS[0]; i++) {
-        const struct hp_field *f = &HP_FIELDS[i];
+    for (size_t i = 0; i < n_fields; i++) {
+        const struct snug_set_field *f = &fields[i];
         if (strlen(f->key) != klen || strncmp(f->key, kv, klen)) continue;
-        char *end;
+        char *end, *at = (char *)base + f->off;
         errno = 0;
+        if (f->kind == SNUG_SET_F32) {
+            double x = strtod(val, &end);
+            if (errno || end == val || *end || !isfinite(x))
+                return snug_err_set(err, SNUG_ERR_INVALID, "--set %s: '%s' is not a number", f->key,
+                                    val);
+            *(float *)at = (float)x;
+            return SNUG_OK;
+        }
         unsigned long long x = strtoull(val, &end, 10);
-        if (errno || end == val || *end || val[0] == '-' || (!f->u64 && x > UINT32_MAX))
-            return snug_err_set(err, SNUG_ERR_INVALID, "--set %s: '%s' is not a non-negative %s",
-                                f->key, val, f->u64 ? "integer" : "32-bit integer");
-        if (f->u64)
-            *(uint64_t *)((char *)hp + f->off) = x;
+        if (errno || end == val || *end || val[0] == '-' ||
+            (f->kind == SNUG_SET_U32 && x > UINT32_MAX))
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "--set %s: '%s' is not a non-negative integer%s", f->key, val,
+                                f->kind == SNUG_SET_U32 ? " below 2^32" : "");
+        if (f->kind == SNUG_SET_U32)
+            *(uint32_t *)at = (uint32_t)x;
         else
-            *(uint32_t *)((char *)hp + f->off) = (uint32_t)x;
-        snug_hparams_derive(hp);
+            *(uint64_t *)at = (uint64_t)x;
         return SNUG_OK;
     }
-    return snug_err_set(err, SNUG_ERR_INVALID,
-                        "--set: unknown key '%.*s' (see snug gen --help for the keys)", (int)klen,
-                        kv);
+    char keys[1024];
+    size_t o = 0;
+    for (size_t i = 0; i < n_fields && o < sizeof keys; i++)
+        o += (size_t)snprintf(keys + o, sizeof keys - o, " %s", fields[i].key);
+    return snug_err_set(err, SNUG_ERR_INVALID, "--set: unknown key '%.*s'; known: arch%s",
+                        (int)klen, kv, keys);
+}
+
+#define HPF(k, member, kind)                                                                       \
+    { k, kind, offsetof(struct snug_hparams, member) }
+static const struct snug_set_field HP_FIELDS[] = {
+    HPF("n_vocab", n_vocab, SNUG_SET_U32),
+    HPF("n_layer", n_layer, SNUG_SET_U32),
+    HPF("nextn_predict_layers", n_nextn, SNUG_SET_U32),
+    HPF("context_length", n_ctx_train, SNUG_SET_U64),
+    HPF("embedding_length", n_embd, SNUG_SET_U32),
+    HPF("feed_forward_length", n_ff, SNUG_SET_U32),
+    HPF("attention.head_count", n_head, SNUG_SET_U32),
+    HPF("attention.head_count_kv", n_head_kv, SNUG_SET_U32),
+    HPF("attention.key_length", head_dim, SNUG_SET_U32),
+    HPF("rope.dimension_count", n_rot, SNUG_SET_U32),
+    HPF("ssm.conv_kernel", conv_kernel, SNUG_SET_U32),
+    HPF("ssm.state_size", ssm_d_state, SNUG_SET_U32),
+    HPF("ssm.group_count", ssm_n_group, SNUG_SET_U32),
+    HPF("ssm.time_step_rank", ssm_dt_rank, SNUG_SET_U32),
+    HPF("full_attention_interval", full_attn_interval, SNUG_SET_U32),
+    HPF("expert_count", n_expert, SNUG_SET_U32),
+    HPF("expert_used_count", n_expert_used, SNUG_SET_U32),
+    HPF("expert_feed_forward_length", n_ff_exp, SNUG_SET_U32),
+    HPF("expert_shared_feed_forward_length", n_ff_shexp, SNUG_SET_U32),
+};
+
+/* Integers only (the float keys do not change any size). */
+int snug_preset_set(struct snug_hparams *hp, const char *kv, struct snug_err *err) {
+    int rc = snug_set_apply(hp, hp->arch, sizeof hp->arch, HP_FIELDS,
+                            sizeof HP_FIELDS / sizeof HP_FIELDS[0], kv, err);
+    if (rc == SNUG_OK) snug_hparams_derive(hp);
+    return rc;
 }
 
 /* ---- tensor enumeration ------------------------------------------------------------------- */

@@ -26,6 +26,19 @@ extern const char *const snug_preset_names[];
  * context_length), then re-derive the dependent fields (snug_hparams_derive). */
 int snug_preset_set(struct snug_hparams *hp, const char *kv, struct snug_err *err);
 
+/* The "key=value" overrides behind snug_preset_set and snug_gen_set (src/tools/gen.c): a table
+ * of fields (key, kind, byte offset into `base`); "arch" (qwen35 or qwen35moe) goes into the
+ * arch_size-byte string `arch`. Integers must be non-negative (u32 below 2^32), floats finite.
+ * Errors name the key and, for an unknown one, list the table's keys. */
+enum snug_set_kind { SNUG_SET_U32, SNUG_SET_U64, SNUG_SET_F32 };
+struct snug_set_field {
+    const char *key;
+    enum snug_set_kind kind;
+    size_t off;
+};
+int snug_set_apply(void *base, char *arch, size_t arch_size, const struct snug_set_field *fields,
+                   size_t n_fields, const char *kv, struct snug_err *err);
+
 /* Recompute n_layer_all = n_layer + n_nextn, ssm_d_inner = Nv·dv and recurrent[] from the
  * full-attention interval. */
 void snug_hparams_derive(struct snug_hparams *hp);

@@ -61,84 +61,37 @@ int snug_gen_preset(struct snug_gen_config *c, const char *name, struct snug_err
     return SNUG_OK;
 }
 
-/* ---- --set key=value ---------------------------------------------------------------------- */
+/* ---- --set key=value (the table parser is presets.c's snug_set_apply) ------------------- */
 
-enum field_kind { F_U32, F_U64, F_F32 };
-struct field {
-    const char *key;
-    enum field_kind kind;
-    size_t off;
-};
 #define FLD(k, kind, member)                                                                       \
     { k, kind, offsetof(struct snug_gen_config, member) }
-static const struct field FIELDS[] = {
-    FLD("n_vocab", F_U32, n_vocab),
-    FLD("n_layer", F_U32, n_layer),
-    FLD("nextn_predict_layers", F_U32, n_nextn),
-    FLD("context_length", F_U64, n_ctx_train),
-    FLD("embedding_length", F_U32, n_embd),
-    FLD("feed_forward_length", F_U32, n_ff),
-    FLD("attention.head_count", F_U32, n_head),
-    FLD("attention.head_count_kv", F_U32, n_head_kv),
-    FLD("attention.key_length", F_U32, head_dim),
-    FLD("rope.dimension_count", F_U32, n_rot),
-    FLD("rope.freq_base", F_F32, rope_base),
-    FLD("attention.layer_norm_rms_epsilon", F_F32, rms_eps),
-    FLD("ssm.conv_kernel", F_U32, conv_kernel),
-    FLD("ssm.state_size", F_U32, ssm_d_state),
-    FLD("ssm.group_count", F_U32, ssm_n_group),
-    FLD("ssm.time_step_rank", F_U32, ssm_dt_rank),
-    FLD("full_attention_interval", F_U32, full_attn_interval),
-    FLD("expert_count", F_U32, n_expert),
-    FLD("expert_used_count", F_U32, n_expert_used),
-    FLD("expert_feed_forward_length", F_U32, n_ff_exp),
-    FLD("expert_shared_feed_forward_length", F_U32, n_ff_shexp),
+static const struct snug_set_field FIELDS[] = {
+    FLD("n_vocab", SNUG_SET_U32, n_vocab),
+    FLD("n_layer", SNUG_SET_U32, n_layer),
+    FLD("nextn_predict_layers", SNUG_SET_U32, n_nextn),
+    FLD("context_length", SNUG_SET_U64, n_ctx_train),
+    FLD("embedding_length", SNUG_SET_U32, n_embd),
+    FLD("feed_forward_length", SNUG_SET_U32, n_ff),
+    FLD("attention.head_count", SNUG_SET_U32, n_head),
+    FLD("attention.head_count_kv", SNUG_SET_U32, n_head_kv),
+    FLD("attention.key_length", SNUG_SET_U32, head_dim),
+    FLD("rope.dimension_count", SNUG_SET_U32, n_rot),
+    FLD("rope.freq_base", SNUG_SET_F32, rope_base),
+    FLD("attention.layer_norm_rms_epsilon", SNUG_SET_F32, rms_eps),
+    FLD("ssm.conv_kernel", SNUG_SET_U32, conv_kernel),
+    FLD("ssm.state_size", SNUG_SET_U32, ssm_d_state),
+    FLD("ssm.group_count", SNUG_SET_U32, ssm_n_group),
+    FLD("ssm.time_step_rank", SNUG_SET_U32, ssm_dt_rank),
+    FLD("full_attention_interval", SNUG_SET_U32, full_attn_interval),
+    FLD("expert_count", SNUG_SET_U32, n_expert),
+    FLD("expert_used_count", SNUG_SET_U32, n_expert_used),
+    FLD("expert_feed_forward_length", SNUG_SET_U32, n_ff_exp),
+    FLD("expert_shared_feed_forward_length", SNUG_SET_U32, n_ff_shexp),
 };
 
 int snug_gen_set(struct snug_gen_config *c, const char *kv, struct snug_err *err) {
-    const char *eq = strchr(kv, '=');
-    if (!eq || eq == kv)
-        return snug_err_set(err, SNUG_ERR_INVALID, "--set '%s': expected key=value", kv);
-    size_t klen = (size_t)(eq - kv);
-    const char *val = eq + 1;
-    if (klen == 4 && !strncmp(kv, "arch", 4)) {
-        if (strcmp(val, "qwen35") && strcmp(val, "qwen35moe"))
-            return snug_err_set(err, SNUG_ERR_INVALID,
-                                "--set arch=%s: expected qwen35 or qwen35moe", val);
-        snprintf(c->arch, sizeof c->arch, "%s", val);
-        return SNUG_OK;
-    }
-    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
-        const struct field *f = &FIELDS[i];
-        if (strlen(f->key) != klen || strncmp(f->key, kv, klen)) continue;
-        char *end;
-        errno = 0;
-        if (f->kind == F_F32) {
-            double x = strtod(val, &end);
-            if (errno || end == val || *end || !isfinite(x))
-                return snug_err_set(err, SNUG_ERR_INVALID, "--set %s: '%s' is not a number", f->key,
-                                    val);
-            *(float *)((char *)c + f->off) = (float)x;
-        } else {
-            unsigned long long x = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-' ||
-                (f->kind == F_U32 && x > UINT32_MAX))
-                return snug_err_set(err, SNUG_ERR_INVALID,
-                                    "--set %s: '%s' is not a non-negative integer%s", f->key, val,
-                                    f->kind == F_U32 ? " below 2^32" : "");
-            if (f->kind == F_U32)
-                *(uint32_t *)((char *)c + f->off) = (uint32_t)x;
-            else
-                *(uint64_t *)((char *)c + f->off) = (uint64_t)x;
-        }
-        return SNUG_OK;
-    }
-    char keys[1024];
-    size_t o = 0;
-    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0] && o < sizeof keys; i++)
-        o += (size_t)snprintf(keys + o, sizeof keys - o, " %s", FIELDS[i].key);
-    return snug_err_set(err, SNUG_ERR_INVALID, "--set: unknown key '%.*s'; known: arch%s",
-                        (int)klen, kv, keys);
+    return snug_set_apply(c, c->arch, sizeof c->arch, FIELDS, sizeof FIELDS / sizeof FIELDS[0], kv,
+                          err);
 }
 
 int snug_gen_validate(const struct snug_gen_config *c, struct snug_err *err) {
