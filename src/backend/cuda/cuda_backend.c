@@ -97,16 +97,16 @@ static void prof_print(struct cuda_prof *p) {
     double tot = 0.0;
     for (int i = 0; i < p->n; i++) tot += p->ms[i];
     snug_log(SNUG_LOG_WARN,
-             "cuda profile: %lld steps, %.3f ms of device time in ops (%.3f ms per step)",
+             "cuda profile: %lld steps, %.3f ms of device time in ops (%.3f ms per step)\n",
              (long long)p->steps, tot, p->steps ? tot / (double)p->steps : 0.0);
-    snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10s %12s %10s %7s", "op", "detail", "count",
-             "total ms", "us/call", "%");
+    snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10s %12s %10s %7s\n", "op", "detail",
+             "count", "total ms", "us/call", "%");
     for (int pass = 0; pass < p->n; pass++) { /* largest first */
         int b = -1;
         for (int i = 0; i < p->n; i++)
             if (p->count[i] >= 0 && (b < 0 || p->ms[i] > p->ms[b])) b = i;
         if (b < 0) break;
-        snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10lld %12.3f %10.2f %6.2f%%",
+        snug_log(SNUG_LOG_WARN, "cuda profile: %-16s %-12s %10lld %12.3f %10.2f %6.2f%%\n",
                  p->name[b] + 3, p->tag[b] ? p->tag[b] : "", (long long)p->count[b], p->ms[b],
                  1e3 * p->ms[b] / (double)(p->count[b] ? p->count[b] : 1),
                  tot > 0 ? 100.0 * p->ms[b] / tot : 0.0);
@@ -374,6 +374,11 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
             *max_out = SNUG_MAX(*max_out, (int64_t)t->ne[1]);
         }
     }
+    /* progress where people wait: a line every 2 s (info level, which `--backend cuda` sets)
+     * while the pieces go up, and the total once it took that long */
+    size_t all = 0, sent = 0;
+    for (uint32_t f = 0; f < c->n_files; f++) all += lo[f] ? (size_t)(hi[f] - lo[f]) : 0;
+    double t0 = snug_time_s(), last = t0;
     for (uint32_t f = 0; f < c->n_files; f++) {
         if (!lo[f]) continue;
         c->hbase[f] = lo[f];
@@ -384,8 +389,18 @@ static int upload_weights(struct cuda_be *c, const struct snug_gguf *g, int64_t 
             size_t len = SNUG_MIN((size_t)256 << 20, c->wbytes[f] - off);
             rc = snug_cuda_upload(&c->cu, c->dbase[f] + off, lo[f] + off, len, err);
             if (rc) return rc;
+            sent += len;
+            double now = snug_time_s();
+            if (now - last >= 2.0) {
+                last = now;
+                snug_log(SNUG_LOG_INFO, "cuda: uploading the weights: %.0f / %.0f MiB (%.0f%%)\n",
+                         sent / 1048576.0, all / 1048576.0, 100.0 * (double)sent / (double)all);
+            }
         }
     }
+    if (last > t0)
+        snug_log(SNUG_LOG_INFO, "cuda: uploaded %.0f MiB of weights in %.1f s\n", all / 1048576.0,
+                 snug_time_s() - t0);
     return SNUG_OK;
 }
 
