@@ -509,6 +509,88 @@ static void test_schema_corpus(void) {
 
 /* ---- the real vocabulary ------------------------------------------------------------------- */
 
+/* Along a random walk through one grammar (random allowed tokens, every third pick the
+ * shortest completion's first token), the mask equals a brute-force allows() of every token
+ * of the vocabulary at each of the first `steps` states. */
+static void check_random_walk(const struct snug_tokenizer *tok, const struct snug_vocab_trie *trie,
+                              const char *gbnf, const char *name, int steps, uint64_t seed) {
+    struct snug_err err = {0};
+    struct snug_grammar *g = NULL;
+    if (snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err) != SNUG_OK) {
+        CHECKF(0, "%s: %s", name, err.msg);
+        return;
+    }
+    snug_token end = snug_tokenizer_im_end(tok);
+    struct snug_matcher *m = NULL;
+    CHECK(snug_matcher_init(&m, g, trie, &end, 1, NULL, &err) == SNUG_OK);
+    int32_t V = snug_tokenizer_n_vocab(tok);
+    uint64_t *copy = snug_malloc((size_t)(V + 63) / 64 * 8);
+    snug_token *allowed = snug_malloc((size_t)V * sizeof *allowed);
+    for (int step = 0; m && copy && allowed && step < steps; step++) {
+        memcpy(copy, snug_matcher_mask(m), (size_t)(V + 63) / 64 * 8);
+        int diff = 0, na = 0;
+        for (snug_token id = 0; id < V; id++) {
+            bool a = (copy[id >> 6] >> (id & 63)) & 1;
+            if (a) allowed[na++] = id;
+            if (a != snug_matcher_allows(m, id)) diff++;
+        }
+        CHECKF(diff == 0, "%s step %d: %d tokens differ between mask and allows", name, step, diff);
+        if (snug_matcher_is_complete(m) || !na) break;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        snug_token pick = -1;
+        uint8_t done[256];
+        if (seed % 3 == 0) {
+            int n = snug_matcher_shortest_completion(m, done, 256);
+            if (n > 0) pick = snug_vocab_trie_longest_prefix(trie, done, n);
+        }
+        if (pick < 0) pick = allowed[(seed >> 8) % (uint64_t)na];
+        CHECK(snug_matcher_accept(m, pick, &err) == SNUG_OK);
+    }
+    snug_free(allowed);
+    snug_free(copy);
+    snug_matcher_free(m);
+    snug_grammar_free(g);
+}
+
+/* Masks on the real vocabulary equal the brute-force check over the schema corpus (free and
+ * length-bounded strings, formats, patterns, enums, numbers) and over GBNF strings whose
+ * characters do not all behave alike (a class leaving out some non-ASCII characters). */
+static void test_qwen_corpus_masks(const struct snug_tokenizer *tok,
+                                   const struct snug_vocab_trie *trie) {
+    static const char *const gbnf[] = {
+        "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F\\u00e9\\u4e00-\\u4fff]* \"\\\"\"",
+        "root ::= \"<\" [^<]{2,40} \"<\"",
+        "root ::= ([a-z]{1,3} [ ]?)+ \".\"",
+        "root ::= \"x\" .{0,5} \"y\" | [^\\x00-\\x7F]* \"z\"",
+    };
+    for (size_t i = 0; i < sizeof gbnf / sizeof gbnf[0]; i++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            check_random_walk(tok, trie, gbnf[i], gbnf[i], 12, seed * 0x9E3779B97F4A7C15ull);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/tests/data/schemas", SNUG_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    while ((de = readdir(d))) {
+        size_t L = strlen(de->d_name);
+        if (L < 6 || strcmp(de->d_name + L - 5, ".json")) continue;
+        char path[8400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char text[65536];
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        char *g = NULL;
+        struct snug_err err = {0};
+        if (snug_json_schema_to_gbnf(text, len, &g, NULL, &err) == SNUG_OK)
+            check_random_walk(tok, trie, g, de->d_name, 16, seed += 0x9E3779B97F4A7C15ull);
+        snug_free(g);
+    }
+    closedir(d);
+}
+
 static void test_qwen_vocab(const char *fx) {
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/tokenizer/ggml-vocab-qwen35.gguf", fx);
@@ -562,6 +644,7 @@ static void test_qwen_vocab(const char *fx) {
     snug_matcher_free(m);
     snug_grammar_free(g);
     snug_free(gbnf);
+    test_qwen_corpus_masks(tok, trie);
     snug_vocab_trie_free(trie);
     snug_tokenizer_free(tok);
 }
