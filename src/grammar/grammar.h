@@ -148,4 +148,19 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
 int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, const char *lead,
                        bool many, char **out, size_t *out_len, struct snug_err *err);
 
+/* A Lark grammar (the subset of docs/grammar.md: rules, terminals, literals, ranges, /regex/,
+ * groups, [optional], ? * +, ~ n..m, %import common.X, %ignore) → GBNF. Every name becomes
+ * `prefix` + the Lark name ("l-" when prefix is NULL or empty); the start rule is
+ * "PREFIX-root" (plain "root" without a prefix), so the text can be appended to another
+ * grammar. Errors name the line, column and construct: SNUG_ERR_FORMAT (syntax, undefined or
+ * twice-defined names, no `start`), SNUG_ERR_UNSUPPORTED (a construct outside the subset). */
+int snug_lark_to_gbnf(const char *text, size_t len, const char *prefix, char **out, size_t *out_len,
+                      struct snug_err *err);
+
+/* A custom tool's input format (OpenAI's CustomToolInputFormat grammar: `syntax` "lark" or
+ * "regex", `definition`) → GBNF whose start rule is named as by snug_lark_to_gbnf. A regex
+ * must match the whole input. */
+int snug_tool_format_to_gbnf(const char *syntax, const char *definition, size_t len,
+                             const char *prefix, char **out, size_t *out_len, struct snug_err *err);
+
 #endif /* SNUG_GRAMMAR_H */

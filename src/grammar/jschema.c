@@ -195,7 +195,9 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
 struct re {
     const char *p, *end;
     struct buf *out;
-    bool raw;
+    bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
+    bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
+    bool whole; /* the regex must match the whole text (no implicit text around it) */
     char why[120];
 };
 
@@ -267,7 +269,7 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     static const uint32_t json_ban[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}};
     static const uint32_t raw_ban[][2] = {{0, 0}, {'<', '<'}};
     const uint32_t(*ban)[2] = r->raw ? raw_ban : json_ban;
-    int n_ban = r->raw ? 2 : 4;
+    int n_ban = r->text ? 1 : r->raw ? 2 : 4;
     bool any = false;
     size_t mark = r->out->n;
     bputs(r->out, "[");
@@ -289,7 +291,9 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     bputs(r->out, "]");
     if (!any) {
         r->out->n = mark;
-        return re_fail(r, "a character class with nothing a JSON string can hold unescaped");
+        return re_fail(r, r->raw
+                              ? "a character class with nothing the output can hold"
+                              : "a character class with nothing a JSON string can hold unescaped");
     }
     return 0;
 }
@@ -517,6 +521,7 @@ static int re_top(struct re *r) {
     if (head) r->p++;
     bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
     const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
+    if (r->whole) head = tail = true;
     if (!head) bprintf(r->out, "%s ", any);
     bputs(r->out, "(");
     if (re_alt(r, 0)) return -1;
@@ -525,6 +530,20 @@ static int re_top(struct re *r) {
     bputs(r->out, ")");
     if (!tail) bprintf(r->out, " %s", any);
     return 0;
+}
+
+int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
+    struct buf body = {0};
+    struct re r = {
+        .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
+    *out = NULL;
+    if (re_top(&r) || body.oom) {
+        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
+        snug_free(body.d);
+        return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
+    }
+    *out = body.d;
+    return SNUG_OK;
 }
 
 /* A string: JSON-quoted, or `raw` (the bare text, for Qwen's XML tool-call parameters, where a
