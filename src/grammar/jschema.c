@@ -1269,6 +1269,30 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
     return id;
 }
 
+/* A custom tool's input (function.format: {type: "grammar", syntax, definition}, set by the
+ * Responses front end) as its one raw parameter `input`: the format's grammar, its names
+ * prefixed with "ct<i>-" so that they stay apart from the other rules. */
+static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
+    json_t *def = json_object_get(fmt, "definition");
+    const char *syntax = json_string_value(json_object_get(fmt, "syntax"));
+    if (!json_is_string(def)) return invalid(c, "format", "needs a 'definition' string");
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ct%zu-", i);
+    char *g = NULL;
+    int rc = snug_tool_format_to_gbnf(syntax, json_string_value(def), json_string_length(def),
+                                      prefix, &g, NULL, c->err);
+    if (rc != SNUG_OK) {
+        c->status = rc;
+        return -1;
+    }
+    bputs(&c->rules, g);
+    snug_free(g);
+    int id = rule_begin(c);
+    bprintf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
+    rule_end(c);
+    return id;
+}
+
 static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
                   struct snug_err *err) {
     struct buf o = {0};
@@ -1309,7 +1333,10 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
         c.root = params; /* $ref inside a tool's parameters resolve against them */
         c.n_refs = 0;
         snprintf(c.path, sizeof c.path, "#/tools/%zu/function/parameters", i);
-        int p = gen_tool_params(&c, params, strict);
+        json_t *fmt = json_object_get(f, "format");
+        const char *ft = json_string_value(json_object_get(fmt, "type"));
+        int p = ft && !strcmp(ft, "grammar") ? gen_custom_input(&c, fmt, i)
+                                             : gen_tool_params(&c, params, strict);
         if (p < 0) {
             rc = c.status ? c.status : SNUG_ERR_INVALID;
             break;
