@@ -41,6 +41,7 @@ struct snug_vocab_trie {
      * sub_ascii[i][0..1], sub_wide[i] = 1 when some byte is >= 128 */
     uint64_t (*sub_ascii)[2];
     uint8_t *sub_wide;
+    uint16_t *sub_height; /* [n_nodes] bytes on the longest path from node i's edge down */
     /* bit k: every path of node i's subtree (from its own edge) is a well-formed UTF-8 prefix
      * when k continuation bytes are pending before it (leads C2-DF, E1-EC, EE-EF, F1-F3 only:
      * the leads whose continuations are the full 80-BF range) */
@@ -95,6 +96,7 @@ void snug_vocab_trie_free(struct snug_vocab_trie *t) {
     snug_free(t->in_trie);
     snug_free(t->sub_ascii);
     snug_free(t->sub_wide);
+    snug_free(t->sub_height);
     snug_free(t->sub_utf8);
     snug_free(t->in_mask);
     snug_free(t->plain_le);
@@ -339,8 +341,9 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
     t->sub_ascii = snug_calloc((size_t)nn, sizeof *t->sub_ascii);
     t->sub_wide = snug_calloc((size_t)nn, 1);
     t->sub_utf8 = snug_calloc((size_t)nn, 1);
+    t->sub_height = snug_calloc((size_t)nn, sizeof *t->sub_height);
     t->in_mask = snug_calloc((size_t)(V + 63) / 64 + 1, sizeof(uint64_t));
-    if (!t->sub_ascii || !t->sub_wide || !t->sub_utf8 || !t->in_mask) goto nomem;
+    if (!t->sub_ascii || !t->sub_wide || !t->sub_utf8 || !t->sub_height || !t->in_mask) goto nomem;
     for (snug_token id = 0; id < V; id++)
         if (t->in_trie[id]) t->in_mask[id >> 6] |= 1ull << (id & 63);
     for (int32_t i = nn - 1; i >= 1; i--) {
@@ -350,7 +353,9 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
         else
             t->sub_ascii[i][b >> 6] |= 1ull << (b & 63);
         uint8_t kids = 0x0F; /* bit k': all children are fine with k' pending */
+        uint16_t h = 0;
         for (int32_t c = i + 1; c < t->end[i]; c = t->end[c]) {
+            if (t->sub_height[c] > h) h = t->sub_height[c];
             t->sub_ascii[i][0] |= t->sub_ascii[c][0];
             t->sub_ascii[i][1] |= t->sub_ascii[c][1];
             t->sub_wide[i] |= t->sub_wide[c];
@@ -372,6 +377,7 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
             if (next >= 0 && ((kids >> next) & 1)) ok |= (uint8_t)(1u << k);
         }
         t->sub_utf8[i] = ok;
+        t->sub_height[i] = (uint16_t)(h < 65535 ? h + 1 : h);
     }
     if (plain_frontier(t)) goto nomem;
     *out = t;
@@ -420,9 +426,13 @@ struct snug_matcher {
     int32_t *st_pnext; /* the state every plain byte and character (see the trie) leads to from
                           the state: a state, ST_DEAD (none is allowed), PN_MIXED, PN_UNKNOWN */
     int32_t *chain;    /* [max_chars + 1] walk_mask: the state after c plain characters */
-    uint8_t *st_u8;    /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
-                          back to the state through live states, 2: not */
-    int32_t *st_hash;  /* state + 1 */
+    /* the ASCII bytes that lead from the state to its most common successor (st_adv) and that
+       successor (st_nxt; PN_UNKNOWN until computed, ST_DEAD when no ASCII byte is taken) */
+    uint64_t (*st_adv)[2];
+    int32_t *st_nxt;
+    uint8_t *st_u8;   /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
+                         back to the state through live states, 2: not */
+    int32_t *st_hash; /* state + 1 */
     uint32_t st_hash_mask;
     int32_t start, cur;
     /* rollback history: the state before each accepted token (a ring) */
@@ -557,6 +567,7 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     m->st_loop_ok[s] = 0;
     m->st_u8[s] = 0;
     m->st_pnext[s] = PN_UNKNOWN;
+    m->st_nxt[s] = PN_UNKNOWN;
     m->st_cost[s] = -2;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
@@ -693,6 +704,8 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->st_u8 = snug_malloc((size_t)S);
     m->st_pnext = snug_malloc((size_t)S * sizeof(int32_t));
     m->chain = snug_malloc((size_t)(t->max_chars + 2) * sizeof(int32_t));
+    m->st_adv = snug_malloc((size_t)S * sizeof *m->st_adv);
+    m->st_nxt = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_cost = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
@@ -707,7 +720,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
         !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_pnext || !m->chain ||
-        !m->st_cost) {
+        !m->st_adv || !m->st_nxt || !m->st_cost) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -757,6 +770,8 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->st_u8);
     snug_free(m->st_pnext);
     snug_free(m->chain);
+    snug_free(m->st_adv);
+    snug_free(m->st_nxt);
     snug_free(m->st_cost);
     snug_free(m->st_hash);
     snug_free(m->hist);
@@ -1027,6 +1042,71 @@ static bool state_u8(struct snug_matcher *m, int32_t s, bool *full) {
     return true;
 }
 
+/* Fill st_adv / st_nxt of state s: ASCII bytes are grouped by the stack tops that take them
+ * (bytes of one group lead to one state), one step per group. 1 done, 0 when the table
+ * filled up, -1 when the matcher failed. */
+static int dominant_successor(struct snug_matcher *m, int32_t s) {
+    if (m->st_nxt[s] != PN_UNKNOWN) return 1;
+    const int32_t *set = m->pool + m->st_off[s];
+    int32_t n = m->st_len[s];
+    uint64_t sig[128];
+    int32_t to_of[128];
+    for (unsigned b = 0; b < 128; b++) {
+        sig[b] = 0;
+        to_of[b] = ST_DEAD;
+    }
+    bool by_sig = n <= 64;
+    for (int32_t i = 0; by_sig && i < n; i++) {
+        int32_t pos = m->npos[set[i]];
+        if (pos < 0) continue;
+        const uint64_t *bs = m->g->bytesets[m->g->elems[pos].arg];
+        for (unsigned b = 0; b < 128; b++)
+            if (gr_byteset_has(bs, b)) sig[b] |= 1ull << i;
+    }
+    for (unsigned b = 0; b < 128; b++) {
+        if (!gr_byteset_has(m->st_bytes[s], b)) continue;
+        int32_t ns = -5;
+        if (by_sig)
+            for (unsigned c = 0; c < b; c++)
+                if (sig[c] == sig[b] && gr_byteset_has(m->st_bytes[s], c)) {
+                    ns = to_of[c];
+                    break;
+                }
+        if (ns == -5) ns = step(m, s, b);
+        if (ns == STEP_FULL) return 0;
+        if (ns < 0) return -1;
+        to_of[b] = ns;
+    }
+    int32_t best = ST_DEAD, best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (to_of[b] == ST_DEAD || to_of[b] == best) continue;
+        int cnt = 0;
+        for (unsigned c = b; c < 128; c++) cnt += to_of[c] == to_of[b];
+        if (cnt > best_n) best = to_of[b], best_n = cnt;
+    }
+    m->st_adv[s][0] = m->st_adv[s][1] = 0;
+    for (unsigned b = 0; b < 128 && best != ST_DEAD; b++)
+        if (to_of[b] == best) m->st_adv[s][b >> 6] |= 1ull << (b & 63);
+    m->st_nxt[s] = best;
+    return 1;
+}
+
+/* Does every path of `h` ASCII bytes of set sb from state s stay alive, each byte leading to
+ * the state's most common successor (a counted class like [a-z]{1,32} or a loop)? 1 yes,
+ * 0 no, -2 when the table filled up, -1 when the matcher failed. */
+static int chain_covers(struct snug_matcher *m, int32_t s, const uint64_t *sb, int h) {
+    for (int j = 0; j < h; j++) {
+        int rc = dominant_successor(m, s);
+        if (rc <= 0) return rc == 0 ? -2 : -1;
+        if ((sb[0] & ~m->st_adv[s][0]) || (sb[1] & ~m->st_adv[s][1])) return 0;
+        s = m->st_nxt[s];
+    }
+    return 1;
+}
+
+/* Subtrees higher than this are not tested whole along a chain (they are walked). */
+#define CHAIN_MAX_HEIGHT 24
+
 /* The trie walk over the nodes [from, to) (one subtree, or the whole trie from 1), with
  * m->walk[depth[from] - 1] holding the state before it, into m->mask: in clear mode the mask
  * starts all-allowed and rejected subtrees are cleared, else reached tokens are set. 1 done,
@@ -1051,6 +1131,11 @@ static int walk_range(struct snug_matcher *m, int32_t from, int32_t to, bool cle
                 bool full;
                 whole = state_u8(m, ps, &full);
                 if (full) return m->failed ? -1 : 0;
+            }
+            if (!whole && !t->sub_wide[i] && t->sub_height[i] <= CHAIN_MAX_HEIGHT) {
+                int rc = chain_covers(m, ps, sb, t->sub_height[i]);
+                if (rc < 0) return rc == -1 ? -1 : 0;
+                whole = rc == 1;
             }
             if (whole) { /* the whole subtree is allowed */
                 if (!clear_mode)
