@@ -112,6 +112,9 @@ int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int c
 /* How many bytes the shortest completion has after token `id` (0 = complete; for an end token:
  * 0 when complete now), or -1 when the token is not allowed. */
 int snug_matcher_completion_after(struct snug_matcher *m, snug_token id);
+/* The largest snug_matcher_completion_after over the tokens allowed now (cached per state;
+ * -1 when the matcher failed): when it fits the budget, every allowed token does. */
+int snug_matcher_max_completion_after(struct snug_matcher *m);
 /* The longest vocabulary token spelling a prefix of bytes[0..n) (-1 when none). */
 snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const uint8_t *bytes,
                                           int n);

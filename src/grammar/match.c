@@ -430,9 +430,10 @@ struct snug_matcher {
        successor (st_nxt; PN_UNKNOWN until computed, ST_DEAD when no ASCII byte is taken) */
     uint64_t (*st_adv)[2];
     int32_t *st_nxt;
-    uint8_t *st_u8;   /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
-                         back to the state through live states, 2: not */
-    int32_t *st_hash; /* state + 1 */
+    int32_t *st_maxafter; /* the longest completion after one allowed token, -2 = unknown */
+    uint8_t *st_u8;       /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
+                             back to the state through live states, 2: not */
+    int32_t *st_hash;     /* state + 1 */
     uint32_t st_hash_mask;
     int32_t start, cur;
     /* rollback history: the state before each accepted token (a ring) */
@@ -568,6 +569,7 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     m->st_u8[s] = 0;
     m->st_pnext[s] = PN_UNKNOWN;
     m->st_nxt[s] = PN_UNKNOWN;
+    m->st_maxafter[s] = -2;
     m->st_cost[s] = -2;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
@@ -706,6 +708,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->chain = snug_malloc((size_t)(t->max_chars + 2) * sizeof(int32_t));
     m->st_adv = snug_malloc((size_t)S * sizeof *m->st_adv);
     m->st_nxt = snug_malloc((size_t)S * sizeof(int32_t));
+    m->st_maxafter = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_cost = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
@@ -720,7 +723,7 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
         !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_pnext || !m->chain ||
-        !m->st_adv || !m->st_nxt || !m->st_cost) {
+        !m->st_adv || !m->st_nxt || !m->st_maxafter || !m->st_cost) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -772,6 +775,7 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->chain);
     snug_free(m->st_adv);
     snug_free(m->st_nxt);
+    snug_free(m->st_maxafter);
     snug_free(m->st_cost);
     snug_free(m->st_hash);
     snug_free(m->hist);
@@ -1412,6 +1416,21 @@ int snug_matcher_completion_after(struct snug_matcher *m, snug_token id) {
         m->st_cost[r] = c >= GR_INF ? -1 : (int32_t)c;
     }
     return m->st_cost[r];
+}
+
+int snug_matcher_max_completion_after(struct snug_matcher *m) {
+    if (m->cur < 0 || m->failed) return -1;
+    if (m->st_maxafter[m->cur] != -2) return m->st_maxafter[m->cur];
+    const uint64_t *mk = snug_matcher_mask(m); /* run_bytes below may flush: the bits stay */
+    int32_t mx = 0;
+    for (int32_t w = 0; w < m->words && !m->failed; w++)
+        for (uint64_t bits = mk[w]; bits; bits &= bits - 1) {
+            int a = snug_matcher_completion_after(m, w * 64 + __builtin_ctzll(bits));
+            if (a > mx) mx = a;
+        }
+    if (m->failed || m->cur < 0) return -1;
+    m->st_maxafter[m->cur] = mx;
+    return mx;
 }
 
 int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {

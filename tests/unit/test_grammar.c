@@ -653,6 +653,13 @@ static void check_random_walk(const struct snug_tokenizer *tok, const struct snu
             if (a != snug_matcher_allows(m, id)) diff++;
         }
         CHECKF(diff == 0, "%s step %d: %d tokens differ between mask and allows", name, step, diff);
+        int mx = 0;
+        for (int k = 0; k < na; k++) {
+            int a = snug_matcher_completion_after(m, allowed[k]);
+            if (a > mx) mx = a;
+        }
+        CHECKF(snug_matcher_max_completion_after(m) == mx, "%s step %d: max completion %d, want %d",
+               name, step, snug_matcher_max_completion_after(m), mx);
         if (snug_matcher_is_complete(m) || !na) break;
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         snug_token pick = -1;
