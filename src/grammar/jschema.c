@@ -355,15 +355,28 @@ static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t 
     return 0;
 }
 
-/* Decode one UTF-8 code point of the pattern. */
+/* Decode one UTF-8 code point of the pattern; RE_BAD_CP for malformed UTF-8 (a stray or
+ * invalid byte, a short or overlong sequence, a surrogate, past U+10FFFF). */
+#define RE_BAD_CP 0x110000u
 static uint32_t re_cp(struct re *r) {
     const unsigned char *p = (const unsigned char *)r->p;
     uint32_t c = p[0];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (r->p + n > r->end) n = 1;
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || r->p + n > r->end) {
+        r->p++;
+        return RE_BAD_CP;
+    }
     if (n > 1) {
         c &= 0x7Fu >> n;
-        for (int i = 1; i < n; i++) c = (c << 6) | (p[i] & 63);
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xC0) != 0x80) {
+                r->p += i;
+                return RE_BAD_CP;
+            }
+            c = (c << 6) | (p[i] & 63);
+        }
+        static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (c < min_of[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = RE_BAD_CP;
     }
     r->p += n;
     return c;
@@ -412,6 +425,10 @@ static int re_atom(struct re *r, int depth) {
                 }
             } else {
                 lo = re_cp(r);
+                if (lo == RE_BAD_CP) {
+                    snug_free(k);
+                    return re_fail(r, "malformed UTF-8");
+                }
             }
             uint32_t hi = lo;
             if (r->end - r->p >= 2 && *r->p == '-' && r->p[1] != ']') {
@@ -425,6 +442,10 @@ static int re_atom(struct re *r, int depth) {
                     }
                 } else {
                     hi = re_cp(r);
+                    if (hi == RE_BAD_CP) {
+                        snug_free(k);
+                        return re_fail(r, "malformed UTF-8");
+                    }
                 }
                 if (hi < lo) {
                     snug_free(k);
@@ -462,7 +483,9 @@ static int re_atom(struct re *r, int depth) {
         return re_fail(r, "a quantifier with nothing before it");
     if (ch == '^' || ch == '$')
         return re_fail(r, "anchors other than a leading ^ and a trailing $");
-    re_emit_char(r, re_cp(r));
+    uint32_t cp = re_cp(r);
+    if (cp == RE_BAD_CP) return re_fail(r, "malformed UTF-8");
+    re_emit_char(r, cp);
     return 0;
 }
 

@@ -236,13 +236,21 @@ static int literal(struct lark *l, long *cp_out) {
             lputs(&lit, tmp);
         } else {
             /* a raw UTF-8 character: copied as its bytes */
-            int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-            if (l->p + k > l->end) k = 1;
-            if (c < 0x80) {
-                cp = c;
-            } else {
+            int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+            bool bad = k == 0 || l->p + k > l->end;
+            cp = c;
+            if (!bad && k > 1) {
+                static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
                 cp = c & (0x7Fu >> k);
-                for (int i = 1; i < k; i++) cp = (cp << 6) | ((unsigned char)l->p[i] & 63);
+                for (int i = 1; i < k && !bad; i++) {
+                    bad = ((unsigned char)l->p[i] & 0xC0) != 0x80;
+                    cp = (cp << 6) | ((unsigned char)l->p[i] & 63);
+                }
+                bad = bad || cp < min_of[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF);
+            }
+            if (bad) {
+                snug_free(lit.d);
+                return lfail(l, l->p, SNUG_ERR_FORMAT, "malformed UTF-8 in a literal");
             }
             if (c < 0x20 || c == 0x7F) {
                 char tmp[16];

@@ -602,6 +602,8 @@ static void test_lark(void) {
     LARK_ERR("start: (\"a\"\n", SNUG_ERR_FORMAT, "unclosed '('");
     LARK_ERR("start: \"a\"\nstart: \"b\"\n", SNUG_ERR_FORMAT,
              "line 2, column 1: 'start' is defined twice");
+    LARK_ERR("start: \"\xf5rt\"\n", SNUG_ERR_FORMAT, "line 1, column 9: malformed UTF-8");
+    LARK_ERR("start: /a\xed\xa0\x80/\n", SNUG_ERR_UNSUPPORTED, "malformed UTF-8");
     /* regex tool formats match the whole input */
     char *out = NULL;
     CHECK(snug_tool_format_to_gbnf("regex", "[a-z]+@[a-z]+\\.com", 18, NULL, &out, NULL, &err) ==
