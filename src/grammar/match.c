@@ -12,6 +12,11 @@
  * Sets are interned as DFA states with 256 cached transitions each, so after warm-up a byte costs
  * one table read; masks are cached per DFA state (LRU). When the state table nears its limit it
  * is flushed between tokens (the current state and the rollback history are re-interned).
+ * Masks avoid walking what can be decided in bulk: the trie also holds, once per model, the
+ * "plain" string tokens by character count and the frontier subtrees where plain text ends
+ * (string states: a bitset copy plus those subtrees), and subtrees whose bytes follow a state's
+ * most common successor for their whole height are allowed without visiting them (loops and
+ * counted classes). docs/grammar.md "The matcher" has the details.
  * Invariant: all tables are allocated by snug_matcher_init; nothing allocates afterwards.
  * Read next: gbnf.c (what the elements mean), jschema.c.
  */
