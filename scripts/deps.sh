@@ -25,7 +25,7 @@ if ((${#missing[@]})); then
 fi
 if [ "${1:-}" = "--python" ]; then
   python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest \
-    pillow anthropic openai-agents jsonschema pydantic instructor langchain-openai selenium >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents, jsonschema, pydantic, instructor, langchain_openai, selenium
+    pillow anthropic openai-agents jsonschema pydantic instructor langchain-openai selenium lark >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents, jsonschema, pydantic, instructor, langchain_openai, selenium, lark
 PY
 fi

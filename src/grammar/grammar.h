@@ -112,6 +112,9 @@ int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int c
 /* How many bytes the shortest completion has after token `id` (0 = complete; for an end token:
  * 0 when complete now), or -1 when the token is not allowed. */
 int snug_matcher_completion_after(struct snug_matcher *m, snug_token id);
+/* The largest snug_matcher_completion_after over the tokens allowed now (cached per state;
+ * -1 when the matcher failed): when it fits the budget, every allowed token does. */
+int snug_matcher_max_completion_after(struct snug_matcher *m);
 /* The longest vocabulary token spelling a prefix of bytes[0..n) (-1 when none). */
 snug_token snug_vocab_trie_longest_prefix(const struct snug_vocab_trie *t, const uint8_t *bytes,
                                           int n);
@@ -147,5 +150,20 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
  * under #/tools/N/function/parameters. */
 int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, const char *lead,
                        bool many, char **out, size_t *out_len, struct snug_err *err);
+
+/* A Lark grammar (the subset of docs/grammar.md: rules, terminals, literals, ranges, /regex/,
+ * groups, [optional], ? * +, ~ n..m, %import common.X, %ignore) → GBNF. Every name becomes
+ * `prefix` + the Lark name ("l-" when prefix is NULL or empty); the start rule is
+ * "PREFIX-root" (plain "root" without a prefix), so the text can be appended to another
+ * grammar. Errors name the line, column and construct: SNUG_ERR_FORMAT (syntax, undefined or
+ * twice-defined names, no `start`), SNUG_ERR_UNSUPPORTED (a construct outside the subset). */
+int snug_lark_to_gbnf(const char *text, size_t len, const char *prefix, char **out, size_t *out_len,
+                      struct snug_err *err);
+
+/* A custom tool's input format (OpenAI's CustomToolInputFormat grammar: `syntax` "lark" or
+ * "regex", `definition`) → GBNF whose start rule is named as by snug_lark_to_gbnf. A regex
+ * must match the whole input. */
+int snug_tool_format_to_gbnf(const char *syntax, const char *definition, size_t len,
+                             const char *prefix, char **out, size_t *out_len, struct snug_err *err);
 
 #endif /* SNUG_GRAMMAR_H */

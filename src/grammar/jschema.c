@@ -195,7 +195,9 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
 struct re {
     const char *p, *end;
     struct buf *out;
-    bool raw;
+    bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
+    bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
+    bool whole; /* the regex must match the whole text (no implicit text around it) */
     char why[120];
 };
 
@@ -267,7 +269,7 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     static const uint32_t json_ban[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}};
     static const uint32_t raw_ban[][2] = {{0, 0}, {'<', '<'}};
     const uint32_t(*ban)[2] = r->raw ? raw_ban : json_ban;
-    int n_ban = r->raw ? 2 : 4;
+    int n_ban = r->text ? 1 : r->raw ? 2 : 4;
     bool any = false;
     size_t mark = r->out->n;
     bputs(r->out, "[");
@@ -289,7 +291,9 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     bputs(r->out, "]");
     if (!any) {
         r->out->n = mark;
-        return re_fail(r, "a character class with nothing a JSON string can hold unescaped");
+        return re_fail(r, r->raw
+                              ? "a character class with nothing the output can hold"
+                              : "a character class with nothing a JSON string can hold unescaped");
     }
     return 0;
 }
@@ -351,15 +355,28 @@ static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t 
     return 0;
 }
 
-/* Decode one UTF-8 code point of the pattern. */
+/* Decode one UTF-8 code point of the pattern; RE_BAD_CP for malformed UTF-8 (a stray or
+ * invalid byte, a short or overlong sequence, a surrogate, past U+10FFFF). */
+#define RE_BAD_CP 0x110000u
 static uint32_t re_cp(struct re *r) {
     const unsigned char *p = (const unsigned char *)r->p;
     uint32_t c = p[0];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (r->p + n > r->end) n = 1;
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || r->p + n > r->end) {
+        r->p++;
+        return RE_BAD_CP;
+    }
     if (n > 1) {
         c &= 0x7Fu >> n;
-        for (int i = 1; i < n; i++) c = (c << 6) | (p[i] & 63);
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xC0) != 0x80) {
+                r->p += i;
+                return RE_BAD_CP;
+            }
+            c = (c << 6) | (p[i] & 63);
+        }
+        static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (c < min_of[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = RE_BAD_CP;
     }
     r->p += n;
     return c;
@@ -408,6 +425,10 @@ static int re_atom(struct re *r, int depth) {
                 }
             } else {
                 lo = re_cp(r);
+                if (lo == RE_BAD_CP) {
+                    snug_free(k);
+                    return re_fail(r, "malformed UTF-8");
+                }
             }
             uint32_t hi = lo;
             if (r->end - r->p >= 2 && *r->p == '-' && r->p[1] != ']') {
@@ -421,6 +442,10 @@ static int re_atom(struct re *r, int depth) {
                     }
                 } else {
                     hi = re_cp(r);
+                    if (hi == RE_BAD_CP) {
+                        snug_free(k);
+                        return re_fail(r, "malformed UTF-8");
+                    }
                 }
                 if (hi < lo) {
                     snug_free(k);
@@ -458,7 +483,9 @@ static int re_atom(struct re *r, int depth) {
         return re_fail(r, "a quantifier with nothing before it");
     if (ch == '^' || ch == '$')
         return re_fail(r, "anchors other than a leading ^ and a trailing $");
-    re_emit_char(r, re_cp(r));
+    uint32_t cp = re_cp(r);
+    if (cp == RE_BAD_CP) return re_fail(r, "malformed UTF-8");
+    re_emit_char(r, cp);
     return 0;
 }
 
@@ -517,6 +544,7 @@ static int re_top(struct re *r) {
     if (head) r->p++;
     bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
     const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
+    if (r->whole) head = tail = true;
     if (!head) bprintf(r->out, "%s ", any);
     bputs(r->out, "(");
     if (re_alt(r, 0)) return -1;
@@ -525,6 +553,20 @@ static int re_top(struct re *r) {
     bputs(r->out, ")");
     if (!tail) bprintf(r->out, " %s", any);
     return 0;
+}
+
+int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
+    struct buf body = {0};
+    struct re r = {
+        .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
+    *out = NULL;
+    if (re_top(&r) || body.oom) {
+        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
+        snug_free(body.d);
+        return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
+    }
+    *out = body.d;
+    return SNUG_OK;
 }
 
 /* A string: JSON-quoted, or `raw` (the bare text, for Qwen's XML tool-call parameters, where a
@@ -1250,6 +1292,30 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
     return id;
 }
 
+/* A custom tool's input (function.format: {type: "grammar", syntax, definition}, set by the
+ * Responses front end) as its one raw parameter `input`: the format's grammar, its names
+ * prefixed with "ct<i>-" so that they stay apart from the other rules. */
+static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
+    json_t *def = json_object_get(fmt, "definition");
+    const char *syntax = json_string_value(json_object_get(fmt, "syntax"));
+    if (!json_is_string(def)) return invalid(c, "format", "needs a 'definition' string");
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ct%zu-", i);
+    char *g = NULL;
+    int rc = snug_tool_format_to_gbnf(syntax, json_string_value(def), json_string_length(def),
+                                      prefix, &g, NULL, c->err);
+    if (rc != SNUG_OK) {
+        c->status = rc;
+        return -1;
+    }
+    bputs(&c->rules, g);
+    snug_free(g);
+    int id = rule_begin(c);
+    bprintf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
+    rule_end(c);
+    return id;
+}
+
 static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
                   struct snug_err *err) {
     struct buf o = {0};
@@ -1290,7 +1356,10 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
         c.root = params; /* $ref inside a tool's parameters resolve against them */
         c.n_refs = 0;
         snprintf(c.path, sizeof c.path, "#/tools/%zu/function/parameters", i);
-        int p = gen_tool_params(&c, params, strict);
+        json_t *fmt = json_object_get(f, "format");
+        const char *ft = json_string_value(json_object_get(fmt, "type"));
+        int p = ft && !strcmp(ft, "grammar") ? gen_custom_input(&c, fmt, i)
+                                             : gen_tool_params(&c, params, strict);
         if (p < 0) {
             rc = c.status ? c.status : SNUG_ERR_INVALID;
             break;

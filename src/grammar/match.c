@@ -12,6 +12,11 @@
  * Sets are interned as DFA states with 256 cached transitions each, so after warm-up a byte costs
  * one table read; masks are cached per DFA state (LRU). When the state table nears its limit it
  * is flushed between tokens (the current state and the rollback history are re-interned).
+ * Masks avoid walking what can be decided in bulk: the trie also holds, once per model, the
+ * "plain" string tokens by character count and the frontier subtrees where plain text ends
+ * (string states: a bitset copy plus those subtrees), and subtrees whose bytes follow a state's
+ * most common successor for their whole height are allowed without visiting them (loops and
+ * counted classes). docs/grammar.md "The matcher" has the details.
  * Invariant: all tables are allocated by snug_matcher_init; nothing allocates afterwards.
  * Read next: gbnf.c (what the elements mean), jschema.c.
  */
@@ -41,12 +46,35 @@ struct snug_vocab_trie {
      * sub_ascii[i][0..1], sub_wide[i] = 1 when some byte is >= 128 */
     uint64_t (*sub_ascii)[2];
     uint8_t *sub_wide;
+    uint16_t *sub_height; /* [n_nodes] bytes on the longest path from node i's edge down */
     /* bit k: every path of node i's subtree (from its own edge) is a well-formed UTF-8 prefix
      * when k continuation bytes are pending before it (leads C2-DF, E1-EC, EE-EF, F1-F3 only:
      * the leads whose continuations are the full 80-BF range) */
     uint8_t *sub_utf8;
     uint64_t *in_mask; /* [(n_vocab + 63) / 64] bits of the tokens in the trie */
+    /* String text, precomputed once per model: a token is "plain" when its bytes are printable
+     * ASCII other than '"' and '\\' (TRIE_PLAIN_ASCII) or well-formed UTF-8 (RFC 3629 table 3;
+     * it may end inside a character). plain_mask holds the plain tokens. The "frontier" nodes
+     * are where a path stops being plain: the first byte that is not, after a plain prefix.
+     * Boundary frontiers (the prefix ends between characters) are grouped by their byte:
+     * fr_node[fr_first[b] .. fr_first[b + 1]); the few others (the prefix ends inside a
+     * character) are frm_node with the pending bytes of that character in frm_pend (count in
+     * bits 24-25, bytes in bits 0-23). A state on which every plain byte and character loops
+     * allows every plain token, and the rest of its mask lies in the frontier subtrees. */
+    uint64_t *plain_le; /* [TRIE_PLAIN_LE + 1][words]: row c = plain tokens of <= c characters */
+    int32_t *long_tok, *long_chars, n_long; /* plain tokens of more characters, and their counts */
+    int32_t *fr_node, *fr_chars, fr_first[257];
+    int32_t *frm_node, *frm_chars, n_frm;
+    uint32_t *frm_pend;
+    int32_t max_chars; /* the most characters on a plain path */
 };
+
+/* Plain tokens up to this many characters are kept as bitsets per count (a partial character
+ * counts as one). */
+#define TRIE_PLAIN_LE 16
+
+/* The printable ASCII bytes except '"' and '\\': the plain characters of a JSON string. */
+static const uint64_t TRIE_PLAIN_ASCII[2] = {0xFFFFFFFB00000000ull, 0x7FFFFFFFEFFFFFFFull};
 
 struct tok_ref {
     const uint8_t *s;
@@ -73,13 +101,154 @@ void snug_vocab_trie_free(struct snug_vocab_trie *t) {
     snug_free(t->in_trie);
     snug_free(t->sub_ascii);
     snug_free(t->sub_wide);
+    snug_free(t->sub_height);
     snug_free(t->sub_utf8);
     snug_free(t->in_mask);
+    snug_free(t->plain_le);
+    snug_free(t->long_tok);
+    snug_free(t->long_chars);
+    snug_free(t->fr_node);
+    snug_free(t->fr_chars);
+    snug_free(t->frm_chars);
+    snug_free(t->frm_node);
+    snug_free(t->frm_pend);
     snug_free(t);
 }
 
 int32_t snug_vocab_trie_n_nodes(const struct snug_vocab_trie *t) {
     return t->n_nodes;
+}
+
+/* UTF-8 decoding step for plain paths: the bytes still expected in the current character and
+ * the range of the next one (RFC 3629 table 3: E0 A0-BF, ED 80-9F, F0 90-BF, F4 80-8F). */
+struct plain_at {
+    int8_t bad;      /* the path is no longer plain */
+    uint8_t left;    /* continuation bytes still expected */
+    uint8_t lo, hi;  /* the next continuation byte's range */
+    uint8_t n_pend;  /* bytes of the unfinished character so far */
+    uint8_t pend[3]; /* those bytes */
+    int32_t chars;   /* complete characters so far */
+};
+
+/* Next plain state after byte b, or false when b ends plainness. */
+static bool plain_next(const struct plain_at *p, unsigned b, struct plain_at *q) {
+    *q = (struct plain_at){0};
+    q->chars = p->chars;
+    if (p->left) {
+        if (b < p->lo || b > p->hi) return false;
+        q->left = (uint8_t)(p->left - 1);
+        if (!q->left) q->chars++;
+        q->lo = 0x80;
+        q->hi = 0xBF;
+        if (q->left) {
+            q->n_pend = (uint8_t)(p->n_pend + 1);
+            memcpy(q->pend, p->pend, p->n_pend);
+            q->pend[p->n_pend] = (uint8_t)b;
+        }
+        return true;
+    }
+    if (b < 128) {
+        q->chars++;
+        return (TRIE_PLAIN_ASCII[b >> 6] >> (b & 63)) & 1;
+    }
+    q->lo = 0x80;
+    q->hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF)
+        q->left = 1;
+    else if (b >= 0xE0 && b <= 0xEF)
+        q->left = 2;
+    else if (b >= 0xF0 && b <= 0xF4)
+        q->left = 3;
+    else
+        return false;
+    if (b == 0xE0) q->lo = 0xA0;
+    if (b == 0xED) q->hi = 0x9F;
+    if (b == 0xF0) q->lo = 0x90;
+    if (b == 0xF4) q->hi = 0x8F;
+    q->n_pend = 1;
+    q->pend[0] = (uint8_t)b;
+    return true;
+}
+
+/* Fills the plain token sets and the frontier lists (see struct snug_vocab_trie). -1: out of
+ * memory. */
+static int plain_frontier(struct snug_vocab_trie *t) {
+    int32_t nn = t->n_nodes, words = (t->n_vocab + 63) / 64 + 1;
+    struct plain_at *at = snug_calloc((size_t)t->max_depth + 2, sizeof *at);
+    t->plain_le = snug_calloc((size_t)(TRIE_PLAIN_LE + 1) * (size_t)words, sizeof(uint64_t));
+    if (!at || !t->plain_le) {
+        snug_free(at);
+        return -1;
+    }
+    int32_t n_fr = 0, n_frm = 0, n_long = 0, count[257] = {0};
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 counts, pass 1 fills */
+        if (pass == 1) {
+            t->fr_first[0] = 0;
+            for (int b = 0; b < 256; b++) t->fr_first[b + 1] = t->fr_first[b] + count[b];
+            memcpy(count, t->fr_first, sizeof count);
+            t->fr_node = snug_malloc((size_t)(n_fr ? n_fr : 1) * sizeof(int32_t));
+            t->fr_chars = snug_malloc((size_t)(n_fr ? n_fr : 1) * sizeof(int32_t));
+            t->frm_node = snug_malloc((size_t)(n_frm ? n_frm : 1) * sizeof(int32_t));
+            t->frm_chars = snug_malloc((size_t)(n_frm ? n_frm : 1) * sizeof(int32_t));
+            t->frm_pend = snug_malloc((size_t)(n_frm ? n_frm : 1) * sizeof(uint32_t));
+            t->long_tok = snug_malloc((size_t)(n_long ? n_long : 1) * sizeof(int32_t));
+            t->long_chars = snug_malloc((size_t)(n_long ? n_long : 1) * sizeof(int32_t));
+            if (!t->fr_node || !t->fr_chars || !t->frm_node || !t->frm_chars || !t->frm_pend ||
+                !t->long_tok || !t->long_chars)
+                break;
+            n_frm = n_long = 0;
+        }
+        for (int32_t i = 1; i < nn; i++) {
+            const struct plain_at *p = &at[t->depth[i] - 1];
+            struct plain_at *q = &at[t->depth[i]];
+            if (p->bad) {
+                q->bad = 1;
+                continue;
+            }
+            if (plain_next(p, t->byte[i], q)) {
+                int32_t c = q->chars + (q->left ? 1 : 0);
+                if (c > t->max_chars) t->max_chars = c;
+                for (int32_t k = t->tok_first[i]; k < t->tok_first[i + 1]; k++) {
+                    snug_token id = t->tok_list[k];
+                    if (c > TRIE_PLAIN_LE) {
+                        if (pass == 1) {
+                            t->long_tok[n_long] = id;
+                            t->long_chars[n_long] = c;
+                        }
+                        n_long++;
+                    } else if (pass == 1) {
+                        for (int r = c; r <= TRIE_PLAIN_LE; r++)
+                            t->plain_le[(size_t)r * (size_t)words + (size_t)(id >> 6)] |=
+                                1ull << (id & 63);
+                    }
+                }
+                continue;
+            }
+            q->bad = 1;
+            if (p->left == 0) {
+                if (pass == 0) {
+                    count[t->byte[i]]++;
+                    n_fr++;
+                } else {
+                    t->fr_chars[count[t->byte[i]]] = p->chars;
+                    t->fr_node[count[t->byte[i]]++] = i;
+                }
+            } else {
+                if (pass == 1) {
+                    uint32_t v = (uint32_t)p->n_pend << 24;
+                    for (int k = 0; k < p->n_pend; k++) v |= (uint32_t)p->pend[k] << (8 * k);
+                    t->frm_node[n_frm] = i;
+                    t->frm_chars[n_frm] = p->chars;
+                    t->frm_pend[n_frm] = v;
+                }
+                n_frm++;
+            }
+        }
+    }
+    t->n_frm = n_frm;
+    t->n_long = n_long;
+    snug_free(at);
+    return t->fr_node && t->frm_node && t->frm_pend && t->long_tok ? 0 : -1;
 }
 
 int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokenizer *tok,
@@ -149,7 +318,10 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
         path[0] = 0;
         int32_t path_n = 1;
         int32_t *count = snug_calloc((size_t)nn + 1, sizeof *count);
-        if (!count) goto nomem;
+        if (!count) {
+            snug_free(open);
+            goto nomem;
+        }
         for (int32_t k = 0; k < n; k++) {
             const struct tok_ref *r = &refs[k];
             /* descend from the deepest shared node: the next nodes in preorder */
@@ -172,13 +344,15 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
     }
     snug_free(open);
     snug_free(refs);
+    refs = NULL; /* (nomem frees it) */
     t->n_nodes = nn;
     /* subtree byte sets, children before parents (reverse preorder) */
     t->sub_ascii = snug_calloc((size_t)nn, sizeof *t->sub_ascii);
     t->sub_wide = snug_calloc((size_t)nn, 1);
     t->sub_utf8 = snug_calloc((size_t)nn, 1);
+    t->sub_height = snug_calloc((size_t)nn, sizeof *t->sub_height);
     t->in_mask = snug_calloc((size_t)(V + 63) / 64 + 1, sizeof(uint64_t));
-    if (!t->sub_ascii || !t->sub_wide || !t->sub_utf8 || !t->in_mask) goto nomem;
+    if (!t->sub_ascii || !t->sub_wide || !t->sub_utf8 || !t->sub_height || !t->in_mask) goto nomem;
     for (snug_token id = 0; id < V; id++)
         if (t->in_trie[id]) t->in_mask[id >> 6] |= 1ull << (id & 63);
     for (int32_t i = nn - 1; i >= 1; i--) {
@@ -188,7 +362,9 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
         else
             t->sub_ascii[i][b >> 6] |= 1ull << (b & 63);
         uint8_t kids = 0x0F; /* bit k': all children are fine with k' pending */
+        uint16_t h = 0;
         for (int32_t c = i + 1; c < t->end[i]; c = t->end[c]) {
+            if (t->sub_height[c] > h) h = t->sub_height[c];
             t->sub_ascii[i][0] |= t->sub_ascii[c][0];
             t->sub_ascii[i][1] |= t->sub_ascii[c][1];
             t->sub_wide[i] |= t->sub_wide[c];
@@ -210,7 +386,9 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
             if (next >= 0 && ((kids >> next) & 1)) ok |= (uint8_t)(1u << k);
         }
         t->sub_utf8[i] = ok;
+        t->sub_height[i] = (uint16_t)(h < 65535 ? h + 1 : h);
     }
+    if (plain_frontier(t)) goto nomem;
     *out = t;
     return SNUG_OK;
 nomem:
@@ -226,6 +404,8 @@ nomem:
 #define ST_MAX     0xFFF0
 #define CUR_ENDED  (-3) /* an end token was accepted */
 #define STEP_FULL  (-2) /* the state table is full: flush and retry */
+#define PN_MIXED   (-3) /* plain characters lead to different states */
+#define PN_UNKNOWN (-4)
 
 struct snug_matcher {
     const struct snug_grammar *g;
@@ -251,10 +431,18 @@ struct snug_matcher {
     uint8_t *st_accept;
     uint64_t (*st_loop)[2]; /* ASCII bytes b with trans[s][b] == s (valid when st_loop_ok) */
     uint8_t *st_loop_ok;
-    int32_t *st_cost; /* shortest completion length from the state, -2 = not computed */
-    uint8_t *st_u8;   /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
-                         back to the state through live states, 2: not */
-    int32_t *st_hash; /* state + 1 */
+    int32_t *st_cost;  /* shortest completion length from the state, -2 = not computed */
+    int32_t *st_pnext; /* the state every plain byte and character (see the trie) leads to from
+                          the state: a state, ST_DEAD (none is allowed), PN_MIXED, PN_UNKNOWN */
+    int32_t *chain;    /* [max_chars + 1] walk_mask: the state after c plain characters */
+    /* the ASCII bytes that lead from the state to its most common successor (st_adv) and that
+       successor (st_nxt; PN_UNKNOWN until computed, ST_DEAD when no ASCII byte is taken) */
+    uint64_t (*st_adv)[2];
+    int32_t *st_nxt;
+    int32_t *st_maxafter; /* the longest completion after one allowed token, -2 = unknown */
+    uint8_t *st_u8;       /* 0 unknown, 1: every well-formed character (of the sub_utf8 leads) leads
+                             back to the state through live states, 2: not */
+    int32_t *st_hash;     /* state + 1 */
     uint32_t st_hash_mask;
     int32_t start, cur;
     /* rollback history: the state before each accepted token (a ring) */
@@ -388,6 +576,9 @@ static int32_t intern_state(struct snug_matcher *m, const int32_t *v, int32_t n)
     m->st_accept[s] = 0;
     m->st_loop_ok[s] = 0;
     m->st_u8[s] = 0;
+    m->st_pnext[s] = PN_UNKNOWN;
+    m->st_nxt[s] = PN_UNKNOWN;
+    m->st_maxafter[s] = -2;
     m->st_cost[s] = -2;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = m->npos[v[i]];
@@ -522,6 +713,11 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     m->st_loop = snug_malloc((size_t)S * sizeof *m->st_loop);
     m->st_loop_ok = snug_malloc((size_t)S);
     m->st_u8 = snug_malloc((size_t)S);
+    m->st_pnext = snug_malloc((size_t)S * sizeof(int32_t));
+    m->chain = snug_malloc((size_t)(t->max_chars + 2) * sizeof(int32_t));
+    m->st_adv = snug_malloc((size_t)S * sizeof *m->st_adv);
+    m->st_nxt = snug_malloc((size_t)S * sizeof(int32_t));
+    m->st_maxafter = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_cost = snug_malloc((size_t)S * sizeof(int32_t));
     m->st_hash = snug_calloc(sh, sizeof(int32_t));
     m->hist = snug_malloc((size_t)m->lim.history * sizeof(int32_t));
@@ -535,7 +731,8 @@ int snug_matcher_init(struct snug_matcher **out, const struct snug_grammar *g,
     if (!m->npos || !m->npar || !m->nmark || !m->nhash || !m->work || !m->scratch || !m->st_off ||
         !m->st_len || !m->pool || !m->trans || !m->st_bytes || !m->st_accept || !m->st_hash ||
         !m->hist || !m->rescue || !m->mask || !m->walk || !m->mc_state || !m->mc_used ||
-        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_cost) {
+        !m->mc_bits || !m->st_loop || !m->st_loop_ok || !m->st_u8 || !m->st_pnext || !m->chain ||
+        !m->st_adv || !m->st_nxt || !m->st_maxafter || !m->st_cost) {
         snug_matcher_free(m);
         return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory for the matcher tables");
     }
@@ -583,6 +780,11 @@ void snug_matcher_free(struct snug_matcher *m) {
     snug_free(m->st_loop);
     snug_free(m->st_loop_ok);
     snug_free(m->st_u8);
+    snug_free(m->st_pnext);
+    snug_free(m->chain);
+    snug_free(m->st_adv);
+    snug_free(m->st_nxt);
+    snug_free(m->st_maxafter);
     snug_free(m->st_cost);
     snug_free(m->st_hash);
     snug_free(m->hist);
@@ -739,8 +941,10 @@ static bool state_loop(struct snug_matcher *m, int32_t s) {
 }
 
 /* All lead bytes in [lo, hi] go from s to one state from which `depth` continuation bytes
- * (each any of 80-BF, each time to one state) lead back to s. -1: the table filled up. */
-static int u8_class_loops(struct snug_matcher *m, int32_t s, unsigned lo, unsigned hi, int depth) {
+ * (the first any of [c_lo, c_hi], the others any of 80-BF, each time to one state) lead back
+ * to s. -1: the table filled up. */
+static int u8_class_loops(struct snug_matcher *m, int32_t s, unsigned lo, unsigned hi, int depth,
+                          unsigned c_lo, unsigned c_hi) {
     int32_t t = -1;
     for (unsigned b = lo; b <= hi; b++) {
         int32_t ns = step(m, s, b);
@@ -750,7 +954,7 @@ static int u8_class_loops(struct snug_matcher *m, int32_t s, unsigned lo, unsign
     }
     for (int d = 0; d < depth; d++) {
         int32_t u = -1;
-        for (unsigned c = 0x80; c <= 0xBF; c++) {
+        for (unsigned c = d ? 0x80 : c_lo; c <= (d ? 0xBF : c_hi); c++) {
             int32_t ns = step(m, t, c);
             if (ns < 0) return -1;
             if (ns == ST_DEAD || (u >= 0 && ns != u)) return 0;
@@ -761,6 +965,75 @@ static int u8_class_loops(struct snug_matcher *m, int32_t s, unsigned lo, unsign
     return t == s;
 }
 
+/* The one state every byte of the set r leads to from s, PN_MIXED when they differ, ST_DEAD
+ * when none is allowed; STEP_FULL / -1 when the table filled up or the matcher failed. When
+ * every stack top of s takes all of r or none of it, one step answers for the whole set. */
+static int32_t step_set(struct snug_matcher *m, int32_t s, const uint64_t r[4]) {
+    bool uniform = true;
+    const int32_t *set = m->pool + m->st_off[s];
+    for (int32_t i = 0; i < m->st_len[s] && uniform; i++) {
+        int32_t pos = m->npos[set[i]];
+        if (pos < 0) continue;
+        const uint64_t *bs = m->g->bytesets[m->g->elems[pos].arg];
+        uint64_t in = 0, out = 0;
+        for (int w = 0; w < 4; w++) {
+            in |= bs[w] & r[w];
+            out |= ~bs[w] & r[w];
+        }
+        uniform = !in || !out;
+    }
+    int32_t to = PN_UNKNOWN;
+    for (unsigned b = 0; b < 256; b++) {
+        if (!gr_byteset_has(r, b)) continue;
+        int32_t ns = step(m, s, b);
+        if (ns < 0) return ns;
+        if (uniform) return ns;
+        if (to != PN_UNKNOWN && ns != to) return PN_MIXED;
+        to = ns;
+    }
+    return to;
+}
+
+static void set_range(uint64_t r[4], unsigned lo, unsigned hi) {
+    r[0] = r[1] = r[2] = r[3] = 0;
+    for (unsigned b = lo; b <= hi; b++) r[b >> 6] |= 1ull << (b & 63);
+}
+
+/* The one state every plain byte and character (see the trie) leads to from s: a state,
+ * ST_DEAD when none is allowed, PN_MIXED when they differ (or a character's lead is allowed
+ * but not its end); STEP_FULL / -1 when the table filled up or the matcher failed. Cached. */
+static int32_t plain_succ(struct snug_matcher *m, int32_t s) {
+    if (m->st_pnext[s] != PN_UNKNOWN) return m->st_pnext[s];
+    uint64_t r[4] = {TRIE_PLAIN_ASCII[0], TRIE_PLAIN_ASCII[1], 0, 0};
+    int32_t to = step_set(m, s, r);
+    if (to < 0 && to != PN_MIXED) return to;
+    if (to == PN_MIXED) return m->st_pnext[s] = PN_MIXED;
+    /* every well-formed UTF-8 lead byte range, with its first continuation byte's range */
+    static const unsigned cls[][5] = {{0xC2, 0xDF, 1, 0x80, 0xBF}, {0xE0, 0xE0, 2, 0xA0, 0xBF},
+                                      {0xE1, 0xEC, 2, 0x80, 0xBF}, {0xED, 0xED, 2, 0x80, 0x9F},
+                                      {0xEE, 0xEF, 2, 0x80, 0xBF}, {0xF0, 0xF0, 3, 0x90, 0xBF},
+                                      {0xF1, 0xF3, 3, 0x80, 0xBF}, {0xF4, 0xF4, 3, 0x80, 0x8F}};
+    for (size_t i = 0; i < sizeof cls / sizeof cls[0]; i++) {
+        set_range(r, cls[i][0], cls[i][1]);
+        int32_t cur = step_set(m, s, r);
+        if (cur < 0 && cur != PN_MIXED) return cur;
+        if (cur == PN_MIXED) return m->st_pnext[s] = PN_MIXED;
+        if (cur == ST_DEAD) {
+            if (to != ST_DEAD) return m->st_pnext[s] = PN_MIXED;
+            continue;
+        }
+        for (unsigned d = 0; d < cls[i][2]; d++) {
+            set_range(r, d ? 0x80 : cls[i][3], d ? 0xBF : cls[i][4]);
+            int32_t u = step_set(m, cur, r);
+            if (u < 0 && u != PN_MIXED) return u;
+            if (u == PN_MIXED || u == ST_DEAD) return m->st_pnext[s] = PN_MIXED;
+            cur = u;
+        }
+        if (cur != to) return m->st_pnext[s] = PN_MIXED;
+    }
+    return m->st_pnext[s] = to;
+}
+
 /* Does every well-formed character of the sub_utf8 leads loop on state s? Computed once. */
 static bool state_u8(struct snug_matcher *m, int32_t s, bool *full) {
     *full = false;
@@ -768,7 +1041,7 @@ static bool state_u8(struct snug_matcher *m, int32_t s, bool *full) {
     static const unsigned cls[5][3] = {
         {0xC2, 0xDF, 1}, {0xE1, 0xEC, 2}, {0xEE, 0xEF, 2}, {0xF1, 0xF3, 3}, {0, 0, 0}};
     for (int i = 0; cls[i][0]; i++) {
-        int r = u8_class_loops(m, s, cls[i][0], cls[i][1], (int)cls[i][2]);
+        int r = u8_class_loops(m, s, cls[i][0], cls[i][1], (int)cls[i][2], 0x80, 0xBF);
         if (r < 0) {
             *full = true;
             return false;
@@ -782,28 +1055,84 @@ static bool state_u8(struct snug_matcher *m, int32_t s, bool *full) {
     return true;
 }
 
-/* The trie walk for state `s` into m->mask; 0 when it must be retried after a flush, -1 when
- * the matcher failed. A subtree whose bytes all loop on the state (ASCII only) is allowed
- * whole without visiting it: inside a JSON string most of the vocabulary is. */
-static int walk_mask(struct snug_matcher *m, int32_t s) {
+/* Fill st_adv / st_nxt of state s: ASCII bytes are grouped by the stack tops that take them
+ * (bytes of one group lead to one state), one step per group. 1 done, 0 when the table
+ * filled up, -1 when the matcher failed. */
+static int dominant_successor(struct snug_matcher *m, int32_t s) {
+    if (m->st_nxt[s] != PN_UNKNOWN) return 1;
+    const int32_t *set = m->pool + m->st_off[s];
+    int32_t n = m->st_len[s];
+    uint64_t sig[128];
+    int32_t to_of[128];
+    for (unsigned b = 0; b < 128; b++) {
+        sig[b] = 0;
+        to_of[b] = ST_DEAD;
+    }
+    bool by_sig = n <= 64;
+    for (int32_t i = 0; by_sig && i < n; i++) {
+        int32_t pos = m->npos[set[i]];
+        if (pos < 0) continue;
+        const uint64_t *bs = m->g->bytesets[m->g->elems[pos].arg];
+        for (unsigned b = 0; b < 128; b++)
+            if (gr_byteset_has(bs, b)) sig[b] |= 1ull << i;
+    }
+    for (unsigned b = 0; b < 128; b++) {
+        if (!gr_byteset_has(m->st_bytes[s], b)) continue;
+        int32_t ns = -5;
+        if (by_sig)
+            for (unsigned c = 0; c < b; c++)
+                if (sig[c] == sig[b] && gr_byteset_has(m->st_bytes[s], c)) {
+                    ns = to_of[c];
+                    break;
+                }
+        if (ns == -5) ns = step(m, s, b);
+        if (ns == STEP_FULL) return 0;
+        if (ns < 0) return -1;
+        to_of[b] = ns;
+    }
+    int32_t best = ST_DEAD, best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (to_of[b] == ST_DEAD || to_of[b] == best) continue;
+        int cnt = 0;
+        for (unsigned c = b; c < 128; c++) cnt += to_of[c] == to_of[b];
+        if (cnt > best_n) best = to_of[b], best_n = cnt;
+    }
+    m->st_adv[s][0] = m->st_adv[s][1] = 0;
+    for (unsigned b = 0; b < 128 && best != ST_DEAD; b++)
+        if (to_of[b] == best) m->st_adv[s][b >> 6] |= 1ull << (b & 63);
+    m->st_nxt[s] = best;
+    return 1;
+}
+
+/* Does every path of `h` ASCII bytes of set sb from state s stay alive, each byte leading to
+ * the state's most common successor (a counted class like [a-z]{1,32} or a loop)? 1 yes,
+ * 0 no, -2 when the table filled up, -1 when the matcher failed. */
+static int chain_covers(struct snug_matcher *m, int32_t s, const uint64_t *sb, int h) {
+    for (int j = 0; j < h; j++) {
+        int rc = dominant_successor(m, s);
+        if (rc <= 0) return rc == 0 ? -2 : -1;
+        if ((sb[0] & ~m->st_adv[s][0]) || (sb[1] & ~m->st_adv[s][1])) return 0;
+        s = m->st_nxt[s];
+    }
+    return 1;
+}
+
+/* Subtrees higher than this are not tested whole along a chain (they are walked). */
+#define CHAIN_MAX_HEIGHT 24
+
+/* The trie walk over the nodes [from, to) (one subtree, or the whole trie from 1), with
+ * m->walk[depth[from] - 1] holding the state before it, into m->mask: in clear mode the mask
+ * starts all-allowed and rejected subtrees are cleared, else reached tokens are set. 1 done,
+ * 0 when it must be retried after a flush, -1 when the matcher failed. A subtree whose bytes
+ * all loop on the state is allowed whole without visiting it. */
+static int walk_range(struct snug_matcher *m, int32_t from, int32_t to, bool clear_mode) {
     const struct snug_vocab_trie *t = m->t;
-    /* Where most of the vocabulary will be allowed (the state loops on most ASCII bytes, as
-     * inside a string) start from "all allowed" and clear what is rejected; else start from
-     * nothing and set what is reached. Either way the per-token work is the smaller side. */
-    if (!m->st_loop_ok[s] && !state_loop(m, s)) return m->failed ? -1 : 0;
-    bool clear_mode =
-        __builtin_popcountll(m->st_loop[s][0]) + __builtin_popcountll(m->st_loop[s][1]) >= 64;
-    if (clear_mode)
-        memcpy(m->mask, t->in_mask, (size_t)m->words * sizeof(uint64_t));
-    else
-        memset(m->mask, 0, (size_t)m->words * sizeof(uint64_t));
-    m->walk[0] = s;
     const uint8_t *byte = t->byte;
     const uint16_t *depth = t->depth;
     const int32_t *tok_first = t->tok_first;
     const snug_token *tok_list = t->tok_list;
     uint64_t *mask = m->mask;
-    int32_t i = 1, n = t->n_nodes;
+    int32_t i = from, n = to;
     while (i < n) {
         int32_t ps = m->walk[depth[i] - 1];
         unsigned b = byte[i];
@@ -815,6 +1144,11 @@ static int walk_mask(struct snug_matcher *m, int32_t s) {
                 bool full;
                 whole = state_u8(m, ps, &full);
                 if (full) return m->failed ? -1 : 0;
+            }
+            if (!whole && !t->sub_wide[i] && t->sub_height[i] <= CHAIN_MAX_HEIGHT) {
+                int rc = chain_covers(m, ps, sb, t->sub_height[i]);
+                if (rc < 0) return rc == -1 ? -1 : 0;
+                whole = rc == 1;
             }
             if (whole) { /* the whole subtree is allowed */
                 if (!clear_mode)
@@ -845,6 +1179,91 @@ static int walk_mask(struct snug_matcher *m, int32_t s) {
         i++;
     }
     return 1;
+}
+
+/* The trie walk for state `s` into m->mask; 1 done, 0 when it must be retried after a flush,
+ * -1 when the matcher failed. */
+static int walk_mask(struct snug_matcher *m, int32_t s) {
+    const struct snug_vocab_trie *t = m->t;
+    if (!m->st_loop_ok[s] && !state_loop(m, s)) return m->failed ? -1 : 0;
+    /* Inside a string every plain character leads to one next state (itself for a free
+     * string, the next count for a length-bounded one): the chain of those states decides
+     * every plain token by its character count, and only the frontier subtrees (tokens with a
+     * quote, a backslash, a control byte, malformed UTF-8) are walked, from the chain state
+     * after their plain prefix; a group of them whose first non-plain byte no chain state
+     * takes is skipped whole. */
+    int32_t last = 0, max_ok = -1; /* chain[0..last] known; plain tokens of <= max_ok allowed */
+    m->chain[0] = s;
+    for (;;) {
+        if (last >= t->max_chars) {
+            max_ok = INT32_MAX;
+            break;
+        }
+        int32_t ns = plain_succ(m, m->chain[last]);
+        if (ns == STEP_FULL) return 0;
+        if (ns == -1) return -1;
+        if (ns == PN_MIXED) break;
+        if (ns == ST_DEAD) {
+            max_ok = last;
+            break;
+        }
+        if (ns == m->chain[last]) { /* loops: every count is fine */
+            max_ok = INT32_MAX;
+            break;
+        }
+        m->chain[++last] = ns;
+    }
+    if (max_ok >= 0) {
+        int32_t le = max_ok < TRIE_PLAIN_LE ? max_ok : TRIE_PLAIN_LE;
+        int32_t wt = (t->n_vocab + 63) / 64 + 1;
+        memcpy(m->mask, t->plain_le + (size_t)le * (size_t)wt, (size_t)m->words * sizeof(uint64_t));
+        if (max_ok > TRIE_PLAIN_LE)
+            for (int32_t k = 0; k < t->n_long; k++)
+                if (t->long_chars[k] <= max_ok)
+                    m->mask[t->long_tok[k] >> 6] |= 1ull << (t->long_tok[k] & 63);
+        uint64_t any[4] = {0, 0, 0, 0}; /* first bytes some chain state takes */
+        for (int32_t c = 0; c <= last; c++)
+            for (int w = 0; w < 4; w++) any[w] |= m->st_bytes[m->chain[c]][w];
+        for (int b = 0; b < 256; b++) {
+            if (t->fr_first[b] == t->fr_first[b + 1] || !gr_byteset_has(any, (unsigned)b)) continue;
+            for (int32_t k = t->fr_first[b]; k < t->fr_first[b + 1]; k++) {
+                int32_t c = t->fr_chars[k];
+                if (c > max_ok) continue;
+                int32_t ps = m->chain[c < last ? c : last];
+                if (!gr_byteset_has(m->st_bytes[ps], (unsigned)b)) continue;
+                int32_t f = t->fr_node[k];
+                m->walk[t->depth[f] - 1] = ps;
+                int rc = walk_range(m, f, t->end[f], false);
+                if (rc <= 0) return rc;
+            }
+        }
+        for (int32_t k = 0; k < t->n_frm; k++) {
+            int32_t c = t->frm_chars[k];
+            if (c > max_ok) continue;
+            int32_t f = t->frm_node[k], ps = m->chain[c < last ? c : last];
+            uint32_t pend = t->frm_pend[k];
+            for (unsigned j = 0; j < (pend >> 24) && ps >= 0 && ps != ST_DEAD; j++)
+                ps = step(m, ps, (pend >> (8 * j)) & 0xFF);
+            if (ps == STEP_FULL) return 0;
+            if (ps < 0) return -1;
+            if (ps == ST_DEAD) continue;
+            m->walk[t->depth[f] - 1] = ps;
+            int rc = walk_range(m, f, t->end[f], false);
+            if (rc <= 0) return rc;
+        }
+        return 1;
+    }
+    /* Where most of the vocabulary will be allowed (the state loops on most ASCII bytes) start
+     * from "all allowed" and clear what is rejected; else start from nothing and set what is
+     * reached. Either way the per-token work is the smaller side. */
+    bool clear_mode =
+        __builtin_popcountll(m->st_loop[s][0]) + __builtin_popcountll(m->st_loop[s][1]) >= 64;
+    if (clear_mode)
+        memcpy(m->mask, t->in_mask, (size_t)m->words * sizeof(uint64_t));
+    else
+        memset(m->mask, 0, (size_t)m->words * sizeof(uint64_t));
+    m->walk[0] = s;
+    return walk_range(m, 1, t->n_nodes, clear_mode);
 }
 
 const uint64_t *snug_matcher_mask(struct snug_matcher *m) {
@@ -1006,6 +1425,21 @@ int snug_matcher_completion_after(struct snug_matcher *m, snug_token id) {
         m->st_cost[r] = c >= GR_INF ? -1 : (int32_t)c;
     }
     return m->st_cost[r];
+}
+
+int snug_matcher_max_completion_after(struct snug_matcher *m) {
+    if (m->cur < 0 || m->failed) return -1;
+    if (m->st_maxafter[m->cur] != -2) return m->st_maxafter[m->cur];
+    const uint64_t *mk = snug_matcher_mask(m); /* run_bytes below may flush: the bits stay */
+    int32_t mx = 0;
+    for (int32_t w = 0; w < m->words && !m->failed; w++)
+        for (uint64_t bits = mk[w]; bits; bits &= bits - 1) {
+            int a = snug_matcher_completion_after(m, w * 64 + __builtin_ctzll(bits));
+            if (a > mx) mx = a;
+        }
+    if (m->failed || m->cur < 0) return -1;
+    m->st_maxafter[m->cur] = mx;
+    return mx;
 }
 
 int snug_matcher_shortest_completion(struct snug_matcher *m, uint8_t *out, int cap) {

@@ -12,8 +12,11 @@
  * Streaming events). `previous_response_id` continues a stored conversation: each answered
  * response's messages (input + output, without the instructions, which are not carried over)
  * are kept in an in-memory LRU of --responses-store entries for the server's lifetime.
- * Custom tools (free-form input under a grammar) and built-in tools are a 400 naming them until
- * a grammar engine exists; so are text.format json_schema / json_object.
+ * Custom tools (free-form input, optionally under a Lark or regex grammar) become functions of
+ * one raw string parameter `input` whose value the grammar constrains (src/grammar/lark.c);
+ * their calls come back as custom_tool_call items (streamed as
+ * response.custom_tool_call_input.delta / done, the input in one delta when the call ends).
+ * Built-in tools are a 400 naming them; so are text.format json_schema / json_object.
  * Invariant: the stream's output items and the final response's output are the same items (ids
  * included): the final event carries the items the stream closed.
  * Read next: api_messages.c (the Anthropic front end), reply.h.
@@ -167,12 +170,23 @@ static int convert_item(json_t *msgs, const json_t *it, size_t idx, struct snug_
         }
         return 0;
     }
-    if (!strcmp(type, "function_call")) {
+    if (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call")) {
+        bool custom = !strcmp(type, "custom_tool_call");
         const char *name = json_string_value(json_object_get(it, "name"));
+        const json_t *input = json_object_get(it, "input");
         const char *args = json_string_value(json_object_get(it, "arguments"));
         const char *cid = json_string_value(json_object_get(it, "call_id"));
+        char *owned = NULL;
+        if (custom && json_is_string(input)) { /* the chat form: {"input": "..."} */
+            json_t *o = json_pack("{s:O}", "input", input);
+            args = owned = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            json_decref(o);
+        }
         if (!name || !args) {
-            bad(e, "input", "a function_call item needs \"name\" and \"arguments\" strings%s", "");
+            bad(e, "input",
+                custom ? "a %s item needs \"name\" and \"input\" strings"
+                       : "a %s item needs \"name\" and \"arguments\" strings",
+                type);
             return -1;
         }
         json_t *m = open_assistant(msgs);
@@ -185,9 +199,10 @@ static int convert_item(json_t *msgs, const json_t *it, size_t idx, struct snug_
         json_array_append_new(calls,
                               json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid ? cid : "", "type",
                                         "function", "function", "name", name, "arguments", args));
+        free(owned); /* jansson's allocation */
         return 0;
     }
-    if (!strcmp(type, "function_call_output")) {
+    if (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output")) {
         const json_t *out = json_object_get(it, "output");
         json_t *text = json_is_string(out) ? json_incref((json_t *)out) : content_text(out, e);
         if (!text) return -1;
@@ -217,7 +232,8 @@ static int convert_item(json_t *msgs, const json_t *it, size_t idx, struct snug_
     }
     snug_server_error_set(e, 400, "invalid_request_error", "input",
                           "input[%zu]: items of type '%s' are not supported (message, "
-                          "function_call, function_call_output, reasoning)",
+                          "function_call, function_call_output, custom_tool_call, "
+                          "custom_tool_call_output, reasoning)",
                           idx, type);
     return -1;
 }
@@ -294,22 +310,38 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         return bad(e, "instructions", "'instructions' must be a string%s", "");
     }
     json_object_set_new(chat, "messages", all);
-    /* tools: function tools only */
+    /* tools: function tools, and custom tools (free-form input, optionally under a grammar)
+     * as functions of one raw string parameter `input`; the grammar (Lark or regex) constrains
+     * that parameter (snug_tools_to_gbnf reads function.format), and the answer turns their
+     * calls back into custom_tool_call items (the names are kept in extra.custom_tools). */
     if ((v = json_object_get(body, "tools")) && json_is_array(v) && json_array_size(v)) {
-        json_t *tools = json_array();
+        json_t *tools = json_array(), *custom = json_array();
         json_object_set_new(chat, "tools", tools);
+        json_object_set_new(ex, "custom_tools", custom);
         size_t i;
         json_t *t;
         json_array_foreach(v, i, t) {
             const char *type = json_string_value(json_object_get(t, "type"));
             const char *name = json_string_value(json_object_get(t, "name"));
-            if (!type || strcmp(type, "function") || !name) {
-                snug_server_error_set(
-                    e, 400, "invalid_request_error", "tools",
-                    "tools[%zu] ('%s', type '%s') is not supported: only function tools (custom "
-                    "and built-in tools need a grammar engine or a service this server does "
-                    "not have)",
-                    i, name ? name : "?", type ? type : "?");
+            bool is_custom = type && !strcmp(type, "custom");
+            const char *why = NULL;
+            const json_t *fmt = json_object_get(t, "format");
+            const char *ft = json_string_value(json_object_get(fmt, "type"));
+            if (!type || (strcmp(type, "function") && !is_custom) || !name)
+                why = "only function and custom tools (built-in tools need a service this server "
+                      "does not have)";
+            else if (is_custom && fmt && !json_is_null(fmt) &&
+                     (!ft || (strcmp(ft, "text") && strcmp(ft, "grammar"))))
+                why = "a custom tool's format must be {\"type\": \"text\"} or {\"type\": "
+                      "\"grammar\", \"syntax\": \"lark\" | \"regex\", \"definition\": ...}";
+            else if (is_custom && ft && !strcmp(ft, "grammar") &&
+                     (!json_is_string(json_object_get(fmt, "syntax")) ||
+                      !json_is_string(json_object_get(fmt, "definition"))))
+                why = "a grammar format needs \"syntax\" and \"definition\" strings";
+            if (why) {
+                snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                      "tools[%zu] ('%s', type '%s') is not supported: %s", i,
+                                      name ? name : "?", type ? type : "?", why);
                 json_decref(ex);
                 json_decref(chat);
                 return NULL;
@@ -319,10 +351,19 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
             const json_t *d = json_object_get(t, "description");
             if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
             const json_t *p = json_object_get(t, "parameters");
-            if (json_is_object(p))
+            if (is_custom) {
+                json_object_set_new(fn, "parameters",
+                                    json_pack("{s:s, s:{s:{s:s}}, s:[s]}", "type", "object",
+                                              "properties", "input", "type", "string", "required",
+                                              "input"));
+                json_object_set_new(fn, "strict", json_true());
+                if (ft && !strcmp(ft, "grammar")) json_object_set(fn, "format", (json_t *)fmt);
+                json_array_append_new(custom, json_string(name));
+            } else if (json_is_object(p)) {
                 json_object_set(fn, "parameters", (json_t *)p);
-            else
+            } else {
                 json_object_set_new(fn, "parameters", json_object());
+            }
             json_array_append_new(tools,
                                   json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
@@ -332,7 +373,8 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         const char *type = json_string_value(json_object_get(v, "type"));
         if (json_is_string(v))
             tc = json_incref((json_t *)v);
-        else if (type && !strcmp(type, "function") && json_is_string(json_object_get(v, "name")))
+        else if (type && (!strcmp(type, "function") || !strcmp(type, "custom")) &&
+                 json_is_string(json_object_get(v, "name")))
             tc = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
                            json_object_get(v, "name"));
         if (!tc) {
@@ -340,7 +382,7 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
             json_decref(chat);
             return bad(e, "tool_choice",
                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
-                       "\"function\", \"name\": ...}%s",
+                       "\"function\" | \"custom\", \"name\": ...}%s",
                        "");
         }
         json_object_set_new(chat, "tool_choice", tc);
@@ -418,7 +460,33 @@ static json_t *message_item(const char *id, json_t *text, const char *status) {
                      text ? json_pack("[o]", text_part(text)) : json_array());
 }
 
-static json_t *call_item(const char *id, const struct tool_call *t, bool args, const char *status) {
+/* Is call t one of a custom tool (its name in extra.custom_tools)? */
+static bool is_custom_call(const struct reply *r, const struct tool_call *t) {
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r->api_extra, "custom_tools"), i, n) {
+        if (json_string_length(n) == t->name.len &&
+            !memcmp(json_string_value(n), t->name.data ? t->name.data : "", t->name.len))
+            return true;
+    }
+    return false;
+}
+
+/* A custom tool call's input: the `input` of its arguments object ("" when absent). */
+static json_t *custom_input(const struct tool_call *t) {
+    json_t *a = t->args.len ? json_loadb(t->args.data, t->args.len, 0, NULL) : NULL;
+    json_t *in = json_object_get(a, "input");
+    json_t *out = json_is_string(in) ? json_incref(in) : json_string("");
+    json_decref(a);
+    return out;
+}
+
+static json_t *call_item(const struct reply *r, const char *id, const struct tool_call *t,
+                         bool args, const char *status) {
+    if (is_custom_call(r, t))
+        return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s}", "id", id, "type", "custom_tool_call",
+                         "call_id", t->id, "name", snug_srv_json_str(t->name.data, t->name.len),
+                         "input", args ? custom_input(t) : json_string(""), "status", status);
     return json_pack(
         "{s:s, s:s, s:s, s:o, s:o, s:s}", "id", id, "type", "function_call", "call_id", t->id,
         "name", snug_srv_json_str(t->name.data, t->name.len), "arguments",
@@ -449,7 +517,7 @@ static json_t *response(struct reply *r, const char *status, json_t *output, boo
         }
         for (int i = 0; i < r->n_calls; i++) {
             item_id(r, "fc", k++, id, sizeof id);
-            json_array_append_new(output, call_item(id, &r->calls[i], true, "completed"));
+            json_array_append_new(output, call_item(r, id, &r->calls[i], true, "completed"));
         }
     }
     const json_t *x = r->api_extra;
@@ -561,11 +629,20 @@ static void item_close(struct reply *r) {
         r->as.text_from = r->content_sent;
     } else {
         const struct tool_call *t = &r->calls[k - 2];
-        event(r, "response.function_call_arguments.done",
-              json_pack("{s:s, s:i, s:o, s:o}", "item_id", id, "output_index", oi, "arguments",
-                        t->args.len ? sb_str(&t->args, 0, t->args.len) : json_string("{}"), "name",
-                        snug_srv_json_str(t->name.data, t->name.len)));
-        item = call_item(id, t, true, "completed");
+        if (is_custom_call(r, t)) { /* the input in one delta: it is known once the call ends */
+            json_t *in = custom_input(t);
+            if (json_string_length(in))
+                event(r, "response.custom_tool_call_input.delta",
+                      json_pack("{s:s, s:i, s:O}", "item_id", id, "output_index", oi, "delta", in));
+            event(r, "response.custom_tool_call_input.done",
+                  json_pack("{s:s, s:i, s:o}", "item_id", id, "output_index", oi, "input", in));
+        } else {
+            event(r, "response.function_call_arguments.done",
+                  json_pack("{s:s, s:i, s:o, s:o}", "item_id", id, "output_index", oi, "arguments",
+                            t->args.len ? sb_str(&t->args, 0, t->args.len) : json_string("{}"),
+                            "name", snug_srv_json_str(t->name.data, t->name.len)));
+        }
+        item = call_item(r, id, t, true, "completed");
     }
     event(r, "response.output_item.done",
           json_pack("{s:i, s:O}", "output_index", oi, "item", item));
@@ -590,7 +667,7 @@ static void item_open(struct reply *r, int kind) {
         item = message_item(id, NULL, "in_progress");
     } else {
         item_id(r, "fc", oi, id, sizeof r->as.item_id);
-        item = call_item(id, &r->calls[kind - 2], false, "in_progress");
+        item = call_item(r, id, &r->calls[kind - 2], false, "in_progress");
     }
     event(r, "response.output_item.added",
           json_pack("{s:i, s:o}", "output_index", oi, "item", item));
@@ -635,7 +712,7 @@ void snug_resp_stream(struct reply *r) {
             item_open(r, 2 + i);
             t->head_sent = true;
         }
-        if (t->args.len > t->args_sent && r->as.cur == 2 + i) {
+        if (t->args.len > t->args_sent && r->as.cur == 2 + i && !is_custom_call(r, t)) {
             event(r, "response.function_call_arguments.delta",
                   json_pack("{s:s, s:i, s:o}", "item_id", r->as.item_id, "output_index",
                             r->as.cur_index, "delta", sb_str(&t->args, t->args_sent, t->args.len)));

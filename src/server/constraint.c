@@ -71,7 +71,8 @@ static void c_mask(void *user, float *logits, int32_t n_vocab) {
      * a whole structure's minimum (a "," before another array item), so every allowed token is
      * checked (a cached transition walk and a per-state lookup each). */
     int32_t left = c->budget > 0 ? c->budget - c->n_gen : INT32_MAX;
-    if (left <= 256) {
+    int max_after = left <= 256 ? snug_matcher_max_completion_after(c->m) : -1;
+    if (left <= 256 && (max_after < 0 || max_after + 2 > left)) { /* (else every token fits) */
         uint8_t done[256];
         int n = snug_matcher_shortest_completion(c->m, done, (int)sizeof done);
         if (n >= 0) {

@@ -221,12 +221,108 @@ def test_responses(res, B):
                             extra_body={"snug_script": "one two three four five"})
     res.check(r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens",
               "max_output_tokens: incomplete")
-    # custom tools: 400 naming them
+    # built-in tools: 400 naming them
     try:
-        cl.responses.create(model=MODEL, input="x", tools=[{"type": "custom", "name": "grep"}])
-        res.check(False, "custom tool: 400")
+        cl.responses.create(model=MODEL, input="x", tools=[{"type": "web_search"}])
+        res.check(False, "built-in tool: 400")
     except openai.BadRequestError as e:
-        res.check("grep" in str(e) and "custom" in str(e), "custom tool: 400 naming it")
+        res.check("web_search" in str(e), "built-in tool: 400 naming it")
+
+
+# The input format of Codex CLI's apply_patch custom tool (its public tool_apply_patch.lark),
+# restated: "*** Begin Patch", file operations (add: "+" lines; delete; update: an optional move,
+# "@@" headers and " " / "-" / "+" lines, an optional "*** End of File"), "*** End Patch".
+APPLY_PATCH_LARK = r'''
+start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+%import common.LF
+'''
+
+
+def test_custom_tools(res, A):
+    """Custom tools under a Lark or regex grammar: the trained fixture samples (temperature 1,
+    MTP drafts on) a call whose input Python's `lark` parses with the same grammar."""
+    import lark
+    import re
+    cl = A.client()
+    tool = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
+            "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_LARK}}
+    # lark's dynamic Earley lexer refuses regexes that match the empty string: X? of the
+    # non-empty form is the same language
+    parser = lark.Lark(APPLY_PATCH_LARK.replace("/(.*)/", "/(.+)/?"))
+    kw = dict(model=MODEL, input="Add a file hello.py that prints hello.", tools=[tool],
+              tool_choice={"type": "custom", "name": "apply_patch"}, temperature=1,
+              max_output_tokens=160)
+    good = 0
+    inputs = []
+    for _ in range(4):
+        r = cl.responses.create(**kw)
+        calls = [o for o in r.output if o.type == "custom_tool_call"]
+        if len(calls) == 1 and calls[0].name == "apply_patch":
+            inputs.append(calls[0].input)
+            try:
+                parser.parse(calls[0].input)
+                good += 1
+            except lark.exceptions.LarkError as e:
+                print(f"  lark rejects {calls[0].input!r}: {e}")
+    res.check(good == 4, f"custom tool apply_patch: {good}/4 sampled inputs parse with lark "
+                         f"(first: {inputs[:1]!r})")
+    with cl.responses.stream(**kw) as s:
+        types = [ev.type for ev in s]
+        f = s.get_final_response()
+    call = [o for o in f.output if o.type == "custom_tool_call"]
+    ok = len(call) == 1
+    if ok:
+        try:
+            parser.parse(call[0].input)
+        except lark.exceptions.LarkError:
+            ok = False
+    res.check(ok and "response.custom_tool_call_input.done" in types and
+              "response.custom_tool_call_input.delta" in types and
+              "response.function_call_arguments.delta" not in types,
+              f"custom tool stream: SDK accumulator gets a parsing input ({len(types)} events)")
+    # a regex format: the whole input matches
+    rx = r"[a-z]{3,8}@example\.(com|org)"
+    r = cl.responses.create(model=MODEL, input="An email address?", temperature=1,
+                            max_output_tokens=40,
+                            tools=[{"type": "custom", "name": "email", "format": {
+                                "type": "grammar", "syntax": "regex", "definition": rx}}],
+                            tool_choice={"type": "custom", "name": "email"})
+    call = [o for o in r.output if o.type == "custom_tool_call"]
+    res.check(len(call) == 1 and re.fullmatch(rx, call[0].input) is not None,
+              f"custom tool regex format: {call[0].input if call else None!r}")
+    # the call's output continues the conversation (custom_tool_call / _output input items)
+    r2 = cl.responses.create(model=MODEL, max_output_tokens=8, tools=[tool], input=[
+        {"role": "user", "content": "Add hello.py"}, call[0].model_dump() if call else {},
+        {"type": "custom_tool_call_output", "call_id": call[0].call_id if call else "",
+         "output": "done"}])
+    res.check(r2.status in ("completed", "incomplete"), "custom_tool_call items as input")
+    # errors: 400 naming the construct and its place
+    for fmt, want in [({"type": "grammar", "syntax": "lark", "definition": "start: x\n"},
+                       "line 1, column 8: 'x' is not defined"),
+                      ({"type": "grammar", "syntax": "lark",
+                        "definition": "start: \"a\"\n%declare B\n"}, "'%declare'"),
+                      ({"type": "grammar", "syntax": "regex", "definition": "(?=a)b"},
+                       "look-around"),
+                      ({"type": "grammar", "syntax": "ebnf", "definition": "x"}, "'ebnf'")]:
+        try:
+            cl.responses.create(model=MODEL, input="x", max_output_tokens=4, tools=[
+                {"type": "custom", "name": "t", "format": fmt}])
+            res.check(False, f"bad custom format {fmt['definition']!r}: 400")
+        except openai.BadRequestError as e:
+            res.check(want in str(e), f"bad custom format: 400 naming {want!r}")
 
 
 def test_golden(res, B):
@@ -477,6 +573,7 @@ def main():
             test_agents(res, B)
             test_thinking(res, TB)
             test_small(res, A, E, fx, tmp)
+            test_custom_tools(res, A)
         finally:
             stop_all(res, servers)
     res.done()

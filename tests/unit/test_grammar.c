@@ -507,7 +507,216 @@ static void test_schema_corpus(void) {
     CHECKF(n >= 50, "only %d schemas in the corpus", n);
 }
 
+/* ---- Lark grammars (custom tools) ---------------------------------------------------------- */
+
+static char LARK_G[65536];
+
+/* Convert a Lark grammar (root rule "root") into LARK_G; the status. */
+static int lark(const char *text, struct snug_err *err) {
+    char *g = NULL;
+    int rc = snug_lark_to_gbnf(text, strlen(text), NULL, &g, NULL, err);
+    LARK_G[0] = 0;
+    if (rc == SNUG_OK) snprintf(LARK_G, sizeof LARK_G, "%s", g);
+    snug_free(g);
+    return rc;
+}
+
+#define LARK_ERR(text, rc_want, what)                                                              \
+    do {                                                                                           \
+        struct snug_err e_ = {0};                                                                  \
+        int rc_ = lark(text, &e_);                                                                 \
+        CHECKF(rc_ == (rc_want), "'%s': status %d, want %d (%s)", text, rc_, rc_want, e_.msg);     \
+        CHECKF(strstr(e_.msg, what) != NULL, "'%s' not in '%s'", what, e_.msg);                    \
+    } while (0)
+
+/* The apply_patch tool's input format of OpenAI's Codex CLI (its public tool_apply_patch.lark),
+ * restated: a patch is "*** Begin Patch", then file operations (add: "+" lines; delete; update:
+ * an optional move, then "@@" context headers and " ", "-", "+" lines, an optional
+ * "*** End of File"), then "*** End Patch" with an optional final newline. */
+static const char *const APPLY_PATCH_LARK =
+    "start: begin_patch hunk+ end_patch\n"
+    "begin_patch: \"*** Begin Patch\" LF\n"
+    "end_patch: \"*** End Patch\" LF?\n"
+    "\n"
+    "hunk: add_hunk\n"
+    "    | delete_hunk\n"
+    "    | update_hunk\n"
+    "add_hunk: \"*** Add File: \" filename LF add_line+\n"
+    "delete_hunk: \"*** Delete File: \" filename LF\n"
+    "update_hunk: \"*** Update File: \" filename LF change_move? change?\n"
+    "filename: /(.+)/  // any text up to the end of the line\n"
+    "add_line: \"+\" /(.*)/ LF -> line\n"
+    "change_move: \"*** Move to: \" filename LF\n"
+    "change: (change_context | change_line)+ eof_line?\n"
+    "change_context: (\"@@\" | \"@@ \" /(.+)/) LF\n"
+    "change_line: (\"+\" | \"-\" | \" \") /(.*)/ LF\n"
+    "eof_line: \"*** End of File\" LF\n"
+    "\n"
+    "%import common.LF\n";
+
+static void test_lark(void) {
+    struct snug_err err = {0};
+    CHECKF(lark(APPLY_PATCH_LARK, &err) == SNUG_OK, "apply_patch: %s", err.msg);
+    const char *g = LARK_G;
+    ACCEPTS(g, "*** Begin Patch\n*** Add File: a.txt\n+hello\n+\n*** End Patch\n");
+    ACCEPTS(g, "*** Begin Patch\n*** Delete File: old.py\n*** End Patch");
+    ACCEPTS(g, "*** Begin Patch\n*** Update File: src/app.py\n*** Move to: src/main.py\n"
+               "@@ def greet():\n-print(\"Hi\")\n+print(\"Hello <b>\")\n x = 1\n"
+               "*** End of File\n*** Delete File: b\n*** End Patch\n");
+    ACCEPTS(g, "*** Begin Patch\n*** Update File: f\n*** End Patch\n");
+    PREFIX(g, "*** Begin Patch\n*** Add File: a.txt\n+x");
+    REJECTS(g, "*** Begin Patch\n*** End Patch\n");                  /* hunk+ */
+    REJECTS(g, "*** Begin Patch\n*** Add File: a\n*** End Patch\n"); /* add_line+ */
+    REJECTS(g, "*** Begin Patch\n*** Add File: a\nhello\n");         /* no '+' */
+    REJECTS(g, "*** Begin Patch\n*** Add File: \n");                 /* (.+) */
+    REJECTS(g, "*** Begin Patch\n*** Update File: f\n@@x\n");        /* "@@" or "@@ " */
+    REJECTS(g, "*** Begin Patch\n*** Delete File: a\n*** End Patch\n\n");
+    /* the other constructs */
+    CHECK(lark("start: \"a\"..\"c\" ~ 2 [\"!\"] X\nX: /[0-9]{2}/ | DIGIT+\n"
+               "%import common (DIGIT)\n",
+               &err) == SNUG_OK);
+    ACCEPTS(LARK_G, "ab12");
+    ACCEPTS(LARK_G, "cc!7");
+    REJECTS(LARK_G, "a12");
+    REJECTS(LARK_G, "ad1");
+    CHECK(lark("?start: sum\nsum: NUMBER (\"+\" NUMBER)*\n%import common.SIGNED_NUMBER -> "
+               "NUMBER\n%import common.WS\n%ignore WS\n",
+               &err) == SNUG_OK);
+    ACCEPTS(LARK_G, "1 + -2.5e3+  4");
+    ACCEPTS(LARK_G, " 7 ");
+    REJECTS(LARK_G, "1 2");
+    REJECTS(LARK_G, "1 + + 2");
+    CHECK(lark("start: ESCAPED_STRING \"\\t\\x41\\u00e9\"\n%import common.ESCAPED_STRING\n",
+               &err) == SNUG_OK);
+    ACCEPTS(LARK_G, "\"a\\\"b\"\tA\xc3\xa9");
+    REJECTS(LARK_G, "\"a\"b\"\tA\xc3\xa9");
+    /* errors name the construct, the line and the column */
+    LARK_ERR("start: a\n", SNUG_ERR_FORMAT, "line 1, column 8: 'a' is not defined");
+    LARK_ERR("x: \"a\"\n", SNUG_ERR_FORMAT, "no 'start' rule");
+    LARK_ERR("start: \"a\"i\n", SNUG_ERR_UNSUPPORTED, "case-insensitive");
+    LARK_ERR("start: /a/x\n", SNUG_ERR_UNSUPPORTED, "line 1, column 11: regular expression flags");
+    LARK_ERR("start: /(?=a)/\n", SNUG_ERR_UNSUPPORTED, "look-around");
+    LARK_ERR("start: x{a}\nx{t}: t\n", SNUG_ERR_UNSUPPORTED, "templates");
+    LARK_ERR("start: \"a\"\n%declare X\n", SNUG_ERR_UNSUPPORTED, "line 2, column 1: the directive");
+    LARK_ERR("start: \"a\"\n%import foo.X\n", SNUG_ERR_UNSUPPORTED, "'common' only");
+    LARK_ERR("start: (\"a\"\n", SNUG_ERR_FORMAT, "unclosed '('");
+    LARK_ERR("start: \"a\"\nstart: \"b\"\n", SNUG_ERR_FORMAT,
+             "line 2, column 1: 'start' is defined twice");
+    LARK_ERR("start: \"\xf5rt\"\n", SNUG_ERR_FORMAT, "line 1, column 9: malformed UTF-8");
+    LARK_ERR("start: /a\xed\xa0\x80/\n", SNUG_ERR_UNSUPPORTED, "malformed UTF-8");
+    /* regex tool formats match the whole input */
+    char *out = NULL;
+    CHECK(snug_tool_format_to_gbnf("regex", "[a-z]+@[a-z]+\\.com", 18, NULL, &out, NULL, &err) ==
+          SNUG_OK);
+    if (out) {
+        ACCEPTS(out, "bob@example.com");
+        REJECTS(out, "x bob@example.com");
+        REJECTS(out, "bob@example.org");
+    }
+    snug_free(out);
+    out = NULL;
+    CHECK(snug_tool_format_to_gbnf("ebnf", "x", 1, NULL, &out, NULL, &err) == SNUG_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "'ebnf'") != NULL);
+    /* embedded with a prefix: every name carries it */
+    CHECK(snug_lark_to_gbnf(APPLY_PATCH_LARK, strlen(APPLY_PATCH_LARK), "ct3-", &out, NULL, &err) ==
+          SNUG_OK);
+    if (out) {
+        CHECK(strstr(out, "ct3--root ::=") != NULL);
+        CHECK(strstr(out, "\nroot ::=") == NULL);
+    }
+    snug_free(out);
+}
+
 /* ---- the real vocabulary ------------------------------------------------------------------- */
+
+/* Along a random walk through one grammar (random allowed tokens, every third pick the
+ * shortest completion's first token), the mask equals a brute-force allows() of every token
+ * of the vocabulary at each of the first `steps` states. */
+static void check_random_walk(const struct snug_tokenizer *tok, const struct snug_vocab_trie *trie,
+                              const char *gbnf, const char *name, int steps, uint64_t seed) {
+    struct snug_err err = {0};
+    struct snug_grammar *g = NULL;
+    if (snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err) != SNUG_OK) {
+        CHECKF(0, "%s: %s", name, err.msg);
+        return;
+    }
+    snug_token end = snug_tokenizer_im_end(tok);
+    struct snug_matcher *m = NULL;
+    CHECK(snug_matcher_init(&m, g, trie, &end, 1, NULL, &err) == SNUG_OK);
+    int32_t V = snug_tokenizer_n_vocab(tok);
+    uint64_t *copy = snug_malloc((size_t)(V + 63) / 64 * 8);
+    snug_token *allowed = snug_malloc((size_t)V * sizeof *allowed);
+    for (int step = 0; m && copy && allowed && step < steps; step++) {
+        memcpy(copy, snug_matcher_mask(m), (size_t)(V + 63) / 64 * 8);
+        int diff = 0, na = 0;
+        for (snug_token id = 0; id < V; id++) {
+            bool a = (copy[id >> 6] >> (id & 63)) & 1;
+            if (a) allowed[na++] = id;
+            if (a != snug_matcher_allows(m, id)) diff++;
+        }
+        CHECKF(diff == 0, "%s step %d: %d tokens differ between mask and allows", name, step, diff);
+        int mx = 0;
+        for (int k = 0; k < na; k++) {
+            int a = snug_matcher_completion_after(m, allowed[k]);
+            if (a > mx) mx = a;
+        }
+        CHECKF(snug_matcher_max_completion_after(m) == mx, "%s step %d: max completion %d, want %d",
+               name, step, snug_matcher_max_completion_after(m), mx);
+        if (snug_matcher_is_complete(m) || !na) break;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        snug_token pick = -1;
+        uint8_t done[256];
+        if (seed % 3 == 0) {
+            int n = snug_matcher_shortest_completion(m, done, 256);
+            if (n > 0) pick = snug_vocab_trie_longest_prefix(trie, done, n);
+        }
+        if (pick < 0) pick = allowed[(seed >> 8) % (uint64_t)na];
+        CHECK(snug_matcher_accept(m, pick, &err) == SNUG_OK);
+    }
+    snug_free(allowed);
+    snug_free(copy);
+    snug_matcher_free(m);
+    snug_grammar_free(g);
+}
+
+/* Masks on the real vocabulary equal the brute-force check over the schema corpus (free and
+ * length-bounded strings, formats, patterns, enums, numbers) and over GBNF strings whose
+ * characters do not all behave alike (a class leaving out some non-ASCII characters). */
+static void test_qwen_corpus_masks(const struct snug_tokenizer *tok,
+                                   const struct snug_vocab_trie *trie) {
+    static const char *const gbnf[] = {
+        "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F\\u00e9\\u4e00-\\u4fff]* \"\\\"\"",
+        "root ::= \"<\" [^<]{2,40} \"<\"",
+        "root ::= ([a-z]{1,3} [ ]?)+ \".\"",
+        "root ::= \"x\" .{0,5} \"y\" | [^\\x00-\\x7F]* \"z\"",
+    };
+    for (size_t i = 0; i < sizeof gbnf / sizeof gbnf[0]; i++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            check_random_walk(tok, trie, gbnf[i], gbnf[i], 12, seed * 0x9E3779B97F4A7C15ull);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/tests/data/schemas", SNUG_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    while ((de = readdir(d))) {
+        size_t L = strlen(de->d_name);
+        if (L < 6 || strcmp(de->d_name + L - 5, ".json")) continue;
+        char path[8400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char text[65536];
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        char *g = NULL;
+        struct snug_err err = {0};
+        if (snug_json_schema_to_gbnf(text, len, &g, NULL, &err) == SNUG_OK)
+            check_random_walk(tok, trie, g, de->d_name, 16, seed += 0x9E3779B97F4A7C15ull);
+        snug_free(g);
+    }
+    closedir(d);
+}
 
 static void test_qwen_vocab(const char *fx) {
     char path[4200];
@@ -562,6 +771,7 @@ static void test_qwen_vocab(const char *fx) {
     snug_matcher_free(m);
     snug_grammar_free(g);
     snug_free(gbnf);
+    test_qwen_corpus_masks(tok, trie);
     snug_vocab_trie_free(trie);
     snug_tokenizer_free(tok);
 }
@@ -579,6 +789,7 @@ int main(void) {
     test_schema();
     test_tool_param_names();
     test_schema_corpus();
+    test_lark();
     const char *fx = test_fixtures_dir();
     if (fx) test_qwen_vocab(fx);
     snug_vocab_trie_free(TRIE);
