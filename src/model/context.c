@@ -5,8 +5,10 @@
  * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
  * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
  * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
- * snug_ctx_truncate. Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count
- * around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+ * snug_ctx_truncate; after every plain chunk the MTP step is settled (one pending row), so the
+ * state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state, model.h;
+ * the copy callbacks: ctx_prefix.c). Invariant: snug_ctx_eval allocates nothing (tests check
+ * snug_alloc_count around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
