@@ -46,9 +46,10 @@ def generate(snug):
            "cell equals `snug plan ... --ctx max` with that KV choice; a test checks it). Budget "
            "= the card minus 0.5 GiB for the driver, display and other processes; pass your own "
            "with `--vram-budget`. Each cell reads **without MTP / with MTP (3 drafts)**: "
-           "speculative decoding adds the MTP block's own f16 KV cache and the recurrent-state "
-           "snapshots. \"max\" = the model's trained context (262,144); \"—\" = the weights and "
-           "fixed buffers alone exceed the card. The plan counts weights, the attention KV "
+           "speculative decoding adds the MTP block's own KV cache (one more attention layer, "
+           "in the cell's KV format) and the recurrent-state snapshots. \"max\" = the model's "
+           "trained context (262,144); \"—\" = the weights and fixed buffers alone exceed the "
+           "card. The plan counts weights, the attention KV "
            "cache, the DeltaNet state, the per-chunk work arena (chunk 512), logits and the CUDA "
            "overheads (context and cuBLAS workspace estimated, op scratch exact); formulas in "
            "docs/memory.md.", "",

@@ -5,8 +5,10 @@
  * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
  * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
  * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
- * snug_ctx_truncate. Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count
- * around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+ * snug_ctx_truncate; after every plain chunk the MTP step is settled (one pending row), so the
+ * state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state, model.h;
+ * the copy callbacks: ctx_prefix.c). Invariant: snug_ctx_eval allocates nothing (tests check
+ * snug_alloc_count around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
@@ -192,19 +194,52 @@ int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
     return ctx->n_past;
 }
 
-/* The prefix cache's access (model.h): the host caches of a CPU context without speculative
- * state; NULL otherwise (the cache then stays out of the way). */
-struct snug_kv *snug_ctx_prefix_kv(struct snug_ctx *ctx) {
-    return ctx->device || ctx->spec ? NULL : ctx->kv;
+/* The prefix cache's access (model.h, src/model/ctx_prefix.h): the host caches of a CPU
+ * context and, with speculative decoding, the MTP block's cache and its one pending hidden row
+ * (snug_ctx_eval settles the MTP step after every plain chunk: rows [0, n_past - 1) of the MTP
+ * cache are written, the row of position n_past - 1 waits for the next token). */
+bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out) {
+    memset(out, 0, sizeof *out);
+    if (ctx->device) return false;
+    out->kv = ctx->kv;
+    out->n_past = ctx->n_past;
+    out->exportable = true;
+    struct snug_spec *sp = ctx->spec;
+    if (sp) {
+        out->mtp_kv = sp->kvp;
+        out->mtp_row = sp->hid;
+        out->n_embd = sp->H;
+        out->exportable = ctx->n_past == 0 || (sp->n_hid == 1 && sp->hid_pos0 == ctx->n_past - 1);
+    }
+    return true;
 }
 
-int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err) {
-    if (!snug_ctx_prefix_kv(ctx) || n_past < 0 || n_past > ctx->p.n_ctx)
+int32_t snug_ctx_prefix_in_place(const struct snug_ctx *ctx) {
+    const struct snug_spec *sp = ctx->spec;
+    if (!sp) return ctx->n_past;
+    /* MTP rows [0, hid_pos0) were written with the true next tokens; rows past them may hold
+     * a chained draft's */
+    return SNUG_MIN(ctx->n_past, sp->hid_pos0 + 1);
+}
+
+int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32_t n_past,
+                             struct snug_err *err) {
+    if (ctx->device || n_past < 0 || n_past > ctx->p.n_ctx || (n_past > 0 && !toks))
         return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
     ctx->n_past = n_past;
     ctx->snap_n = 0; /* the rollback point is gone */
+    struct snug_spec *sp = ctx->spec;
+    if (sp) { /* the pending MTP row (restored with the state) is position n_past - 1's */
+        snug_spec_reset(sp);
+        if (n_past > 0) {
+            sp->hid_ids[0] = toks[n_past - 1];
+            sp->hid_pos0 = n_past - 1;
+            sp->n_hid = 1;
+        }
+    }
     return SNUG_OK;
 }
+
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx) {
     return ctx->p.n_ctx;
 }
@@ -307,6 +342,15 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
         if (rc) return rc;
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
+        if (ctx->spec && !snap) { /* settle: MTP step 1 over the rows whose next token is known,
+                                     so one row stays pending after every chunk (the prefix
+                                     cache's checkpoints rely on it: snug_ctx_prefix_state) */
+            ctx_fwd_be(ctx, &f, 0);
+            float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
+            ctx->mtp_rows += snug_spec_flush_known(ctx->spec, &f, sink);
+            rc = ctx->be->ops->sync(ctx->be, err);
+            if (rc) return rc;
+        }
     }
     ctx_kv(ctx)->snap_on = false;
     return SNUG_OK;

@@ -213,12 +213,29 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);
 void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 
-/* The prefix cache's access to a context (context.c; used by the server engine): its host KV
- * and recurrent state — NULL for a CUDA context or one with speculative decoding (not
- * supported yet) — and setting the sequence length after the state and the KV rows [0, n_past)
- * were written into it (a restore). */
+/* The prefix cache's access to a context (context.c; the copy callbacks over it:
+ * src/model/ctx_prefix.h). A CPU context's caches — its KV and recurrent state and, with
+ * speculative decoding, the MTP block's KV cache and its pending hidden row ([n_embd] floats,
+ * position n_past - 1) — or false for a device context. `exportable`: the state is a
+ * checkpoint's (with MTP: exactly the row of n_past - 1 pending, which holds after every plain
+ * snug_ctx_eval; not inside a speculative step). */
 struct snug_kv;
-struct snug_kv *snug_ctx_prefix_kv(struct snug_ctx *ctx);
-int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err);
+struct snug_ctx_prefix_state {
+    struct snug_kv *kv;
+    struct snug_kv *mtp_kv; /* NULL without speculative decoding */
+    float *mtp_row;
+    int64_t n_embd;
+    int32_t n_past;
+    bool exportable;
+};
+bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out);
+/* The longest prefix of the context's own sequence a checkpoint can be restored over by its
+ * state alone (its KV rows, and the MTP rows before it, are already the context's). */
+int32_t snug_ctx_prefix_in_place(const struct snug_ctx *ctx);
+/* After the state and the KV rows [0, n_past) of toks were written into the caches (a
+ * restore), or to truncate the context to n_past tokens of its own sequence before a restore of
+ * the state alone: set the sequence length (and the pending MTP row's token and position). */
+int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32_t n_past,
+                             struct snug_err *err);
 
 #endif /* SNUG_MODEL_H */

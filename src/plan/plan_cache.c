@@ -32,6 +32,7 @@ int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p
     snprintf(lay, sizeof lay, "%.16s kv=%.12s a%d h%d d%d r%d c%lld s%lld m%d", hp->arch, kvn,
              s->n_attn, s->n_head_kv, s->head_dim, s->n_rec, (long long)s->conv_elems,
              (long long)s->delta_elems, mtp ? 1 : 0);
+    memcpy(out->layout, lay, sizeof out->layout - 1); /* the files' layout text (prefix_file.h) */
     return snug_prefix_cfg_resolve(out, err);
 }
 

@@ -24,8 +24,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SNUG_PREFIX_FILE_MAGIC   "SNUGPFX"
-#define SNUG_PREFIX_FILE_VERSION 1u
+#define SNUG_PREFIX_FILE_MAGIC "SNUGPFX"
+/* Version 2: with speculative decoding the state ends with the MTP block's pending hidden row
+ * and a KV row carries the MTP block's row of the position before it, in the trunk's K/V
+ * formats (src/model/ctx_prefix.h); version 1 files are refused (skipped with a log line). */
+#define SNUG_PREFIX_FILE_VERSION 2u
 #define SNUG_PREFIX_HEADER_BYTES 256u
 #define SNUG_PREFIX_ID_BYTES     32
 #define SNUG_PREFIX_LAYOUT_BYTES 64

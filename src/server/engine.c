@@ -9,17 +9,17 @@
  * Decode is batched across slots: every generating slot picks its token (sample, script or a
  * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
  * forward (weights read once per step for all slots); prompts still run slot by slot.
- * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts without speculative decoding):
+ * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"
 
+#include "model/ctx_prefix.h"
 #include "model/model.h"
 #include "prefix/prefix.h"
 #include "prefix/prefix_sched.h"
-#include "server/engine_prefix.h"
 
 #include "core/core.h"
 #include "engine/slots.h"
@@ -201,6 +201,7 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
             for (int32_t i = 0; i < e->n_slots && !own; i++) {
                 struct slot *s = &e->slots[i];
                 if (s->state == SLOT_FREE && s->n_toks >= h.pos &&
+                    snug_ctx_prefix_in_place(s->ctx) >= h.pos &&
                     !memcmp(s->toks, j->prompt, (size_t)h.pos * sizeof(snug_token)))
                     own = s;
             }
@@ -237,12 +238,13 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
                                           .system_end = e->pc ? j->system_end : 0,
                                           .last_end = e->pc ? j->last_end : 0};
     if (e->pc && s->hit.entry >= 0) {
-        struct snug_kv *kv = snug_ctx_prefix_kv(s->ctx);
-        struct snug_prefix_io io = snug_engine_prefix_io(kv);
+        struct snug_ctx_prefix_state st;
+        snug_ctx_prefix_state(s->ctx, &st);
+        struct snug_prefix_io io = snug_ctx_prefix_io(&st);
         struct snug_err rerr = {0};
-        if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, s->hit.pos, &rerr); /* truncate */
+        if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr); /* cut */
         if (snug_prefix_restore(e->pc, j->prompt, &s->hit, s->hit_kv, &io, &rerr) == SNUG_OK &&
-            snug_ctx_prefix_set_past(s->ctx, s->hit.pos, &rerr) == SNUG_OK) {
+            snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr) == SNUG_OK) {
             n_reuse = s->hit.pos;
             memcpy(s->toks, j->prompt, (size_t)n_reuse * sizeof(snug_token));
             s->n_toks = n_reuse;
@@ -303,7 +305,9 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
     e->stats.prompt_s += t1 - t0;
     pthread_mutex_unlock(&e->mu);
     if (e->pc && snug_prefix_checkpoint_at(&s->sched, s->n_prefilled)) {
-        struct snug_prefix_io io = snug_engine_prefix_io(snug_ctx_prefix_kv(s->ctx));
+        struct snug_ctx_prefix_state st;
+        snug_ctx_prefix_state(s->ctx, &st);
+        struct snug_prefix_io io = snug_ctx_prefix_io(&st);
         bool stored;
         if (snug_prefix_store(e->pc, j->prompt, s->n_prefilled, &io, &stored, &err) != SNUG_OK)
             snug_log(SNUG_LOG_WARN, "prefix cache: checkpoint at %d: %s\n", s->n_prefilled,
@@ -678,14 +682,15 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
-    /* the prefix cache: CPU contexts without speculative state, the store's layout theirs */
+    /* the prefix cache: CPU contexts (with their MTP state, if any), the store's layout theirs */
     if (o->prefix) {
-        if (snug_engine_prefix_fits(o->prefix, snug_ctx_prefix_kv(e->slots[0].ctx))) {
+        struct snug_ctx_prefix_state st;
+        if (snug_ctx_prefix_state(e->slots[0].ctx, &st) && snug_ctx_prefix_fits(o->prefix, &st)) {
             e->pc = o->prefix;
             e->cache_every = o->cache_every > 0 ? o->cache_every : 4096;
         } else {
-            snug_log(SNUG_LOG_WARN, "prefix cache: not used by this engine (speculative "
-                                    "decoding or a CUDA context: not supported yet)\n");
+            snug_log(SNUG_LOG_WARN, "prefix cache: not used by this engine (a CUDA context: not "
+                                    "supported yet)\n");
         }
     }
     e->stats.n_slots = e->n_slots;

@@ -11,7 +11,10 @@
 
 #include <string.h>
 
-/* The MTP block's cache: one attention layer of the trunk's attention shape. */
+/* The MTP block's cache: one attention layer of the trunk's attention shape, stored in the
+ * trunk's K/V formats (kv_type is the context's kvfmt code, src/kv/kvfmt.h: q8_0, tq4, a K/V
+ * pair...), so the MTP cache costs what one more trunk attention layer costs and the forward
+ * reads it through the same view and ops (src/arch/qwen35_mtp.c). */
 static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t n_ctx,
                                          enum snug_kv_type kv_type) {
     return (struct snug_kv_shape){
@@ -20,6 +23,7 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
         .head_dim = (int32_t)hp->head_dim,
         .n_ctx = n_ctx,
         .type = kv_type == SNUG_KV_F32 ? SNUG_DTYPE_F32 : SNUG_DTYPE_F16,
+        .fmt = (int32_t)kv_type,
     };
 }
 

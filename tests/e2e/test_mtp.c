@@ -3,6 +3,8 @@
  *  2. greedy output with speculation (k = 3, snapshot and recompute rollback) equals plain
  *     greedy decoding, 256 tokens, several prompts from ppl_ids.json;
  *  3. mean tokens per verification with 3 greedy drafts over held-out prompts (reference 3.05);
+ *     the MTP block's cache in the trunk's format (f16, q8_0, tq4, q8_0/tq4: issue 16) keeps
+ *     greedy exactness and the acceptance length within noise of f16's;
  *  4. rollback exactness: after a rejected draft, the next logits equal those of a context that
  *     decoded the same tokens one at a time;
  *  5. temperature 1: the first token of a speculative step follows the target distribution
@@ -10,20 +12,31 @@
  * Read next: src/speculative/speculative.h, docs/spec-decode.md. */
 #include "test_fixtures_common.h"
 
+#include "kv/kvfmt.h"
+#include "model/model.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
+
+#include <math.h>
 
 #define V_MAX 4096
 
 static struct snug_model *M;
 static int32_t V;
+static int KV = SNUG_KV_F32; /* mk_ctx's cache format (test_kv_formats changes it) */
 
 static struct snug_ctx *mk_ctx(int32_t n_draft, int32_t n_ctx) {
     struct snug_err err = {0};
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = n_ctx;
     cp.n_chunk = 64;
-    cp.kv_type = SNUG_KV_F32;
+    int kf, vf;
+    if (KV >= SNUG_KVFMT_N && snug_kvfmt_split(KV, &kf, &vf)) { /* a K/V pair */
+        cp.kv_type_k = kf;
+        cp.kv_type_v = vf;
+    } else {
+        cp.kv_type = KV;
+    }
     cp.n_draft = n_draft;
     struct snug_ctx *c = NULL;
     int rc = snug_ctx_init(&c, M, &cp, &err);
@@ -188,6 +201,58 @@ static void test_greedy(const int32_t *ppl, int32_t nppl) {
            (double)tot.accepted_at[1] / (double)tot.proposed_at[1],
            (double)tot.accepted_at[2] / (double)tot.proposed_at[2]);
     CHECKF(mean >= 2.5, "mean tokens per verification %.3f: drafting semantics wrong?", mean);
+    free(a);
+    free(b);
+}
+
+/* Issue 16: the MTP block's cache is stored in the trunk's format. For f16, q8_0 and tq4 (and
+ * the q8_0/tq4 K/V pair): the MTP cache's view has the trunk's formats, speculative greedy
+ * equals plain greedy of the same format, and the acceptance length stays within noise of
+ * f16's (the drafts read a quantized cache like every trunk attention layer). */
+static void test_kv_formats(const int32_t *ppl, int32_t nppl) {
+    const int32_t NP = 32, NGEN = FX_SANITIZED ? 48 : 128;
+    const int32_t offs[] = {0, 1024, 2048, 3072};
+    const int n_prompts = FX_SANITIZED ? 1 : 4;
+    const int fmts[] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_TQ4,
+                        snug_kvfmt_code(SNUG_KV_Q8_0, SNUG_KV_TQ4)};
+    int32_t *a = malloc((size_t)NGEN * 4), *b = malloc((size_t)NGEN * 4);
+    double mean_f16 = 0;
+    for (int fi = 0; fi < 4; fi++) {
+        KV = fmts[fi];
+        char name[24];
+        snug_kvfmt_code_name(KV, name, sizeof name);
+        struct snug_ctx *c = mk_ctx(3, 64);
+        struct snug_kv *mk = snug_ctx_spec(c)->kvp;
+        struct snug_ctx_prefix_state st;
+        CHECK(snug_ctx_prefix_state(c, &st));
+        CHECKF(mk->views[0].type == st.kv->views[0].type &&
+                   mk->views[0].k_fmt == st.kv->views[0].k_fmt &&
+                   mk->views[0].v_fmt == st.kv->views[0].v_fmt &&
+                   snug_kv_bytes_per_token(&mk->shape) * (size_t)st.kv->shape.n_attn ==
+                       snug_kv_bytes_per_token(&st.kv->shape),
+               "%s: the MTP cache is not in the trunk's format", name);
+        snug_ctx_free(c);
+        int64_t steps = 0, emitted = 0;
+        for (int pi = 0; pi < n_prompts; pi++) {
+            if (offs[pi] + NP > nppl) continue;
+            greedy_plain(ppl + offs[pi], NP, NGEN, a);
+            struct snug_spec_stats s = greedy_spec(ppl + offs[pi], NP, NGEN, 3, false, b);
+            int32_t same = 0;
+            while (same < NGEN && a[same] == b[same]) same++;
+            CHECKF(same == NGEN, "%s, prompt @%d: speculative greedy differs at token %d", name,
+                   offs[pi], same);
+            steps += s.n_steps;
+            emitted += s.n_emitted;
+        }
+        double mean = (double)emitted / (double)(steps ? steps : 1);
+        if (fi == 0) mean_f16 = mean;
+        printf("kv %-9s (MTP cache too): %.3f tokens per verification over %d prompts (f16 "
+               "%.3f)\n",
+               name, mean, n_prompts, mean_f16);
+        CHECKF(fabs(mean - mean_f16) <= 0.2, "%s: acceptance %.3f vs f16 %.3f", name, mean,
+               mean_f16);
+    }
+    KV = SNUG_KV_F32;
     free(a);
     free(b);
 }
@@ -411,6 +476,7 @@ int main(void) {
     test_mtp_logits(dir);
     if (ppl) {
         test_greedy(ppl, nppl);
+        test_kv_formats(ppl, nppl);
         test_rollback(ppl);
         test_temperature(ppl, nppl);
     }

@@ -23,7 +23,7 @@ def image(pos, base, parent_key):
     key = 0x1234567890ABCDEF + pos
     h = bytearray(256)
     h[0:8] = b"SNUGPFX\0"
-    struct.pack_into("<II", h, 8, 1, 256)
+    struct.pack_into("<II", h, 8, 2, 256)  # version 2
     h[16:48] = b"\x5a" * 32
     h[48:52] = b"fuzz"
     struct.pack_into("<QQiiQQQI", h, 112, 40, 8, pos, base, key, parent_key, len(payload),

@@ -98,6 +98,17 @@ def test_formulas():
     _, d, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--mtp", "3")
     check(d["items"]["state snapshots (mtp)"] == 4 * 48 * (3 * 10240 + 48 * 128 * 128) * 4,
           "mtp snapshots")
+    # the MTP block's cache is one more attention layer in the trunk's format (issue 16): going
+    # from f16 to a smaller format saves 1/16 of what the 16 trunk layers save
+    mtp = {}
+    for kv in ("f16", "q8_0", "tq4"):
+        _, q, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--mtp", "3",
+                       "--ctx", "65536", "--kv", kv)
+        mtp[kv] = (q["items"]["mtp kv cache + draft buffers"], q["items"]["kv cache (attention)"])
+    for kv in ("q8_0", "tq4"):
+        saved_mtp, saved_trunk = mtp["f16"][0] - mtp[kv][0], mtp["f16"][1] - mtp[kv][1]
+        check(saved_mtp > 0 and 16 * saved_mtp == saved_trunk,
+              f"mtp cache in {kv}: saves {saved_mtp} bytes, the 16 trunk layers {saved_trunk}")
     # slots multiply the per-sequence items
     _, e, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--slots", "3")
     check(e["items"]["kv cache (attention)"] == 3 * a["items"]["kv cache (attention)"], "slots")

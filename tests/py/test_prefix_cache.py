@@ -1,5 +1,6 @@
 """test_prefix_cache.py — the prefix cache end to end on the trained fixture (CPU, greedy,
---spec-draft 0: the cache is not used with speculative decoding yet), issue 17's acceptance:
+--spec-draft 0; test_prefix_cache_spec.py runs the same with --spec-draft 3, the checkpoints then
+carrying the MTP block's state), issue 17's acceptance:
 
 1. The 10-turn agent replay (tests/data/agent_replay/sample.json: tool calls and results,
    thinking on, the client never sends reasoning back) against a cold server (no cache) and a
@@ -32,11 +33,12 @@ import openai  # noqa: E402
 REPLAY = os.path.join(SRC, "tests", "data", "agent_replay", "sample.json")
 
 
-def start(model, tmp, name, extra):
+def start(model, tmp, name, extra, spec=0):
     port_file = os.path.join(tmp, name + ".port")
     log = open(os.path.join(tmp, name + ".log"), "w")
     p = subprocess.Popen([SNUG, "serve", "-m", model, "--port", "0", "--port-file", port_file,
-                          "--spec-draft", "0", *extra], stdout=subprocess.DEVNULL, stderr=log)
+                          "--spec-draft", str(spec), *extra], stdout=subprocess.DEVNULL,
+                         stderr=log)
     for _ in range(600):
         if os.path.exists(port_file) and open(port_file).read().strip():
             return p, f"http://127.0.0.1:{int(open(port_file).read())}"
@@ -85,7 +87,7 @@ def n_tokens(url, text):
 def metrics(url):
     out = {}
     for line in urllib.request.urlopen(url + "/metrics", timeout=30).read().decode().splitlines():
-        if line.startswith("snug_prefix_cache") and " " in line:
+        if line.startswith(("snug_prefix_cache", "snug_spec_")) and " " in line:
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
     return out
@@ -112,7 +114,8 @@ def same_output(stream_out, got):
             stream_out["content"].strip() == got["content"].strip() and calls == got["tool_calls"])
 
 
-def main():
+def main(spec=0):
+    """spec: the --spec-draft of every server (0: none)."""
     res = Results()
     fx = fixtures_dir(res)
     if not fx:
@@ -124,8 +127,8 @@ def main():
         cache = os.path.join(tmp, "cache")
         flags = ["--cache-ram", "64MiB", "--cache-dir", cache]
 
-        cold_p, cold = start(model, tmp, "cold", [])
-        warm_p, warm = start(model, tmp, "warm", flags)
+        cold_p, cold = start(model, tmp, "cold", [], spec)
+        warm_p, warm = start(model, tmp, "warm", flags, spec)
         try:
             gen = n_tokens(cold, "<|im_start|>assistant\n<think>\n")
             a = replay(cold)["turns"]
@@ -149,6 +152,13 @@ def main():
             hits = m.get("snug_prefix_cache_hits_total", 0)
             disk = m.get('snug_prefix_cache_checkpoints{tier="disk"}', 0)
             res.check(hits >= 9 and disk > 0, f"/metrics: hits {hits}, disk checkpoints {disk}")
+            if spec:  # the drafts of a restored slot are accepted as a cold slot's are
+                mc = metrics(cold)
+                la = mc.get("snug_spec_mean_acceptance_length", 0)
+                lb = m.get("snug_spec_mean_acceptance_length", 0)
+                res.check(la > 1.5 and lb > 1.5 and abs(la - lb) <= 0.25,
+                          f"speculation: {lb:.3f} tokens per verification with the cache, "
+                          f"{la:.3f} without")
             # two conversations sharing the system prompt
             other = dict(doc)
             other["turns"] = [{"messages": [{"role": "user", "content":
@@ -167,8 +177,9 @@ def main():
                       f"{sys_tokens}), same output")
         finally:
             stop(warm_p)
+            stop(cold_p)
         # restart on the disk tier: the last request again, openai client
-        warm_p, warm = start(model, tmp, "warm2", flags)
+        warm_p, warm = start(model, tmp, "warm2", flags, spec)
         try:
             out, cached, pt = ask(warm, doc, reqs[9])
             m = metrics(warm)
@@ -193,7 +204,7 @@ def main():
                 b7 = fh.read(1)
                 fh.seek(size - 7)
                 fh.write(bytes([b7[0] ^ 0x5A]))
-        warm_p, warm = start(model, tmp, "warm3", flags)
+        warm_p, warm = start(model, tmp, "warm3", flags, spec)
         try:
             out, cached, pt = ask(warm, doc, reqs[9])
             res.check(same_output(a[9]["output"], out), "corrupted files: still the cold output")
