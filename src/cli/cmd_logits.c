@@ -1,7 +1,9 @@
 /* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
- * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]`: one forward over a JSON array of
- * token ids, writing the [T][V] float32 logits (little-endian, row-major) — the format of the
- * fixtures' logits.f32.
+ * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp] [--mmproj F --image IMG ...]`: one
+ * forward over a JSON array of token ids, writing the [T][V] float32 logits (little-endian,
+ * row-major) — the format of the fixtures' logits.f32.
+ * --mmproj/--image: the images' rows replace the ids' runs of <|image_pad|> (cli_images.c).
+ * --greedy N: then N greedy tokens, one decode step each, printed as a JSON array on stdout.
  * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
@@ -50,7 +52,9 @@ static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
                     "[--chunk N] [--kv TYPE] "
                     "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
-                    "[--kv-v TYPE] [--ctx N] [--mtp]\n"
+                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N]\n"
+                    "                   [--mmproj F --image IMG... [--min-image-pixels N] "
+                    "[--max-image-pixels N]]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
                     "and V)\n");
     return 2;
@@ -60,8 +64,9 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
-    long threads = 0, chunk = 0, n_ctx = 0;
+    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0;
     int mtp = 0;
+    struct cli_images ci = CLI_IMAGES_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r;
@@ -75,12 +80,17 @@ int cmd_logits(int argc, char **argv) {
             if (r < 0) return 2;
         } else if ((r = cli_backend_flag(argc, argv, &i, "logits", &bk)) != 0) {
             if (r < 0) return 2;
+        } else if ((r = cli_images_flag(argc, argv, &i, "logits", &ci)) != 0) {
+            if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!cli_int(argc, argv, &i, &chunk)) return 2;
         } else if (!strcmp(a, "--mtp")) {
             mtp = 1;
+        } else if (!strcmp(a, "--greedy")) {
+            if (!cli_int(argc, argv, &i, &greedy)) return 2;
+            if (greedy < 0 || greedy > 1 << 20) return usage();
         } else if (!strcmp(a, "--ctx")) {
             if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
         } else {
@@ -100,8 +110,19 @@ int cmd_logits(int argc, char **argv) {
     int ret = 1;
     struct snug_model_params mp = {.path = model, .n_threads = (int)threads};
     if (snug_model_load(&m, &mp, &err)) goto done;
+    if (ci.n) {
+        if (mtp) {
+            snug_err_set(&err, SNUG_ERR_UNSUPPORTED, "--mtp with --image is not supported");
+            goto done;
+        }
+        if (cli_images_encode(&ci, m, bk.backend, (int)threads, &err)) goto done;
+        snug_token *placed = cli_images_place(&ci, m, ids, n, 0, &n, &err);
+        if (!placed) goto done;
+        free(ids);
+        ids = placed;
+    }
     struct snug_ctx_params cp = snug_ctx_default_params();
-    cp.n_ctx = n_ctx ? (int32_t)n_ctx : n;
+    cp.n_ctx = n_ctx ? (int32_t)n_ctx : n + (int32_t)greedy;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
     cli_kv_params(&kv, &cp);
     cli_backend_params(&bk, &cp);
@@ -121,7 +142,8 @@ int cmd_logits(int argc, char **argv) {
     if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
         if (snug_ctx_eval_mtp(ctx, ids, n, NULL, logits, &err)) goto done;
         n -= 1;
-    } else if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) {
+    } else if (snug_ctx_eval_images(ctx, ids, n, ci.rows, ci.n, logits, SNUG_EVAL_LOGITS_ALL,
+                                    &err)) {
         goto done;
     }
     cli_backend_report(&bk, "after the prompt");
@@ -136,12 +158,27 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     fprintf(stderr, "snug logits: wrote [%d][%zu] float32 to %s\n", n, V, out_path);
+    if (greedy > 0) { /* argmax, one decode step per token (the row after the prompt's last) */
+        const float *row = logits + (size_t)(n - 1) * V;
+        printf("[");
+        for (long g = 0; g < greedy; g++) {
+            snug_token best = 0;
+            for (size_t v = 1; v < V; v++)
+                if (row[v] > row[best]) best = (snug_token)v;
+            printf("%s%d", g ? ", " : "", best);
+            if (g + 1 == greedy) break;
+            if (snug_ctx_eval(ctx, &best, 1, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto done;
+            row = logits;
+        }
+        printf("]\n");
+    }
     ret = 0;
 done:
     if (ret) cli_fail("logits", &err);
     free(logits);
     snug_ctx_free(ctx);
     snug_model_free(m);
+    cli_images_free(&ci);
     free(ids);
     return ret;
 }

@@ -27,10 +27,16 @@ struct snug_ctx {
     struct snug_be *be; /* the backend instance: caches, work arena (backend.h) */
     struct snug_kv *kv; /* this sequence's slot of it */
     struct snug_arena *work;
-    int32_t *pos;          /* [n_chunk] host */
-    struct snug_kv **rows; /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
-                              pos_bytes: rows first, then pos, in one block) */
+    int32_t *pos;            /* [n_chunk] host */
+    struct snug_kv **rows;   /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
+                                pos_bytes: rows, embd_rows, pos, rope3 in one block) */
+    const float **embd_rows; /* [n_chunk] a multimodal step's input rows (model.h) */
+    int32_t *rope3;          /* [n_chunk][3] and its rotary positions (t, h, w) */
     int32_t n_past;
+    /* The rotary position of the next token minus n_past: 0 for text, positive after an image
+     * (its rows take max(rows, cols) positions, docs/vision.md step 6). Non-zero: every step
+     * runs with 3-D positions (CPU only). */
+    int32_t rope_delta;
     snug_layer_hook hook;
     void *hook_user;
     struct snug_spec *spec; /* NULL unless n_draft > 0 */
@@ -59,7 +65,9 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     c->work = be->ops->work(be);
     c->rows = snug_malloc(plan->pos_bytes);
     if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-    c->pos = (int32_t *)(c->rows + plan->lim.n_chunk);
+    c->embd_rows = (const float **)(c->rows + plan->lim.n_chunk);
+    c->pos = (int32_t *)(c->embd_rows + plan->lim.n_chunk);
+    c->rope3 = c->pos + plan->lim.n_chunk;
     if (p->n_draft > 0) {
         struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
         if (mtp_kv) /* the MTP cache and rows in the backend's memory */
@@ -183,6 +191,7 @@ void snug_ctx_free(struct snug_ctx *ctx) {
 
 void snug_ctx_reset(struct snug_ctx *ctx) {
     ctx->n_past = 0;
+    ctx->rope_delta = 0;
     ctx->snap_n = 0;
     ctx->be->ops->reset_slot(ctx->be, ctx->slot);
     if (ctx->spec) snug_spec_reset(ctx->spec);
@@ -202,7 +211,8 @@ int snug_ctx_prefix_set_past(struct snug_ctx *ctx, int32_t n_past, struct snug_e
     if (!snug_ctx_prefix_kv(ctx) || n_past < 0 || n_past > ctx->p.n_ctx)
         return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
     ctx->n_past = n_past;
-    ctx->snap_n = 0; /* the rollback point is gone */
+    ctx->rope_delta = 0; /* the cached prefixes are text (images are not cached yet) */
+    ctx->snap_n = 0;     /* the rollback point is gone */
     return SNUG_OK;
 }
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx) {
@@ -240,10 +250,89 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     f->pos_be = dpos;
 }
 
-/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+/* The images of a multimodal eval: in order, inside the n ids, not overlapping, with rows;
+ * and a context that can run them (CPU, no speculative decoding, M-RoPE within the op's bound). */
+static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug_image_rows *im,
+                        int32_t n_images, struct snug_err *err) {
+    if (n_images < 0 || (n_images > 0 && !im))
+        return snug_err_set(err, SNUG_ERR_INVALID, "eval: %d images%s", n_images,
+                            n_images > 0 ? " but no image array" : "");
+    if (n_images == 0) return SNUG_OK;
+    if (ctx->device)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images run on the CPU backend only for now (--backend cpu)");
+    if (ctx->spec)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images with speculative decoding (n_draft %d) are not supported; use "
+                            "a context without MTP drafts",
+                            ctx->p.n_draft);
+    if (ctx->m->hp.n_rot / 2 > SNUG_ROPE_MAX_PAIRS)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images: rope.dimension_count %u is above the multimodal rotary's "
+                            "%d",
+                            ctx->m->hp.n_rot, 2 * SNUG_ROPE_MAX_PAIRS);
+    int64_t end = 0;
+    for (int32_t k = 0; k < n_images; k++) {
+        const struct snug_image_rows *r = &im[k];
+        if (!r->embd || r->rows <= 0 || r->cols <= 0 || r->first < end ||
+            (int64_t)r->first + (int64_t)r->rows * r->cols > n)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "eval: image %d (rows %d..+%d×%d) is not inside the %d ids after "
+                                "the previous image, or has no rows",
+                                k, r->first, r->rows, r->cols, n);
+        end = (int64_t)r->first + (int64_t)r->rows * r->cols;
+    }
+    return SNUG_OK;
+}
+
+/* Walks a multimodal eval's rows across chunks: which image row is next, and the rotary
+ * position the next text token takes. */
+struct mm_walk {
+    const struct snug_image_rows *im;
+    int32_t n_images, k; /* next image */
+    int32_t p;           /* rotary position of the next text token */
+    int32_t s;           /* the current image's first position */
+};
+
+/* Fill a step's rope3 and embd_rows for rows [off, off + T) of the eval: text rows at
+ * t = h = w = p (then p + 1); image rows at (s, s + row, s + col) of the merged grid with their
+ * merger output as input; after an image the text continues at s + max(rows, cols)
+ * (transformers' Qwen3_5Model.get_rope_index). */
+static void mm_fill(struct snug_ctx *ctx, struct mm_walk *w, int32_t off, int32_t T) {
+    int64_t H = ctx->m->hp.n_embd;
+    for (int32_t i = 0; i < T; i++) {
+        int32_t g = off + i, *r3 = ctx->rope3 + 3 * i;
+        const struct snug_image_rows *im = w->k < w->n_images ? &w->im[w->k] : NULL;
+        if (!im || g < im->first) {
+            r3[0] = r3[1] = r3[2] = w->p++;
+            ctx->embd_rows[i] = NULL;
+            continue;
+        }
+        int32_t j = g - im->first;
+        if (j == 0) w->s = w->p;
+        r3[0] = w->s;
+        r3[1] = w->s + j / im->cols;
+        r3[2] = w->s + j % im->cols;
+        ctx->embd_rows[i] = im->embd + (int64_t)j * H;
+        if (j == im->rows * im->cols - 1) {
+            w->p = w->s + SNUG_MAX(im->rows, im->cols);
+            w->k++;
+        }
+    }
+}
+
 int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
                   unsigned flags, struct snug_err *err) {
+    return snug_ctx_eval_images(ctx, ids, n, NULL, 0, logits_out, flags, err);
+}
+
+/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
+                         const struct snug_image_rows *images, int32_t n_images, float *logits_out,
+                         unsigned flags, struct snug_err *err) {
     const struct snug_model *m = ctx->m;
+    int rc = check_images(ctx, n, images, n_images, err);
+    if (rc) return rc;
     if (n < 0 || (n > 0 && !ids))
         return snug_err_set(err, SNUG_ERR_INVALID, "eval: %d tokens%s", n,
                             n > 0 ? " but no id array" : "");
@@ -271,6 +360,8 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
     if (recompute) ctx_snap(ctx, 0, true); /* the state before the verification */
     ctx_kv(ctx)->snap_on = snap && !recompute;
     if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
+    bool mm = n_images > 0 || ctx->rope_delta != 0;
+    struct mm_walk walk = {.im = images, .n_images = n_images, .p = ctx->n_past + ctx->rope_delta};
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
         for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
@@ -295,6 +386,11 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
+        if (mm) {
+            mm_fill(ctx, &walk, off, T);
+            f.rope3 = ctx->rope3;
+            f.embd_rows = ctx->embd_rows;
+        }
         ctx_fwd_be(ctx, &f, T); /* activations, caches, positions in the backend's memory */
         if (ctx->spec) {        /* the pending rows learn their next token: MTP step 1 over them */
             float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
@@ -308,6 +404,7 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }
+    if (mm) ctx->rope_delta = walk.p - ctx->n_past;
     ctx_kv(ctx)->snap_on = false;
     return SNUG_OK;
 }
@@ -352,7 +449,7 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
         /* one forward runs on one backend instance: CPU contexts share ops over host memory,
          * device contexts must be slots of the same instance (src/engine/slots.h) */
         if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
-        if (c->spec || c->hook || split) batched = false;
+        if (c->spec || c->hook || split || c->rope_delta) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */

@@ -210,7 +210,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     /* the step's position table and, for a batched decode across slots
      * (snug_ctx_eval_batch), its row → cache table: n_chunk of each. Each slot's sequence
      * handle keeps one (the host copy the backend uploads from). */
-    out->pos_bytes = (size_t)lim.n_chunk * (sizeof(int32_t) + sizeof(void *));
+    /* (and a multimodal step's input rows and 3-D rotary positions, snug_ctx_eval_images) */
+    out->pos_bytes = (size_t)lim.n_chunk * (4 * sizeof(int32_t) + 2 * sizeof(void *));
     slot_item(out, "positions + batch rows", out->pos_bytes, SNUG_DEVICE_HOST);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
     slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);

@@ -51,4 +51,26 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
                        int32_t grid_h, int32_t grid_w, float *out, void *work, size_t work_bytes,
                        struct snug_err *err);
 
+/* The Qwen3.5/3.6 processor's pixel bounds (preprocessor_config.json of the released models:
+ * size.shortest_edge 65,536 and size.longest_edge 16,777,216, in pixels): an image is resized
+ * into [min, max] pixels. SNUG_VISION_PIXELS_LIMIT caps --max-image-pixels; an encoded file
+ * of more than SNUG_VISION_DECODE_LIMIT pixels is refused before decoding (image.h). */
+#define SNUG_VISION_MIN_PIXELS   65536
+#define SNUG_VISION_MAX_PIXELS   16777216
+#define SNUG_VISION_PIXELS_LIMIT (1LL << 28)
+#define SNUG_VISION_DECODE_LIMIT (1LL << 28)
+
+/* An encoded image (encode.c): rows × cols merged grid, its rows [rows·cols][out_dim]. */
+struct snug_vision_rows {
+    int32_t rows, cols;
+    int32_t src_w, src_h; /* the decoded image's size */
+    float *embd;          /* snug_malloc'd; snug_vision_rows_free */
+};
+/* Decode PNG/JPEG/WebP bytes, resize into [min_pixels, max_pixels] by the smart-resize rule,
+ * cut into patches and run the tower (pool may be NULL). */
+int snug_vision_encode_bytes(const struct snug_vision *v, struct snug_pool *pool,
+                             const uint8_t *bytes, size_t n, int64_t min_pixels, int64_t max_pixels,
+                             struct snug_vision_rows *out, struct snug_err *err);
+void snug_vision_rows_free(struct snug_vision_rows *r); /* NULL is a no-op */
+
 #endif /* SNUG_VISION_H */
