@@ -79,6 +79,13 @@ static void add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum
             p->model_device_bytes += bytes;
     }
 }
+int snug_plan_add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                       struct snug_err *err) {
+    if (p->n_items >= SNUG_PLAN_MAX_ITEMS)
+        return snug_err_set(err, SNUG_ERR_INTERNAL, "plan: no room for the item '%s'", name);
+    add_item(p, name, bytes, dev, false, SNUG_PLAN_PER_MODEL, 0);
+    return SNUG_OK;
+}
 /* A buffer the model holds once. */
 static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
                  bool estimated) {

@@ -73,4 +73,32 @@ int snug_vision_encode_bytes(const struct snug_vision *v, struct snug_pool *pool
                              struct snug_vision_rows *out, struct snug_err *err);
 void snug_vision_rows_free(struct snug_vision_rows *r); /* NULL is a no-op */
 
+/* ---- planning (vision_plan.c) ---- */
+/* snug_vision_work_bytes from hyper-parameters alone (the planner's; same layout). */
+size_t snug_vision_work_bytes_hp(const struct snug_vision_hparams *hp, int64_t n_patches,
+                                 int n_threads);
+uint64_t snug_vision_weight_bytes(const struct snug_vision *v); /* every mmproj tensor */
+/* The bytes of an f16 mmproj of this shape (matrices f16, vectors and positions f32). */
+uint64_t snug_vision_f16_bytes(const struct snug_vision_hparams *hp);
+/* The released Qwen3.5/3.6 tower's shape ("qwen3.5") projecting to out_dim (the text model's
+ * hidden size), and the bytes of its f16 mmproj. */
+int snug_vision_preset(const char *name, int32_t out_dim, struct snug_vision_hparams *hp,
+                       uint64_t *weight_bytes, struct snug_err *err);
+/* The tower's memory for images of at most max_pixels pixels after the resize. */
+struct snug_vision_plan {
+    uint64_t weight_bytes; /* the mmproj's tensors */
+    uint64_t work_bytes;   /* snug_vision_encode's work for the largest image */
+    uint64_t image_bytes;  /* its resized RGB, patches and projector rows */
+    int64_t max_patches;   /* patches of the largest image */
+    int64_t max_tokens;    /* its context tokens (merged rows) */
+};
+int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
+                          int64_t max_pixels, int n_threads, struct snug_vision_plan *out,
+                          struct snug_err *err);
+/* Add the three items to a plan (host memory: the tower runs on the CPU). */
+struct snug_plan;
+int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
+                         struct snug_err *err);
+uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp);
+
 #endif /* SNUG_VISION_H */

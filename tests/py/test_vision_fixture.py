@@ -157,7 +157,50 @@ def main():
                                            for s in rs["sizes"]), "10 smart-resize references")
     test_image_prompt(r, ids, ref_all(T, V), T, V)
     test_server_refuses(r)
+    test_plan(r)
     r.done()
+
+
+def test_plan(r):
+    """`snug plan --mmproj` / `--vision-preset`: the tower's weights equal the mmproj's tensor
+    bytes and the f16 layout restated here; the largest image's tokens follow the pixel bound;
+    the contexts reported leave room for the tower."""
+    text, mmproj = os.path.join(D, "text-f16.gguf"), os.path.join(D, "mmproj-f16.gguf")
+
+    def f16_bytes(D_, F, L, P, M, S, O):  # matrices f16, vectors and positions f32
+        M4 = M * M * D_
+        return (2 * (2 * P * P * 3 * D_ + L * (3 * D_ * D_ + D_ * D_ + 2 * D_ * F) + M4 * M4 +
+                     M4 * O) + 4 * (D_ + S * S * D_ + L * (9 * D_ + F) + 2 * D_ + M4 + O))
+
+    j = json.loads(run("plan", "-m", text, "--mmproj", mmproj, "--max-image-pixels", 131072,
+                       "--json").stdout)
+    size = os.path.getsize(mmproj)
+    want = f16_bytes(64, 128, 2, 16, 2, 8, 128)
+    v = j["vision"]
+    r.check(v["weights_bytes"] == want and want < size < want + 65536,
+            f"plan --mmproj: weights {v['weights_bytes']} = the f16 layout {want} (file {size})")
+    r.check(v["image_tokens"] == 128 and v["image_patches"] == 512 and v["work_bytes"] > 0 and
+            all(k in j["items"] for k in ("vision weights (mmproj)",
+                                          "vision encoder work (largest image)")),
+            f"plan --mmproj: 131072 pixels = 128 tokens, 512 patches; items listed")
+    # the released tower's preset on the 27B (CPU budget): less context with vision, by the
+    # tower's bytes (the KV bytes per token times the context lost covers them)
+    base = ["plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--budget", "40GiB",
+            "--table", "--json", "--threads", 1]
+    t0 = json.loads(run(*base).stdout)
+    t1 = json.loads(run(*base, "--vision-preset", "qwen3.5").stdout)
+    vb = t1["vision"]["bytes"]
+    ok = vb > 10 ** 9 and t1["vision"]["image_tokens"] == 16384
+    smaller = 0
+    for a, b in zip(t0["rows"], t1["rows"]):
+        ok &= b["max_ctx"] <= a["max_ctx"] and b["total_bytes"] + vb <= 40 * 2 ** 30
+        smaller += b["max_ctx"] < a["max_ctx"]
+    r.check(ok and smaller > 0, f"plan --table --vision-preset qwen3.5 (27B, 40 GiB cpu): no "
+            f"row's context larger, {smaller} smaller, plan + tower ({vb / 2 ** 30:.2f} GiB) "
+            f"within the budget")
+    p = run("plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vision-preset", "nope",
+            check=False)
+    r.check(p.returncode != 0 and "qwen3.5" in p.stderr, "unknown vision preset: refused")
 
 
 def ref_all(T, V):
