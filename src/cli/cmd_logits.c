@@ -4,9 +4,13 @@
  * row-major) — the format of the fixtures' logits.f32.
  * --mmproj/--image: the images' rows replace the ids' runs of <|image_pad|> (cli_images.c).
  * --greedy N: then N greedy tokens, one decode step each, printed as a JSON array on stdout.
+ * --split N: the ids in evals of N tokens (an image may span two: each eval gets the images it
+ * overlaps, positioned relative to it — how a server feeds a prompt in pieces).
  * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
+
+#include "core/core.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -52,7 +56,7 @@ static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
                     "[--chunk N] [--kv TYPE] "
                     "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
-                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N]\n"
+                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N]\n"
                     "                   [--mmproj F --image IMG... [--min-image-pixels N] "
                     "[--max-image-pixels N]]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
@@ -64,7 +68,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
-    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0;
+    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0, split = 0;
     int mtp = 0;
     struct cli_images ci = CLI_IMAGES_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -88,6 +92,9 @@ int cmd_logits(int argc, char **argv) {
             if (!cli_int(argc, argv, &i, &chunk)) return 2;
         } else if (!strcmp(a, "--mtp")) {
             mtp = 1;
+        } else if (!strcmp(a, "--split")) {
+            if (!cli_int(argc, argv, &i, &split)) return 2;
+            if (split < 1 || split > INT32_MAX) return usage();
         } else if (!strcmp(a, "--greedy")) {
             if (!cli_int(argc, argv, &i, &greedy)) return 2;
             if (greedy < 0 || greedy > 1 << 20) return usage();
@@ -142,9 +149,20 @@ int cmd_logits(int argc, char **argv) {
     if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
         if (snug_ctx_eval_mtp(ctx, ids, n, NULL, logits, &err)) goto done;
         n -= 1;
-    } else if (snug_ctx_eval_images(ctx, ids, n, ci.rows, ci.n, logits, SNUG_EVAL_LOGITS_ALL,
-                                    &err)) {
-        goto done;
+    } else {
+        int32_t step = split ? (int32_t)split : n;
+        for (int32_t off = 0; off < n; off += step) {
+            int32_t len = SNUG_MIN(step, n - off), k_n = 0;
+            struct snug_image_rows part[CLI_MAX_IMAGES];
+            for (int k = 0; k < ci.n; k++) { /* the images this eval overlaps, relative to it */
+                struct snug_image_rows r = ci.rows[k];
+                r.first -= off;
+                if (r.first < len && r.first + r.rows * r.cols > 0) part[k_n++] = r;
+            }
+            if (snug_ctx_eval_images(ctx, ids + off, len, part, k_n, logits + (size_t)off * V,
+                                     SNUG_EVAL_LOGITS_ALL, &err))
+                goto done;
+        }
     }
     cli_backend_report(&bk, "after the prompt");
     FILE *f = fopen(out_path, "wb");

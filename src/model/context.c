@@ -33,9 +33,9 @@ struct snug_ctx {
     const float **embd_rows; /* [n_chunk] a multimodal step's input rows (model.h) */
     int32_t *rope3;          /* [n_chunk][3] and its rotary positions (t, h, w) */
     int32_t n_past;
-    /* The rotary position of the next token minus n_past: 0 for text, positive after an image
-     * (its rows take max(rows, cols) positions, docs/vision.md step 6). Non-zero: every step
-     * runs with 3-D positions (CPU only). */
+    /* The rotary position of the next token minus n_past: 0 for text, negative after an image
+     * (its rows·cols rows take max(rows, cols) positions, docs/vision.md step 6). Non-zero:
+     * every step runs with 3-D positions (CPU only). */
     int32_t rope_delta;
     snug_layer_hook hook;
     void *hook_user;
@@ -271,52 +271,48 @@ static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug
                             "images: rope.dimension_count %u is above the multimodal rotary's "
                             "%d",
                             ctx->m->hp.n_rot, 2 * SNUG_ROPE_MAX_PAIRS);
-    int64_t end = 0;
+    int64_t end = -(int64_t)ctx->n_past; /* an image may have begun in an earlier eval */
     for (int32_t k = 0; k < n_images; k++) {
         const struct snug_image_rows *r = &im[k];
-        if (!r->embd || r->rows <= 0 || r->cols <= 0 || r->first < end ||
-            (int64_t)r->first + (int64_t)r->rows * r->cols > n)
+        int64_t last = (int64_t)r->first + (int64_t)r->rows * r->cols; /* one past */
+        if (!r->embd || r->rows <= 0 || r->cols <= 0 || r->first < end || last <= 0 ||
+            r->first >= n || (int64_t)r->rows * r->cols > INT32_MAX)
             return snug_err_set(err, SNUG_ERR_INVALID,
-                                "eval: image %d (rows %d..+%d×%d) is not inside the %d ids after "
-                                "the previous image, or has no rows",
+                                "eval: image %d (rows %d..+%d×%d) does not overlap the %d ids, "
+                                "overlaps the previous image, or has no rows",
                                 k, r->first, r->rows, r->cols, n);
-        end = (int64_t)r->first + (int64_t)r->rows * r->cols;
+        end = last;
     }
     return SNUG_OK;
 }
 
-/* Walks a multimodal eval's rows across chunks: which image row is next, and the rotary
- * position the next text token takes. */
-struct mm_walk {
-    const struct snug_image_rows *im;
-    int32_t n_images, k; /* next image */
-    int32_t p;           /* rotary position of the next text token */
-    int32_t s;           /* the current image's first position */
-};
-
-/* Fill a step's rope3 and embd_rows for rows [off, off + T) of the eval: text rows at
- * t = h = w = p (then p + 1); image rows at (s, s + row, s + col) of the merged grid with their
- * merger output as input; after an image the text continues at s + max(rows, cols)
- * (transformers' Qwen3_5Model.get_rope_index). */
-static void mm_fill(struct snug_ctx *ctx, struct mm_walk *w, int32_t off, int32_t T) {
+/* Fill a step's rope3 and embd_rows for rows [off, off + T) of the eval (the context's n_past
+ * is the step's first position): text rows at t = h = w = position + rope_delta; an image
+ * starting at cache position a gets s = a + rope_delta and its rows (s, s + row, s + col) of the
+ * merged grid with its projector rows as input; after its last row the text continues at
+ * s + max(rows, cols) (transformers' Qwen3_5Model.get_rope_index), i.e. rope_delta grows by
+ * max(rows, cols) − rows·cols. Stateless beyond rope_delta, so an image may span evals.
+ * *k: the first image not yet behind these rows. */
+static void mm_fill(struct snug_ctx *ctx, const struct snug_image_rows *im, int32_t n_images,
+                    int32_t *k, int32_t off, int32_t T) {
     int64_t H = ctx->m->hp.n_embd;
     for (int32_t i = 0; i < T; i++) {
         int32_t g = off + i, *r3 = ctx->rope3 + 3 * i;
-        const struct snug_image_rows *im = w->k < w->n_images ? &w->im[w->k] : NULL;
-        if (!im || g < im->first) {
-            r3[0] = r3[1] = r3[2] = w->p++;
+        const struct snug_image_rows *r = *k < n_images ? &im[*k] : NULL;
+        if (!r || g < r->first) {
+            r3[0] = r3[1] = r3[2] = ctx->n_past + i + ctx->rope_delta;
             ctx->embd_rows[i] = NULL;
             continue;
         }
-        int32_t j = g - im->first;
-        if (j == 0) w->s = w->p;
-        r3[0] = w->s;
-        r3[1] = w->s + j / im->cols;
-        r3[2] = w->s + j % im->cols;
-        ctx->embd_rows[i] = im->embd + (int64_t)j * H;
-        if (j == im->rows * im->cols - 1) {
-            w->p = w->s + SNUG_MAX(im->rows, im->cols);
-            w->k++;
+        int32_t j = g - r->first;
+        int32_t s = ctx->n_past + i - j + ctx->rope_delta;
+        r3[0] = s;
+        r3[1] = s + j / r->cols;
+        r3[2] = s + j % r->cols;
+        ctx->embd_rows[i] = r->embd + (int64_t)j * H;
+        if (j == r->rows * r->cols - 1) {
+            ctx->rope_delta += SNUG_MAX(r->rows, r->cols) - r->rows * r->cols;
+            (*k)++;
         }
     }
 }
@@ -361,7 +357,7 @@ int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
     ctx_kv(ctx)->snap_on = snap && !recompute;
     if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
     bool mm = n_images > 0 || ctx->rope_delta != 0;
-    struct mm_walk walk = {.im = images, .n_images = n_images, .p = ctx->n_past + ctx->rope_delta};
+    int32_t next_image = 0;
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
         for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
@@ -387,7 +383,7 @@ int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
             .hook_user = ctx->hook_user,
         };
         if (mm) {
-            mm_fill(ctx, &walk, off, T);
+            mm_fill(ctx, images, n_images, &next_image, off, T);
             f.rope3 = ctx->rope3;
             f.embd_rows = ctx->embd_rows;
         }
@@ -404,7 +400,6 @@ int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
         if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
         ctx->n_past += T;
     }
-    if (mm) ctx->rope_delta = walk.p - ctx->n_past;
     ctx_kv(ctx)->snap_on = false;
     return SNUG_OK;
 }

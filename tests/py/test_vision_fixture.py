@@ -221,17 +221,20 @@ def test_image_prompt(r, ids, ref, T, V):
         p_ids = os.path.join(tmp, "ids.json")
         out = os.path.join(tmp, "out.f32")
         json.dump(ids, open(p_ids, "w"))
-        for chunk in (512, 7):  # one step, and steps that split the image's rows
+        # one step; steps that split the image's rows; evals that split them (the image passed
+        # to each eval it overlaps, as a server feeding a prompt in pieces would)
+        for chunk, split in ((512, None), (7, None), (512, 10), (512, 1)):
+            more = ["--split", split] if split else []
             p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--greedy", 16,
-                    "--chunk", chunk, *flags)
+                    "--chunk", chunk, *more, *flags)
             got = np.fromfile(out, "<f4").reshape(T, -1)
             med, mx, _, top1 = kl_stats(ref, got[:, :V])
             r.check(got.shape[1] == V and med <= 1e-5,
-                    f"image prompt logits vs transformers (chunk {chunk}): median KL {med:.3g} "
-                    f"(<= 1e-5), max {mx:.3g}, top-1 {top1}")
+                    f"image prompt logits vs transformers (chunk {chunk}, split {split}): median "
+                    f"KL {med:.3g} (<= 1e-5), max {mx:.3g}, top-1 {top1}")
             greedy = json.loads(p.stdout.strip().splitlines()[-1])
-            r.check(greedy == greedy_ref, f"greedy 16 tokens after the image prompt (chunk {chunk}): "
-                    f"{greedy} vs {greedy_ref}")
+            r.check(greedy == greedy_ref, f"greedy 16 tokens after the image prompt (chunk {chunk}, "
+                    f"split {split}): {greedy} vs {greedy_ref}")
         # without the image's rows (plain pads, 1-D positions) the logits must differ: the
         # comparison above can fail
         run("logits", "-m", text, "--ids", p_ids, "-o", out)
