@@ -3,6 +3,7 @@
  * in host or device memory), all sized at snug_ctx_init by the memory planner
  * (src/plan/plan.h); no line here depends on which backend it is; snug_ctx_eval splits the input
  * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
+ * snug_ctx_eval_images also feeds images' rows with 3-D rotary positions (mm_fill, rope_delta);
  * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
  * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
  * snug_ctx_truncate. Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count

@@ -4,8 +4,8 @@
  * Owns: the mmproj mapping and its tensor views. Invariant: snug_vision_encode allocates nothing
  * (the caller passes snug_vision_work_bytes of work memory); float32 everywhere; the weights
  * stay in the mapping (products through snug_op_matmul, any computable type).
- * Read next: vision.c, docs/vision.md. Not yet: the image decoder/resizer, M-RoPE in the text
- * model, the plan items, CUDA (issue 23). */
+ * Also here: file bytes → rows (encode.c) and the tower's plan items (vision_plan.c).
+ * Read next: vision.c, encode.c, docs/vision.md. Not yet: CUDA, the server (issue 23). */
 #ifndef SNUG_VISION_H
 #define SNUG_VISION_H
 
