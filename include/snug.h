@@ -172,6 +172,24 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
  * context) changes nothing. Allocates nothing. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
                         float *logits_out, struct snug_err *err);
+/* An image in a multimodal eval (docs/vision.md): the vision tower's output rows
+ * embd [rows·cols][n_embd] (rows × cols: the merged patch grid, row-major) replace the inputs
+ * of ids first .. first + rows·cols − 1 (the image's pad tokens). An image may span evals (a
+ * prompt fed in pieces): pass it to each, `first` relative to that eval's ids (negative when
+ * it began in an earlier one); only the rows inside the eval are read. */
+struct snug_image_rows {
+    int32_t first, rows, cols;
+    const float *embd;
+};
+/* snug_ctx_eval with images: their rows take 3-D rotary positions (t, h, w) and the text after
+ * an image continues at its first position + max(rows, cols), for this eval and every later
+ * one until snug_ctx_reset (Qwen3.5's M-RoPE). Images in order, not overlapping, each
+ * overlapping the n ids (SNUG_ERR_INVALID otherwise); CPU contexts without speculative
+ * decoding only (SNUG_ERR_UNSUPPORTED). The rows are read during the call only. Allocates
+ * nothing. */
+int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
+                         const struct snug_image_rows *images, int32_t n_images, float *logits_out,
+                         unsigned flags, struct snug_err *err);
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx); /* tokens in the sequence so far */
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx);
 

@@ -279,6 +279,26 @@ static const float *host_view(struct snug_fwd *f, const float *src, int64_t n) {
     return h;
 }
 
+/* The rotary of a step whose rows carry 3-D positions (f->rope3: images in the prompt, or text
+ * after them): interleaved M-RoPE over the GGUF's rope.dimension_sections (docs/vision.md step
+ * 6). Host memory only: the context refuses multimodal rows on a device backend. */
+static void rope_rows_3d(struct snug_fwd *f, float *x, int64_t n_heads) {
+    const struct snug_hparams *hp = &f->m->hp;
+    snug_op_rope_mrope(f->pool, x, f->T, n_heads, hp->head_dim, hp->n_rot, f->rope3,
+                       hp->rope_sections, hp->rope_base);
+}
+
+/* The step's input rows: token embeddings, then the multimodal rows that replace some of them
+ * (f->embd_rows, host memory). */
+static void embed_rows(struct snug_fwd *f, float *x) {
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t H = f->m->hp.n_embd;
+    OP(embed, f->m->tok_embd, f->ids, f->T, H, x);
+    if (!f->embd_rows) return;
+    for (int64_t t = 0; t < f->T; t++)
+        if (f->embd_rows[t]) memcpy(x + t * H, f->embd_rows[t], (size_t)H * sizeof(float));
+}
+
 /* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache
  * store, causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
 static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
@@ -293,8 +313,13 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
     OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
     OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
-    OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
-    OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
+    if (f->rope3) { /* multimodal rows: 3-D positions (CPU only, checked by the context) */
+        rope_rows_3d(f, B->q, Hq);
+        rope_rows_3d(f, B->k, Hkv);
+    } else {
+        OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
+        OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
+    }
     if (f->kv_rows) { /* batched decode: row t against its own sequence's cache */
         for (int64_t t = 0; t < T; t++) {
             struct snug_kv_view *kt = &f->kv_rows[t]->views[L->attn_idx];
@@ -408,7 +433,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     struct snug_arena *hw = snug_fwd_host_work(f);
     size_t hmark = snug_arena_mark(hw);
 
-    OP(embed, m->tok_embd, f->ids, T, H, B.x);
+    embed_rows(f, B.x);
     if (f->hook) {
         f->hook(f->hook_user, 0, f->pos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
         snug_arena_reset_to(hw, hmark);

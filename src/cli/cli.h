@@ -5,6 +5,7 @@
 #define SNUG_CLI_H
 
 #include "snug.h"
+#include "vision/vision.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,5 +103,30 @@ int cli_serve_size(struct snug_server_opts *opts, int32_t kv_code, struct snug_e
 /* `--ctx N` or `--ctx max` (cli_autosize.c): *n_ctx = N, or 0 with *max set; prints the error
  * and returns false on anything else. */
 bool cli_ctx_value(int argc, char **argv, int *i, const char *cmd, long *n_ctx, bool *max);
+
+/* Images on the command line (cli_images.c): --mmproj F, --image F (repeatable),
+ * --min-image-pixels / --max-image-pixels (the processor's resize bounds, Qwen's defaults). */
+#define CLI_MAX_IMAGES 16
+struct cli_images {
+    const char *mmproj;
+    const char *paths[CLI_MAX_IMAGES];
+    int n;
+    long long min_px, max_px;
+    struct snug_vision *v;                       /* after cli_images_encode */
+    struct snug_vision_rows enc[CLI_MAX_IMAGES]; /* one per --image */
+    struct snug_image_rows rows[CLI_MAX_IMAGES]; /* after cli_images_place */
+};
+#define CLI_IMAGES_DEFAULT                                                                         \
+    ((struct cli_images){.min_px = SNUG_VISION_MIN_PIXELS, .max_px = SNUG_VISION_MAX_PIXELS})
+/* Same return convention as cli_kv_flag. */
+int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_images *ci);
+/* Load the mmproj and encode every image (backend: the context's; the tower is CPU-only). */
+int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
+                      struct snug_err *err);
+/* The ids with each image's pad run sized to it (a malloc'd array of *n_out + extra ids). */
+snug_token *cli_images_place(struct cli_images *ci, const struct snug_model *m,
+                             const snug_token *ids, int32_t n, int32_t extra, int32_t *n_out,
+                             struct snug_err *err);
+void cli_images_free(struct cli_images *ci);
 
 #endif

@@ -1,10 +1,16 @@
 /* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
- * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp]`: one forward over a JSON array of
- * token ids, writing the [T][V] float32 logits (little-endian, row-major) — the format of the
- * fixtures' logits.f32.
+ * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp] [--mmproj F --image IMG ...]`: one
+ * forward over a JSON array of token ids, writing the [T][V] float32 logits (little-endian,
+ * row-major) — the format of the fixtures' logits.f32.
+ * --mmproj/--image: the images' rows replace the ids' runs of <|image_pad|> (cli_images.c).
+ * --greedy N: then N greedy tokens, one decode step each, printed as a JSON array on stdout.
+ * --split N: the ids in evals of N tokens (an image may span two: each eval gets the images it
+ * overlaps, positioned relative to it — how a server feeds a prompt in pieces).
  * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
+
+#include "core/core.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -50,7 +56,9 @@ static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
                     "[--chunk N] [--kv TYPE] "
                     "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
-                    "[--kv-v TYPE] [--ctx N] [--mtp]\n"
+                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N]\n"
+                    "                   [--mmproj F --image IMG... [--min-image-pixels N] "
+                    "[--max-image-pixels N]]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
                     "and V)\n");
     return 2;
@@ -60,8 +68,9 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
-    long threads = 0, chunk = 0, n_ctx = 0;
+    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0, split = 0;
     int mtp = 0;
+    struct cli_images ci = CLI_IMAGES_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r;
@@ -75,12 +84,20 @@ int cmd_logits(int argc, char **argv) {
             if (r < 0) return 2;
         } else if ((r = cli_backend_flag(argc, argv, &i, "logits", &bk)) != 0) {
             if (r < 0) return 2;
+        } else if ((r = cli_images_flag(argc, argv, &i, "logits", &ci)) != 0) {
+            if (r < 0) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(argc, argv, &i, &threads)) return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!cli_int(argc, argv, &i, &chunk)) return 2;
         } else if (!strcmp(a, "--mtp")) {
             mtp = 1;
+        } else if (!strcmp(a, "--split")) {
+            if (!cli_int(argc, argv, &i, &split)) return 2;
+            if (split < 1 || split > INT32_MAX) return usage();
+        } else if (!strcmp(a, "--greedy")) {
+            if (!cli_int(argc, argv, &i, &greedy)) return 2;
+            if (greedy < 0 || greedy > 1 << 20) return usage();
         } else if (!strcmp(a, "--ctx")) {
             if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
         } else {
@@ -100,8 +117,19 @@ int cmd_logits(int argc, char **argv) {
     int ret = 1;
     struct snug_model_params mp = {.path = model, .n_threads = (int)threads};
     if (snug_model_load(&m, &mp, &err)) goto done;
+    if (ci.n) {
+        if (mtp) {
+            snug_err_set(&err, SNUG_ERR_UNSUPPORTED, "--mtp with --image is not supported");
+            goto done;
+        }
+        if (cli_images_encode(&ci, m, bk.backend, (int)threads, &err)) goto done;
+        snug_token *placed = cli_images_place(&ci, m, ids, n, 0, &n, &err);
+        if (!placed) goto done;
+        free(ids);
+        ids = placed;
+    }
     struct snug_ctx_params cp = snug_ctx_default_params();
-    cp.n_ctx = n_ctx ? (int32_t)n_ctx : n;
+    cp.n_ctx = n_ctx ? (int32_t)n_ctx : n + (int32_t)greedy;
     cp.n_chunk = chunk ? (int32_t)chunk : 512;
     cli_kv_params(&kv, &cp);
     cli_backend_params(&bk, &cp);
@@ -121,8 +149,20 @@ int cmd_logits(int argc, char **argv) {
     if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
         if (snug_ctx_eval_mtp(ctx, ids, n, NULL, logits, &err)) goto done;
         n -= 1;
-    } else if (snug_ctx_eval(ctx, ids, n, logits, SNUG_EVAL_LOGITS_ALL, &err)) {
-        goto done;
+    } else {
+        int32_t step = split ? (int32_t)split : n;
+        for (int32_t off = 0; off < n; off += step) {
+            int32_t len = SNUG_MIN(step, n - off), k_n = 0;
+            struct snug_image_rows part[CLI_MAX_IMAGES];
+            for (int k = 0; k < ci.n; k++) { /* the images this eval overlaps, relative to it */
+                struct snug_image_rows r = ci.rows[k];
+                r.first -= off;
+                if (r.first < len && r.first + r.rows * r.cols > 0) part[k_n++] = r;
+            }
+            if (snug_ctx_eval_images(ctx, ids + off, len, part, k_n, logits + (size_t)off * V,
+                                     SNUG_EVAL_LOGITS_ALL, &err))
+                goto done;
+        }
     }
     cli_backend_report(&bk, "after the prompt");
     FILE *f = fopen(out_path, "wb");
@@ -136,12 +176,27 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     fprintf(stderr, "snug logits: wrote [%d][%zu] float32 to %s\n", n, V, out_path);
+    if (greedy > 0) { /* argmax, one decode step per token (the row after the prompt's last) */
+        const float *row = logits + (size_t)(n - 1) * V;
+        printf("[");
+        for (long g = 0; g < greedy; g++) {
+            snug_token best = 0;
+            for (size_t v = 1; v < V; v++)
+                if (row[v] > row[best]) best = (snug_token)v;
+            printf("%s%d", g ? ", " : "", best);
+            if (g + 1 == greedy) break;
+            if (snug_ctx_eval(ctx, &best, 1, logits, SNUG_EVAL_LOGITS_LAST, &err)) goto done;
+            row = logits;
+        }
+        printf("]\n");
+    }
     ret = 0;
 done:
     if (ret) cli_fail("logits", &err);
     free(logits);
     snug_ctx_free(ctx);
     snug_model_free(m);
+    cli_images_free(&ci);
     free(ids);
     return ret;
 }

@@ -34,7 +34,13 @@ static void usage(void) {
         "  --table (needs --budget): the largest context for every KV format and mixed pair,\n"
         "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
         "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
-        "  plan line of run/serve pastes here.\n" CLI_CACHE_USAGE
+        "  plan line of run/serve pastes here.\n"
+        "  --mmproj FILE | --vision-preset qwen3.5 [--max-image-pixels N]: with the vision tower\n"
+        "  (its weights, the encoder's work and buffers for the largest image of N pixels after\n"
+        "  the resize, default 16777216): host items (the tower runs on the CPU); the contexts\n"
+        "  reported leave room for them (\"with vision\" in --table). The preset is the released\n"
+        "  Qwen3.5/3.6 tower projecting to the model's hidden size, as an f16 "
+        "mmproj.\n" CLI_CACHE_USAGE
         "  (the RAM tier is a host item of the table; the disk tier is listed below it)\n");
 }
 
@@ -48,10 +54,18 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
+/* The vision tower's items, when --mmproj or --vision-preset is given. */
+struct plan_vision {
+    bool on;
+    const char *what; /* the mmproj path or the preset name */
+    struct snug_vision_plan vp;
+    uint64_t budget_bytes; /* its share of the budget: host items count on cpu only */
+};
+
 /* --table: every KV choice x MTP off/on, the largest context (snug_plan_table). */
 static int plan_table(const char *what, const struct snug_hparams *hp,
                       const struct snug_plan_weights *w, const struct snug_plan_limits *lim,
-                      uint64_t budget, bool json) {
+                      uint64_t budget, bool json, const struct plan_vision *vis) {
     if (!budget) {
         fprintf(stderr, "snug plan: --table needs --budget SIZE\n");
         return 2;
@@ -60,8 +74,16 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
     struct snug_plan_table_row rows[SNUG_PLAN_TABLE_MAX_ROWS];
     int n = 0;
     struct snug_err err = {0};
-    if (snug_plan_table(hp, w, lim, budget, draft_on, rows, &n, &err))
-        return cli_fail("plan", &err);
+    uint64_t room = budget; /* with vision: what the tower leaves */
+    if (vis->on) {
+        if (vis->budget_bytes >= budget) {
+            fprintf(stderr, "snug plan: the vision tower alone (%.2f GiB) exceeds the budget\n",
+                    (double)vis->budget_bytes / 1073741824.0);
+            return 1;
+        }
+        room = budget - vis->budget_bytes;
+    }
+    if (snug_plan_table(hp, w, lim, room, draft_on, rows, &n, &err)) return cli_fail("plan", &err);
     const char *backend = lim->backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu";
     char size[32];
     snug_plan_size_str(budget, size, sizeof size);
@@ -71,9 +93,14 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
         printf(", \"arch\": ");
         json_str(hp->arch);
         printf(", \"backend\": \"%s\", \"budget\": %llu, \"budget_flag\": \"%s\", \"slots\": %d, "
-               "\"n_ctx_train\": %llu, \"weights_bytes\": %llu, \"rows\": [",
+               "\"n_ctx_train\": %llu, \"weights_bytes\": %llu, ",
                backend, (unsigned long long)budget, size, lim->n_slots,
                (unsigned long long)hp->n_ctx_train, (unsigned long long)w->total);
+        if (vis->on)
+            printf("\"vision\": {\"mmproj\": \"%s\", \"bytes\": %llu, \"image_tokens\": %lld}, ",
+                   vis->what, (unsigned long long)snug_vision_plan_total(&vis->vp),
+                   (long long)vis->vp.max_tokens);
+        printf("\"rows\": [");
         for (int i = 0; i < n; i++) {
             char kv[24];
             int k, v;
@@ -91,12 +118,17 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
     }
     printf("snug plan: %s (%s), %s, budget %s, %d slot%s: the largest context per KV format\n",
            what, hp->arch, backend, size, lim->n_slots, lim->n_slots == 1 ? "" : "s");
+    if (vis->on)
+        printf("  with vision (%s): %.2f GiB of host memory for the tower; the largest image "
+               "takes %lld context tokens\n",
+               vis->what, (double)snug_vision_plan_total(&vis->vp) / 1073741824.0,
+               (long long)vis->vp.max_tokens);
     printf("  %-10s %4s %12s %12s\n", "kv (K/V)", "mtp", "max ctx", "plan GiB");
     for (int i = 0; i < n; i++) {
         char kv[24];
         snug_kvfmt_code_name(rows[i].kv_type, kv, sizeof kv);
         printf("  %-10s %4d %12lld %12.2f%s%s\n", kv, rows[i].n_draft, (long long)rows[i].max_ctx,
-               (double)rows[i].device_total / 1073741824.0,
+               (double)(rows[i].device_total + vis->budget_bytes) / 1073741824.0,
                hp->n_ctx_train && (uint64_t)rows[i].max_ctx == hp->n_ctx_train
                    ? "  (trained length)"
                    : "",
@@ -111,6 +143,9 @@ int cmd_plan(int argc, char **argv) {
     int n_sets = 0;
     uint64_t budget = 0;
     bool json = false, table = false;
+    struct plan_vision vis = {0};
+    const char *mmproj = NULL, *vpreset = NULL;
+    long long max_img = SNUG_VISION_MAX_PIXELS;
     struct snug_plan_limits lim = snug_plan_limits_default();
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
@@ -170,6 +205,13 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "--slots")) lim.n_slots = (int32_t)v;
             if (!strcmp(a, "--chunk")) lim.n_chunk = (int32_t)v;
             if (!strcmp(a, "--threads") || !strcmp(a, "-t")) lim.n_threads = (int32_t)v;
+        } else if (!strcmp(a, "--mmproj")) {
+            if (!(mmproj = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vision-preset")) {
+            if (!(vpreset = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            if (!cli_int(argc, argv, &i, &v)) return 2;
+            max_img = v;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--table")) {
@@ -206,7 +248,46 @@ int cmd_plan(int argc, char **argv) {
         if (snug_plan_weights_from_recipe(&hp, weights, &w, &err)) return cli_fail("plan", &err);
     }
     snug_model_free(m);
-    if (table) return plan_table(what, &hp, &w, &lim, budget, json);
+    if (mmproj && vpreset) {
+        fprintf(stderr, "snug plan: give --mmproj FILE or --vision-preset NAME, not both\n");
+        return 2;
+    }
+    if (mmproj || vpreset) { /* the tower's items (src/vision/vision_plan.c) */
+        struct snug_vision_hparams vh;
+        uint64_t vw = 0;
+        if (mmproj) {
+            struct snug_vision *vm = NULL;
+            if (snug_vision_load(&vm, mmproj, &err)) return cli_fail("plan", &err);
+            vh = *snug_vision_hparams(vm);
+            vw = snug_vision_weight_bytes(vm);
+            snug_vision_free(vm);
+            if ((uint32_t)vh.out_dim != hp.n_embd) {
+                fprintf(stderr,
+                        "snug plan: %s projects to %d but the model's hidden size is %u: is it "
+                        "this model's mmproj?\n",
+                        mmproj, vh.out_dim, hp.n_embd);
+                return 1;
+            }
+        } else if (snug_vision_preset(vpreset, (int32_t)hp.n_embd, &vh, &vw, &err)) {
+            return cli_fail("plan", &err);
+        }
+        if (snug_vision_plan_make(&vh, vw, max_img, lim.n_threads, &vis.vp, &err))
+            return cli_fail("plan", &err);
+        vis.on = true;
+        vis.what = mmproj ? mmproj : vpreset;
+        vis.budget_bytes = lim.backend == SNUG_BACKEND_CUDA ? 0 : snug_vision_plan_total(&vis.vp);
+    }
+    if (table) return plan_table(what, &hp, &w, &lim, budget, json, &vis);
+    /* with vision, the contexts below are those the tower leaves room for */
+    uint64_t text_budget = budget;
+    if (budget && vis.budget_bytes) {
+        if (vis.budget_bytes >= budget) {
+            fprintf(stderr, "snug plan: the vision tower alone (%.2f GiB) exceeds the budget\n",
+                    (double)vis.budget_bytes / 1073741824.0);
+            return 1;
+        }
+        text_budget = budget - vis.budget_bytes;
+    }
 
     /* --kv auto: the choice run and serve make with these settings, then its plan below */
     char auto_line[768] = "";
@@ -215,7 +296,7 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "snug plan: --kv auto needs --budget SIZE\n");
             return 2;
         }
-        struct snug_plan_auto_req req = {.lim = lim, .budget = budget};
+        struct snug_plan_auto_req req = {.lim = lim, .budget = text_budget};
         req.lim.n_ctx = 0;
         if (ctx_arg && strcmp(ctx_arg, "max")) {
             char *end;
@@ -241,9 +322,9 @@ int cmd_plan(int argc, char **argv) {
     for (; snug_plan_kv_names[n_kv] && n_kv < 8; n_kv++) {
         struct snug_plan_limits l = lim;
         l.kv_type = n_kv;
-        max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, budget, 0) : -1;
+        max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, text_budget, 0) : -1;
     }
-    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, budget, 0) : -1;
+    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, text_budget, 0) : -1;
     char kv_name[24];
     snug_kvfmt_code_name(lim.kv_type, kv_name, sizeof kv_name);
     if (ctx_arg && !strcmp(ctx_arg, "max")) {
@@ -273,6 +354,7 @@ int cmd_plan(int argc, char **argv) {
     if (snug_plan_make(&hp, &w, &lim, &p, &err)) return cli_fail("plan", &err);
     uint64_t cache_disk = 0;
     if (snug_plan_add_cache(&hp, &p, &cache, &cache_disk, &err)) return cli_fail("plan", &err);
+    if (vis.on && snug_vision_plan_add(&vis.vp, &p, &err)) return cli_fail("plan", &err);
     const bool fits = !budget || p.device_total <= budget;
     if (json) {
         printf("{\"model\": ");
@@ -303,6 +385,13 @@ int cmd_plan(int argc, char **argv) {
                (unsigned long long)w.total, (unsigned long long)p.device_total,
                (unsigned long long)p.total);
         printf(", \"cache_disk_bytes\": %llu", (unsigned long long)cache_disk);
+        if (vis.on)
+            printf(", \"vision\": {\"weights_bytes\": %llu, \"work_bytes\": %llu, "
+                   "\"image_bytes\": %llu, \"max_image_pixels\": %lld, \"image_tokens\": %lld, "
+                   "\"image_patches\": %lld}",
+                   (unsigned long long)vis.vp.weight_bytes, (unsigned long long)vis.vp.work_bytes,
+                   (unsigned long long)vis.vp.image_bytes, max_img, (long long)vis.vp.max_tokens,
+                   (long long)vis.vp.max_patches);
         printf(", \"items\": {");
         for (int k = 0; k < p.n_items; k++) {
             printf("%s", k ? ", " : "");
@@ -341,6 +430,10 @@ int cmd_plan(int argc, char **argv) {
     char buf[8192];
     snug_plan_format(&p, budget, buf, sizeof buf);
     fputs(buf, stdout);
+    if (vis.on)
+        printf("vision (%s): images up to %lld pixels after the resize: %lld patches, %lld "
+               "context tokens each (in the ctx above)\n",
+               vis.what, max_img, (long long)vis.vp.max_patches, (long long)vis.vp.max_tokens);
     if (cache_disk)
         printf("prefix cache (disk): %.2f GiB in %s (disk, not memory)\n",
                (double)cache_disk / 1073741824.0, cache.disk_dir);

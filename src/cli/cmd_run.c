@@ -4,6 +4,7 @@
  *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N|max] [-f FILE]
  *            [--spec-draft N]   (speculative decoding with the model's MTP block, N drafts)
  *            [--kv TYPE|auto] [--kv-k TYPE] [--kv-v TYPE]   (KV cache format, docs/kv-formats.md)
+ *            [--mmproj F --image IMG...]   (images through the vision tower, docs/vision.md)
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
  * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
  * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
@@ -32,6 +33,8 @@ static void usage(void) {
         "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE] "
         "[--cuda-profile]\n"
         "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
+        "                [--mmproj F --image IMG... [--min-image-pixels N] [--max-image-pixels "
+        "N]]\n"
         "  -m defaults to the demo model (data/demo/snug-demo-q8_0.gguf, docs/demo-model.md).\n"
         "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
         "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
@@ -41,7 +44,11 @@ static void usage(void) {
         "  step (0 = off, the default).\n"
         "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
         "  (default) f32 bf16 q8_0 fp8 tq4 tq3; auto: the least lossy reaching the context.\n"
-        "  The plan line on stderr repeats the choice as flags.\n");
+        "  The plan line on stderr repeats the choice as flags.\n"
+        "  --image (with the model's --mmproj): a PNG/JPEG/WebP file, in order, at each\n"
+        "  <|image_pad|> of the prompt (write <|vision_start|><|image_pad|><|vision_end|>),\n"
+        "  or in front of the prompt when it has none. Pixel bounds default to Qwen's\n"
+        "  65536 .. 16777216 (the image is resized into them). CPU backend only.\n");
 }
 
 /* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices
@@ -121,12 +128,15 @@ int cmd_run(int argc, char **argv) {
     bool ctx_max = false;
     struct cli_backend bk = {0};
     uint64_t budget = 0; /* --budget: host bytes the whole plan must fit (0 = none) */
+    struct cli_images ci = CLI_IMAGES_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int ok = 1, r;
         if ((r = cli_kv_flag(argc, argv, &i, "run", &kv)) != 0)
             ok = r > 0;
         else if ((r = cli_backend_flag(argc, argv, &i, "run", &bk)) != 0)
+            ok = r > 0;
+        else if ((r = cli_images_flag(argc, argv, &i, "run", &ci)) != 0)
             ok = r > 0;
         else if (!strcmp(a, "--budget")) {
             const char *v = cli_value(argc, argv, &i);
@@ -250,6 +260,24 @@ int cmd_run(int argc, char **argv) {
         }
         ids[n_prompt++] = bos;
     }
+    if (ci.n || ci.mmproj) { /* the images' rows at their pad runs (cli_images.c) */
+        if (spec_draft) {
+            snug_err_set(&err, SNUG_ERR_UNSUPPORTED,
+                         "--spec-draft with images is not supported yet: drop one of them");
+            goto fail;
+        }
+        if (cli_images_encode(&ci, m, bk.backend, (int)threads, &err)) goto fail;
+        int32_t np = 0;
+        snug_token *placed = ci.n ? cli_images_place(&ci, m, ids, (int32_t)n_prompt,
+                                                     (int32_t)(cap - n_prompt), &np, &err)
+                                  : NULL;
+        if (ci.n && !placed) goto fail;
+        if (placed) {
+            free(ids);
+            ids = placed;
+            n_prompt = (size_t)np;
+        }
+    }
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_threads = (int32_t)threads;
     cp.n_draft = (int32_t)spec_draft;
@@ -292,7 +320,10 @@ int cmd_run(int argc, char **argv) {
 
     /* prompt */
     double t0 = snug_time_s();
-    if (cli_eval_prompt(ctx, ids, (int32_t)n_prompt, cp.n_chunk ? cp.n_chunk : 512, logits, &err))
+    if (ci.n ? snug_ctx_eval_images(ctx, ids, (int32_t)n_prompt, ci.rows, ci.n, logits,
+                                    SNUG_EVAL_LOGITS_LAST, &err)
+             : cli_eval_prompt(ctx, ids, (int32_t)n_prompt, cp.n_chunk ? cp.n_chunk : 512, logits,
+                               &err))
         goto fail;
     double t_prompt = snug_time_s() - t0;
     cli_backend_report(&bk, "after the prompt");
@@ -365,6 +396,7 @@ fail:
     snug_sampler_free(smp);
     snug_ctx_free(ctx);
     snug_model_free(m);
+    cli_images_free(&ci);
     free(ids);
     free(logits);
     free(file_text);

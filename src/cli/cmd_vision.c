@@ -17,10 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The Qwen3.5/3.6 processor's pixel bounds (preprocessor_config.json of the released models:
- * shortest_edge 65,536, longest_edge 16,777,216). */
-#define MIN_PIXELS 65536
-#define MAX_PIXELS 16777216
+/* The Qwen3.5/3.6 processor's pixel bounds (vision.h). */
+#define MIN_PIXELS SNUG_VISION_MIN_PIXELS
+#define MAX_PIXELS SNUG_VISION_MAX_PIXELS
 
 static int usage(void) {
     fprintf(stderr,

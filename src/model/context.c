@@ -3,6 +3,7 @@
  * in host or device memory), all sized at snug_ctx_init by the memory planner
  * (src/plan/plan.h); no line here depends on which backend it is; snug_ctx_eval splits the input
  * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
+ * snug_ctx_eval_images also feeds images' rows with 3-D rotary positions (mm_fill, rope_delta);
  * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
  * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
  * snug_ctx_truncate; after every plain chunk the MTP step is settled (one pending row), so the
@@ -29,10 +30,16 @@ struct snug_ctx {
     struct snug_be *be; /* the backend instance: caches, work arena (backend.h) */
     struct snug_kv *kv; /* this sequence's slot of it */
     struct snug_arena *work;
-    int32_t *pos;          /* [n_chunk] host */
-    struct snug_kv **rows; /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
-                              pos_bytes: rows first, then pos, in one block) */
+    int32_t *pos;            /* [n_chunk] host */
+    struct snug_kv **rows;   /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
+                                pos_bytes: rows, embd_rows, pos, rope3 in one block) */
+    const float **embd_rows; /* [n_chunk] a multimodal step's input rows (model.h) */
+    int32_t *rope3;          /* [n_chunk][3] and its rotary positions (t, h, w) */
     int32_t n_past;
+    /* The rotary position of the next token minus n_past: 0 for text, negative after an image
+     * (its rows·cols rows take max(rows, cols) positions, docs/vision.md step 6). Non-zero:
+     * every step runs with 3-D positions (CPU only). */
+    int32_t rope_delta;
     snug_layer_hook hook;
     void *hook_user;
     struct snug_spec *spec; /* NULL unless n_draft > 0 */
@@ -61,7 +68,9 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     c->work = be->ops->work(be);
     c->rows = snug_malloc(plan->pos_bytes);
     if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-    c->pos = (int32_t *)(c->rows + plan->lim.n_chunk);
+    c->embd_rows = (const float **)(c->rows + plan->lim.n_chunk);
+    c->pos = (int32_t *)(c->embd_rows + plan->lim.n_chunk);
+    c->rope3 = c->pos + plan->lim.n_chunk;
     if (p->n_draft > 0) {
         struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
         if (mtp_kv) /* the MTP cache and rows in the backend's memory */
@@ -185,6 +194,7 @@ void snug_ctx_free(struct snug_ctx *ctx) {
 
 void snug_ctx_reset(struct snug_ctx *ctx) {
     ctx->n_past = 0;
+    ctx->rope_delta = 0;
     ctx->snap_n = 0;
     ctx->be->ops->reset_slot(ctx->be, ctx->slot);
     if (ctx->spec) snug_spec_reset(ctx->spec);
@@ -227,7 +237,8 @@ int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32
     if (ctx->device || n_past < 0 || n_past > ctx->p.n_ctx || (n_past > 0 && !toks))
         return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
     ctx->n_past = n_past;
-    ctx->snap_n = 0; /* the rollback point is gone */
+    ctx->rope_delta = 0; /* the cached prefixes are text (images are not cached yet) */
+    ctx->snap_n = 0;     /* the rollback point is gone */
     struct snug_spec *sp = ctx->spec;
     if (sp) { /* the pending MTP row (restored with the state) is position n_past - 1's */
         snug_spec_reset(sp);
@@ -275,10 +286,85 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     f->pos_be = dpos;
 }
 
-/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+/* The images of a multimodal eval: in order, inside the n ids, not overlapping, with rows;
+ * and a context that can run them (CPU, no speculative decoding, M-RoPE within the op's bound). */
+static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug_image_rows *im,
+                        int32_t n_images, struct snug_err *err) {
+    if (n_images < 0 || (n_images > 0 && !im))
+        return snug_err_set(err, SNUG_ERR_INVALID, "eval: %d images%s", n_images,
+                            n_images > 0 ? " but no image array" : "");
+    if (n_images == 0) return SNUG_OK;
+    if (ctx->device)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images run on the CPU backend only for now (--backend cpu)");
+    if (ctx->spec)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images with speculative decoding (n_draft %d) are not supported; use "
+                            "a context without MTP drafts",
+                            ctx->p.n_draft);
+    if (ctx->m->hp.n_rot / 2 > SNUG_ROPE_MAX_PAIRS)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "images: rope.dimension_count %u is above the multimodal rotary's "
+                            "%d",
+                            ctx->m->hp.n_rot, 2 * SNUG_ROPE_MAX_PAIRS);
+    int64_t end = -(int64_t)ctx->n_past; /* an image may have begun in an earlier eval */
+    for (int32_t k = 0; k < n_images; k++) {
+        const struct snug_image_rows *r = &im[k];
+        int64_t last = (int64_t)r->first + (int64_t)r->rows * r->cols; /* one past */
+        if (!r->embd || r->rows <= 0 || r->cols <= 0 || r->first < end || last <= 0 ||
+            r->first >= n || (int64_t)r->rows * r->cols > INT32_MAX)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "eval: image %d (rows %d..+%d×%d) does not overlap the %d ids, "
+                                "overlaps the previous image, or has no rows",
+                                k, r->first, r->rows, r->cols, n);
+        end = last;
+    }
+    return SNUG_OK;
+}
+
+/* Fill a step's rope3 and embd_rows for rows [off, off + T) of the eval (the context's n_past
+ * is the step's first position): text rows at t = h = w = position + rope_delta; an image
+ * starting at cache position a gets s = a + rope_delta and its rows (s, s + row, s + col) of the
+ * merged grid with its projector rows as input; after its last row the text continues at
+ * s + max(rows, cols) (transformers' Qwen3_5Model.get_rope_index), i.e. rope_delta grows by
+ * max(rows, cols) − rows·cols. Stateless beyond rope_delta, so an image may span evals.
+ * *k: the first image not yet behind these rows. */
+static void mm_fill(struct snug_ctx *ctx, const struct snug_image_rows *im, int32_t n_images,
+                    int32_t *k, int32_t off, int32_t T) {
+    int64_t H = ctx->m->hp.n_embd;
+    for (int32_t i = 0; i < T; i++) {
+        int32_t g = off + i, *r3 = ctx->rope3 + 3 * i;
+        const struct snug_image_rows *r = *k < n_images ? &im[*k] : NULL;
+        if (!r || g < r->first) {
+            r3[0] = r3[1] = r3[2] = ctx->n_past + i + ctx->rope_delta;
+            ctx->embd_rows[i] = NULL;
+            continue;
+        }
+        int32_t j = g - r->first;
+        int32_t s = ctx->n_past + i - j + ctx->rope_delta;
+        r3[0] = s;
+        r3[1] = s + j / r->cols;
+        r3[2] = s + j % r->cols;
+        ctx->embd_rows[i] = r->embd + (int64_t)j * H;
+        if (j == r->rows * r->cols - 1) {
+            ctx->rope_delta += SNUG_MAX(r->rows, r->cols) - r->rows * r->cols;
+            (*k)++;
+        }
+    }
+}
+
 int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
                   unsigned flags, struct snug_err *err) {
+    return snug_ctx_eval_images(ctx, ids, n, NULL, 0, logits_out, flags, err);
+}
+
+/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
+                         const struct snug_image_rows *images, int32_t n_images, float *logits_out,
+                         unsigned flags, struct snug_err *err) {
     const struct snug_model *m = ctx->m;
+    int rc = check_images(ctx, n, images, n_images, err);
+    if (rc) return rc;
     if (n < 0 || (n > 0 && !ids))
         return snug_err_set(err, SNUG_ERR_INVALID, "eval: %d tokens%s", n,
                             n > 0 ? " but no id array" : "");
@@ -306,6 +392,8 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
     if (recompute) ctx_snap(ctx, 0, true); /* the state before the verification */
     ctx_kv(ctx)->snap_on = snap && !recompute;
     if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
+    bool mm = n_images > 0 || ctx->rope_delta != 0;
+    int32_t next_image = 0;
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
         for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
@@ -330,6 +418,11 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
             .hook = ctx->hook,
             .hook_user = ctx->hook_user,
         };
+        if (mm) {
+            mm_fill(ctx, images, n_images, &next_image, off, T);
+            f.rope3 = ctx->rope3;
+            f.embd_rows = ctx->embd_rows;
+        }
         ctx_fwd_be(ctx, &f, T); /* activations, caches, positions in the backend's memory */
         if (ctx->spec) {        /* the pending rows learn their next token: MTP step 1 over them */
             float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
@@ -396,7 +489,7 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
         /* one forward runs on one backend instance: CPU contexts share ops over host memory,
          * device contexts must be slots of the same instance (src/engine/slots.h) */
         if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
-        if (c->spec || c->hook || split) batched = false;
+        if (c->spec || c->hook || split || c->rope_delta) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */

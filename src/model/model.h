@@ -156,6 +156,13 @@ struct snug_fwd {
      * attention cache and DeltaNet states (f->kv = kv_rows[0]). The matrix products run over
      * all T rows; conv, delta rule and attention run row by row. CPU backend only. */
     struct snug_kv *const *kv_rows;
+    /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), CPU backend only: NULL, or
+     * [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
+     * hp.rope_sections instead of the 1-D rotary at pos (which then only orders the cache)... */
+    const int32_t *rope3;
+    /* ... and NULL, or [T] input rows: row t's [H] embedding instead of ids[t]'s when
+     * embd_rows[t] is not NULL (an image's merger output row). */
+    const float *const *embd_rows;
 };
 
 /* The step's backend (the CPU one over f->pool unless the context chose another). */

@@ -79,6 +79,13 @@ static void add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum
             p->model_device_bytes += bytes;
     }
 }
+int snug_plan_add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                       struct snug_err *err) {
+    if (p->n_items >= SNUG_PLAN_MAX_ITEMS)
+        return snug_err_set(err, SNUG_ERR_INTERNAL, "plan: no room for the item '%s'", name);
+    add_item(p, name, bytes, dev, false, SNUG_PLAN_PER_MODEL, 0);
+    return SNUG_OK;
+}
 /* A buffer the model holds once. */
 static void item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
                  bool estimated) {
@@ -210,7 +217,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     /* the step's position table and, for a batched decode across slots
      * (snug_ctx_eval_batch), its row → cache table: n_chunk of each. Each slot's sequence
      * handle keeps one (the host copy the backend uploads from). */
-    out->pos_bytes = (size_t)lim.n_chunk * (sizeof(int32_t) + sizeof(void *));
+    /* (and a multimodal step's input rows and 3-D rotary positions, snug_ctx_eval_images) */
+    out->pos_bytes = (size_t)lim.n_chunk * (4 * sizeof(int32_t) + 2 * sizeof(void *));
     slot_item(out, "positions + batch rows", out->pos_bytes, SNUG_DEVICE_HOST);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
     slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);

@@ -90,6 +90,12 @@ int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *rec
 int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                    const struct snug_plan_limits *lim, struct snug_plan *out, struct snug_err *err);
 
+/* One more per-model item after snug_plan_make (the vision tower's, src/vision/vision_plan.c):
+ * counted in total, and in device_total when on the budgeted device. SNUG_ERR_INTERNAL when
+ * the item table is full. */
+int snug_plan_add_item(struct snug_plan *p, const char *name, uint64_t bytes, enum snug_device dev,
+                       struct snug_err *err);
+
 /* The largest n_ctx in [1, ctx_cap] whose plan's device_total fits `budget` bytes (binary
  * search; every item is monotone in n_ctx). 0 when not even one position fits. ctx_cap 0 =
  * the model's trained context (or 2^31-1 if unknown). */

@@ -8,6 +8,8 @@
  * Read next: vision.h, src/backend/cpu/ops.h (snug_op_matmul). */
 #include "vision/vision.h"
 
+#include "plan/plan.h"
+
 #include "backend/cpu/ops.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
@@ -217,9 +219,8 @@ static size_t al64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-static size_t vwork_layout(const struct snug_vision *v, int64_t N, int n_threads, uint8_t *base,
-                           struct vwork *w) {
-    const struct snug_vision_hparams *hp = &v->hp;
+static size_t vwork_layout(const struct snug_vision_hparams *hp, int64_t N, int n_threads,
+                           uint8_t *base, struct vwork *w) {
     int64_t D = hp->hidden, F = hp->ff, P = hp->patch, M2 = (int64_t)hp->merge * hp->merge;
     int64_t hd = D / hp->heads, wide = SNUG_MAX(3 * D, F);
     int64_t max_in = SNUG_MAX(SNUG_MAX(3 * P * P, F), M2 * D);
@@ -244,8 +245,17 @@ static size_t vwork_layout(const struct snug_vision *v, int64_t N, int n_threads
 }
 
 size_t snug_vision_work_bytes(const struct snug_vision *v, int64_t n_patches, int n_threads) {
+    return snug_vision_work_bytes_hp(&v->hp, n_patches, n_threads);
+}
+size_t snug_vision_work_bytes_hp(const struct snug_vision_hparams *hp, int64_t n_patches,
+                                 int n_threads) {
     struct vwork w;
-    return vwork_layout(v, n_patches, n_threads, NULL, &w);
+    return vwork_layout(hp, n_patches, n_threads, NULL, &w);
+}
+uint64_t snug_vision_weight_bytes(const struct snug_vision *v) {
+    struct snug_plan_weights w;
+    snug_plan_weights_from_gguf(v->g, &w);
+    return w.total;
 }
 
 static const float *F32(tensor t) {
@@ -334,12 +344,12 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     int64_t N = gh * gw, D = hp->hidden, F = hp->ff, P = hp->patch, H = hp->heads;
     int64_t hd = D / H, PP = 3 * P * P, M2 = M * M;
     int n_threads = pool ? snug_pool_size(pool) : 1;
-    size_t need = vwork_layout(v, N, n_threads, NULL, &(struct vwork){0});
+    size_t need = vwork_layout(&v->hp, N, n_threads, NULL, &(struct vwork){0});
     if (work_bytes < need)
         return snug_err_set(err, SNUG_ERR_BUDGET, "vision: work memory %zu bytes, %zu needed",
                             work_bytes, need);
     struct vwork w;
-    vwork_layout(v, N, n_threads, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
+    vwork_layout(&v->hp, N, n_threads, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
 
     /* patch embedding: the Conv3d's two frames as two products, plus the bias */
     for (int f = 0; f < 2; f++) {

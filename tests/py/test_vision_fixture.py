@@ -8,7 +8,10 @@ transformers' projector rows (median relative error <= 1e-4, one and two threads
 GGUF's logits over the prompt's text before the image equal transformers' (multimodal rotary
 positions are plain positions there: t = h = w); and the reference files agree with each other
 (shapes, image-token counts, the rotary rows of the image tokens). Still missing (issue 23): the
-image rows and M-RoPE in the text model, the plan, the server."""
+plan, images through the server (which refuses them with a 400 until then).
+Also: the whole image prompt through `snug logits --mmproj --image` (image rows + M-RoPE in the
+text model) against transformers' logits and its 16 greedy tokens, `snug run --image`."""
+import base64
 import json
 import os
 import tempfile
@@ -152,7 +155,153 @@ def main():
     rs = json.load(open(os.path.join(D, "resize.json")))
     r.check(len(rs["sizes"]) == 10 and all(s["resized"][0] % 32 == 0 and s["resized"][1] % 32 == 0
                                            for s in rs["sizes"]), "10 smart-resize references")
+    test_image_prompt(r, ids, ref_all(T, V), T, V)
+    test_server_refuses(r)
+    test_plan(r)
     r.done()
+
+
+def test_plan(r):
+    """`snug plan --mmproj` / `--vision-preset`: the tower's weights equal the mmproj's tensor
+    bytes and the f16 layout restated here; the largest image's tokens follow the pixel bound;
+    the contexts reported leave room for the tower."""
+    text, mmproj = os.path.join(D, "text-f16.gguf"), os.path.join(D, "mmproj-f16.gguf")
+
+    def f16_bytes(D_, F, L, P, M, S, O):  # matrices f16, vectors and positions f32
+        M4 = M * M * D_
+        return (2 * (2 * P * P * 3 * D_ + L * (3 * D_ * D_ + D_ * D_ + 2 * D_ * F) + M4 * M4 +
+                     M4 * O) + 4 * (D_ + S * S * D_ + L * (9 * D_ + F) + 2 * D_ + M4 + O))
+
+    j = json.loads(run("plan", "-m", text, "--mmproj", mmproj, "--max-image-pixels", 131072,
+                       "--json").stdout)
+    size = os.path.getsize(mmproj)
+    want = f16_bytes(64, 128, 2, 16, 2, 8, 128)
+    v = j["vision"]
+    r.check(v["weights_bytes"] == want and want < size < want + 65536,
+            f"plan --mmproj: weights {v['weights_bytes']} = the f16 layout {want} (file {size})")
+    r.check(v["image_tokens"] == 128 and v["image_patches"] == 512 and v["work_bytes"] > 0 and
+            all(k in j["items"] for k in ("vision weights (mmproj)",
+                                          "vision encoder work (largest image)")),
+            f"plan --mmproj: 131072 pixels = 128 tokens, 512 patches; items listed")
+    # the released tower's preset on the 27B (CPU budget): less context with vision, by the
+    # tower's bytes (the KV bytes per token times the context lost covers them)
+    base = ["plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--budget", "40GiB",
+            "--table", "--json", "--threads", 1]
+    t0 = json.loads(run(*base).stdout)
+    t1 = json.loads(run(*base, "--vision-preset", "qwen3.5").stdout)
+    vb = t1["vision"]["bytes"]
+    ok = vb > 10 ** 9 and t1["vision"]["image_tokens"] == 16384
+    smaller = 0
+    for a, b in zip(t0["rows"], t1["rows"]):
+        ok &= b["max_ctx"] <= a["max_ctx"] and b["total_bytes"] + vb <= 40 * 2 ** 30
+        smaller += b["max_ctx"] < a["max_ctx"]
+    r.check(ok and smaller > 0, f"plan --table --vision-preset qwen3.5 (27B, 40 GiB cpu): no "
+            f"row's context larger, {smaller} smaller, plan + tower ({vb / 2 ** 30:.2f} GiB) "
+            f"within the budget")
+    p = run("plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vision-preset", "nope",
+            check=False)
+    r.check(p.returncode != 0 and "qwen3.5" in p.stderr, "unknown vision preset: refused")
+
+
+def ref_all(T, V):
+    return np.fromfile(os.path.join(D, "prompt_logits.f32"), "<f4").reshape(T, V)
+
+
+def test_image_prompt(r, ids, ref, T, V):
+    """The whole prompt with image 0 through `snug logits --mmproj --image` (the PNG decoded,
+    resized, encoded; its rows at the pad run, M-RoPE positions): transformers' logits, and the
+    16 greedy tokens after it (each one a decode step, the text positions continuing from the
+    image's s + max(rows, cols))."""
+    greedy_ref = json.load(open(os.path.join(D, "prompt_greedy.json")))
+    text = os.path.join(D, "text-f16.gguf")
+    mmproj = os.path.join(D, "mmproj-f16.gguf")
+    flags = ["--mmproj", mmproj, "--image", os.path.join(D, "img0.png"),
+             "--min-image-pixels", 8 * 32 * 32, "--max-image-pixels", 128 * 32 * 32]
+    with tempfile.TemporaryDirectory() as tmp:
+        p_ids = os.path.join(tmp, "ids.json")
+        out = os.path.join(tmp, "out.f32")
+        json.dump(ids, open(p_ids, "w"))
+        # one step; steps that split the image's rows; evals that split them (the image passed
+        # to each eval it overlaps, as a server feeding a prompt in pieces would)
+        for chunk, split in ((512, None), (7, None), (512, 10), (512, 1)):
+            more = ["--split", split] if split else []
+            p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--greedy", 16,
+                    "--chunk", chunk, *more, *flags)
+            got = np.fromfile(out, "<f4").reshape(T, -1)
+            med, mx, _, top1 = kl_stats(ref, got[:, :V])
+            r.check(got.shape[1] == V and med <= 1e-5,
+                    f"image prompt logits vs transformers (chunk {chunk}, split {split}): median "
+                    f"KL {med:.3g} (<= 1e-5), max {mx:.3g}, top-1 {top1}")
+            greedy = json.loads(p.stdout.strip().splitlines()[-1])
+            r.check(greedy == greedy_ref, f"greedy 16 tokens after the image prompt (chunk {chunk}, "
+                    f"split {split}): {greedy} vs {greedy_ref}")
+        # without the image's rows (plain pads, 1-D positions) the logits must differ: the
+        # comparison above can fail
+        run("logits", "-m", text, "--ids", p_ids, "-o", out)
+        got = np.fromfile(out, "<f4").reshape(T, -1)
+        med, _, _, _ = kl_stats(ref, got[:, :V])
+        r.check(med > 1e-3, f"the same ids without the image: median KL {med:.3g} (> 1e-3)")
+        # a single pad is widened to the image's rows; the count of pads must otherwise match
+        vs = ids.index(2048)
+        short = ids[:vs + 1] + [2050] + ids[ids.index(2049):]
+        json.dump(short, open(p_ids, "w"))
+        run("logits", "-m", text, "--ids", p_ids, "-o", out, *flags)
+        got = np.fromfile(out, "<f4").reshape(T, -1)
+        r.check(kl_stats(ref, got[:, :V])[0] <= 1e-5, "a single <|image_pad|> widened to 15 rows")
+        json.dump(ids[:vs + 3] + ids[ids.index(2049):], open(p_ids, "w"))
+        p = run("logits", "-m", text, "--ids", p_ids, "-o", out, *flags, check=False)
+        r.check(p.returncode != 0 and "needs 15" in p.stderr, "2 pads for a 15-row image: refused")
+        p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--image",
+                os.path.join(D, "img0.png"), check=False)
+        r.check(p.returncode != 0 and "--mmproj" in p.stderr, "--image without --mmproj: refused")
+        p = run("run", "-m", text, "-p", "<|vision_start|><|image_pad|><|vision_end|>hi", "-n", 4,
+                "--temp", 0, *flags, check=False)
+        r.check(p.returncode == 0 and "5 x 3 tokens" in p.stderr, "snug run --image answers")
+        p = run("run", "-m", text, "-p", "hi", "-n", 2, "--backend", "cuda", *flags, check=False)
+        r.check(p.returncode != 0 and "CPU only" in p.stderr, "--backend cuda with --mmproj: refused")
+
+
+def test_server_refuses(r):
+    """`snug serve` has no vision tower yet: every image part is a 400 saying so, never a
+    rendered marker with no pixels behind it (the three APIs, through the official clients)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import openai
+    from test_server import KEY, Server, stop_all
+    MODEL = "text-f16.gguf"
+    png = base64.b64encode(open(os.path.join(D, "img0.png"), "rb").read()).decode()
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = []
+        try:
+            S = Server(os.path.join(D, "text-f16.gguf"), tmp, "V", "--api-key", KEY, "--ctx", 256)
+            servers.append(S)
+            cl = S.client()
+            ok = cl.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+                {"role": "user", "content": "hello"}])
+            r.check(ok.choices[0].message is not None, "server: a text chat answers")
+            for url, want in ((f"data:image/png;base64,{png}", "no vision tower"),
+                              ("https://example.com/a.png", "never fetches")):
+                try:
+                    cl.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+                        {"role": "user", "content": [
+                            {"type": "text", "text": "what is it?"},
+                            {"type": "image_url", "image_url": {"url": url}}]}])
+                    r.check(False, f"server: image part {url[:20]}: 400")
+                except openai.BadRequestError as e:
+                    r.check(want in str(e) and "content[1]" in str(e),
+                            f"server: image part {url[:20]}...: 400 saying '{want}'")
+            try:
+                cl.responses.create(model=MODEL, input=[{"role": "user", "content": [
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}]}])
+                r.check(False, "server: responses input_image: 400")
+            except openai.BadRequestError as e:
+                r.check("input_image" in str(e), "server: responses input_image: 400")
+            st, b, _ = S.raw("POST", "/v1/messages", {
+                "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                 "data": png}}]}]})
+            r.check(st == 400 and "image" in json.dumps(b), "server: messages image block: 400")
+        finally:
+            stop_all(r, servers)
 
 
 if __name__ == "__main__":

@@ -159,6 +159,55 @@ static void test_rope(void) {
     snug_free(x), snug_free(y), snug_free(ref);
 }
 
+/* Interleaved M-RoPE: with t = h = w it is rope_neox bit for bit; with distinct rows, pair i
+ * rotates by the position transformers' apply_interleaved_mrope picks (sections [3, 3, 2] of
+ * the vision fixture, and the 27B's [11, 11, 10] on 32 pairs). */
+static void test_rope_mrope(void) {
+    int64_t T = 5, H = 3, D = 40, n_rot = 32;
+    const uint32_t sect[2][3] = {{3, 3, 2}, {11, 11, 10}};
+    int32_t pos[5] = {0, 6, 6, 11, 70000};
+    int32_t pos3[5][3] = {{0, 0, 0}, {6, 6, 7}, {6, 8, 10}, {11, 11, 11}, {70000, 3, 99}};
+    int32_t same3[5][3];
+    for (int t = 0; t < 5; t++) same3[t][0] = same3[t][1] = same3[t][2] = pos[t];
+    float *x = falloc(T * H * D), *a = falloc(T * H * D), *b = falloc(T * H * D);
+    double *ref = dalloc(T * H * D);
+    fill(x, T * H * D, 2.0f);
+    for (int s = 0; s < 2; s++) {
+        memcpy(a, x, (size_t)(T * H * D) * sizeof(float));
+        memcpy(b, x, (size_t)(T * H * D) * sizeof(float));
+        snug_op_rope_neox(NULL, a, T, H, D, n_rot, pos, 1e7f);
+        snug_op_rope_mrope(NULL, b, T, H, D, n_rot, &same3[0][0], sect[s], 1e7f);
+        CHECK(memcmp(a, b, (size_t)(T * H * D) * sizeof(float)) == 0);
+        memcpy(b, x, (size_t)(T * H * D) * sizeof(float));
+        snug_op_rope_mrope(NULL, b, T, H, D, n_rot, &pos3[0][0], sect[s], 1e7f);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *xh = x + (t * H + h) * D;
+                double *rh = ref + (t * H + h) * D;
+                for (int64_t i = 0; i < D; i++) rh[i] = xh[i];
+                for (int64_t i = 0; i < n_rot / 2; i++) {
+                    int axis = 0; /* the reference rule, restated */
+                    if (i % 3 == 1 && i < 3 * (int64_t)sect[s][1]) axis = 1;
+                    if (i % 3 == 2 && i < 3 * (int64_t)sect[s][2]) axis = 2;
+                    double th = pos3[t][axis] * pow(1e7, -2.0 * i / n_rot);
+                    rh[i] = xh[i] * cos(th) - xh[i + n_rot / 2] * sin(th);
+                    rh[i + n_rot / 2] = xh[i + n_rot / 2] * cos(th) + xh[i] * sin(th);
+                }
+            }
+        struct errs e = compare(b, ref, T * H * D);
+        printf("rope_mrope     max abs %.3g rel %.3g\n", e.abs, e.rel);
+        CHECK(e.abs < 2e-6);
+    }
+    /* the sections matter: row 2's h and w differ from t, so the rotation differs */
+    memcpy(a, x, (size_t)(T * H * D) * sizeof(float));
+    int32_t p2 = 6;
+    snug_op_rope_neox(NULL, a, 1, H, D, n_rot, &p2, 1e7f);
+    memcpy(b, x, (size_t)(T * H * D) * sizeof(float));
+    snug_op_rope_mrope(NULL, b, 1, H, D, n_rot, &pos3[2][0], sect[0], 1e7f);
+    CHECK(memcmp(a, b, (size_t)(H * D) * sizeof(float)) != 0);
+    snug_free(x), snug_free(a), snug_free(b), snug_free(ref);
+}
+
 /* ---- conv + silu --------------------------------------------------------------------------- */
 
 static void test_conv(void) {
@@ -579,6 +628,7 @@ int main(void) {
     test_f16();
     test_norms();
     test_rope();
+    test_rope_mrope();
     test_conv();
     test_matmul();
     test_attention();

@@ -23,7 +23,9 @@ Outputs under OUT_DIR (all float32 little-endian, row-major):
 - img{i}_features.f32: the vision tower's output after the projector [n_tokens][text hidden];
 - resize.json: smart-resize results for 10 image sizes (tiny, huge, extreme aspect ratios);
 - prompt_ids.json, prompt_pos.json, prompt_logits.f32: a prompt with image 0 between text,
-  the multimodal rotary positions (3 rows: t, h, w) and the logits of one forward [T][V].
+  the multimodal rotary positions (3 rows: t, h, w) and the logits of one forward [T][V];
+- prompt_greedy.json: the 16 tokens greedy decoding appends to that prompt (each step a full
+  forward over the prompt and the tokens so far, so the rotary rows come from get_rope_index).
 """
 import argparse
 import json
@@ -179,6 +181,15 @@ def main():
     json.dump(prompt, open(os.path.join(a.out, "prompt_ids.json"), "w"))
     json.dump(pos[:, 0].tolist(), open(os.path.join(a.out, "prompt_pos.json"), "w"))
     logits.tofile(os.path.join(a.out, "prompt_logits.f32"))
+    cur, greedy = list(prompt), []
+    with torch.no_grad():
+        for _ in range(16):
+            x = torch.tensor([cur])
+            lg = model(input_ids=x, pixel_values=px0, image_grid_thw=grid,
+                       mm_token_type_ids=(x == ids["<|image_pad|>"]).int()).logits[0, -1]
+            greedy.append(int(lg.argmax()))
+            cur.append(greedy[-1])
+    json.dump(greedy, open(os.path.join(a.out, "prompt_greedy.json"), "w"))
     meta["prompt"] = {"T": len(prompt), "V": int(logits.shape[1])}
     json.dump(meta, open(os.path.join(a.out, "meta.json"), "w"), indent=1)
     print(json.dumps(meta, indent=1))

@@ -49,6 +49,14 @@ void snug_op_l2norm(struct snug_pool *pool, float *x, int64_t rows, int64_t n, f
  * θ_i = pos · base^(−2i/n_rot). Dims ≥ n_rot are untouched. */
 void snug_op_rope_neox(struct snug_pool *pool, float *x, int64_t T, int64_t n_heads,
                        int64_t head_dim, int64_t n_rot, const int32_t *pos, float base);
+/* The same rotation with three positions per token (multimodal rows, docs/vision.md step 6):
+ * pos3 [T][3] = (t, h, w); pair i takes one of them by the interleaved M-RoPE rule over
+ * `sections` (the GGUF's rope.dimension_sections). With t = h = w: snug_op_rope_neox's result
+ * bit for bit. n_rot/2 <= SNUG_ROPE_MAX_PAIRS. */
+#define SNUG_ROPE_MAX_PAIRS 256
+void snug_op_rope_mrope(struct snug_pool *pool, float *x, int64_t T, int64_t n_heads,
+                        int64_t head_dim, int64_t n_rot, const int32_t *pos3,
+                        const uint32_t sections[3], float base);
 static inline float snug_silu(float x);
 static inline float snug_sigmoid(float x);
 /* y[i] = silu(gate[i]) * up[i] for i < n (y may alias either). */

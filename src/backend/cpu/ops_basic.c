@@ -95,7 +95,9 @@ void snug_op_l2norm(struct snug_pool *pool, float *x, int64_t rows, int64_t n, f
 struct rope_ctx {
     float *x;
     int64_t T, n_heads, head_dim, n_rot;
-    const int32_t *pos;
+    const int32_t *pos;  /* [T]: one position per token, or NULL ... */
+    const int32_t *pos3; /* ... [T][3]: (t, h, w) per token, pair i's from axis[i] */
+    uint8_t axis[SNUG_ROPE_MAX_PAIRS];
     float base;
 };
 
@@ -112,8 +114,8 @@ static void rope_task(void *vctx, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) {
         float *xt = c->x + t * c->n_heads * hd;
         for (int64_t i = 0; i < half; i++) {
-            double theta =
-                (double)c->pos[t] * pow((double)c->base, -2.0 * (double)i / (double)c->n_rot);
+            int32_t p = c->pos3 ? c->pos3[t * 3 + c->axis[i]] : c->pos[t];
+            double theta = (double)p * pow((double)c->base, -2.0 * (double)i / (double)c->n_rot);
             float cs = (float)cos(theta), sn = (float)sin(theta);
             for (int64_t h = 0; h < c->n_heads; h++) {
                 float *xh = xt + h * hd;
@@ -135,6 +137,33 @@ void snug_op_rope_neox(struct snug_pool *pool, float *x, int64_t T, int64_t n_he
                          .n_rot = n_rot,
                          .pos = pos,
                          .base = base};
+    ew_run(pool, T * n_heads * head_dim, rope_task, &c);
+}
+
+/* Interleaved M-RoPE (Qwen3-VL / Qwen3.5; transformers' `apply_interleaved_mrope` in
+ * models/qwen3_5/modeling_qwen3_5.py): frequency index i takes the height position when
+ * i % 3 == 1 and i < 3·sections[1], the width position when i % 3 == 2 and i < 3·sections[2],
+ * else the temporal one. The rotation itself is rope_task's, so with t = h = w the result is
+ * snug_op_rope_neox's bit for bit. */
+void snug_op_rope_mrope(struct snug_pool *pool, float *x, int64_t T, int64_t n_heads,
+                        int64_t head_dim, int64_t n_rot, const int32_t *pos3,
+                        const uint32_t sections[3], float base) {
+    SNUG_ASSERT(n_rot <= head_dim && n_rot % 2 == 0 && n_rot / 2 <= SNUG_ROPE_MAX_PAIRS);
+    struct rope_ctx c = {.x = x,
+                         .T = T,
+                         .n_heads = n_heads,
+                         .head_dim = head_dim,
+                         .n_rot = n_rot,
+                         .pos3 = pos3,
+                         .base = base};
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        uint8_t a = 0;
+        if (i % 3 == 1 && i < 3 * (int64_t)sections[1])
+            a = 1;
+        else if (i % 3 == 2 && i < 3 * (int64_t)sections[2])
+            a = 2;
+        c.axis[i] = a;
+    }
     ew_run(pool, T * n_heads * head_dim, rope_task, &c);
 }
 

@@ -1,0 +1,188 @@
+/* cli_images.c — images on the command line (`snug run` / `snug logits`): the flags (--mmproj,
+ * --image, --min-image-pixels, --max-image-pixels), encoding every image through the vision
+ * tower (src/vision/encode.c), and placing the encoded rows in the prompt's ids: each run of
+ * `<|image_pad|>` is one image, in order — a single pad (as a rendered chat marker has it) is
+ * widened to the image's rows·cols pads, a run already that long is kept; a prompt without pads
+ * gets `<|vision_start|>` pads `<|vision_end|>` in front, one group per image.
+ * Invariant: after cli_images_place, ci->rows[k] describes image k's pad run in the returned ids
+ * (snug_ctx_eval_images' input). Read next: src/vision/vision.h, docs/vision.md. */
+#include "cli.h"
+
+#include "core/core.h"
+#include "core/threadpool.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_images *ci) {
+    const char *a = argv[*i];
+    long v = 0;
+    if (!strcmp(a, "--mmproj")) return (ci->mmproj = cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--image")) {
+        const char *p = cli_value(argc, argv, i);
+        if (!p) return -1;
+        if (ci->n >= CLI_MAX_IMAGES) {
+            fprintf(stderr, "snug %s: at most %d --image files\n", cmd, CLI_MAX_IMAGES);
+            return -1;
+        }
+        ci->paths[ci->n++] = p;
+        return 1;
+    }
+    bool is_min = !strcmp(a, "--min-image-pixels"), is_max = !strcmp(a, "--max-image-pixels");
+    if (!is_min && !is_max) return 0;
+    if (!cli_int(argc, argv, i, &v)) return -1;
+    if (v < 1 || v > SNUG_VISION_PIXELS_LIMIT) {
+        fprintf(stderr, "snug %s: %s %ld: expected 1..%lld\n", cmd, a, v,
+                (long long)SNUG_VISION_PIXELS_LIMIT);
+        return -1;
+    }
+    if (is_min)
+        ci->min_px = v;
+    else
+        ci->max_px = v;
+    return 1;
+}
+
+/* Read a whole file (counted allocation, at most 64 MiB). */
+static uint8_t *slurp(const char *path, size_t *n, struct snug_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snug_err_set(err, SNUG_ERR_IO, "cannot open image %s", path);
+        return NULL;
+    }
+    uint8_t *b = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len >= 0 && len <= (64L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = snug_malloc((size_t)len + 1)) && fread(b, 1, (size_t)len, f) == (size_t)len) {
+        fclose(f);
+        *n = (size_t)len;
+        return b;
+    }
+    snug_err_set(err, SNUG_ERR_IO, "cannot read image %s (at most 64 MiB)", path);
+    snug_free(b);
+    fclose(f);
+    return NULL;
+}
+
+int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
+                      struct snug_err *err) {
+    if (ci->n == 0 && !ci->mmproj) return SNUG_OK;
+    if (!ci->mmproj)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--image needs the vision tower: add --mmproj MMPROJ.gguf (the "
+                            "model's mmproj file)");
+    if (backend != 0)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "the vision tower (--mmproj) runs on the CPU only for now: use "
+                            "--backend cpu");
+    if (ci->min_px > ci->max_px)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--min-image-pixels %lld is above --max-image-pixels %lld", ci->min_px,
+                            ci->max_px);
+    int rc = snug_vision_load(&ci->v, ci->mmproj, err);
+    if (rc) return rc;
+    const struct snug_vision_hparams *vh = snug_vision_hparams(ci->v);
+    if (vh->out_dim != snug_model_n_embd(m))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "%s projects to %d values per row but the model's hidden size is %d: "
+                            "is it this model's mmproj?",
+                            ci->mmproj, vh->out_dim, snug_model_n_embd(m));
+    struct snug_pool *pool = NULL;
+    if (n_threads != 1 && (rc = snug_pool_init(&pool, n_threads, err))) return rc;
+    for (int k = 0; k < ci->n && rc == SNUG_OK; k++) {
+        size_t nb = 0;
+        uint8_t *bytes = slurp(ci->paths[k], &nb, err);
+        if (!bytes) {
+            rc = SNUG_ERR_IO;
+            break;
+        }
+        rc = snug_vision_encode_bytes(ci->v, pool, bytes, nb, ci->min_px, ci->max_px, &ci->enc[k],
+                                      err);
+        snug_free(bytes);
+        if (rc) break;
+        fprintf(stderr, "image %s: %d x %d -> %d x %d tokens\n", ci->paths[k], ci->enc[k].src_w,
+                ci->enc[k].src_h, ci->enc[k].cols, ci->enc[k].rows);
+    }
+    snug_pool_free(pool);
+    return rc;
+}
+
+snug_token *cli_images_place(struct cli_images *ci, const struct snug_model *m,
+                             const snug_token *ids, int32_t n, int32_t extra, int32_t *n_out,
+                             struct snug_err *err) {
+    const struct snug_tokenizer *tok = snug_model_tokenizer(m);
+    snug_token pad = tok ? snug_tokenizer_token_id(tok, "<|image_pad|>") : -1;
+    snug_token vs = tok ? snug_tokenizer_token_id(tok, "<|vision_start|>") : -1;
+    snug_token ve = tok ? snug_tokenizer_token_id(tok, "<|vision_end|>") : -1;
+    if (pad < 0 || vs < 0 || ve < 0) {
+        snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                     "the model's vocabulary lacks <|image_pad|> / <|vision_start|> / "
+                     "<|vision_end|>: not a vision-language model");
+        return NULL;
+    }
+    int n_runs = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == pad && (i == 0 || ids[i - 1] != pad)) n_runs++;
+    bool prepend = n_runs == 0;
+    if (!prepend && n_runs != ci->n) {
+        snug_err_set(err, SNUG_ERR_INVALID,
+                     "the prompt has %d image places (runs of <|image_pad|>) but %d --image "
+                     "files were given",
+                     n_runs, ci->n);
+        return NULL;
+    }
+    int64_t total = n + extra;
+    for (int k = 0; k < ci->n; k++)
+        total += (int64_t)ci->enc[k].rows * ci->enc[k].cols + (prepend ? 2 : 0);
+    if (total > (1 << 30)) {
+        snug_err_set(err, SNUG_ERR_INVALID, "the prompt with its images is too long");
+        return NULL;
+    }
+    snug_token *out = malloc((size_t)total * sizeof *out);
+    if (!out) {
+        snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    int32_t o = 0, k = 0;
+    if (prepend)
+        for (; k < ci->n; k++) {
+            int32_t cnt = ci->enc[k].rows * ci->enc[k].cols;
+            out[o++] = vs;
+            ci->rows[k] =
+                (struct snug_image_rows){o, ci->enc[k].rows, ci->enc[k].cols, ci->enc[k].embd};
+            for (int32_t j = 0; j < cnt; j++) out[o++] = pad;
+            out[o++] = ve;
+        }
+    for (int32_t i = 0; i < n;) {
+        if (ids[i] != pad) {
+            out[o++] = ids[i++];
+            continue;
+        }
+        int32_t run = 0;
+        while (i + run < n && ids[i + run] == pad) run++;
+        int32_t cnt = ci->enc[k].rows * ci->enc[k].cols;
+        if (run != 1 && run != cnt) {
+            snug_err_set(err, SNUG_ERR_INVALID,
+                         "image place %d has %d <|image_pad|> tokens; image %s needs %d (%d x %d) "
+                         "or a single pad to widen",
+                         k, run, ci->paths[k], cnt, ci->enc[k].cols, ci->enc[k].rows);
+            free(out);
+            return NULL;
+        }
+        ci->rows[k] =
+            (struct snug_image_rows){o, ci->enc[k].rows, ci->enc[k].cols, ci->enc[k].embd};
+        for (int32_t j = 0; j < cnt; j++) out[o++] = pad;
+        i += run;
+        k++;
+    }
+    *n_out = o;
+    return out;
+}
+
+void cli_images_free(struct cli_images *ci) {
+    for (int k = 0; k < ci->n; k++) snug_vision_rows_free(&ci->enc[k]);
+    snug_vision_free(ci->v);
+    ci->v = NULL;
+}
