@@ -1,12 +1,14 @@
-/* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool and a
- * backend instance of one slot (src/backend/backend.h: the KV/state caches and the work arena,
- * in host or device memory), all sized at snug_ctx_init by the memory planner
- * (src/plan/plan.h); no line here depends on which backend it is; snug_ctx_eval splits the input
- * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
- * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
- * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
- * snug_ctx_truncate. Invariant: snug_ctx_eval allocates nothing (tests check snug_alloc_count
- * around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+/* context.c — struct snug_ctx: one sequence over a loaded model, and the step. A context is a
+ * slot of a backend instance (src/backend/backend.h: the KV/state caches and the work arena, in
+ * host or device memory), its own one-slot instance (snug_ctx_init) or a slot of a pool
+ * (src/engine/slots.c), all sized by the memory planner (src/plan/plan.h); no line here
+ * depends on which backend it is. The step (step_forward) is one forward over rows of several
+ * sequences grouped into runs (model.h struct snug_fwd_run): snug_step takes any mix of prompt
+ * chunks, decode rows and speculative verification rows; snug_ctx_eval is one run per chunk of
+ * at most n_chunk tokens, snug_ctx_eval_batch one run of one row per context. With n_draft > 0
+ * a context also owns the MTP state (src/speculative) and the rollback snapshots; see
+ * snug_ctx_truncate. Invariant: a step allocates nothing (tests check snug_alloc_count around
+ * it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
@@ -27,9 +29,12 @@ struct snug_ctx {
     struct snug_be *be; /* the backend instance: caches, work arena (backend.h) */
     struct snug_kv *kv; /* this sequence's slot of it */
     struct snug_arena *work;
-    int32_t *pos;          /* [n_chunk] host */
-    struct snug_kv **rows; /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
-                              pos_bytes: rows first, then pos, in one block) */
+    /* a step's host tables, n_chunk of each in one block (the plan's pos_bytes,
+     * SNUG_STEP_ROW_BYTES per row): the runs, their sequences, the rows' positions and tokens */
+    struct snug_fwd_run *runs;
+    struct snug_ctx **run_ctx;
+    int32_t *pos;
+    snug_token *ids;
     int32_t n_past;
     snug_layer_hook hook;
     void *hook_user;
@@ -57,9 +62,13 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     c->device = !be->host_memory;
     c->kv = be->ops->slot_kv(be, c->slot);
     c->work = be->ops->work(be);
-    c->rows = snug_malloc(plan->pos_bytes);
-    if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-    c->pos = (int32_t *)(c->rows + plan->lim.n_chunk);
+    int32_t nc = plan->lim.n_chunk;
+    SNUG_ASSERT(plan->pos_bytes >= (size_t)nc * SNUG_STEP_ROW_BYTES);
+    c->runs = snug_malloc(plan->pos_bytes);
+    if (!c->runs) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    c->run_ctx = (struct snug_ctx **)(c->runs + nc);
+    c->pos = (int32_t *)(c->run_ctx + nc);
+    c->ids = c->pos + nc;
     if (p->n_draft > 0) {
         struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
         if (mtp_kv) /* the MTP cache and rows in the backend's memory */
@@ -173,7 +182,7 @@ fail:
 void snug_ctx_free(struct snug_ctx *ctx) {
     if (!ctx) return;
     snug_spec_free(ctx->spec);
-    snug_free(ctx->rows); /* pos lives in the same block */
+    snug_free(ctx->runs); /* the other step tables live in the same block */
     if (ctx->owns) {
         snug_backend_close(ctx->be);
         snug_pool_free(ctx->pool);
@@ -214,11 +223,6 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
     ctx->hook_user = user;
 }
 
-/* The caches the forward runs on: this sequence's slot. */
-static struct snug_kv *ctx_kv(struct snug_ctx *ctx) {
-    return ctx->kv;
-}
-
 /* Copy every recurrent state into snapshot slot t (save) or back from it, in the caches' own
  * memory (queued in order with the ops). */
 static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
@@ -230,7 +234,6 @@ static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
 static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     struct snug_be *be = ctx->be;
     f->be = be;
-    f->kv = ctx->kv;
     f->work = ctx->work;
     f->host_work = be->ops->host_work(be);
     snug_arena_reset_to(f->work, 0);
@@ -240,7 +243,75 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     f->pos_be = dpos;
 }
 
-/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+/* ---- the step -------------------------------------------------------------------------- */
+/* One forward over T rows (ids, host) in n_runs runs: c0->runs[r] gives row0, T, n_logits and
+ * (snapshot) whether the run is a speculative verification; c0->run_ctx[r] its sequence. Every
+ * run was validated by the caller; the step runs on c0's backend instance (its pool and work
+ * arena), which every run's caches belong to (or all are host memory). Around the trunk, per
+ * sequence with speculative state: MTP step 1 over its pending rows (their next token is the
+ * run's first) before, and the run's hidden rows recorded as pending after. logits: the runs'
+ * logits rows packed in row order (may be NULL). */
+static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, int32_t n_runs,
+                        float *logits, struct snug_err *err) {
+    const struct snug_model *m = c0->m;
+    int64_t V = m->hp.n_vocab;
+    struct snug_fwd_run *runs = c0->runs;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_fwd_run *run = &runs[r];
+        struct snug_ctx *c = c0->run_ctx[r];
+        run->kv = c->kv;
+        run->pos0 = c->n_past;
+        run->hidden_out = c->spec ? c->spec->hid : NULL;
+        if (!logits) run->n_logits = 0;
+        for (int32_t i = 0; i < run->T; i++) c0->pos[run->row0 + i] = c->n_past + i;
+        c->snap_n = 0;
+        if (run->snapshot) { /* a verification: a rollback point after each row */
+            if (c->spec->recompute) {
+                ctx_snap(c, 0, true); /* the state before it; rollback recomputes */
+                run->snapshot = false;
+            }
+            c->snap_pos0 = c->n_past, c->snap_n = run->T;
+        }
+        if (c->spec) { /* the pending rows learn their next token: MTP step 1 over them */
+            struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
+            ctx_fwd_be(c, &base, 0);
+            float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
+            c->mtp_rows += snug_spec_flush(c->spec, &base, ids[run->row0], sink);
+        }
+    }
+    struct snug_fwd f = {
+        .m = m,
+        .pool = c0->pool,
+        .n_threads = c0->n_threads,
+        .runs = runs,
+        .n_runs = n_runs,
+        .ids = ids,
+        .pos = c0->pos,
+        .T = T,
+        .logits = logits,
+        .hook = n_runs == 1 ? c0->run_ctx[0]->hook : NULL,
+        .hook_user = n_runs == 1 ? c0->run_ctx[0]->hook_user : NULL,
+    };
+    ctx_fwd_be(c0, &f, T); /* activations, positions in the backend's memory */
+    m->arch->forward(&f);
+    int rc = c0->be->ops->sync(c0->be, err);
+    if (rc) return rc;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_ctx *c = c0->run_ctx[r];
+        if (c->spec) snug_spec_push(c->spec, ids + runs[r].row0, runs[r].T, c->n_past);
+        c->n_past += runs[r].T;
+    }
+    return SNUG_OK;
+}
+
+/* Whether the sequences of a step can share one forward on c0's instance: host memory
+ * everywhere, or slots of c0's device instance (src/engine/slots.h). */
+static bool step_shares(const struct snug_ctx *c0, const struct snug_ctx *c) {
+    return c->device == c0->device && (!c->device || c->be == c0->be);
+}
+
+/* Validate the whole request first (so a failure changes nothing), then run the chunks, each
+ * a one-run step. */
 int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
                   unsigned flags, struct snug_err *err) {
     const struct snug_model *m = ctx->m;
@@ -260,64 +331,33 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
                                 ids[i], i, m->hp.n_vocab);
     bool all = flags & SNUG_EVAL_LOGITS_ALL;
     bool snap = flags & SNUG_EVAL_SNAPSHOT;
-    if (snap && (!ctx->spec || n > ctx->p.n_draft + 1))
+    if (snap && (!ctx->spec || n > ctx->p.n_draft + 1 || n > ctx->p.n_chunk))
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "eval: a snapshot eval of %d tokens needs a context with n_draft >= "
-                            "%d (this one has %d)",
-                            n, n - 1, ctx->p.n_draft);
+                            "%d and n_chunk >= %d (this one has %d and %d)",
+                            n, n - 1, n, ctx->p.n_draft, ctx->p.n_chunk);
     int64_t V = m->hp.n_vocab;
-    ctx->snap_n = 0;
-    bool recompute = snap && ctx->spec->recompute;
-    if (recompute) ctx_snap(ctx, 0, true); /* the state before the verification */
-    ctx_kv(ctx)->snap_on = snap && !recompute;
-    if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
     for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
-        for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
         float *lg = NULL;
+        int32_t n_logits = 0;
         if (logits_out) {
             if (all)
-                lg = logits_out + (int64_t)off * V;
+                lg = logits_out + (int64_t)off * V, n_logits = T;
             else if (off + T == n)
-                lg = logits_out;
+                lg = logits_out, n_logits = 1;
         }
-        struct snug_fwd f = {
-            .hidden_out = ctx->spec ? ctx->spec->hid : NULL,
-            .m = m,
-            .pool = ctx->pool,
-            .n_threads = ctx->n_threads,
-            .ids = ids + off,
-            .pos = ctx->pos,
-            .T = T,
-            .pos0 = ctx->n_past,
-            .logits = lg,
-            .logits_all = all,
-            .hook = ctx->hook,
-            .hook_user = ctx->hook_user,
-        };
-        ctx_fwd_be(ctx, &f, T); /* activations, caches, positions in the backend's memory */
-        if (ctx->spec) {        /* the pending rows learn their next token: MTP step 1 over them */
-            float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
-            ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
-            snug_arena_reset_to(f.work, 0);
-            if (f.host_work) snug_arena_reset_to(f.host_work, 0);
-        }
-        m->arch->forward(&f);
-        int rc = ctx->be->ops->sync(ctx->be, err);
+        ctx->runs[0] = (struct snug_fwd_run){.T = T, .n_logits = n_logits, .snapshot = snap};
+        ctx->run_ctx[0] = ctx;
+        int rc = step_forward(ctx, ids + off, T, 1, lg, err);
         if (rc) return rc;
-        if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
-        ctx->n_past += T;
     }
-    ctx_kv(ctx)->snap_on = false;
     return SNUG_OK;
 }
 
-/* ---- batched decode ------------------------------------------------------------------------ */
-/* One token for each of n contexts (snug.h). Checks every row first; then, when all contexts
- * are plain CPU ones, runs steps of up to ctxs[0]'s n_chunk rows through the architecture's
- * forward with f.kv_rows set (model.h): row t is ctxs[t]'s token at its own position, the
- * activations live in ctxs[0]'s work arena (planned for n_chunk rows, so a step of <= n_chunk
- * sequences fits by construction). Otherwise each context runs its own snug_ctx_eval. */
+/* One token for each of n contexts (snug.h): checks every row first; then steps of up to
+ * ctxs[0]'s n_chunk rows, each row a run of one, on ctxs[0]'s instance. Contexts that cannot
+ * share it (device contexts of other instances) or that carry a layer hook decode one by one. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
                         float *logits_out, struct snug_err *err) {
     if (n < 0 || (n > 0 && (!ctxs || !ids)))
@@ -349,10 +389,8 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                                 "eval batch: token id %d of row %d is outside the vocabulary "
                                 "[0, %u)",
                                 ids[i], i, m->hp.n_vocab);
-        /* one forward runs on one backend instance: CPU contexts share ops over host memory,
-         * device contexts must be slots of the same instance (src/engine/slots.h) */
-        if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
-        if (c->spec || c->hook || split) batched = false;
+        if (!step_shares(ctxs[0], c)) split = true;
+        if (c->hook || split) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
@@ -370,27 +408,114 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
     struct snug_ctx *c0 = ctxs[0];
     for (int32_t off = 0; off < n; off += c0->p.n_chunk) {
         int32_t T = SNUG_MIN(c0->p.n_chunk, n - off);
-        for (int32_t t = 0; t < T; t++) c0->pos[t] = ctxs[off + t]->n_past;
-        struct snug_kv **rows = c0->rows; /* planned with the positions (pos_bytes) */
-        for (int32_t t = 0; t < T; t++) rows[t] = ctxs[off + t]->kv;
-        struct snug_fwd f = {
-            .m = m,
-            .pool = c0->pool,
-            .n_threads = c0->n_threads,
-            .ids = ids + off,
-            .pos = c0->pos,
-            .T = T,
-            .pos0 = c0->pos[0],
-            .logits = logits_out ? logits_out + (int64_t)off * V : NULL,
-            .logits_all = true,
-        };
-        ctx_fwd_be(c0, &f, T); /* the shared instance: work arena, positions in its memory */
-        f.kv = rows[0];
-        f.kv_rows = rows;
-        m->arch->forward(&f);
-        int rc = c0->be->ops->sync(c0->be, err);
+        for (int32_t t = 0; t < T; t++) {
+            c0->runs[t] = (struct snug_fwd_run){.row0 = t, .T = 1, .n_logits = 1};
+            c0->run_ctx[t] = ctxs[off + t];
+        }
+        int rc = step_forward(c0, ids + off, T, T,
+                              logits_out ? logits_out + (int64_t)off * V : NULL, err);
         if (rc) return rc;
-        for (int32_t t = 0; t < T; t++) ctxs[off + t]->n_past++;
+    }
+    return SNUG_OK;
+}
+
+/* The mixed step (snug.h): group the rows into runs (one per sequence, its rows together and
+ * in order), check everything, then one forward on rows[0]'s instance, or one per run when a
+ * sequence cannot share it or carries a layer hook. */
+int snug_step(const struct snug_step_row *rows, int32_t n, float *logits_out,
+              struct snug_err *err) {
+    if (n < 0 || (n > 0 && !rows))
+        return snug_err_set(err, SNUG_ERR_INVALID, "step: %d rows without a row array", n);
+    if (n == 0) return SNUG_OK;
+    struct snug_ctx *c0 = rows[0].ctx;
+    if (!c0) return snug_err_set(err, SNUG_ERR_INVALID, "step: row 0 has no context");
+    const struct snug_model *m = c0->m;
+    if (n > c0->p.n_chunk)
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "step: %d rows, but a step holds at most %d (the n_chunk of row 0's "
+                            "context); split the rows into several steps",
+                            n, c0->p.n_chunk);
+    int32_t n_runs = 0;
+    bool alone = false; /* a run that cannot share the forward */
+    for (int32_t i = 0; i < n;) {
+        struct snug_ctx *c = rows[i].ctx;
+        if (!c || c->m != m)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "step: row %d's context is %s; every row must be of a context "
+                                "of the same model",
+                                i, c ? "of another model" : "NULL");
+        for (int32_t r = 0; r < n_runs; r++)
+            if (c0->run_ctx[r] == c)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: the rows of one context must be together (row %d "
+                                    "continues a context after other contexts' rows)",
+                                    i);
+        bool verify = rows[i].flags & SNUG_ROW_VERIFY;
+        int32_t j = i, first_logits = -1;
+        for (; j < n && rows[j].ctx == c; j++) {
+            const struct snug_step_row *row = &rows[j];
+            if (row->pos != c->n_past + (j - i))
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d has position %d, but its context's next "
+                                    "position is %d",
+                                    j, row->pos, c->n_past + (j - i));
+            if (row->token < 0 || (uint32_t)row->token >= m->hp.n_vocab)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: token id %d of row %d is outside the vocabulary "
+                                    "[0, %u)",
+                                    row->token, j, m->hp.n_vocab);
+            if (((row->flags & SNUG_ROW_VERIFY) != 0) != verify)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d: the rows of one context are all verification "
+                                    "rows or none",
+                                    j);
+            if (row->flags & SNUG_ROW_LOGITS) {
+                if (first_logits < 0) first_logits = j;
+            } else if (first_logits >= 0) {
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d wants no logits after row %d of the same "
+                                    "context did; the rows with logits end a context's rows",
+                                    j, first_logits);
+            }
+        }
+        int32_t T = j - i;
+        if ((int64_t)c->n_past + T > c->p.n_ctx)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "step: %d rows do not fit the context of row %d: %d of %d "
+                                "positions left; make the context larger (n_ctx)",
+                                T, i, c->p.n_ctx - c->n_past, c->p.n_ctx);
+        if (T > c->p.n_chunk)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "step: %d rows of the context of row %d, more than its n_chunk %d",
+                                T, i, c->p.n_chunk);
+        if (verify && (!c->spec || T > c->p.n_draft + 1))
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "step: %d verification rows (row %d) need a context with n_draft "
+                                ">= %d (this one has %d)",
+                                T, i, T - 1, c->p.n_draft);
+        c0->runs[n_runs] =
+            (struct snug_fwd_run){.row0 = i,
+                                  .T = T,
+                                  .n_logits = first_logits < 0 ? 0 : j - first_logits,
+                                  .snapshot = verify};
+        c0->run_ctx[n_runs++] = c;
+        if (c->hook || !step_shares(c0, c)) alone = true;
+        i = j;
+    }
+    for (int32_t i = 0; i < n; i++) c0->ids[i] = rows[i].token;
+    if (!alone) return step_forward(c0, c0->ids, n, n_runs, logits_out, err);
+    /* one forward per run, each on its own sequence's instance (same numbers) */
+    int64_t V = m->hp.n_vocab, out = 0;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_fwd_run run = c0->runs[r];
+        struct snug_ctx *c = c0->run_ctx[r];
+        for (int32_t t = 0; t < run.T; t++) c->ids[t] = c0->ids[run.row0 + t];
+        run.row0 = 0;
+        c->runs[0] = run;
+        c->run_ctx[0] = c;
+        int rc = step_forward(c, c->ids, run.T, 1, logits_out ? logits_out + out * V : NULL, err);
+        if (rc) return rc;
+        out += run.n_logits;
     }
     return SNUG_OK;
 }
@@ -463,12 +588,13 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
     if (sp->recompute) {
         ctx_snap(ctx, 0, false);
         for (int32_t i = 0; i < keep; i++) ctx->pos[i] = ctx->snap_pos0 + i;
+        struct snug_fwd_run run = {.kv = ctx->kv, .T = keep, .pos0 = ctx->snap_pos0};
         struct snug_fwd f = base_fwd(ctx);
-        f.kv = ctx_kv(ctx);
+        f.runs = &run;
+        f.n_runs = 1;
         f.ids = sp->hid_ids;
         f.pos = ctx->pos;
         f.T = keep;
-        f.pos0 = ctx->snap_pos0;
         ctx_fwd_be(ctx, &f, keep);
         ctx->m->arch->forward(&f);
     } else {
