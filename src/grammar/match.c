@@ -149,7 +149,10 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
         path[0] = 0;
         int32_t path_n = 1;
         int32_t *count = snug_calloc((size_t)nn + 1, sizeof *count);
-        if (!count) goto nomem;
+        if (!count) {
+            snug_free(open);
+            goto nomem;
+        }
         for (int32_t k = 0; k < n; k++) {
             const struct tok_ref *r = &refs[k];
             /* descend from the deepest shared node: the next nodes in preorder */
@@ -172,6 +175,7 @@ int snug_vocab_trie_build(struct snug_vocab_trie **out, const struct snug_tokeni
     }
     snug_free(open);
     snug_free(refs);
+    refs = NULL; /* (the failure path below frees it too) */
     t->n_nodes = nn;
     /* subtree byte sets, children before parents (reverse preorder) */
     t->sub_ascii = snug_calloc((size_t)nn, sizeof *t->sub_ascii);
