@@ -6,9 +6,10 @@
  * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
  * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
  * cannot be rolled back, so only exact extensions qualify).
- * Decode is batched across slots: every generating slot picks its token (sample, script or a
- * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
- * forward (weights read once per step for all slots); prompts still run slot by slot.
+ * One step for all slots (engine_step): every generating slot picks its token (sample, script
+ * or a speculative step), then one snug_step evaluates all the picked tokens and a prompt chunk
+ * of each prefilling slot (at most the per-step prompt budget) in one forward (weights read
+ * once per step for all slots), so a long prompt does not freeze the other slots' streams.
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts without speculative decoding):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
@@ -74,8 +75,8 @@ struct snug_engine {
     struct slot **started;
     struct snug_engine_job **started_job;
     struct snug_slots *pool; /* the slots' sequences over one backend instance */
-    /* the batched decode step (all allocated at init, n_slots each): contexts, their tokens,
-     * the slots they belong to, and the [n_slots][V] logits the batch writes */
+    /* the step's tables (engine_step; all allocated at init): the slots of its decode rows
+     * (n_slots), the logits it writes, its rows, the slots with a prompt chunk in it */
     struct slot **b_slot;
     float *b_logits; /* [2 · n_slots][V]: decode rows, then prompt chunks' last rows */
     struct snug_step_row *b_rows; /* [n_chunk] the step's rows (snug_step) */
