@@ -172,8 +172,12 @@ def main():
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--skip-itl", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--step-prompt", type=int, default=0,
+                    help="serve --step-prompt: prompt tokens a prefilling slot adds per step")
     a = ap.parse_args()
     common = ["--slots", str(a.slots), "--spec-draft", str(a.spec_draft)]
+    if a.step_prompt:
+        common += ["--step-prompt", str(a.step_prompt)]
     if a.ctx:
         common += ["--ctx", str(a.ctx)]
     if a.kv:

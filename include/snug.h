@@ -165,9 +165,9 @@ int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float 
  * on the CPU (tests/e2e/test_batch_decode.c: f16, Q8_0, Q6_K, Q4_K_M). Steps hold at most
  * ctxs[0]'s n_chunk rows (more run as several steps) and use ctxs[0]'s backend instance
  * (thread pool, work arena; on CUDA the contexts must be slots of one instance, as the
- * server's are, to share a forward). Contexts with speculative decoding (n_draft > 0), with a
- * layer hook, or on different device instances are evaluated one by one with snug_ctx_eval
- * instead (same results). Validates
+ * server's are, to share a forward). Contexts with a layer hook, or on different device
+ * instances, are evaluated one by one with snug_ctx_eval instead (same results); it is
+ * snug_step with one decode row per context. Validates
  * everything first: a failure (a full context, an id outside the vocabulary, a repeated
  * context) changes nothing. Allocates nothing. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
@@ -190,6 +190,35 @@ struct snug_image_rows {
 int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
                          const struct snug_image_rows *images, int32_t n_images, float *logits_out,
                          unsigned flags, struct snug_err *err);
+/* One step over a mixed batch: rows of several contexts of one model (prompt chunks of some,
+ * the decode token of others, speculative verification rows of others) in one forward whose
+ * matrix products run over every row (each weight read once per step); the conv, the delta
+ * rule and the attention run per context, against its own caches, with the calls a step of that
+ * context alone would make, so each context's logits equal its lone snug_ctx_eval's bit for bit
+ * on the CPU when the weights' matrix kernel gives a row the same bits at both row counts
+ * (always for F32/F16/BF16 weights; tests/e2e/test_batch_decode.c). Rows of one context come
+ * together and in order, at positions n_past, n_past + 1, ... (so a context takes one run of
+ * rows per step); SNUG_ROW_LOGITS on its last rows asks for their logits, packed in row order
+ * into logits_out ([rows with SNUG_ROW_LOGITS][V], may be NULL); SNUG_ROW_VERIFY on all of a
+ * context's rows makes them a speculative verification (as SNUG_EVAL_SNAPSHOT: rollback
+ * points, n_draft >= rows - 1). A step holds at most rows[0].ctx's n_chunk rows and runs on its
+ * backend instance (thread pool, work arena; device contexts must be slots of that instance,
+ * src/engine/slots.h); contexts of other device instances or with a layer hook run as their
+ * own forwards (same results). Validates everything first: a failure changes nothing.
+ * Allocates nothing. snug_ctx_eval and snug_ctx_eval_batch are this step with one run of a
+ * chunk, or runs of one decode row each. */
+enum {
+    SNUG_ROW_LOGITS = 1, /* this row's logits are wanted */
+    SNUG_ROW_VERIFY = 2, /* a speculative verification row (a rollback point after it) */
+};
+struct snug_step_row {
+    struct snug_ctx *ctx; /* the sequence: a context or a slot of a pool */
+    snug_token token;     /* the input token */
+    snug_pos pos;         /* its position: the context's next one (checked) */
+    unsigned flags;       /* SNUG_ROW_* */
+    /* (images go through snug_ctx_eval_images; a context holding images steps alone) */
+};
+int snug_step(const struct snug_step_row *rows, int32_t n, float *logits_out, struct snug_err *err);
 int32_t snug_ctx_n_past(const struct snug_ctx *ctx); /* tokens in the sequence so far */
 int32_t snug_ctx_n_ctx(const struct snug_ctx *ctx);
 

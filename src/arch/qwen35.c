@@ -299,14 +299,15 @@ static void embed_rows(struct snug_fwd *f, float *x) {
         if (f->embd_rows[t]) memcpy(x + t * H, f->embd_rows[t], (size_t)H * sizeof(float));
 }
 
-/* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE, cache
- * store, causal GQA attention, sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
-static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
-                      struct snug_kv_view *kv) {
+/* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE over
+ * every row of the step, then per run the cache store and causal GQA attention against the
+ * run's own cache (any format), sigmoid output gate, output projection. xn [T][H] → y [T][H]. */
+static void attention(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;
     struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int32_t *pos = f->pos_be ? f->pos_be : f->pos;
+    float scale = 1.0f / sqrtf((float)D);
     matmul(f, L->wq, B->xn, T, B->qg);
     matmul(f, L->wk, B->xn, T, B->k);
     matmul(f, L->wv, B->xn, T, B->v);
@@ -320,53 +321,71 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
         OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
         OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
     }
-    if (f->kv_rows) { /* batched decode: row t against its own sequence's cache */
-        for (int64_t t = 0; t < T; t++) {
-            struct snug_kv_view *kt = &f->kv_rows[t]->views[L->attn_idx];
-            OP(kv_store, kt, Hkv, D, f->pos[t], 1, B->k + t * Hkv * D, B->v + t * Hkv * D);
-            OP(attention, kt, Hq, Hkv, D, f->pos[t], 1, B->q + t * Hq * D, 1.0f / sqrtf((float)D),
-               B->att + t * Hq * D, f->op_work);
+    for (int32_t r = 0; r < f->n_runs; r++) {
+        const struct snug_fwd_run *run = &f->runs[r];
+        struct snug_kv_view *kv = &run->kv->views[L->attn_idx];
+        int64_t r0 = run->row0, n = run->T;
+        const float *q = B->q + r0 * Hq * D;
+        float *att = B->att + r0 * Hq * D;
+        OP(kv_store, kv, Hkv, D, run->pos0, n, B->k + r0 * Hkv * D, B->v + r0 * Hkv * D);
+        if (run->snapshot && !be->host_memory) {
+            /* a speculative verification on a device: the rows one by one, each as the decode
+             * step at its position sees the cache (the CUDA kernel splits the positions by the
+             * key count, so a row of a batched call sums in another order): the verified
+             * logits and states are then plain decoding's bit for bit, as on the CPU */
+            for (int64_t t = 0; t < n; t++)
+                OP(attention, kv, Hq, Hkv, D, run->pos0 + t, 1, q + t * Hq * D, scale,
+                   att + t * Hq * D, f->op_work);
+        } else {
+            OP(attention, kv, Hq, Hkv, D, run->pos0, n, q, scale, att, f->op_work);
         }
-    } else if (f->kv->snap_on && !be->host_memory) {
-        /* a speculative verification on a device: the rows one by one, each as the decode
-         * step at its position sees the cache (the CUDA kernel splits the positions by the
-         * key count, so a row of a batched call sums in another order): the verified logits
-         * and states are then plain decoding's bit for bit, as on the CPU */
-        OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v);
-        for (int64_t t = 0; t < T; t++)
-            OP(attention, kv, Hq, Hkv, D, f->pos0 + t, 1, B->q + t * Hq * D, 1.0f / sqrtf((float)D),
-               B->att + t * Hq * D, f->op_work);
-    } else {
-        OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v); /* any cache format */
-        OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
     }
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
     OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
 }
 
-/* The delta rule of a verification step (speculative decoding): the step recurrence token by
- * token, saving the state after token t into snapshot slot t, so a partial acceptance can roll
- * back to any of the T positions (kv.h). Same numbers as T single-token decode steps. The
- * slots are in the backend's memory (device snapshots on CUDA: kv.h's layout, copied there). */
-static void deltanet_snapshots(struct snug_fwd *f, const struct snug_layer *L,
-                               const struct trunk_bufs *B, float *S) {
+/* The conv and the delta rule of a verification run (speculative decoding): the step
+ * recurrence token by token, saving the states after token t into snapshot slot t, so a
+ * partial acceptance can roll back to any of the run's positions (kv.h). Same numbers as T
+ * single-token decode steps. The slots are in the backend's memory (device snapshots on CUDA:
+ * kv.h's layout, copied there). */
+static void conv_snapshots(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
+                           const struct snug_fwd_run *run, const float *convw) {
+    const struct snug_hparams *hp = &f->m->hp;
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t cd = snug_hp_conv_dim(hp);
+    struct snug_kv *kv = run->kv;
+    float *conv = snug_kv_conv_state(kv, L->rec_idx);
+    SNUG_ASSERT(run->T <= kv->n_snap);
+    for (int64_t t = 0; t < run->T; t++) {
+        int64_t row = run->row0 + t;
+        OP(conv_silu, B->mix + row * cd, 1, cd, hp->conv_kernel, convw, conv, B->u + row * cd);
+        OP(copy, snug_kv_snap_conv(kv, (int32_t)t, L->rec_idx), conv,
+           (size_t)kv->shape.conv_elems * sizeof(float));
+    }
+}
+static void delta_snapshots(struct snug_fwd *f, const struct snug_layer *L,
+                            const struct trunk_bufs *B, const struct snug_fwd_run *run) {
     const struct snug_hparams *hp = &f->m->hp;
     int64_t Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = dk;
     int64_t kd = Nk * dk, di = hp->ssm_d_inner;
     struct snug_be *be = snug_fwd_be(f);
-    SNUG_ASSERT(f->T <= f->kv->n_snap);
-    for (int64_t t = 0; t < f->T; t++) {
-        OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd, B->vd + t * di,
-           B->aa + t * Nv, B->bb + t * Nv, S, B->o + t * di);
-        OP(copy, snug_kv_snap_delta(f->kv, (int32_t)t, L->rec_idx), S,
-           (size_t)f->kv->shape.delta_elems * sizeof(float));
+    struct snug_kv *kv = run->kv;
+    float *S = snug_kv_delta_state(kv, L->rec_idx);
+    for (int64_t t = 0; t < run->T; t++) {
+        int64_t row = run->row0 + t;
+        OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + row * kd, B->kd + row * kd, B->vd + row * di,
+           B->aa + row * Nv, B->bb + row * Nv, S, B->o + row * di);
+        OP(copy, snug_kv_snap_delta(kv, (int32_t)t, L->rec_idx), S,
+           (size_t)kv->shape.delta_elems * sizeof(float));
     }
 }
 
 /* Gated DeltaNet (docs/qwen35.md §2.5): projections, causal conv + SiLU (conv state), split
  * [Q|K|V], L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
- * rule (chunked for T > 1, step for T = 1), gated RMSNorm, output projection. */
+ * rule (chunked for a run of T > 1, step for T = 1), gated RMSNorm, output projection. The conv
+ * and the delta rule run per run against the run's own states; everything else over all rows. */
 static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;
     struct snug_be *be = snug_fwd_be(f);
@@ -377,19 +396,14 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     matmul(f, L->ssm_z, B->xn, T, B->z);
     matmul(f, L->ssm_beta, B->xn, T, B->bb);
     matmul(f, L->ssm_alpha, B->xn, T, B->aa);
-    float *conv = snug_kv_conv_state(f->kv, L->rec_idx);
-    if (f->kv_rows) { /* batched decode: each row through its own sequence's conv state */
-        for (int64_t t = 0; t < T; t++)
-            OP(conv_silu, B->mix + t * cd, 1, cd, hp->conv_kernel, convw,
-               snug_kv_conv_state(f->kv_rows[t], L->rec_idx), B->u + t * cd);
-    } else if (f->kv->snap_on) { /* token by token, saving the conv state after each */
-        for (int64_t t = 0; t < T; t++) {
-            OP(conv_silu, B->mix + t * cd, 1, cd, hp->conv_kernel, convw, conv, B->u + t * cd);
-            OP(copy, snug_kv_snap_conv(f->kv, (int32_t)t, L->rec_idx), conv,
-               (size_t)f->kv->shape.conv_elems * sizeof(float));
-        }
-    } else {
-        OP(conv_silu, B->mix, T, cd, hp->conv_kernel, convw, conv, B->u);
+    for (int32_t r = 0; r < f->n_runs; r++) {
+        const struct snug_fwd_run *run = &f->runs[r];
+        int64_t r0 = run->row0;
+        if (run->snapshot) /* token by token, saving the conv state after each */
+            conv_snapshots(f, L, B, run, convw);
+        else
+            OP(conv_silu, B->mix + r0 * cd, run->T, cd, hp->conv_kernel, convw,
+               snug_kv_conv_state(run->kv, L->rec_idx), B->u + r0 * cd);
     }
     float qscale = 1.0f / sqrtf((float)dk);
     OP(copy2d, B->qd, kd, B->u, cd, kd, T); /* split [Q|K|V] per token */
@@ -401,41 +415,83 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     OP(l2norm, B->kd, T * Nk, dk, 1e-6f);
     OP(scale, B->qd, T * kd, qscale);
     OP(delta_gates, B->bb, B->aa, f32(f, L->ssm_a), f32(f, L->ssm_dt), T, Nv);
-    float *S = snug_kv_delta_state(f->kv, L->rec_idx);
-    if (f->kv_rows) { /* batched decode: one step-recurrence token per sequence */
-        for (int64_t t = 0; t < T; t++)
-            OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + t * kd, B->kd + t * kd, B->vd + t * di,
-               B->aa + t * Nv, B->bb + t * Nv, snug_kv_delta_state(f->kv_rows[t], L->rec_idx),
-               B->o + t * di);
-    } else if (f->kv->snap_on) {
-        deltanet_snapshots(f, L, B, S);
-    } else if (T == 1)
-        OP(delta_step, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S, B->o);
-    else
-        OP(delta_chunked, T, Nk, Nv, dk, dv, B->qd, B->kd, B->vd, B->aa, B->bb, S, B->o,
-           f->op_work);
+    for (int32_t r = 0; r < f->n_runs; r++) {
+        const struct snug_fwd_run *run = &f->runs[r];
+        int64_t r0 = run->row0, n = run->T;
+        float *S = snug_kv_delta_state(run->kv, L->rec_idx);
+        if (run->snapshot)
+            delta_snapshots(f, L, B, run);
+        else if (n == 1)
+            OP(delta_step, 1, Nk, Nv, dk, dv, B->qd + r0 * kd, B->kd + r0 * kd, B->vd + r0 * di,
+               B->aa + r0 * Nv, B->bb + r0 * Nv, S, B->o + r0 * di);
+        else
+            OP(delta_chunked, n, Nk, Nv, dk, dv, B->qd + r0 * kd, B->kd + r0 * kd, B->vd + r0 * di,
+               B->aa + r0 * Nv, B->bb + r0 * Nv, S, B->o + r0 * di, f->op_work);
+    }
     OP(gated_rmsnorm, B->o, B->z, f32(f, L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
     matmul(f, L->ssm_out, B->on, T, B->y);
 }
 
+/* The LM head over rows [r0, r0 + n) of xn into logits (host): directly on the CPU, else in
+ * slices of LG_ROWS rows through the staging buffer lg, each copied to the host. */
+static void lm_head(struct snug_fwd *f, const float *xn, float *lg, int64_t r0, int64_t n,
+                    float *logits) {
+    const struct snug_model *m = f->m;
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t H = m->hp.n_embd, V = m->hp.n_vocab;
+    if (be->host_memory) {
+        matmul(f, m->output, xn + r0 * H, n, logits);
+        return;
+    }
+    for (int64_t r = 0; r < n; r += LG_ROWS) {
+        int64_t k = SNUG_MIN((int64_t)LG_ROWS, n - r);
+        matmul(f, m->output, xn + (r0 + r) * H, k, lg);
+        OP(download, logits + r * V, lg, (size_t)(k * V) * sizeof(float));
+    }
+}
+
+/* The logits rows of every run (their last n_logits rows), packed into f->logits: adjacent
+ * row ranges of consecutive runs (a batch of decode rows) go through one product. */
+void snug_fwd_logits(struct snug_fwd *f, const float *xn, float *lg) {
+    int64_t V = f->m->hp.n_vocab, out = 0, seg0 = 0, segn = 0;
+    for (int32_t r = 0; r <= f->n_runs; r++) {
+        int64_t a = 0, n = 0;
+        if (r < f->n_runs) {
+            const struct snug_fwd_run *run = &f->runs[r];
+            n = run->n_logits;
+            a = run->row0 + run->T - n;
+            if (n == 0) continue;
+            if (segn > 0 && a == seg0 + segn) {
+                segn += n;
+                continue;
+            }
+        }
+        if (segn > 0) lm_head(f, xn, lg, seg0, segn, f->logits + out * V);
+        out += segn;
+        seg0 = a, segn = n;
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------------ */
-/* One step over f->T tokens: embeddings, every trunk layer (pre-norm mixer + residual,
+/* One step over f->T rows: embeddings, every trunk layer (pre-norm mixer + residual,
  * pre-norm FFN + residual, docs/qwen35.md §2.2), final norm, LM head into f->logits. */
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     const struct snug_model *m = f->m;
     const struct snug_hparams *hp = &m->hp;
     struct snug_be *be = snug_fwd_be(f);
-    int64_t T = f->T, H = hp->n_embd, V = hp->n_vocab;
+    int64_t T = f->T, H = hp->n_embd;
     struct bump b = {.a = f->work};
     struct trunk_bufs B;
     trunk_buffers(hp, f->T, f->n_threads, &b, &B);
     f->op_work = B.op_work;
     struct snug_arena *hw = snug_fwd_host_work(f);
     size_t hmark = snug_arena_mark(hw);
+    snug_layer_hook hook = f->n_runs == 1 ? f->hook : NULL; /* (one-run steps only) */
+    int32_t hpos0 = f->runs[0].pos0;
 
     embed_rows(f, B.x);
-    if (f->hook) {
-        f->hook(f->hook_user, 0, f->pos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
+    if (hook) {
+        hook(f->hook_user, 0, hpos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
         snug_arena_reset_to(hw, hmark);
     }
 
@@ -445,7 +501,7 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
         if (L->recurrent)
             deltanet(f, L, &B);
         else
-            attention(f, L, &B, &f->kv->views[L->attn_idx]);
+            attention(f, L, &B);
         OP(add, B.x, B.y, T * H);
         OP(rmsnorm, B.x, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
         size_t mark = snug_arena_mark(f->work);
@@ -453,32 +509,25 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
         snug_arena_reset_to(f->work, mark);
         snug_arena_reset_to(hw, hmark);
         OP(add, B.x, B.y, T * H);
-        if (f->hook) {
-            f->hook(f->hook_user, (int32_t)il + 1, f->pos0, f->T, (int32_t)H,
-                    host_view(f, B.x, T * H));
+        if (hook) {
+            hook(f->hook_user, (int32_t)il + 1, hpos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
             snug_arena_reset_to(hw, hmark);
         }
     }
 
     OP(rmsnorm, B.x, f32(f, m->output_norm), hp->rms_eps, T, H, B.xn);
-    if (f->hook) {
-        f->hook(f->hook_user, (int32_t)hp->n_layer + 1, f->pos0, f->T, (int32_t)H,
-                host_view(f, B.xn, T * H));
+    if (hook) {
+        hook(f->hook_user, (int32_t)hp->n_layer + 1, hpos0, f->T, (int32_t)H,
+             host_view(f, B.xn, T * H));
         snug_arena_reset_to(hw, hmark);
     }
-    if (f->hidden_out) OP(copy, f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
-    if (!f->logits) return;
-    int64_t r0 = f->logits_all ? 0 : T - 1;
-    if (be->host_memory) {
-        matmul(f, m->output, B.xn + r0 * H, T - r0, f->logits);
-        return;
+    for (int32_t r = 0; r < f->n_runs; r++) {
+        const struct snug_fwd_run *run = &f->runs[r];
+        if (run->hidden_out)
+            OP(copy, run->hidden_out, B.xn + (int64_t)run->row0 * H,
+               (size_t)((int64_t)run->T * H) * sizeof(float));
     }
-    /* device: slices of LG_ROWS rows through the staging buffer, each copied to the host */
-    for (int64_t r = r0; r < T; r += LG_ROWS) {
-        int64_t n = SNUG_MIN((int64_t)LG_ROWS, T - r);
-        matmul(f, m->output, B.xn + r * H, n, B.lg);
-        OP(download, f->logits + (r - r0) * V, B.lg, (size_t)(n * V) * sizeof(float));
-    }
+    if (f->logits) snug_fwd_logits(f, B.xn, B.lg);
 }
 
 /* Dense SwiGLU FFN (docs/qwen35.md §2.7): y = down(silu(gate·x) ⊙ up·x). */

@@ -5,7 +5,7 @@
  * (their mtp_forward entries pass their FFN). Only the first MTP block is used (like vLLM's
  * `spec_step_idx % num_mtp_layers` with one layer and llama.cpp's n_layer_nextn == 1).
  * Every op goes through the step's backend (backend.h), so the block runs on the CPU or the
- * GPU unchanged: f->mtp_hidden_in, f->hidden_out and f->kv live in the backend's memory,
+ * GPU unchanged: f->mtp_hidden_in and the run's hidden_out and kv live in the backend's memory,
  * f->logits on the host. Invariant: scratch comes from mtp_buffers, which
  * snug_qwen35_mtp_work_bytes (the plan) also runs, so a planned work arena always holds an
  * MTP step of n_chunk positions.
@@ -104,7 +104,8 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     const struct snug_hparams *hp = &f->m->hp;
     struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
-    struct snug_kv_view *kv = &f->kv->views[0];
+    const struct snug_fwd_run *run = &f->runs[0]; /* (an MTP step is one run) */
+    struct snug_kv_view *kv = &run->kv->views[0];
     const int32_t *pos = f->pos_be ? f->pos_be : f->pos;
     matmul(f, L->wq, B->xn, T, B->qg);
     matmul(f, L->wk, B->xn, T, B->k);
@@ -114,20 +115,20 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
     OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
     OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
-    OP(kv_store, kv, Hkv, D, f->pos0, T, B->k, B->v);
-    OP(attention, kv, Hq, Hkv, D, f->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
+    OP(kv_store, kv, Hkv, D, run->pos0, T, B->k, B->v);
+    OP(attention, kv, Hq, Hkv, D, run->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
     OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
 }
 
-/* One MTP step over f->T consecutive positions f->pos0.. (see the file comment). */
+/* One MTP step over f->T consecutive positions of one run, f->runs[0] (see the file comment). */
 void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     const struct snug_model *m = f->m;
     const struct snug_hparams *hp = &m->hp;
     const struct snug_layer *L = &m->layers[hp->n_layer];
     struct snug_be *be = snug_fwd_be(f);
-    int64_t T = f->T, H = hp->n_embd, V = hp->n_vocab;
+    int64_t T = f->T, H = hp->n_embd;
     struct mtp_bufs B;
     mtp_buffers(hp, f->T, f->n_threads, f->work, &B);
     f->op_work = B.op_work;
@@ -156,17 +157,7 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
 
     /* h' feeds both the shared LM head and the next drafting step */
     OP(rmsnorm, B.x, f32(f, L->nextn_shared_head_norm), hp->rms_eps, T, H, B.xn);
-    if (f->hidden_out) OP(copy, f->hidden_out, B.xn, (size_t)(T * H) * sizeof(float));
-    if (!f->logits) return;
-    int64_t r0 = f->logits_all ? 0 : T - 1;
-    if (be->host_memory) {
-        matmul(f, m->output, B.xn + r0 * H, T - r0, f->logits);
-        return;
-    }
-    /* device: slices of MTP_LG_ROWS rows through the staging buffer, each copied out */
-    for (int64_t r = r0; r < T; r += MTP_LG_ROWS) {
-        int64_t n = SNUG_MIN((int64_t)MTP_LG_ROWS, T - r);
-        matmul(f, m->output, B.xn + r * H, n, B.lg);
-        OP(download, f->logits + (r - r0) * V, B.lg, (size_t)(n * V) * sizeof(float));
-    }
+    float *hout = f->runs[0].hidden_out;
+    if (hout) OP(copy, hout, B.xn, (size_t)(T * H) * sizeof(float));
+    if (f->logits) snug_fwd_logits(f, B.xn, B.lg);
 }

@@ -96,7 +96,8 @@ int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_p
 /* `snug serve` sizing (cli_autosize.c): open the model's metadata, resolve the automatic
  * context (opts->n_ctx 0), `--kv auto` (kv_code SNUG_PLAN_KV_AUTO) and the default draft
  * length exactly as the server's boot plan will, print the paste-back line, and write the
- * choice (and the budget it was sized by) into opts. */
+ * choice (and the budget it was sized by) into opts, with the opened model (opts->model: the
+ * server takes it over). */
 struct snug_server_opts;
 int cli_serve_size(struct snug_server_opts *opts, int32_t kv_code, struct snug_err *err);
 

@@ -2,7 +2,8 @@
  * serve): the model's metadata is opened (no weight page is read), the context and KV formats
  * are chosen by snug_plan_auto with the limits the server's boot plan will use (slots, chunk
  * 512, threads, the default draft length), and the choice is printed as one line of flags a
- * user can paste back. The server then plans and allocates exactly that.
+ * user can paste back. The server then plans and allocates exactly that, on the model opened
+ * here (opts.model: the file is opened once).
  * Read next: src/plan/plan_auto.h, src/server/http.c (boot_plan).
  */
 #include "cli.h"
@@ -70,8 +71,11 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     snug_plan_weights_from_gguf(m->gguf, &w);
     static struct snug_plan_auto a; /* a few KiB; one boot per process */
     rc = snug_plan_auto(&m->hp, &w, &req, &a, err);
-    snug_model_free(m);
-    if (rc) return rc;
+    if (rc) {
+        snug_model_free(m);
+        return rc;
+    }
+    o->model = m; /* the server takes the opened model over: it is opened once */
     char line[768];
     snug_plan_auto_flags(&a, line, sizeof line);
     fprintf(stderr, "snug serve: plan: %s\n", line);

@@ -6,7 +6,8 @@
  *            [--kv TYPE|auto] [--kv-k TYPE] [--kv-v TYPE]   (KV cache format, docs/kv-formats.md)
  *            [--mmproj F --image IMG...]   (images through the vision tower, docs/vision.md)
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
- * generation stops at EOS / <|im_end|> or after N tokens. Timings and peak memory go to
+ * generation stops at an end-of-generation token (EOS, <|im_end|>, <|endoftext|>: the server's
+ * set, snug_tokenizer_eog) or after N tokens. Timings and peak memory go to
  * stderr. Read next: src/sample/sample.h, include/snug.h (model and context). */
 #define _POSIX_C_SOURCE 200809L /* isatty */
 #include "cli.h"
@@ -329,7 +330,8 @@ int cmd_run(int argc, char **argv) {
     cli_backend_report(&bk, "after the prompt");
 
     /* generation */
-    const snug_token eos = snug_tokenizer_eos(tok), im_end = snug_tokenizer_im_end(tok);
+    snug_token eog[SNUG_TOKENIZER_EOG_MAX]; /* the server's end-of-generation set */
+    int32_t n_eog = snug_tokenizer_eog(tok, eog);
     size_t n = n_prompt;
     long n_gen = 0;
     const char *out;
@@ -352,7 +354,9 @@ int cmd_run(int argc, char **argv) {
             if (spec_draft > 0) n_done = n + 1;
         }
         n_gen++;
-        if (t == eos || t == im_end) break;
+        bool end = false;
+        for (int32_t i = 0; i < n_eog; i++) end = end || t == eog[i];
+        if (end) break;
         if (spec_draft == 0 || n_gen == 1) ids[n++] = t;
         if (snug_detok_push(&dt, t, &out, &out_len)) {
             snug_err_set(&err, SNUG_ERR_INTERNAL, "sampled token %d is outside the vocabulary", t);

@@ -43,6 +43,11 @@ static void serve_usage(void) {
         "  --threads N, -t N       threads per context (default: all CPUs)\n"
         "  --spec-draft N          MTP drafts per speculative step (default 3 with an MTP block, "
         "else 0)\n"
+        "  --step-prompt N         prompt tokens a new request adds per engine step, beside the "
+        "other\n"
+        "                          slots' decode rows (default 512, the chunk; smaller keeps their "
+        "streams\n"
+        "                          smoother while a long prompt is admitted)\n"
         "  --backend cpu|cuda      where the model runs (cuda: libsnug_cuda.so, loaded at start)\n"
         "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
         "  --budget SIZE           the memory the plan must fit (e.g. 2GiB); default for sizing: "
@@ -209,6 +214,12 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             o.n_draft = (int32_t)v;
+        } else if (!strcmp(a, "--step-prompt")) {
+            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1 << 20) {
+                fprintf(stderr, "snug serve: --step-prompt wants a token count >= 1\n");
+                return 2;
+            }
+            o.prompt_budget = (int32_t)v;
         } else if (!strcmp(a, "--queue")) {
             if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 100000) return 2;
             o.queue_cap = (int32_t)v;

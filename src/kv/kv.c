@@ -111,7 +111,6 @@ int snug_kv_snap_init(struct snug_kv *kv, int32_t n, struct snug_err *err) {
     snug_free(kv->snap);
     kv->snap = NULL;
     kv->n_snap = 0;
-    kv->snap_on = false;
     size_t bytes = snug_kv_snap_bytes(&kv->shape, n);
     if (bytes == 0) return SNUG_OK;
     kv->snap = snug_calloc(1, bytes);

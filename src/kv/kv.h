@@ -5,8 +5,9 @@
  * Owns one arena holding all of it, sized exactly by snug_kv_bytes at init.
  * Invariant: nothing is allocated after snug_kv_init; reset only zeroes the recurrent state
  * (KV rows past n_past are never read). Rollback (speculative decoding): snug_kv_snap_init
- * adds n snapshot slots, each a full copy of the recurrent states; while `snap_on` is set the
- * forward saves the state after token t of the step into slot t (see qwen35.c deltanet), and
+ * adds n snapshot slots, each a full copy of the recurrent states; a verification run of a step
+ * (model.h struct snug_fwd_run.snapshot) saves the state after its row t into slot t (see
+ * qwen35.c deltanet), and
  * snug_kv_snap_restore copies a slot back. Attention rows need no snapshot: truncating
  * n_past is enough. Read next: src/arch/qwen35.c (the user).
  */
@@ -41,7 +42,6 @@ struct snug_kv {
     float *snap;        /* [n_snap][snap_stride]: conv states, then delta states */
     int32_t n_snap;     /* slots */
     size_t snap_stride; /* floats per slot (64-byte aligned) */
-    bool snap_on;       /* the forward saves per-token states into slots 0..T-1 */
 };
 
 /* Bytes of one position of K (which 0) or V (which 1) in one attention layer. */

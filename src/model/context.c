@@ -1,15 +1,17 @@
-/* context.c — struct snug_ctx: one sequence over a loaded model. Owns the thread pool and a
- * backend instance of one slot (src/backend/backend.h: the KV/state caches and the work arena,
- * in host or device memory), all sized at snug_ctx_init by the memory planner
- * (src/plan/plan.h); no line here depends on which backend it is; snug_ctx_eval splits the input
- * into chunks of at most n_chunk tokens and runs the architecture's forward on each;
- * snug_ctx_eval_images also feeds images' rows with 3-D rotary positions (mm_fill, rope_delta);
- * snug_ctx_eval_batch runs one token for each of several contexts in one forward (f.kv_rows). With
- * n_draft > 0 it also owns the MTP state (src/speculative) and the rollback snapshots; see
- * snug_ctx_truncate; after every plain chunk the MTP step is settled (one pending row), so the
- * state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state, model.h;
- * the copy callbacks: ctx_prefix.c). Invariant: snug_ctx_eval allocates nothing (tests check
- * snug_alloc_count around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+/* context.c — struct snug_ctx: one sequence over a loaded model, and the step. A context is a
+ * slot of a backend instance (src/backend/backend.h: the KV/state caches and the work arena, in
+ * host or device memory), its own one-slot instance (snug_ctx_init) or a slot of a pool
+ * (src/engine/slots.c), all sized by the memory planner (src/plan/plan.h); no line here
+ * depends on which backend it is. The step (step_forward) is one forward over rows of several
+ * sequences grouped into runs (model.h struct snug_fwd_run): snug_step takes any mix of prompt
+ * chunks, decode rows and speculative verification rows; snug_ctx_eval is one run per chunk of
+ * at most n_chunk tokens, snug_ctx_eval_batch one run of one row per context;
+ * snug_ctx_eval_images also feeds images' rows with 3-D rotary positions (mm_fill, rope_delta).
+ * With n_draft > 0 a context also owns the MTP state (src/speculative) and the rollback
+ * snapshots; see snug_ctx_truncate; after every plain run the MTP step is settled (one pending
+ * row), so the state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state,
+ * model.h; the copy callbacks: ctx_prefix.c). Invariant: a step allocates nothing (tests check snug_alloc_count around
+ * it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 
@@ -30,16 +32,24 @@ struct snug_ctx {
     struct snug_be *be; /* the backend instance: caches, work arena (backend.h) */
     struct snug_kv *kv; /* this sequence's slot of it */
     struct snug_arena *work;
-    int32_t *pos;            /* [n_chunk] host */
-    struct snug_kv **rows;   /* [n_chunk] snug_ctx_eval_batch's row caches (the plan's
-                                pos_bytes: rows, embd_rows, pos, rope3 in one block) */
-    const float **embd_rows; /* [n_chunk] a multimodal step's input rows (model.h) */
+    /* a step's host tables, n_chunk of each in one block (the plan's pos_bytes,
+     * SNUG_STEP_ROW_BYTES per row, then a multimodal step's input rows and 3-D positions): the
+     * runs, their sequences, the rows' positions and tokens, embd_rows, rope3 */
+    struct snug_fwd_run *runs;
+    struct snug_ctx **run_ctx;
+    int32_t *pos;
+    snug_token *ids;
+    const float **embd_rows; /* a multimodal step's input rows (model.h) */
     int32_t *rope3;          /* [n_chunk][3] and its rotary positions (t, h, w) */
     int32_t n_past;
     /* The rotary position of the next token minus n_past: 0 for text, negative after an image
      * (its rows·cols rows take max(rows, cols) positions, docs/vision.md step 6). Non-zero:
-     * every step runs with 3-D positions (CPU only). */
+     * every step of this context runs alone with 3-D positions (CPU only). */
     int32_t rope_delta;
+    /* during snug_ctx_eval_images: its images, the next one not yet behind the rows, and the
+     * current chunk's offset into the eval's ids (mm_fill) */
+    const struct snug_image_rows *mm_images;
+    int32_t mm_n_images, mm_next, mm_off;
     snug_layer_hook hook;
     void *hook_user;
     struct snug_spec *spec; /* NULL unless n_draft > 0 */
@@ -66,11 +76,16 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     c->device = !be->host_memory;
     c->kv = be->ops->slot_kv(be, c->slot);
     c->work = be->ops->work(be);
-    c->rows = snug_malloc(plan->pos_bytes);
-    if (!c->rows) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-    c->embd_rows = (const float **)(c->rows + plan->lim.n_chunk);
-    c->pos = (int32_t *)(c->embd_rows + plan->lim.n_chunk);
-    c->rope3 = c->pos + plan->lim.n_chunk;
+    int32_t nc = plan->lim.n_chunk;
+    SNUG_ASSERT(plan->pos_bytes >=
+                (size_t)nc * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) + sizeof(void *)));
+    c->runs = snug_malloc(plan->pos_bytes);
+    if (!c->runs) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    c->run_ctx = (struct snug_ctx **)(c->runs + nc);
+    c->pos = (int32_t *)(c->run_ctx + nc);
+    c->ids = c->pos + nc;
+    c->embd_rows = (const float **)(c->ids + nc);
+    c->rope3 = (int32_t *)(c->embd_rows + nc);
     if (p->n_draft > 0) {
         struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
         if (mtp_kv) /* the MTP cache and rows in the backend's memory */
@@ -184,7 +199,7 @@ fail:
 void snug_ctx_free(struct snug_ctx *ctx) {
     if (!ctx) return;
     snug_spec_free(ctx->spec);
-    snug_free(ctx->rows); /* pos lives in the same block */
+    snug_free(ctx->runs); /* the other step tables live in the same block */
     if (ctx->owns) {
         snug_backend_close(ctx->be);
         snug_pool_free(ctx->pool);
@@ -206,8 +221,8 @@ int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
 
 /* The prefix cache's access (model.h, src/model/ctx_prefix.h): the host caches of a CPU
  * context and, with speculative decoding, the MTP block's cache and its one pending hidden row
- * (snug_ctx_eval settles the MTP step after every plain chunk: rows [0, n_past - 1) of the MTP
- * cache are written, the row of position n_past - 1 waits for the next token). */
+ * (every plain step settles the MTP step: rows [0, n_past - 1) of the MTP cache are written,
+ * the row of position n_past - 1 waits for the next token). */
 bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out) {
     memset(out, 0, sizeof *out);
     if (ctx->device) return false;
@@ -260,11 +275,6 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
     ctx->hook_user = user;
 }
 
-/* The caches the forward runs on: this sequence's slot. */
-static struct snug_kv *ctx_kv(struct snug_ctx *ctx) {
-    return ctx->kv;
-}
-
 /* Copy every recurrent state into snapshot slot t (save) or back from it, in the caches' own
  * memory (queued in order with the ops). */
 static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
@@ -276,7 +286,6 @@ static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
 static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     struct snug_be *be = ctx->be;
     f->be = be;
-    f->kv = ctx->kv;
     f->work = ctx->work;
     f->host_work = be->ops->host_work(be);
     snug_arena_reset_to(f->work, 0);
@@ -286,6 +295,7 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     f->pos_be = dpos;
 }
 
+/* ---- the step -------------------------------------------------------------------------- */
 /* The images of a multimodal eval: in order, inside the n ids, not overlapping, with rows;
  * and a context that can run them (CPU, no speculative decoding, M-RoPE within the op's bound). */
 static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug_image_rows *im,
@@ -353,12 +363,96 @@ static void mm_fill(struct snug_ctx *ctx, const struct snug_image_rows *im, int3
     }
 }
 
+/* One forward over T rows (ids, host) in n_runs runs: c0->runs[r] gives row0, T, n_logits and
+ * (snapshot) whether the run is a speculative verification; c0->run_ctx[r] its sequence. Every
+ * run was validated by the caller; the step runs on c0's backend instance (its pool and work
+ * arena), which every run's caches belong to (or all are host memory). Around the trunk, per
+ * sequence with speculative state: MTP step 1 over its pending rows (their next token is the
+ * run's first) before, and the run's hidden rows recorded as pending after. logits: the runs'
+ * logits rows packed in row order (may be NULL). */
+static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, int32_t n_runs,
+                        float *logits, struct snug_err *err) {
+    const struct snug_model *m = c0->m;
+    int64_t V = m->hp.n_vocab;
+    struct snug_fwd_run *runs = c0->runs;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_fwd_run *run = &runs[r];
+        struct snug_ctx *c = c0->run_ctx[r];
+        run->kv = c->kv;
+        run->pos0 = c->n_past;
+        run->hidden_out = c->spec ? c->spec->hid : NULL;
+        if (!logits) run->n_logits = 0;
+        for (int32_t i = 0; i < run->T; i++) c0->pos[run->row0 + i] = c->n_past + i;
+        c->snap_n = 0;
+        if (run->snapshot) { /* a verification: a rollback point after each row */
+            if (c->spec->recompute) {
+                ctx_snap(c, 0, true); /* the state before it; rollback recomputes */
+                run->snapshot = false;
+            }
+            c->snap_pos0 = c->n_past, c->snap_n = run->T;
+        }
+        if (c->spec) { /* the pending rows learn their next token: MTP step 1 over them */
+            struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
+            ctx_fwd_be(c, &base, 0);
+            float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
+            c->mtp_rows += snug_spec_flush(c->spec, &base, ids[run->row0], sink);
+        }
+    }
+    struct snug_fwd f = {
+        .m = m,
+        .pool = c0->pool,
+        .n_threads = c0->n_threads,
+        .runs = runs,
+        .n_runs = n_runs,
+        .ids = ids,
+        .pos = c0->pos,
+        .T = T,
+        .logits = logits,
+        .hook = n_runs == 1 ? c0->run_ctx[0]->hook : NULL,
+        .hook_user = n_runs == 1 ? c0->run_ctx[0]->hook_user : NULL,
+    };
+    struct snug_ctx *c1 = c0->run_ctx[0];
+    if (n_runs == 1 && (c1->mm_n_images > 0 || c1->rope_delta != 0)) { /* (runs alone: callers) */
+        mm_fill(c1, c1->mm_images, c1->mm_n_images, &c1->mm_next, c1->mm_off, T);
+        f.rope3 = c1->rope3;
+        f.embd_rows = c1->embd_rows;
+    }
+    ctx_fwd_be(c0, &f, T); /* activations, positions in the backend's memory */
+    m->arch->forward(&f);
+    int rc = c0->be->ops->sync(c0->be, err);
+    if (rc) return rc;
+    bool settle = false;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_ctx *c = c0->run_ctx[r];
+        if (c->spec) snug_spec_push(c->spec, ids + runs[r].row0, runs[r].T, c->n_past);
+        c->n_past += runs[r].T;
+        if (c->spec && !c->snap_n && c->spec->n_hid > 1) {
+            /* settle a plain run: MTP step 1 over the rows whose next token is known, so one
+             * row stays pending after every plain step (the prefix cache's checkpoints rely
+             * on it: snug_ctx_prefix_state) */
+            struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
+            ctx_fwd_be(c, &base, 0);
+            float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
+            c->mtp_rows += snug_spec_flush_known(c->spec, &base, sink);
+            settle = true;
+        }
+    }
+    return settle ? c0->be->ops->sync(c0->be, err) : SNUG_OK;
+}
+
+/* Whether the sequences of a step can share one forward on c0's instance: host memory
+ * everywhere, or slots of c0's device instance (src/engine/slots.h). */
+static bool step_shares(const struct snug_ctx *c0, const struct snug_ctx *c) {
+    return c->device == c0->device && (!c->device || c->be == c0->be);
+}
+
 int snug_ctx_eval(struct snug_ctx *ctx, const snug_token *ids, int32_t n, float *logits_out,
                   unsigned flags, struct snug_err *err) {
     return snug_ctx_eval_images(ctx, ids, n, NULL, 0, logits_out, flags, err);
 }
 
-/* Validate the whole request first (so a failure changes nothing), then run the chunks. */
+/* Validate the whole request first (so a failure changes nothing), then run the chunks, each
+ * a one-run step. */
 int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
                          const struct snug_image_rows *images, int32_t n_images, float *logits_out,
                          unsigned flags, struct snug_err *err) {
@@ -381,80 +475,39 @@ int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
                                 ids[i], i, m->hp.n_vocab);
     bool all = flags & SNUG_EVAL_LOGITS_ALL;
     bool snap = flags & SNUG_EVAL_SNAPSHOT;
-    if (snap && (!ctx->spec || n > ctx->p.n_draft + 1))
+    if (snap && (!ctx->spec || n > ctx->p.n_draft + 1 || n > ctx->p.n_chunk))
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "eval: a snapshot eval of %d tokens needs a context with n_draft >= "
-                            "%d (this one has %d)",
-                            n, n - 1, ctx->p.n_draft);
+                            "%d and n_chunk >= %d (this one has %d and %d)",
+                            n, n - 1, n, ctx->p.n_draft, ctx->p.n_chunk);
     int64_t V = m->hp.n_vocab;
-    ctx->snap_n = 0;
-    bool recompute = snap && ctx->spec->recompute;
-    if (recompute) ctx_snap(ctx, 0, true); /* the state before the verification */
-    ctx_kv(ctx)->snap_on = snap && !recompute;
-    if (snap) ctx->snap_pos0 = ctx->n_past, ctx->snap_n = n;
-    bool mm = n_images > 0 || ctx->rope_delta != 0;
-    int32_t next_image = 0;
-    for (int32_t off = 0; off < n; off += ctx->p.n_chunk) {
+    ctx->mm_images = images;
+    ctx->mm_n_images = n_images;
+    ctx->mm_next = 0;
+    rc = SNUG_OK;
+    for (int32_t off = 0; off < n && rc == SNUG_OK; off += ctx->p.n_chunk) {
         int32_t T = SNUG_MIN(ctx->p.n_chunk, n - off);
-        for (int32_t i = 0; i < T; i++) ctx->pos[i] = ctx->n_past + i;
         float *lg = NULL;
+        int32_t n_logits = 0;
         if (logits_out) {
             if (all)
-                lg = logits_out + (int64_t)off * V;
+                lg = logits_out + (int64_t)off * V, n_logits = T;
             else if (off + T == n)
-                lg = logits_out;
+                lg = logits_out, n_logits = 1;
         }
-        struct snug_fwd f = {
-            .hidden_out = ctx->spec ? ctx->spec->hid : NULL,
-            .m = m,
-            .pool = ctx->pool,
-            .n_threads = ctx->n_threads,
-            .ids = ids + off,
-            .pos = ctx->pos,
-            .T = T,
-            .pos0 = ctx->n_past,
-            .logits = lg,
-            .logits_all = all,
-            .hook = ctx->hook,
-            .hook_user = ctx->hook_user,
-        };
-        if (mm) {
-            mm_fill(ctx, images, n_images, &next_image, off, T);
-            f.rope3 = ctx->rope3;
-            f.embd_rows = ctx->embd_rows;
-        }
-        ctx_fwd_be(ctx, &f, T); /* activations, caches, positions in the backend's memory */
-        if (ctx->spec) {        /* the pending rows learn their next token: MTP step 1 over them */
-            float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
-            ctx->mtp_rows += snug_spec_flush(ctx->spec, &f, ids[off], sink);
-            snug_arena_reset_to(f.work, 0);
-            if (f.host_work) snug_arena_reset_to(f.host_work, 0);
-        }
-        m->arch->forward(&f);
-        int rc = ctx->be->ops->sync(ctx->be, err);
-        if (rc) return rc;
-        if (ctx->spec) snug_spec_push(ctx->spec, ids + off, T, ctx->n_past);
-        ctx->n_past += T;
-        if (ctx->spec && !snap) { /* settle: MTP step 1 over the rows whose next token is known,
-                                     so one row stays pending after every chunk (the prefix
-                                     cache's checkpoints rely on it: snug_ctx_prefix_state) */
-            ctx_fwd_be(ctx, &f, 0);
-            float *sink = ctx->mtp_sink ? ctx->mtp_sink + ctx->mtp_rows * V : NULL;
-            ctx->mtp_rows += snug_spec_flush_known(ctx->spec, &f, sink);
-            rc = ctx->be->ops->sync(ctx->be, err);
-            if (rc) return rc;
-        }
+        ctx->runs[0] = (struct snug_fwd_run){.T = T, .n_logits = n_logits, .snapshot = snap};
+        ctx->run_ctx[0] = ctx;
+        ctx->mm_off = off;
+        rc = step_forward(ctx, ids + off, T, 1, lg, err);
     }
-    ctx_kv(ctx)->snap_on = false;
-    return SNUG_OK;
+    ctx->mm_images = NULL;
+    ctx->mm_n_images = 0;
+    return rc;
 }
 
-/* ---- batched decode ------------------------------------------------------------------------ */
-/* One token for each of n contexts (snug.h). Checks every row first; then, when all contexts
- * are plain CPU ones, runs steps of up to ctxs[0]'s n_chunk rows through the architecture's
- * forward with f.kv_rows set (model.h): row t is ctxs[t]'s token at its own position, the
- * activations live in ctxs[0]'s work arena (planned for n_chunk rows, so a step of <= n_chunk
- * sequences fits by construction). Otherwise each context runs its own snug_ctx_eval. */
+/* One token for each of n contexts (snug.h): checks every row first; then steps of up to
+ * ctxs[0]'s n_chunk rows, each row a run of one, on ctxs[0]'s instance. Contexts that cannot
+ * share it (device contexts of other instances) or that carry a layer hook decode one by one. */
 int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int32_t n,
                         float *logits_out, struct snug_err *err) {
     if (n < 0 || (n > 0 && (!ctxs || !ids)))
@@ -486,10 +539,8 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                                 "eval batch: token id %d of row %d is outside the vocabulary "
                                 "[0, %u)",
                                 ids[i], i, m->hp.n_vocab);
-        /* one forward runs on one backend instance: CPU contexts share ops over host memory,
-         * device contexts must be slots of the same instance (src/engine/slots.h) */
-        if (c->device != ctxs[0]->device || (c->device && c->be != ctxs[0]->be)) split = true;
-        if (c->spec || c->hook || split || c->rope_delta) batched = false;
+        if (!step_shares(ctxs[0], c)) split = true;
+        if (c->hook || split || c->rope_delta) batched = false; /* (images: run alone) */
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
@@ -507,27 +558,114 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
     struct snug_ctx *c0 = ctxs[0];
     for (int32_t off = 0; off < n; off += c0->p.n_chunk) {
         int32_t T = SNUG_MIN(c0->p.n_chunk, n - off);
-        for (int32_t t = 0; t < T; t++) c0->pos[t] = ctxs[off + t]->n_past;
-        struct snug_kv **rows = c0->rows; /* planned with the positions (pos_bytes) */
-        for (int32_t t = 0; t < T; t++) rows[t] = ctxs[off + t]->kv;
-        struct snug_fwd f = {
-            .m = m,
-            .pool = c0->pool,
-            .n_threads = c0->n_threads,
-            .ids = ids + off,
-            .pos = c0->pos,
-            .T = T,
-            .pos0 = c0->pos[0],
-            .logits = logits_out ? logits_out + (int64_t)off * V : NULL,
-            .logits_all = true,
-        };
-        ctx_fwd_be(c0, &f, T); /* the shared instance: work arena, positions in its memory */
-        f.kv = rows[0];
-        f.kv_rows = rows;
-        m->arch->forward(&f);
-        int rc = c0->be->ops->sync(c0->be, err);
+        for (int32_t t = 0; t < T; t++) {
+            c0->runs[t] = (struct snug_fwd_run){.row0 = t, .T = 1, .n_logits = 1};
+            c0->run_ctx[t] = ctxs[off + t];
+        }
+        int rc = step_forward(c0, ids + off, T, T,
+                              logits_out ? logits_out + (int64_t)off * V : NULL, err);
         if (rc) return rc;
-        for (int32_t t = 0; t < T; t++) ctxs[off + t]->n_past++;
+    }
+    return SNUG_OK;
+}
+
+/* The mixed step (snug.h): group the rows into runs (one per sequence, its rows together and
+ * in order), check everything, then one forward on rows[0]'s instance, or one per run when a
+ * sequence cannot share it or carries a layer hook. */
+int snug_step(const struct snug_step_row *rows, int32_t n, float *logits_out,
+              struct snug_err *err) {
+    if (n < 0 || (n > 0 && !rows))
+        return snug_err_set(err, SNUG_ERR_INVALID, "step: %d rows without a row array", n);
+    if (n == 0) return SNUG_OK;
+    struct snug_ctx *c0 = rows[0].ctx;
+    if (!c0) return snug_err_set(err, SNUG_ERR_INVALID, "step: row 0 has no context");
+    const struct snug_model *m = c0->m;
+    if (n > c0->p.n_chunk)
+        return snug_err_set(err, SNUG_ERR_BUDGET,
+                            "step: %d rows, but a step holds at most %d (the n_chunk of row 0's "
+                            "context); split the rows into several steps",
+                            n, c0->p.n_chunk);
+    int32_t n_runs = 0;
+    bool alone = false; /* a run that cannot share the forward */
+    for (int32_t i = 0; i < n;) {
+        struct snug_ctx *c = rows[i].ctx;
+        if (!c || c->m != m)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "step: row %d's context is %s; every row must be of a context "
+                                "of the same model",
+                                i, c ? "of another model" : "NULL");
+        for (int32_t r = 0; r < n_runs; r++)
+            if (c0->run_ctx[r] == c)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: the rows of one context must be together (row %d "
+                                    "continues a context after other contexts' rows)",
+                                    i);
+        bool verify = rows[i].flags & SNUG_ROW_VERIFY;
+        int32_t j = i, first_logits = -1;
+        for (; j < n && rows[j].ctx == c; j++) {
+            const struct snug_step_row *row = &rows[j];
+            if (row->pos != c->n_past + (j - i))
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d has position %d, but its context's next "
+                                    "position is %d",
+                                    j, row->pos, c->n_past + (j - i));
+            if (row->token < 0 || (uint32_t)row->token >= m->hp.n_vocab)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: token id %d of row %d is outside the vocabulary "
+                                    "[0, %u)",
+                                    row->token, j, m->hp.n_vocab);
+            if (((row->flags & SNUG_ROW_VERIFY) != 0) != verify)
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d: the rows of one context are all verification "
+                                    "rows or none",
+                                    j);
+            if (row->flags & SNUG_ROW_LOGITS) {
+                if (first_logits < 0) first_logits = j;
+            } else if (first_logits >= 0) {
+                return snug_err_set(err, SNUG_ERR_INVALID,
+                                    "step: row %d wants no logits after row %d of the same "
+                                    "context did; the rows with logits end a context's rows",
+                                    j, first_logits);
+            }
+        }
+        int32_t T = j - i;
+        if ((int64_t)c->n_past + T > c->p.n_ctx)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "step: %d rows do not fit the context of row %d: %d of %d "
+                                "positions left; make the context larger (n_ctx)",
+                                T, i, c->p.n_ctx - c->n_past, c->p.n_ctx);
+        if (T > c->p.n_chunk)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "step: %d rows of the context of row %d, more than its n_chunk %d",
+                                T, i, c->p.n_chunk);
+        if (verify && (!c->spec || T > c->p.n_draft + 1))
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "step: %d verification rows (row %d) need a context with n_draft "
+                                ">= %d (this one has %d)",
+                                T, i, T - 1, c->p.n_draft);
+        c0->runs[n_runs] =
+            (struct snug_fwd_run){.row0 = i,
+                                  .T = T,
+                                  .n_logits = first_logits < 0 ? 0 : j - first_logits,
+                                  .snapshot = verify};
+        c0->run_ctx[n_runs++] = c;
+        if (c->hook || !step_shares(c0, c) || c->rope_delta) alone = true;
+        i = j;
+    }
+    for (int32_t i = 0; i < n; i++) c0->ids[i] = rows[i].token;
+    if (!alone) return step_forward(c0, c0->ids, n, n_runs, logits_out, err);
+    /* one forward per run, each on its own sequence's instance (same numbers) */
+    int64_t V = m->hp.n_vocab, out = 0;
+    for (int32_t r = 0; r < n_runs; r++) {
+        struct snug_fwd_run run = c0->runs[r];
+        struct snug_ctx *c = c0->run_ctx[r];
+        for (int32_t t = 0; t < run.T; t++) c->ids[t] = c0->ids[run.row0 + t];
+        run.row0 = 0;
+        c->runs[0] = run;
+        c->run_ctx[0] = c;
+        int rc = step_forward(c, c->ids, run.T, 1, logits_out ? logits_out + out * V : NULL, err);
+        if (rc) return rc;
+        out += run.n_logits;
     }
     return SNUG_OK;
 }
@@ -600,12 +738,13 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
     if (sp->recompute) {
         ctx_snap(ctx, 0, false);
         for (int32_t i = 0; i < keep; i++) ctx->pos[i] = ctx->snap_pos0 + i;
+        struct snug_fwd_run run = {.kv = ctx->kv, .T = keep, .pos0 = ctx->snap_pos0};
         struct snug_fwd f = base_fwd(ctx);
-        f.kv = ctx_kv(ctx);
+        f.runs = &run;
+        f.n_runs = 1;
         f.ids = sp->hid_ids;
         f.pos = ctx->pos;
         f.T = keep;
-        f.pos0 = ctx->snap_pos0;
         ctx_fwd_be(ctx, &f, keep);
         ctx->m->arch->forward(&f);
     } else {

@@ -108,10 +108,11 @@ struct snug_arch {
                  enum snug_kv_type kv_type, struct snug_arch_plan *out);
     /* Run T ≤ n_chunk tokens through the model (see struct snug_fwd). */
     void (*forward)(struct snug_fwd *f);
-    /* One MTP step over T ≤ n_chunk positions (docs/qwen35.md §3.2): f->ids are the tokens x_{p+1},
-     * f->pos the positions p, f->mtp_hidden_in the trunk's (or the MTP's own) hidden rows,
-     * f->kv the MTP block's cache (view 0). Writes h' to f->hidden_out (if set) and logits
-     * to f->logits. NULL when the architecture has no MTP. (src/arch/qwen35_mtp.c) */
+    /* One MTP step over T ≤ n_chunk positions (docs/qwen35.md §3.2), one run: f->ids are the
+     * tokens x_{p+1}, f->pos the positions p, f->mtp_hidden_in the trunk's (or the MTP's own)
+     * hidden rows, runs[0].kv the MTP block's cache (view 0). Writes h' to runs[0].hidden_out
+     * (if set) and logits to f->logits. NULL when the architecture has no MTP.
+     * (src/arch/qwen35_mtp.c) */
     void (*mtp_forward)(struct snug_fwd *f);
 };
 
@@ -126,22 +127,40 @@ struct snug_model {
     struct snug_tokenizer *tok;           /* owned; NULL if the file has no vocabulary */
 };
 
-/* One forward step, filled in by the context and consumed by arch->forward. */
+/* One run of a step: consecutive positions of one sequence. A step's rows are grouped into
+ * runs (a prompt chunk of one slot, the decode token of another, the verification rows of a
+ * third): the matrix products run over every row of the step at once, the conv, the delta rule
+ * and the attention once per run against the run's own caches, with the same calls (and so
+ * the same numbers) as a step of that run alone. */
+struct snug_fwd_run {
+    struct snug_kv *kv; /* the sequence's caches (its slot) */
+    int32_t row0, T;    /* rows [row0, row0 + T) of the step */
+    int32_t pos0;       /* the position of row row0; the run's rows are pos0 .. pos0 + T - 1 */
+    int32_t n_logits;   /* the run's last n_logits rows write logits (0 .. T) */
+    bool snapshot;      /* speculative verification: after each row, the recurrent states go
+                           into snapshot slot (row - row0) of kv (kv.h), for rollback */
+    float *hidden_out;  /* NULL or [T][H]: the run's rows after the final norm (MTP input) */
+};
+/* Bytes of the host tables one step row may need (context.c: a run, its sequence, the row's
+ * position and token); the plan counts n_chunk of them per slot. */
+#define SNUG_STEP_ROW_BYTES (sizeof(struct snug_fwd_run) + sizeof(void *) + 2 * sizeof(int32_t))
+
+/* One forward step, filled in by the context (src/model/context.c) and consumed by
+ * arch->forward: T rows in n_runs runs (runs[i].row0 ascending, covering 0..T-1). */
 struct snug_fwd {
     const struct snug_model *m;
     struct snug_pool *pool;
     int n_threads;
     struct snug_arena *work; /* reset by the caller before each step */
     void *op_work;           /* scratch for ops.h calls (set by the trunk forward) */
-    struct snug_kv *kv;
+    const struct snug_fwd_run *runs;
+    int32_t n_runs;
     const snug_token *ids; /* [T] */
-    const int32_t *pos;    /* [T]: pos0 .. pos0+T-1 */
-    int32_t T, pos0;
-    float *logits; /* NULL, [T][V] (all) or [V] (last only) */
-    bool logits_all;
-    snug_layer_hook hook;
+    const int32_t *pos;    /* [T]: each row's position (run r: runs[r].pos0 + i) */
+    int32_t T;
+    float *logits; /* NULL or the runs' logits rows, packed in row order: [sum n_logits][V] */
+    snug_layer_hook hook; /* one-run steps only */
     void *hook_user;
-    float *hidden_out;          /* NULL or [T][H]: rows after the final norm (MTP input) */
     const float *mtp_hidden_in; /* mtp_forward only: [T][H] hidden input rows */
     /* The backend the ops run on (backend.h); NULL = the CPU over `pool` (snug_fwd_be fills
      * be_cpu). With a device backend `work` is an arena over device memory, `host_work` a
@@ -151,11 +170,6 @@ struct snug_fwd {
     struct snug_be be_cpu;
     struct snug_arena *host_work;
     const int32_t *pos_be;
-    /* A batched decode (snug_ctx_eval_batch): NULL, or [T] caches, row t of the step being
-     * the one new token of its own sequence, at position pos[t], against kv_rows[t]'s
-     * attention cache and DeltaNet states (f->kv = kv_rows[0]). The matrix products run over
-     * all T rows; conv, delta rule and attention run row by row. CPU backend only. */
-    struct snug_kv *const *kv_rows;
     /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), CPU backend only: NULL, or
      * [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
      * hp.rope_sections instead of the 1-D rotary at pos (which then only orders the cache)... */
@@ -215,6 +229,10 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
                              enum snug_kv_type kv_type, size_t ffn_work_bytes,
                              struct snug_arch_plan *out);
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
+/* The LM head of a step: each run's last n_logits rows of xn ([T][H], backend memory) into
+ * f->logits (host), packed in row order; lg: a staging buffer of min(T, 8) rows of V floats
+ * for a backend whose memory is not the host's. */
+void snug_fwd_logits(struct snug_fwd *f, const float *xn, float *lg);
 /* The MTP block of the qwen35 family (src/arch/qwen35_mtp.c): scratch of a step of T
  * positions (without the FFN's) and the forward (see snug_arch.mtp_forward). */
 size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);

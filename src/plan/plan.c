@@ -214,12 +214,14 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
      * per model: the slots share the backend instance's arena, one step at a time */
     out->work_bytes = SNUG_ALIGN_UP(ap.work_bytes, (size_t)64);
     item(out, "work arena (per chunk)", out->work_bytes, dev, false);
-    /* the step's position table and, for a batched decode across slots
-     * (snug_ctx_eval_batch), its row → cache table: n_chunk of each. Each slot's sequence
-     * handle keeps one (the host copy the backend uploads from). */
-    /* (and a multimodal step's input rows and 3-D rotary positions, snug_ctx_eval_images) */
-    out->pos_bytes = (size_t)lim.n_chunk * (4 * sizeof(int32_t) + 2 * sizeof(void *));
-    slot_item(out, "positions + batch rows", out->pos_bytes, SNUG_DEVICE_HOST);
+    /* a step's host tables (model.h SNUG_STEP_ROW_BYTES: its runs, their sequences, the rows'
+     * positions and tokens), n_chunk rows of each, and a multimodal step's input rows and 3-D
+     * rotary positions (snug_ctx_eval_images). Each slot's sequence handle keeps one (a step
+     * runs on the tables of its first row's sequence; the positions are the host copy the
+     * backend uploads from). */
+    out->pos_bytes = (size_t)lim.n_chunk * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) +
+                                            sizeof(void *));
+    slot_item(out, "step tables (runs, positions)", out->pos_bytes, SNUG_DEVICE_HOST);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
     slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);
     slot_item(out, "sampler", 6 * V * 4, SNUG_DEVICE_HOST);

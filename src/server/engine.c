@@ -6,9 +6,10 @@
  * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
  * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
  * cannot be rolled back, so only exact extensions qualify).
- * Decode is batched across slots: every generating slot picks its token (sample, script or a
- * speculative step), then one snug_ctx_eval_batch evaluates all the picked tokens in one
- * forward (weights read once per step for all slots); prompts still run slot by slot.
+ * One step for all slots (engine_step): every generating slot picks its token (sample, script
+ * or a speculative step), then one snug_step evaluates all the picked tokens and a prompt chunk
+ * of each prefilling slot (at most the per-step prompt budget) in one forward (weights read
+ * once per step for all slots), so a long prompt does not freeze the other slots' streams.
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
@@ -74,13 +75,16 @@ struct snug_engine {
     struct slot **started;
     struct snug_engine_job **started_job;
     struct snug_slots *pool; /* the slots' sequences over one backend instance */
-    /* the batched decode step (all allocated at init, n_slots each): contexts, their tokens,
-     * the slots they belong to, and the [n_slots][V] logits the batch writes */
-    struct snug_ctx **b_ctx;
-    snug_token *b_ids;
+    /* the step's tables (engine_step; all allocated at init): the slots of its decode rows
+     * (n_slots), the logits it writes, its rows, the slots with a prompt chunk in it */
     struct slot **b_slot;
-    float *b_logits;
-    snug_token end_ids[3];
+    float *b_logits; /* [2 · n_slots][V]: decode rows, then prompt chunks' last rows */
+    struct snug_step_row *b_rows; /* [n_chunk] the step's rows (snug_step) */
+    struct slot **p_slot;         /* [n_slots] the slots with a prompt chunk in the step */
+    int32_t *p_len;               /* [n_slots] and its length */
+    int32_t prompt_budget;        /* prompt rows per slot and step (<= n_chunk) */
+    snug_token end_ids[SNUG_TOKENIZER_EOG_MAX];
+    int32_t n_end;
 
     pthread_t thread;
     bool thread_started;
@@ -99,8 +103,8 @@ struct snug_engine {
 /* ==== helpers =============================================================================== */
 
 static bool is_end_token(const struct snug_engine *e, snug_token id) {
-    for (int i = 0; i < 3; i++)
-        if (e->end_ids[i] >= 0 && id == e->end_ids[i]) return true;
+    for (int32_t i = 0; i < e->n_end; i++)
+        if (id == e->end_ids[i]) return true;
     return false;
 }
 
@@ -231,7 +235,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     }
     s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
     s->sched = (struct snug_prefix_sched){.n_prompt = j->n_prompt,
-                                          .n_chunk = e->n_chunk,
+                                          .n_chunk = e->prompt_budget,
                                           .every = e->pc ? e->cache_every : 0,
                                           .msg_starts = j->msg_starts,
                                           .n_msg_starts = e->pc ? j->n_msg_starts : 0,
@@ -279,24 +283,19 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
 
 /* ==== the step ============================================================================== */
 
-/* One prompt chunk for a prefilling slot. */
-static void slot_prefill(struct snug_engine *e, struct slot *s) {
-    struct snug_engine_job *j = s->job;
-    /* chunks end where the prefix cache's schedule says (message starts, the interval): a run
-     * restored at a checkpoint cuts the chunks a cold run cuts (prefix_sched.h) */
+/* The length of a prefilling slot's next prompt chunk: up to where the prefix cache's schedule
+ * ends it (message starts, the interval: a run restored at a checkpoint cuts the chunks a cold
+ * run cuts, prefix_sched.h), at most the per-step prompt budget. */
+static int32_t prefill_len(const struct snug_engine *e, const struct slot *s) {
     int32_t n = snug_prefix_chunk_end(&s->sched, s->n_prefilled) - s->n_prefilled;
-    if (n > e->n_chunk) n = e->n_chunk;
+    return n > e->prompt_budget ? e->prompt_budget : n;
+}
+
+/* A prompt chunk of n tokens went into the slot's context (in the step t0..t1): its tokens,
+ * the statistics, the prefix cache's checkpoint, progress, the switch to generating. */
+static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, double t0, double t1) {
+    struct snug_engine_job *j = s->job;
     struct snug_err err = {0};
-    double t0 = snug_time_s();
-    int rc = snug_ctx_eval(s->ctx, j->prompt + s->n_prefilled, n, s->logits, SNUG_EVAL_LOGITS_LAST,
-                           &err);
-    double t1 = snug_time_s();
-    if (rc != SNUG_OK) {
-        snug_ctx_reset(s->ctx);
-        s->n_toks = 0;
-        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
-        return;
-    }
     memcpy(s->toks + s->n_toks, j->prompt + s->n_prefilled, (size_t)n * sizeof(snug_token));
     s->n_toks += n;
     s->n_prefilled += n;
@@ -323,6 +322,23 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
         s->t_prompt_done = t1;
         s->usage.prompt_ms = (t1 - s->t_admit) * 1e3;
     }
+}
+
+/* One prompt chunk for a prefilling slot, in a step of its own. */
+static void slot_prefill(struct snug_engine *e, struct slot *s) {
+    int32_t n = prefill_len(e, s);
+    struct snug_err err = {0};
+    double t0 = snug_time_s();
+    int rc = snug_ctx_eval(s->ctx, s->job->prompt + s->n_prefilled, n, s->logits,
+                           SNUG_EVAL_LOGITS_LAST, &err);
+    double t1 = snug_time_s();
+    if (rc != SNUG_OK) {
+        snug_ctx_reset(s->ctx);
+        s->n_toks = 0;
+        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
+        return;
+    }
+    prefill_done(e, s, n, t0, t1);
 }
 
 /* Sample the slot's next token from its logits, under the job's constraint if any: a forced
@@ -381,30 +397,34 @@ static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
 /* The token a generating slot emits this step: sample it (or follow the script, or take the
  * next of a speculative step), hand it out, and check the stopping conditions. Returns true
  * with *out set when the token must now be evaluated into the slot's context (the caller
- * batches those, see decode_step); false when the slot finished or a speculative step will
+ * batches those, see engine_step); false when the slot finished or a speculative step will
  * evaluate it. */
 static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
     struct snug_engine_job *j = s->job;
     snug_token id;
-    /* the job's constraint (engine.h): this engine calls force and accept; a job whose
-     * constraint can force decodes without speculation (a forced token must never be drafted
-     * past) */
+    /* the job's constraint (engine.h): this engine calls force, mask and accept. A speculative
+     * slot takes every token from spec_next, forced ones included: the first is sampled (or
+     * forced) and left pending, later ones come from a verification that asks the constraint
+     * at every row with its state after the rows before (a forced token ends the step unless it
+     * is the draft; a masked draft is rejected there), and those were accepted already */
     const struct snug_engine_constraint *c = j->constraint;
-    snug_token forced = c && c->force ? c->force(c->user) : -1;
-    if (forced >= 0) {
-        id = forced; /* a forced token does not advance a script */
-        if (c->accept) c->accept(c->user, id);
-    } else if (j->script) {
-        if (s->script_pos >= j->n_script) {
-            slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-            return false;
+    if (j->script) {
+        snug_token forced = c && c->force ? c->force(c->user) : -1;
+        if (forced >= 0) {
+            id = forced; /* a forced token does not advance a script */
+            if (c->accept) c->accept(c->user, id);
+        } else {
+            if (s->script_pos >= j->n_script) {
+                slot_finish(e, s, SNUG_FINISH_STOP, NULL);
+                return false;
+            }
+            id = j->script[s->script_pos++];
+            if (c && c->accept) c->accept(c->user, id);
         }
-        id = j->script[s->script_pos++];
-        if (c && c->accept) c->accept(c->user, id);
-    } else if (e->n_draft > 0 && !j->logprobs && !(c && c->force)) {
+    } else if (e->n_draft > 0 && !j->logprobs) {
         if (!spec_next(e, s, &id)) return false; /* accepts what it hands out */
     } else {
-        id = sample_next(e, s); /* masks, samples, accepts */
+        id = sample_next(e, s); /* forces or masks, samples, accepts */
     }
     struct snug_engine_logprob lp;
     if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
@@ -439,32 +459,68 @@ static void slot_eval_failed(struct snug_engine *e, struct slot *s, const char *
     slot_finish(e, s, SNUG_FINISH_ERROR, msg);
 }
 
-/* One decode token for every generating slot: each picks its token, then one batched eval
- * (snug_ctx_eval_batch: the matrix products over all picked rows at once) appends them to
- * their contexts and fills each slot's logits. A refused batch (it changes nothing) is run
- * again slot by slot so only the slot at fault ends with an error. */
-static void decode_step(struct snug_engine *e) {
-    int32_t n = 0;
+/* One step of the engine: the decode token of every generating slot (each picks its token)
+ * and a prompt chunk of every prefilling slot (prefill_len: at most the per-step prompt
+ * budget), as rows of one snug_step: the matrix products run over all of them at once, so a
+ * long prompt being admitted advances by a bounded chunk per step while the other slots keep
+ * streaming. A chunk that would not fit the step beside the other rows (n_chunk) runs in a
+ * step of its own. A refused step (it changes nothing) is run again slot by slot so only the
+ * slot at fault ends with an error. */
+static void engine_step(struct snug_engine *e) {
+    struct snug_step_row *rows = e->b_rows;
+    int32_t n = 0, n_dec = 0, n_pre = 0;
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
-        if (s->state != SLOT_GEN || !slot_pick(e, s, &e->b_ids[n])) continue;
-        e->b_ctx[n] = s->ctx;
-        e->b_slot[n] = s;
-        n++;
+        snug_token id;
+        if (s->state != SLOT_GEN || !slot_pick(e, s, &id)) continue;
+        rows[n++] = (struct snug_step_row){
+            .ctx = s->ctx, .token = id, .pos = snug_ctx_n_past(s->ctx), .flags = SNUG_ROW_LOGITS};
+        e->b_slot[n_dec++] = s;
+    }
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_PREFILL) continue;
+        int32_t len = prefill_len(e, s);
+        if (len <= 0 || n + len > e->n_chunk) { /* (alone, as before) */
+            slot_prefill(e, s);
+            continue;
+        }
+        const snug_token *p = s->job->prompt + s->n_prefilled;
+        int32_t pos = snug_ctx_n_past(s->ctx);
+        for (int32_t t = 0; t < len; t++)
+            rows[n + t] = (struct snug_step_row){.ctx = s->ctx,
+                                                 .token = p[t],
+                                                 .pos = pos + t,
+                                                 .flags = t == len - 1 ? SNUG_ROW_LOGITS : 0};
+        n += len;
+        e->p_slot[n_pre] = s;
+        e->p_len[n_pre++] = len;
     }
     if (n == 0) return;
     struct snug_err err = {0};
-    int rc = snug_ctx_eval_batch(e->b_ctx, e->b_ids, n, e->b_logits, &err);
-    for (int32_t r = 0; r < n; r++) {
+    double t0 = snug_time_s();
+    int rc = snug_step(rows, n, e->b_logits, &err);
+    double t1 = snug_time_s();
+    for (int32_t r = 0; r < n_dec; r++) {
         struct slot *s = e->b_slot[r];
+        snug_token id = rows[r].token;
         if (rc == SNUG_OK) {
             memcpy(s->logits, e->b_logits + (int64_t)r * e->V, (size_t)e->V * sizeof(float));
-        } else if (snug_ctx_eval(s->ctx, &e->b_ids[r], 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) !=
+        } else if (snug_ctx_eval(s->ctx, &id, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) !=
                    SNUG_OK) {
             slot_eval_failed(e, s, err.msg);
             continue;
         }
-        s->toks[s->n_toks++] = e->b_ids[r];
+        s->toks[s->n_toks++] = id;
+    }
+    for (int32_t k = 0; k < n_pre; k++) {
+        struct slot *s = e->p_slot[k];
+        if (rc != SNUG_OK) {
+            slot_prefill(e, s);
+            continue;
+        }
+        memcpy(s->logits, e->b_logits + (int64_t)(n_dec + k) * e->V, (size_t)e->V * sizeof(float));
+        prefill_done(e, s, e->p_len[k], t0, t1);
     }
 }
 
@@ -559,9 +615,7 @@ static void *engine_main(void *arg) {
             else if (s->job->deadline_s > 0 && now > s->job->deadline_s)
                 slot_finish(e, s, SNUG_FINISH_TIMEOUT, NULL);
         }
-        for (int32_t i = 0; i < e->n_slots; i++)
-            if (e->slots[i].state == SLOT_PREFILL) slot_prefill(e, &e->slots[i]);
-        decode_step(e);
+        engine_step(e);
 
         pthread_mutex_lock(&e->mu);
         int64_t in_slots = 0;
@@ -630,9 +684,7 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->V = snug_model_n_vocab(m);
     e->n_slots = o->n_slots;
     e->q_cap = o->queue_cap;
-    e->end_ids[0] = snug_tokenizer_eos(tok);
-    e->end_ids[1] = snug_tokenizer_im_end(tok);
-    e->end_ids[2] = snug_tokenizer_token_id(tok, "<|endoftext|>");
+    e->n_end = snug_tokenizer_eog(tok, e->end_ids); /* the same set as `snug run` */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = SNUG_OK;
@@ -670,18 +722,22 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
         rc = snug_detok_init(&s->detok, tok, SNUG_DETOK_SKIP_CONTROL, err);
         if (rc != SNUG_OK) goto fail;
     }
-    e->b_ctx = snug_calloc((size_t)e->n_slots, sizeof *e->b_ctx);
-    e->b_ids = snug_calloc((size_t)e->n_slots, sizeof *e->b_ids);
-    e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
-    e->b_logits = snug_malloc((size_t)e->n_slots * (size_t)e->V * sizeof(float));
-    e->started = snug_calloc((size_t)e->n_slots, sizeof *e->started);
-    e->started_job = snug_calloc((size_t)e->n_slots, sizeof *e->started_job);
-    if (!e->b_ctx || !e->b_ids || !e->b_slot || !e->b_logits || !e->started || !e->started_job) {
-        rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the decode batch");
-        goto fail;
-    }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
+    e->prompt_budget =
+        o->prompt_budget > 0 && o->prompt_budget < e->n_chunk ? o->prompt_budget : e->n_chunk;
+    e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
+    e->b_logits = snug_malloc(2 * (size_t)e->n_slots * (size_t)e->V * sizeof(float));
+    e->b_rows = snug_calloc((size_t)e->n_chunk, sizeof *e->b_rows);
+    e->p_slot = snug_calloc((size_t)e->n_slots, sizeof *e->p_slot);
+    e->p_len = snug_calloc((size_t)e->n_slots, sizeof *e->p_len);
+    e->started = snug_calloc((size_t)e->n_slots, sizeof *e->started);
+    e->started_job = snug_calloc((size_t)e->n_slots, sizeof *e->started_job);
+    if (!e->b_slot || !e->b_logits || !e->b_rows || !e->p_slot || !e->p_len || !e->started ||
+        !e->started_job) {
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the step tables");
+        goto fail;
+    }
     /* the prefix cache: CPU contexts (with their MTP state, if any), the store's layout theirs */
     if (o->prefix) {
         struct snug_ctx_prefix_state st;
@@ -732,10 +788,11 @@ void snug_engine_free(struct snug_engine *e) {
     snug_free(e->started);
     snug_free(e->started_job);
     snug_slots_free(e->pool); /* the slots' sequences, the backend instance, the thread pool */
-    snug_free(e->b_ctx);
-    snug_free(e->b_ids);
     snug_free(e->b_slot);
     snug_free(e->b_logits);
+    snug_free(e->b_rows);
+    snug_free(e->p_slot);
+    snug_free(e->p_len);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     snug_free(e);

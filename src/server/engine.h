@@ -122,6 +122,8 @@ struct snug_engine_opts {
     uint64_t vram_budget;       /* backend CUDA: bytes the whole plan must fit (0 = no check) */
     struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
     int32_t cache_every;        /* its checkpoint interval in tokens */
+    int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step (the chunk
+                                   beside the other slots' decode rows); 0 = n_chunk (512) */
 };
 
 /* Live numbers for /health and /metrics (cumulative counters since start). */

@@ -623,8 +623,12 @@ static void shutdown_gracefully(struct snug_srv *s) {
 
 int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     struct snug_srv *s = snug_calloc(1, sizeof *s);
-    if (!s) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    if (!s) {
+        snug_model_free(opts->model);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    }
     s->opts = *opts;
+    s->model = opts->model; /* the caller's opened model, now the server's (or NULL) */
     if (!s->opts.host) s->opts.host = "127.0.0.1";
     if (s->opts.n_slots <= 0) s->opts.n_slots = 1;
     if (s->opts.queue_cap <= 0) s->opts.queue_cap = 4 * s->opts.n_slots;
@@ -669,7 +673,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         (rc = read_file(opts->script_path, &s->script_text, &s->script_len, err)))
         goto done;
     struct snug_model_params mp = {.path = opts->model_path, .n_threads = opts->n_threads};
-    if ((rc = snug_model_load(&s->model, &mp, err))) goto done;
+    if (!s->model && (rc = snug_model_load(&s->model, &mp, err))) goto done;
     s->tok = snug_model_tokenizer(s->model);
     if (!s->tok) {
         rc = snug_err_set(err, SNUG_ERR_FORMAT, "%s carries no tokenizer (tokenizer.ggml.* keys)",
@@ -701,6 +705,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     if ((rc = boot_plan(s, &eo, err))) goto done;
     eo.prefix = s->prefix;
     eo.cache_every = opts->cache_every;
+    eo.prompt_budget = opts->prompt_budget;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
     if ((rc = snug_responses_store_init(&s->responses, opts->responses_store))) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for the responses store");

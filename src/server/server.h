@@ -32,21 +32,25 @@ struct snug_server_limits {
 
 struct snug_server_opts {
     const char *model_path;
-    const char *host;        /* default "127.0.0.1" */
-    int port;                /* default 8080; 0 = any free port (printed at boot) */
-    int32_t n_ctx;           /* context per slot; 0 = 4096 (capped at the training length) */
-    int32_t n_slots;         /* default 1 */
-    int32_t kv_type;         /* KV format code (snug_kvfmt_code: one format or a K/V pair) */
-    int32_t n_threads;       /* per context; 0 = all CPUs */
-    const char *api_key;     /* NULL = no auth */
-    bool no_think;           /* thinking off unless a request turns it on */
-    const char *script_path; /* test seam: generation follows this file's text */
-    int32_t queue_cap;       /* requests waiting beyond the slots; 0 = 4 × slots */
-    double timeout_s;        /* per request; 0 = 600 */
-    size_t max_body_bytes;   /* 0 = 8 MiB */
-    const char *port_file;   /* when set, the bound port is written there once ready */
-    int32_t n_draft;         /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
-    uint64_t budget;         /* host bytes the memory plan must fit; 0 = no limit */
+    struct snug_model *model; /* NULL, or model_path already opened (the CLI's sizing opened it
+                                 with opts.n_threads): snug_server_run takes it over and frees it */
+    const char *host;         /* default "127.0.0.1" */
+    int port;                 /* default 8080; 0 = any free port (printed at boot) */
+    int32_t n_ctx;            /* context per slot; 0 = 4096 (capped at the training length) */
+    int32_t n_slots;          /* default 1 */
+    int32_t kv_type;          /* KV format code (snug_kvfmt_code: one format or a K/V pair) */
+    int32_t n_threads;        /* per context; 0 = all CPUs */
+    const char *api_key;      /* NULL = no auth */
+    bool no_think;            /* thinking off unless a request turns it on */
+    const char *script_path;  /* test seam: generation follows this file's text */
+    int32_t queue_cap;        /* requests waiting beyond the slots; 0 = 4 × slots */
+    double timeout_s;         /* per request; 0 = 600 */
+    size_t max_body_bytes;    /* 0 = 8 MiB */
+    const char *port_file;    /* when set, the bound port is written there once ready */
+    int32_t n_draft;          /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
+    int32_t prompt_budget;    /* prompt tokens a prefilling slot adds to one engine step beside
+                                 the others' decode rows (--step-prompt); 0 = the chunk, 512 */
+    uint64_t budget;          /* host bytes the memory plan must fit; 0 = no limit */
     /* the prefix cache (src/prefix, docs/prefix-cache.md): RAM tier bytes (0 = off), disk tier
      * folder and bytes, checkpoint interval in tokens (0 = 4096) */
     uint64_t cache_ram;

@@ -156,9 +156,14 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     for (int32_t i = 0; i < T; i++) sp->pos[i] = pos0 + i;
     snug_arena_reset_to(base->work, 0);
     if (base->host_work) snug_arena_reset_to(base->host_work, 0);
+    struct snug_fwd_run run = {.kv = sp->kvp,
+                               .T = T,
+                               .pos0 = pos0,
+                               .n_logits = logits ? (all ? T : 1) : 0,
+                               .hidden_out = hout};
     struct snug_fwd f = *base;
-    f.kv = sp->kvp;
-    f.kv_rows = NULL;
+    f.runs = &run;
+    f.n_runs = 1;
     f.ids = ids;
     f.pos = sp->pos;
     f.pos_be = NULL;
@@ -167,11 +172,8 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
         f.pos_be = sp->pos_dev;
     }
     f.T = T;
-    f.pos0 = pos0;
     f.logits = logits;
-    f.logits_all = all;
     f.hook = NULL;
-    f.hidden_out = hout;
     f.mtp_hidden_in = hin;
     base->m->arch->mtp_forward(&f);
 }

@@ -503,6 +503,17 @@ snug_token snug_tokenizer_bos(const struct snug_tokenizer *t) {
 snug_token snug_tokenizer_im_end(const struct snug_tokenizer *t) {
     return t->im_end;
 }
+int32_t snug_tokenizer_eog(const struct snug_tokenizer *t, snug_token *out) {
+    snug_token c[SNUG_TOKENIZER_EOG_MAX] = {t->eos, t->im_end,
+                                            snug_tokenizer_token_id(t, "<|endoftext|>")};
+    int32_t n = 0;
+    for (int32_t i = 0; i < SNUG_TOKENIZER_EOG_MAX; i++) {
+        bool seen = c[i] < 0 || c[i] >= t->n_vocab;
+        for (int32_t k = 0; k < n; k++) seen = seen || out[k] == c[i];
+        if (!seen) out[n++] = c[i];
+    }
+    return n;
+}
 size_t snug_tokenizer_max_token_bytes(const struct snug_tokenizer *t) {
     return t->max_tok_bytes;
 }

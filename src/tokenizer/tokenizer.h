@@ -117,6 +117,12 @@ snug_token snug_tokenizer_token_id(const struct snug_tokenizer *tok, const char 
 snug_token snug_tokenizer_eos(const struct snug_tokenizer *tok);    /* -1 if none */
 snug_token snug_tokenizer_bos(const struct snug_tokenizer *tok);    /* -1 if none */
 snug_token snug_tokenizer_im_end(const struct snug_tokenizer *tok); /* "<|im_end|>" or -1 */
+/* The end-of-generation set every generation loop stops on (`snug run` and the server alike):
+ * the file's EOS, "<|im_end|>" (the end of a chat turn) and "<|endoftext|>" (the end of a
+ * document, which a completion may reach). Writes the distinct ids present into
+ * out[SNUG_TOKENIZER_EOG_MAX] and returns their count. */
+#define SNUG_TOKENIZER_EOG_MAX 3
+int32_t snug_tokenizer_eog(const struct snug_tokenizer *tok, snug_token *out);
 enum snug_token_type snug_tokenizer_token_type(const struct snug_tokenizer *tok, snug_token id);
 /* The raw bytes of token `id` (byte-level mapping undone for NORMAL tokens; literal text for
  * added tokens). Borrowed, not NUL-terminated, valid until _free. NULL (len 0) for a bad id. */

@@ -6,7 +6,8 @@
 #      streamed, with --spec-draft 0 and 3 (MTP speculation on the GPU);
 #   2. qwen3.6-27b Q4_K_M (snug gen on the device's disk), --vram-budget 23.5GiB --slots 4:
 #      aggregate tok/s of 4 requests vs 1; inter-token latency p50/p99 of 3 streams while idle
-#      and while a 4th request prefills about 32K tokens.
+#      and while a 4th request prefills about 32K tokens (with the default --step-prompt 512,
+#      then 128: the streams' decode rows share each step with a prompt chunk, snug_step).
 # Usage on the device: sh tests/device/run_serve_device.sh D [OUTDIR]   (SKIP27=1: fixture only)
 D=${1:-devcarry/engine}
 O=${2:-${OUT:-/tmp/serve}}
@@ -31,4 +32,8 @@ el "gen 27b"
 el "27b serve --backend cuda --vram-budget 23.5GiB --slots 4"
 timeout ${T27:-300} python3 "$B" "$S" $M --slots 4 --ctx 40960 --kv q8_0 --vram-budget 23.5GiB \
   --tokens ${G:-64} --prefill 32768 2>&1 | tee "$O/27b.txt"
+el "27b: the same with --step-prompt 128 (the prefill's chunk beside the streams' decode rows)"
+timeout ${T27:-300} python3 "$B" "$S" $M --slots 4 --ctx 40960 --kv q8_0 --vram-budget 23.5GiB \
+  --tokens ${G:-64} --prefill 32768 --skip-throughput --step-prompt 128 2>&1 |
+  tee "$O/27b_step128.txt"
 el done

@@ -9,7 +9,10 @@
  * Also: a step of more rows than ctxs[0]'s n_chunk (split into several forwards), the
  * one-by-one fallback (a context with a layer hook), zero allocations per batched step, and
  * the refusals (a repeated context, a full context) that change nothing.
- * Read next: src/model/context.c (snug_ctx_eval_batch), src/arch/qwen35.c (f.kv_rows). */
+ * Mixed steps (snug_step): prompt chunks, decode rows and speculative verification rows of
+ * several sequences in one forward, each sequence's logits bit-identical to running it alone
+ * (mixed_steps below).
+ * Read next: src/model/context.c (the step), src/arch/qwen35.c (runs). */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-function" /* the shared header's other helpers */
 #endif
@@ -166,6 +169,242 @@ static void full_context(const char *dir) {
     snug_model_free(m);
 }
 
+/* ---- mixed steps (snug_step) ---------------------------------------------------------------
+ * NM sequences as slots of one pool (or separate contexts), driven by snug_step with mixes of 2
+ * to NM of them per step, in rotating order: prompt chunks of odd lengths (logits of the last
+ * row), greedy decode rows, and (models with an MTP block) verification rows of k = 3 MTP
+ * drafts, accepted greedily and rolled back. Each sequence has a twin context run alone with
+ * snug_ctx_eval (the same chunks, the same flags): every logits row of the mixed step must
+ * equal the twin's bit for bit, the drafts too. Then the negative control: one step whose
+ * first row carries another token must change that sequence's logits and no other's. */
+#define NM        4  /* sequences */
+#define MIX_STEPS 24 /* steps */
+#define MIX_K     3  /* drafts per verification */
+
+struct mix_seq {
+    struct snug_ctx *bat, *ref;
+    const int32_t *prompt;
+    int32_t n_prompt, fed; /* prompt tokens, those evaluated so far */
+    int32_t actions;       /* generation actions so far (decode or verify) */
+    snug_token next;       /* the pending token (after the prompt) */
+    /* this step's rows */
+    int32_t kind; /* 0 prompt chunk, 1 decode, 2 verify */
+    int32_t n, n_logits, row0, lrow0;
+    snug_token toks[MIX_K + 1];
+};
+
+static int32_t mix_ndiff(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, (size_t)n * sizeof(float)) != 0;
+}
+
+static void mixed_steps(const char *dir, const char *model, bool pool) {
+    struct snug_err err = {0};
+    struct snug_model *m = NULL;
+    char path[64];
+    snprintf(path, sizeof path, "%s-f16.gguf", model);
+    struct snug_model_params mp = {.path = fx_path(dir, model, path), .n_threads = 2};
+    if (snug_model_load(&m, &mp, &err) != SNUG_OK) {
+        CHECKF(0, "load %s: %s", mp.path, err.msg);
+        return;
+    }
+    bool spec = snug_model_n_nextn(m) > 0;
+    int32_t n_ids = 0;
+    int32_t *ids = fx_read_ids(fx_path(dir, model, "ids.json"), &n_ids);
+    int64_t V = snug_model_n_vocab(m);
+    float *blog = malloc(sizeof(float) * (size_t)(64 * V));
+    float *rlog = malloc(sizeof(float) * (size_t)((MIX_K + 1) * V));
+    struct snug_step_row *rows = malloc(sizeof *rows * 64);
+    struct mix_seq seq[NM];
+    memset(seq, 0, sizeof seq);
+    bool ok = ids && blog && rlog && rows && n_ids >= 60;
+    struct snug_ctx_params cp = snug_ctx_default_params();
+    cp.n_ctx = 256;
+    cp.n_chunk = 64;
+    cp.n_threads = 2;
+    cp.n_draft = spec ? MIX_K : 0;
+    struct snug_slots *sp = NULL;
+    if (ok && pool) ok = snug_slots_init(&sp, m, &cp, NM, &err) == SNUG_OK;
+    for (int i = 0; ok && i < NM; i++) {
+        struct mix_seq *q = &seq[i];
+        if (pool)
+            q->bat = snug_slots_ctx(sp, i);
+        else
+            ok = snug_ctx_init(&q->bat, m, &cp, &err) == SNUG_OK;
+        ok = ok && snug_ctx_init(&q->ref, m, &cp, &err) == SNUG_OK;
+        q->prompt = ids + 3 * i; /* different prompts of different lengths */
+        q->n_prompt = 13 + 11 * i;
+    }
+    CHECKF(ok, "%s mixed: setup: %s", model, err.msg);
+    int32_t compared = 0, diffs = 0, verifies = 0, prompts = 0, decodes = 0, draft_diffs = 0;
+    int32_t max_mix = 0;
+    uint64_t allocs = 0;
+    for (int s = 0; ok && s < MIX_STEPS; s++) {
+        /* who takes part: 2..NM sequences, starting at a rotating one */
+        int32_t n_in = 2 + s % (NM - 1), first = s % NM, n_rows = 0, n_lrows = 0;
+        int32_t order[NM];
+        for (int32_t j = 0; j < n_in; j++) order[j] = (first + j * (s % 2 ? NM - 1 : 1)) % NM;
+        for (int32_t j = 0; j < n_in; j++) {
+            struct mix_seq *q = &seq[order[j]];
+            q->row0 = n_rows, q->lrow0 = n_lrows;
+            if (q->fed < q->n_prompt) { /* a prompt chunk of odd length */
+                q->kind = 0;
+                q->n = SNUG_MIN(3 + 2 * ((s + order[j]) % 5), q->n_prompt - q->fed);
+                for (int32_t t = 0; t < q->n; t++) {
+                    rows[n_rows + t] =
+                        (struct snug_step_row){.ctx = q->bat,
+                                               .token = q->prompt[q->fed + t],
+                                               .pos = snug_ctx_n_past(q->bat) + t,
+                                               .flags = t == q->n - 1 ? SNUG_ROW_LOGITS : 0};
+                }
+                q->n_logits = 1;
+            } else if (spec && q->actions % 3 == 2) { /* a verification of MIX_K drafts */
+                q->kind = 2;
+                snug_token db[MIX_K], dr[MIX_K];
+                int32_t nb = 0, nr = 0;
+                uint64_t a0 = snug_alloc_count();
+                ok = snug_ctx_draft(q->bat, q->next, MIX_K, db, &nb, &err) == SNUG_OK;
+                allocs += snug_alloc_count() - a0;
+                ok = ok && snug_ctx_draft(q->ref, q->next, MIX_K, dr, &nr, &err) == SNUG_OK;
+                CHECKF(ok, "%s mixed step %d draft: %s", model, s, err.msg);
+                if (!ok) break;
+                draft_diffs += nb != nr || memcmp(db, dr, sizeof(snug_token) * (size_t)nb) != 0;
+                q->toks[0] = q->next;
+                memcpy(q->toks + 1, dr, sizeof(snug_token) * (size_t)nr);
+                q->n = q->n_logits = nr + 1;
+                for (int32_t t = 0; t < q->n; t++)
+                    rows[n_rows + t] =
+                        (struct snug_step_row){.ctx = q->bat,
+                                               .token = q->toks[t],
+                                               .pos = snug_ctx_n_past(q->bat) + t,
+                                               .flags = SNUG_ROW_LOGITS | SNUG_ROW_VERIFY};
+            } else { /* one decode row */
+                q->kind = 1;
+                q->toks[0] = q->next;
+                q->n = q->n_logits = 1;
+                rows[n_rows] = (struct snug_step_row){.ctx = q->bat,
+                                                      .token = q->next,
+                                                      .pos = snug_ctx_n_past(q->bat),
+                                                      .flags = SNUG_ROW_LOGITS};
+            }
+            n_rows += q->n, n_lrows += q->n_logits;
+        }
+        if (!ok) break;
+        max_mix = SNUG_MAX(max_mix, n_in);
+        uint64_t a0 = snug_alloc_count();
+        int rc = snug_step(rows, n_rows, blog, &err);
+        allocs += snug_alloc_count() - a0;
+        CHECKF(rc == SNUG_OK, "%s mixed step %d (%d rows): %s", model, s, n_rows, err.msg);
+        if (rc) break;
+        for (int32_t j = 0; ok && j < n_in; j++) { /* the twins, alone */
+            struct mix_seq *q = &seq[order[j]];
+            int32_t np0 = snug_ctx_n_past(q->ref);
+            if (q->kind == 0)
+                rc = snug_ctx_eval(q->ref, q->prompt + q->fed, q->n, rlog, SNUG_EVAL_LOGITS_LAST,
+                                   &err);
+            else if (q->kind == 1)
+                rc = snug_ctx_eval(q->ref, q->toks, 1, rlog, SNUG_EVAL_LOGITS_LAST, &err);
+            else
+                rc = snug_ctx_eval(q->ref, q->toks, q->n, rlog,
+                                   SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, &err);
+            CHECKF(rc == SNUG_OK, "%s mixed step %d twin: %s", model, s, err.msg);
+            if (rc) {
+                ok = false;
+                break;
+            }
+            CHECK(snug_ctx_n_past(q->bat) == snug_ctx_n_past(q->ref));
+            for (int32_t r = 0; r < q->n_logits; r++) {
+                diffs += mix_ndiff(blog + (int64_t)(q->lrow0 + r) * V, rlog + (int64_t)r * V, V);
+                compared++;
+            }
+            if (q->kind == 0) {
+                q->fed += q->n;
+                prompts++;
+                if (q->fed == q->n_prompt) q->next = (snug_token)fx_argmax(rlog, V);
+                continue;
+            }
+            q->actions++;
+            if (q->kind == 1) {
+                decodes++;
+                q->next = (snug_token)fx_argmax(rlog, V);
+                continue;
+            }
+            verifies++; /* greedy acceptance, both rolled back to the same point */
+            int32_t acc = 0;
+            while (acc + 1 < q->n && fx_argmax(rlog + (int64_t)acc * V, V) == q->toks[acc + 1])
+                acc++;
+            q->next = (snug_token)fx_argmax(rlog + (int64_t)acc * V, V);
+            rc = snug_ctx_truncate(q->ref, np0 + acc + 1, &err);
+            rc = rc ? rc : snug_ctx_truncate(q->bat, np0 + acc + 1, &err);
+            CHECKF(rc == SNUG_OK, "%s mixed step %d truncate: %s", model, s, err.msg);
+            if (rc) ok = false;
+        }
+    }
+    printf("%s mixed steps (%s): %d logits rows compared (%d prompt chunks, %d decode rows, %d "
+           "verifications of %d drafts; up to %d sequences per step), %d differ, %d draft "
+           "mismatches, %llu allocations\n",
+           model, pool ? "slots of one pool" : "separate contexts", compared, prompts, decodes,
+           verifies, MIX_K, max_mix, diffs, draft_diffs, (unsigned long long)allocs);
+    CHECK(ok);
+    CHECKF(diffs == 0, "%s: %d mixed-step logits rows differ from the lone runs", model, diffs);
+    CHECK(draft_diffs == 0);
+    CHECK(prompts > NM && decodes > NM && (!spec || verifies >= NM) && max_mix == NM);
+    CHECKF(allocs == 0, "%s mixed: %llu allocations", model, (unsigned long long)allocs);
+
+    if (ok) { /* refusals change nothing */
+        struct mix_seq *a = &seq[0], *b = &seq[1];
+        int32_t na = snug_ctx_n_past(a->bat), nb = snug_ctx_n_past(b->bat);
+        struct snug_step_row r3[3] = {{.ctx = a->bat, .token = 1, .pos = na},
+                                      {.ctx = b->bat, .token = 1, .pos = nb},
+                                      {.ctx = a->bat, .token = 1, .pos = na + 1}};
+        CHECK(snug_step(r3, 3, blog, &err) == SNUG_ERR_INVALID);
+        CHECK(strstr(err.msg, "together") != NULL);
+        r3[2] = (struct snug_step_row){.ctx = b->bat, .token = 1, .pos = nb + 2};
+        CHECK(snug_step(r3, 3, blog, &err) == SNUG_ERR_INVALID);
+        CHECK(strstr(err.msg, "position") != NULL);
+        r3[2] = (struct snug_step_row){.ctx = b->bat, .token = 1, .pos = nb + 1};
+        r3[1].flags = SNUG_ROW_LOGITS;
+        CHECK(snug_step(r3, 3, blog, &err) == SNUG_ERR_INVALID);
+        CHECK(strstr(err.msg, "logits") != NULL);
+        r3[1].flags = 0;
+        r3[2].token = (snug_token)V;
+        CHECK(snug_step(r3, 3, blog, &err) == SNUG_ERR_INVALID);
+        CHECK(snug_ctx_n_past(a->bat) == na && snug_ctx_n_past(b->bat) == nb);
+    }
+    if (ok) { /* the negative control: another token in the first row */
+        int32_t n_rows = 0;
+        for (int i = 0; i < NM; i++) {
+            struct mix_seq *q = &seq[i];
+            rows[n_rows++] =
+                (struct snug_step_row){.ctx = q->bat,
+                                       .token = i == 0 ? (q->next + 1) % (snug_token)V : q->next,
+                                       .pos = snug_ctx_n_past(q->bat),
+                                       .flags = SNUG_ROW_LOGITS};
+        }
+        CHECK(snug_step(rows, n_rows, blog, &err) == SNUG_OK);
+        int32_t d[NM];
+        for (int i = 0; i < NM; i++) {
+            CHECK(snug_ctx_eval(seq[i].ref, &seq[i].next, 1, rlog, 0, &err) == SNUG_OK);
+            d[i] = mix_ndiff(blog + (int64_t)i * V, rlog, V);
+        }
+        printf("%s mixed steps: negative control (another token in row 0): rows differing %d %d "
+               "%d %d\n",
+               model, d[0], d[1], d[2], d[3]);
+        CHECKF(d[0] == 1, "%s: the perturbed row did not change its logits", model);
+        CHECKF(d[1] + d[2] + d[3] == 0, "%s: a perturbed row changed another sequence's logits",
+               model);
+    }
+    for (int i = 0; i < NM; i++) {
+        if (!pool) snug_ctx_free(seq[i].bat);
+        snug_ctx_free(seq[i].ref);
+    }
+    snug_slots_free(sp);
+    free(rows);
+    free(blog);
+    free(rlog);
+    free(ids);
+    snug_model_free(m);
+}
+
 int main(void) {
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
@@ -190,5 +429,8 @@ int main(void) {
         remove(out);
     }
     full_context(dir);
+    mixed_steps(dir, "trained", true);
+    mixed_steps(dir, "trained", false);
+    mixed_steps(dir, "moe", true);
     return TEST_DONE();
 }

@@ -9,6 +9,8 @@
   column; an unsupported schema keyword is a 400 naming it; logit_bias is validated and honoured.
 - Greedy output under a grammar that allows everything equals unconstrained greedy output.
 - A small max_tokens still ends in a valid document (the shortest completion is steered to).
+- Speculative decoding under a grammar: greedy with --spec-draft 3 is the text of --spec-draft 0,
+  valid, with a mean acceptance length > 1 (the job's timings).
 - Clients: the openai client's `.parse()` with a pydantic model, instructor in JSON-schema
   mode, langchain's `with_structured_output` get valid objects (each skipped visibly when its
   package is missing).
@@ -301,6 +303,42 @@ def test_greedy_equal(res, srv):
               f"logit_bias -100 bans the greedy first token ({a[:20]!r} -> {b2[:20]!r})")
 
 
+def test_spec_constrained(res, A, B):
+    """Speculative decoding under a grammar (issue 19 item 4): B drafts 3 tokens per step, every
+    draft checked against the grammar at its position. Greedy: the same text as A (no drafts),
+    valid, and more than one token per verification (the drafts are not switched off)."""
+    cases = []
+    for name in ("person", "tool_get_weather", "string_list", "classification"):
+        schema = json.load(open(os.path.join(SRC, "tests", "data", "schemas", name + ".json")))
+        cases.append((name, {"response_format": {"type": "json_schema", "json_schema": {
+            "name": name, "schema": schema, "strict": True}}}, schema))
+    cases.append(("gbnf arith", {"grammar": ARITH}, None))
+    steps = emitted = 0
+    for name, extra, schema in cases:
+        body = dict(extra, temperature=0, max_tokens=160)
+        sa, ra, _ = chat(A, body)
+        sb, rb, _ = chat(B, body)
+        a, b = content_of(ra), content_of(rb)
+        valid = True
+        if schema is not None:
+            try:
+                jsonschema.validate(json.loads(b), schema)
+            except Exception as e:  # noqa: BLE001
+                valid = False
+                print("   ", name, str(e)[:120])
+        t = rb.get("timings", {}) if sb == 200 else {}
+        n_steps, n_acc = t.get("spec_steps", 0), t.get("draft_n_accepted", 0)
+        steps += n_steps
+        emitted += n_steps + n_acc
+        res.check(sa == 200 and sb == 200 and a == b and len(b) > 0 and valid,
+                  f"greedy under {name} with --spec-draft 3 equals --spec-draft 0 and is valid "
+                  f"({len(b)} chars, {n_steps} verifications, {n_acc} drafts accepted)")
+    mal = emitted / steps if steps else 0
+    res.check(steps > 0 and mal > 1.0,
+              f"constrained requests speculate: mean acceptance length {mal:.2f} > 1 over {steps} "
+              "verifications")
+
+
 def test_budget(res, srv):
     """A small max_tokens: the grammar steers to the shortest completion in time, so the reply
     still parses and ends with "stop"."""
@@ -443,6 +481,7 @@ def main():
             test_gbnf(res, A)
             test_json_object(res, A)
             test_budget(res, B)
+            test_spec_constrained(res, A, B)
             test_tools(res, A)
             test_clients(res, B)
             # the two corpus passes run side by side (one server each)

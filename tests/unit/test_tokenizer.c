@@ -209,6 +209,11 @@ static void test_vectors(const char *fx) {
     CHECK(snug_tokenizer_token_id(t, "<|im_end|>") == 2);
     CHECK(snug_tokenizer_im_end(t) == 2);
     CHECK(snug_tokenizer_eos(t) == 2);
+    { /* the end-of-generation set: EOS (= <|im_end|> here) and <|endoftext|>, once each */
+        snug_token eog[SNUG_TOKENIZER_EOG_MAX];
+        int32_t n_eog = snug_tokenizer_eog(t, eog);
+        CHECK(n_eog == 2 && eog[0] == 2 && eog[1] == 0);
+    }
     CHECK(snug_tokenizer_token_id(t, "<think>") == 2042);
     CHECK(snug_tokenizer_token_id(t, "no such token here") == -1);
     snprintf(path, sizeof path, "%s/tokenizer/vectors.json", fx);
@@ -340,6 +345,11 @@ static void test_ggml_vocab(const char *fx) {
     if (!t) return;
     CHECK(snug_tokenizer_n_vocab(t) == 151936);
     CHECK(snug_tokenizer_im_end(t) == 151645);
+    { /* EOS is <|endoftext|> in this file: the set holds it once, then <|im_end|> */
+        snug_token eog[SNUG_TOKENIZER_EOG_MAX];
+        int32_t n_eog = snug_tokenizer_eog(t, eog);
+        CHECK(n_eog == 2 && eog[0] == 151643 && eog[1] == 151645);
+    }
     CHECK(snug_tokenizer_pretok(t) == SNUG_PRETOK_QWEN35);
     /* llama.cpp never applies NFC, and its .out files expect decomposed input to stay so */
     snug_tokenizer_set_nfc(t, false);
