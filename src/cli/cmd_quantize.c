@@ -324,7 +324,9 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     }
     for (int64_t i = 0; i < nt && rc == SNUG_OK; i++) {
         const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
-        rc = snug_gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne);
+        uint32_t nd = t->n_dims; /* llama.cpp writes ggml_n_dims: trailing 1s dropped */
+        while (nd > 1 && t->ne[nd - 1] == 1) nd--;
+        rc = snug_gguf_writer_add_tensor(w, t->name, types[i], nd, t->ne);
     }
     if (rc != SNUG_OK) {
         rc = snug_err_set(err, rc, "%s: %s", out, snug_gguf_writer_error(w));

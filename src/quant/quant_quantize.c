@@ -6,8 +6,8 @@
  * them, re-implemented here in our own words), so a file we write has the same bytes as one
  * llama-quantize writes from the same source and importance matrix:
  *   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1  one scale (and min) per 32 from the block's extreme values,
- *                                 elements rounded exactly as the reference does (Q4_0 with an
- *                                 importance matrix: a weighted symmetric search);
+ *                                 elements rounded exactly as the reference does (with an
+ *                                 importance matrix: weighted symmetric / affine searches);
  *   Q2_K, Q4_K, Q5_K              per sub-block, a search over (scale, min) that minimises
  *                                 weighted error; then 4/6-bit sub-block scales and mins
  *                                 relative to two f16 super-scales;
@@ -641,6 +641,40 @@ static void quant_q4_0_im(const float *x, uint8_t *b, const float *qw, float sig
     for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
+/* Q4_1 / Q5_1 with an importance matrix (ggml's quantize_row_q4_1_impl / q5_1_impl): the
+ * affine search with (-0.9, 0.05, 36) on squared error under the same weights as Q4_0; the
+ * stored min is the negated offset. */
+static void quant_qx_1_im(const float *x, uint8_t *b, const float *qw, float sigma2, int nmax) {
+    float w[32], mn;
+    uint8_t L[32];
+    for (int j = 0; j < 32; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+    float d = fit_affine(32, nmax, x, w, L, &mn, -0.9f, 0.05f, 36, false);
+    wr_f16(b, d);
+    wr_f16(b + 2, -mn);
+    uint8_t *qs = b + (nmax == 15 ? 4 : 8);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((L[j] & 0xf) | (L[j + 16] & 0xf) << 4);
+        qh |= (uint32_t)(L[j] >> 4) << j | (uint32_t)(L[j + 16] >> 4) << (j + 16);
+    }
+    if (nmax == 31)
+        for (int k = 0; k < 4; k++) b[4 + k] = (uint8_t)(qh >> (8 * k));
+}
+
+/* Q5_0 with an importance matrix (ggml's quantize_row_q5_0_impl): as Q4_0, levels -16..15. */
+static void quant_q5_0_im(const float *x, uint8_t *b, const float *qw, float sigma2) {
+    float w[32];
+    int8_t L[32];
+    for (int j = 0; j < 32; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+    wr_f16(b, fit_symmetric(32, 16, x, L, w));
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        b[6 + j] = (uint8_t)((L[j] & 0xf) | (L[j + 16] & 0xf) << 4);
+        qh |= (uint32_t)((L[j] >> 4) & 1) << j | (uint32_t)((L[j + 16] >> 4) & 1) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) b[2 + k] = (uint8_t)(qh >> (8 * k));
+}
+
 /* ---- IQ4_NL / IQ4_XS ------------------------------------------------------------------------ */
 
 /* Index of the level nearest to v among the 16 sorted IQ4_NL levels (ties to the lower one
@@ -744,16 +778,18 @@ static void quant_iq4(const float *x, int nsub, uint8_t *dh, uint8_t *scales_hl,
 
 /* Quantize one row. F32/F16/BF16 convert element-wise; block types run their encoder per
  * block. imatrix (per element of the row, may be NULL) selects llama.cpp's importance-weighted
- * encoders where ggml has one (Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS); the other
- * types ignore it. */
+ * encoders where ggml has one (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS); Q8_0
+ * and the float types ignore it. */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
                        const float *imatrix) {
     const struct snug_dtype_info *t = snug_dtype_info(type);
     if (!t || !t->quantizable || n < 0 || n % t->block_elems) return false;
     uint8_t *o = dst;
     int64_t be = t->block_elems, nb = n / be;
-    float row_sigma2 = 0; /* Q4_0's weights use the mean square of the whole row */
-    if (imatrix && type == SNUG_DTYPE_Q4_0 && n > 0) {
+    float row_sigma2 = 0; /* the 32-block types' weights use the mean square of the whole row */
+    if (imatrix && n > 0 &&
+        (type == SNUG_DTYPE_Q4_0 || type == SNUG_DTYPE_Q4_1 || type == SNUG_DTYPE_Q5_0 ||
+         type == SNUG_DTYPE_Q5_1)) {
         for (int64_t j = 0; j < n; j++) row_sigma2 += src[j] * src[j];
         row_sigma2 /= (float)n;
     }
@@ -784,13 +820,22 @@ bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
                 quant_q4_0(x, b);
             break;
         case SNUG_DTYPE_Q4_1:
-            quant_q4_1(x, b);
+            if (im)
+                quant_qx_1_im(x, b, im, row_sigma2, 15);
+            else
+                quant_q4_1(x, b);
             break;
         case SNUG_DTYPE_Q5_0:
-            quant_q5_0(x, b);
+            if (im)
+                quant_q5_0_im(x, b, im, row_sigma2);
+            else
+                quant_q5_0(x, b);
             break;
         case SNUG_DTYPE_Q5_1:
-            quant_q5_1(x, b);
+            if (im)
+                quant_qx_1_im(x, b, im, row_sigma2, 31);
+            else
+                quant_q5_1(x, b);
             break;
         case SNUG_DTYPE_Q4_K:
             quant_q4_k(x, b, im);

@@ -9,6 +9,7 @@ too, so a failure says which types differ. The low-bit mixes put the MTP layer (
 in Q4_K with --tensor-type, as the reference files were made. Also: the refusals (1-3 bit
 i-quants without an imatrix, a malformed --tensor-type) and median KL to the Hugging Face
 reference no worse than llama.cpp's file (1.02x slack for float summation order)."""
+import hashlib
 import os
 import shutil
 import tempfile
@@ -27,6 +28,25 @@ FILES = {
     "iq4_xs": [],
     "q3_k_m": [],
     "q2_k": [],
+}
+
+
+# The MoE fixture (expert tensors: each expert quantized with its own imatrix slice; expert 1 of
+# every tensor has zero counts) with the synthetic imatrix moe-synthetic-imatrix.gguf: sha256 of
+# the file llama-quantize (build 11434) writes, run as
+#   llama-quantize --imatrix moe-imatrix.gguf moe-f16.gguf out.gguf <TYPE> 2
+MOE_SHA256 = {
+    "iq4_xs": "08c7386af8b4ab2593dc6531354bee632bc69b13a66e9586e40e34329db97950",
+    "q2_k": "a5ebb832dc7d34f51aaf99bb599e7cbc9589b813b641aa4cdd09c70445964af4",
+    "q3_k_m": "0a5dccaed8fff7bdfab2a0bbe7c48f0b7049a40b51c0faef3bba64590e5c194f",
+    "q4_0": "2912160147e41396ce8c81b8f5d30c51bccc5d19e0777aa080a8bd4a80df6d07",
+    "q4_1": "dadf2e67a3c4431d231bd7e688572099c8aea31e6e5acb768f04a6aa0804996c",
+    "q4_k_m": "bc7118164d7bc604f53cbfbf2cc264079c7c9a0315def3e5e4e10fd4aa2893b0",
+    "q5_0": "be39b86c70b4963d7774b197eac95b66b7cd8b03eb17bd07e6e70de4a9b21d16",
+    "q5_1": "b1a0133990defc6acfa3fecf204b34f300240cfb105f9d918e84394f7b1bd6d5",
+    "q5_k_m": "1e269712ecfec4d185ae25c8ab7c3ad434b40e7b16b74ecc6b25d3d9681abfe6",
+    "q6_k": "2dadbfaddbdb3d54b63c8b065ed3ea6d383ee95f2a836692c42ef2999c6324e8",
+    "q8_0": "5b1ebdecf43e863dd91cdb38a82b1000822a00045642e9dde7d133740b6b7560",
 }
 
 
@@ -78,6 +98,16 @@ def main():
             res.check(kls["snug"] <= kls["llama.cpp"] * 1.02,
                       f"{t}: median KL of snug's file {kls['snug']:.4e} <= llama.cpp's file "
                       f"{kls['llama.cpp']:.4e} (both run by snug)")
+        # the MoE fixture, every writable mix, against llama.cpp's hashes
+        shutil.copy(os.path.join(LLAMA_DIR, "moe-synthetic-imatrix.gguf"),
+                    os.path.join(tmp, "moe-imatrix.gguf"))
+        moe = os.path.join(fx, "moe", "moe-f16.gguf")
+        for t, want in MOE_SHA256.items():
+            out = os.path.join(tmp, f"moe-{t}.gguf")
+            run("quantize", moe, out, t, "--imatrix", "moe-imatrix.gguf")
+            with open(out, "rb") as f:
+                got = hashlib.sha256(f.read()).hexdigest()
+            res.check(got == want, f"moe {t} with imatrix: sha256 equals llama-quantize's file")
         # refusals
         p = run("quantize", src, os.path.join(tmp, "x.gguf"), "q4_k_m", "--tensor-type", "ffn=",
                 check=False)

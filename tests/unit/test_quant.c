@@ -320,7 +320,8 @@ int main(void) {
     CHECK(snug_dtype_from_name("Q6_k") == SNUG_DTYPE_Q6_K);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) test_type(TYPES[i]);
     CHECK(!snug_quantize_row(SNUG_DTYPE_IQ2_XXS, X, Q, 256, NULL));
-    static const uint32_t IM_TYPES[] = {SNUG_DTYPE_Q4_0,   SNUG_DTYPE_Q2_K,  SNUG_DTYPE_Q3_K,
+    static const uint32_t IM_TYPES[] = {SNUG_DTYPE_Q4_0,   SNUG_DTYPE_Q4_1,  SNUG_DTYPE_Q5_0,
+                                        SNUG_DTYPE_Q5_1,   SNUG_DTYPE_Q2_K,  SNUG_DTYPE_Q3_K,
                                         SNUG_DTYPE_Q4_K,   SNUG_DTYPE_Q5_K,  SNUG_DTYPE_Q6_K,
                                         SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof IM_TYPES / sizeof IM_TYPES[0]; i++) test_imatrix(IM_TYPES[i]);
