@@ -110,8 +110,8 @@ static int usage(void) {
         "usage: snug quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--tensor-type "
         "PATTERN=TYPE]... [--threads N]\n"
         "  TYPE: " TYPE_LIST "\n"
-        "  --imatrix FILE   importance matrix (llama.cpp's imatrix GGUF, or its legacy .dat;\n"
-        "                   `snug imatrix` writes one): tensors it covers are quantized with\n"
+        "  --imatrix FILE   importance matrix (llama.cpp's imatrix GGUF, or its legacy .dat, as\n"
+        "                   llama-imatrix writes them): tensors it covers are quantized with\n"
         "                   the importance-weighted encoders, as llama-quantize does\n"
         "  --tensor-type PATTERN=TYPE  store tensors whose name matches PATTERN as TYPE (a\n"
         "                   ggml type name: q4_K, q6_K, iq4_nl, ...) instead of what the mix\n"
@@ -284,7 +284,7 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
                 t->name, snug_dtype_info(types[i])->name,
                 im ? "The imatrix has no entry for it (a layer the imatrix run never executed, "
                      "such as the MTP layer?)"
-                   : "Pass one with --imatrix FILE (`snug imatrix` computes it)");
+                   : "Pass one with --imatrix FILE (llama.cpp's llama-imatrix computes it)");
             goto done;
         }
         const struct snug_dtype_info *si = snug_dtype_info(t->type);

@@ -1,5 +1,5 @@
 /* imatrix.h — importance matrices: llama.cpp's per-column mean squared activations of every
- * weight matrix, read from (and written to) its imatrix files, for `snug quantize --imatrix`.
+ * weight matrix, read from its imatrix files, for `snug quantize --imatrix`.
  *
  * Formats (facts from llama.cpp's common/imatrix-loader.cpp and tools/imatrix, cited, not
  * copied):
@@ -12,7 +12,7 @@
  *     f32 values[nval] (already mean squares × ncall); optional trailing i32 chunk count,
  *     i32 len, dataset name. Importance = value / ncall (value as is when ncall is 0).
  * Invariant: a loaded matrix holds only finite, validated entries; everything returned is
- * borrowed from it. Read next: src/cli/cmd_quantize.c (the user), src/cli/cmd_imatrix.c. */
+ * borrowed from it. Read next: src/cli/cmd_quantize.c (the user). */
 #ifndef SNUG_IMATRIX_H
 #define SNUG_IMATRIX_H
 
