@@ -1,5 +1,13 @@
-/* cmd_quantize.c — `snug quantize IN.gguf OUT.gguf TYPE [--threads N]`: rewrite a model with
- * every tensor stored in the type the recipe TYPE picks (src/quant/recipe.c).
+/* cmd_quantize.c — `snug quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--tensor-type
+ * PATTERN=TYPE ...] [--threads N]`: rewrite a model with every tensor stored in the type the
+ * recipe TYPE picks (src/quant/recipe.c), or the type of the first --tensor-type pattern (a
+ * PCRE2 regular expression searched anywhere in the tensor name, lower-cased as llama-quantize
+ * does) that matches it.
+ *
+ * With an importance matrix (llama.cpp's imatrix file, src/imatrix/imatrix.h) every tensor it
+ * has an entry for is quantized with llama.cpp's importance-weighted encoders, row r of a 3-D
+ * (expert) tensor with its expert's slice; the others without. As llama-quantize, the 1-3 bit
+ * i-quants are refused for a tensor without importance data, and a size mismatch is an error.
  *
  * All metadata is copied except general.file_type (set to llama.cpp's ftype for the recipe),
  * general.quantization_version (set to 2, ggml's GGML_QNT_VERSION) and the split.* keys (the
@@ -16,7 +24,12 @@
 #include "core/core.h"
 #include "core/threadpool.h"
 #include "gguf/gguf.h"
+#include "imatrix/imatrix.h"
 #include "quant/quant.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <ctype.h>
+#include <pcre2.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +44,10 @@ struct conv_job {
     uint32_t src_type, dst_type;
     int64_t ncols, row0, nrows;
     uint64_t src_row_bytes, dst_row_bytes;
-    float *scratch; /* nth rows of ncols floats */
-    int bad;        /* set when a quantizer refused (cannot happen for a checked pair) */
+    float *scratch;       /* nth rows of ncols floats */
+    const float *imatrix; /* importance per column, per expert (NULL: none) */
+    int64_t rows_per_expert;
+    int bad; /* set when a quantizer refused (cannot happen for a checked pair) */
 };
 
 /* Thread body: convert this thread's share of the chunk's rows. */
@@ -44,8 +59,10 @@ static void conv_rows(void *ctx, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         const uint8_t *s = j->src + (uint64_t)(j->row0 + r) * j->src_row_bytes;
         snug_dequantize_row(j->src_type, s, row, j->ncols);
+        const float *im =
+            j->imatrix ? j->imatrix + ((j->row0 + r) / j->rows_per_expert) * j->ncols : NULL;
         if (!snug_quantize_row(j->dst_type, row, j->dst + (uint64_t)r * j->dst_row_bytes, j->ncols,
-                               NULL))
+                               im))
             j->bad = 1;
     }
 }
@@ -83,15 +100,94 @@ static int arch_int(const struct snug_gguf *g, const char *arch, const char *suf
     return (int)v;
 }
 
+#define TYPE_LIST                                                                                  \
+    "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m "       \
+    "q3_k_l iq4_nl iq4_xs"
+
 static int usage(void) {
-    fprintf(stderr, "usage: snug quantize IN.gguf OUT.gguf TYPE [--threads N]\n"
-                    "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n");
+    fprintf(
+        stderr,
+        "usage: snug quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--tensor-type "
+        "PATTERN=TYPE]... [--threads N]\n"
+        "  TYPE: " TYPE_LIST "\n"
+        "  --imatrix FILE   importance matrix (llama.cpp's imatrix GGUF, or its legacy .dat, as\n"
+        "                   llama-imatrix writes them): tensors it covers are quantized with\n"
+        "                   the importance-weighted encoders, as llama-quantize does\n"
+        "  --tensor-type PATTERN=TYPE  store tensors whose name matches PATTERN as TYPE (a\n"
+        "                   ggml type name: q4_K, q6_K, iq4_nl, ...) instead of what the mix\n"
+        "                   picks; PATTERN is a regular expression (PCRE2, searched anywhere in\n"
+        "                   the name, lower-cased), e.g. 'blk\\.4\\.=q4_K' or 'ffn_down=q5_K';\n"
+        "                   repeatable, the first matching pattern wins\n");
     return 2;
+}
+
+/* The --tensor-type overrides, compiled. */
+#define MAX_OVERRIDES 64
+struct overrides {
+    int n;
+    pcre2_code *re[MAX_OVERRIDES];
+    uint32_t type[MAX_OVERRIDES];
+    pcre2_match_data *md;
+};
+
+static void overrides_free(struct overrides *o) {
+    for (int i = 0; i < o->n; i++) pcre2_code_free(o->re[i]);
+    pcre2_match_data_free(o->md);
+    o->n = 0;
+    o->md = NULL;
+}
+
+/* Parse "PATTERN=TYPE" (split at the first '=', as llama-quantize does). */
+static int override_add(struct overrides *o, const char *arg, struct snug_err *err) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--tensor-type '%s': want PATTERN=TYPE, e.g. 'ffn_down=q5_K'", arg);
+    if (o->n == MAX_OVERRIDES)
+        return snug_err_set(err, SNUG_ERR_INVALID, "more than %d --tensor-type options",
+                            MAX_OVERRIDES);
+    int t = snug_dtype_from_name(eq + 1);
+    if (t < 0 || !snug_dtype_info((uint32_t)t) || !snug_dtype_info((uint32_t)t)->quantizable ||
+        snug_dtype_info((uint32_t)t)->block_elems == 1)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "--tensor-type '%s': '%s' is not a quantized type snug writes (want "
+                            "one of q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K iq4_nl "
+                            "iq4_xs)",
+                            arg, eq + 1);
+    char pat[512];
+    size_t len = (size_t)(eq - arg);
+    if (len >= sizeof pat)
+        return snug_err_set(err, SNUG_ERR_INVALID, "--tensor-type: pattern too long");
+    for (size_t i = 0; i < len; i++) pat[i] = (char)tolower((unsigned char)arg[i]);
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, 0, &code, &off, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return snug_err_set(err, SNUG_ERR_INVALID, "--tensor-type '%s': bad pattern at %zu: %s",
+                            arg, (size_t)off, (const char *)msg);
+    }
+    o->re[o->n] = re;
+    o->type[o->n++] = (uint32_t)t;
+    return SNUG_OK;
+}
+
+/* The override type for a tensor name, or -1. */
+static int override_find(struct overrides *o, const char *name) {
+    for (int i = 0; i < o->n; i++)
+        if (pcre2_match(o->re[i], (PCRE2_SPTR)name, PCRE2_ZERO_TERMINATED, 0, 0, o->md, NULL) >= 0)
+            return (int)o->type[i];
+    return -1;
+}
+
+static bool is_token_embd(const char *name) {
+    return !strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight");
 }
 
 /* Convert the whole file; returns a status and fills err. Owns nothing on return. */
 static int quantize_file(const char *in, const char *out, const char *type_name, int n_threads,
-                         struct snug_err *err) {
+                         const char *imatrix_path, struct overrides *ov, struct snug_err *err) {
     struct snug_gguf *g = NULL;
     struct snug_gguf_writer *w = NULL;
     struct snug_pool *pool = NULL;
@@ -99,8 +195,17 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     int64_t *order = NULL;
     uint8_t *chunk = NULL;
     float *scratch = NULL;
+    const float **tensor_im = NULL;
+    struct snug_imatrix *im = NULL;
     int rc = snug_gguf_open(&g, in, err);
     if (rc != SNUG_OK) return rc;
+    if (imatrix_path) {
+        rc = snug_imatrix_load(&im, imatrix_path, err);
+        if (rc != SNUG_OK) goto done;
+        fprintf(stderr, "snug quantize: %lld importance entries from %s (%u chunks%s%s)\n",
+                (long long)snug_imatrix_n_entries(im), imatrix_path, snug_imatrix_chunk_count(im),
+                snug_imatrix_dataset(im)[0] ? ", " : "", snug_imatrix_dataset(im));
+    }
 
     /* hyper-parameters the recipe needs */
     char arch[128] = "";
@@ -110,31 +215,27 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
         snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 120 ? s.len : 120), s.data);
     int n_layer = arch_int(g, arch, "block_count", 0, err);
     int n_expert = n_layer < 0 ? -1 : arch_int(g, arch, "expert_count", 0, err);
-    if (n_layer < 0 || n_expert < 0) {
+    int n_head = n_layer < 0 ? -1 : arch_int(g, arch, "attention.head_count", 0, err);
+    int n_head_kv = n_head < 0 ? -1 : arch_int(g, arch, "attention.head_count_kv", 0, err);
+    if (n_layer < 0 || n_expert < 0 || n_head < 0 || n_head_kv < 0) {
         rc = SNUG_ERR_FORMAT;
         goto done;
     }
     struct snug_recipe recipe;
     if (!snug_recipe_init(&recipe, type_name, n_layer, n_expert)) {
-        rc = snug_err_set(err, SNUG_ERR_INVALID,
-                          "unknown type '%s' (want f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k "
-                          "q5_k q6_k q4_k_m q5_k_m)",
+        rc = snug_err_set(err, SNUG_ERR_INVALID, "unknown type '%s' (want " TYPE_LIST ")",
                           type_name);
         goto done;
     }
-    if (!snug_recipe_writable(&recipe)) {
-        rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                          "snug quantize cannot write %s yet (snug loads and runs such files; "
-                          "make them with llama.cpp's llama-quantize)",
-                          type_name);
-        goto done;
-    }
+    /* llama.cpp's n_gqa(): heads per KV head (a few mixes give attn_v more bits at >= 4) */
+    snug_recipe_set_model(&recipe, n_head_kv > 0 ? n_head / n_head_kv : 0, im != NULL);
 
     /* pass 1: pick every tensor's type (llama.cpp's two-pass counting, see recipe.c) */
     int64_t nt = snug_gguf_n_tensors(g);
     types = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *types);
     order = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *order);
-    if (!types || !order) {
+    tensor_im = snug_calloc((size_t)(nt > 0 ? nt : 1), sizeof *tensor_im);
+    if (!types || !order || !tensor_im) {
         rc =
             snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for %lld tensor types", (long long)nt);
         goto done;
@@ -146,8 +247,46 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     uint64_t max_cols = 1, in_bytes = 0, out_bytes = 0;
     for (int64_t i = 0; i < nt; i++) { /* types[i] is for the tensor order[i] */
         const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
-        types[i] = snug_recipe_type(&recipe, t->name, t->n_dims, t->ne);
+        int manual = override_find(ov, t->name);
+        types[i] = manual >= 0 ? snug_recipe_type_manual(&recipe, t->name, t->n_dims, t->ne,
+                                                         (uint32_t)manual)
+                               : snug_recipe_type(&recipe, t->name, t->n_dims, t->ne);
         if (types[i] == t->type) continue;
+        if (!snug_dtype_info(types[i])->quantizable) {
+            rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                              "%s: the %s mix stores %s as %s, which snug quantize cannot write "
+                              "yet (snug loads and runs such files; make them with llama.cpp's "
+                              "llama-quantize)",
+                              in, type_name, t->name, snug_dtype_info(types[i])->name);
+            goto done;
+        }
+        uint64_t n_im = 0;
+        const float *v = im ? snug_imatrix_find(im, t->name, &n_im) : NULL;
+        uint64_t n_want = t->ne[0] * (t->n_dims > 2 ? t->ne[2] : 1);
+        if (v && n_im != n_want) {
+            if (!is_token_embd(t->name)) { /* llama.cpp ignores it for the embedding only */
+                rc = snug_err_set(err, SNUG_ERR_FORMAT,
+                                  "%s: the importance matrix has %llu values for %s, which needs "
+                                  "%llu (an imatrix of another model?)",
+                                  imatrix_path, (unsigned long long)n_im, t->name,
+                                  (unsigned long long)n_want);
+                goto done;
+            }
+            v = NULL;
+        }
+        tensor_im[i] = v;
+        if (!v && snug_recipe_needs_imatrix(t->name, types[i])) {
+            rc = snug_err_set(
+                err, SNUG_ERR_INVALID,
+                "%s as %s needs an importance matrix: at 1-3 bits per weight the rounding must "
+                "know which input columns matter, or the result is garbage (llama.cpp refuses "
+                "too). %s; or store such tensors in a bigger type with --tensor-type",
+                t->name, snug_dtype_info(types[i])->name,
+                im ? "The imatrix has no entry for it (a layer the imatrix run never executed, "
+                     "such as the MTP layer?)"
+                   : "Pass one with --imatrix FILE (llama.cpp's llama-imatrix computes it)");
+            goto done;
+        }
         const struct snug_dtype_info *si = snug_dtype_info(t->type);
         if (!si || !si->computable) {
             rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -172,9 +311,22 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
     if (rc == SNUG_OK) rc = snug_gguf_writer_add_u32(w, "general.quantization_version", 2);
     if (rc == SNUG_OK)
         rc = snug_gguf_writer_add_u32(w, "general.file_type", snug_recipe_file_type(&recipe));
+    if (im && rc == SNUG_OK) { /* llama-quantize's record of the importance matrix used */
+        rc = snug_gguf_writer_add_str(w, "quantize.imatrix.file", imatrix_path);
+        if (rc == SNUG_OK && snug_imatrix_dataset(im)[0])
+            rc = snug_gguf_writer_add_str(w, "quantize.imatrix.dataset", snug_imatrix_dataset(im));
+        if (rc == SNUG_OK)
+            rc = snug_gguf_writer_add_u32(w, "quantize.imatrix.entries_count",
+                                          (uint32_t)snug_imatrix_n_entries(im));
+        if (rc == SNUG_OK)
+            rc = snug_gguf_writer_add_u32(w, "quantize.imatrix.chunks_count",
+                                          snug_imatrix_chunk_count(im));
+    }
     for (int64_t i = 0; i < nt && rc == SNUG_OK; i++) {
         const struct snug_gguf_tensor *t = snug_gguf_tensor(g, order[i]);
-        rc = snug_gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne);
+        uint32_t nd = t->n_dims; /* llama.cpp writes ggml_n_dims: trailing 1s dropped */
+        while (nd > 1 && t->ne[nd - 1] == 1) nd--;
+        rc = snug_gguf_writer_add_tensor(w, t->name, types[i], nd, t->ne);
     }
     if (rc != SNUG_OK) {
         rc = snug_err_set(err, rc, "%s: %s", out, snug_gguf_writer_error(w));
@@ -209,7 +361,10 @@ static int quantize_file(const char *in, const char *out, const char *type_name,
                                  .ncols = (int64_t)ncols,
                                  .src_row_bytes = snug_dtype_row_bytes(t->type, ncols),
                                  .dst_row_bytes = dst_rb,
-                                 .scratch = scratch};
+                                 .scratch = scratch,
+                                 .imatrix = tensor_im[i],
+                                 .rows_per_expert =
+                                     (int64_t)SNUG_MAX(1, nrows / (t->n_dims > 2 ? t->ne[2] : 1))};
             uint64_t rows_per_chunk = dst_rb ? SNUG_MAX(1, CHUNK_BYTES / dst_rb) : 1;
             for (uint64_t r0 = 0; r0 < nrows && rc == SNUG_OK; r0 += rows_per_chunk) {
                 j.row0 = (int64_t)r0;
@@ -252,33 +407,50 @@ done:
     snug_free(chunk);
     snug_free(types);
     snug_free(order);
+    snug_free(tensor_im);
+    snug_imatrix_free(im);
     snug_pool_free(pool);
     snug_gguf_close(g);
     return rc;
 }
 
 int cmd_quantize(int argc, char **argv) {
-    const char *pos[3];
+    const char *pos[3], *imatrix = NULL;
     int npos = 0;
     long threads = 0;
+    struct overrides ov = {0};
+    struct snug_err err = {0};
+    ov.md = pcre2_match_data_create(4, NULL);
+    if (!ov.md) return 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
-            if (!cli_int(argc, argv, &i, &threads)) return 2;
+            if (!cli_int(argc, argv, &i, &threads)) return overrides_free(&ov), 2;
+        } else if (!strcmp(argv[i], "--imatrix") && i + 1 < argc) {
+            imatrix = argv[++i];
+        } else if (!strcmp(argv[i], "--tensor-type") && i + 1 < argc) {
+            if (override_add(&ov, argv[++i], &err) != SNUG_OK) {
+                overrides_free(&ov);
+                return cli_fail("quantize", &err);
+            }
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            overrides_free(&ov);
             usage();
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "snug quantize: unknown option %s\n", argv[i]);
+            fprintf(stderr, "snug quantize: unknown option %s (or its value is missing)\n",
+                    argv[i]);
+            overrides_free(&ov);
             return usage();
         } else if (npos < 3) {
             pos[npos++] = argv[i];
         } else {
+            overrides_free(&ov);
             return usage();
         }
     }
-    if (npos != 3 || threads < 0 || threads > 1024) return usage();
-    struct snug_err err = {0};
-    if (quantize_file(pos[0], pos[1], pos[2], (int)threads, &err) != SNUG_OK)
-        return cli_fail("quantize", &err);
+    if (npos != 3 || threads < 0 || threads > 1024) return overrides_free(&ov), usage();
+    int rc = quantize_file(pos[0], pos[1], pos[2], (int)threads, imatrix, &ov, &err);
+    overrides_free(&ov);
+    if (rc != SNUG_OK) return cli_fail("quantize", &err);
     return 0;
 }

@@ -17,8 +17,8 @@
 #define ENC_SNUG_DTYPE_Q5_1     true
 #define ENC_SNUG_DTYPE_Q8_0     true
 #define ENC_SNUG_DTYPE_Q8_1     false
-#define ENC_SNUG_DTYPE_Q2_K     false
-#define ENC_SNUG_DTYPE_Q3_K     false
+#define ENC_SNUG_DTYPE_Q2_K     true
+#define ENC_SNUG_DTYPE_Q3_K     true
 #define ENC_SNUG_DTYPE_Q4_K     true
 #define ENC_SNUG_DTYPE_Q5_K     true
 #define ENC_SNUG_DTYPE_Q6_K     true
@@ -27,10 +27,10 @@
 #define ENC_SNUG_DTYPE_IQ2_XS   false
 #define ENC_SNUG_DTYPE_IQ3_XXS  false
 #define ENC_SNUG_DTYPE_IQ1_S    false
-#define ENC_SNUG_DTYPE_IQ4_NL   false
+#define ENC_SNUG_DTYPE_IQ4_NL   true
 #define ENC_SNUG_DTYPE_IQ3_S    false
 #define ENC_SNUG_DTYPE_IQ2_S    false
-#define ENC_SNUG_DTYPE_IQ4_XS   false
+#define ENC_SNUG_DTYPE_IQ4_XS   true
 #define ENC_SNUG_DTYPE_I8       false
 #define ENC_SNUG_DTYPE_I16      false
 #define ENC_SNUG_DTYPE_I32      false

@@ -233,9 +233,10 @@ struct snug_recipe {
     bool has_imatrix; /* an importance matrix is given (changes a few low-bit rules) */
 };
 /* Returns false for an unknown recipe name (case-insensitive: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
- * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S; and the
- * low-bit mixes q2_k q3_k_s q3_k_m q3_k_l iq4_nl iq4_xs iq3_s iq3_m iq3_xxs iq2_m iq2_s iq2_xs
- * iq2_xxs iq1_m iq1_s, which snug can plan and run but not yet write: snug_recipe_writable). */
+ * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S; the
+ * low-bit mixes q2_k q3_k_s q3_k_m q3_k_l iq4_nl iq4_xs; and iq3_s iq3_m iq3_xxs iq2_m iq2_s
+ * iq2_xs iq2_xxs iq1_m iq1_s, which snug can plan and run but not yet write:
+ * snug_recipe_writable). */
 bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int n_expert);
 /* Model facts some rules need (call after init, before the passes): n_gqa = n_head /
  * n_head_kv (attn_v of the 3-bit and IQ4 mixes gets more bits at >= 4), and whether an
@@ -247,6 +248,13 @@ void snug_recipe_count(struct snug_recipe *r, const char *tensor_name);
 /* The type to store this tensor in (ne[0] is the row length). Call once per tensor, in order. */
 uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_dims,
                           const uint64_t *ne);
+/* The type of a tensor that a --tensor-type override names (call instead of snug_recipe_type
+ * for that tensor): `type` with the usual exceptions (unquantizable tensors stay F32, an
+ * unquantized recipe keeps its type, a row length the blocks do not divide falls back). */
+uint32_t snug_recipe_type_manual(const struct snug_recipe *r, const char *name, uint32_t n_dims,
+                                 const uint64_t *ne, uint32_t type);
+/* Whether storing this tensor as `type` needs importance data (llama.cpp refuses otherwise). */
+bool snug_recipe_needs_imatrix(const char *name, uint32_t type);
 /* llama.cpp's general.file_type (enum llama_ftype) for the recipe, e.g. 15 for q4_k_m. */
 uint32_t snug_recipe_file_type(const struct snug_recipe *r);
 /* The recipe's canonical name ("q4_k_m"). */

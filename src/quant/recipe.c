@@ -121,11 +121,11 @@ void snug_recipe_set_model(struct snug_recipe *r, int n_gqa, bool has_imatrix) {
 }
 
 /* Every type the recipe can hand out (base, the rules' substitutes, fallbacks) is one
- * snug_quantize_row writes: true for the recipes up to q5_k_m. */
+ * snug_quantize_row writes. The substitutes of the writable bases (Q2_K .. Q6_K, IQ4_NL,
+ * IQ4_XS) are all K-quants, Q8_0, Q4_0/Q5_0 or IQ4_NL; the 1-3 bit i-quant mixes have an
+ * i-quant base, which snug does not write yet. */
 bool snug_recipe_writable(const struct snug_recipe *r) {
-    return snug_dtype_info(RECIPES[r->kind].base)->quantizable &&
-           RECIPES[r->kind].ftype != FT_Q2_K && RECIPES[r->kind].ftype != FT_Q3_K_S &&
-           RECIPES[r->kind].ftype != FT_Q3_K_M && RECIPES[r->kind].ftype != FT_Q3_K_L;
+    return snug_dtype_info(RECIPES[r->kind].base)->quantizable;
 }
 
 /* ---- tensor categories (llama.cpp's tensor_get_category, same precedence) ----------------- */
@@ -332,4 +332,27 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
         }
     }
     return fallback(nx, t);
+}
+
+/* A --tensor-type override (llama.cpp's llama_tensor_get_type: a matching pattern replaces the
+ * mix's rules for that tensor, which then neither consults nor advances the rules' counters;
+ * only tensors that may be quantized at all, and only in a quantized recipe, take it; a row
+ * length the type's blocks do not divide still falls back). */
+uint32_t snug_recipe_type_manual(const struct snug_recipe *r, const char *name, uint32_t n_dims,
+                                 const uint64_t *ne, uint32_t type) {
+    uint32_t base = RECIPES[r->kind].base;
+    if (!allows_quantization(name, n_dims, ne)) return SNUG_DTYPE_F32;
+    if (!is_quantized(base)) return base;
+    return fallback(ne[0], type);
+}
+
+/* llama.cpp's tensor_requires_imatrix: the 1-3 bit i-quants (IQ3_XXS, IQ2_XXS/XS/S, IQ1_S/M)
+ * give garbage without importance data, except for the token embedding and output tables
+ * (never seen by an imatrix run; the mixes do not use these types there anyway). */
+bool snug_recipe_needs_imatrix(const char *name, uint32_t type) {
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight") ||
+        !strcmp(name, "output.weight"))
+        return false;
+    return type == SNUG_DTYPE_IQ3_XXS || type == SNUG_DTYPE_IQ2_XXS || type == SNUG_DTYPE_IQ2_XS ||
+           type == SNUG_DTYPE_IQ2_S || type == SNUG_DTYPE_IQ1_M || type == SNUG_DTYPE_IQ1_S;
 }

@@ -289,9 +289,9 @@ def test_cli(rng):
         r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "q3_k_xl"], capture_output=True, text=True)
         check(r.returncode != 0 and "unknown type" in r.stderr, f"unknown type accepted: {r.stderr}")
         # a low-bit mix snug runs but cannot write yet: refused with a message that says so
-        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "iq4_xs"], capture_output=True, text=True)
+        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "iq3_s"], capture_output=True, text=True)
         check(r.returncode != 0 and "cannot write" in r.stderr and "llama-quantize" in r.stderr,
-              f"iq4_xs quantize not refused clearly: {r.stderr}")
+              f"iq3_s quantize not refused clearly: {r.stderr}")
         r = subprocess.run([SNUG_BIN, "quantize", os.path.join(d, "nope.gguf"), os.path.join(d, "x.gguf"), "q8_0"],
                            capture_output=True, text=True)
         check(r.returncode != 0 and "nope.gguf" in r.stderr, f"missing input not reported: {r.stderr}")

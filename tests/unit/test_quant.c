@@ -138,9 +138,10 @@ static void test_bf16(void) {
 
 /* ---- per-type round trips ----------------------------------------------------------------- */
 
-static const uint32_t TYPES[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q8_0,
-                                 SNUG_DTYPE_Q4_0, SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0, SNUG_DTYPE_Q5_1,
-                                 SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K};
+static const uint32_t TYPES[] = {
+    SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q8_0,   SNUG_DTYPE_Q4_0,
+    SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0, SNUG_DTYPE_Q5_1, SNUG_DTYPE_Q4_K,   SNUG_DTYPE_Q5_K,
+    SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q2_K, SNUG_DTYPE_Q3_K, SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
 
 /* Bound on relative RMSE (rmse / rms(x)) for unit Gaussian rows. A uniform quantizer with
  * step Δ has error rms Δ/√12. The largest |x| of a 32-element Gaussian block is ≈ 2.25σ on
@@ -175,6 +176,15 @@ static double rmse_bound(uint32_t type) {
         return 0.098;
     case SNUG_DTYPE_Q4_K:
         return 0.085;
+    case SNUG_DTYPE_Q3_K: /* 8 levels per 16, symmetric: Δ = 1.8/4 → 0.13; 0.151 measured
+                           * (6-bit scales, levels clipped at +3) */
+        return 0.18;
+    case SNUG_DTYPE_Q2_K: /* 4 levels per 16, affine: Δ = 3.5/3 → 0.34; 0.293 measured */
+        return 0.35;
+    case SNUG_DTYPE_IQ4_NL: /* 16 non-uniform levels per 32, denser near 0 than Q4_0's uniform
+                             * ones: 0.076 measured (Q4_0 0.085) */
+    case SNUG_DTYPE_IQ4_XS:
+        return 0.092;
     default:
         return 0;
     }
@@ -275,6 +285,34 @@ static void test_type(uint32_t type) {
     if (t->block_elems > 1) CHECK(!snug_quantize_row(type, X, Q, be + 1, NULL));
 }
 
+/* The importance-weighted encoders: with importance concentrated on a few columns, the error
+ * weighted by that importance must drop against the unweighted encoder's on the same rows
+ * (that is what the weighting is for), and a uniform importance stays within the Gaussian
+ * bound. */
+static float IMP[NMAX];
+static void test_imatrix(uint32_t type) {
+    const char *nm = snug_dtype_info(type)->name;
+    int64_t n = NMAX;
+    for (int64_t i = 0; i < n; i++) X[i] = rng_gauss(), IMP[i] = (i % 7 == 3) ? 50.f : 0.1f;
+    double e_plain = 0, e_im = 0;
+    CHECK(snug_quantize_row(type, X, Q, n, NULL));
+    snug_dequantize_row(type, Q, Y, n);
+    for (int64_t i = 0; i < n; i++) e_plain += IMP[i] * ((double)X[i] - Y[i]) * (X[i] - Y[i]);
+    CHECK(snug_quantize_row(type, X, Q, n, IMP));
+    snug_dequantize_row(type, Q, Y, n);
+    for (int64_t i = 0; i < n; i++) e_im += IMP[i] * ((double)X[i] - Y[i]) * (X[i] - Y[i]);
+    CHECKF(e_im < 0.9 * e_plain, "%s: importance-weighted error %.4g not below plain %.4g", nm,
+           e_im, e_plain);
+    fprintf(stderr, "  %-7s weighted error with / without imatrix: %.3f\n", nm, e_im / e_plain);
+    for (int64_t i = 0; i < n; i++) IMP[i] = 1.f;
+    CHECK(snug_quantize_row(type, X, Q, n, IMP));
+    snug_dequantize_row(type, Q, Y, n);
+    double se = 0, sx = 0;
+    for (int64_t i = 0; i < n; i++) se += ((double)X[i] - Y[i]) * (X[i] - Y[i]), sx += X[i] * X[i];
+    CHECKF(sqrt(se / sx) <= rmse_bound(type), "%s uniform imatrix: rel rmse %.4f", nm,
+           sqrt(se / sx));
+}
+
 int main(void) {
     test_f16();
     test_bf16();
@@ -282,6 +320,13 @@ int main(void) {
     CHECK(snug_dtype_from_name("Q6_k") == SNUG_DTYPE_Q6_K);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) test_type(TYPES[i]);
     CHECK(!snug_quantize_row(SNUG_DTYPE_IQ2_XXS, X, Q, 256, NULL));
+    static const uint32_t IM_TYPES[] = {SNUG_DTYPE_Q4_0,   SNUG_DTYPE_Q4_1,  SNUG_DTYPE_Q5_0,
+                                        SNUG_DTYPE_Q5_1,   SNUG_DTYPE_Q2_K,  SNUG_DTYPE_Q3_K,
+                                        SNUG_DTYPE_Q4_K,   SNUG_DTYPE_Q5_K,  SNUG_DTYPE_Q6_K,
+                                        SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
+    for (size_t i = 0; i < sizeof IM_TYPES / sizeof IM_TYPES[0]; i++) test_imatrix(IM_TYPES[i]);
+    CHECK(measured[SNUG_DTYPE_Q3_K] < measured[SNUG_DTYPE_Q2_K]);
+    CHECK(measured[SNUG_DTYPE_IQ4_XS] < measured[SNUG_DTYPE_Q3_K]);
     /* the K-quant searches must beat the legacy formats of the same bit width */
     CHECK(measured[SNUG_DTYPE_Q4_K] < measured[SNUG_DTYPE_Q4_1]);
     CHECK(measured[SNUG_DTYPE_Q5_K] < measured[SNUG_DTYPE_Q5_1]);

@@ -215,9 +215,10 @@ int main(void) {
     for (size_t i = 0; i < sizeof FT / sizeof FT[0]; i++) {
         CHECK(snug_recipe_init(&r, FT[i].n, NL, 0));
         CHECKF(snug_recipe_file_type(&r) == FT[i].ft, "%s", FT[i].n);
-        /* snug writes the recipes up to q5_k_m; the low-bit mixes it plans and runs only */
+        /* snug writes the recipes up to q6_k, iq4_nl and iq4_xs; the 1-3 bit i-quant mixes it
+         * plans and runs only */
         CHECKF(snug_recipe_writable(&r) ==
-                   (FT[i].ft < 10 || (FT[i].ft >= 14 && FT[i].ft <= 18) || FT[i].ft == 32),
+                   (FT[i].ft <= 18 || FT[i].ft == 25 || FT[i].ft == 30 || FT[i].ft == 32),
                "%s writable", FT[i].n);
     }
     CHECK(snug_recipe_init(&r, "Q4_K_M", NL, 0) && !strcmp(snug_recipe_name(&r), "q4_k_m"));
