@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include "core/core.h"
+#include "quant/quant.h"
 #include "tools/gen.h"
 
 #include <stdio.h>
@@ -20,7 +21,7 @@ static void usage(void) {
             "    layout; tools/train/train.py writes them) instead of random ones\n"
             "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
             "           qwen3.6-35b-a3b\n"
-            "  types:   f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n"
+            "  types:   " SNUG_RECIPES_WRITABLE "\n"
             "  --set keys: arch n_vocab n_layer nextn_predict_layers context_length\n"
             "    embedding_length feed_forward_length attention.head_count\n"
             "    attention.head_count_kv attention.key_length rope.dimension_count\n"

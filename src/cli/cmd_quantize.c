@@ -100,9 +100,7 @@ static int arch_int(const struct snug_gguf *g, const char *arch, const char *suf
     return (int)v;
 }
 
-#define TYPE_LIST                                                                                  \
-    "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m "       \
-    "q3_k_l iq4_nl iq4_xs"
+#define TYPE_LIST SNUG_RECIPES_WRITABLE
 
 static int usage(void) {
     fprintf(

@@ -244,6 +244,10 @@ bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int 
 void snug_recipe_set_model(struct snug_recipe *r, int n_gqa, bool has_imatrix);
 /* Whether snug_quantize_row can write every type this recipe hands out. */
 bool snug_recipe_writable(const struct snug_recipe *r);
+/* The recipe names snug can write (snug quantize, snug gen), for messages and --help. */
+#define SNUG_RECIPES_WRITABLE                                                                      \
+    "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m "       \
+    "q3_k_l iq4_nl iq4_xs"
 void snug_recipe_count(struct snug_recipe *r, const char *tensor_name);
 /* The type to store this tensor in (ne[0] is the row length). Call once per tensor, in order. */
 uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_dims,

@@ -419,14 +419,11 @@ int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params
     struct snug_recipe recipe;
     if (!snug_recipe_init(&recipe, p->type, (int)n_all, moe ? (int)c->n_expert : 0))
         return snug_err_set(err, SNUG_ERR_INVALID,
-                            "unknown type '%s': expected f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
-                            "q4_k q5_k q6_k q4_k_m q5_k_m",
-                            p->type);
+                            "unknown type '%s': expected " SNUG_RECIPES_WRITABLE, p->type);
     if (!snug_recipe_writable(&recipe))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "gen: snug cannot write %s weights yet (it runs files llama.cpp's "
-                            "llama-quantize makes); choose f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
-                            "q4_k q5_k q6_k q4_k_m or q5_k_m",
+                            "llama-quantize makes); choose one of " SNUG_RECIPES_WRITABLE,
                             p->type);
     snug_recipe_set_model(&recipe, (int)(c->n_head / c->n_head_kv), false);
 
