@@ -416,9 +416,10 @@ static void act8_init(void) {
 
 bool snug_act_int8_use(uint32_t wtype) {
     pthread_once(&g_act8_once, act8_init);
+    /* (IQ4_XS and Q3_K have only the prompt tile: no A256 / A32 activation type) */
+    if (wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K) return g_act8 >= 1;
     if (snug_act_type(wtype) == SNUG_DTYPE_F32) return false;
-    return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K ||
-                                           wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K));
+    return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K));
 }
 
 /* Which weight types decode (a few activation rows) on 14-bit activations split into two int8
