@@ -2,7 +2,10 @@
 # bench/cpu.sh — CPU speed of snug next to llama.cpp on the same GGUF files.
 #
 # Makes (once, cached in $MODELS) a ~0.9B-parameter qwen35 model and a ~0.9B qwen35moe model
-# with `snug gen`, each as Q8_0 and Q4_K_M, then for every file runs, interleaved round by round:
+# with `snug gen`, each in every type of $TYPES (default Q8_0 and Q4_K_M, which `snug gen`
+# writes; IQ4_XS, Q3_K_M and the other llama.cpp types are made by $LLAMA_QUANTIZE from an F16
+# file of the same model, without an importance matrix), then for every file runs, interleaved
+# round by round:
 #   snug bench-local -m F -p 512 -n 128 -t $THREADS --reps $REPS
 #   $LLAMA_BENCH     -m F -p 512 -n 128 -t $THREADS -r $REPS      (when LLAMA_BENCH is set)
 # and prints pp512 / tg128 tokens/s of both, the ratios snug/llama.cpp, and snug's generation
@@ -11,7 +14,10 @@
 #
 # Environment: SNUG (default build/snug), LLAMA_BENCH (path to llama-bench, optional), MODELS
 # (default /tmp/snug-bench-models), THREADS (2), REPS (3), ROUNDS (2), ONLY (substring filter
-# on the model names, e.g. ONLY=dense-q8_0), P (512), N (128).
+# on the model names, e.g. ONLY=dense-q8_0), P (512), N (128), TYPES (list of file types, default
+# "q8_0 q4_k_m"; e.g. TYPES="iq4_xs q3_k_m"), LLAMA_QUANTIZE (path to llama.cpp's llama-quantize,
+# needed for a type `snug gen` does not write), LLAMA_ARGS (extra llama-bench arguments, e.g.
+# "--repack 0": llama.cpp build 11434's AMX repacking crashes on these files).
 # Results and the commands are recorded in docs/perf/cpu.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +30,9 @@ P=${P:-512}
 N=${N:-128}
 ONLY=${ONLY:-}
 LLAMA_BENCH=${LLAMA_BENCH:-}
+LLAMA_QUANTIZE=${LLAMA_QUANTIZE:-}
+LLAMA_ARGS=${LLAMA_ARGS:-}
+TYPES=${TYPES:-q8_0 q4_k_m}
 mkdir -p "$MODELS"
 
 # The vocabulary (needed by llama.cpp's loader) comes from the trained fixture: 2048 tokens, so
@@ -37,18 +46,26 @@ DENSE_SET=(--vocab-from "$VOCAB" --set n_vocab=2048 --set embedding_length=2048 
 MOE_SET=(--vocab-from "$VOCAB" --set n_vocab=2048 --set n_layer=4 --set nextn_predict_layers=0
   --set expert_count=64 --set expert_used_count=8)
 
+SNUG_GEN_TYPES=" f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m "
 gen() { # name preset type set...
   local name=$1 preset=$2 type=$3
   shift 3
   local f="$MODELS/$name.gguf"
-  if [[ ! -s $f ]]; then
+  [[ -s $f ]] && return
+  if [[ $SNUG_GEN_TYPES == *" $type "* ]]; then
     echo "# making $f" >&2
     "$SNUG" gen --preset "$preset" --type "$type" -o "$f.tmp" "$@" >&2
-    mv "$f.tmp" "$f"
+  else
+    [[ -n $LLAMA_QUANTIZE ]] || { echo "type $type needs LLAMA_QUANTIZE=path/to/llama-quantize" >&2; exit 1; }
+    local base=${name%-"$type"}-f16
+    gen "$base" "$preset" f16 "$@"
+    echo "# making $f (llama-quantize)" >&2
+    "$LLAMA_QUANTIZE" "$MODELS/$base.gguf" "$f.tmp" "${type^^}" 2 >/dev/null
   fi
+  mv "$f.tmp" "$f"
 }
 NAMES=()
-for t in q8_0 q4_k_m; do
+for t in $TYPES; do
   for kind in dense moe; do
     name=$kind-$t
     [[ -n $ONLY && $name != *$ONLY* ]] && continue
@@ -63,7 +80,7 @@ if [[ -n $LLAMA_BENCH ]]; then
 fi
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  threads=$THREADS reps=$REPS rounds=$ROUNDS"
 echo "# snug: $SNUG ($(git -C "$ROOT" rev-parse --short HEAD))  kernels: ${SNUG_CPU:-best}"
-[[ -n $LLAMA_BENCH ]] && echo "# llama-bench: $LLAMA_BENCH"
+[[ -n $LLAMA_BENCH ]] && echo "# llama-bench: $LLAMA_BENCH $LLAMA_ARGS"
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -72,7 +89,8 @@ for name in "${NAMES[@]}"; do
   for r in $(seq 1 "$ROUNDS"); do
     "$SNUG" bench-local -m "$f" -p "$P" -n "$N" -t "$THREADS" --reps "$REPS" >"$TMP/$name.snug.$r"
     if [[ -n $LLAMA_BENCH ]]; then
-      "$LLAMA_BENCH" -m "$f" -p "$P" -n "$N" -t "$THREADS" -r "$REPS" -o csv \
+      # shellcheck disable=SC2086
+      "$LLAMA_BENCH" -m "$f" -p "$P" -n "$N" -t "$THREADS" -r "$REPS" $LLAMA_ARGS -o csv \
         >"$TMP/$name.llama.$r" 2>/dev/null || echo "llama-bench failed on $f" >&2
     fi
   done

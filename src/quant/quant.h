@@ -186,26 +186,30 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
                    int nt, int64_t n, float *y, size_t ys);
 void snug_i16_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt,
                        int ttpad, int nt, int64_t n, float *y, size_t ys);
-/* Prompt products of Q4_K weights on 8-bit activations (quant_i16.c; AVX-512 VNNI only): the
- * same arrangement as snug_i16_* with vpdpbusd (64 multiply-adds per instruction instead of
- * 32). Prepared row: the 4-bit values as bytes, then per super-block nine floats (d, dmin·m_j)
- * and the eight scales as int32 (snug_i8_row_bytes). Tile: per token and super-block dx =
- * amax / 127 and int8 round(x / dx) (the A256 values), in quads (k .. k+3) per token, then the
- * dx and the per-32 sums. Integer sums exact, float steps those of the i16 Q4_K product:
- * snug_i8_gemm equals snug_i8_gemm_ref bit for bit. Used where the accuracy policy gives Q4_K
- * int8 activations (snug_act_int8_use). */
+/* Prompt products of Q4_K, IQ4_XS and Q3_K weights on 8-bit activations (quant_i16.c; AVX-512
+ * VNNI only): the same arrangement as snug_i16_* with vpdpbusd (64 multiply-adds per
+ * instruction instead of 32). Tile: per token and super-block dx = amax / 127 and int8
+ * round(x / dx) (the A256 values), in quads (k .. k+3) per token, then the dx and the per-32
+ * sums. Q4_K prepared row: the 4-bit values as bytes, then per super-block nine floats (d,
+ * dmin·m_j) and the eight scales as int32; float steps those of the i16 Q4_K product. IQ4_XS
+ * and Q3_K (the signed form: vpdpbusd needs one unsigned operand, so the tile's bytes are read
+ * as x + 128 and the weights stay signed): prepared row of signed bytes (IQ4_XS the level,
+ * Q3_K −q·scale: the scale folded in), then per super-block d, the int32 correction
+ * 128·Σ scale·byte, and for IQ4_XS the eight scales. Integer sums exact: snug_i8_gemm equals
+ * snug_i8_gemm_ref bit for bit. snug_i8_row_bytes fits every type. Used where the accuracy
+ * policy gives the type int8 activations (snug_act_int8_use). */
 bool snug_i8_supports(uint32_t wtype);
 size_t snug_i8_row_bytes(int64_t n);
 size_t snug_i8_x_bytes(int64_t n, int ttpad);
-void snug_i8_prep(const void *src, void *dst, int64_t n);
-void snug_i8_prep_ref(const void *src, void *dst, int64_t n);
+void snug_i8_prep(uint32_t wtype, const void *src, void *dst, int64_t n);
+void snug_i8_prep_ref(uint32_t wtype, const void *src, void *dst, int64_t n);
 void snug_i8_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt);
 void snug_i8_quant_x_ref(const float *x, int64_t n, int t, int ttpad, void *xt);
 void snug_i8_pad_x(int64_t n, int t0, int ttpad, void *xt);
-void snug_i8_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
-                  float *y, size_t ys);
-void snug_i8_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
-                      int64_t n, float *y, size_t ys);
+void snug_i8_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                  int nt, int64_t n, float *y, size_t ys);
+void snug_i8_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                      int nt, int64_t n, float *y, size_t ys);
 /* The scalar reference versions of the two (tests compare the dispatched ones to these). */
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n);
 void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, int nc, int64_t n,

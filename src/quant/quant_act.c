@@ -400,6 +400,9 @@ snug_deq_fn snug_act_deq_fn(uint32_t type) {
  * llama-quantize'd files, docs/perf/cpu.md "Accuracy policy"): Q5_K_M 6.24e-3 vs llama.cpp
  * 6.47e-3, Q4_K_M 2.02e-2 vs 2.02e-2; but Q8_0 4.01e-4 vs 3.84e-4 and Q6_K 2.30e-3 vs
  * 2.11e-3, so Q8_0 and Q6_K keep float activations (dequantized weight rows, FMA).
+ * IQ4_XS and Q3_K (files made by llama-quantize with an imatrix) also go int8 — their only int8
+ * kernel is the prompt tile (snug_i8_*; decode stays on float activations), and the prompt KL
+ * stays below llama.cpp's on the same files (docs/perf/cpu.md "Low-bit files").
  * SNUG_ACT8=all turns int8 on for every type with an int8 kernel (faster prompts, slightly
  * less accurate); SNUG_ACT8=none turns it off. */
 static int g_act8 = -1; /* 0 none, 1 Q4_K + Q5_K, 2 all */
@@ -413,6 +416,8 @@ static void act8_init(void) {
 
 bool snug_act_int8_use(uint32_t wtype) {
     pthread_once(&g_act8_once, act8_init);
+    /* (IQ4_XS and Q3_K have only the prompt tile: no A256 / A32 activation type) */
+    if (wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K) return g_act8 >= 1;
     if (snug_act_type(wtype) == SNUG_DTYPE_F32) return false;
     return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K));
 }
@@ -591,14 +596,14 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
 bool snug_i8_supports(uint32_t wtype) {
     const struct snug_qkernels *k = kern();
     return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i8gemm != NULL &&
-           wtype == SNUG_DTYPE_Q4_K;
+           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K);
 }
-void snug_i8_prep(const void *src, void *dst, int64_t n) {
+void snug_i8_prep(uint32_t wtype, const void *src, void *dst, int64_t n) {
     const struct snug_qkernels *k = kern();
     if (k->i8prep)
-        k->i8prep(src, dst, n);
+        k->i8prep(wtype, src, dst, n);
     else
-        snug_i8_prep_ref(src, dst, n);
+        snug_i8_prep_ref(wtype, src, dst, n);
 }
 void snug_i8_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
     const struct snug_qkernels *k = kern();
@@ -607,10 +612,10 @@ void snug_i8_quant_x(const float *x, int64_t n, int t, int ttpad, void *xt) {
     else
         snug_i8_quant_x_ref(x, n, t, ttpad, xt);
 }
-void snug_i8_gemm(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
-                  float *y, size_t ys) {
+void snug_i8_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                  int nt, int64_t n, float *y, size_t ys) {
     SNUG_ASSERT(nr >= 1 && nr <= SNUG_TGEMM_MR && nt >= 1 && n % 256 == 0);
-    kern()->i8gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    kern()->i8gemm(wtype, wp, wps, nr, xt, ttpad, nt, n, y, ys);
 }
 void snug_act_quantize_ref(uint32_t wtype, const float *x, void *xq, int64_t n) {
     pthread_once(&g_once, init_once);

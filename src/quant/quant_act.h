@@ -66,10 +66,10 @@ struct snug_qkernels {
     void (*i16prep_q4k)(const void *src, void *dst, int64_t n); /* NULL: the scalar one */
     void (*i16prep_q6k)(const void *src, void *dst, int64_t n); /* NULL: the scalar one */
     void (*i16quant_x)(const float *x, int64_t n, int t, int ttpad, void *xt); /* same */
-    /* Q4_K on int8 activations (snug_i8_*); NULL: not at this level */
-    void (*i8gemm)(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt, int64_t n,
-                   float *y, size_t ys);
-    void (*i8prep)(const void *src, void *dst, int64_t n);
+    /* Q4_K, IQ4_XS, Q3_K on int8 activations (snug_i8_*); NULL: not at this level */
+    void (*i8gemm)(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                   int nt, int64_t n, float *y, size_t ys);
+    void (*i8prep)(uint32_t wtype, const void *src, void *dst, int64_t n);
     void (*i8quant_x)(const float *x, int64_t n, int t, int ttpad, void *xt);
 };
 /* The dispatched fused Q8_0 · float dot, or NULL. */

@@ -7,13 +7,19 @@
  * the int16 values (for the Q4_K mins). The int8 form for Q4_K (snug_i8_*, vpdpbusd): prepared rows
  * hold the 4-bit values as bytes, the nine floats and the eight scales as int32; the tile holds the
  * A256 values of each token in quads (k .. k+3), then dx = amax / 127 and the per-32 sums.
+ * The signed int8 form (IQ4_XS, Q3_K): prepared rows hold signed bytes (IQ4_XS the level, Q3_K
+ * −q·scale), then per super-block d, the correction 128·Σ scale·byte and (IQ4_XS) the eight
+ * scales; the tile's bytes are read as x + 128 (unsigned), and the correction taken off in int32.
  * Invariant: integer sums are exact (Q4_K per super-block 256·945·8191 < 2³¹, Q6_K per 64
- * 64·4096·8191 < 2³¹, int8 Q4_K 8·63·32·15·127 < 2³¹), the float steps fixed per output: all
+ * 64·4096·8191 < 2³¹, int8 Q4_K 8·63·32·15·127 < 2³¹, IQ4_XS 8·32·32·127·255 < 2³¹, Q3_K
+ * 256·128·255 < 2³¹), the float steps fixed per output: all
  * levels give the same bits.
  * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
 #include "core/core.h"
 #include "quant.h"
 #include "quant_act.h"
+
+#include "quant_grids.h"
 
 #include <math.h>
 #include <string.h>
@@ -176,9 +182,9 @@ size_t snug_i8_x_bytes(int64_t n, int ttpad) {
     return ((size_t)n + (size_t)(n / 256) * 4 + (size_t)(n / 32) * 4) * (size_t)ttpad;
 }
 
-/* Prepared row: the values 0..15 in element order, then nine floats per super-block (d,
+/* Q4_K prepared row: the values 0..15 in element order, then nine floats per super-block (d,
  * dmin·m_j), then eight int32 scales per super-block. */
-void snug_i8_prep_ref(const void *src, void *dst, int64_t n) {
+static void i8_prep_q4k(const void *src, void *dst, int64_t n) {
     const uint8_t *w = src;
     uint8_t *q = dst;
     int64_t nb = n / 256;
@@ -197,6 +203,79 @@ void snug_i8_prep_ref(const void *src, void *dst, int64_t n) {
             }
         }
     }
+}
+
+/* IQ4_XS prepared row (signed form): the levels as int8 in element order, then per super-block
+ * d (float), the correction 128·Σ_j sc_j·Σ_{k in j} level_k (int32), the eight scales − 32
+ * (int32). IQ4_XS, 136 bytes per 256 (ggml-common.h block_iq4_xs): f16 d | u16 scales_h | u8
+ * scales_l[4] | qs[128]; sub-block j: scale ((scales_l[j/2] >> 4(j%2)) & 15) | ((scales_h >>
+ * 2j) & 3) << 4, minus 32; element l < 16 of it the low nibble of qs[16j + l], l + 16 the high. */
+static void i8_prep_iq4xs(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    int8_t *q = dst;
+    int64_t nb = n / 256;
+    float *dd = (float *)(void *)((uint8_t *)dst + n);
+    int32_t *corr = (int32_t *)(void *)(dd + nb), *scs = corr + nb;
+    for (int64_t b = 0; b < nb; b++, w += 136, q += 256) {
+        dd[b] = snug_act_f16(w);
+        unsigned sh = (unsigned)(w[2] | w[3] << 8);
+        int32_t c = 0;
+        for (int j = 0; j < 8; j++) {
+            int ls = ((w[4 + j / 2] >> (4 * (j % 2))) & 0xf) | (int)((sh >> (2 * j)) & 3) << 4;
+            scs[8 * b + j] = ls - 32;
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) {
+                q[32 * j + l] = snug_iq4nl_values[w[8 + 16 * j + l] & 0xf];
+                q[32 * j + l + 16] = snug_iq4nl_values[w[8 + 16 * j + l] >> 4];
+                s += q[32 * j + l] + q[32 * j + l + 16];
+            }
+            c += (ls - 32) * s;
+        }
+        corr[b] = 128 * c;
+    }
+}
+
+/* Q3_K prepared row (signed form): −q·scale as int8 in element order (q in −4..3, scale in
+ * −32..31, so −q·scale in −128..124), then per super-block −d (float) and the correction
+ * 128·Σ bytes (int32). Q3_K, 110 bytes per 256 (ggml-common.h block_q3_K): hmask[32] | qs[64] |
+ * scales[12] | f16 d; element 128h + 32g + l: q = ((qs[32h + l] >> 2g) & 3) − 4 where bit
+ * 4h + g of hmask[l] is clear; sixteen 6-bit scales (low 4 bits from scales[0..7] low then high
+ * nibbles, high 2 bits from scales[8 + j%4] >> 2(j/4)), minus 32, one per 16 elements. */
+static void i8_prep_q3k(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    int8_t *q = dst;
+    int64_t nb = n / 256;
+    float *dd = (float *)(void *)((uint8_t *)dst + n);
+    int32_t *corr = (int32_t *)(void *)(dd + nb);
+    for (int64_t b = 0; b < nb; b++, w += 110, q += 256) {
+        dd[b] = -snug_act_f16(w + 108);
+        int sc[16];
+        for (int j = 0; j < 16; j++) {
+            int lo = j < 8 ? w[96 + j] & 0xf : w[96 + j - 8] >> 4;
+            int hi = (w[104 + j % 4] >> (2 * (j / 4))) & 3;
+            sc[j] = (lo | hi << 4) - 32;
+        }
+        int32_t c = 0;
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 4; g++)
+                for (int l = 0; l < 32; l++) {
+                    int e = 128 * h + 32 * g + l;
+                    int v = ((w[32 + 32 * h + l] >> (2 * g)) & 3) -
+                            (((w[l] >> (4 * h + g)) & 1) ? 0 : 4);
+                    q[e] = (int8_t)(-v * sc[e / 16]);
+                    c += q[e];
+                }
+        corr[b] = 128 * c;
+    }
+}
+
+void snug_i8_prep_ref(uint32_t wtype, const void *src, void *dst, int64_t n) {
+    if (wtype == SNUG_DTYPE_IQ4_XS)
+        i8_prep_iq4xs(src, dst, n);
+    else if (wtype == SNUG_DTYPE_Q3_K)
+        i8_prep_q3k(src, dst, n);
+    else
+        i8_prep_q4k(src, dst, n);
 }
 
 /* Token t of an int8 tile: the A256 values of each super-block as quads, dx, per-32 sums. */
@@ -235,32 +314,45 @@ void snug_i8_pad_x(int64_t n, int t0, int ttpad, void *xt) {
         for (int t = t0; t < ttpad; t++) rest[(size_t)i * (size_t)ttpad + (size_t)t] = 0;
 }
 
-/* Reference product, per output and super-block: acc = Σ_j sc_j · Σ_{k in j} q_k·x_k (exact:
- * |acc| ≤ 8·63·32·15·127 < 2³¹), then the float steps of snug_i16_gemm_ref's Q4_K branch. */
-void snug_i8_gemm_ref(const void *wp, size_t wps, int nr, const void *xt, int ttpad, int nt,
-                      int64_t n, float *y, size_t ys) {
+/* Reference product, per output and super-block. Q4_K: acc = Σ_j sc_j · Σ_{k in j} q_k·x_k
+ * (exact: |acc| ≤ 8·63·32·15·127 < 2³¹), then the float steps of snug_i16_gemm_ref's Q4_K
+ * branch. Signed form (IQ4_XS, Q3_K): acc = Σ_j sc_j · Σ_{k in j} w_k·(x_k + 128) (Q3_K: one
+ * group of 256, no scale), main = (float)(acc − corr)·d, facc = fmaf(main, dx, facc). */
+void snug_i8_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt, int ttpad,
+                      int nt, int64_t n, float *y, size_t ys) {
     const int32_t *quads = xt;
     const float *dx =
         (const float *)(const void *)((const uint8_t *)xt + (size_t)n * (size_t)ttpad);
     const float *is = dx + (size_t)(n / 256) * (size_t)ttpad;
     int64_t nb = n / 256;
+    const int sgn = wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K;
+    const int ng = wtype == SNUG_DTYPE_Q3_K ? 1 : 8; /* groups per super-block */
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++) {
             const uint8_t *q = (const uint8_t *)wp + (size_t)r * wps;
             const float *meta = (const float *)(const void *)(q + n);
             const int32_t *scs = (const int32_t *)(const void *)(q + n + (size_t)nb * 36);
+            const int32_t *corr = (const int32_t *)(const void *)(meta + nb);
+            if (sgn) scs = corr + nb;
             float facc = 0;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t acc = 0;
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < ng; j++) {
                     int32_t sub = 0;
-                    for (int64_t kq = (256 * b + 32 * j) / 4; kq < (256 * b + 32 * j + 32) / 4;
-                         kq++) {
+                    int64_t k0 = (256 * b + (256 / ng) * j) / 4, k1 = k0 + 64 / ng;
+                    for (int64_t kq = k0; kq < k1; kq++) {
                         int8_t xx[4];
                         memcpy(xx, &quads[(size_t)kq * (size_t)ttpad + (size_t)t], 4);
-                        for (int m = 0; m < 4; m++) sub += q[4 * kq + m] * xx[m];
+                        for (int m = 0; m < 4; m++)
+                            sub +=
+                                sgn ? (int8_t)q[4 * kq + m] * (xx[m] + 128) : q[4 * kq + m] * xx[m];
                     }
-                    acc += sub * scs[8 * b + j];
+                    acc += ng == 1 ? sub : sub * scs[8 * b + j];
+                }
+                if (sgn) {
+                    float main = (float)(acc - corr[b]) * meta[b];
+                    facc = fmaf(main, dx[(size_t)b * (size_t)ttpad + (size_t)t], facc);
+                    continue;
                 }
                 const float *m = meta + 9 * b;
                 float main = (float)acc * m[0];

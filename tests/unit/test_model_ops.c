@@ -304,8 +304,10 @@ static void test_matmul(void) {
             track(&e[T > 1], compare(y[0], ref, T * n_out));
             /* error relative to Σ|w·x|: float accumulation is ~1e-7; types whose kernels
              * quantize the activations to 8 bits (snug_act_int8_use) allow for that rounding */
-            bool int8_act = snug_act_int8_use(type) && T <= SNUG_OP_MATMUL_INT8_MAX_T;
-            /* longer Q4_K chunks on int8 activations too where the vpdpbusd tile exists */
+            bool int8_act = snug_act_int8_use(type) && T <= SNUG_OP_MATMUL_INT8_MAX_T &&
+                            snug_act_type(type) != SNUG_DTYPE_F32;
+            /* longer chunks on int8 activations too where the vpdpbusd tile exists (Q4_K;
+             * IQ4_XS and Q3_K, which have only the tile) */
             bool int8_tile = snug_act_int8_use(type) && snug_i8_supports(type);
             /* Q4_K / Q6_K prompt chunks run on 14-bit activations at the AVX-512 level */
             /* decode-sized Q6_K products run on 14-bit activations in two int8 planes */

@@ -13,7 +13,8 @@
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
  *    within 1e-5·Σ|w·x| of double;
- *  - the Q4_K / Q6_K int16 prompt products (snug_i16_*): prepared rows and activation tiles of the
+ *  - the Q4_K / Q6_K int16 and Q4_K / IQ4_XS / Q3_K int8 prompt products (snug_i16_*,
+ *    snug_i8_*; IQ4_XS and Q3_K on random blocks): prepared rows and activation tiles of the
  *    dispatched versions byte-identical to the references', snug_i16_gemm bit-identical to
  * snug_i16_gemm_ref for 1..8 rows and odd token counts (zero padding), the reference within half an
  * activation step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
@@ -270,8 +271,8 @@ static void test_tgemm(void) {
 
 /* Q4_K on int16 activations: preparation and block product against the references, the
  * reference against double on dequantized weights and the original floats. */
-/* The int16 (snug_i16_*) and int8 (snug_i8_*, Q4_K) prompt products behind one interface, so
- * one test checks both. */
+/* The int16 (snug_i16_*) and int8 (snug_i8_*: Q4_K, and the signed form for IQ4_XS and Q3_K)
+ * prompt products behind one interface, so one test checks all of them. */
 static size_t ip_row_bytes(int i8, int64_t n) {
     return i8 ? snug_i8_row_bytes(n) : snug_i16_row_bytes(n);
 }
@@ -280,7 +281,7 @@ static size_t ip_x_bytes(int i8, int64_t n, int ttpad) {
 }
 static void ip_prep(int i8, int ref, uint32_t type, const void *src, void *dst, int64_t n) {
     if (i8)
-        ref ? snug_i8_prep_ref(src, dst, n) : snug_i8_prep(src, dst, n);
+        ref ? snug_i8_prep_ref(type, src, dst, n) : snug_i8_prep(type, src, dst, n);
     else if (!ref)
         snug_i16_prep(type, src, dst, n);
     else if (type == SNUG_DTYPE_Q6_K)
@@ -296,8 +297,8 @@ static void ip_quant_x(int i8, int ref, const float *x, int64_t n, int t, int tt
 }
 static void ip_gemm(int i8, int ref, uint32_t type, const void *wp, size_t wps, int nr,
                     const void *xt, int ttpad, int nt, int64_t n, float *y, size_t ys) {
-    if (i8 && ref) snug_i8_gemm_ref(wp, wps, nr, xt, ttpad, nt, n, y, ys);
-    if (i8 && !ref) snug_i8_gemm(wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    if (i8 && ref) snug_i8_gemm_ref(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
+    if (i8 && !ref) snug_i8_gemm(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
     if (!i8 && ref) snug_i16_gemm_ref(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
     if (!i8 && !ref) snug_i16_gemm(type, wp, wps, nr, xt, ttpad, nt, n, y, ys);
 }
@@ -323,15 +324,30 @@ static void test_i16_type(uint32_t type, int i8) {
         size_t rb = (size_t)snug_dtype_row_bytes(type, (uint64_t)n);
         size_t pb = ip_row_bytes(i8, n);
         int bad_prep = 0;
+        /* bytes of a prepared row that the preparation defines */
+        size_t pdef = !i8                         ? (size_t)n * 2 + (size_t)(n / 256) * 36
+                      : type == SNUG_DTYPE_Q4_K   ? (size_t)n + (size_t)(n / 256) * 68
+                      : type == SNUG_DTYPE_IQ4_XS ? (size_t)n + (size_t)(n / 256) * 40
+                                                  : (size_t)n + (size_t)(n / 256) * 8;
         for (int r = 0; r < nr_all; r++) {
             fill_row(row, n, (int)(r + ni) % 3);
-            snug_quantize_row(type, row, wq + (size_t)r * rb, n, NULL);
+            if (type == SNUG_DTYPE_IQ4_XS || type == SNUG_DTYPE_Q3_K) {
+                /* no snug encoder for these here: random blocks (every scale and level, the
+                 * extremes included) with a finite f16 d */
+                uint8_t *blk = wq + (size_t)r * rb;
+                size_t bb = type == SNUG_DTYPE_IQ4_XS ? 136 : 110;
+                for (size_t i = 0; i < rb; i++) blk[i] = (uint8_t)(rng_u64() >> 56);
+                for (int64_t b = 0; b < n / 256; b++) {
+                    uint16_t h = snug_f32_to_f16(((float)((b + r) % 13) - 6.0f) * 0.003f + 1e-4f);
+                    memcpy(blk + (size_t)b * bb + (type == SNUG_DTYPE_IQ4_XS ? 0 : 108), &h, 2);
+                }
+            } else {
+                snug_quantize_row(type, row, wq + (size_t)r * rb, n, NULL);
+            }
             snug_dequantize_row_ref(type, wq + (size_t)r * rb, wd + (size_t)r * n, n);
             ip_prep(i8, 1, type, wq + (size_t)r * rb, wp + (size_t)r * pb, n);
             ip_prep(i8, 0, type, wq + (size_t)r * rb, wp2, n);
-            bad_prep += memcmp(wp2, wp + (size_t)r * pb,
-                               i8 ? (size_t)n + (size_t)(n / 256) * 68
-                                  : (size_t)n * 2 + (size_t)(n / 256) * 36);
+            bad_prep += memcmp(wp2, wp + (size_t)r * pb, pdef);
         }
         CHECKF(bad_prep == 0, "%s prep %s n=%lld: differs from the reference", kn,
                snug_dtype_info(type)->name, (long long)n);
@@ -395,6 +411,8 @@ static void test_i16(void) {
     test_i16_type(SNUG_DTYPE_Q4_K, 0);
     test_i16_type(SNUG_DTYPE_Q6_K, 0);
     test_i16_type(SNUG_DTYPE_Q4_K, 1);
+    test_i16_type(SNUG_DTYPE_IQ4_XS, 1);
+    test_i16_type(SNUG_DTYPE_Q3_K, 1);
 }
 
 /* Vector dequantizers: bit-identical to the reference at every level. */
