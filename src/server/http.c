@@ -26,6 +26,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -471,8 +474,13 @@ static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const ch
         .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
         .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
         .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
-        .host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")};
-    struct snug_gate_policy p = {.api_key = s->opts.api_key, .origin_ok = origin_ok, .ctx = s};
+        .host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
+        .content_length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")};
+    struct snug_gate_policy p = {.api_key = s->opts.api_key,
+                                 .origin_ok = origin_ok,
+                                 .ctx = s,
+                                 .max_body = s->opts.max_body_bytes ? s->opts.max_body_bytes
+                                                                    : (size_t)8 << 20};
     struct snug_server_error e;
     const char *allow = NULL;
     int status = snug_gate_check(&q, &p, r, &e, &allow);
@@ -604,6 +612,20 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Request buffers come and go on the connection threads: bodies up to --max-body, rendered
+ * prompts, /tokenize answers. glibc gives each thread its own arena and, after the first large
+ * block is freed, raises its mmap threshold toward 32 MiB (and the trim threshold with it), so
+ * later large buffers are carved from the arenas, whose freed pages stay resident: under 10
+ * minutes of mixed traffic RSS climbed 13 MiB while each connection thread's arena held
+ * 20-36 MiB with < 1 MiB in use (malloc_stats). A fixed threshold (it also stops the dynamic
+ * adjustment, mallopt(3)) gives every block of 256 KiB or more its own mapping, returned to
+ * the system when freed; the token path allocates nothing, so it costs nothing there. */
+static void heap_policy(void) {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
+}
+
 /* SIGTERM: stop accepting, let in-flight generations finish for the grace period, then end
  * the rest (streams get a final SSE error event, waiting requests a 503) and give their
  * connections a moment to flush. Every suspended connection is resumed before the daemon
@@ -645,6 +667,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
+    heap_policy();
     snug_srv_cors_init(opts->cors_origin);
     s->t_start = snug_time_s();
     s->created = (long)time(NULL);
