@@ -1,5 +1,5 @@
 /* gate.c — the checks made before a request's body is read (see gate.h): route, method, key,
- * origin, a body announced over the limit, the content type.
+ * origin, the content type; whether a body is announced over the limit.
  * Read next: http.c.
  */
 #include "server/gate.h"
@@ -62,10 +62,8 @@ static bool same_origin(const char *origin, const char *host) {
     return rest && !strcmp(rest, host);
 }
 
-/* The Content-Length value (decimal digits, optional blanks around them) when it exceeds
- * limit; a malformed one is left to libmicrohttpd, which answers it with a 400. */
-static bool announced_over(const char *cl, size_t limit, unsigned long long *n_out) {
-    if (!cl || !limit) return false;
+bool snug_gate_announced_over(const char *cl, size_t limit) {
+    if (!cl) return false;
     while (*cl == ' ' || *cl == '\t') cl++;
     unsigned long long n = 0;
     bool any = false, over = false;
@@ -77,9 +75,7 @@ static bool announced_over(const char *cl, size_t limit, unsigned long long *n_o
             n = n * 10 + d;
     }
     while (*cl == ' ' || *cl == '\t') cl++;
-    if (!any || *cl) return false;
-    *n_out = over ? ULLONG_MAX : n;
-    return over || n > (unsigned long long)limit;
+    return any && !*cl && (over || n > (unsigned long long)limit);
 }
 
 static int refuse(struct snug_server_error *e, int status, const char *type, const char *fmt,
@@ -113,14 +109,6 @@ int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_po
         !(p->origin_ok && p->origin_ok(p->ctx, q->origin)))
         return refuse(e, 403, "invalid_request_error",
                       "requests from the web origin '%s' are not allowed (CORS is off)", q->origin);
-    unsigned long long announced = 0;
-    if (announced_over(q->content_length, p->max_body, &announced)) {
-        snug_server_error_set(e, 413, "invalid_request_error", NULL,
-                              "the request body (%llu bytes) is larger than the limit of %zu "
-                              "bytes",
-                              announced, p->max_body);
-        return 413;
-    }
     if (post && simple_content_type(q->content_type))
         return refuse(e, 415, "invalid_request_error",
                       "the body must be JSON: send 'Content-Type: application/json' (got '%s')",

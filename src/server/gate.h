@@ -36,8 +36,7 @@ struct snug_gate_request {
     const char *url, *method;
     const char *authorization, *origin, *content_type; /* header values or NULL */
     const char *x_api_key;                             /* Anthropic's key header, or NULL */
-    const char *host;           /* the Host header: a page of this very server is same-origin */
-    const char *content_length; /* the Content-Length header, or NULL (chunked or none) */
+    const char *host; /* the Host header: a page of this very server is same-origin */
 };
 
 struct snug_gate_policy {
@@ -45,15 +44,20 @@ struct snug_gate_policy {
     /* may a browser page of this origin drive the server? NULL = none may (CORS off) */
     bool (*origin_ok)(const void *ctx, const char *origin);
     const void *ctx;
-    size_t max_body; /* a body announced larger is refused (413) before it is read; 0 = none */
 };
 
 enum snug_route snug_gate_route(const char *url);
 
 /* 0 when the request may go on (its body is then read); otherwise the HTTP status to answer
- * (401, 403, 404, 405, 413, 415) with *e filled and *allow set for a 405 ("GET" / "POST"). */
+ * (401, 403, 404, 405, 415) with *e filled and *allow set for a 405 ("GET" / "POST"). */
 int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_policy *p,
                     enum snug_route *route, struct snug_server_error *e, const char **allow);
+
+/* Whether a Content-Length header value announces more than limit bytes (decimal digits
+ * between optional blanks; a malformed value is left to libmicrohttpd, which answers it 400).
+ * Such a body is never kept: it is read and dropped as it arrives, then answered 413, so a
+ * client that sends it without waiting still gets the answer. */
+bool snug_gate_announced_over(const char *content_length, size_t limit);
 
 /* Append n bytes of body; past `limit` the body is dropped and *too_big set (a 413 follows,
  * the rest of the upload is read and discarded). */

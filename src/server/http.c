@@ -5,7 +5,8 @@
  * Owns: struct snug_srv (model, engine, daemon, counters, the list of generations in flight)
  * for the life of snug_server_run, and each connection's body buffer. Invariant: route,
  * method, API key and origin are decided from the headers before any body byte is kept
- * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413); every
+ * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413), one announced
+ * larger is discarded from its first byte; every
  * request gets an answer (errors in OpenAI's {"error": {...}} shape, a fixed 500 body when
  * even that cannot be built) except /metrics (Prometheus text) and streams (SSE, reply.c).
  * Nothing here prints to stdout.
@@ -459,6 +460,10 @@ static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum
     return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
 }
 
+static size_t body_limit(const struct snug_srv *s) {
+    return s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
+}
+
 static bool origin_ok(const void *ctx, const char *origin) {
     return snug_srv_origin_allowed(ctx, origin);
 }
@@ -474,13 +479,8 @@ static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const ch
         .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
         .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
         .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
-        .host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
-        .content_length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")};
-    struct snug_gate_policy p = {.api_key = s->opts.api_key,
-                                 .origin_ok = origin_ok,
-                                 .ctx = s,
-                                 .max_body = s->opts.max_body_bytes ? s->opts.max_body_bytes
-                                                                    : (size_t)8 << 20};
+        .host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")};
+    struct snug_gate_policy p = {.api_key = s->opts.api_key, .origin_ok = origin_ok, .ctx = s};
     struct snug_server_error e;
     const char *allow = NULL;
     int status = snug_gate_check(&q, &p, r, &e, &allow);
@@ -516,21 +516,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return snug_webui_send(c);
         if (early_refusal(s, c, url, method, &r, &res)) return res;
         cc->route = r;
+        /* a body announced over the limit is dropped as it arrives, never kept (then 413) */
+        cc->too_big = snug_gate_announced_over(
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"), body_limit(s));
         return MHD_YES;
     }
     snug_srv_access_enter(&cc->log);
     enum snug_route r = cc->route;
     if (cc->pending) return snug_srv_generate_resume(s, c, &cc->pending);
     if (*upload_data_size) {
-        size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
-        snug_gate_body_add(&cc->body, &cc->too_big, limit, upload_data, *upload_data_size);
+        snug_gate_body_add(&cc->body, &cc->too_big, body_limit(s), upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (cc->too_big) {
         char msg[128];
-        snprintf(msg, sizeof msg, "%zu bytes",
-                 s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20);
+        snprintf(msg, sizeof msg, "%zu bytes", body_limit(s));
         return reject(s, c, r, 413, "invalid_request_error",
                       "the request body is larger than the limit of %s", msg);
     }

@@ -1,11 +1,11 @@
 /* fuzz_server_http.c — libFuzzer target for the HTTP layer's decisions before and while a body
  * is read (gate.c) and for error building: the input is split at '\n' into url, method,
  * Authorization, Origin, Content-Type, an API key and a body. Checks: a refusal is one of
- * 401/403/404/405/413/415 with a message that always becomes a JSON string (request text is
+ * 401/403/404/405/415 with a message that always becomes a JSON string (request text is
  * echoed: invalid UTF-8 must be repaired, a cut character dropped); with a key set only the
- * exact "Bearer <key>" passes (but /health); a 413 before the body only for a decimal
- * Content-Length over the limit, and such a one never passes; the body is kept whole up to the
- * limit and dropped past it, however it is split.
+ * exact "Bearer <key>" passes (but /health); a Content-Length is "over the limit" exactly when
+ * it is decimal and larger (an independent reading); the body is kept whole up to the limit
+ * and dropped past it, however it is split.
  * Seeds: tests/fuzz/corpus-server-http/. Run: scripts/fuzz.sh (all targets) or
  * build-fuzz/fuzz_server_http tests/fuzz/corpus-server-http.
  * Read next: src/server/gate.h. */
@@ -67,32 +67,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                   .origin = f[3],
                                   .content_type = f[4],
                                   .x_api_key = f[2], /* the same bytes as Anthropic's header */
-                                  .host = f[3],      /* and as the Host (same-origin check) */
-                                  .content_length = f[4]}; /* and as the Content-Length */
+                                  .host = f[3]};     /* and as the Host (same-origin check) */
     size_t limit = 64 + (size % 200);
-    struct snug_gate_policy pol = {.api_key = f[5], .origin_ok = origin_never, .max_body = limit};
+    struct snug_gate_policy pol = {.api_key = f[5], .origin_ok = origin_never};
     struct snug_server_error e;
     enum snug_route r;
     const char *allow = NULL;
     int st = snug_gate_check(&q, &pol, &r, &e, &allow);
     if (r < 0 || r >= ROUTE_COUNT) __builtin_trap();
     if (st) {
-        if (st != 401 && st != 403 && st != 404 && st != 405 && st != 413 && st != 415)
-            __builtin_trap();
-        if (st == 413 && decimal_over(q.content_length, limit) != 1) __builtin_trap();
+        if (st != 401 && st != 403 && st != 404 && st != 405 && st != 415) __builtin_trap();
         if (e.http_status != st || !e.msg[0]) __builtin_trap();
         if ((st == 405) != (allow != NULL)) __builtin_trap();
         json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
         if (!j || !json_string_value(j)) __builtin_trap();
         json_decref(j);
-    } else if (decimal_over(q.content_length, limit) == 1) {
-        __builtin_trap(); /* a body announced over the limit is never let through */
     } else if (f[5] && r != ROUTE_HEALTH) { /* let through: one of the two key headers */
         bool bearer = q.authorization && !strncmp(q.authorization, "Bearer ", 7) &&
                       !strcmp(q.authorization + 7, f[5]);
         bool xkey = q.x_api_key && !strcmp(q.x_api_key, f[5]);
         if (!bearer && !xkey) __builtin_trap();
     }
+    /* the Content-Length bytes (the Content-Type field's) against the limit */
+    if (snug_gate_announced_over(f[4], limit) != (decimal_over(f[4], limit) == 1)) __builtin_trap();
     /* error building from arbitrary text: the message stays valid UTF-8 up to its cut */
     snug_server_error_set(&e, 400, "invalid_request_error", f[0], "echo: %s", f[6]);
     json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
