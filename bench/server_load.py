@@ -239,7 +239,7 @@ def phase_mixed(port, pid, seconds):
 
     def oversized(port):
         # 9 MiB announced, over the 8 MiB limit, as curl sends a large body: with "Expect:
-        # 100-continue" the body follows only a 100 (the server answers 413 from the header)
+        # 100-continue" the body follows a 100; the server drops it as it arrives, then 413
         s = socket.create_connection(("127.0.0.1", port), timeout=30)
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
                   KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
