@@ -617,7 +617,7 @@ static void sleep_ms(int ms) {
  * prompts, /tokenize answers. glibc gives each thread its own arena and, after the first large
  * block is freed, raises its mmap threshold toward 32 MiB (and the trim threshold with it), so
  * later large buffers are carved from the arenas, whose freed pages stay resident: under 10
- * minutes of mixed traffic RSS climbed 13 MiB while each connection thread's arena held
+ * minutes of mixed traffic RSS climbed 13-24 MiB while each connection thread's arena held
  * 20-36 MiB with < 1 MiB in use (malloc_stats). A fixed threshold (it also stops the dynamic
  * adjustment, mallopt(3)) gives every block of 256 KiB or more its own mapping, returned to
  * the system when freed; the token path allocates nothing, so it costs nothing there. */
