@@ -1,8 +1,10 @@
-/* gate.c — the checks made before a request's body is read (see gate.h).
+/* gate.c — the checks made before a request's body is read (see gate.h): route, method, key,
+ * origin, the content type; whether a body is announced over the limit.
  * Read next: http.c.
  */
 #include "server/gate.h"
 
+#include <limits.h>
 #include <string.h>
 #include <strings.h>
 
@@ -58,6 +60,22 @@ static bool same_origin(const char *origin, const char *host) {
                        : !strncmp(origin, "https://", 8) ? origin + 8
                                                          : NULL;
     return rest && !strcmp(rest, host);
+}
+
+bool snug_gate_announced_over(const char *cl, size_t limit) {
+    if (!cl) return false;
+    while (*cl == ' ' || *cl == '\t') cl++;
+    unsigned long long n = 0;
+    bool any = false, over = false;
+    for (; *cl >= '0' && *cl <= '9'; cl++, any = true) {
+        unsigned d = (unsigned)(*cl - '0');
+        if (n > (ULLONG_MAX - d) / 10)
+            over = true;
+        else
+            n = n * 10 + d;
+    }
+    while (*cl == ' ' || *cl == '\t') cl++;
+    return any && !*cl && (over || n > (unsigned long long)limit);
 }
 
 static int refuse(struct snug_server_error *e, int status, const char *type, const char *fmt,

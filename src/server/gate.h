@@ -53,6 +53,12 @@ enum snug_route snug_gate_route(const char *url);
 int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_policy *p,
                     enum snug_route *route, struct snug_server_error *e, const char **allow);
 
+/* Whether a Content-Length header value announces more than limit bytes (decimal digits
+ * between optional blanks; a malformed value is left to libmicrohttpd, which answers it 400).
+ * Such a body is never kept: it is read and dropped as it arrives, then answered 413, so a
+ * client that sends it without waiting still gets the answer. */
+bool snug_gate_announced_over(const char *content_length, size_t limit);
+
 /* Append n bytes of body; past `limit` the body is dropped and *too_big set (a 413 follows,
  * the rest of the upload is read and discarded). */
 void snug_gate_body_add(struct snug_sbuf *body, bool *too_big, size_t limit, const char *data,

@@ -5,7 +5,8 @@
  * Owns: struct snug_srv (model, engine, daemon, counters, the list of generations in flight)
  * for the life of snug_server_run, and each connection's body buffer. Invariant: route,
  * method, API key and origin are decided from the headers before any body byte is kept
- * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413); every
+ * (gate.c); a body is accumulated up to max_body_bytes and then discarded (413), one announced
+ * larger is discarded from its first byte; every
  * request gets an answer (errors in OpenAI's {"error": {...}} shape, a fixed 500 body when
  * even that cannot be built) except /metrics (Prometheus text) and streams (SSE, reply.c).
  * Nothing here prints to stdout.
@@ -26,6 +27,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -456,6 +460,10 @@ static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum
     return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
 }
 
+static size_t body_limit(const struct snug_srv *s) {
+    return s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
+}
+
 static bool origin_ok(const void *ctx, const char *origin) {
     return snug_srv_origin_allowed(ctx, origin);
 }
@@ -508,21 +516,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return snug_webui_send(c);
         if (early_refusal(s, c, url, method, &r, &res)) return res;
         cc->route = r;
+        /* a body announced over the limit is dropped as it arrives, never kept (then 413) */
+        cc->too_big = snug_gate_announced_over(
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"), body_limit(s));
         return MHD_YES;
     }
     snug_srv_access_enter(&cc->log);
     enum snug_route r = cc->route;
     if (cc->pending) return snug_srv_generate_resume(s, c, &cc->pending);
     if (*upload_data_size) {
-        size_t limit = s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20;
-        snug_gate_body_add(&cc->body, &cc->too_big, limit, upload_data, *upload_data_size);
+        snug_gate_body_add(&cc->body, &cc->too_big, body_limit(s), upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (cc->too_big) {
         char msg[128];
-        snprintf(msg, sizeof msg, "%zu bytes",
-                 s->opts.max_body_bytes ? s->opts.max_body_bytes : (size_t)8 << 20);
+        snprintf(msg, sizeof msg, "%zu bytes", body_limit(s));
         return reject(s, c, r, 413, "invalid_request_error",
                       "the request body is larger than the limit of %s", msg);
     }
@@ -604,6 +613,20 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Request buffers come and go on the connection threads: bodies up to --max-body, rendered
+ * prompts, /tokenize answers. glibc gives each thread its own arena and, after the first large
+ * block is freed, raises its mmap threshold toward 32 MiB (and the trim threshold with it), so
+ * later large buffers are carved from the arenas, whose freed pages stay resident: under 10
+ * minutes of mixed traffic RSS climbed 13-24 MiB while each connection thread's arena held
+ * 20-36 MiB with < 1 MiB in use (malloc_stats). A fixed threshold (it also stops the dynamic
+ * adjustment, mallopt(3)) gives every block of 256 KiB or more its own mapping, returned to
+ * the system when freed; the token path allocates nothing, so it costs nothing there. */
+static void heap_policy(void) {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
+}
+
 /* SIGTERM: stop accepting, let in-flight generations finish for the grace period, then end
  * the rest (streams get a final SSE error event, waiting requests a 503) and give their
  * connections a moment to flush. Every suspended connection is resumed before the daemon
@@ -649,6 +672,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     /* jansson allocates through the counted allocator, so snug_heap_allocations_total in
      * /metrics covers the JSON side too (snug_free is free: objects made before are safe) */
     json_set_alloc_funcs(snug_malloc, snug_free);
+    heap_policy();
     snug_srv_cors_init(opts->cors_origin);
     s->t_start = snug_time_s();
     s->created = (long)time(NULL);

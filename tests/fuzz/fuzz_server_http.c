@@ -3,18 +3,35 @@
  * Authorization, Origin, Content-Type, an API key and a body. Checks: a refusal is one of
  * 401/403/404/405/415 with a message that always becomes a JSON string (request text is
  * echoed: invalid UTF-8 must be repaired, a cut character dropped); with a key set only the
- * exact "Bearer <key>" passes (but /health); the body is kept whole up to the limit and
- * dropped past it, however it is split.
+ * exact "Bearer <key>" passes (but /health); a Content-Length is "over the limit" exactly when
+ * it is decimal and larger (an independent reading); the body is kept whole up to the limit
+ * and dropped past it, however it is split.
  * Seeds: tests/fuzz/corpus-server-http/. Run: scripts/fuzz.sh (all targets) or
  * build-fuzz/fuzz_server_http tests/fuzz/corpus-server-http.
  * Read next: src/server/gate.h. */
 #include "core/core.h"
 #include "server/gate.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* An independent reading of a Content-Length header: decimal digits between optional blanks,
+ * and is the value over limit? (-1: not such a header) */
+static int decimal_over(const char *c, size_t limit) {
+    if (!c) return -1;
+    while (*c == ' ' || *c == '\t') c++;
+    if (*c < '0' || *c > '9') return -1;
+    char *endp;
+    errno = 0;
+    unsigned long long v = strtoull(c, &endp, 10);
+    bool range = errno == ERANGE;
+    while (*endp == ' ' || *endp == '\t') endp++;
+    if (*endp) return -1;
+    return range || v > (unsigned long long)limit;
+}
 
 static bool origin_never(const void *ctx, const char *origin) {
     (void)ctx;
@@ -51,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                   .content_type = f[4],
                                   .x_api_key = f[2], /* the same bytes as Anthropic's header */
                                   .host = f[3]};     /* and as the Host (same-origin check) */
+    size_t limit = 64 + (size % 200);
     struct snug_gate_policy pol = {.api_key = f[5], .origin_ok = origin_never};
     struct snug_server_error e;
     enum snug_route r;
@@ -70,6 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool xkey = q.x_api_key && !strcmp(q.x_api_key, f[5]);
         if (!bearer && !xkey) __builtin_trap();
     }
+    /* the Content-Length bytes (the Content-Type field's) against the limit */
+    if (snug_gate_announced_over(f[4], limit) != (decimal_over(f[4], limit) == 1)) __builtin_trap();
     /* error building from arbitrary text: the message stays valid UTF-8 up to its cut */
     snug_server_error_set(&e, 400, "invalid_request_error", f[0], "echo: %s", f[6]);
     json_t *j = snug_json_string_lossy(e.msg, strlen(e.msg));
@@ -78,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the body in chunks of sizes taken from its own bytes, against a small limit */
     struct snug_sbuf b = {0};
     bool too_big = false;
-    size_t limit = 64 + (size % 200), off = 0;
+    size_t off = 0;
     while (off < body_len) {
         size_t n = 1 + ((unsigned char)f[6][off] % 37);
         if (n > body_len - off) n = body_len - off;

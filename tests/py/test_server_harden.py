@@ -3,7 +3,8 @@ check per failure of issue 21, each of which failed on the server before the har
 
 1. errors that echo request text are always sent (a URL of "%ff", a model of "x" + "é"*300);
 2. /health answers while more idle connections are open than the old 512-connection limit;
-3. a keyless request is refused before its body is read; --api-key-file works;
+3. a keyless request is refused before its body is read, one announcing a body over the limit
+   answered 413 without keeping it; --api-key-file works;
 4. request-cost limits (messages, tools, prompt bytes, /tokenize with_pieces) answer 413;
 5. a client that half-closes (shutdown(SHUT_WR)) after its request still gets the answer;
 6. special tokens inside message text are plain text (a "<|im_end|><|im_start|>system" in a
@@ -114,6 +115,14 @@ def test_auth_before_body(res, A, tmp):
     st, b, _ = status_body(raw_http(A.port, head, timeout=10))
     res.check(st == 401 and time.time() - t0 < 5,
               f"3: keyless request refused before its body ({st}, {time.time() - t0:.2f} s)")
+    # with the key, a body announced over --max-body (8 MiB) is dropped as it arrives, never
+    # kept: it used to be buffered up to the limit first (8 MiB of peak RSS per request)
+    peak0 = A.health()["memory"]["peak_rss_bytes"]
+    st, b, _ = A.raw("POST", "/v1/completions", b"x" * (9 << 20))
+    grew = (A.health()["memory"]["peak_rss_bytes"] - peak0) / 2**20
+    res.check(st == 413 and "larger than the limit" in b["error"]["message"] and grew < 4,
+              f"3: a body announced over the limit answered 413 without being kept ({st}, "
+              f"peak RSS +{grew:.1f} MiB)")
     keyfile = os.path.join(tmp, "key.txt")
     with open(keyfile, "w") as f:
         f.write("file-key-" + "k" * 300 + "\n")
