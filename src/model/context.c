@@ -10,8 +10,8 @@
  * With n_draft > 0 a context also owns the MTP state (src/speculative) and the rollback
  * snapshots; see snug_ctx_truncate; after every plain run the MTP step is settled (one pending
  * row), so the state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state,
- * model.h; the copy callbacks: ctx_prefix.c). Invariant: a step allocates nothing (tests check snug_alloc_count around
- * it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
+ * model.h; the copy callbacks: ctx_prefix.c). Invariant: a step allocates nothing (tests check
+ * snug_alloc_count around it). Read next: src/arch/qwen35.c (forward), src/kv/kv.h.
  */
 #include "model.h"
 

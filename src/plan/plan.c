@@ -219,8 +219,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
      * rotary positions (snug_ctx_eval_images). Each slot's sequence handle keeps one (a step
      * runs on the tables of its first row's sequence; the positions are the host copy the
      * backend uploads from). */
-    out->pos_bytes = (size_t)lim.n_chunk * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) +
-                                            sizeof(void *));
+    out->pos_bytes =
+        (size_t)lim.n_chunk * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) + sizeof(void *));
     slot_item(out, "step tables (runs, positions)", out->pos_bytes, SNUG_DEVICE_HOST);
     /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
     slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);
