@@ -8,6 +8,8 @@
 
 #include "grammar/grammar.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define GR_INF (INT32_MAX / 4)
@@ -41,6 +43,21 @@ struct snug_grammar {
 
 void snug_grammar_limits_fill(struct snug_grammar_limits *out,
                               const struct snug_grammar_limits *in);
+
+/* Growable GBNF text (text.c): always NUL-terminated; after a failed allocation `oom` is set
+ * and later writes do nothing. gr_text_printf formats at most 511 bytes per call. */
+struct gr_text {
+    char *d;
+    size_t n, cap;
+    bool oom;
+};
+void gr_text_put(struct gr_text *b, const char *s, size_t n);
+void gr_text_puts(struct gr_text *b, const char *s);
+void gr_text_printf(struct gr_text *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* A regular expression (the JSON Schema `pattern` subset of jschema.c) matching a whole text,
  * as one GBNF expression over the characters themselves (only NUL is left out): for Lark

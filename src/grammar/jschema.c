@@ -12,6 +12,7 @@
  * Read next: gbnf.c.
  */
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 
 #include "core/core.h"
 
@@ -23,71 +24,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct buf {
-    char *d;
-    size_t n, cap;
-    bool oom;
-};
-
-static void bput(struct buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *d = snug_malloc(cap);
-        if (!d) {
-            b->oom = true;
-            return;
-        }
-        if (b->n) memcpy(d, b->d, b->n);
-        snug_free(b->d);
-        b->d = d;
-        b->cap = cap;
-    }
-    memcpy(b->d + b->n, s, n);
-    b->n += n;
-    b->d[b->n] = 0;
-}
-
-static void bputs(struct buf *b, const char *s) {
-    bput(b, s, strlen(s));
-}
-
-static void bprintf(struct buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void bprintf(struct buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) bput(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* The inside of a GBNF string literal spelling the bytes s[0..n): quotes and backslashes
  * escaped, control bytes as \xNN (a raw newline would end the rule). */
-static void blit_body(struct buf *b, const char *s, size_t n) {
+static void blit_body(struct gr_text *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char e[3] = {'\\', (char)c, 0};
-            bputs(b, e);
+            gr_text_puts(b, e);
         } else if (c < 0x20 || c == 0x7F) {
-            bprintf(b, "\\x%02X", c);
+            gr_text_printf(b, "\\x%02X", c);
         } else {
-            bput(b, (const char *)&c, 1);
+            gr_text_put(b, (const char *)&c, 1);
         }
     }
 }
 
 /* A GBNF string literal spelling the bytes s[0..n). */
-static void blit(struct buf *b, const char *s, size_t n) {
-    bputs(b, "\"");
+static void blit(struct gr_text *b, const char *s, size_t n) {
+    gr_text_puts(b, "\"");
     blit_body(b, s, n);
-    bputs(b, "\"");
+    gr_text_puts(b, "\"");
 }
 
 #define MAX_REFS  256
@@ -95,7 +52,7 @@ static void blit(struct buf *b, const char *s, size_t n) {
 
 struct ctx {
     json_t *root;
-    struct buf rules; /* generated rules, one per line */
+    struct gr_text rules; /* generated rules, one per line */
     int n_rules;
     const char *ref_name[MAX_REFS];
     int ref_rule[MAX_REFS];
@@ -122,12 +79,12 @@ static int invalid(struct ctx *c, const char *keyword, const char *why) {
 /* Start rule r<id> ::= ...; returns the id. */
 static int rule_begin(struct ctx *c) {
     int id = c->n_rules++;
-    bprintf(&c->rules, "r%d ::= ", id);
+    gr_text_printf(&c->rules, "r%d ::= ", id);
     return id;
 }
 
 static void rule_end(struct ctx *c) {
-    bputs(&c->rules, "\n");
+    gr_text_puts(&c->rules, "\n");
 }
 
 static int gen(struct ctx *c, json_t *s);
@@ -194,7 +151,7 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
  * rejected (the 400 names `pattern` and the construct). */
 struct re {
     const char *p, *end;
-    struct buf *out;
+    struct gr_text *out;
     bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
     bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
     bool whole; /* the regex must match the whole text (no implicit text around it) */
@@ -272,7 +229,7 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     int n_ban = r->text ? 1 : r->raw ? 2 : 4;
     bool any = false;
     size_t mark = r->out->n;
-    bputs(r->out, "[");
+    gr_text_puts(r->out, "[");
     for (int i = 0; i < n; i++) {
         uint32_t x = lo[i];
         for (int b = 0; b <= n_ban && x <= hi[i]; b++) {
@@ -281,14 +238,14 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
             uint32_t y = stop == 0 ? 0 : stop - 1;
             if (y > hi[i]) y = hi[i];
             if (stop > x && y >= x) {
-                bprintf(r->out, "\\U%08X", x);
-                if (y > x) bprintf(r->out, "-\\U%08X", y);
+                gr_text_printf(r->out, "\\U%08X", x);
+                if (y > x) gr_text_printf(r->out, "-\\U%08X", y);
                 any = true;
             }
             if (b < n_ban && ban[b][1] + 1 > x) x = ban[b][1] + 1;
         }
     }
-    bputs(r->out, "]");
+    gr_text_puts(r->out, "]");
     if (!any) {
         r->out->n = mark;
         return re_fail(r, r->raw
@@ -301,15 +258,15 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
 /* One literal character of the regex as GBNF. */
 static void re_emit_char(struct re *r, uint32_t cp) {
     if (!r->raw && (cp == '"' || cp == '\\'))
-        bputs(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
+        gr_text_puts(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
     else if (!r->raw && cp == '\n')
-        bputs(r->out, "\"\\\\n\"");
+        gr_text_puts(r->out, "\"\\\\n\"");
     else if (!r->raw && cp == '\t')
-        bputs(r->out, "\"\\\\t\"");
+        gr_text_puts(r->out, "\"\\\\t\"");
     else if (!r->raw && cp == '\r')
-        bputs(r->out, "\"\\\\r\"");
+        gr_text_puts(r->out, "\"\\\\r\"");
     else
-        bprintf(r->out, "[\\U%08X]", cp);
+        gr_text_printf(r->out, "[\\U%08X]", cp);
 }
 
 static int re_alt(struct re *r, int depth);
@@ -392,11 +349,11 @@ static int re_atom(struct re *r, int depth) {
             else
                 return re_fail(r, "look-around and named groups");
         }
-        bputs(r->out, "(");
+        gr_text_puts(r->out, "(");
         if (re_alt(r, depth + 1)) return -1;
         if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
         r->p++;
-        bputs(r->out, ")");
+        gr_text_puts(r->out, ")");
         return 0;
     }
     if (ch == '[') {
@@ -493,13 +450,13 @@ static int re_seq(struct re *r, int depth) {
     bool any = false;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
-        bputs(r->out, " (");
+        gr_text_puts(r->out, " (");
         if (re_atom(r, depth)) return -1;
-        bputs(r->out, ")");
+        gr_text_puts(r->out, ")");
         if (r->p < r->end) {
             char q = *r->p;
             if (q == '*' || q == '+' || q == '?') {
-                bput(r->out, &q, 1);
+                gr_text_put(r->out, &q, 1);
                 r->p++;
             } else if (q == '{') {
                 const char *e = memchr(r->p, '}', (size_t)(r->end - r->p));
@@ -515,16 +472,16 @@ static int re_seq(struct re *r, int depth) {
                 if (m < 0 || m > 1000 || n > 1000 || (n >= 0 && n < m))
                     return re_fail(r, "a {m,n} outside 0..1000 or with n < m");
                 if (n < 0)
-                    bprintf(r->out, "{%ld,}", m);
+                    gr_text_printf(r->out, "{%ld,}", m);
                 else
-                    bprintf(r->out, "{%ld,%ld}", m, n);
+                    gr_text_printf(r->out, "{%ld,%ld}", m, n);
                 r->p = e + 1;
             }
             if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
         }
         any = true;
     }
-    if (!any) bputs(r->out, " \"\"");
+    if (!any) gr_text_puts(r->out, " \"\"");
     return 0;
 }
 
@@ -533,7 +490,7 @@ static int re_alt(struct re *r, int depth) {
     if (re_seq(r, depth)) return -1;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
-        bputs(r->out, " |");
+        gr_text_puts(r->out, " |");
         if (re_seq(r, depth)) return -1;
     }
     return 0;
@@ -545,18 +502,18 @@ static int re_top(struct re *r) {
     bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
     const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
     if (r->whole) head = tail = true;
-    if (!head) bprintf(r->out, "%s ", any);
-    bputs(r->out, "(");
+    if (!head) gr_text_printf(r->out, "%s ", any);
+    gr_text_puts(r->out, "(");
     if (re_alt(r, 0)) return -1;
     if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
         return re_fail(r, "an unmatched ')'");
-    bputs(r->out, ")");
-    if (!tail) bprintf(r->out, " %s", any);
+    gr_text_puts(r->out, ")");
+    if (!tail) gr_text_printf(r->out, " %s", any);
     return 0;
 }
 
 int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
-    struct buf body = {0};
+    struct gr_text body = {0};
     struct re r = {
         .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
     *out = NULL;
@@ -590,7 +547,7 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         if (!json_is_string(pat)) return invalid(c, "pattern", "must be a string");
         if (fmt || has_mn || has_mx)
             return unsupported(c, "pattern", "together with format/minLength/maxLength");
-        struct buf body = {0};
+        struct gr_text body = {0};
         struct re r = {.p = json_string_value(pat),
                        .end = json_string_value(pat) + json_string_length(pat),
                        .out = &body,
@@ -600,9 +557,9 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
             return unsupported(c, "pattern", r.why[0] ? r.why : "out of memory");
         }
         int id = rule_begin(c);
-        bprintf(&c->rules, "%s", q);
-        bput(&c->rules, body.d, body.n);
-        bprintf(&c->rules, "%s", q2);
+        gr_text_printf(&c->rules, "%s", q);
+        gr_text_put(&c->rules, body.d, body.n);
+        gr_text_printf(&c->rules, "%s", q2);
         rule_end(c);
         snug_free(body.d);
         return id;
@@ -630,18 +587,18 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         else
             return unsupported(c, "format", f);
         int id = rule_begin(c);
-        bprintf(&c->rules, "%s%s%s", q, body, q2);
+        gr_text_printf(&c->rules, "%s%s%s", q, body, q2);
         rule_end(c);
         return id;
     }
     const char *ch = raw ? "rawchar" : "char";
     int id = rule_begin(c);
     if (!has_mn && !has_mx)
-        bprintf(&c->rules, "%s%s*%s", q, ch, q2);
+        gr_text_printf(&c->rules, "%s%s*%s", q, ch, q2);
     else if (mx < 0)
-        bprintf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
+        gr_text_printf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
     else
-        bprintf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
+        gr_text_printf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
     rule_end(c);
     return id;
 }
@@ -684,7 +641,7 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
     int id;
     if (!has_a && !has_b) {
         id = rule_begin(c);
-        bputs(&c->rules, integer ? "integer" : "number");
+        gr_text_puts(&c->rules, integer ? "integer" : "number");
         rule_end(c);
         return id;
     }
@@ -695,10 +652,10 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
         id = rule_begin(c);
         long long ia = (long long)ceil(a), ib = (long long)floor(b);
         for (long long k = ia; k <= ib; k++) {
-            if (k > ia) bputs(&c->rules, " | ");
-            bprintf(&c->rules, "\"%lld\"", k);
+            if (k > ia) gr_text_puts(&c->rules, " | ");
+            gr_text_printf(&c->rules, "\"%lld\"", k);
             if (!integer && ((k >= 0 && k + 1 <= ib) || (k < 0 && k - 1 >= ia)))
-                bputs(&c->rules, " frac?");
+                gr_text_puts(&c->rules, " frac?");
         }
         rule_end(c);
         return id;
@@ -706,19 +663,19 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
     if (has_a && !has_b && a <= 1 && a >= 0 && (integer || a == 0)) {
         id = rule_begin(c);
         if (integer)
-            bputs(&c->rules, a >= 1 ? "[1-9] [0-9]{0,15}" : "(\"0\" | [1-9] [0-9]{0,15})");
+            gr_text_puts(&c->rules, a >= 1 ? "[1-9] [0-9]{0,15}" : "(\"0\" | [1-9] [0-9]{0,15})");
         else
-            bputs(&c->rules, "(\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
+            gr_text_puts(&c->rules, "(\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
         rule_end(c);
         return id;
     }
     if (has_b && !has_a && b >= 0 && b <= 512 && (integer || b == floor(b))) {
         id = rule_begin(c);
-        bputs(&c->rules,
-              integer ? "\"-\" [1-9] [0-9]{0,15}" : "\"-\" (\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
+        gr_text_puts(&c->rules, integer ? "\"-\" [1-9] [0-9]{0,15}"
+                                        : "\"-\" (\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
         for (long long k = 0; k <= (long long)b; k++) {
-            bprintf(&c->rules, " | \"%lld\"", k);
-            if (!integer && k + 1 <= (long long)b) bputs(&c->rules, " frac?");
+            gr_text_printf(&c->rules, " | \"%lld\"", k);
+            if (!integer && k + 1 <= (long long)b) gr_text_puts(&c->rules, " frac?");
         }
         rule_end(c);
         return id;
@@ -741,7 +698,7 @@ static int gen_pair(struct ctx *c, const char *key, json_t *sub) {
     if (!txt) return invalid(c, "properties", "cannot serialise a property name");
     int id = rule_begin(c);
     blit(&c->rules, txt, strlen(txt));
-    bprintf(&c->rules, " ws \":\" ws r%d", v);
+    gr_text_printf(&c->rules, " ws \":\" ws r%d", v);
     rule_end(c);
     free(txt);
     return id;
@@ -780,9 +737,9 @@ static int gen_object(struct ctx *c, json_t *s) {
         if (add && json_is_object(add) && v < 0) return -1;
         extra = rule_begin(c);
         if (v >= 0)
-            bprintf(&c->rules, "string ws \":\" ws r%d", v);
+            gr_text_printf(&c->rules, "string ws \":\" ws r%d", v);
         else
-            bputs(&c->rules, "string ws \":\" ws value");
+            gr_text_puts(&c->rules, "string ws \":\" ws value");
         rule_end(c);
     }
     int *pair = snug_malloc((n ? n : 1) * sizeof *pair);
@@ -814,29 +771,29 @@ static int gen_object(struct ctx *c, json_t *s) {
          * first_i: the same when nothing was written yet. Built from the end. */
         int rest_next, first_next;
         rest_next = rule_begin(c);
-        if (extra >= 0) bprintf(&c->rules, "(ws \",\" ws r%d)*", extra);
+        if (extra >= 0) gr_text_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
         rule_end(c);
         first_next = rule_begin(c);
-        if (extra >= 0) bprintf(&c->rules, "(r%d r%d)?", extra, rest_next);
+        if (extra >= 0) gr_text_printf(&c->rules, "(r%d r%d)?", extra, rest_next);
         rule_end(c);
         for (size_t k = n; k-- > 0;) {
             int rest = rule_begin(c);
             if (isreq[k])
-                bprintf(&c->rules, "ws \",\" ws r%d r%d", pair[k], rest_next);
+                gr_text_printf(&c->rules, "ws \",\" ws r%d r%d", pair[k], rest_next);
             else
-                bprintf(&c->rules, "(ws \",\" ws r%d)? r%d", pair[k], rest_next);
+                gr_text_printf(&c->rules, "(ws \",\" ws r%d)? r%d", pair[k], rest_next);
             rule_end(c);
             int first = rule_begin(c);
             if (isreq[k])
-                bprintf(&c->rules, "r%d r%d", pair[k], rest_next);
+                gr_text_printf(&c->rules, "r%d r%d", pair[k], rest_next);
             else
-                bprintf(&c->rules, "r%d r%d | r%d", pair[k], rest_next, first_next);
+                gr_text_printf(&c->rules, "r%d r%d | r%d", pair[k], rest_next, first_next);
             rule_end(c);
             rest_next = rest;
             first_next = first;
         }
         id = rule_begin(c);
-        bprintf(&c->rules, "\"{\" ws r%d ws \"}\"", first_next);
+        gr_text_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first_next);
         rule_end(c);
     }
     snug_free(pair);
@@ -882,9 +839,10 @@ static int gen_array(struct ctx *c, json_t *s) {
             }
         }
         int id = rule_begin(c);
-        bputs(&c->rules, "\"[\" ws");
-        for (size_t i = 0; i < n; i++) bprintf(&c->rules, "%s r%d", i ? " ws \",\" ws" : "", el[i]);
-        bputs(&c->rules, " ws \"]\"");
+        gr_text_puts(&c->rules, "\"[\" ws");
+        for (size_t i = 0; i < n; i++)
+            gr_text_printf(&c->rules, "%s r%d", i ? " ws \",\" ws" : "", el[i]);
+        gr_text_puts(&c->rules, " ws \"]\"");
         rule_end(c);
         snug_free(el);
         return id;
@@ -904,19 +862,20 @@ static int gen_array(struct ctx *c, json_t *s) {
         snprintf(item, sizeof item, "value");
     int id = rule_begin(c);
     if (has_mx && mx == 0) {
-        bputs(&c->rules, "\"[\" ws \"]\"");
+        gr_text_puts(&c->rules, "\"[\" ws \"]\"");
     } else if (mn == 0) {
         if (mx < 0)
-            bprintf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s)*)? ws \"]\"", item, item);
+            gr_text_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s)*)? ws \"]\"", item, item);
         else
-            bprintf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s){0,%lld})? ws \"]\"", item, item,
-                    mx - 1);
+            gr_text_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s){0,%lld})? ws \"]\"", item,
+                           item, mx - 1);
     } else {
         if (mx < 0)
-            bprintf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,} ws \"]\"", item, item, mn - 1);
+            gr_text_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,} ws \"]\"", item, item,
+                           mn - 1);
         else
-            bprintf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,%lld} ws \"]\"", item, item,
-                    mn - 1, mx - 1);
+            gr_text_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,%lld} ws \"]\"", item,
+                           item, mn - 1, mx - 1);
     }
     rule_end(c);
     return id;
@@ -931,9 +890,9 @@ static int gen_type(struct ctx *c, json_t *s, const char *t) {
     if (!strcmp(t, "number")) return gen_number(c, s, false);
     int id = rule_begin(c);
     if (!strcmp(t, "boolean"))
-        bputs(&c->rules, "\"true\" | \"false\"");
+        gr_text_puts(&c->rules, "\"true\" | \"false\"");
     else if (!strcmp(t, "null"))
-        bputs(&c->rules, "\"null\"");
+        gr_text_puts(&c->rules, "\"null\"");
     else {
         rule_end(c);
         return unsupported(c, "type", t);
@@ -967,7 +926,7 @@ static int gen_ref(struct ctx *c, const char *ref) {
     int body = gen(c, target);
     c->path[old] = 0;
     if (body < 0) return -1;
-    bprintf(&c->rules, "r%d ::= r%d\n", id, body);
+    gr_text_printf(&c->rules, "r%d ::= r%d\n", id, body);
     return id;
 }
 
@@ -979,7 +938,7 @@ static int gen(struct ctx *c, json_t *s) {
     int id = -1;
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
         id = rule_begin(c);
-        bputs(&c->rules, "value");
+        gr_text_puts(&c->rules, "value");
         rule_end(c);
         c->depth--;
         return id;
@@ -1067,7 +1026,7 @@ static int gen(struct ctx *c, json_t *s) {
         if (i == json_array_size(en)) {
             inner = rule_begin(c);
             for (i = 0; i < json_array_size(en); i++)
-                bprintf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+                gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
             rule_end(c);
         }
         snug_free(ids);
@@ -1101,7 +1060,7 @@ static int gen(struct ctx *c, json_t *s) {
         }
         if (okk) {
             inner = rule_begin(c);
-            for (i = 0; i < n; i++) bprintf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+            for (i = 0; i < n; i++) gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
             rule_end(c);
         }
         snug_free(ids);
@@ -1132,7 +1091,7 @@ static int gen(struct ctx *c, json_t *s) {
             }
             if (i == n) {
                 inner = rule_begin(c);
-                for (i = 0; i < n; i++) bprintf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+                for (i = 0; i < n; i++) gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
                 rule_end(c);
             }
         } else {
@@ -1146,14 +1105,14 @@ static int gen(struct ctx *c, json_t *s) {
         inner = gen_array(c, s);
     } else {
         inner = rule_begin(c);
-        bputs(&c->rules, "value");
+        gr_text_puts(&c->rules, "value");
         rule_end(c);
     }
     c->depth--;
     if (inner < 0) return -1;
     if (nullable && json_is_true(nullable)) {
         id = rule_begin(c);
-        bprintf(&c->rules, "r%d | \"null\"", inner);
+        gr_text_printf(&c->rules, "r%d | \"null\"", inner);
         rule_end(c);
         return id;
     }
@@ -1227,7 +1186,7 @@ static int gen_param_value(struct ctx *c, json_t *s) {
         json_t *x;
         json_array_foreach(en, i, x) {
             if (!json_is_string(x)) continue;
-            if (i) bputs(&c->rules, " | ");
+            if (i) gr_text_puts(&c->rules, " | ");
             blit(&c->rules, json_string_value(x), json_string_length(x));
         }
         rule_end(c);
@@ -1235,7 +1194,7 @@ static int gen_param_value(struct ctx *c, json_t *s) {
     }
     if (json_is_string(t)) return gen_string_as(c, s, true);
     int id = rule_begin(c); /* a union admitting any string: any raw text */
-    bputs(&c->rules, "rawchar*");
+    gr_text_puts(&c->rules, "rawchar*");
     rule_end(c);
     return id;
 }
@@ -1247,8 +1206,9 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
     json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
     if (!strict || !json_is_object(props)) {
         int id = rule_begin(c);
-        bputs(&c->rules,
-              "(\"<parameter=\" [a-zA-Z0-9_.-]{1,64} \">\\n\" rawchar* \"\\n</parameter>\\n\")*");
+        gr_text_puts(
+            &c->rules,
+            "(\"<parameter=\" [a-zA-Z0-9_.-]{1,64} \">\\n\" rawchar* \"\\n</parameter>\\n\")*");
         rule_end(c);
         return id;
     }
@@ -1280,13 +1240,14 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
         json_t *r;
         json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key))
             is_req = true;
-        bputs(&c->rules, is_req ? " (" : " (");
-        bputs(&c->rules, "\"<parameter=");
+        gr_text_puts(&c->rules, is_req ? " (" : " (");
+        gr_text_puts(&c->rules, "\"<parameter=");
         blit_body(&c->rules, key, strlen(key)); /* the key inside the literal */
-        bprintf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i], is_req ? "" : "?");
+        gr_text_printf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i],
+                       is_req ? "" : "?");
         i++;
     }
-    if (!n) bputs(&c->rules, "\"\"");
+    if (!n) gr_text_puts(&c->rules, "\"\"");
     rule_end(c);
     snug_free(val);
     return id;
@@ -1308,20 +1269,20 @@ static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
         c->status = rc;
         return -1;
     }
-    bputs(&c->rules, g);
+    gr_text_puts(&c->rules, g);
     snug_free(g);
     int id = rule_begin(c);
-    bprintf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
+    gr_text_printf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
     rule_end(c);
     return id;
 }
 
 static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
                   struct snug_err *err) {
-    struct buf o = {0};
-    bprintf(&o, "root ::= %s\n", root_body);
-    bputs(&o, BASE);
-    if (c->rules.d) bput(&o, c->rules.d, c->rules.n);
+    struct gr_text o = {0};
+    gr_text_printf(&o, "root ::= %s\n", root_body);
+    gr_text_puts(&o, BASE);
+    if (c->rules.d) gr_text_put(&o, c->rules.d, c->rules.n);
     snug_free(c->rules.d);
     if (o.oom || c->rules.oom) {
         snug_free(o.d);
@@ -1368,13 +1329,13 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
         fn[n_fn] = rule_begin(&c);
         size_t nl = strlen(name);
         blit(&c.rules, name, nl);
-        bprintf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
+        gr_text_printf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
         rule_end(&c);
         if (named && !strcmp(named, name)) {
             named_fn = p;
             /* named: the prompt already holds "<function=NAME>\n" */
             int k = rule_begin(&c);
-            bprintf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
+            gr_text_printf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
             rule_end(&c);
             named_fn = k;
         }
@@ -1385,15 +1346,15 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
                           named ? "the named function is not among the tools" : "no functions");
     if (rc == SNUG_OK) {
         int any = rule_begin(&c);
-        for (int k = 0; k < n_fn; k++) bprintf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
+        for (int k = 0; k < n_fn; k++) gr_text_printf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
         rule_end(&c);
-        struct buf root = {0};
-        if (lead && *lead) blit(&root, lead, strlen(lead)), bputs(&root, " ");
+        struct gr_text root = {0};
+        if (lead && *lead) blit(&root, lead, strlen(lead)), gr_text_puts(&root, " ");
         if (named)
-            bprintf(&root, "r%d", named_fn);
+            gr_text_printf(&root, "r%d", named_fn);
         else
-            bprintf(&root, "\"<function=\" r%d", any);
-        if (many) bprintf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
+            gr_text_printf(&root, "\"<function=\" r%d", any);
+        if (many) gr_text_printf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
         rc = root.oom ? snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory")
                       : finish(&c, root.d, out, out_len, err);
         snug_free(root.d);
@@ -1418,13 +1379,13 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
     struct ctx c = {.root = root, .err = err, .path = "#"};
     int top = gen(&c, root);
     int rc = SNUG_OK;
-    struct buf o = {0};
+    struct gr_text o = {0};
     if (top < 0) {
         rc = c.status ? c.status : SNUG_ERR_INVALID;
     } else {
-        bprintf(&o, "root ::= r%d\n", top);
-        bputs(&o, BASE);
-        if (c.rules.d) bput(&o, c.rules.d, c.rules.n);
+        gr_text_printf(&o, "root ::= r%d\n", top);
+        gr_text_puts(&o, BASE);
+        if (c.rules.d) gr_text_put(&o, c.rules.d, c.rules.n);
         if (o.oom || c.rules.oom)
             rc = snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
     }

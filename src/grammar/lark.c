@@ -28,36 +28,6 @@
 #include <stdio.h>
 #include <string.h>
 
-struct lbuf {
-    char *d;
-    size_t n, cap;
-    bool oom;
-};
-
-static void lput(struct lbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *d = snug_malloc(cap);
-        if (!d) {
-            b->oom = true;
-            return;
-        }
-        if (b->n) memcpy(d, b->d, b->n);
-        snug_free(b->d);
-        b->d = d;
-        b->cap = cap;
-    }
-    memcpy(b->d + b->n, s, n);
-    b->n += n;
-    b->d[b->n] = 0;
-}
-
-static void lputs(struct lbuf *b, const char *s) {
-    lput(b, s, strlen(s));
-}
-
 /* The terminals of Lark's common.lark that %import may name, restated as regular expressions
  * of the subset (same languages; ESCAPED_STRING: a quoted run of escapes and characters other
  * than the quote, the backslash and a newline). */
@@ -95,7 +65,7 @@ static const char *const COMMON[][2] = {
 struct lark {
     const char *text, *p, *end;
     const char *prefix; /* of every output name */
-    struct lbuf out;
+    struct gr_text out;
     char ign[16]; /* " PREFIX-ws" when %ignore is used, else "" (inserted between items) */
     bool in_rule; /* emitting a rule (ignored terminals may come between items) */
     /* names defined / referenced (offsets into text for the error position) */
@@ -105,7 +75,7 @@ struct lark {
     } def[LARK_MAX_NAMES], ref[LARK_MAX_NAMES];
     const char *ref_at[LARK_MAX_NAMES];
     int n_def, n_ref;
-    struct lbuf ignore; /* alternatives of the ignored terminals */
+    struct gr_text ignore; /* alternatives of the ignored terminals */
     struct snug_err *err;
     int status;
 };
@@ -171,17 +141,17 @@ static void skip(struct lark *l, bool nl) {
 }
 
 static void emit_name(struct lark *l, const char *s, int n) {
-    lputs(&l->out, " ");
-    lputs(&l->out, l->prefix);
-    lput(&l->out, s, (size_t)n);
+    gr_text_puts(&l->out, " ");
+    gr_text_puts(&l->out, l->prefix);
+    gr_text_put(&l->out, s, (size_t)n);
 }
 
 /* A Python-style string literal at l->p (the opening quote) as a GBNF literal; *cp_out gets
  * its single code point (for ranges) or -1. */
 static int literal(struct lark *l, long *cp_out) {
     const char *at = l->p++;
-    struct lbuf lit = {0};
-    lputs(&lit, "\"");
+    struct gr_text lit = {0};
+    gr_text_puts(&lit, "\"");
     long n_cp = 0, last = -1;
     while (l->p < l->end && *l->p != '"') {
         unsigned char c = (unsigned char)*l->p;
@@ -216,7 +186,7 @@ static int literal(struct lark *l, long *cp_out) {
                      : e == '\'' ? '\''
                                  : 0;
                 if (!cp) { /* Python keeps unknown escapes: the backslash and the character */
-                    lputs(&lit, "\\\\");
+                    gr_text_puts(&lit, "\\\\");
                     cp = (unsigned char)e;
                     n_cp++;
                 }
@@ -233,7 +203,7 @@ static int literal(struct lark *l, long *cp_out) {
                 snprintf(tmp, sizeof tmp, "\\U%08X", cp);
             else
                 snprintf(tmp, sizeof tmp, "%c", (char)cp);
-            lputs(&lit, tmp);
+            gr_text_puts(&lit, tmp);
         } else {
             /* a raw UTF-8 character: copied as its bytes */
             int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
@@ -255,9 +225,9 @@ static int literal(struct lark *l, long *cp_out) {
             if (c < 0x20 || c == 0x7F) {
                 char tmp[16];
                 snprintf(tmp, sizeof tmp, "\\x%02X", c);
-                lputs(&lit, tmp);
+                gr_text_puts(&lit, tmp);
             } else {
-                lput(&lit, l->p, (size_t)k);
+                gr_text_put(&lit, l->p, (size_t)k);
             }
             l->p += k;
         }
@@ -274,7 +244,7 @@ static int literal(struct lark *l, long *cp_out) {
         return lfail(l, l->p, SNUG_ERR_UNSUPPORTED,
                      "case-insensitive literals (\"...\"i) are not supported");
     }
-    lputs(&lit, "\"");
+    gr_text_puts(&lit, "\"");
     *cp_out = n_cp == 1 ? last : -1;
     if (lit.oom) {
         snug_free(lit.d);
@@ -284,8 +254,8 @@ static int literal(struct lark *l, long *cp_out) {
         snug_free(lit.d);
         return lfail(l, at, SNUG_ERR_FORMAT, "an empty literal");
     }
-    lputs(&l->out, " ");
-    lputs(&l->out, lit.d);
+    gr_text_puts(&l->out, " ");
+    gr_text_puts(&l->out, lit.d);
     snug_free(lit.d);
     return 0;
 }
@@ -313,9 +283,9 @@ static int regex(struct lark *l) {
     int rc = gr_regex_to_gbnf(start, (size_t)(stop - start), &g, why, sizeof why);
     if (rc == SNUG_ERR_NOMEM) return lfail(l, at, rc, "out of memory");
     if (rc) return lfail(l, at, SNUG_ERR_UNSUPPORTED, "in the regular expression: %s", why);
-    lputs(&l->out, " (");
-    lputs(&l->out, g);
-    lputs(&l->out, ")");
+    gr_text_puts(&l->out, " (");
+    gr_text_puts(&l->out, g);
+    gr_text_puts(&l->out, ")");
     snug_free(g);
     return 0;
 }
@@ -326,18 +296,18 @@ static int expansions(struct lark *l, int depth);
 static int item(struct lark *l, int depth) {
     const char *at = l->p;
     size_t mark = l->out.n;
-    lputs(&l->out, " (");
+    gr_text_puts(&l->out, " (");
     char c = *l->p;
     if (c == '(' || c == '[') {
         l->p++;
-        if (c == '[') lputs(&l->out, " (");
+        if (c == '[') gr_text_puts(&l->out, " (");
         if (expansions(l, depth + 1)) return -1;
         skip(l, true);
         char want = c == '(' ? ')' : ']';
         if (l->p >= l->end || *l->p != want)
             return lfail(l, at, SNUG_ERR_FORMAT, "an unclosed '%c'", c);
         l->p++;
-        if (c == '[') lputs(&l->out, " )?");
+        if (c == '[') gr_text_puts(&l->out, " )?");
     } else if (c == '"') {
         long lo = -1;
         if (literal(l, &lo)) return -1;
@@ -359,7 +329,7 @@ static int item(struct lark *l, int depth) {
             l->out.n = lit_at;
             char tmp[48];
             snprintf(tmp, sizeof tmp, " [\\U%08lX-\\U%08lX]", lo, hi);
-            lputs(&l->out, tmp);
+            gr_text_puts(&l->out, tmp);
         }
     } else if (c == '/') {
         if (regex(l)) return -1;
@@ -378,7 +348,7 @@ static int item(struct lark *l, int depth) {
     } else {
         return lfail(l, at, SNUG_ERR_FORMAT, "unexpected '%c'", c);
     }
-    lputs(&l->out, " )");
+    gr_text_puts(&l->out, " )");
     skip(l, false);
     if (l->p < l->end && (*l->p == '?' || *l->p == '*' || *l->p == '+')) {
         char op = *l->p++;
@@ -389,16 +359,16 @@ static int item(struct lark *l, int depth) {
             memcpy(x, l->out.d + mark, n);
             x[n] = 0;
             l->out.n = mark;
-            lputs(&l->out, op == '*' ? " (" : "");
-            lputs(&l->out, x);
-            lputs(&l->out, " (");
-            lputs(&l->out, l->ign);
-            lputs(&l->out, x);
-            lputs(&l->out, " )*");
-            lputs(&l->out, op == '*' ? " )?" : "");
+            gr_text_puts(&l->out, op == '*' ? " (" : "");
+            gr_text_puts(&l->out, x);
+            gr_text_puts(&l->out, " (");
+            gr_text_puts(&l->out, l->ign);
+            gr_text_puts(&l->out, x);
+            gr_text_puts(&l->out, " )*");
+            gr_text_puts(&l->out, op == '*' ? " )?" : "");
             snug_free(x);
         } else {
-            lput(&l->out, &op, 1);
+            gr_text_put(&l->out, &op, 1);
         }
     } else if (l->p < l->end && *l->p == '~') {
         l->p++;
@@ -422,7 +392,7 @@ static int item(struct lark *l, int depth) {
                          m, n);
         char tmp[48];
         snprintf(tmp, sizeof tmp, "{%ld,%ld}", m, n);
-        lputs(&l->out, tmp);
+        gr_text_puts(&l->out, tmp);
     }
     return 0;
 }
@@ -432,7 +402,7 @@ static int expansions(struct lark *l, int depth) {
     if (depth > LARK_MAX_DEPTH)
         return lfail(l, l->p, SNUG_ERR_BUDGET, "groups nested deeper than %d", LARK_MAX_DEPTH);
     for (bool first = true;; first = false) {
-        if (!first) lputs(&l->out, " |");
+        if (!first) gr_text_puts(&l->out, " |");
         skip(l, depth > 0);
         int n_items = 0;
         while (l->p < l->end) {
@@ -445,12 +415,12 @@ static int expansions(struct lark *l, int depth) {
                 skip(l, depth > 0);
                 break;
             }
-            if (n_items && l->in_rule && l->ign[0]) lputs(&l->out, l->ign);
+            if (n_items && l->in_rule && l->ign[0]) gr_text_puts(&l->out, l->ign);
             if (item(l, depth)) return -1;
             n_items++;
             skip(l, depth > 0);
         }
-        if (!n_items) lputs(&l->out, " \"\"");
+        if (!n_items) gr_text_puts(&l->out, " \"\"");
         if (l->p < l->end && *l->p == '|') {
             l->p++;
             continue;
@@ -492,11 +462,11 @@ static int definition(struct lark *l) {
     l->p++;
     if (add_def(l, s, n)) return -1;
     l->in_rule = !is_terminal(s, n);
-    lputs(&l->out, l->prefix);
-    lput(&l->out, s, (size_t)n);
-    lputs(&l->out, " ::=");
+    gr_text_puts(&l->out, l->prefix);
+    gr_text_put(&l->out, s, (size_t)n);
+    gr_text_puts(&l->out, " ::=");
     if (expansions(l, 0)) return -1;
-    lputs(&l->out, "\n");
+    gr_text_puts(&l->out, "\n");
     return 0;
 }
 
@@ -513,11 +483,11 @@ static int import_common(struct lark *l, const char *at, const char *name, int n
         l->end = text + strlen(text);
         l->text = text;
         l->in_rule = false;
-        lputs(&l->out, l->prefix);
-        lput(&l->out, as, (size_t)as_n);
-        lputs(&l->out, " ::=");
+        gr_text_puts(&l->out, l->prefix);
+        gr_text_put(&l->out, as, (size_t)as_n);
+        gr_text_puts(&l->out, " ::=");
         int rc = expansions(l, 0);
-        lputs(&l->out, "\n");
+        gr_text_puts(&l->out, "\n");
         l->end = save_end;
         l->text = save_text;
         l->p = save_p;
@@ -583,9 +553,9 @@ static int directive(struct lark *l) {
         }
     }
     if (wn == 6 && !memcmp(w, "ignore", 6)) { /* %ignore item (a name or a literal / regex) */
-        struct lbuf keep = l->out;
+        struct gr_text keep = l->out;
         l->out = l->ignore;
-        if (l->ignore.n) lputs(&l->out, " |");
+        if (l->ignore.n) gr_text_puts(&l->out, " |");
         bool rule = l->in_rule;
         l->in_rule = false;
         int rc = expansions(l, 0);
@@ -643,18 +613,18 @@ int snug_lark_to_gbnf(const char *text, size_t len, const char *prefix, char **o
             snprintf(head, sizeof head, "%s-root ::=", prefix);
         else
             snprintf(head, sizeof head, "root ::=");
-        lputs(&l->out, head);
-        lputs(&l->out, l->ign[0] ? l->ign : "");
-        lputs(&l->out, " ");
-        lputs(&l->out, l->prefix);
-        lputs(&l->out, "start");
-        lputs(&l->out, l->ign[0] ? l->ign : "");
-        lputs(&l->out, "\n");
+        gr_text_puts(&l->out, head);
+        gr_text_puts(&l->out, l->ign[0] ? l->ign : "");
+        gr_text_puts(&l->out, " ");
+        gr_text_puts(&l->out, l->prefix);
+        gr_text_puts(&l->out, "start");
+        gr_text_puts(&l->out, l->ign[0] ? l->ign : "");
+        gr_text_puts(&l->out, "\n");
         if (l->ign[0]) {
-            lputs(&l->out, l->ign + 1);
-            lputs(&l->out, " ::= (");
-            lputs(&l->out, l->ignore.d ? l->ignore.d : " \"\"");
-            lputs(&l->out, " )*\n");
+            gr_text_puts(&l->out, l->ign + 1);
+            gr_text_puts(&l->out, " ::= (");
+            gr_text_puts(&l->out, l->ignore.d ? l->ignore.d : " \"\"");
+            gr_text_puts(&l->out, " )*\n");
         }
         if (l->out.oom || l->ignore.oom) lfail(l, text, SNUG_ERR_NOMEM, "out of memory");
     }
@@ -685,15 +655,15 @@ int snug_tool_format_to_gbnf(const char *syntax, const char *definition, size_t 
     int rc = gr_regex_to_gbnf(definition, len, &g, why, sizeof why);
     if (rc == SNUG_ERR_NOMEM) return snug_err_set(err, rc, "regex: out of memory");
     if (rc) return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "regex: %s is not supported", why);
-    struct lbuf b = {0};
+    struct gr_text b = {0};
     char head[64];
     if (prefix && prefix[0])
         snprintf(head, sizeof head, "%s-root ::= ", prefix);
     else
         snprintf(head, sizeof head, "root ::= ");
-    lputs(&b, head);
-    lputs(&b, g);
-    lputs(&b, "\n");
+    gr_text_puts(&b, head);
+    gr_text_puts(&b, g);
+    gr_text_puts(&b, "\n");
     snug_free(g);
     if (b.oom) {
         snug_free(b.d);
