@@ -59,6 +59,12 @@ int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *k
 int32_t cli_kv_code(const struct cli_kv *kv);
 void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp);
 
+/* A whole input file (cli_file.c): NUL-terminated, *len bytes, snug_malloc'd (snug_free it);
+ * NULL with a message naming `what` and the path when it cannot be opened or read, or is over
+ * max_bytes. */
+char *cli_read_file(const char *path, const char *what, size_t max_bytes, size_t *len,
+                    struct snug_err *err);
+
 /* Server-client commands (cli_ops.c: verify, stress, bench): --url, --model, --api-key,
  * --timeout (same return convention as cli_kv_flag); cli_conn_open makes the client (on failure
  * it prints the error and returns exit status 1); cli_progress is the terminal progress bar. */

@@ -45,27 +45,6 @@ int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_i
     return 1;
 }
 
-/* Read a whole file (counted allocation, at most 64 MiB). */
-static uint8_t *slurp(const char *path, size_t *n, struct snug_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snug_err_set(err, SNUG_ERR_IO, "cannot open image %s", path);
-        return NULL;
-    }
-    uint8_t *b = NULL;
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (len >= 0 && len <= (64L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
-        (b = snug_malloc((size_t)len + 1)) && fread(b, 1, (size_t)len, f) == (size_t)len) {
-        fclose(f);
-        *n = (size_t)len;
-        return b;
-    }
-    snug_err_set(err, SNUG_ERR_IO, "cannot read image %s (at most 64 MiB)", path);
-    snug_free(b);
-    fclose(f);
-    return NULL;
-}
-
 int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
                       struct snug_err *err) {
     if (ci->n == 0 && !ci->mmproj) return SNUG_OK;
@@ -93,7 +72,8 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
     if (n_threads != 1 && (rc = snug_pool_init(&pool, n_threads, err))) return rc;
     for (int k = 0; k < ci->n && rc == SNUG_OK; k++) {
         size_t nb = 0;
-        uint8_t *bytes = slurp(ci->paths[k], &nb, err);
+        uint8_t *bytes =
+            (uint8_t *)cli_read_file(ci->paths[k], "image", (size_t)64 << 20, &nb, err);
         if (!bytes) {
             rc = SNUG_ERR_IO;
             break;

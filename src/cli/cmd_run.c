@@ -94,29 +94,11 @@ static void on_load_progress(void *user, uint64_t done, uint64_t total) {
             total / 1048576.0, total ? (int)(100.0 * (double)done / (double)total) : 100);
     fflush(stderr);
 }
+
 static void cli_prefetch_model(const char *path) {
     if (!isatty(STDERR_FILENO)) return;
     struct load_line l = {0};
     if (snug_file_prefetch(path, on_load_progress, &l)) fprintf(stderr, "\r\033[K");
-}
-
-/* Read a whole file into a NUL-terminated heap buffer (CLI-only helper). */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (n + 1 < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0, *len = n;
-    return buf;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -210,9 +192,9 @@ int cmd_run(int argc, char **argv) {
     char *file_text = NULL;
     size_t prompt_len = 0;
     if (prompt_file) {
-        file_text = read_file(prompt_file, &prompt_len);
+        file_text = cli_read_file(prompt_file, "prompt file", (size_t)1 << 30, &prompt_len, &err);
         if (!file_text) {
-            fprintf(stderr, "snug run: cannot read prompt file %s\n", prompt_file);
+            fprintf(stderr, "snug run: %s\n", err.msg);
             return 1;
         }
         prompt = file_text;
@@ -403,6 +385,6 @@ fail:
     cli_images_free(&ci);
     free(ids);
     free(logits);
-    free(file_text);
+    snug_free(file_text);
     return status;
 }

@@ -5,45 +5,14 @@
  * Read next: src/tokenizer/tokenizer.h.
  */
 #include "cli.h"
+
+#include "core/core.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Read a whole file into a malloc'd buffer; NULL (and a message in err) on failure. */
-static char *slurp(const char *path, size_t *len, struct snug_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snug_err_set(err, SNUG_ERR_IO, "cannot open --file %s", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf = nb;
-        }
-    }
-    bool bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        snug_err_set(err, SNUG_ERR_IO, "cannot read --file %s", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 static int usage(void) {
     fprintf(stderr, "usage: snug tokenize -m M.gguf (--text S | --file F) [--no-special] "
@@ -87,7 +56,7 @@ int cmd_tokenize(int argc, char **argv) {
     snug_tokenizer_set_nfc(tok, nfc);
     size_t len;
     if (file) {
-        if (!(buf = slurp(file, &len, &err))) goto fail;
+        if (!(buf = cli_read_file(file, "--file", (size_t)1 << 30, &len, &err))) goto fail;
         text = buf;
     } else {
         len = strlen(text);
@@ -115,7 +84,7 @@ fail:
     ret = cli_fail("tokenize", &err);
 done:
     free(ids);
-    free(buf);
+    snug_free(buf);
     snug_tokenizer_free(tok);
     snug_gguf_close(g);
     return ret;

@@ -35,27 +35,6 @@ static int usage(void) {
     return 2;
 }
 
-/* Read a whole file (counted allocation); NULL with a message on failure. */
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "snug vision: cannot open %s\n", path);
-        return NULL;
-    }
-    uint8_t *b = NULL;
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (len >= 0 && len <= (64L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
-        (b = snug_malloc((size_t)len + 1)) && fread(b, 1, (size_t)len, f) == (size_t)len) {
-        fclose(f);
-        *n = (size_t)len;
-        return b;
-    }
-    fprintf(stderr, "snug vision: cannot read %s (at most 64 MiB)\n", path);
-    snug_free(b);
-    fclose(f);
-    return NULL;
-}
-
 int cmd_vision(int argc, char **argv) {
     const char *model = NULL, *pix = NULL, *outp = NULL, *image = NULL, *dump = NULL;
     long gh = 0, gw = 0, threads = 1;
@@ -99,8 +78,12 @@ int cmd_vision(int argc, char **argv) {
     int rc = 1;
     if (image) { /* decode, resize, cut into patches */
         size_t nb = 0;
-        uint8_t *bytes = slurp(image, &nb);
-        if (!bytes) goto done;
+        struct snug_err rerr = {0};
+        uint8_t *bytes = (uint8_t *)cli_read_file(image, "image", (size_t)64 << 20, &nb, &rerr);
+        if (!bytes) {
+            fprintf(stderr, "snug vision: %s\n", rerr.msg);
+            goto done;
+        }
         int32_t h, w;
         int st = snug_image_decode(bytes, nb, 1LL << 28, &im, &err);
         snug_free(bytes);
