@@ -16,7 +16,8 @@
  * one raw string parameter `input` whose value the grammar constrains (src/grammar/lark.c);
  * their calls come back as custom_tool_call items (streamed as
  * response.custom_tool_call_input.delta / done, the input in one delta when the call ends).
- * Built-in tools are a 400 naming them; so are text.format json_schema / json_object.
+ * Built-in tools are a 400 naming them. text.format json_schema / json_object become the chat
+ * request's response_format (grammar-constrained output).
  * Invariant: the stream's output items and the final response's output are the same items (ids
  * included): the final event carries the items the stream closed.
  * Read next: api_messages.c (the Anthropic front end), reply.h.
@@ -391,16 +392,30 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         const json_t *eff = json_object_get(v, "effort");
         if (eff && !json_is_null(eff)) json_object_set(chat, "reasoning_effort", (json_t *)eff);
     }
+    /* text.format: the chat request's response_format (json_schema: name, schema, strict,
+     * description; json_object), which request.c validates and the grammar engine enforces */
     const json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
     const char *ft = json_string_value(json_object_get(fmt, "type"));
-    if (ft && strcmp(ft, "text")) {
+    if (ft && !strcmp(ft, "json_schema")) {
+        json_t *js = json_object();
+        static const char *keys[] = {"name", "schema", "strict", "description"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            json_t *kv = json_object_get(fmt, keys[i]);
+            if (kv) json_object_set(js, keys[i], kv);
+        }
+        json_object_set_new(chat, "response_format",
+                            json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+    } else if (ft && !strcmp(ft, "json_object")) {
+        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+    } else if (fmt && (!ft || strcmp(ft, "text"))) {
         json_decref(ex);
         json_decref(chat);
         return bad(e, "text.format",
-                   "text.format '%s' is not supported yet (structured outputs need a grammar "
-                   "engine); use \"text\"",
-                   ft);
+                   "text.format must be {\"type\": \"text\" | \"json_object\" | "
+                   "\"json_schema\", ...}%s",
+                   "");
     }
+    if (fmt) json_object_set(ex, "text_format", (json_t *)fmt);
     const json_t *st = json_object_get(body, "store");
     json_object_set_new(ex, "store", json_boolean(!json_is_false(st)));
     static const char *echo[] = {
@@ -537,7 +552,10 @@ static json_t *response(struct reply *r, const char *status, json_t *output, boo
     json_object_set_new(o, "tool_choice", tc ? json_incref(tc) : json_string("auto"));
     json_object_set_new(o, "store", json_boolean(json_is_true(json_object_get(x, "store"))));
     json_object_set_new(o, "error", json_null());
-    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_t *tf = json_object_get(x, "text_format");
+    json_object_set_new(o, "text",
+                        tf ? json_pack("{s:O}", "format", tf)
+                           : json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(o, "incomplete_details",
                         final && incomplete(r) ? json_pack("{s:s}", "reason", "max_output_tokens")
                                                : json_null());

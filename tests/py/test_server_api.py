@@ -325,6 +325,42 @@ def test_custom_tools(res, A):
             res.check(want in str(e), f"bad custom format: 400 naming {want!r}")
 
 
+def test_text_format(res, A):
+    """Responses text.format: json_schema (the SDK's responses.parse with a pydantic model) and
+    json_object constrain the trained fixture's sampled output (no script, MTP drafts on) to
+    valid JSON of the schema; an unknown format is a 400 naming text.format."""
+    import openai
+    import pydantic
+
+    class City(pydantic.BaseModel):
+        name: str
+        population: int
+        capital: bool
+
+    cl = A.client()
+    ok = 0
+    for _ in range(3):
+        r = cl.responses.parse(model=MODEL, input="Describe Paris.", text_format=City,
+                               reasoning={"effort": "none"}, temperature=1,
+                               max_output_tokens=200)
+        ok += isinstance(r.output_parsed, City) and r.text.format.type == "json_schema"
+    res.check(ok == 3, f"responses.parse(text_format=City): {ok}/3 valid objects, the format "
+                       "echoed")
+    r = cl.responses.create(model=MODEL, input="Some JSON, please.", temperature=1,
+                            reasoning={"effort": "none"}, max_output_tokens=200,
+                            text={"format": {"type": "json_object"}})
+    try:
+        obj = json.loads(r.output_text)
+    except ValueError:
+        obj = None
+    res.check(isinstance(obj, dict), f"text.format json_object: an object ({r.output_text[:60]!r})")
+    try:
+        cl.responses.create(model=MODEL, input="x", text={"format": {"type": "yaml"}})
+        res.check(False, "text.format yaml: 400")
+    except openai.BadRequestError as ex:
+        res.check("text.format" in str(ex), f"text.format yaml: 400 naming it ({ex})")
+
+
 def test_golden(res, B):
     """One conversation (system, user, tool call, tool result) through the three APIs renders to
     the same prompt, and each API's usage counts the same tokens."""
@@ -574,6 +610,7 @@ def main():
             test_thinking(res, TB)
             test_small(res, A, E, fx, tmp)
             test_custom_tools(res, A)
+            test_text_format(res, A)
         finally:
             stop_all(res, servers)
     res.done()
