@@ -269,7 +269,7 @@ static void re_emit_char(struct re *r, uint32_t cp) {
         gr_text_printf(r->out, "[\\U%08X]", cp);
 }
 
-static int re_alt(struct re *r, int depth);
+static int re_alt(struct re *r, int depth, bool *nullable);
 
 /* An escape after '\' (r->p at the escaped char): into a class, or as an atom. */
 static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t *cp, bool *neg) {
@@ -339,8 +339,10 @@ static uint32_t re_cp(struct re *r) {
     return c;
 }
 
-static int re_atom(struct re *r, int depth) {
+/* One atom; *nullable: whether it can match the empty text (only a group can). */
+static int re_atom(struct re *r, int depth, bool *nullable) {
     char ch = *r->p;
+    *nullable = false;
     if (ch == '(') {
         r->p++;
         if (r->p < r->end && *r->p == '?') {
@@ -350,7 +352,7 @@ static int re_atom(struct re *r, int depth) {
                 return re_fail(r, "look-around and named groups");
         }
         gr_text_puts(r->out, "(");
-        if (re_alt(r, depth + 1)) return -1;
+        if (re_alt(r, depth + 1, nullable)) return -1;
         if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
         r->p++;
         gr_text_puts(r->out, ")");
@@ -446,16 +448,26 @@ static int re_atom(struct re *r, int depth) {
     return 0;
 }
 
-static int re_seq(struct re *r, int depth) {
+/* A sequence of quantified atoms; *nullable: whether all of them can match the empty text.
+ * An unbounded repetition (`*`, `+`, `{m,}`) of an atom that can match the empty text is
+ * refused: the grammar engine rejects it (its matcher could loop without consuming), and the
+ * language it means is rarely what was meant. */
+static int re_seq(struct re *r, int depth, bool *nullable) {
     bool any = false;
+    *nullable = true;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
         gr_text_puts(r->out, " (");
-        if (re_atom(r, depth)) return -1;
+        bool empty_ok;
+        if (re_atom(r, depth, &empty_ok)) return -1;
         gr_text_puts(r->out, ")");
+        bool zero = false; /* the quantifier allows no repetition */
         if (r->p < r->end) {
             char q = *r->p;
+            if ((q == '*' || q == '+') && empty_ok)
+                return re_fail(r, "a repetition of a group that can match nothing");
             if (q == '*' || q == '+' || q == '?') {
+                zero = q != '+';
                 gr_text_put(r->out, &q, 1);
                 r->p++;
             } else if (q == '{') {
@@ -471,6 +483,9 @@ static int re_seq(struct re *r, int depth) {
                 n = comma ? (comma[1] ? atol(comma + 1) : -1) : m;
                 if (m < 0 || m > 1000 || n > 1000 || (n >= 0 && n < m))
                     return re_fail(r, "a {m,n} outside 0..1000 or with n < m");
+                if (n < 0 && empty_ok)
+                    return re_fail(r, "a repetition of a group that can match nothing");
+                zero = m == 0;
                 if (n < 0)
                     gr_text_printf(r->out, "{%ld,}", m);
                 else
@@ -479,19 +494,24 @@ static int re_seq(struct re *r, int depth) {
             }
             if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
         }
+        if (!empty_ok && !zero) *nullable = false;
         any = true;
     }
     if (!any) gr_text_puts(r->out, " \"\"");
     return 0;
 }
 
-static int re_alt(struct re *r, int depth) {
+/* Alternatives; *nullable: whether one of them can match the empty text. */
+static int re_alt(struct re *r, int depth, bool *nullable) {
     if (depth > 32) return re_fail(r, "groups nested deeper than 32");
-    if (re_seq(r, depth)) return -1;
+    bool e;
+    if (re_seq(r, depth, &e)) return -1;
+    *nullable = e;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
         gr_text_puts(r->out, " |");
-        if (re_seq(r, depth)) return -1;
+        if (re_seq(r, depth, &e)) return -1;
+        *nullable = *nullable || e;
     }
     return 0;
 }
@@ -504,7 +524,8 @@ static int re_top(struct re *r) {
     if (r->whole) head = tail = true;
     if (!head) gr_text_printf(r->out, "%s ", any);
     gr_text_puts(r->out, "(");
-    if (re_alt(r, 0)) return -1;
+    bool nullable;
+    if (re_alt(r, 0, &nullable)) return -1;
     if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
         return re_fail(r, "an unmatched ')'");
     gr_text_puts(r->out, ")");

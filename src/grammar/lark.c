@@ -568,8 +568,42 @@ static int directive(struct lark *l) {
                  w);
 }
 
+/* The converted text must be a grammar the engine compiles: one it cannot run (a left-recursive
+ * rule — Lark's parsers allow them, our matcher does not —, an unbounded repetition of what can
+ * match nothing) is refused here with the reason, instead of converting to text that fails
+ * later. A grammar over the size limits stays accepted (the request's own parse reports it). */
+static int check_compiles(char **out, size_t *out_len, const char *prefix, const char *what,
+                          struct snug_err *err) {
+    char root[96];
+    snprintf(root, sizeof root, "%s-root", prefix && prefix[0] ? prefix : "");
+    struct snug_grammar *g = NULL;
+    struct snug_err perr = {0};
+    int rc =
+        snug_grammar_parse(&g, *out, strlen(*out), prefix && prefix[0] ? root : NULL, NULL, &perr);
+    snug_grammar_free(g);
+    if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) return SNUG_OK;
+    snug_free(*out);
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (rc == SNUG_ERR_NOMEM) return snug_err_set(err, rc, "%s: out of memory", what);
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                        "%s: the converted grammar does not compile: %s (rules may not be "
+                        "left-recursive: write `sum: term (\"+\" term)*`, not `sum: sum \"+\" "
+                        "term | term`)",
+                        what, perr.msg);
+}
+
+static int lark_convert(const char *text, size_t len, const char *prefix, char **out,
+                        size_t *out_len, struct snug_err *err);
+
 int snug_lark_to_gbnf(const char *text, size_t len, const char *prefix, char **out, size_t *out_len,
                       struct snug_err *err) {
+    int rc = lark_convert(text, len, prefix, out, out_len, err);
+    return rc == SNUG_OK ? check_compiles(out, out_len, prefix, "lark grammar", err) : rc;
+}
+
+static int lark_convert(const char *text, size_t len, const char *prefix, char **out,
+                        size_t *out_len, struct snug_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
     struct lark *l = snug_calloc(1, sizeof *l);
@@ -671,5 +705,5 @@ int snug_tool_format_to_gbnf(const char *syntax, const char *definition, size_t 
     }
     *out = b.d;
     if (out_len) *out_len = b.n;
-    return SNUG_OK;
+    return check_compiles(out, out_len, prefix, "regex", err);
 }
