@@ -471,13 +471,15 @@ static void test_tool_param_names(void) {
     snug_free(gbnf);
 }
 
-/* Every schema of the corpus (tests/data/schemas) compiles to a grammar. */
-static void test_schema_corpus(void) {
+/* Call fn with every schema of the corpus (tests/data/schemas) compiled to GBNF; a schema
+ * that does not compile, or a missing corpus, is a failure. Returns how many schemas. */
+static int for_each_corpus_grammar(void (*fn)(const char *name, const char *gbnf, void *user),
+                                   void *user) {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/tests/data/schemas", SNUG_SOURCE_DIR);
     DIR *d = opendir(dir);
     CHECKF(d != NULL, "cannot open %s", dir);
-    if (!d) return;
+    if (!d) return 0;
     int n = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -486,6 +488,7 @@ static void test_schema_corpus(void) {
         char path[8400];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         FILE *f = fopen(path, "rb");
+        CHECKF(f != NULL, "cannot open %s", path);
         if (!f) continue;
         static char text[65536];
         size_t len = fread(text, 1, sizeof text - 1, f);
@@ -494,16 +497,26 @@ static void test_schema_corpus(void) {
         struct snug_err err = {0};
         int rc = snug_json_schema_to_gbnf(text, len, &gbnf, NULL, &err);
         CHECKF(rc == SNUG_OK, "%s: %s", de->d_name, err.msg);
-        struct snug_grammar *g = NULL;
-        if (rc == SNUG_OK) {
-            rc = snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err);
-            CHECKF(rc == SNUG_OK, "%s: %s", de->d_name, err.msg);
-        }
-        snug_grammar_free(g);
+        if (rc == SNUG_OK) fn(de->d_name, gbnf, user);
         snug_free(gbnf);
         n++;
     }
     closedir(d);
+    return n;
+}
+
+static void corpus_parses(const char *name, const char *gbnf, void *user) {
+    (void)user;
+    struct snug_grammar *g = NULL;
+    struct snug_err err = {0};
+    int rc = snug_grammar_parse(&g, gbnf, strlen(gbnf), NULL, NULL, &err);
+    CHECKF(rc == SNUG_OK, "%s: %s", name, err.msg);
+    snug_grammar_free(g);
+}
+
+/* Every schema of the corpus (tests/data/schemas) compiles to a grammar. */
+static void test_schema_corpus(void) {
+    int n = for_each_corpus_grammar(corpus_parses, NULL);
     CHECKF(n >= 50, "only %d schemas in the corpus", n);
 }
 
@@ -701,6 +714,17 @@ static void check_random_walk(const struct snug_tokenizer *tok, const struct snu
 /* Masks on the real vocabulary equal the brute-force check over the schema corpus (free and
  * length-bounded strings, formats, patterns, enums, numbers) and over GBNF strings whose
  * characters do not all behave alike (a class leaving out some non-ASCII characters). */
+struct walk_ctx {
+    const struct snug_tokenizer *tok;
+    const struct snug_vocab_trie *trie;
+    uint64_t seed;
+};
+
+static void corpus_walk(const char *name, const char *gbnf, void *user) {
+    struct walk_ctx *w = user;
+    check_random_walk(w->tok, w->trie, gbnf, name, 16, w->seed += 0x9E3779B97F4A7C15ull);
+}
+
 static void test_qwen_corpus_masks(const struct snug_tokenizer *tok,
                                    const struct snug_vocab_trie *trie) {
     static const char *const gbnf[] = {
@@ -712,29 +736,8 @@ static void test_qwen_corpus_masks(const struct snug_tokenizer *tok,
     for (size_t i = 0; i < sizeof gbnf / sizeof gbnf[0]; i++)
         for (uint64_t seed = 1; seed <= 3; seed++)
             check_random_walk(tok, trie, gbnf[i], gbnf[i], 12, seed * 0x9E3779B97F4A7C15ull);
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/tests/data/schemas", SNUG_SOURCE_DIR);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    uint64_t seed = 0x2545F4914F6CDD1Dull;
-    while ((de = readdir(d))) {
-        size_t L = strlen(de->d_name);
-        if (L < 6 || strcmp(de->d_name + L - 5, ".json")) continue;
-        char path[8400];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        static char text[65536];
-        size_t len = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        char *g = NULL;
-        struct snug_err err = {0};
-        if (snug_json_schema_to_gbnf(text, len, &g, NULL, &err) == SNUG_OK)
-            check_random_walk(tok, trie, g, de->d_name, 16, seed += 0x9E3779B97F4A7C15ull);
-        snug_free(g);
-    }
-    closedir(d);
+    struct walk_ctx w = {tok, trie, 0x2545F4914F6CDD1Dull};
+    for_each_corpus_grammar(corpus_walk, &w);
 }
 
 static void test_qwen_vocab(const char *fx) {
