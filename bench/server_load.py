@@ -42,16 +42,19 @@ def rss_of(pid):
     return 0
 
 
-def start_server(snug, model, tmp):
-    pf = os.path.join(tmp, "port")
-    log = open(os.path.join(tmp, "server.log"), "w+")
-    p = subprocess.Popen([snug, "serve", "-m", model, "--port", "0", "--port-file", pf,
-                          "--slots", "4", "--ctx", "1024", "--queue", "64", "--threads", "1",
-                          "--api-key", KEY, "--max-conns", "8192", "--max-conns-per-ip", "8192"],
+LOAD_ARGS = ["--slots", "4", "--ctx", "1024", "--queue", "64", "--threads", "1", "--api-key", KEY,
+             "--max-conns", "8192", "--max-conns-per-ip", "8192"]
+
+
+def start_server(snug, model, tmp, args=LOAD_ARGS, name="server", timeout=60):
+    """`snug serve -m model args` on a free port (--port-file); (process, port, log file)."""
+    pf = os.path.join(tmp, name + ".port")
+    log = open(os.path.join(tmp, name + ".log"), "w+")
+    p = subprocess.Popen([snug, "serve", "-m", model, "--port", "0", "--port-file", pf, *args],
                          stdout=subprocess.DEVNULL, stderr=log)
     t0 = time.time()
     while not (os.path.exists(pf) and open(pf).read().strip()):
-        if p.poll() is not None or time.time() - t0 > 60:
+        if p.poll() is not None or time.time() - t0 > timeout:
             log.seek(0)
             sys.exit(f"server did not start:\n{log.read()}")
         time.sleep(0.05)

@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 
+import server_load  # noqa: E402  (its server start)
 from server_load import sse_problem  # noqa: E402  (the same stream check as the load bench)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,19 +51,9 @@ def rss_of(pid):
 
 
 def start_server(snug, model, tmp, name, extra):
-    pf = os.path.join(tmp, name + ".port")
-    log = open(os.path.join(tmp, name + ".log"), "w+")
-    p = subprocess.Popen([snug, "serve", "-m", model, "--port", "0", "--port-file", pf,
-                          "--slots", "4", "--ctx", "4096", "--threads", "1",
-                          "--spec-draft", "0", *extra],
-                         stdout=subprocess.DEVNULL, stderr=log)
-    t0 = time.time()
-    while not (os.path.exists(pf) and open(pf).read().strip()):
-        if p.poll() is not None or time.time() - t0 > 120:
-            log.seek(0)
-            sys.exit(f"server did not start:\n{log.read()}")
-        time.sleep(0.05)
-    return p, int(open(pf).read()), log
+    return server_load.start_server(snug, model, tmp, ["--slots", "4", "--ctx", "4096",
+                                                       "--threads", "1", "--spec-draft", "0",
+                                                       *extra], name=name, timeout=120)
 
 
 def get_json(port, path):
