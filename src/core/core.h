@@ -83,6 +83,32 @@ void snug_log(enum snug_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* ---- growable byte string (sbuf.c) ----------------------------------------------------------
+ * Always NUL-terminated once anything was appended; zero-initialised = empty. After a failed
+ * allocation `oom` is set and every later append does nothing, so a writer checks once at the
+ * end. */
+struct snug_sbuf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+};
+void snug_sbuf_append(struct snug_sbuf *b, const char *s, size_t n);
+void snug_sbuf_puts(struct snug_sbuf *b, const char *s);
+void snug_sbuf_putc(struct snug_sbuf *b, char c);
+/* printf-style append of at most 511 bytes */
+void snug_sbuf_printf(struct snug_sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void snug_sbuf_reset(struct snug_sbuf *b); /* len = 0, keeps the memory */
+/* Make room for n more bytes now (false on out-of-memory), so later appends up to that
+ * size do not allocate. */
+bool snug_sbuf_reserve(struct snug_sbuf *b, size_t n);
+void snug_sbuf_free(struct snug_sbuf *b);
+/* Hand the bytes over (NUL-terminated, snug_malloc'd, "" when empty; NULL on oom) and empty b. */
+char *snug_sbuf_take(struct snug_sbuf *b, size_t *out_len);
+
 /* ---- reading a file ahead (prefetch.c) ------------------------------------------------------
  * Read `path` once through the page cache, calling progress(user, done, total) before the
  * first read and after each 1 MiB (NULL: none). Files over 80% of physical memory and files

@@ -44,21 +44,6 @@ struct snug_grammar {
 void snug_grammar_limits_fill(struct snug_grammar_limits *out,
                               const struct snug_grammar_limits *in);
 
-/* Growable GBNF text (text.c): always NUL-terminated; after a failed allocation `oom` is set
- * and later writes do nothing. gr_text_printf formats at most 511 bytes per call. */
-struct gr_text {
-    char *d;
-    size_t n, cap;
-    bool oom;
-};
-void gr_text_put(struct gr_text *b, const char *s, size_t n);
-void gr_text_puts(struct gr_text *b, const char *s);
-void gr_text_printf(struct gr_text *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
 /* A regular expression (the JSON Schema `pattern` subset of jschema.c) matching a whole text,
  * as one GBNF expression over the characters themselves (only NUL is left out): for Lark
  * regex terminals and regex tool formats. *out is snug_malloc'ed; on error `why` names the

@@ -26,25 +26,25 @@
 
 /* The inside of a GBNF string literal spelling the bytes s[0..n): quotes and backslashes
  * escaped, control bytes as \xNN (a raw newline would end the rule). */
-static void blit_body(struct gr_text *b, const char *s, size_t n) {
+static void blit_body(struct snug_sbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char e[3] = {'\\', (char)c, 0};
-            gr_text_puts(b, e);
+            snug_sbuf_puts(b, e);
         } else if (c < 0x20 || c == 0x7F) {
-            gr_text_printf(b, "\\x%02X", c);
+            snug_sbuf_printf(b, "\\x%02X", c);
         } else {
-            gr_text_put(b, (const char *)&c, 1);
+            snug_sbuf_append(b, (const char *)&c, 1);
         }
     }
 }
 
 /* A GBNF string literal spelling the bytes s[0..n). */
-static void blit(struct gr_text *b, const char *s, size_t n) {
-    gr_text_puts(b, "\"");
+static void blit(struct snug_sbuf *b, const char *s, size_t n) {
+    snug_sbuf_puts(b, "\"");
     blit_body(b, s, n);
-    gr_text_puts(b, "\"");
+    snug_sbuf_puts(b, "\"");
 }
 
 #define MAX_REFS  256
@@ -52,7 +52,7 @@ static void blit(struct gr_text *b, const char *s, size_t n) {
 
 struct ctx {
     json_t *root;
-    struct gr_text rules; /* generated rules, one per line */
+    struct snug_sbuf rules; /* generated rules, one per line */
     int n_rules;
     const char *ref_name[MAX_REFS];
     int ref_rule[MAX_REFS];
@@ -79,12 +79,12 @@ static int invalid(struct ctx *c, const char *keyword, const char *why) {
 /* Start rule r<id> ::= ...; returns the id. */
 static int rule_begin(struct ctx *c) {
     int id = c->n_rules++;
-    gr_text_printf(&c->rules, "r%d ::= ", id);
+    snug_sbuf_printf(&c->rules, "r%d ::= ", id);
     return id;
 }
 
 static void rule_end(struct ctx *c) {
-    gr_text_puts(&c->rules, "\n");
+    snug_sbuf_puts(&c->rules, "\n");
 }
 
 static int gen(struct ctx *c, json_t *s);
@@ -151,7 +151,7 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
  * rejected (the 400 names `pattern` and the construct). */
 struct re {
     const char *p, *end;
-    struct gr_text *out;
+    struct snug_sbuf *out;
     bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
     bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
     bool whole; /* the regex must match the whole text (no implicit text around it) */
@@ -228,8 +228,8 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
     const uint32_t(*ban)[2] = r->raw ? raw_ban : json_ban;
     int n_ban = r->text ? 1 : r->raw ? 2 : 4;
     bool any = false;
-    size_t mark = r->out->n;
-    gr_text_puts(r->out, "[");
+    size_t mark = r->out->len;
+    snug_sbuf_puts(r->out, "[");
     for (int i = 0; i < n; i++) {
         uint32_t x = lo[i];
         for (int b = 0; b <= n_ban && x <= hi[i]; b++) {
@@ -238,16 +238,16 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
             uint32_t y = stop == 0 ? 0 : stop - 1;
             if (y > hi[i]) y = hi[i];
             if (stop > x && y >= x) {
-                gr_text_printf(r->out, "\\U%08X", x);
-                if (y > x) gr_text_printf(r->out, "-\\U%08X", y);
+                snug_sbuf_printf(r->out, "\\U%08X", x);
+                if (y > x) snug_sbuf_printf(r->out, "-\\U%08X", y);
                 any = true;
             }
             if (b < n_ban && ban[b][1] + 1 > x) x = ban[b][1] + 1;
         }
     }
-    gr_text_puts(r->out, "]");
+    snug_sbuf_puts(r->out, "]");
     if (!any) {
-        r->out->n = mark;
+        r->out->len = mark;
         return re_fail(r, r->raw
                               ? "a character class with nothing the output can hold"
                               : "a character class with nothing a JSON string can hold unescaped");
@@ -258,15 +258,15 @@ static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
 /* One literal character of the regex as GBNF. */
 static void re_emit_char(struct re *r, uint32_t cp) {
     if (!r->raw && (cp == '"' || cp == '\\'))
-        gr_text_puts(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
+        snug_sbuf_puts(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
     else if (!r->raw && cp == '\n')
-        gr_text_puts(r->out, "\"\\\\n\"");
+        snug_sbuf_puts(r->out, "\"\\\\n\"");
     else if (!r->raw && cp == '\t')
-        gr_text_puts(r->out, "\"\\\\t\"");
+        snug_sbuf_puts(r->out, "\"\\\\t\"");
     else if (!r->raw && cp == '\r')
-        gr_text_puts(r->out, "\"\\\\r\"");
+        snug_sbuf_puts(r->out, "\"\\\\r\"");
     else
-        gr_text_printf(r->out, "[\\U%08X]", cp);
+        snug_sbuf_printf(r->out, "[\\U%08X]", cp);
 }
 
 static int re_alt(struct re *r, int depth, bool *nullable);
@@ -351,11 +351,11 @@ static int re_atom(struct re *r, int depth, bool *nullable) {
             else
                 return re_fail(r, "look-around and named groups");
         }
-        gr_text_puts(r->out, "(");
+        snug_sbuf_puts(r->out, "(");
         if (re_alt(r, depth + 1, nullable)) return -1;
         if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
         r->p++;
-        gr_text_puts(r->out, ")");
+        snug_sbuf_puts(r->out, ")");
         return 0;
     }
     if (ch == '[') {
@@ -457,10 +457,10 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
     *nullable = true;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
-        gr_text_puts(r->out, " (");
+        snug_sbuf_puts(r->out, " (");
         bool empty_ok;
         if (re_atom(r, depth, &empty_ok)) return -1;
-        gr_text_puts(r->out, ")");
+        snug_sbuf_puts(r->out, ")");
         bool zero = false; /* the quantifier allows no repetition */
         if (r->p < r->end) {
             char q = *r->p;
@@ -468,7 +468,7 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
                 return re_fail(r, "a repetition of a group that can match nothing");
             if (q == '*' || q == '+' || q == '?') {
                 zero = q != '+';
-                gr_text_put(r->out, &q, 1);
+                snug_sbuf_append(r->out, &q, 1);
                 r->p++;
             } else if (q == '{') {
                 const char *e = memchr(r->p, '}', (size_t)(r->end - r->p));
@@ -487,9 +487,9 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
                     return re_fail(r, "a repetition of a group that can match nothing");
                 zero = m == 0;
                 if (n < 0)
-                    gr_text_printf(r->out, "{%ld,}", m);
+                    snug_sbuf_printf(r->out, "{%ld,}", m);
                 else
-                    gr_text_printf(r->out, "{%ld,%ld}", m, n);
+                    snug_sbuf_printf(r->out, "{%ld,%ld}", m, n);
                 r->p = e + 1;
             }
             if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
@@ -497,7 +497,7 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
         if (!empty_ok && !zero) *nullable = false;
         any = true;
     }
-    if (!any) gr_text_puts(r->out, " \"\"");
+    if (!any) snug_sbuf_puts(r->out, " \"\"");
     return 0;
 }
 
@@ -509,7 +509,7 @@ static int re_alt(struct re *r, int depth, bool *nullable) {
     *nullable = e;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
-        gr_text_puts(r->out, " |");
+        snug_sbuf_puts(r->out, " |");
         if (re_seq(r, depth, &e)) return -1;
         *nullable = *nullable || e;
     }
@@ -522,28 +522,28 @@ static int re_top(struct re *r) {
     bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
     const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
     if (r->whole) head = tail = true;
-    if (!head) gr_text_printf(r->out, "%s ", any);
-    gr_text_puts(r->out, "(");
+    if (!head) snug_sbuf_printf(r->out, "%s ", any);
+    snug_sbuf_puts(r->out, "(");
     bool nullable;
     if (re_alt(r, 0, &nullable)) return -1;
     if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
         return re_fail(r, "an unmatched ')'");
-    gr_text_puts(r->out, ")");
-    if (!tail) gr_text_printf(r->out, " %s", any);
+    snug_sbuf_puts(r->out, ")");
+    if (!tail) snug_sbuf_printf(r->out, " %s", any);
     return 0;
 }
 
 int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
-    struct gr_text body = {0};
+    struct snug_sbuf body = {0};
     struct re r = {
         .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
     *out = NULL;
     if (re_top(&r) || body.oom) {
         snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
-        snug_free(body.d);
+        snug_free(body.data);
         return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
     }
-    *out = body.d;
+    *out = body.data;
     return SNUG_OK;
 }
 
@@ -568,21 +568,21 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         if (!json_is_string(pat)) return invalid(c, "pattern", "must be a string");
         if (fmt || has_mn || has_mx)
             return unsupported(c, "pattern", "together with format/minLength/maxLength");
-        struct gr_text body = {0};
+        struct snug_sbuf body = {0};
         struct re r = {.p = json_string_value(pat),
                        .end = json_string_value(pat) + json_string_length(pat),
                        .out = &body,
                        .raw = raw};
         if (re_top(&r) || body.oom) {
-            snug_free(body.d);
+            snug_free(body.data);
             return unsupported(c, "pattern", r.why[0] ? r.why : "out of memory");
         }
         int id = rule_begin(c);
-        gr_text_printf(&c->rules, "%s", q);
-        gr_text_put(&c->rules, body.d, body.n);
-        gr_text_printf(&c->rules, "%s", q2);
+        snug_sbuf_printf(&c->rules, "%s", q);
+        snug_sbuf_append(&c->rules, body.data, body.len);
+        snug_sbuf_printf(&c->rules, "%s", q2);
         rule_end(c);
-        snug_free(body.d);
+        snug_free(body.data);
         return id;
     }
     if (fmt) {
@@ -608,18 +608,18 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         else
             return unsupported(c, "format", f);
         int id = rule_begin(c);
-        gr_text_printf(&c->rules, "%s%s%s", q, body, q2);
+        snug_sbuf_printf(&c->rules, "%s%s%s", q, body, q2);
         rule_end(c);
         return id;
     }
     const char *ch = raw ? "rawchar" : "char";
     int id = rule_begin(c);
     if (!has_mn && !has_mx)
-        gr_text_printf(&c->rules, "%s%s*%s", q, ch, q2);
+        snug_sbuf_printf(&c->rules, "%s%s*%s", q, ch, q2);
     else if (mx < 0)
-        gr_text_printf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
+        snug_sbuf_printf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
     else
-        gr_text_printf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
+        snug_sbuf_printf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
     rule_end(c);
     return id;
 }
@@ -662,7 +662,7 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
     int id;
     if (!has_a && !has_b) {
         id = rule_begin(c);
-        gr_text_puts(&c->rules, integer ? "integer" : "number");
+        snug_sbuf_puts(&c->rules, integer ? "integer" : "number");
         rule_end(c);
         return id;
     }
@@ -673,10 +673,10 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
         id = rule_begin(c);
         long long ia = (long long)ceil(a), ib = (long long)floor(b);
         for (long long k = ia; k <= ib; k++) {
-            if (k > ia) gr_text_puts(&c->rules, " | ");
-            gr_text_printf(&c->rules, "\"%lld\"", k);
+            if (k > ia) snug_sbuf_puts(&c->rules, " | ");
+            snug_sbuf_printf(&c->rules, "\"%lld\"", k);
             if (!integer && ((k >= 0 && k + 1 <= ib) || (k < 0 && k - 1 >= ia)))
-                gr_text_puts(&c->rules, " frac?");
+                snug_sbuf_puts(&c->rules, " frac?");
         }
         rule_end(c);
         return id;
@@ -684,19 +684,19 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
     if (has_a && !has_b && a <= 1 && a >= 0 && (integer || a == 0)) {
         id = rule_begin(c);
         if (integer)
-            gr_text_puts(&c->rules, a >= 1 ? "[1-9] [0-9]{0,15}" : "(\"0\" | [1-9] [0-9]{0,15})");
+            snug_sbuf_puts(&c->rules, a >= 1 ? "[1-9] [0-9]{0,15}" : "(\"0\" | [1-9] [0-9]{0,15})");
         else
-            gr_text_puts(&c->rules, "(\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
+            snug_sbuf_puts(&c->rules, "(\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
         rule_end(c);
         return id;
     }
     if (has_b && !has_a && b >= 0 && b <= 512 && (integer || b == floor(b))) {
         id = rule_begin(c);
-        gr_text_puts(&c->rules, integer ? "\"-\" [1-9] [0-9]{0,15}"
-                                        : "\"-\" (\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
+        snug_sbuf_puts(&c->rules, integer ? "\"-\" [1-9] [0-9]{0,15}"
+                                          : "\"-\" (\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
         for (long long k = 0; k <= (long long)b; k++) {
-            gr_text_printf(&c->rules, " | \"%lld\"", k);
-            if (!integer && k + 1 <= (long long)b) gr_text_puts(&c->rules, " frac?");
+            snug_sbuf_printf(&c->rules, " | \"%lld\"", k);
+            if (!integer && k + 1 <= (long long)b) snug_sbuf_puts(&c->rules, " frac?");
         }
         rule_end(c);
         return id;
@@ -719,7 +719,7 @@ static int gen_pair(struct ctx *c, const char *key, json_t *sub) {
     if (!txt) return invalid(c, "properties", "cannot serialise a property name");
     int id = rule_begin(c);
     blit(&c->rules, txt, strlen(txt));
-    gr_text_printf(&c->rules, " ws \":\" ws r%d", v);
+    snug_sbuf_printf(&c->rules, " ws \":\" ws r%d", v);
     rule_end(c);
     free(txt);
     return id;
@@ -758,9 +758,9 @@ static int gen_object(struct ctx *c, json_t *s) {
         if (add && json_is_object(add) && v < 0) return -1;
         extra = rule_begin(c);
         if (v >= 0)
-            gr_text_printf(&c->rules, "string ws \":\" ws r%d", v);
+            snug_sbuf_printf(&c->rules, "string ws \":\" ws r%d", v);
         else
-            gr_text_puts(&c->rules, "string ws \":\" ws value");
+            snug_sbuf_puts(&c->rules, "string ws \":\" ws value");
         rule_end(c);
     }
     int *pair = snug_malloc((n ? n : 1) * sizeof *pair);
@@ -792,29 +792,29 @@ static int gen_object(struct ctx *c, json_t *s) {
          * first_i: the same when nothing was written yet. Built from the end. */
         int rest_next, first_next;
         rest_next = rule_begin(c);
-        if (extra >= 0) gr_text_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
+        if (extra >= 0) snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
         rule_end(c);
         first_next = rule_begin(c);
-        if (extra >= 0) gr_text_printf(&c->rules, "(r%d r%d)?", extra, rest_next);
+        if (extra >= 0) snug_sbuf_printf(&c->rules, "(r%d r%d)?", extra, rest_next);
         rule_end(c);
         for (size_t k = n; k-- > 0;) {
             int rest = rule_begin(c);
             if (isreq[k])
-                gr_text_printf(&c->rules, "ws \",\" ws r%d r%d", pair[k], rest_next);
+                snug_sbuf_printf(&c->rules, "ws \",\" ws r%d r%d", pair[k], rest_next);
             else
-                gr_text_printf(&c->rules, "(ws \",\" ws r%d)? r%d", pair[k], rest_next);
+                snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)? r%d", pair[k], rest_next);
             rule_end(c);
             int first = rule_begin(c);
             if (isreq[k])
-                gr_text_printf(&c->rules, "r%d r%d", pair[k], rest_next);
+                snug_sbuf_printf(&c->rules, "r%d r%d", pair[k], rest_next);
             else
-                gr_text_printf(&c->rules, "r%d r%d | r%d", pair[k], rest_next, first_next);
+                snug_sbuf_printf(&c->rules, "r%d r%d | r%d", pair[k], rest_next, first_next);
             rule_end(c);
             rest_next = rest;
             first_next = first;
         }
         id = rule_begin(c);
-        gr_text_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first_next);
+        snug_sbuf_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first_next);
         rule_end(c);
     }
     snug_free(pair);
@@ -860,10 +860,10 @@ static int gen_array(struct ctx *c, json_t *s) {
             }
         }
         int id = rule_begin(c);
-        gr_text_puts(&c->rules, "\"[\" ws");
+        snug_sbuf_puts(&c->rules, "\"[\" ws");
         for (size_t i = 0; i < n; i++)
-            gr_text_printf(&c->rules, "%s r%d", i ? " ws \",\" ws" : "", el[i]);
-        gr_text_puts(&c->rules, " ws \"]\"");
+            snug_sbuf_printf(&c->rules, "%s r%d", i ? " ws \",\" ws" : "", el[i]);
+        snug_sbuf_puts(&c->rules, " ws \"]\"");
         rule_end(c);
         snug_free(el);
         return id;
@@ -883,20 +883,20 @@ static int gen_array(struct ctx *c, json_t *s) {
         snprintf(item, sizeof item, "value");
     int id = rule_begin(c);
     if (has_mx && mx == 0) {
-        gr_text_puts(&c->rules, "\"[\" ws \"]\"");
+        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\"");
     } else if (mn == 0) {
         if (mx < 0)
-            gr_text_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s)*)? ws \"]\"", item, item);
+            snug_sbuf_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s)*)? ws \"]\"", item, item);
         else
-            gr_text_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s){0,%lld})? ws \"]\"", item,
-                           item, mx - 1);
+            snug_sbuf_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s){0,%lld})? ws \"]\"", item,
+                             item, mx - 1);
     } else {
         if (mx < 0)
-            gr_text_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,} ws \"]\"", item, item,
-                           mn - 1);
+            snug_sbuf_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,} ws \"]\"", item, item,
+                             mn - 1);
         else
-            gr_text_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,%lld} ws \"]\"", item,
-                           item, mn - 1, mx - 1);
+            snug_sbuf_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,%lld} ws \"]\"", item,
+                             item, mn - 1, mx - 1);
     }
     rule_end(c);
     return id;
@@ -911,9 +911,9 @@ static int gen_type(struct ctx *c, json_t *s, const char *t) {
     if (!strcmp(t, "number")) return gen_number(c, s, false);
     int id = rule_begin(c);
     if (!strcmp(t, "boolean"))
-        gr_text_puts(&c->rules, "\"true\" | \"false\"");
+        snug_sbuf_puts(&c->rules, "\"true\" | \"false\"");
     else if (!strcmp(t, "null"))
-        gr_text_puts(&c->rules, "\"null\"");
+        snug_sbuf_puts(&c->rules, "\"null\"");
     else {
         rule_end(c);
         return unsupported(c, "type", t);
@@ -947,7 +947,7 @@ static int gen_ref(struct ctx *c, const char *ref) {
     int body = gen(c, target);
     c->path[old] = 0;
     if (body < 0) return -1;
-    gr_text_printf(&c->rules, "r%d ::= r%d\n", id, body);
+    snug_sbuf_printf(&c->rules, "r%d ::= r%d\n", id, body);
     return id;
 }
 
@@ -959,7 +959,7 @@ static int gen(struct ctx *c, json_t *s) {
     int id = -1;
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
         id = rule_begin(c);
-        gr_text_puts(&c->rules, "value");
+        snug_sbuf_puts(&c->rules, "value");
         rule_end(c);
         c->depth--;
         return id;
@@ -1047,7 +1047,7 @@ static int gen(struct ctx *c, json_t *s) {
         if (i == json_array_size(en)) {
             inner = rule_begin(c);
             for (i = 0; i < json_array_size(en); i++)
-                gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+                snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
             rule_end(c);
         }
         snug_free(ids);
@@ -1081,7 +1081,7 @@ static int gen(struct ctx *c, json_t *s) {
         }
         if (okk) {
             inner = rule_begin(c);
-            for (i = 0; i < n; i++) gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+            for (i = 0; i < n; i++) snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
             rule_end(c);
         }
         snug_free(ids);
@@ -1112,7 +1112,8 @@ static int gen(struct ctx *c, json_t *s) {
             }
             if (i == n) {
                 inner = rule_begin(c);
-                for (i = 0; i < n; i++) gr_text_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+                for (i = 0; i < n; i++)
+                    snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
                 rule_end(c);
             }
         } else {
@@ -1126,14 +1127,14 @@ static int gen(struct ctx *c, json_t *s) {
         inner = gen_array(c, s);
     } else {
         inner = rule_begin(c);
-        gr_text_puts(&c->rules, "value");
+        snug_sbuf_puts(&c->rules, "value");
         rule_end(c);
     }
     c->depth--;
     if (inner < 0) return -1;
     if (nullable && json_is_true(nullable)) {
         id = rule_begin(c);
-        gr_text_printf(&c->rules, "r%d | \"null\"", inner);
+        snug_sbuf_printf(&c->rules, "r%d | \"null\"", inner);
         rule_end(c);
         return id;
     }
@@ -1207,7 +1208,7 @@ static int gen_param_value(struct ctx *c, json_t *s) {
         json_t *x;
         json_array_foreach(en, i, x) {
             if (!json_is_string(x)) continue;
-            if (i) gr_text_puts(&c->rules, " | ");
+            if (i) snug_sbuf_puts(&c->rules, " | ");
             blit(&c->rules, json_string_value(x), json_string_length(x));
         }
         rule_end(c);
@@ -1215,7 +1216,7 @@ static int gen_param_value(struct ctx *c, json_t *s) {
     }
     if (json_is_string(t)) return gen_string_as(c, s, true);
     int id = rule_begin(c); /* a union admitting any string: any raw text */
-    gr_text_puts(&c->rules, "rawchar*");
+    snug_sbuf_puts(&c->rules, "rawchar*");
     rule_end(c);
     return id;
 }
@@ -1227,7 +1228,7 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
     json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
     if (!strict || !json_is_object(props)) {
         int id = rule_begin(c);
-        gr_text_puts(
+        snug_sbuf_puts(
             &c->rules,
             "(\"<parameter=\" [a-zA-Z0-9_.-]{1,64} \">\\n\" rawchar* \"\\n</parameter>\\n\")*");
         rule_end(c);
@@ -1261,14 +1262,14 @@ static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
         json_t *r;
         json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key))
             is_req = true;
-        gr_text_puts(&c->rules, is_req ? " (" : " (");
-        gr_text_puts(&c->rules, "\"<parameter=");
+        snug_sbuf_puts(&c->rules, is_req ? " (" : " (");
+        snug_sbuf_puts(&c->rules, "\"<parameter=");
         blit_body(&c->rules, key, strlen(key)); /* the key inside the literal */
-        gr_text_printf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i],
-                       is_req ? "" : "?");
+        snug_sbuf_printf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i],
+                         is_req ? "" : "?");
         i++;
     }
-    if (!n) gr_text_puts(&c->rules, "\"\"");
+    if (!n) snug_sbuf_puts(&c->rules, "\"\"");
     rule_end(c);
     snug_free(val);
     return id;
@@ -1290,27 +1291,27 @@ static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
         c->status = rc;
         return -1;
     }
-    gr_text_puts(&c->rules, g);
+    snug_sbuf_puts(&c->rules, g);
     snug_free(g);
     int id = rule_begin(c);
-    gr_text_printf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
+    snug_sbuf_printf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
     rule_end(c);
     return id;
 }
 
 static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
                   struct snug_err *err) {
-    struct gr_text o = {0};
-    gr_text_printf(&o, "root ::= %s\n", root_body);
-    gr_text_puts(&o, BASE);
-    if (c->rules.d) gr_text_put(&o, c->rules.d, c->rules.n);
-    snug_free(c->rules.d);
+    struct snug_sbuf o = {0};
+    snug_sbuf_printf(&o, "root ::= %s\n", root_body);
+    snug_sbuf_puts(&o, BASE);
+    if (c->rules.data) snug_sbuf_append(&o, c->rules.data, c->rules.len);
+    snug_free(c->rules.data);
     if (o.oom || c->rules.oom) {
-        snug_free(o.d);
+        snug_free(o.data);
         return snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
     }
-    *out = o.d;
-    if (out_len) *out_len = o.n;
+    *out = o.data;
+    if (out_len) *out_len = o.len;
     return SNUG_OK;
 }
 
@@ -1350,13 +1351,13 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
         fn[n_fn] = rule_begin(&c);
         size_t nl = strlen(name);
         blit(&c.rules, name, nl);
-        gr_text_printf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
+        snug_sbuf_printf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
         rule_end(&c);
         if (named && !strcmp(named, name)) {
             named_fn = p;
             /* named: the prompt already holds "<function=NAME>\n" */
             int k = rule_begin(&c);
-            gr_text_printf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
+            snug_sbuf_printf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
             rule_end(&c);
             named_fn = k;
         }
@@ -1367,21 +1368,21 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
                           named ? "the named function is not among the tools" : "no functions");
     if (rc == SNUG_OK) {
         int any = rule_begin(&c);
-        for (int k = 0; k < n_fn; k++) gr_text_printf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
+        for (int k = 0; k < n_fn; k++) snug_sbuf_printf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
         rule_end(&c);
-        struct gr_text root = {0};
-        if (lead && *lead) blit(&root, lead, strlen(lead)), gr_text_puts(&root, " ");
+        struct snug_sbuf root = {0};
+        if (lead && *lead) blit(&root, lead, strlen(lead)), snug_sbuf_puts(&root, " ");
         if (named)
-            gr_text_printf(&root, "r%d", named_fn);
+            snug_sbuf_printf(&root, "r%d", named_fn);
         else
-            gr_text_printf(&root, "\"<function=\" r%d", any);
-        if (many) gr_text_printf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
+            snug_sbuf_printf(&root, "\"<function=\" r%d", any);
+        if (many) snug_sbuf_printf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
         rc = root.oom ? snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory")
-                      : finish(&c, root.d, out, out_len, err);
-        snug_free(root.d);
-        c.rules.d = NULL; /* finish freed it */
+                      : finish(&c, root.data, out, out_len, err);
+        snug_free(root.data);
+        c.rules.data = NULL; /* finish freed it */
     }
-    snug_free(c.rules.d);
+    snug_free(c.rules.data);
     snug_free(fn);
     json_decref(tools);
     return rc;
@@ -1400,23 +1401,23 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
     struct ctx c = {.root = root, .err = err, .path = "#"};
     int top = gen(&c, root);
     int rc = SNUG_OK;
-    struct gr_text o = {0};
+    struct snug_sbuf o = {0};
     if (top < 0) {
         rc = c.status ? c.status : SNUG_ERR_INVALID;
     } else {
-        gr_text_printf(&o, "root ::= r%d\n", top);
-        gr_text_puts(&o, BASE);
-        if (c.rules.d) gr_text_put(&o, c.rules.d, c.rules.n);
+        snug_sbuf_printf(&o, "root ::= r%d\n", top);
+        snug_sbuf_puts(&o, BASE);
+        if (c.rules.data) snug_sbuf_append(&o, c.rules.data, c.rules.len);
         if (o.oom || c.rules.oom)
             rc = snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
     }
-    snug_free(c.rules.d);
+    snug_free(c.rules.data);
     json_decref(root);
     if (rc) {
-        snug_free(o.d);
+        snug_free(o.data);
         return rc;
     }
-    *out = o.d;
-    if (out_len) *out_len = o.n;
+    *out = o.data;
+    if (out_len) *out_len = o.len;
     return SNUG_OK;
 }

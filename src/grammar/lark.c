@@ -65,7 +65,7 @@ static const char *const COMMON[][2] = {
 struct lark {
     const char *text, *p, *end;
     const char *prefix; /* of every output name */
-    struct gr_text out;
+    struct snug_sbuf out;
     char ign[16]; /* " PREFIX-ws" when %ignore is used, else "" (inserted between items) */
     bool in_rule; /* emitting a rule (ignored terminals may come between items) */
     /* names defined / referenced (offsets into text for the error position) */
@@ -75,7 +75,7 @@ struct lark {
     } def[LARK_MAX_NAMES], ref[LARK_MAX_NAMES];
     const char *ref_at[LARK_MAX_NAMES];
     int n_def, n_ref;
-    struct gr_text ignore; /* alternatives of the ignored terminals */
+    struct snug_sbuf ignore; /* alternatives of the ignored terminals */
     struct snug_err *err;
     int status;
 };
@@ -141,17 +141,17 @@ static void skip(struct lark *l, bool nl) {
 }
 
 static void emit_name(struct lark *l, const char *s, int n) {
-    gr_text_puts(&l->out, " ");
-    gr_text_puts(&l->out, l->prefix);
-    gr_text_put(&l->out, s, (size_t)n);
+    snug_sbuf_puts(&l->out, " ");
+    snug_sbuf_puts(&l->out, l->prefix);
+    snug_sbuf_append(&l->out, s, (size_t)n);
 }
 
 /* A Python-style string literal at l->p (the opening quote) as a GBNF literal; *cp_out gets
  * its single code point (for ranges) or -1. */
 static int literal(struct lark *l, long *cp_out) {
     const char *at = l->p++;
-    struct gr_text lit = {0};
-    gr_text_puts(&lit, "\"");
+    struct snug_sbuf lit = {0};
+    snug_sbuf_puts(&lit, "\"");
     long n_cp = 0, last = -1;
     while (l->p < l->end && *l->p != '"') {
         unsigned char c = (unsigned char)*l->p;
@@ -171,7 +171,7 @@ static int literal(struct lark *l, long *cp_out) {
                             : h >= 'A' && h <= 'F' ? h - 'A' + 10
                                                    : -1;
                     if (d < 0) {
-                        snug_free(lit.d);
+                        snug_free(lit.data);
                         return lfail(l, l->p, SNUG_ERR_FORMAT, "a bad \\%c escape in a literal", e);
                     }
                     cp = cp * 16 + (uint32_t)d;
@@ -186,13 +186,13 @@ static int literal(struct lark *l, long *cp_out) {
                      : e == '\'' ? '\''
                                  : 0;
                 if (!cp) { /* Python keeps unknown escapes: the backslash and the character */
-                    gr_text_puts(&lit, "\\\\");
+                    snug_sbuf_puts(&lit, "\\\\");
                     cp = (unsigned char)e;
                     n_cp++;
                 }
             }
             if (cp == 0 || cp > 0x10FFFF) {
-                snug_free(lit.d);
+                snug_free(lit.data);
                 return lfail(l, at, SNUG_ERR_FORMAT,
                              "a literal with NUL or a code point past U+10FFFF");
             }
@@ -203,7 +203,7 @@ static int literal(struct lark *l, long *cp_out) {
                 snprintf(tmp, sizeof tmp, "\\U%08X", cp);
             else
                 snprintf(tmp, sizeof tmp, "%c", (char)cp);
-            gr_text_puts(&lit, tmp);
+            snug_sbuf_puts(&lit, tmp);
         } else {
             /* a raw UTF-8 character: copied as its bytes */
             int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
@@ -219,15 +219,15 @@ static int literal(struct lark *l, long *cp_out) {
                 bad = bad || cp < min_of[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF);
             }
             if (bad) {
-                snug_free(lit.d);
+                snug_free(lit.data);
                 return lfail(l, l->p, SNUG_ERR_FORMAT, "malformed UTF-8 in a literal");
             }
             if (c < 0x20 || c == 0x7F) {
                 char tmp[16];
                 snprintf(tmp, sizeof tmp, "\\x%02X", c);
-                gr_text_puts(&lit, tmp);
+                snug_sbuf_puts(&lit, tmp);
             } else {
-                gr_text_put(&lit, l->p, (size_t)k);
+                snug_sbuf_append(&lit, l->p, (size_t)k);
             }
             l->p += k;
         }
@@ -235,28 +235,28 @@ static int literal(struct lark *l, long *cp_out) {
         n_cp++;
     }
     if (l->p >= l->end || *l->p != '"') {
-        snug_free(lit.d);
+        snug_free(lit.data);
         return lfail(l, at, SNUG_ERR_FORMAT, "an unterminated string literal");
     }
     l->p++;
     if (l->p < l->end && (*l->p == 'i' || *l->p == 'I')) {
-        snug_free(lit.d);
+        snug_free(lit.data);
         return lfail(l, l->p, SNUG_ERR_UNSUPPORTED,
                      "case-insensitive literals (\"...\"i) are not supported");
     }
-    gr_text_puts(&lit, "\"");
+    snug_sbuf_puts(&lit, "\"");
     *cp_out = n_cp == 1 ? last : -1;
     if (lit.oom) {
-        snug_free(lit.d);
+        snug_free(lit.data);
         return lfail(l, at, SNUG_ERR_NOMEM, "out of memory");
     }
     if (n_cp == 0) {
-        snug_free(lit.d);
+        snug_free(lit.data);
         return lfail(l, at, SNUG_ERR_FORMAT, "an empty literal");
     }
-    gr_text_puts(&l->out, " ");
-    gr_text_puts(&l->out, lit.d);
-    snug_free(lit.d);
+    snug_sbuf_puts(&l->out, " ");
+    snug_sbuf_puts(&l->out, lit.data);
+    snug_free(lit.data);
     return 0;
 }
 
@@ -283,9 +283,9 @@ static int regex(struct lark *l) {
     int rc = gr_regex_to_gbnf(start, (size_t)(stop - start), &g, why, sizeof why);
     if (rc == SNUG_ERR_NOMEM) return lfail(l, at, rc, "out of memory");
     if (rc) return lfail(l, at, SNUG_ERR_UNSUPPORTED, "in the regular expression: %s", why);
-    gr_text_puts(&l->out, " (");
-    gr_text_puts(&l->out, g);
-    gr_text_puts(&l->out, ")");
+    snug_sbuf_puts(&l->out, " (");
+    snug_sbuf_puts(&l->out, g);
+    snug_sbuf_puts(&l->out, ")");
     snug_free(g);
     return 0;
 }
@@ -295,19 +295,19 @@ static int expansions(struct lark *l, int depth);
 /* One item of a sequence: an atom and its repetition. */
 static int item(struct lark *l, int depth) {
     const char *at = l->p;
-    size_t mark = l->out.n;
-    gr_text_puts(&l->out, " (");
+    size_t mark = l->out.len;
+    snug_sbuf_puts(&l->out, " (");
     char c = *l->p;
     if (c == '(' || c == '[') {
         l->p++;
-        if (c == '[') gr_text_puts(&l->out, " (");
+        if (c == '[') snug_sbuf_puts(&l->out, " (");
         if (expansions(l, depth + 1)) return -1;
         skip(l, true);
         char want = c == '(' ? ')' : ']';
         if (l->p >= l->end || *l->p != want)
             return lfail(l, at, SNUG_ERR_FORMAT, "an unclosed '%c'", c);
         l->p++;
-        if (c == '[') gr_text_puts(&l->out, " )?");
+        if (c == '[') snug_sbuf_puts(&l->out, " )?");
     } else if (c == '"') {
         long lo = -1;
         if (literal(l, &lo)) return -1;
@@ -316,20 +316,20 @@ static int item(struct lark *l, int depth) {
             l->p += 2;
             skip(l, false);
             long hi = -1;
-            size_t m2 = l->out.n;
+            size_t m2 = l->out.len;
             if (l->p >= l->end || *l->p != '"')
                 return lfail(l, l->p, SNUG_ERR_FORMAT, "a range needs a literal after '..'");
             if (literal(l, &hi)) return -1;
             if (lo < 0 || hi < 0 || hi < lo)
                 return lfail(l, at, SNUG_ERR_FORMAT,
                              "a range \"a\"..\"z\" needs single characters in order");
-            l->out.n = m2;
+            l->out.len = m2;
             /* replace the first literal by the class */
             size_t lit_at = mark + 2;
-            l->out.n = lit_at;
+            l->out.len = lit_at;
             char tmp[48];
             snprintf(tmp, sizeof tmp, " [\\U%08lX-\\U%08lX]", lo, hi);
-            gr_text_puts(&l->out, tmp);
+            snug_sbuf_puts(&l->out, tmp);
         }
     } else if (c == '/') {
         if (regex(l)) return -1;
@@ -348,27 +348,27 @@ static int item(struct lark *l, int depth) {
     } else {
         return lfail(l, at, SNUG_ERR_FORMAT, "unexpected '%c'", c);
     }
-    gr_text_puts(&l->out, " )");
+    snug_sbuf_puts(&l->out, " )");
     skip(l, false);
     if (l->p < l->end && (*l->p == '?' || *l->p == '*' || *l->p == '+')) {
         char op = *l->p++;
         if (l->ign[0] && l->in_rule && op != '?') { /* X+ → X (ign X)*, X* → (X (ign X)*)? */
-            size_t n = l->out.n - mark;
+            size_t n = l->out.len - mark;
             char *x = snug_malloc(n + 1);
             if (!x) return lfail(l, at, SNUG_ERR_NOMEM, "out of memory");
-            memcpy(x, l->out.d + mark, n);
+            memcpy(x, l->out.data + mark, n);
             x[n] = 0;
-            l->out.n = mark;
-            gr_text_puts(&l->out, op == '*' ? " (" : "");
-            gr_text_puts(&l->out, x);
-            gr_text_puts(&l->out, " (");
-            gr_text_puts(&l->out, l->ign);
-            gr_text_puts(&l->out, x);
-            gr_text_puts(&l->out, " )*");
-            gr_text_puts(&l->out, op == '*' ? " )?" : "");
+            l->out.len = mark;
+            snug_sbuf_puts(&l->out, op == '*' ? " (" : "");
+            snug_sbuf_puts(&l->out, x);
+            snug_sbuf_puts(&l->out, " (");
+            snug_sbuf_puts(&l->out, l->ign);
+            snug_sbuf_puts(&l->out, x);
+            snug_sbuf_puts(&l->out, " )*");
+            snug_sbuf_puts(&l->out, op == '*' ? " )?" : "");
             snug_free(x);
         } else {
-            gr_text_put(&l->out, &op, 1);
+            snug_sbuf_append(&l->out, &op, 1);
         }
     } else if (l->p < l->end && *l->p == '~') {
         l->p++;
@@ -392,7 +392,7 @@ static int item(struct lark *l, int depth) {
                          m, n);
         char tmp[48];
         snprintf(tmp, sizeof tmp, "{%ld,%ld}", m, n);
-        gr_text_puts(&l->out, tmp);
+        snug_sbuf_puts(&l->out, tmp);
     }
     return 0;
 }
@@ -402,7 +402,7 @@ static int expansions(struct lark *l, int depth) {
     if (depth > LARK_MAX_DEPTH)
         return lfail(l, l->p, SNUG_ERR_BUDGET, "groups nested deeper than %d", LARK_MAX_DEPTH);
     for (bool first = true;; first = false) {
-        if (!first) gr_text_puts(&l->out, " |");
+        if (!first) snug_sbuf_puts(&l->out, " |");
         skip(l, depth > 0);
         int n_items = 0;
         while (l->p < l->end) {
@@ -415,12 +415,12 @@ static int expansions(struct lark *l, int depth) {
                 skip(l, depth > 0);
                 break;
             }
-            if (n_items && l->in_rule && l->ign[0]) gr_text_puts(&l->out, l->ign);
+            if (n_items && l->in_rule && l->ign[0]) snug_sbuf_puts(&l->out, l->ign);
             if (item(l, depth)) return -1;
             n_items++;
             skip(l, depth > 0);
         }
-        if (!n_items) gr_text_puts(&l->out, " \"\"");
+        if (!n_items) snug_sbuf_puts(&l->out, " \"\"");
         if (l->p < l->end && *l->p == '|') {
             l->p++;
             continue;
@@ -462,11 +462,11 @@ static int definition(struct lark *l) {
     l->p++;
     if (add_def(l, s, n)) return -1;
     l->in_rule = !is_terminal(s, n);
-    gr_text_puts(&l->out, l->prefix);
-    gr_text_put(&l->out, s, (size_t)n);
-    gr_text_puts(&l->out, " ::=");
+    snug_sbuf_puts(&l->out, l->prefix);
+    snug_sbuf_append(&l->out, s, (size_t)n);
+    snug_sbuf_puts(&l->out, " ::=");
     if (expansions(l, 0)) return -1;
-    gr_text_puts(&l->out, "\n");
+    snug_sbuf_puts(&l->out, "\n");
     return 0;
 }
 
@@ -483,11 +483,11 @@ static int import_common(struct lark *l, const char *at, const char *name, int n
         l->end = text + strlen(text);
         l->text = text;
         l->in_rule = false;
-        gr_text_puts(&l->out, l->prefix);
-        gr_text_put(&l->out, as, (size_t)as_n);
-        gr_text_puts(&l->out, " ::=");
+        snug_sbuf_puts(&l->out, l->prefix);
+        snug_sbuf_append(&l->out, as, (size_t)as_n);
+        snug_sbuf_puts(&l->out, " ::=");
         int rc = expansions(l, 0);
-        gr_text_puts(&l->out, "\n");
+        snug_sbuf_puts(&l->out, "\n");
         l->end = save_end;
         l->text = save_text;
         l->p = save_p;
@@ -553,9 +553,9 @@ static int directive(struct lark *l) {
         }
     }
     if (wn == 6 && !memcmp(w, "ignore", 6)) { /* %ignore item (a name or a literal / regex) */
-        struct gr_text keep = l->out;
+        struct snug_sbuf keep = l->out;
         l->out = l->ignore;
-        if (l->ignore.n) gr_text_puts(&l->out, " |");
+        if (l->ignore.len) snug_sbuf_puts(&l->out, " |");
         bool rule = l->in_rule;
         l->in_rule = false;
         int rc = expansions(l, 0);
@@ -647,28 +647,28 @@ static int lark_convert(const char *text, size_t len, const char *prefix, char *
             snprintf(head, sizeof head, "%s-root ::=", prefix);
         else
             snprintf(head, sizeof head, "root ::=");
-        gr_text_puts(&l->out, head);
-        gr_text_puts(&l->out, l->ign[0] ? l->ign : "");
-        gr_text_puts(&l->out, " ");
-        gr_text_puts(&l->out, l->prefix);
-        gr_text_puts(&l->out, "start");
-        gr_text_puts(&l->out, l->ign[0] ? l->ign : "");
-        gr_text_puts(&l->out, "\n");
+        snug_sbuf_puts(&l->out, head);
+        snug_sbuf_puts(&l->out, l->ign[0] ? l->ign : "");
+        snug_sbuf_puts(&l->out, " ");
+        snug_sbuf_puts(&l->out, l->prefix);
+        snug_sbuf_puts(&l->out, "start");
+        snug_sbuf_puts(&l->out, l->ign[0] ? l->ign : "");
+        snug_sbuf_puts(&l->out, "\n");
         if (l->ign[0]) {
-            gr_text_puts(&l->out, l->ign + 1);
-            gr_text_puts(&l->out, " ::= (");
-            gr_text_puts(&l->out, l->ignore.d ? l->ignore.d : " \"\"");
-            gr_text_puts(&l->out, " )*\n");
+            snug_sbuf_puts(&l->out, l->ign + 1);
+            snug_sbuf_puts(&l->out, " ::= (");
+            snug_sbuf_puts(&l->out, l->ignore.data ? l->ignore.data : " \"\"");
+            snug_sbuf_puts(&l->out, " )*\n");
         }
         if (l->out.oom || l->ignore.oom) lfail(l, text, SNUG_ERR_NOMEM, "out of memory");
     }
     int rc = l->status;
-    snug_free(l->ignore.d);
+    snug_free(l->ignore.data);
     if (rc) {
-        snug_free(l->out.d);
+        snug_free(l->out.data);
     } else {
-        *out = l->out.d;
-        if (out_len) *out_len = l->out.n;
+        *out = l->out.data;
+        if (out_len) *out_len = l->out.len;
     }
     snug_free(l);
     return rc;
@@ -689,21 +689,21 @@ int snug_tool_format_to_gbnf(const char *syntax, const char *definition, size_t 
     int rc = gr_regex_to_gbnf(definition, len, &g, why, sizeof why);
     if (rc == SNUG_ERR_NOMEM) return snug_err_set(err, rc, "regex: out of memory");
     if (rc) return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "regex: %s is not supported", why);
-    struct gr_text b = {0};
+    struct snug_sbuf b = {0};
     char head[64];
     if (prefix && prefix[0])
         snprintf(head, sizeof head, "%s-root ::= ", prefix);
     else
         snprintf(head, sizeof head, "root ::= ");
-    gr_text_puts(&b, head);
-    gr_text_puts(&b, g);
-    gr_text_puts(&b, "\n");
+    snug_sbuf_puts(&b, head);
+    snug_sbuf_puts(&b, g);
+    snug_sbuf_puts(&b, "\n");
     snug_free(g);
     if (b.oom) {
-        snug_free(b.d);
+        snug_free(b.data);
         return snug_err_set(err, SNUG_ERR_NOMEM, "regex: out of memory");
     }
-    *out = b.d;
-    if (out_len) *out_len = b.n;
+    *out = b.data;
+    if (out_len) *out_len = b.len;
     return check_compiles(out, out_len, prefix, "regex", err);
 }

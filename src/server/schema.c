@@ -1,5 +1,5 @@
-/* schema.c — growable buffer, Python-compatible JSON serialisation (the template's `tojson`,
- * i.e. json.dumps(x, ensure_ascii=False) as Hugging Face defines it) and schema typing of
+/* schema.c — Python-compatible JSON serialisation (into the core's snug_sbuf) (the template's
+ * `tojson`, i.e. json.dumps(x, ensure_ascii=False) as Hugging Face defines it) and schema typing of
  * tool-call arguments. Facts about Python's output (separators, escapes, float repr) are from
  * the CPython documentation of json.dumps and repr(float) ("shortest repr", scientific when the
  * decimal exponent is < -4 or >= 16). Read next: outparse.c.
@@ -13,71 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ==== buffer ================================================================================ */
-
-/* Make room for n more bytes plus a NUL; sets oom (and returns false) when it cannot. */
-static bool sbuf_reserve(struct snug_sbuf *b, size_t n) {
-    if (b->oom) return false;
-    if (b->len + n + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + n + 1) {
-        if (cap > SIZE_MAX / 2) {
-            b->oom = true;
-            return false;
-        }
-        cap *= 2;
-    }
-    char *d = snug_malloc(cap);
-    if (!d) {
-        b->oom = true;
-        return false;
-    }
-    if (b->len) memcpy(d, b->data, b->len);
-    snug_free(b->data);
-    b->data = d;
-    b->cap = cap;
-    return true;
-}
-
-void snug_sbuf_append(struct snug_sbuf *b, const char *s, size_t n) {
-    if (!sbuf_reserve(b, n)) return;
-    if (n) memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void snug_sbuf_puts(struct snug_sbuf *b, const char *s) {
-    snug_sbuf_append(b, s, strlen(s));
-}
-
-void snug_sbuf_putc(struct snug_sbuf *b, char c) {
-    snug_sbuf_append(b, &c, 1);
-}
-
-bool snug_sbuf_reserve(struct snug_sbuf *b, size_t n) {
-    return sbuf_reserve(b, n);
-}
-
-void snug_sbuf_reset(struct snug_sbuf *b) {
-    b->len = 0;
-    if (b->data) b->data[0] = 0;
-}
-
-void snug_sbuf_free(struct snug_sbuf *b) {
-    if (!b) return;
-    snug_free(b->data);
-    *b = (struct snug_sbuf){0};
-}
-
-char *snug_sbuf_take(struct snug_sbuf *b, size_t *out_len) {
-    if (sbuf_reserve(b, 0)) b->data[b->len] = 0;
-    char *d = b->oom ? NULL : b->data;
-    if (b->oom) snug_free(b->data);
-    if (out_len) *out_len = d ? b->len : 0;
-    *b = (struct snug_sbuf){0};
-    return d;
-}
 
 /* ==== JSON serialisation ===================================================================== */
 
