@@ -274,8 +274,9 @@ static const char *const REASONING_TAGS[] = {"</think>", "<tool_call>"};
 static const char *const CONTENT_TAGS[] = {"<tool_call>", "<function="};
 static const char *const BODY_TAGS[] = {"<parameter=", "</function>", "</tool_call>", "<tool_call>",
                                         "<function="};
-static const char *const VALUE_TAGS[] = {"</parameter>", "<parameter=", "</function>",
-                                         "</tool_call>"};
+/* the tags after which a value's "</parameter>" ends it, and which end a value (drift: its
+ * "</parameter>" missing) when they open a line */
+static const char *const AFTER_VALUE_TAGS[] = {"<parameter=", "</function>", "</tool_call>"};
 static const char *const JSON_TAGS[] = {"</tool_call>", "<tool_call>", "<function="};
 
 /* Reasoning or content text up to the next tag: emits what is certain, returns the index of
@@ -319,6 +320,81 @@ static void skip_ws(struct snug_outparse *p) {
     size_t i = 0, n = rem_n(p);
     while (i < n && is_ws(rem_p(p)[i])) i++;
     if (i) consume(p, i);
+}
+
+/* 1: pending input s[0..n) holds -1 (s is a proper prefix of tag: undecided), 1 (starts with
+ * it), 0 (does not). */
+static int tag_at(const char *s, size_t n, const char *tag) {
+    size_t m = strlen(tag);
+    if (n >= m) return memcmp(s, tag, m) ? 0 : 1;
+    return memcmp(s, tag, n) ? 0 : -1;
+}
+
+/* Where the pending parameter value ends. A value is raw text, so it may itself hold tag-like
+ * text (a custom tool's patch, code that parses these tags); the template writes
+ * "\nV\n</parameter>\n", so:
+ *  - "\n</parameter>" ends it;
+ *  - "</parameter>" elsewhere ends it only when what follows (after whitespace) is the next
+ *    tag or the end of the output ("V</parameter></function>");
+ *  - "<parameter=", "</function>", "</tool_call>" end it (its "</parameter>" missing) only at
+ *    the start of a line.
+ * 1: found (*at = the value's length, *skip = the closing bytes to consume); 0: undecided, needs
+ * more input; -1: none (at eof: the value runs to the end). p->scan keeps the decided part. */
+static int value_end(struct snug_outparse *p, bool eof, size_t *at, size_t *skip) {
+    const char *s = rem_p(p);
+    size_t n = rem_n(p);
+    static const char close[] = "</parameter>";
+    const size_t cl = sizeof close - 1;
+    for (size_t i = p->scan; i < n; i++) {
+        if (s[i] != '<') continue;
+        int c = tag_at(s + i, n - i, close);
+        if (c < 0 && !eof) {
+            p->scan = i;
+            return 0;
+        }
+        if (c > 0) {
+            if (i > 0 && s[i - 1] == '\n') {
+                *at = i, *skip = cl;
+                return 1;
+            }
+            size_t j = i + cl;
+            while (j < n && is_ws(s[j])) j++;
+            if (j == n) {
+                if (!eof) {
+                    p->scan = i;
+                    return 0;
+                }
+                *at = i, *skip = cl;
+                return 1;
+            }
+            for (int t = 0; t < 3; t++) {
+                int f = tag_at(s + j, n - j, AFTER_VALUE_TAGS[t]);
+                if (f > 0 || (f < 0 && eof)) {
+                    *at = i, *skip = cl;
+                    return 1;
+                }
+                if (f < 0) {
+                    p->scan = i;
+                    return 0;
+                }
+            }
+            continue;
+        }
+        if (i > 0 && s[i - 1] != '\n') continue;
+        for (int t = 0; t < 3; t++) {
+            int f = tag_at(s + i, n - i, AFTER_VALUE_TAGS[t]);
+            if (f > 0) {
+                *at = i, *skip = 0;
+                return 1;
+            }
+            if (f < 0 && !eof) {
+                p->scan = i;
+                return 0;
+            }
+        }
+    }
+    p->scan = n;
+    return eof ? -1 : 0;
 }
 
 /* Run the machine until it needs more input (or, at eof, until the input is used up). */
@@ -427,12 +503,12 @@ static void run(struct snug_outparse *p, bool eof) {
             break;
         }
         case ST_PARAM_VALUE: {
-            int which = -1;
-            size_t at = find_tags(p, VALUE_TAGS, 4, &which);
-            if (at == SIZE_MAX && !eof) return;
-            size_t n = at == SIZE_MAX ? rem_n(p) : at;
+            size_t at = 0, skip = 0;
+            int r = value_end(p, eof, &at, &skip);
+            if (r == 0) return;
+            size_t n = r > 0 ? at : rem_n(p);
             call_param(p, rem_p(p), n);
-            consume(p, n + (which == 0 ? strlen(VALUE_TAGS[0]) : 0));
+            consume(p, n + skip);
             p->st = ST_FUNC_BODY;
             break;
         }
