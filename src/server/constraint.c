@@ -5,6 +5,7 @@
 #include "server/constraint.h"
 
 #include "core/core.h"
+#include "grammar/memo.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -17,8 +18,10 @@
 struct snug_srv_constraint {
     struct snug_engine_constraint hook;
     const struct snug_tokenizer *tok;
-    struct snug_grammar *g;
+    struct snug_grammar *g; /* compiled here (no memo), or NULL */
     struct snug_matcher *m;
+    struct snug_grammar_memo *memo; /* where m came from and goes back (NULL: owned here) */
+    struct snug_grammar_memo_entry *memo_entry;
     const struct snug_vocab_trie *trie;
     snug_token *bias_ids;
     float *bias_vals;
@@ -199,11 +202,18 @@ int snug_srv_constraint_init(struct snug_srv_constraint **out,
         memcpy(c->bias_vals, d->bias_vals, (size_t)d->n_bias * sizeof *c->bias_vals);
         c->n_bias = d->n_bias;
     }
-    if (d->gbnf) {
+    if (d->gbnf && d->memo) {
+        rc = snug_grammar_memo_acquire(d->memo, d->gbnf, d->gbnf_len, d->root, c->end_ids, c->n_end,
+                                       &c->m, &c->memo_entry, err);
+        if (rc != SNUG_OK) goto fail;
+        c->memo = d->memo;
+    } else if (d->gbnf) {
         rc = snug_grammar_parse(&c->g, d->gbnf, d->gbnf_len, d->root, NULL, err);
         if (rc == SNUG_OK)
             rc = snug_matcher_init(&c->m, c->g, trie, c->end_ids, c->n_end, NULL, err);
         if (rc != SNUG_OK) goto fail;
+    }
+    if (d->gbnf) {
         if (d->trigger && *d->trigger) {
             c->trig_len = strlen(d->trigger);
             if (c->trig_len >= TRIGGER_MAX) {
@@ -230,7 +240,10 @@ fail:
 
 void snug_srv_constraint_free(struct snug_srv_constraint *c) {
     if (!c) return;
-    snug_matcher_free(c->m);
+    if (c->memo)
+        snug_grammar_memo_release(c->memo, c->memo_entry, c->m);
+    else
+        snug_matcher_free(c->m);
     snug_grammar_free(c->g);
     snug_free(c->bias_ids);
     snug_free(c->bias_vals);

@@ -18,6 +18,7 @@
 #include "server/server_impl.h"
 
 #include "core/core.h"
+#include "grammar/memo.h"
 #include "kv/kvfmt.h"
 #include "model/model.h"
 #include "plan/plan.h"
@@ -297,6 +298,15 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_queue_capacity", "gauge", "Queue limit beyond free slots.", st.queue_cap);
     metric(&b, "snug_slots_busy", "gauge", "Slots running a request.", st.slots_busy);
     metric(&b, "snug_slots_total", "gauge", "Slots.", st.n_slots);
+    if (s->grammar_memo) {
+        struct snug_grammar_memo_stats gm;
+        snug_grammar_memo_stats(s->grammar_memo, &gm);
+        metric(&b, "snug_grammar_matchers_reused_total", "counter",
+               "Constrained requests served by a warm grammar matcher of an earlier request.",
+               (double)gm.hits);
+        metric(&b, "snug_grammar_compiles_total", "counter",
+               "Grammars compiled (not found among the remembered ones).", (double)gm.compiles);
+    }
     snug_srv_metrics_prefix(&b, s->prefix);
     if (st.n_draft > 0) {
         const struct snug_spec_stats *sp = &st.spec;
@@ -706,6 +716,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     }
     /* the vocabulary trie for grammar masks (src/grammar), shared by all requests */
     if ((rc = snug_vocab_trie_build(&s->trie, s->tok, err))) goto done;
+    /* compiled grammars and warm matchers across requests (src/grammar/memo.h) */
+    if ((rc = snug_grammar_memo_init(&s->grammar_memo, s->trie, 0, 0, err))) goto done;
     struct snug_engine_opts eo = {
         .n_slots = s->opts.n_slots,
         .n_ctx = opts->n_ctx,
@@ -794,6 +806,7 @@ done:
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);
     snug_responses_store_free(s->responses);
+    snug_grammar_memo_free(s->grammar_memo); /* (the engine, and every request, is gone) */
     snug_vocab_trie_free(s->trie);
     snug_model_free(s->model);
     snug_free(s->script_text);

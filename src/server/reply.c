@@ -862,6 +862,7 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
         .end_ids = end_ids,
         .n_end = 3,
         .budget = budget,
+        .memo = s->grammar_memo,
     };
     int rc = snug_srv_constraint_init(&r->con, &d, s->trie, s->tok, &err);
     snug_sbuf_free(&wrapped);

@@ -464,6 +464,31 @@ def test_clients(res, srv):
         print("SKIP: langchain-openai is not installed")
 
 
+def test_memo(res, srv):
+    """A grammar seen before is served by the warm matcher of an earlier request (the server's
+    grammar memo): the same seed gives the same text with the cold and the warm matcher, and
+    /metrics counts one compile and one reuse for the pair."""
+    def metric(name):
+        txt = srv.raw("GET", "/metrics")[1]
+        m = re.search(r"^" + name + r" (\S+)$", txt, re.M)
+        return float(m.group(1)) if m else None
+
+    schema = {"type": "object", "properties": {"memo_check_%d" % os.getpid(): {"type": "string"},
+                                               "n": {"type": "integer"}},
+              "required": ["n"]}
+    body = {"temperature": 1, "seed": 77, "max_tokens": 120, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "m", "schema": schema}}}
+    c0, r0 = metric("snug_grammar_compiles_total"), metric("snug_grammar_matchers_reused_total")
+    st1, a, _ = chat(srv, body)
+    st2, b, _ = chat(srv, body)
+    c1, r1 = metric("snug_grammar_compiles_total"), metric("snug_grammar_matchers_reused_total")
+    res.check(st1 == 200 and st2 == 200 and content_of(a) == content_of(b) and
+              json.loads(content_of(a)).get("n") is not None,
+              f"grammar memo: cold and warm matcher give the same text ({content_of(a)[:60]!r})")
+    res.check(c0 is not None and c1 == c0 + 1 and r1 == r0 + 1,
+              f"grammar memo: one compile and one reuse ({c0}->{c1}, {r0}->{r1})")
+
+
 def main():
     res = Results()
     fx = fixtures_dir(res)
@@ -480,6 +505,7 @@ def main():
             test_greedy_equal(res, A)
             test_gbnf(res, A)
             test_json_object(res, A)
+            test_memo(res, A)
             test_budget(res, B)
             test_spec_constrained(res, A, B)
             test_tools(res, A)

@@ -9,6 +9,7 @@
 #include "core/core.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "grammar/memo.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 
@@ -659,6 +660,123 @@ static void test_lark(void) {
     snug_free(out);
 }
 
+/* ---- the grammar memo: warm matchers across requests ----------------------------------- */
+
+/* Walk `steps` random allowed tokens with matcher m (seeded), hashing every mask on the way
+ * into *sig; the tokens taken go to ids (the walk stops when complete or nothing is allowed). */
+static int memo_walk(struct snug_matcher *m, int steps, uint64_t seed, snug_token *ids,
+                     uint64_t *sig) {
+    int32_t V = snug_tokenizer_n_vocab(TOK), words = (V + 63) / 64, n = 0;
+    uint64_t h = 1469598103934665603ull;
+    struct snug_err err = {0};
+    for (int step = 0; step < steps; step++) {
+        const uint64_t *mask = snug_matcher_mask(m);
+        int32_t na = 0;
+        for (int32_t w = 0; w < words; w++) {
+            h = (h ^ mask[w]) * 1099511628211ull;
+            na += __builtin_popcountll(mask[w]);
+        }
+        if (!na || snug_matcher_is_complete(m)) break;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        int32_t k = (int32_t)((seed >> 8) % (uint64_t)na);
+        snug_token pick = -1;
+        for (snug_token id = 0; id < V && pick < 0; id++)
+            if ((mask[id >> 6] >> (id & 63)) & 1 && k-- == 0) pick = id;
+        if (pick == EOS) break;
+        CHECK(snug_matcher_accept(m, pick, &err) == SNUG_OK);
+        ids[n++] = pick;
+    }
+    *sig = h;
+    return n;
+}
+
+static void test_memo(void) {
+    struct snug_err err = {0};
+    struct snug_grammar_memo *memo = NULL;
+    CHECK(snug_grammar_memo_init(&memo, TRIE, 2, 2, &err) == SNUG_OK);
+    if (!memo) return;
+    char *json = NULL;
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                         "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}}";
+    CHECK(snug_json_schema_to_gbnf(schema, strlen(schema), &json, NULL, &err) == SNUG_OK);
+    const char *texts[3] = {json, "root ::= [a-c]+ \"!\"", "root ::= \"x\" | \"y\" [0-9]*"};
+    snug_token end = EOS;
+    /* a cold walk per grammar with its own fresh matcher: the reference signatures */
+    uint64_t ref[3][3];
+    snug_token ids[64];
+    for (int i = 0; i < 3; i++) {
+        struct snug_grammar *g = NULL;
+        struct snug_matcher *m = NULL;
+        CHECK(snug_grammar_parse(&g, texts[i], strlen(texts[i]), NULL, NULL, &err) == SNUG_OK);
+        CHECK(g && snug_matcher_init(&m, g, TRIE, &end, 1, NULL, &err) == SNUG_OK);
+        for (uint64_t seed = 0; m && seed < 3; seed++) {
+            snug_matcher_reset(m);
+            memo_walk(m, 40, 0x9E3779B97F4A7C15ull * (seed + 1), ids, &ref[i][seed]);
+        }
+        snug_matcher_free(m);
+        snug_grammar_free(g);
+    }
+    /* through the memo: the same masks, whether the matcher is fresh or warm */
+    struct snug_grammar_memo_stats st;
+    for (int round = 0; round < 2; round++)
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            struct snug_matcher *m = NULL;
+            struct snug_grammar_memo_entry *e = NULL;
+            CHECK(snug_grammar_memo_acquire(memo, texts[0], strlen(texts[0]), NULL, &end, 1, &m, &e,
+                                            &err) == SNUG_OK);
+            uint64_t sig = 0;
+            if (m) memo_walk(m, 40, 0x9E3779B97F4A7C15ull * (seed + 1), ids, &sig);
+            CHECKF(sig == ref[0][seed], "memo round %d seed %d: masks differ from a fresh matcher",
+                   round, (int)seed);
+            snug_grammar_memo_release(memo, e, m);
+        }
+    snug_grammar_memo_stats(memo, &st);
+    CHECKF(st.compiles == 1 && st.hits == 5 && st.grammars == 1 && st.idle == 1,
+           "compiles %lld hits %lld grammars %d idle %d", (long long)st.compiles,
+           (long long)st.hits, st.grammars, st.idle);
+    /* two requests at once: the second gets its own matcher (no warm one is shared) */
+    struct snug_matcher *m1 = NULL, *m2 = NULL;
+    struct snug_grammar_memo_entry *e1 = NULL, *e2 = NULL;
+    CHECK(snug_grammar_memo_acquire(memo, texts[0], strlen(texts[0]), NULL, &end, 1, &m1, &e1,
+                                    &err) == SNUG_OK);
+    CHECK(snug_grammar_memo_acquire(memo, texts[0], strlen(texts[0]), NULL, &end, 1, &m2, &e2,
+                                    &err) == SNUG_OK);
+    CHECK(m1 && m2 && m1 != m2 && e1 == e2);
+    /* the other end token is another key; a third grammar evicts the least recently used idle
+     * entry, never one in use (entry 0 is busy) */
+    struct snug_matcher *m3 = NULL, *m4 = NULL;
+    struct snug_grammar_memo_entry *e3 = NULL, *e4 = NULL;
+    CHECK(snug_grammar_memo_acquire(memo, texts[1], strlen(texts[1]), NULL, &end, 1, &m3, &e3,
+                                    &err) == SNUG_OK);
+    snug_grammar_memo_release(memo, e3, m3);
+    CHECK(snug_grammar_memo_acquire(memo, texts[2], strlen(texts[2]), NULL, &end, 1, &m4, &e4,
+                                    &err) == SNUG_OK);
+    uint64_t sig = 0;
+    if (m4) memo_walk(m4, 40, 0x9E3779B97F4A7C15ull, ids, &sig);
+    CHECK(sig == ref[2][0]);
+    snug_grammar_memo_release(memo, e4, m4);
+    snug_grammar_memo_release(memo, e1, m1);
+    snug_grammar_memo_release(memo, e2, m2);
+    snug_grammar_memo_stats(memo, &st);
+    CHECKF(st.grammars == 2 && st.compiles == 3 && st.idle <= 2,
+           "grammars %d compiles %lld idle %d", st.grammars, (long long)st.compiles, st.idle);
+    /* entry 0 survived (it was in use): a warm hit */
+    int64_t hits = st.hits;
+    CHECK(snug_grammar_memo_acquire(memo, texts[0], strlen(texts[0]), NULL, &end, 1, &m1, &e1,
+                                    &err) == SNUG_OK);
+    snug_grammar_memo_release(memo, e1, m1);
+    snug_grammar_memo_stats(memo, &st);
+    CHECK(st.hits == hits + 1 && st.compiles == 3);
+    /* a bad grammar: the parser's error, nothing remembered */
+    CHECK(snug_grammar_memo_acquire(memo, "root ::= x", 10, NULL, &end, 1, &m1, &e1, &err) ==
+          SNUG_ERR_FORMAT);
+    CHECK(m1 == NULL && e1 == NULL && strstr(err.msg, "line 1"));
+    snug_grammar_memo_stats(memo, &st);
+    CHECK(st.compiles == 3);
+    snug_grammar_memo_free(memo);
+    snug_free(json);
+}
+
 /* ---- the real vocabulary ------------------------------------------------------------------- */
 
 /* Along a random walk through one grammar (random allowed tokens, every third pick the
@@ -812,6 +930,7 @@ int main(void) {
     test_tool_param_names();
     test_schema_corpus();
     test_lark();
+    test_memo();
     const char *fx = test_fixtures_dir();
     if (fx) test_qwen_vocab(fx);
     snug_vocab_trie_free(TRIE);
