@@ -3,7 +3,10 @@
  * Formats (docs/qwen35.md §5.2): reasoning ends at "</think>" (it starts inside
  * reasoning when the prompt ended with "<think>\n"); tool calls are
  *   <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>\n</tool_call>
- * Drift tolerated: missing closing tags at the end of generation (or before the next tag), a
+ * A parameter value is raw text and may hold tag-like text (a patch that edits such code):
+ * "</parameter>" ends it after a newline, or elsewhere only before the next tag or the end.
+ * Drift tolerated: missing closing tags at the end of generation (or before the next tag when
+ * it opens a line), a
  * JSON {"name":..,"arguments":..} body inside <tool_call>, "<function=" without "<tool_call>",
  * a "<tool_call>" inside reasoning (closes it), no newline after "</think>", extra whitespace.
  * Invariants: the events do not depend on how the text is split into pieces; no tag, and no
