@@ -6,7 +6,10 @@
 # statistics. On a shared machine the wall time says little: the CPU time is the measure.
 #
 #   scripts/fuzz_long.sh [CPU_SECONDS_PER_TARGET (default 620)] [TARGET ...]
-#   SNUG_FUZZ_NICE=N   run the fuzzer under nice -n N (default 0)
+#   SNUG_FUZZ_NICE=N     run the fuzzer under nice -n N (default 0)
+#   SNUG_FUZZ_TIMEOUT=S  libFuzzer's per-input timeout in wall seconds (default 120: on a busy
+#                        shared machine a niced fuzzer's wall time stretches; never pause one
+#                        with SIGSTOP, its alarm then reports a timeout)
 # One line per target is appended to build-fuzz/long-runs.tsv:
 #   target, CPU seconds, executions, corpus inputs, result (ok | FAILED), commit.
 # Exit status: non-zero when a target finds a crash, leak or timeout (its input is kept in
@@ -30,11 +33,11 @@ for t in "${targets[@]}"; do
   seeds="${seeds//_/-}"
   work="$BUILD/corpus/$t" crashes="$BUILD/crashes/$t" log="$BUILD/$t.long.log"
   mkdir -p "$work" "$crashes"
-  marker="$BUILD/.long-run-start"
+  marker="$BUILD/.long-run-start-$t"
   touch "$marker"
   args=("$work")
   [ -d "$seeds" ] && args+=("$seeds")
-  nice -n "${SNUG_FUZZ_NICE:-0}" "$BUILD/$t" "${args[@]}" -timeout=25 -rss_limit_mb=4096 \
+  nice -n "${SNUG_FUZZ_NICE:-0}" "$BUILD/$t" "${args[@]}" -timeout="${SNUG_FUZZ_TIMEOUT:-120}" -rss_limit_mb=4096 \
     -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1 &
   pid=$!
   cpu=0
