@@ -13,13 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 shift || true
-BUILD=build-fuzz
-CC=clang cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSNUG_FUZZ=ON >/dev/null
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  for f in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
-fi
-cmake --build "$BUILD" -j"${SNUG_BUILD_JOBS:-2}" --target "${targets[@]}"
+. scripts/fuzz_build.sh # sets BUILD and targets, builds them
 fail=0
 run_one() {
   local t="$1" seeds="tests/fuzz/corpus-${1#fuzz_}"

@@ -18,13 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET="${1:-620}"
 shift || true
-BUILD=build-fuzz
-CC=clang cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSNUG_FUZZ=ON >/dev/null
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  for f in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
-fi
-cmake --build "$BUILD" -j"${SNUG_BUILD_JOBS:-2}" --target "${targets[@]}"
+. scripts/fuzz_build.sh # sets BUILD and targets, builds them
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 tick=$(getconf CLK_TCK)
 fail=0
