@@ -112,7 +112,9 @@ int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t ca
 /* After the step that evaluated the rows: their logits (row-major, one per row, edited by
  * the constraint's mask). A plain row: pick the next token; verification rows: accept a prefix
  * of the drafts and roll the context back to them (snug_spec_accept). Emits the new tokens in
- * order, stopping at the first stop condition. Returns SNUG_OK, or the rollback's error. */
+ * order, stopping at the first stop condition (the constraint has been told all of them by then:
+ * a stop inside a verification's tokens ends the generation, so nothing reads it again).
+ * Returns SNUG_OK, or the rollback's error. */
 int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err);
 /* The rows were not evaluated after all (the step failed): forget the drafts, keep pending. */
 void snug_seq_untake(struct snug_seq *s);
