@@ -22,8 +22,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SNUG_ENGINE_MAX_TOP_LOGPROBS SNUG_SEQ_MAX_TOP_LOGPROBS
-
 /* Why a job ended. */
 enum snug_engine_finish {
     SNUG_FINISH_STOP = 0,   /* end-of-generation token, stop string, end of script */
@@ -75,7 +73,7 @@ struct snug_engine_job {
     struct snug_sampler_params sampler;
     int32_t max_tokens;       /* <= 0: until the context is full */
     bool logprobs;            /* fill the logprob argument of on_token */
-    int32_t top_logprobs;     /* 0..SNUG_ENGINE_MAX_TOP_LOGPROBS */
+    int32_t top_logprobs;     /* 0..SNUG_SEQ_MAX_TOP_LOGPROBS */
     double deadline_s;        /* snug_time_s() deadline, 0 = none */
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;

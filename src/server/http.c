@@ -323,8 +323,8 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
         metric(&b, "snug_spec_verify_forwards_total", "counter",
                "Trunk forwards of those steps (one per step: the verifications are batched).",
                (double)st.verify_forwards);
-        metric(&b, "snug_spec_verify_runs_max", "gauge",
-               "The most verifications one step held.", st.verify_runs_max);
+        metric(&b, "snug_spec_verify_runs_max", "gauge", "The most verifications one step held.",
+               st.verify_runs_max);
         snug_sbuf_puts(&b, "# HELP snug_spec_acceptance_rate Acceptance rate of the draft at a "
                            "position (1 = first draft).\n"
                            "# TYPE snug_spec_acceptance_rate gauge\n");
