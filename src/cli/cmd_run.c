@@ -1,4 +1,6 @@
-/* cmd_run.c — `snug run`: tokenize a prompt, evaluate it, then sample and stream text.
+/* cmd_run.c — `snug run`: tokenize a prompt, evaluate it, then generate with the generation
+ * loop the server uses (src/engine/sequence.h: sampler, speculative steps, stops, detokenizer)
+ * and stream the text.
  *   snug run -m M.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
  *            [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P]
  *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N|max] [-f FILE]
@@ -13,6 +15,7 @@
 #include "cli.h"
 
 #include "core/core.h"
+#include "engine/sequence.h"
 #include "plan/plan.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
@@ -77,6 +80,15 @@ static int cli_eval_prompt(struct snug_ctx *ctx, const snug_token *ids, int32_t 
     }
     fprintf(stderr, "\r\033[K");
     return SNUG_OK;
+}
+
+/* The loop's emitted text to stdout as it comes (whole UTF-8 characters). */
+static bool on_token(void *user, snug_token id, const char *text, size_t len,
+                     const struct snug_seq_logprob *lp) {
+    (void)user, (void)id, (void)lp;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return false;
 }
 
 /* Model load progress on a terminal: the file read once through the page cache
@@ -204,8 +216,8 @@ int cmd_run(int argc, char **argv) {
 
     struct snug_model *m = NULL;
     struct snug_ctx *ctx = NULL;
-    struct snug_sampler *smp = NULL;
-    struct snug_detok dt = {0};
+    struct snug_seq seq = {0};
+    struct snug_step_row rows[SNUG_SPEC_MAX_DRAFT + 1];
     snug_token *ids = NULL;
     float *logits = NULL;
     double t_load = snug_time_s();
@@ -228,7 +240,8 @@ int cmd_run(int argc, char **argv) {
     size_t cap = n_prompt + (size_t)n_predict + 1 + (size_t)spec_draft + 1;
     ids = malloc(cap * sizeof *ids);
     const int32_t V = snug_model_n_vocab(m);
-    logits = malloc((size_t)V * sizeof *logits);
+    /* the prompt's last row, then a step's: the pending token and its drafts */
+    logits = malloc((size_t)V * ((size_t)spec_draft + 1) * sizeof *logits);
     if (!ids || !logits) {
         snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
         goto fail;
@@ -297,8 +310,13 @@ int cmd_run(int argc, char **argv) {
     sp.presence_penalty = (float)pres;
     sp.frequency_penalty = (float)freq;
     sp.seed = (uint64_t)seed;
-    if (snug_sampler_init(&smp, &sp, V, &err)) goto fail;
-    if (snug_detok_init(&dt, tok, SNUG_DETOK_SKIP_CONTROL, &err)) goto fail;
+    if (snug_seq_init(&seq, m, ctx, &err)) goto fail;
+    struct snug_seq_params gp = {.sampler = sp,
+                                 .max_tokens = (int32_t)n_predict,
+                                 .speculate = spec_draft > 0,
+                                 .spec_seed = (uint64_t)seed,
+                                 .on_token = on_token};
+    if (snug_seq_begin(&seq, &gp, &err)) goto fail;
     t_load = snug_time_s() - t_load;
 
     /* prompt */
@@ -311,48 +329,18 @@ int cmd_run(int argc, char **argv) {
     double t_prompt = snug_time_s() - t0;
     cli_backend_report(&bk, "after the prompt");
 
-    /* generation */
-    snug_token eog[SNUG_TOKENIZER_EOG_MAX]; /* the server's end-of-generation set */
-    int32_t n_eog = snug_tokenizer_eog(tok, eog);
-    size_t n = n_prompt;
-    long n_gen = 0;
-    const char *out;
-    size_t out_len;
+    /* generation: the loop picks the first token from the prompt's logits, then each step
+     * evaluates its rows (the pending token, or it and its MTP drafts as a verification) */
+    snug_seq_evaluated(&seq, ids, (int32_t)n_prompt);
     t0 = snug_time_s();
-    snug_spec_seed(ctx, (uint64_t)seed);
-    size_t n_done = n; /* speculative: tokens in ids[n_done..n) are not streamed yet */
-    while (n_gen < n_predict) {
-        snug_token t;
-        if (spec_draft > 0 && n_done < n) { /* emitted by the last speculative step */
-            t = ids[n_done++];
-        } else if (spec_draft > 0 && n_gen > 0) {
-            int32_t nn = 0;
-            if (snug_spec_step(ctx, smp, ids, (int32_t)n, (int32_t)cap, &nn, &err)) goto fail;
-            n_done = n;
-            n += (size_t)nn;
-            t = ids[n_done++];
-        } else {
-            t = snug_sampler_sample(smp, logits, ids, (int32_t)n);
-            if (spec_draft > 0) n_done = n + 1;
-        }
-        n_gen++;
-        bool end = false;
-        for (int32_t i = 0; i < n_eog; i++) end = end || t == eog[i];
-        if (end) break;
-        if (spec_draft == 0 || n_gen == 1) ids[n++] = t;
-        if (snug_detok_push(&dt, t, &out, &out_len)) {
-            snug_err_set(&err, SNUG_ERR_INTERNAL, "sampled token %d is outside the vocabulary", t);
-            goto fail;
-        }
-        fwrite(out, 1, out_len, stdout);
-        fflush(stdout);
-        if (n_gen == n_predict) break;
-        if (spec_draft == 0 && snug_ctx_eval(ctx, &t, 1, logits, SNUG_EVAL_LOGITS_LAST, &err))
+    if (n_predict > 0) snug_seq_first(&seq, logits);
+    while (seq.state == SNUG_SEQ_RUNNING) {
+        int32_t nr = snug_seq_rows(&seq, rows, (int32_t)spec_draft + 1, &err);
+        if (nr < 0 || snug_step(rows, nr, logits, &err) || snug_seq_take(&seq, logits, &err))
             goto fail;
     }
-    snug_detok_flush(&dt, &out, &out_len);
-    fwrite(out, 1, out_len, stdout);
-    fflush(stdout);
+    long n_gen = seq.n_gen;
+    snug_seq_flush(&seq, false);
     double t_gen = snug_time_s() - t0;
     fprintf(stderr,
             "\n\nsnug run: load %.2f s | prompt %zu tokens, %.2f s, %.1f tok/s | "
@@ -378,8 +366,7 @@ int cmd_run(int argc, char **argv) {
     status = 0;
 fail:
     if (status) cli_fail("run", &err);
-    snug_detok_free(&dt);
-    snug_sampler_free(smp);
+    snug_seq_free(&seq);
     snug_ctx_free(ctx);
     snug_model_free(m);
     cli_images_free(&ci);

@@ -61,6 +61,7 @@ struct snug_ctx {
     int32_t slot;           /* which slot of the backend instance is this sequence's */
     bool owns;              /* the pool and the instance are this context's (snug_ctx_init);
                                else a slot pool's (src/engine/slots.c) */
+    uint64_t n_forwards;    /* trunk forwards this context's steps ran (snug_ctx_n_forwards) */
 };
 
 struct snug_ctx_params snug_ctx_default_params(void) {
@@ -419,6 +420,7 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
     }
     ctx_fwd_be(c0, &f, T); /* activations, positions in the backend's memory */
     m->arch->forward(&f);
+    c0->n_forwards++;
     int rc = c0->be->ops->sync(c0->be, err);
     if (rc) return rc;
     bool settle = false;
@@ -747,6 +749,7 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
         f.T = keep;
         ctx_fwd_be(ctx, &f, keep);
         ctx->m->arch->forward(&f);
+        ctx->n_forwards++;
     } else {
         ctx_snap(ctx, keep - 1, false);
     }
@@ -774,6 +777,9 @@ int snug_ctx_set_spec(struct snug_ctx *ctx, int32_t draft_k, struct snug_err *er
                             draft_k, ctx->p.n_draft);
     if (ctx->spec) ctx->spec->k = draft_k;
     return SNUG_OK;
+}
+uint64_t snug_ctx_n_forwards(const struct snug_ctx *ctx) {
+    return ctx->n_forwards;
 }
 int32_t snug_ctx_spec_k(const struct snug_ctx *ctx) {
     return ctx->spec ? ctx->spec->k : 0;

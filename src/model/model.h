@@ -257,6 +257,10 @@ bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *o
 /* The longest prefix of the context's own sequence a checkpoint can be restored over by its
  * state alone (its KV rows, and the MTP rows before it, are already the context's). */
 int32_t snug_ctx_prefix_in_place(const struct snug_ctx *ctx);
+/* Trunk forwards run by steps whose first row was this context's (one step of rows of several
+ * contexts counts once, on its first), and by recompute rollbacks; MTP forwards not counted.
+ * The server's engine sums it over its slots to show how many forwards a step took. */
+uint64_t snug_ctx_n_forwards(const struct snug_ctx *ctx);
 /* After the state and the KV rows [0, n_past) of toks were written into the caches (a
  * restore), or to truncate the context to n_past tokens of its own sequence before a restore of
  * the state alone: set the sequence length (and the pending MTP row's token and position). */

@@ -1,15 +1,18 @@
 /* engine.c — the engine thread, its slots and the job queue (see engine.h for the contract).
  *
  * Owns: the model's slot pool (src/engine/slots.h: one backend instance, work arena and thread
- * pool; one sequence per slot), and per slot a sampler, detokenizer, logits row and token
- * cache; the queue.
- * Invariant: slot->toks[0..n_toks) are exactly the tokens evaluated into slot->ctx, so a new
- * prompt that strictly extends them can continue from the slot's state (the DeltaNet state
- * cannot be rolled back, so only exact extensions qualify).
- * One step for all slots (engine_step): every generating slot picks its token (sample, script
- * or a speculative step), then one snug_step evaluates all the picked tokens and a prompt chunk
- * of each prefilling slot (at most the per-step prompt budget) in one forward (weights read
- * once per step for all slots), so a long prompt does not freeze the other slots' streams.
+ * pool; one sequence per slot), and per slot its generation loop (src/engine/sequence.h: the
+ * sampler, detokenizer, constraint, speculative step and token cache) and a logits row; the
+ * queue.
+ * Invariant: slot->seq.toks[0..seq.n_toks) are exactly the tokens evaluated into slot->ctx, so
+ * a new prompt that strictly extends them can continue from the slot's state (the DeltaNet
+ * state cannot be rolled back, so only exact extensions qualify).
+ * One step for all slots (engine_step): every generating slot gives its rows (the pending token,
+ * and after it the MTP drafts to verify: snug_seq_rows), then ONE snug_step evaluates all of
+ * them and a prompt chunk of each prefilling slot (at most the per-step prompt budget) — the
+ * verifications of every speculative slot included — in one forward (weights read once per step
+ * for all slots), so a long prompt does not freeze the other slots' streams; then each slot
+ * takes its logits rows (snug_seq_take: pick or accept, roll back, emit, stop).
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
@@ -23,6 +26,7 @@
 #include "prefix/prefix_sched.h"
 
 #include "core/core.h"
+#include "engine/sequence.h"
 #include "engine/slots.h"
 #include "kv/kvfmt.h"
 #include "speculative/speculative.h"
@@ -39,23 +43,15 @@ enum slot_state { SLOT_FREE = 0, SLOT_PREFILL, SLOT_GEN };
 struct slot {
     int32_t index;
     struct snug_ctx *ctx;
-    snug_token *toks; /* [n_ctx] tokens evaluated into ctx */
-    int32_t n_toks;
-    float *logits; /* [V] logits after the last evaluated token */
-    struct snug_sampler *smp;
-    struct snug_detok detok;
+    struct snug_seq seq; /* the generation loop; seq.toks[0..seq.n_toks): ctx's tokens */
+    float *logits;       /* [V] logits after the last prompt token */
+    struct snug_spec_constraint con; /* the job's constraint, as the loop takes it */
     enum slot_state state;
     struct snug_engine_job *job;
     int32_t n_prefilled; /* prompt tokens in the context so far */
-    int32_t n_gen, script_pos;
     double t_admit, t_prompt_done;
     struct snug_engine_usage usage;
     uint64_t last_used;
-    /* speculative decoding: toks[n_toks - 1] is sampled but not evaluated while spec_pending;
-     * pend[i_pend..n_pend) are emitted tokens of the last step not yet handed out */
-    bool spec_pending;
-    snug_token pend[SNUG_SPEC_MAX_DRAFT + 1];
-    int32_t n_pend, i_pend;
     struct snug_spec_stats spec0; /* the context's statistics when the job started */
     /* prefix cache: the checkpoint pick_slot chose (entry -1: none), whether the slot needs
      * its KV rows too (not when its own tokens already hold that prefix), the prefill's
@@ -75,16 +71,17 @@ struct snug_engine {
     struct slot **started;
     struct snug_engine_job **started_job;
     struct snug_slots *pool; /* the slots' sequences over one backend instance */
-    /* the step's tables (engine_step; all allocated at init): the slots of its decode rows
-     * (n_slots), the logits it writes, its rows, the slots with a prompt chunk in it */
+    /* the step's tables (engine_step; all allocated at init): the slots with decode or
+     * verification rows (n_slots) and where their rows start and how many, the logits it
+     * writes, its rows, the slots with a prompt chunk in it */
     struct slot **b_slot;
-    float *b_logits; /* [2 · n_slots][V]: decode rows, then prompt chunks' last rows */
+    int32_t *b_row0, *b_nrows;
+    float *b_logits; /* [b_logits_rows][V]: decode/verification rows, then prompt chunks' last */
+    int32_t b_logits_rows;
     struct snug_step_row *b_rows; /* [n_chunk] the step's rows (snug_step) */
     struct slot **p_slot;         /* [n_slots] the slots with a prompt chunk in the step */
     int32_t *p_len;               /* [n_slots] and its length */
     int32_t prompt_budget;        /* prompt rows per slot and step (<= n_chunk) */
-    snug_token end_ids[SNUG_TOKENIZER_EOG_MAX];
-    int32_t n_end;
 
     pthread_t thread;
     bool thread_started;
@@ -102,49 +99,20 @@ struct snug_engine {
 
 /* ==== helpers =============================================================================== */
 
-static bool is_end_token(const struct snug_engine *e, snug_token id) {
-    for (int32_t i = 0; i < e->n_end; i++)
-        if (id == e->end_ids[i]) return true;
-    return false;
-}
-
-/* Log-softmax of the raw logits at `id`, and the n_top most likely tokens (descending). */
-static void compute_logprobs(const float *logits, int32_t V, snug_token id, int32_t n_top,
-                             struct snug_engine_logprob *lp) {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
-    lp->logprob = logits[id] - lse;
-    if (n_top > SNUG_ENGINE_MAX_TOP_LOGPROBS) n_top = SNUG_ENGINE_MAX_TOP_LOGPROBS;
-    if (n_top > V) n_top = V;
-    lp->n_top = 0;
-    for (int32_t i = 0; i < V && n_top > 0; i++) {
-        float v = logits[i];
-        if (lp->n_top == n_top && v <= lp->top_logprob[n_top - 1]) continue;
-        int32_t k = lp->n_top < n_top ? lp->n_top++ : n_top - 1;
-        while (k > 0 && lp->top_logprob[k - 1] < v) {
-            lp->top_logprob[k] = lp->top_logprob[k - 1];
-            lp->top_id[k] = lp->top_id[k - 1];
-            k--;
-        }
-        lp->top_logprob[k] = v;
-        lp->top_id[k] = i;
-    }
-    for (int32_t k = 0; k < lp->n_top; k++) lp->top_logprob[k] -= lse;
+/* The trunk forwards the slots' steps have run (snug_ctx_n_forwards, summed). */
+static uint64_t slots_forwards(const struct snug_engine *e) {
+    uint64_t n = 0;
+    for (int32_t i = 0; i < e->n_slots; i++) n += snug_ctx_n_forwards(e->slots[i].ctx);
+    return n;
 }
 
 /* End the slot's job: flush the detokenizer, report usage, free the slot (its cache stays). */
 static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_finish fin,
                         const char *msg) {
     struct snug_engine_job *j = s->job;
-    const char *txt;
-    size_t len;
-    snug_detok_flush(&s->detok, &txt, &len);
-    if (len && fin != SNUG_FINISH_CANCEL) j->on_token(j->user, -1, txt, len, NULL);
+    snug_seq_flush(&s->seq, fin == SNUG_FINISH_CANCEL); /* the detokenizer's held bytes */
     double now = snug_time_s();
-    s->usage.n_gen = s->n_gen;
+    s->usage.n_gen = s->seq.n_gen;
     if (e->n_draft > 0) {
         struct snug_spec_stats st;
         snug_ctx_spec_stats(s->ctx, &st);
@@ -163,13 +131,6 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     if (fin == SNUG_FINISH_CANCEL) e->stats.jobs_cancelled++;
     if (s->state == SLOT_GEN) e->stats.gen_s += now - s->t_prompt_done;
     pthread_mutex_unlock(&e->mu);
-    if (s->spec_pending) {
-        /* the pending token (and any emitted past a stop) is not in the context: keep the
-         * cache equal to what was evaluated */
-        s->n_toks = snug_ctx_n_past(s->ctx);
-        s->spec_pending = false;
-    }
-    s->n_pend = s->i_pend = 0;
     s->state = SLOT_FREE;
     s->job = NULL;
     s->last_used = ++e->use_clock;
@@ -186,10 +147,10 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
         struct slot *s = &e->slots[i];
         if (s->state != SLOT_FREE) continue;
         if (!lru || s->last_used < lru->last_used) lru = s;
-        if (s->n_toks > best_n && s->n_toks < j->n_prompt &&
-            !memcmp(s->toks, j->prompt, (size_t)s->n_toks * sizeof(snug_token))) {
+        if (s->seq.n_toks > best_n && s->seq.n_toks < j->n_prompt &&
+            !memcmp(s->seq.toks, j->prompt, (size_t)s->seq.n_toks * sizeof(snug_token))) {
             best = s;
-            best_n = s->n_toks;
+            best_n = s->seq.n_toks;
         }
     }
     *n_reuse = best ? best_n : 0;
@@ -204,9 +165,9 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
             struct slot *own = NULL;
             for (int32_t i = 0; i < e->n_slots && !own; i++) {
                 struct slot *s = &e->slots[i];
-                if (s->state == SLOT_FREE && s->n_toks >= h.pos &&
+                if (s->state == SLOT_FREE && s->seq.n_toks >= h.pos &&
                     snug_ctx_prefix_in_place(s->ctx) >= h.pos &&
-                    !memcmp(s->toks, j->prompt, (size_t)h.pos * sizeof(snug_token)))
+                    !memcmp(s->seq.toks, j->prompt, (size_t)h.pos * sizeof(snug_token)))
                     own = s;
             }
             pick = own ? own : lru;
@@ -218,7 +179,7 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
     return pick;
 }
 
-/* Start a job on a slot: reset or reuse its state, set up the sampler. */
+/* Start a job on a slot: reset or reuse its state, begin its generation loop. */
 static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine_job *j,
                        int32_t n_reuse) {
     s->job = j;
@@ -227,12 +188,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     s->usage.slot = s->index;
     s->usage.n_prompt = j->n_prompt;
     s->usage.n_cached = n_reuse;
-    if (e->n_draft > 0) {
-        snug_ctx_spec_stats(s->ctx, &s->spec0);
-        /* the rejection sampler's own generator starts from the job's seed, so the same request
-         * with the same seed gives the same text (it used to run on across requests) */
-        snug_spec_seed(s->ctx, j->sampler.seed ^ 0x5bd1e9955bd1e995ull);
-    }
+    if (e->n_draft > 0) snug_ctx_spec_stats(s->ctx, &s->spec0);
     s->usage.queue_ms = (s->t_admit - j->t_submit) * 1e3;
     s->sched = (struct snug_prefix_sched){.n_prompt = j->n_prompt,
                                           .n_chunk = e->prompt_budget,
@@ -250,8 +206,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         if (snug_prefix_restore(e->pc, j->prompt, &s->hit, s->hit_kv, &io, &rerr) == SNUG_OK &&
             snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr) == SNUG_OK) {
             n_reuse = s->hit.pos;
-            memcpy(s->toks, j->prompt, (size_t)n_reuse * sizeof(snug_token));
-            s->n_toks = n_reuse;
+            snug_seq_set_past(&s->seq, j->prompt, n_reuse);
             s->usage.n_cached = n_reuse;
             pthread_mutex_lock(&e->mu);
             e->stats.cached_tokens += (uint64_t)n_reuse;
@@ -265,23 +220,55 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     }
     if (n_reuse == 0) {
         snug_ctx_reset(s->ctx);
-        s->n_toks = 0;
+        snug_seq_set_past(&s->seq, NULL, 0);
     }
     s->n_prefilled = n_reuse;
-    s->n_gen = 0;
-    s->script_pos = 0;
-    snug_detok_reset(&s->detok);
     s->state = SLOT_PREFILL;
+    const struct snug_engine_constraint *c = j->constraint;
+    if (c) s->con = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
+    struct snug_seq_params sp = {
+        .sampler = j->sampler,
+        .max_tokens = j->max_tokens,
+        .script = j->script,
+        .n_script = j->n_script,
+        .constraint = c ? &s->con : NULL,
+        .logprobs = j->logprobs,
+        .top_logprobs = j->top_logprobs,
+        .speculate = e->n_draft > 0,
+        /* the rejection sampler's own generator starts from the job's seed, so the same request
+         * with the same seed gives the same text */
+        .spec_seed = j->sampler.seed ^ 0x5bd1e9955bd1e995ull,
+        .on_token = j->on_token,
+        .user = j->user,
+    };
     struct snug_err err = {0};
-    snug_sampler_free(s->smp);
-    s->smp = NULL;
-    if (snug_sampler_init(&s->smp, &j->sampler, e->V, &err) != SNUG_OK) {
+    if (snug_seq_begin(&s->seq, &sp, &err) != SNUG_OK) {
         slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
         return;
     }
 }
 
 /* ==== the step ============================================================================== */
+
+/* A slot's eval failed: its context is in an unknown state, so start it over and end the job. */
+static void slot_eval_failed(struct snug_engine *e, struct slot *s, const char *msg) {
+    snug_ctx_reset(s->ctx);
+    snug_seq_set_past(&s->seq, NULL, 0);
+    slot_finish(e, s, SNUG_FINISH_ERROR, msg[0] ? msg : "the step failed");
+}
+
+/* The slot's loop emitted tokens (n_gen0: its count before): count them, end the job when the
+ * loop stopped (an end token, a stop string, the script's end, max_tokens, a full context). */
+static void slot_emitted(struct snug_engine *e, struct slot *s, enum snug_seq_state st,
+                         int32_t n_gen0) {
+    pthread_mutex_lock(&e->mu);
+    e->stats.gen_tokens += (uint64_t)(s->seq.n_gen - n_gen0);
+    pthread_mutex_unlock(&e->mu);
+    if (st == SNUG_SEQ_STOP)
+        slot_finish(e, s, SNUG_FINISH_STOP, NULL);
+    else if (st == SNUG_SEQ_LENGTH)
+        slot_finish(e, s, SNUG_FINISH_LENGTH, NULL);
+}
 
 /* The length of a prefilling slot's next prompt chunk: up to where the prefix cache's schedule
  * ends it (message starts, the interval: a run restored at a checkpoint cuts the chunks a cold
@@ -296,8 +283,7 @@ static int32_t prefill_len(const struct snug_engine *e, const struct slot *s) {
 static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, double t0, double t1) {
     struct snug_engine_job *j = s->job;
     struct snug_err err = {0};
-    memcpy(s->toks + s->n_toks, j->prompt + s->n_prefilled, (size_t)n * sizeof(snug_token));
-    s->n_toks += n;
+    snug_seq_evaluated(&s->seq, j->prompt + s->n_prefilled, n);
     s->n_prefilled += n;
     pthread_mutex_lock(&e->mu);
     e->stats.prompt_tokens += (uint64_t)n;
@@ -321,6 +307,8 @@ static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, doubl
         s->state = SLOT_GEN;
         s->t_prompt_done = t1;
         s->usage.prompt_ms = (t1 - s->t_admit) * 1e3;
+        int32_t n_gen0 = s->seq.n_gen; /* the first token, from the prompt's last logits */
+        slot_emitted(e, s, snug_seq_first(&s->seq, s->logits), n_gen0);
     }
 }
 
@@ -333,156 +321,50 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
                            SNUG_EVAL_LOGITS_LAST, &err);
     double t1 = snug_time_s();
     if (rc != SNUG_OK) {
-        snug_ctx_reset(s->ctx);
-        s->n_toks = 0;
-        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg);
+        slot_eval_failed(e, s, err.msg);
         return;
     }
     prefill_done(e, s, n, t0, t1);
 }
 
-/* Sample the slot's next token from its logits, under the job's constraint if any: a forced
- * token, else the masked logits; the constraint is told the token. */
-static snug_token sample_next(struct snug_engine *e, struct slot *s) {
-    const struct snug_engine_constraint *c = s->job->constraint;
-    snug_token id = c && c->force ? c->force(c->user) : -1;
-    if (id < 0 || id >= e->V) {
-        if (c && c->mask) c->mask(c->user, s->logits, e->V);
-        id = snug_sampler_sample(s->smp, s->logits, s->toks, s->n_toks);
-    }
-    if (c && c->accept) c->accept(c->user, id);
-    return id;
-}
-
-/* The next token of a speculative slot: the first one is sampled from the prompt's logits and
- * left pending (not evaluated); later ones come from snug_spec_step, which evaluates the
- * pending token with up to n_draft MTP drafts in one forward and appends 1..n_draft + 1
- * tokens to s->toks; they are handed out one per call from s->pend. Returns false when the
- * slot was finished on an error. */
-static bool spec_next(struct snug_engine *e, struct slot *s, snug_token *id) {
-    if (s->i_pend < s->n_pend) {
-        *id = s->pend[s->i_pend++];
-        return true;
-    }
-    const struct snug_engine_constraint *c = s->job->constraint;
-    if (!s->spec_pending) {
-        *id = sample_next(e, s);
-        s->toks[s->n_toks++] = *id;
-        s->spec_pending = true;
-        return true;
-    }
-    struct snug_err err = {0};
-    int32_t n0 = s->n_toks, n_new = 0;
-    /* a constrained job: every verification row is masked with the grammar's state after the
-     * drafts before it, so a draft the grammar rejects is cut there (speculative.h) */
-    struct snug_spec_constraint sc = {0};
-    if (c) sc = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
-    if (snug_spec_step_constrained(s->ctx, s->smp, s->toks, s->n_toks, e->n_ctx, c ? &sc : NULL,
-                                   &n_new, &err) != SNUG_OK ||
-        n_new < 1) {
-        snug_ctx_reset(s->ctx);
-        s->n_toks = 0;
-        s->spec_pending = false;
-        slot_finish(e, s, SNUG_FINISH_ERROR, err.msg[0] ? err.msg : "speculative step failed");
-        return false;
-    }
-    s->n_toks = n0 + n_new;
-    memcpy(s->pend, s->toks + n0, (size_t)n_new * sizeof(snug_token));
-    s->n_pend = n_new;
-    s->i_pend = 1;
-    *id = s->pend[0];
-    return true;
-}
-
-/* The token a generating slot emits this step: sample it (or follow the script, or take the
- * next of a speculative step), hand it out, and check the stopping conditions. Returns true
- * with *out set when the token must now be evaluated into the slot's context (the caller
- * batches those, see engine_step); false when the slot finished or a speculative step will
- * evaluate it. */
-static bool slot_pick(struct snug_engine *e, struct slot *s, snug_token *out) {
-    struct snug_engine_job *j = s->job;
-    snug_token id;
-    /* the job's constraint (engine.h): this engine calls force, mask and accept. A speculative
-     * slot takes every token from spec_next, forced ones included: the first is sampled (or
-     * forced) and left pending, later ones come from a verification that asks the constraint
-     * at every row with its state after the rows before (a forced token ends the step unless it
-     * is the draft; a masked draft is rejected there), and those were accepted already */
-    const struct snug_engine_constraint *c = j->constraint;
-    if (j->script) {
-        snug_token forced = c && c->force ? c->force(c->user) : -1;
-        if (forced >= 0) {
-            id = forced; /* a forced token does not advance a script */
-            if (c->accept) c->accept(c->user, id);
-        } else {
-            if (s->script_pos >= j->n_script) {
-                slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-                return false;
-            }
-            id = j->script[s->script_pos++];
-            if (c && c->accept) c->accept(c->user, id);
-        }
-    } else if (e->n_draft > 0 && !j->logprobs) {
-        if (!spec_next(e, s, &id)) return false; /* accepts what it hands out */
-    } else {
-        id = sample_next(e, s); /* forces or masks, samples, accepts */
-    }
-    struct snug_engine_logprob lp;
-    if (j->logprobs) compute_logprobs(s->logits, e->V, id, j->top_logprobs, &lp);
-    s->n_gen++;
-    pthread_mutex_lock(&e->mu);
-    e->stats.gen_tokens++;
-    pthread_mutex_unlock(&e->mu);
-    if (is_end_token(e, id)) {
-        slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-        return false;
-    }
-    const char *txt = "";
-    size_t len = 0;
-    if (snug_detok_push(&s->detok, id, &txt, &len) != SNUG_OK) len = 0;
-    if (j->on_token(j->user, id, txt, len, j->logprobs ? &lp : NULL)) {
-        slot_finish(e, s, SNUG_FINISH_STOP, NULL);
-        return false;
-    }
-    if ((j->max_tokens > 0 && s->n_gen >= j->max_tokens) || s->n_toks + 1 > e->n_ctx) {
-        slot_finish(e, s, SNUG_FINISH_LENGTH, NULL);
-        return false;
-    }
-    if (s->spec_pending) return false; /* the next snug_spec_step evaluates it */
-    *out = id;
-    return true;
-}
-
-/* A slot's eval failed: its context is in an unknown state, so start it over and end the job. */
-static void slot_eval_failed(struct snug_engine *e, struct slot *s, const char *msg) {
-    snug_ctx_reset(s->ctx);
-    s->n_toks = 0;
-    slot_finish(e, s, SNUG_FINISH_ERROR, msg);
-}
-
-/* One step of the engine: the decode token of every generating slot (each picks its token)
- * and a prompt chunk of every prefilling slot (prefill_len: at most the per-step prompt
- * budget), as rows of one snug_step: the matrix products run over all of them at once, so a
- * long prompt being admitted advances by a bounded chunk per step while the other slots keep
- * streaming. A chunk that would not fit the step beside the other rows (n_chunk) runs in a
- * step of its own. A refused step (it changes nothing) is run again slot by slot so only the
- * slot at fault ends with an error. */
+/* One step of the engine: the rows of every generating slot (its pending token, and for a
+ * speculative slot the MTP drafts after it as verification rows: snug_seq_rows) and a prompt
+ * chunk of every prefilling slot (prefill_len: at most the per-step prompt budget), as rows of
+ * ONE snug_step: the matrix products run over all of them at once, so a long prompt being
+ * admitted advances by a bounded chunk per step while the other slots keep streaming, and the
+ * verifications of all speculative slots share one forward. Then each generating slot takes
+ * its logits rows (snug_seq_take: the next token, or the accepted drafts and the rollback) and
+ * emits. A chunk that would not fit the step beside the other rows (n_chunk) runs in a step of
+ * its own. A refused step (it changes nothing) is run again slot by slot so only the slot at
+ * fault ends with an error. */
 static void engine_step(struct snug_engine *e) {
     struct snug_step_row *rows = e->b_rows;
-    int32_t n = 0, n_dec = 0, n_pre = 0;
+    int32_t n = 0, n_dec = 0, n_pre = 0, n_verify = 0;
+    struct snug_err err = {0};
+    uint64_t fw0 = slots_forwards(e);
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
-        snug_token id;
-        if (s->state != SLOT_GEN || !slot_pick(e, s, &id)) continue;
-        rows[n++] = (struct snug_step_row){
-            .ctx = s->ctx, .token = id, .pos = snug_ctx_n_past(s->ctx), .flags = SNUG_ROW_LOGITS};
-        e->b_slot[n_dec++] = s;
+        if (s->state != SLOT_GEN) continue;
+        int32_t cap = SNUG_MIN(e->n_chunk, e->b_logits_rows) - n; /* every such row has logits */
+        int32_t r = snug_seq_rows(&s->seq, rows + n, cap, &err);  /* (drafting: MTP forwards) */
+        if (r < 0) {
+            slot_eval_failed(e, s, err.msg);
+            continue;
+        }
+        if (r == 0) continue; /* no room left in this step: the next one */
+        e->b_slot[n_dec] = s;
+        e->b_row0[n_dec] = n;
+        e->b_nrows[n_dec++] = r;
+        n += r;
+        n_verify += r > 1;
     }
+    int32_t n_dec_rows = n;
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->state != SLOT_PREFILL) continue;
         int32_t len = prefill_len(e, s);
-        if (len <= 0 || n + len > e->n_chunk) { /* (alone, as before) */
-            slot_prefill(e, s);
+        if (len <= 0 || n + len > e->n_chunk || n_dec_rows + n_pre >= e->b_logits_rows) {
+            slot_prefill(e, s); /* (alone, as before) */
             continue;
         }
         const snug_token *p = s->job->prompt + s->n_prefilled;
@@ -497,21 +379,23 @@ static void engine_step(struct snug_engine *e) {
         e->p_len[n_pre++] = len;
     }
     if (n == 0) return;
-    struct snug_err err = {0};
     double t0 = snug_time_s();
     int rc = snug_step(rows, n, e->b_logits, &err);
     double t1 = snug_time_s();
     for (int32_t r = 0; r < n_dec; r++) {
         struct slot *s = e->b_slot[r];
-        snug_token id = rows[r].token;
-        if (rc == SNUG_OK) {
-            memcpy(s->logits, e->b_logits + (int64_t)r * e->V, (size_t)e->V * sizeof(float));
-        } else if (snug_ctx_eval(s->ctx, &id, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err) !=
-                   SNUG_OK) {
+        float *lg = e->b_logits + (int64_t)e->b_row0[r] * e->V;
+        if (rc != SNUG_OK && snug_step(rows + e->b_row0[r], e->b_nrows[r], lg, &err) != SNUG_OK) {
+            snug_seq_untake(&s->seq);
             slot_eval_failed(e, s, err.msg);
             continue;
         }
-        s->toks[s->n_toks++] = id;
+        int32_t n_gen0 = s->seq.n_gen;
+        if (snug_seq_take(&s->seq, lg, &err) != SNUG_OK) {
+            slot_eval_failed(e, s, err.msg);
+            continue;
+        }
+        slot_emitted(e, s, s->seq.state, n_gen0);
     }
     for (int32_t k = 0; k < n_pre; k++) {
         struct slot *s = e->p_slot[k];
@@ -519,9 +403,20 @@ static void engine_step(struct snug_engine *e) {
             slot_prefill(e, s);
             continue;
         }
-        memcpy(s->logits, e->b_logits + (int64_t)(n_dec + k) * e->V, (size_t)e->V * sizeof(float));
+        memcpy(s->logits, e->b_logits + (int64_t)(n_dec_rows + k) * e->V,
+               (size_t)e->V * sizeof(float));
         prefill_done(e, s, e->p_len[k], t0, t1);
     }
+    uint64_t fw = slots_forwards(e) - fw0;
+    pthread_mutex_lock(&e->mu);
+    e->stats.forwards += fw;
+    if (n_verify > 0) {
+        e->stats.verify_steps++;
+        e->stats.verify_runs += (uint64_t)n_verify;
+        e->stats.verify_forwards += fw;
+        if (n_verify > e->stats.verify_runs_max) e->stats.verify_runs_max = n_verify;
+    }
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* Sum the slots' acceptance statistics into e->stats.spec (engine thread, e->mu held). */
@@ -619,7 +514,7 @@ static void *engine_main(void *arg) {
 
         pthread_mutex_lock(&e->mu);
         int64_t in_slots = 0;
-        for (int32_t i = 0; i < e->n_slots; i++) in_slots += e->slots[i].n_toks;
+        for (int32_t i = 0; i < e->n_slots; i++) in_slots += e->slots[i].seq.n_toks;
         e->stats.tokens_in_slots = in_slots;
         if (e->n_draft > 0) sum_spec_stats_locked(e);
     }
@@ -684,7 +579,6 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->V = snug_model_n_vocab(m);
     e->n_slots = o->n_slots;
     e->q_cap = o->queue_cap;
-    e->n_end = snug_tokenizer_eog(tok, e->end_ids); /* the same set as `snug run` */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = SNUG_OK;
@@ -713,13 +607,12 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
         s->index = i;
         s->ctx = snug_slots_ctx(e->pool, i);
         e->n_ctx = snug_ctx_n_ctx(s->ctx);
-        s->toks = snug_malloc((size_t)e->n_ctx * sizeof(snug_token));
         s->logits = snug_malloc((size_t)e->V * sizeof(float));
-        if (!s->toks || !s->logits) {
+        if (!s->logits) {
             rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for slot %d", i);
             goto fail;
         }
-        rc = snug_detok_init(&s->detok, tok, SNUG_DETOK_SKIP_CONTROL, err);
+        rc = snug_seq_init(&s->seq, m, s->ctx, err); /* its token cache, detokenizer */
         if (rc != SNUG_OK) goto fail;
     }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
@@ -727,14 +620,18 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->prompt_budget =
         o->prompt_budget > 0 && o->prompt_budget < e->n_chunk ? o->prompt_budget : e->n_chunk;
     e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
-    e->b_logits = snug_malloc(2 * (size_t)e->n_slots * (size_t)e->V * sizeof(float));
+    e->b_row0 = snug_calloc((size_t)e->n_slots, sizeof *e->b_row0);
+    e->b_nrows = snug_calloc((size_t)e->n_slots, sizeof *e->b_nrows);
+    /* logits rows: each slot's decode row and drafts, a prompt chunk's last row (<= n_chunk) */
+    e->b_logits_rows = SNUG_MIN(e->n_chunk, e->n_slots * (e->n_draft + 2));
+    e->b_logits = snug_malloc((size_t)e->b_logits_rows * (size_t)e->V * sizeof(float));
     e->b_rows = snug_calloc((size_t)e->n_chunk, sizeof *e->b_rows);
     e->p_slot = snug_calloc((size_t)e->n_slots, sizeof *e->p_slot);
     e->p_len = snug_calloc((size_t)e->n_slots, sizeof *e->p_len);
     e->started = snug_calloc((size_t)e->n_slots, sizeof *e->started);
     e->started_job = snug_calloc((size_t)e->n_slots, sizeof *e->started_job);
-    if (!e->b_slot || !e->b_logits || !e->b_rows || !e->p_slot || !e->p_len || !e->started ||
-        !e->started_job) {
+    if (!e->b_slot || !e->b_row0 || !e->b_nrows || !e->b_logits || !e->b_rows || !e->p_slot ||
+        !e->p_len || !e->started || !e->started_job) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the step tables");
         goto fail;
     }
@@ -778,10 +675,8 @@ void snug_engine_free(struct snug_engine *e) {
     if (e->slots) {
         for (int32_t i = 0; i < e->n_slots; i++) {
             struct slot *s = &e->slots[i];
-            snug_free(s->toks);
             snug_free(s->logits);
-            snug_sampler_free(s->smp);
-            if (s->detok.tok) snug_detok_free(&s->detok);
+            snug_seq_free(&s->seq);
         }
         snug_free(e->slots);
     }
@@ -789,6 +684,8 @@ void snug_engine_free(struct snug_engine *e) {
     snug_free(e->started_job);
     snug_slots_free(e->pool); /* the slots' sequences, the backend instance, the thread pool */
     snug_free(e->b_slot);
+    snug_free(e->b_row0);
+    snug_free(e->b_nrows);
     snug_free(e->b_logits);
     snug_free(e->b_rows);
     snug_free(e->p_slot);

@@ -2,9 +2,10 @@
  * runs steps, and a bounded queue through which HTTP threads hand it jobs.
  *
  * A step: admit queued jobs to free slots (reusing a slot whose cached tokens are a strict
- * prefix of the new prompt), run one prompt chunk for each prefilling slot, then one decode
- * token for each generating slot (sample or follow the script, detokenize, call on_token),
- * the tokens of all generating slots evaluated together in one snug_ctx_eval_batch.
+ * prefix of the new prompt), then one snug_step over a prompt chunk of each prefilling slot
+ * and the rows of each generating slot (its pending token, plus the MTP drafts to verify on a
+ * speculative slot), then each generating slot's generation loop (src/engine/sequence.h: the
+ * one `snug run` uses too) picks or accepts its tokens, detokenizes and calls on_token.
  * Invariant: only the engine thread touches contexts, samplers and detokenizers; a job is
  * borrowed by the engine from submit until its on_done call returns, and never after.
  * JSON never enters here: the callbacks (http.c) turn tokens into responses.
@@ -13,14 +14,13 @@
 #ifndef SNUG_SERVER_ENGINE_H
 #define SNUG_SERVER_ENGINE_H
 
+#include "engine/sequence.h"
 #include "sample/sample.h"
 #include "snug.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#define SNUG_ENGINE_MAX_TOP_LOGPROBS 20
 
 /* Why a job ended. */
 enum snug_engine_finish {
@@ -31,15 +31,7 @@ enum snug_engine_finish {
     SNUG_FINISH_ERROR = 4, /* an eval failed; the message is in the job's err */
 };
 
-/* Log-probabilities of one generated token under the model's raw distribution. */
 struct snug_prefix;
-
-struct snug_engine_logprob {
-    float logprob;
-    int32_t n_top;
-    snug_token top_id[SNUG_ENGINE_MAX_TOP_LOGPROBS];
-    float top_logprob[SNUG_ENGINE_MAX_TOP_LOGPROBS];
-};
 
 /* Per-job counts and timings, filled by the engine before on_done. */
 struct snug_engine_usage {
@@ -59,7 +51,7 @@ struct snug_engine_usage {
  * pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask() edits
  * the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
  * every committed token (end tokens too), in order. With speculative decoding the same calls
- * happen per verification row (src/speculative/speculative.h snug_spec_step_constrained: row i
+ * happen per verification row (src/speculative/speculative.h snug_spec_accept: row i
  * is masked in the state after the drafts before it, so a rejected draft is cut there);
  * allows() and rollback() are for engines that check drafts ahead of verification — today's
  * engine calls neither. */
@@ -81,7 +73,7 @@ struct snug_engine_job {
     struct snug_sampler_params sampler;
     int32_t max_tokens;       /* <= 0: until the context is full */
     bool logprobs;            /* fill the logprob argument of on_token */
-    int32_t top_logprobs;     /* 0..SNUG_ENGINE_MAX_TOP_LOGPROBS */
+    int32_t top_logprobs;     /* 0..SNUG_SEQ_MAX_TOP_LOGPROBS */
     double deadline_s;        /* snug_time_s() deadline, 0 = none */
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;
@@ -95,7 +87,7 @@ struct snug_engine_job {
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
     bool (*on_token)(void *user, snug_token id, const char *text, size_t len,
-                     const struct snug_engine_logprob *lp);
+                     const struct snug_seq_logprob *lp);
     /* Called exactly once, on the engine thread, when the job ends (also for jobs cancelled in
      * the queue). After it returns the engine forgets the job. */
     void (*on_done)(void *user, enum snug_engine_finish finish,
@@ -136,6 +128,13 @@ struct snug_engine_stats {
     double prompt_s, gen_s; /* engine time spent in prompt processing / decoding */
     uint64_t jobs_done, jobs_cancelled;
     uint64_t steps;
+    /* trunk forwards the steps ran (snug_ctx_n_forwards; MTP drafting not counted), and of the
+     * steps holding speculative verifications: their count, the verifications in them (one per
+     * slot and step), their forwards (one each when the verifications are batched), the most
+     * verifications one step held */
+    uint64_t forwards;
+    uint64_t verify_steps, verify_runs, verify_forwards;
+    int32_t verify_runs_max;
     int32_t n_draft;             /* speculative drafts per step, 0 = off */
     struct snug_spec_stats spec; /* summed over the slots' contexts */
 };

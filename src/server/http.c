@@ -324,6 +324,17 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
         metric(&b, "snug_spec_mean_acceptance_length", "gauge",
                "Tokens per verification step, the bonus token included.",
                sp->n_steps > 0 ? (double)sp->n_emitted / (double)sp->n_steps : 0);
+        metric(&b, "snug_spec_verify_steps_total", "counter",
+               "Engine steps holding at least one speculative verification.",
+               (double)st.verify_steps);
+        metric(&b, "snug_spec_verify_runs_total", "counter",
+               "Verifications in those steps (one per speculative slot and step).",
+               (double)st.verify_runs);
+        metric(&b, "snug_spec_verify_forwards_total", "counter",
+               "Trunk forwards of those steps (one per step: the verifications are batched).",
+               (double)st.verify_forwards);
+        metric(&b, "snug_spec_verify_runs_max", "gauge", "The most verifications one step held.",
+               st.verify_runs_max);
         snug_sbuf_puts(&b, "# HELP snug_spec_acceptance_rate Acceptance rate of the draft at a "
                            "position (1 = first draft).\n"
                            "# TYPE snug_spec_acceptance_rate gauge\n");
@@ -343,6 +354,9 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_kv_usage_ratio", "gauge", "KV use: used / capacity.",
            st.n_ctx ? (double)st.tokens_in_slots / ((double)st.n_slots * st.n_ctx) : 0);
     metric(&b, "snug_engine_steps_total", "counter", "Engine steps run.", (double)st.steps);
+    metric(&b, "snug_engine_forwards_total", "counter",
+           "Trunk forwards run by the engine's steps (MTP drafting not counted).",
+           (double)st.forwards);
     metric(&b, "snug_resident_memory_bytes", "gauge", "Resident set size.",
            (double)snug_rss_bytes());
     if (b.oom || !b.data) {

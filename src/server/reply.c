@@ -189,7 +189,7 @@ static void on_progress(void *user, int32_t processed, int32_t total, int32_t ca
 /* Engine callback: a token's text. Applies stop strings (holding back a possible beginning of
  * one), records logprobs, wakes the HTTP side. Returns true when a stop string matched. */
 static bool on_token(void *user, snug_token id, const char *text, size_t len,
-                     const struct snug_engine_logprob *lp) {
+                     const struct snug_seq_logprob *lp) {
     struct reply *r = user;
     pthread_mutex_lock(&r->mu);
     if (lp && id >= 0) {

@@ -42,7 +42,7 @@ struct tool_call {
 
 struct lp_entry {
     snug_token id;
-    struct snug_engine_logprob lp;
+    struct snug_seq_logprob lp;
 };
 
 struct reply {

@@ -264,6 +264,17 @@ static snug_token draw(const float *probs, int64_t n, double u) {
     return (snug_token)(last < 0 ? 0 : last);
 }
 
+snug_token snug_spec_pick(struct snug_sampler *smp, const struct snug_spec_constraint *con,
+                          float *logits, int32_t V, const snug_token *hist, int32_t n_hist) {
+    snug_token f = con && con->force ? con->force(con->user) : -1;
+    if (f < 0 || f >= V) {
+        if (con && con->mask) con->mask(con->user, logits, V);
+        f = snug_sampler_sample(smp, logits, hist, n_hist);
+    }
+    if (con && con->accept) con->accept(con->user, f);
+    return f;
+}
+
 int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
                    int32_t cap, int32_t *n_new, struct snug_err *err) {
     return snug_spec_step_constrained(ctx, smp, hist, n_hist, cap, NULL, n_new, err);
@@ -280,9 +291,7 @@ int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, s
                             "token and room for one more)",
                             n_hist, cap);
     if (!sp) return snug_err_set(err, SNUG_ERR_INVALID, "spec step: context has n_draft 0");
-    const int64_t V = sp->V;
     const snug_token next = hist[n_hist - 1];
-    const int32_t n_past = snug_ctx_n_past(ctx);
     int32_t k = 0;
     snug_token drafts[SNUG_SPEC_MAX_DRAFT];
     if (snug_ctx_spec_k(ctx) > 0) {
@@ -291,16 +300,9 @@ int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, s
         if (rc) return rc;
     }
     if (k == 0) { /* plain decoding step */
-        float *lg = sp->logits;
-        int rc = snug_ctx_eval(ctx, &next, 1, lg, SNUG_EVAL_LOGITS_LAST, err);
+        int rc = snug_ctx_eval(ctx, &next, 1, sp->logits, SNUG_EVAL_LOGITS_LAST, err);
         if (rc) return rc;
-        snug_token f = con && con->force ? con->force(con->user) : -1;
-        if (f < 0 || f >= V) {
-            if (con && con->mask) con->mask(con->user, lg, (int32_t)V);
-            f = snug_sampler_sample(smp, lg, hist, n_hist);
-        }
-        if (con && con->accept) con->accept(con->user, f);
-        hist[n_hist] = f;
+        hist[n_hist] = snug_spec_pick(smp, con, sp->logits, (int32_t)sp->V, hist, n_hist);
         *n_new = 1;
         return SNUG_OK;
     }
@@ -309,10 +311,27 @@ int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, s
     int rc = snug_ctx_eval(ctx, sp->batch, k + 1, sp->logits,
                            SNUG_EVAL_LOGITS_ALL | SNUG_EVAL_SNAPSHOT, err);
     if (rc) return rc;
+    return snug_spec_accept(ctx, smp, sp->logits, drafts, k, hist, n_hist, con, n_new, err);
+}
+
+int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logits,
+                     const snug_token *drafts, int32_t k, snug_token *hist, int32_t n_hist,
+                     const struct snug_spec_constraint *con, int32_t *n_new, struct snug_err *err) {
+    *n_new = 0;
+    struct snug_spec *sp = snug_ctx_spec(ctx);
+    if (!sp) return snug_err_set(err, SNUG_ERR_INVALID, "spec accept: context has n_draft 0");
+    const int32_t n_past = snug_ctx_n_past(ctx) - (k + 1); /* before the verification */
+    if (k < 1 || k > sp->n_draft || n_past < 0 || n_hist < 1)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "spec accept: %d drafts (the context allows 1..%d) after %d "
+                            "evaluated tokens",
+                            k, sp->n_draft, snug_ctx_n_past(ctx));
+    const int64_t V = sp->V;
     /* acceptance, row i verifies draft i (row k gives the bonus token) */
     int32_t acc = 0;
     snug_token emit = -1;
     for (int32_t i = 0; i <= k; i++) {
+        float *row = logits + (int64_t)i * V;
         if (con) {
             snug_token f = con->force ? con->force(con->user) : -1;
             if (f >= 0 && f < V) {
@@ -325,9 +344,9 @@ int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, s
                 emit = f;
                 break;
             }
-            if (con->mask) con->mask(con->user, sp->logits + (int64_t)i * V, (int32_t)V);
+            if (con->mask) con->mask(con->user, row, (int32_t)V);
         }
-        snug_sampler_probs(smp, sp->logits + (int64_t)i * V, hist, n_hist + i, sp->probs);
+        snug_sampler_probs(smp, row, hist, n_hist + i, sp->probs);
         double u = snug_rng_uniform(&sp->rng);
         if (i == k) {
             emit = draw(sp->probs, V, u);

@@ -110,6 +110,23 @@ int snug_spec_step_constrained(struct snug_ctx *ctx, struct snug_sampler *smp, s
                                int32_t n_hist, int32_t cap, const struct snug_spec_constraint *con,
                                int32_t *n_new, struct snug_err *err);
 
+/* One token by the sampler under a constraint (NULL = none): the forced token if force() names
+ * one, else the sample of logits [V] after mask() (which edits them); accept() is told the
+ * token. The plain (non-speculative) pick of every generation loop (src/engine/sequence.h). */
+snug_token snug_spec_pick(struct snug_sampler *smp, const struct snug_spec_constraint *con,
+                          float *logits, int32_t V, const snug_token *hist, int32_t n_hist);
+
+/* The acceptance half of snug_spec_step_constrained, for callers that draft (snug_ctx_draft) and
+ * run the verification forward themselves: the server's engine puts every slot's verification
+ * rows into one snug_step (SNUG_ROW_VERIFY | SNUG_ROW_LOGITS). ctx has just evaluated
+ * [hist[n_hist - 1], drafts[0..k)] as verification rows (k >= 1) whose logits are
+ * logits [k + 1][V] (the constraint's mask edits them); accepts a prefix of the drafts as
+ * snug_spec_step_constrained does, appends the *n_new emitted tokens to hist (capacity
+ * n_hist + k + 1), counts the statistics and rolls ctx back to the accepted tokens. */
+int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logits,
+                     const snug_token *drafts, int32_t k, snug_token *hist, int32_t n_hist,
+                     const struct snug_spec_constraint *con, int32_t *n_new, struct snug_err *err);
+
 /* Seed the acceptance/residual random stream (default seed 0). */
 void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
 /* Rollback strategy for measurements: false (default) = per-token snapshots during

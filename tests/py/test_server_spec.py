@@ -6,7 +6,11 @@ prefix) must be byte-identical; /metrics must show verification steps with a mea
 length > 1 and per-position rates in [0, 1]; each response's timings carry draft counts; a
 sampled request (temperature 0.8, seeded) completes with the asked length. The memory plan:
 printed at boot, reported by /health, --budget too small refuses to start naming the largest
-context that fits, a prompt longer than the context is a 400 naming both numbers. Prints
+context that fits, a prompt longer than the context is a 400 naming both numbers. Batched
+verification: a third server B with --slots 3 --spec-draft 3 gets several greedy requests at once;
+each text must equal the same request alone on P, and /metrics must show that the steps holding
+the verifications of 3 slots ran ONE trunk forward each (verifications batched into the step's
+one snug_step, not a forward per slot). Prints
 "N passed, N failed"; skips visibly without fixtures, fails with SNUG_REQUIRE_FIXTURES=1.
 """
 import json
@@ -15,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 
@@ -51,11 +56,47 @@ def metrics(srv):
         body = r.read().decode()
     out = {}
     for line in body.splitlines():
-        m = re.match(r'^(snug_spec_[a-z_]+)(\{position="(\d+)"\})? (\S+)$', line)
+        m = re.match(r'^(snug_(?:spec|engine)_[a-z_]+)(\{position="(\d+)"\})? (\S+)$', line)
         if m:
             key = m.group(1) + (f"[{m.group(3)}]" if m.group(3) else "")
             out[key] = float(m.group(4))
     return out
+
+
+CONCURRENT = ["1, 2, 3, 4,", "The quick brown fox", "Once upon a time", "def main(",
+              "import os", "x = [1, 2,"]
+
+
+def batched_verify(res, P, model, tmp, servers):
+    """--slots 3 --spec-draft 3: concurrent greedy requests equal each alone on P (plain), and the
+    steps with the verifications of several slots run one trunk forward each."""
+    B = Server(model, tmp, "B", "--spec-draft", "3", "--slots", "3", "--ctx", "512")
+    servers.append(B)
+    n = 64
+    alone = {p: complete(P, p, n)["choices"][0]["text"] for p in CONCURRENT}
+    for rnd in range(2):  # two rounds of all the prompts at once (the queue holds the rest)
+        out = {}
+
+        def worker(p):
+            out[p] = complete(B, p, n)["choices"][0]["text"]
+        ts = [threading.Thread(target=worker, args=(p,)) for p in CONCURRENT]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for p in CONCURRENT:
+            res.check(out.get(p) == alone[p] and len(alone[p]) > 0,
+                      f"round {rnd}: {p!r} x{n} on 3 speculative slots at once == alone, plain")
+    m = metrics(B)
+    steps, runs = m.get("snug_spec_verify_steps_total", 0), m.get("snug_spec_verify_runs_total", 0)
+    fw, mx = m.get("snug_spec_verify_forwards_total", -1), m.get("snug_spec_verify_runs_max", 0)
+    res.check(mx == 3, f"a step held the verifications of all 3 slots (most in one step: {mx:.0f})")
+    res.check(steps > 0 and fw == steps,
+              f"one trunk forward per step holding verifications ({fw:.0f} forwards, {steps:.0f} steps)")
+    res.check(runs > 1.5 * steps,
+              f"verifications batched: {runs:.0f} verifications in {steps:.0f} steps (forwards "
+              f"{fw:.0f}, not one per verification)")
+    res.check(m.get("snug_engine_forwards_total", 0) >= fw, "engine forwards counted")
 
 
 def main():
@@ -131,6 +172,7 @@ def main():
             rates = [m.get(f"snug_spec_acceptance_rate[{k}]", -1) for k in (1, 2, 3)]
             res.check(all(0 <= x <= 1 for x in rates) and rates[0] > 0, f"per-position acceptance rates {rates}")
             res.check(m.get("snug_spec_draft_tokens_total", 0) >= acc, "draft tokens >= accepted tokens")
+            batched_verify(res, P, model, tmp, servers)
         finally:
             stop_all(res, servers)
     res.done()
