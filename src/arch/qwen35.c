@@ -259,6 +259,7 @@ static void qwen35_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t 
 
 static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T, float *y) {
     struct snug_be *be = snug_fwd_be(f);
+    if (f->mm_obs) f->mm_obs->dense(f->mm_obs->user, w, x, T); /* snug imatrix (model.h) */
     OP(matmul, w->type, OP(weight, w, 0), (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
        f->op_work);
 }

@@ -106,6 +106,7 @@ static void moe_plan(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_t
 
 static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T, float *y) {
     struct snug_be *be = snug_fwd_be(f);
+    if (f->mm_obs) f->mm_obs->dense(f->mm_obs->user, w, x, T); /* snug imatrix (model.h) */
     OP(matmul, w->type, OP(weight, w, 0), (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y,
        f->op_work);
 }
@@ -126,6 +127,10 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     matmul(f, L->gate_inp, x, T, B.logits);
     OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
     OP(gather_rows, B.xg, x, B.order, n, H);
+    if (f->mm_obs) { /* snug imatrix: the routed rows of each expert (host memory, model.h) */
+        f->mm_obs->experts(f->mm_obs->user, L->gate_exps, B.xg, B.off, E);
+        f->mm_obs->experts(f->mm_obs->user, L->up_exps, B.xg, B.off, E);
+    }
     uint64_t gsz = snug_dtype_row_bytes(L->gate_exps->type, (uint64_t)H) * (uint64_t)F;
     uint64_t usz = snug_dtype_row_bytes(L->up_exps->type, (uint64_t)H) * (uint64_t)F;
     uint64_t dsz = snug_dtype_row_bytes(L->down_exps->type, (uint64_t)F) * (uint64_t)H;
@@ -134,6 +139,7 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     OP(moe_matmul, L->up_exps->type, OP(weight, L->up_exps, 0), usz, H, F, E, T, k, B.xg, B.off,
        B.tiles, B.u, f->op_work);
     OP(swiglu, B.g, B.u, n * F, B.g);
+    if (f->mm_obs) f->mm_obs->experts(f->mm_obs->user, L->down_exps, B.g, B.off, E);
     OP(moe_matmul, L->down_exps->type, OP(weight, L->down_exps, 0), dsz, F, H, E, T, k, B.g, B.off,
        B.tiles, B.d, f->op_work);
     OP(moe_combine, y, B.d, B.slot, B.selw, T, k, H);

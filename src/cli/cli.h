@@ -18,6 +18,7 @@ int cmd_vision(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_imatrix(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */

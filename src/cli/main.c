@@ -24,6 +24,7 @@ static const struct command COMMANDS[] = {
      "the vision tower over preprocessed patches: -m MMPROJ.gguf --pixels P.f32 --grid H W -o F"},
     {"gen", cmd_gen, "write a random-weight model: --preset NAME --type TYPE -o OUT.gguf"},
     {"quantize", cmd_quantize, "requantize a model: IN.gguf OUT.gguf TYPE"},
+    {"imatrix", cmd_imatrix, "importance matrix of a text: -m M.gguf -f TEXT -o OUT.gguf"},
     {"plan", cmd_plan, "memory plan and largest context for a budget: -m M.gguf [--budget SIZE]"},
     {"serve", cmd_serve, "OpenAI-compatible server: -m M.gguf [--host H] [--port P]"},
     {"verify", cmd_verify, "functional checks of an OpenAI-compatible server: [--url U]"},

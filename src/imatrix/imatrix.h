@@ -11,8 +11,11 @@
  *   legacy .dat: i32 n_entries, then per entry i32 len, name[len], i32 ncall, i32 nval,
  *     f32 values[nval] (already mean squares × ncall); optional trailing i32 chunk count,
  *     i32 len, dataset name. Importance = value / ncall (value as is when ncall is 0).
+ * Computing one (imatrix_collect.c, `snug imatrix`): a matmul observer on a context sums x² and
+ * x per input column of every weight product and counts the rows; written in the GGUF form.
  * Invariant: a loaded matrix holds only finite, validated entries; everything returned is
- * borrowed from it. Read next: src/cli/cmd_quantize.c (the user). */
+ * borrowed from it. Read next: src/cli/cmd_quantize.c (the reader's user),
+ * src/cli/cmd_imatrix.c (the collector's). */
 #ifndef SNUG_IMATRIX_H
 #define SNUG_IMATRIX_H
 
@@ -39,5 +42,32 @@ int64_t snug_imatrix_n_entries(const struct snug_imatrix *m);
 uint32_t snug_imatrix_chunk_count(const struct snug_imatrix *m);
 /* The first dataset name ("" when the file names none). */
 const char *snug_imatrix_dataset(const struct snug_imatrix *m);
+
+/* ---- computing one ------------------------------------------------------------------------ */
+struct snug_model;
+struct snug_mm_observer;
+struct snug_imatrix_collector;
+
+/* Zeroed sums for every weight of the model (blk.* tensors; per expert for 3-D ones). */
+int snug_imatrix_collector_new(struct snug_imatrix_collector **out, const struct snug_model *m,
+                               struct snug_err *err);
+void snug_imatrix_collector_free(struct snug_imatrix_collector *c);
+/* The observer to set on a context (snug_ctx_set_mm_observer, src/model/model.h); borrowed. */
+const struct snug_mm_observer *snug_imatrix_collector_observer(struct snug_imatrix_collector *c);
+/* Weights multiplied at least once so far (the entries a write holds). */
+int64_t snug_imatrix_collector_n_entries(const struct snug_imatrix_collector *c);
+/* A weight's rows counted so far, one per matrix (expert); NULL (and *n_mat 0) if it was never
+ * multiplied. */
+const int64_t *snug_imatrix_collector_counts(const struct snug_imatrix_collector *c,
+                                             const char *tensor_name, int64_t *n_mat);
+/* Its Σ x² per column (n_mat × n_in floats, expert-major); NULL if never multiplied. */
+const float *snug_imatrix_collector_sum2(const struct snug_imatrix_collector *c,
+                                         const char *tensor_name, int64_t *n_values);
+/* Write the GGUF imatrix llama-imatrix writes (general.type "imatrix", imatrix.datasets =
+ * [dataset], imatrix.chunk_count = max over counts of counts/chunk_size rounded,
+ * imatrix.chunk_size; W.in_sum2, W.counts, W.in_sum per weight, names sorted). Refuses
+ * non-finite sums. */
+int snug_imatrix_collector_write(const struct snug_imatrix_collector *c, const char *path,
+                                 const char *dataset, uint32_t chunk_size, struct snug_err *err);
 
 #endif

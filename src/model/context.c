@@ -62,6 +62,7 @@ struct snug_ctx {
     bool owns;              /* the pool and the instance are this context's (snug_ctx_init);
                                else a slot pool's (src/engine/slots.c) */
     uint64_t n_forwards;    /* trunk forwards this context's steps ran (snug_ctx_n_forwards) */
+    const struct snug_mm_observer *mm_obs; /* snug_ctx_set_mm_observer (snug imatrix) */
 };
 
 struct snug_ctx_params snug_ctx_default_params(void) {
@@ -276,6 +277,17 @@ void snug_ctx_set_layer_hook(struct snug_ctx *ctx, snug_layer_hook hook, void *u
     ctx->hook_user = user;
 }
 
+int snug_ctx_set_mm_observer(struct snug_ctx *ctx, const struct snug_mm_observer *obs,
+                             struct snug_err *err) {
+    if (obs && !ctx->be->host_memory)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "observing the weight products (snug imatrix) needs the CPU backend "
+                            "(--backend cpu), not %s",
+                            ctx->be->ops->name);
+    ctx->mm_obs = obs;
+    return SNUG_OK;
+}
+
 /* Copy every recurrent state into snapshot slot t (save) or back from it, in the caches' own
  * memory (queued in order with the ops). */
 static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
@@ -411,6 +423,7 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
         .logits = logits,
         .hook = n_runs == 1 ? c0->run_ctx[0]->hook : NULL,
         .hook_user = n_runs == 1 ? c0->run_ctx[0]->hook_user : NULL,
+        .mm_obs = n_runs == 1 ? c0->run_ctx[0]->mm_obs : NULL,
     };
     struct snug_ctx *c1 = c0->run_ctx[0];
     if (n_runs == 1 && (c1->mm_n_images > 0 || c1->rope_delta != 0)) { /* (runs alone: callers) */
@@ -542,7 +555,8 @@ int snug_ctx_eval_batch(struct snug_ctx *const *ctxs, const snug_token *ids, int
                                 "[0, %u)",
                                 ids[i], i, m->hp.n_vocab);
         if (!step_shares(ctxs[0], c)) split = true;
-        if (c->hook || split || c->rope_delta) batched = false; /* (images: run alone) */
+        /* (images, observers, hooks: run alone) */
+        if (c->hook || c->mm_obs || split || c->rope_delta) batched = false;
     }
     int64_t V = m->hp.n_vocab;
     if (!batched) { /* one by one; each call re-checks what was checked above */
@@ -651,7 +665,7 @@ int snug_step(const struct snug_step_row *rows, int32_t n, float *logits_out,
                                   .n_logits = first_logits < 0 ? 0 : j - first_logits,
                                   .snapshot = verify};
         c0->run_ctx[n_runs++] = c;
-        if (c->hook || !step_shares(c0, c) || c->rope_delta) alone = true;
+        if (c->hook || c->mm_obs || !step_shares(c0, c) || c->rope_delta) alone = true;
         i = j;
     }
     for (int32_t i = 0; i < n; i++) c0->ids[i] = rows[i].token;

@@ -97,6 +97,19 @@ struct snug_arch_plan {
 struct snug_model;
 struct snug_fwd;
 
+/* An observer of the weight products of a step (src/imatrix's collector: `snug imatrix`): the
+ * forward calls it with the input rows of every matrix product, before the product, when one is
+ * set on the context (snug_ctx_set_mm_observer); one pointer test per product when none is.
+ * Rows are in host memory (host-memory backends only). The callbacks must not allocate. */
+struct snug_mm_observer {
+    void *user;
+    /* x [T][w->ne[0]]: the rows multiplied by the 2-D weight w (the LM head included) */
+    void (*dense)(void *user, snug_tensor w, const float *x, int64_t T);
+    /* an expert product of the 3-D weight w over rows grouped by expert: x [off[E]][w->ne[0]],
+     * rows off[e] .. off[e+1]-1 are the (token, choice) pairs routed to expert e */
+    void (*experts)(void *user, snug_tensor w, const float *x, const int32_t *off, int64_t E);
+};
+
 /* One registry entry per architecture (see model.c `ARCHS`). */
 struct snug_arch {
     const char *name;
@@ -161,7 +174,8 @@ struct snug_fwd {
     float *logits; /* NULL or the runs' logits rows, packed in row order: [sum n_logits][V] */
     snug_layer_hook hook; /* one-run steps only */
     void *hook_user;
-    const float *mtp_hidden_in; /* mtp_forward only: [T][H] hidden input rows */
+    const struct snug_mm_observer *mm_obs; /* NULL, or one-run steps on the host (context.c) */
+    const float *mtp_hidden_in;            /* mtp_forward only: [T][H] hidden input rows */
     /* The backend the ops run on (backend.h); NULL = the CPU over `pool` (snug_fwd_be fills
      * be_cpu). With a device backend `work` is an arena over device memory, `host_work` a
      * host arena for the little host-side work (MoE routing, hook copies), `pos_be` the
@@ -190,6 +204,12 @@ static inline struct snug_be *snug_fwd_be(struct snug_fwd *f) {
 static inline struct snug_arena *snug_fwd_host_work(struct snug_fwd *f) {
     return f->host_work ? f->host_work : f->work;
 }
+
+/* Observe the input rows of every weight product of this context's steps (NULL: stop). The
+ * context's steps then run alone (as with a layer hook). SNUG_ERR_UNSUPPORTED on a backend whose
+ * activations are not in host memory (CUDA). obs is borrowed until replaced. */
+int snug_ctx_set_mm_observer(struct snug_ctx *ctx, const struct snug_mm_observer *obs,
+                             struct snug_err *err);
 
 /* Contexts over a slot pool (src/engine/slots.c). Resolve a context's parameters in place
  * (defaults, the K/V pair code, the chunk clamp) and validate them. */
