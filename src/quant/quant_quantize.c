@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "quant.h"
 #include "quant_grids.h"
+#include "quant_iq.h"
 
 #include <math.h>
 #include <string.h>
@@ -359,7 +360,7 @@ static void quant_q6_k(const float *x, uint8_t *b, const float *imatrix) {
  * under weights w, as ggml's make_qp_quants: start from x·nmax/max, try the inverse scales
  * (nmax ± 0.1·k)/max, k = 1..4, keep the one with the least weighted error, then up to five
  * sweeps that move single levels where that raises (Σwxl)²/Σwl². Returns the scale. */
-static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+float snug_quant_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
     float max = 0;
     for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
     if (!(max >= 1e-15f)) {
@@ -497,8 +498,8 @@ static void quant_q2_k(const float *x, uint8_t *b, const float *qw) {
             scales[j] = fit_affine(16, 3, xs, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
     }
     if (qw) {
-        wr_f16(b + 80, fit_positive(16, 15, scales, ls, sw));
-        wr_f16(b + 82, fit_positive(16, 15, mins, lm, sw));
+        wr_f16(b + 80, snug_quant_fit_positive(16, 15, scales, ls, sw));
+        wr_f16(b + 82, snug_quant_fit_positive(16, 15, mins, lm, sw));
         for (int j = 0; j < 16; j++) sc[j] = (uint8_t)(ls[j] | lm[j] << 4);
     } else {
         float max_scale = 0, max_min = 0;
@@ -616,8 +617,8 @@ static void quant_kx_im(const float *x, uint8_t *b, uint8_t *L, int nmax, const 
         scales[j] = fit_affine(32, nmax, xs, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, false);
     }
     uint8_t ls[8], lm[8];
-    float d_block = fit_positive(8, 63, scales, ls, sw);
-    float m_block = fit_positive(8, 63, mins, lm, sw);
+    float d_block = snug_quant_fit_positive(8, 63, scales, ls, sw);
+    float m_block = snug_quant_fit_positive(8, 63, mins, lm, sw);
     pack_kscales(b + 4, ls, lm);
     wr_f16(b, d_block);
     wr_f16(b + 2, m_block);
@@ -857,6 +858,15 @@ bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
             break;
         case SNUG_DTYPE_IQ4_XS:
             quant_iq4(x, 8, b, b + 2, b + 8, im);
+            break;
+        case SNUG_DTYPE_IQ2_XXS:
+        case SNUG_DTYPE_IQ2_XS:
+        case SNUG_DTYPE_IQ2_S:
+        case SNUG_DTYPE_IQ3_XXS:
+        case SNUG_DTYPE_IQ3_S:
+        case SNUG_DTYPE_IQ1_S:
+        case SNUG_DTYPE_IQ1_M:
+            if (!snug_quant_iq_block(type, x, im, b)) return false;
             break;
         default:
             return false;
