@@ -132,6 +132,27 @@ int main(void) {
     EXPECT(n, "blk.2.ffn_down.weight", SNUG_DTYPE_Q5_K);
     EXPECT(n, "blk.3.ffn_down.weight", SNUG_DTYPE_Q4_K);
 
+    /* llama.cpp IQ3_XS: base IQ3_S; attn_q / attn_k and, for layers n/8 <= i < 7n/8 (3..20 of
+     * 24), ffn_up / ffn_gate in IQ3_XXS (dense: running counters per tensor kind) */
+    recipe = "iq3_xs";
+    n = run(recipe, true, 0);
+    EXPECT(n, "output.weight", SNUG_DTYPE_Q6_K);
+    EXPECT(n, "token_embd.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.3.attn_q.weight", SNUG_DTYPE_IQ3_XXS);
+    EXPECT(n, "blk.3.attn_k.weight", SNUG_DTYPE_IQ3_XXS);
+    EXPECT(n, "blk.3.attn_v.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.0.attn_qkv.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.0.ssm_out.weight", SNUG_DTYPE_IQ3_S);
+    for (int l = 0; l < NL; l++) {
+        uint32_t want = l >= 3 && l < 21 ? SNUG_DTYPE_IQ3_XXS : SNUG_DTYPE_IQ3_S;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
+        EXPECT(n, nm, want);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
+        EXPECT(n, nm, want);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l);
+        EXPECT(n, nm, SNUG_DTYPE_IQ3_S);
+    }
+
     recipe = "q4_0"; /* the output tensor still gets Q6_K */
     n = run(recipe, true, 0);
     EXPECT(n, "output.weight", SNUG_DTYPE_Q6_K);
