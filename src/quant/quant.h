@@ -82,8 +82,11 @@ void snug_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Σ dequant(w)[i] · x[i] over one row of n elements, accumulated in float32 (or better). */
 float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n);
 /* Quantize n floats into dst (row_bytes(type, n) bytes). `imatrix` (may be NULL) weights the
- * per-element error the K-quant searches minimise. Returns false for a type that is not
- * quantizable (see snug_dtype_info) or a length that is not a whole number of blocks. */
+ * per-element error the K-quant and i-quant searches minimise; IQ2_XXS/XS, IQ1_S (which
+ * llama.cpp never quantizes without one) take uniform importance when it is NULL — callers
+ * quantizing real weights refuse that (snug_recipe_needs_imatrix). Returns false for a type
+ * that is not quantizable (see snug_dtype_info), a length that is not a whole number of
+ * blocks, or when the i-quant search tables could not be allocated (first use only). */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* The scalar reference versions, always available (tests compare the fast ones to these). */

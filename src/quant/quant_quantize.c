@@ -16,7 +16,7 @@
  *   IQ4_NL, IQ4_XS                per 32-element sub-block, a scale search over the 16
  *                                 non-uniform levels; IQ4_XS stores 6-bit sub-block scales.
  * An importance matrix (llama.cpp's imatrix: mean squared activation per input column) only
- * changes the weights of these searches.
+ * changes the weights of these searches. The 1-3 bit i-quants are in quant_iq.c.
  * Invariant: no allocation (scratch lives on the stack); NaN input never reaches an
  * undefined float->int conversion (every rounding clamps first).
  * Read next: quant_ref.c and quant_lowbit.c (the matching decoders and the layouts). */
@@ -779,8 +779,8 @@ static void quant_iq4(const float *x, int nsub, uint8_t *dh, uint8_t *scales_hl,
 
 /* Quantize one row. F32/F16/BF16 convert element-wise; block types run their encoder per
  * block. imatrix (per element of the row, may be NULL) selects llama.cpp's importance-weighted
- * encoders where ggml has one (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS); Q8_0
- * and the float types ignore it. */
+ * encoders where ggml has one (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, and the
+ * 1-3 bit i-quants of quant_iq.c); Q8_0 and the float types ignore it. */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
                        const float *imatrix) {
     const struct snug_dtype_info *t = snug_dtype_info(type);
