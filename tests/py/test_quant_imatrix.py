@@ -6,9 +6,12 @@ llama.cpp build) is the reference: snug quantizes the same source with the same 
 same options: the whole file must be byte-identical (metadata included: the imatrix is passed
 under the name llama-quantize was given, which the file records), and each tensor is compared
 too, so a failure says which types differ. The low-bit mixes put the MTP layer (blk.4, absent from the imatrix)
-in Q4_K with --tensor-type, as the reference files were made. Also: the refusals (1-3 bit
-i-quants without an imatrix, a malformed --tensor-type) and median KL to the Hugging Face
-reference no worse than llama.cpp's file (1.02x slack for float summation order)."""
+in Q4_K with --tensor-type, as the reference files were made. The other 1-3 bit mixes (and
+iq3_s / iq3_m without the override or without an imatrix) and every mix of the MoE fixture are
+compared by sha256 with the files llama-quantize wrote. Also: the refusals (each 1-3 bit mix
+without an imatrix, before any file is written; an imatrix lacking the MTP layer; a malformed
+--tensor-type) and median KL to the Hugging Face reference no worse than llama.cpp's file
+(1.02x slack for float summation order)."""
 import hashlib
 import os
 import shutil
