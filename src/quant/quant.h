@@ -82,8 +82,11 @@ void snug_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Σ dequant(w)[i] · x[i] over one row of n elements, accumulated in float32 (or better). */
 float snug_dot_row(uint32_t type, const void *w, const float *x, int64_t n);
 /* Quantize n floats into dst (row_bytes(type, n) bytes). `imatrix` (may be NULL) weights the
- * per-element error the K-quant searches minimise. Returns false for a type that is not
- * quantizable (see snug_dtype_info) or a length that is not a whole number of blocks. */
+ * per-element error the K-quant and i-quant searches minimise; IQ2_XXS/XS, IQ1_S (which
+ * llama.cpp never quantizes without one) take uniform importance when it is NULL — callers
+ * quantizing real weights refuse that (snug_recipe_needs_imatrix). Returns false for a type
+ * that is not quantizable (see snug_dtype_info), a length that is not a whole number of
+ * blocks, or when the i-quant search tables could not be allocated (first use only). */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* The scalar reference versions, always available (tests compare the fast ones to these). */
@@ -226,21 +229,22 @@ void snug_act_dot_ref(uint32_t wtype, const void *w, const void *xq, size_t xs, 
  *   for each tensor, in the same order: type = snug_recipe_type(&r, name, n_dims, ne);
  * The state is plain data; nothing allocates. */
 struct snug_recipe {
-    int kind;         /* internal recipe id */
-    int n_layer;      /* block_count: all layers (MTP layers included) */
-    int n_expert;     /* expert_count, 0 for a dense model */
-    int n_attn_v;     /* attn_v + attn_qkv tensors seen by snug_recipe_count */
-    int i_attn_v;     /* ... and handed out so far by snug_recipe_type */
-    int i_ffn_down;   /* ffn_down* tensors handed out so far (dense layer counter) */
+    int kind;       /* internal recipe id */
+    int n_layer;    /* block_count: all layers (MTP layers included) */
+    int n_expert;   /* expert_count, 0 for a dense model */
+    int n_attn_v;   /* attn_v + attn_qkv tensors seen by snug_recipe_count */
+    int i_attn_v;   /* ... and handed out so far by snug_recipe_type */
+    int i_ffn_down; /* ffn_down* tensors handed out so far (dense layer counter) */
+    int i_ffn_up;   /* ... ffn_up* tensors, and ffn_gate* ones (IQ3_XS's rules) */
+    int i_ffn_gate;
     bool has_output;  /* the model has its own output.weight (else token_embd is tied) */
     int n_gqa;        /* attention heads per KV head (llama.cpp's n_gqa()); 1 after init */
     bool has_imatrix; /* an importance matrix is given (changes a few low-bit rules) */
 };
 /* Returns false for an unknown recipe name (case-insensitive: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
  * q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; q4_k / q5_k are llama.cpp's Q4_K_S / Q5_K_S; the
- * low-bit mixes q2_k q3_k_s q3_k_m q3_k_l iq4_nl iq4_xs; and iq3_s iq3_m iq3_xxs iq2_m iq2_s
- * iq2_xs iq2_xxs iq1_m iq1_s, which snug can plan and run but not yet write:
- * snug_recipe_writable). */
+ * low-bit mixes q2_k q3_k_s q3_k_m q3_k_l iq4_nl iq4_xs iq3_m iq3_s iq3_xs iq3_xxs iq2_m
+ * iq2_s iq2_xs iq2_xxs iq1_m iq1_s). */
 bool snug_recipe_init(struct snug_recipe *r, const char *name, int n_layer, int n_expert);
 /* Model facts some rules need (call after init, before the passes): n_gqa = n_head /
  * n_head_kv (attn_v of the 3-bit and IQ4 mixes gets more bits at >= 4), and whether an
@@ -251,7 +255,7 @@ bool snug_recipe_writable(const struct snug_recipe *r);
 /* The recipe names snug can write (snug quantize, snug gen), for messages and --help. */
 #define SNUG_RECIPES_WRITABLE                                                                      \
     "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m "       \
-    "q3_k_l iq4_nl iq4_xs"
+    "q3_k_l iq4_nl iq4_xs iq3_m iq3_s iq3_xs iq3_xxs iq2_m iq2_s iq2_xs iq2_xxs iq1_m iq1_s"
 void snug_recipe_count(struct snug_recipe *r, const char *tensor_name);
 /* The type to store this tensor in (ne[0] is the row length). Call once per tensor, in order. */
 uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_dims,

@@ -16,13 +16,14 @@
  *   IQ4_NL, IQ4_XS                per 32-element sub-block, a scale search over the 16
  *                                 non-uniform levels; IQ4_XS stores 6-bit sub-block scales.
  * An importance matrix (llama.cpp's imatrix: mean squared activation per input column) only
- * changes the weights of these searches.
+ * changes the weights of these searches. The 1-3 bit i-quants are in quant_iq.c.
  * Invariant: no allocation (scratch lives on the stack); NaN input never reaches an
  * undefined float->int conversion (every rounding clamps first).
  * Read next: quant_ref.c and quant_lowbit.c (the matching decoders and the layouts). */
 #include "core/core.h"
 #include "quant.h"
 #include "quant_grids.h"
+#include "quant_iq.h"
 
 #include <math.h>
 #include <string.h>
@@ -359,7 +360,7 @@ static void quant_q6_k(const float *x, uint8_t *b, const float *imatrix) {
  * under weights w, as ggml's make_qp_quants: start from x·nmax/max, try the inverse scales
  * (nmax ± 0.1·k)/max, k = 1..4, keep the one with the least weighted error, then up to five
  * sweeps that move single levels where that raises (Σwxl)²/Σwl². Returns the scale. */
-static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+float snug_quant_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
     float max = 0;
     for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
     if (!(max >= 1e-15f)) {
@@ -497,8 +498,8 @@ static void quant_q2_k(const float *x, uint8_t *b, const float *qw) {
             scales[j] = fit_affine(16, 3, xs, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
     }
     if (qw) {
-        wr_f16(b + 80, fit_positive(16, 15, scales, ls, sw));
-        wr_f16(b + 82, fit_positive(16, 15, mins, lm, sw));
+        wr_f16(b + 80, snug_quant_fit_positive(16, 15, scales, ls, sw));
+        wr_f16(b + 82, snug_quant_fit_positive(16, 15, mins, lm, sw));
         for (int j = 0; j < 16; j++) sc[j] = (uint8_t)(ls[j] | lm[j] << 4);
     } else {
         float max_scale = 0, max_min = 0;
@@ -616,8 +617,8 @@ static void quant_kx_im(const float *x, uint8_t *b, uint8_t *L, int nmax, const 
         scales[j] = fit_affine(32, nmax, xs, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, false);
     }
     uint8_t ls[8], lm[8];
-    float d_block = fit_positive(8, 63, scales, ls, sw);
-    float m_block = fit_positive(8, 63, mins, lm, sw);
+    float d_block = snug_quant_fit_positive(8, 63, scales, ls, sw);
+    float m_block = snug_quant_fit_positive(8, 63, mins, lm, sw);
     pack_kscales(b + 4, ls, lm);
     wr_f16(b, d_block);
     wr_f16(b + 2, m_block);
@@ -778,8 +779,8 @@ static void quant_iq4(const float *x, int nsub, uint8_t *dh, uint8_t *scales_hl,
 
 /* Quantize one row. F32/F16/BF16 convert element-wise; block types run their encoder per
  * block. imatrix (per element of the row, may be NULL) selects llama.cpp's importance-weighted
- * encoders where ggml has one (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS); Q8_0
- * and the float types ignore it. */
+ * encoders where ggml has one (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, and the
+ * 1-3 bit i-quants of quant_iq.c); Q8_0 and the float types ignore it. */
 bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
                        const float *imatrix) {
     const struct snug_dtype_info *t = snug_dtype_info(type);
@@ -857,6 +858,15 @@ bool snug_quantize_row(uint32_t type, const float *src, void *dst, int64_t n,
             break;
         case SNUG_DTYPE_IQ4_XS:
             quant_iq4(x, 8, b, b + 2, b + 8, im);
+            break;
+        case SNUG_DTYPE_IQ2_XXS:
+        case SNUG_DTYPE_IQ2_XS:
+        case SNUG_DTYPE_IQ2_S:
+        case SNUG_DTYPE_IQ3_XXS:
+        case SNUG_DTYPE_IQ3_S:
+        case SNUG_DTYPE_IQ1_S:
+        case SNUG_DTYPE_IQ1_M:
+            if (!snug_quant_iq_block(type, x, im, b)) return false;
             break;
         default:
             return false;

@@ -39,6 +39,7 @@ enum {
     FT_Q6_K = 18,
     FT_IQ2_XXS = 19,
     FT_IQ2_XS = 20,
+    FT_IQ3_XS = 22,
     FT_IQ3_XXS = 23,
     FT_IQ1_S = 24,
     FT_IQ4_NL = 25,
@@ -81,6 +82,7 @@ static const struct recipe_def RECIPES[] = {
     {"iq4_xs", SNUG_DTYPE_IQ4_XS, FT_IQ4_XS},
     {"iq3_s", SNUG_DTYPE_IQ3_S, FT_IQ3_S},
     {"iq3_m", SNUG_DTYPE_IQ3_S, FT_IQ3_M},
+    {"iq3_xs", SNUG_DTYPE_IQ3_S, FT_IQ3_XS},
     {"iq3_xxs", SNUG_DTYPE_IQ3_XXS, FT_IQ3_XXS},
     {"iq2_m", SNUG_DTYPE_IQ2_S, FT_IQ2_M},
     {"iq2_s", SNUG_DTYPE_IQ2_XS, FT_IQ2_S},
@@ -121,15 +123,24 @@ void snug_recipe_set_model(struct snug_recipe *r, int n_gqa, bool has_imatrix) {
 }
 
 /* Every type the recipe can hand out (base, the rules' substitutes, fallbacks) is one
- * snug_quantize_row writes. The substitutes of the writable bases (Q2_K .. Q6_K, IQ4_NL,
- * IQ4_XS) are all K-quants, Q8_0, Q4_0/Q5_0 or IQ4_NL; the 1-3 bit i-quant mixes have an
- * i-quant base, which snug does not write yet. */
+ * snug_quantize_row writes: the bases, K-quants, Q8_0, Q4_0/Q5_0 and every i-quant. */
 bool snug_recipe_writable(const struct snug_recipe *r) {
     return snug_dtype_info(RECIPES[r->kind].base)->quantizable;
 }
 
 /* ---- tensor categories (llama.cpp's tensor_get_category, same precedence) ----------------- */
-enum cat { C_OTHER, C_OUTPUT, C_TOKEN_EMBD, C_ATTN_V, C_ATTN_K, C_ATTN_Q, C_ATTN_OUT, C_FFN_DOWN };
+enum cat {
+    C_OTHER,
+    C_OUTPUT,
+    C_TOKEN_EMBD,
+    C_ATTN_V,
+    C_ATTN_K,
+    C_ATTN_Q,
+    C_ATTN_OUT,
+    C_FFN_UP,
+    C_FFN_GATE,
+    C_FFN_DOWN
+};
 
 static bool has(const char *s, const char *sub) {
     return strstr(s, sub) != NULL;
@@ -144,7 +155,8 @@ static enum cat category(const char *name) {
     if (has(name, "attn_k.weight")) return C_ATTN_K;
     if (has(name, "attn_q.weight")) return C_ATTN_Q;
     if (has(name, "attn_output.weight")) return C_ATTN_OUT;
-    if (has(name, "ffn_up") || has(name, "ffn_gate")) return C_OTHER; /* no rule for our recipes */
+    if (has(name, "ffn_up")) return C_FFN_UP;
+    if (has(name, "ffn_gate")) return C_FFN_GATE;
     if (has(name, "ffn_down")) return C_FFN_DOWN;
     return C_OTHER;
 }
@@ -264,7 +276,7 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
             t = gqa4 ? SNUG_DTYPE_Q4_K : SNUG_DTYPE_Q3_K;
         else if (ft == FT_IQ3_XXS)
             t = gqa4 ? SNUG_DTYPE_Q4_K : !r->has_imatrix ? SNUG_DTYPE_IQ3_S : SNUG_DTYPE_IQ3_XXS;
-        else if (ft == FT_IQ3_S && gqa4)
+        else if ((ft == FT_IQ3_XS || ft == FT_IQ3_S) && gqa4)
             t = SNUG_DTYPE_Q4_K;
         else if (ft == FT_IQ3_M)
             t = SNUG_DTYPE_Q4_K;
@@ -283,10 +295,15 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
     } else if (c == C_ATTN_K) {
         if (e8)
             t = SNUG_DTYPE_Q8_0;
+        else if (ft == FT_IQ3_XS)
+            t = SNUG_DTYPE_IQ3_XXS;
         else if (ft == FT_IQ3_XXS)
             t = SNUG_DTYPE_IQ2_S;
     } else if (c == C_ATTN_Q) {
-        if (ft == FT_IQ3_XXS) t = SNUG_DTYPE_IQ2_S;
+        if (ft == FT_IQ3_XS)
+            t = SNUG_DTYPE_IQ3_XXS;
+        else if (ft == FT_IQ3_XXS)
+            t = SNUG_DTYPE_IQ2_S;
     } else if (c == C_FFN_DOWN) {
         int i_layer = r->i_ffn_down, n_layer = r->n_layer;
         if (r->n_expert > 1) { /* experts: the layer comes from the name */
@@ -317,9 +334,9 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
         r->i_ffn_down++;
     } else if (c == C_ATTN_OUT) {
         if (e8) {
-            if (ft == FT_Q2_K || ft == FT_IQ3_XXS || ft == FT_Q3_K_S || ft == FT_Q3_K_M ||
-                ft == FT_IQ4_NL || ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ3_S ||
-                ft == FT_IQ3_M || ft == FT_IQ4_XS)
+            if (ft == FT_Q2_K || ft == FT_IQ3_XS || ft == FT_IQ3_XXS || ft == FT_Q3_K_S ||
+                ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S || ft == FT_Q4_K_M ||
+                ft == FT_IQ3_S || ft == FT_IQ3_M || ft == FT_IQ4_XS)
                 t = SNUG_DTYPE_Q5_K;
         } else if (ft == FT_Q2_K) {
             t = SNUG_DTYPE_Q3_K;
@@ -330,6 +347,17 @@ uint32_t snug_recipe_type(struct snug_recipe *r, const char *name, uint32_t n_di
         } else if (ft == FT_Q3_K_L) {
             t = SNUG_DTYPE_Q5_K;
         }
+    } else if (c == C_FFN_UP || c == C_FFN_GATE) {
+        /* IQ3_XS: the middle three quarters of the layers in IQ3_XXS (counters as ffn_down's) */
+        int *counter = c == C_FFN_UP ? &r->i_ffn_up : &r->i_ffn_gate;
+        int i_layer = *counter, n_layer = r->n_layer;
+        if (r->n_expert > 1) {
+            int l;
+            if (sscanf(name, "blk.%d.", &l) == 1 && l >= 0) i_layer = l;
+        }
+        if (ft == FT_IQ3_XS && i_layer >= n_layer / 8 && i_layer < 7 * n_layer / 8)
+            t = SNUG_DTYPE_IQ3_XXS;
+        (*counter)++;
     }
     return fallback(nx, t);
 }

@@ -288,10 +288,23 @@ def test_cli(rng):
         # errors: unknown type, missing file
         r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "q3_k_xl"], capture_output=True, text=True)
         check(r.returncode != 0 and "unknown type" in r.stderr, f"unknown type accepted: {r.stderr}")
-        # a low-bit mix snug runs but cannot write yet: refused with a message that says so
-        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "iq3_s"], capture_output=True, text=True)
-        check(r.returncode != 0 and "cannot write" in r.stderr and "llama-quantize" in r.stderr,
-              f"iq3_s quantize not refused clearly: {r.stderr}")
+        # a 1-3 bit mix without an importance matrix: refused with a message that says why
+        r = subprocess.run([SNUG_BIN, "quantize", src, os.path.join(d, "x.gguf"), "iq2_xxs"], capture_output=True, text=True)
+        check(r.returncode != 0 and "needs an importance matrix" in r.stderr and "--imatrix" in r.stderr,
+              f"iq2_xxs quantize without imatrix not refused clearly: {r.stderr}")
+        # iq3_s needs none: its IQ3_S tensors decode (by gguf-py) close to the source
+        dst3 = os.path.join(d, "out-iq3_s.gguf")
+        if run_quantize(src, dst3, "iq3_s").returncode == 0:
+            n_iq3 = 0
+            for t in gguf.GGUFReader(dst3).tensors:
+                if t.tensor_type != T.IQ3_S:
+                    continue
+                n_iq3 += 1
+                x = tensors[t.name].reshape(-1)
+                y = dequantize(np.asarray(t.data), t.tensor_type).reshape(-1)
+                err = float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2)))
+                check(err < 0.3, f"iq3_s: {t.name} rel rmse {err} (gguf-py decode)")
+            check(n_iq3 > 0, "iq3_s: no IQ3_S tensor written")
         r = subprocess.run([SNUG_BIN, "quantize", os.path.join(d, "nope.gguf"), os.path.join(d, "x.gguf"), "q8_0"],
                            capture_output=True, text=True)
         check(r.returncode != 0 and "nope.gguf" in r.stderr, f"missing input not reported: {r.stderr}")

@@ -132,6 +132,27 @@ int main(void) {
     EXPECT(n, "blk.2.ffn_down.weight", SNUG_DTYPE_Q5_K);
     EXPECT(n, "blk.3.ffn_down.weight", SNUG_DTYPE_Q4_K);
 
+    /* llama.cpp IQ3_XS: base IQ3_S; attn_q / attn_k and, for layers n/8 <= i < 7n/8 (3..20 of
+     * 24), ffn_up / ffn_gate in IQ3_XXS (dense: running counters per tensor kind) */
+    recipe = "iq3_xs";
+    n = run(recipe, true, 0);
+    EXPECT(n, "output.weight", SNUG_DTYPE_Q6_K);
+    EXPECT(n, "token_embd.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.3.attn_q.weight", SNUG_DTYPE_IQ3_XXS);
+    EXPECT(n, "blk.3.attn_k.weight", SNUG_DTYPE_IQ3_XXS);
+    EXPECT(n, "blk.3.attn_v.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.0.attn_qkv.weight", SNUG_DTYPE_IQ3_S);
+    EXPECT(n, "blk.0.ssm_out.weight", SNUG_DTYPE_IQ3_S);
+    for (int l = 0; l < NL; l++) {
+        uint32_t want = l >= 3 && l < 21 ? SNUG_DTYPE_IQ3_XXS : SNUG_DTYPE_IQ3_S;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
+        EXPECT(n, nm, want);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
+        EXPECT(n, nm, want);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l);
+        EXPECT(n, nm, SNUG_DTYPE_IQ3_S);
+    }
+
     recipe = "q4_0"; /* the output tensor still gets Q6_K */
     n = run(recipe, true, 0);
     EXPECT(n, "output.weight", SNUG_DTYPE_Q6_K);
@@ -211,15 +232,12 @@ int main(void) {
               {"Q5_K_M", 17}, {"q6_k", 18},   {"bf16", 32},    {"q2_k", 10},   {"q3_k_s", 11},
               {"q3_k_m", 12}, {"q3_k_l", 13}, {"iq2_xxs", 19}, {"iq2_xs", 20}, {"iq3_xxs", 23},
               {"iq1_s", 24},  {"iq4_nl", 25}, {"iq3_s", 26},   {"iq3_m", 27},  {"iq2_s", 28},
-              {"iq2_m", 29},  {"iq4_xs", 30}, {"iq1_m", 31}};
+              {"iq2_m", 29},  {"iq4_xs", 30}, {"iq1_m", 31},   {"iq3_xs", 22}};
     for (size_t i = 0; i < sizeof FT / sizeof FT[0]; i++) {
         CHECK(snug_recipe_init(&r, FT[i].n, NL, 0));
         CHECKF(snug_recipe_file_type(&r) == FT[i].ft, "%s", FT[i].n);
-        /* snug writes the recipes up to q6_k, iq4_nl and iq4_xs; the 1-3 bit i-quant mixes it
-         * plans and runs only */
-        CHECKF(snug_recipe_writable(&r) ==
-                   (FT[i].ft <= 18 || FT[i].ft == 25 || FT[i].ft == 30 || FT[i].ft == 32),
-               "%s writable", FT[i].n);
+        /* snug writes every recipe it knows */
+        CHECKF(snug_recipe_writable(&r), "%s writable", FT[i].n);
     }
     CHECK(snug_recipe_init(&r, "Q4_K_M", NL, 0) && !strcmp(snug_recipe_name(&r), "q4_k_m"));
     return TEST_DONE();
