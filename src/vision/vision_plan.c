@@ -114,7 +114,7 @@ int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
         rc = snug_plan_add_item(p, "vision image buffers (largest)", vp->image_bytes,
                                 SNUG_DEVICE_HOST, err);
     if (!rc)
-        rc = snug_plan_add_item(p, "vision source image (decode + resize)", vp->source_bytes,
+        rc = snug_plan_add_item(p, "vision source (decode+resize)", vp->source_bytes,
                                 SNUG_DEVICE_HOST, err);
     return rc;
 }
