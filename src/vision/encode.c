@@ -126,6 +126,7 @@ int snug_vision_encode_bytes(const struct snug_vision *v, struct snug_pool *pool
 struct snug_vision_encoder {
     const struct snug_vision *v;
     int64_t min_pixels, max_pixels, max_source;
+    int n_threads; /* the work was planned for pools of at most this many threads */
     struct snug_vision_plan plan;
     struct enc_bufs b;
     uint8_t *block;
@@ -153,6 +154,7 @@ int snug_vision_encoder_init(struct snug_vision_encoder **out, const struct snug
         return rc;
     }
     e->v = v, e->min_pixels = min_pixels, e->max_pixels = max_pixels, e->max_source = max_source;
+    e->n_threads = n_threads < 1 ? 1 : n_threads;
     /* the plan's items, carved from one block in its order (vision_plan.c) */
     const struct snug_vision_plan *p = &e->plan;
     size_t src = al64((uint64_t)max_source * SNUG_IMAGE_BUF_BYTES_PER_PIXEL);
@@ -214,6 +216,7 @@ int snug_vision_encoder_check(const struct snug_vision_encoder *e, int32_t src_w
 int snug_vision_encoder_run(struct snug_vision_encoder *e, struct snug_pool *pool,
                             const uint8_t *bytes, size_t n, struct snug_vision_rows *out,
                             struct snug_err *err) {
+    if (pool && snug_pool_size(pool) > e->n_threads) pool = NULL; /* (a larger pool than planned) */
     return encode_core(e->v, pool, bytes, n, e->min_pixels, e->max_pixels, e->max_source, &e->b,
                        out, err);
 }
