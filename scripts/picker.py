@@ -21,11 +21,15 @@ WEIGHTS = [("q4_k_m", "Q4_K_M"), ("q5_k_m", "Q5_K_M"), ("q6_k", "Q6_K"), ("q8_0"
 CARDS = [("16 GiB", "15.5GiB"), ("24 GiB", "23.5GiB"), ("32 GiB", "31.5GiB"),
          ("48 GiB", "47.5GiB"), ("80 GiB", "79.5GiB")]
 COMMON = ["--backend", "cuda", "--slots", "1", "--chunk", "512", "--threads", "1", "--mtp", "3"]
+# "With vision" (the tower runs on the CPU, so these are host-memory plans): RAM budgets, and the
+# tower at the released Qwen3.5/3.6 shape with the default image bounds.
+HOSTS = [("24 GiB", "24GiB"), ("32 GiB", "32GiB"), ("48 GiB", "48GiB")]
+CPU = ["--backend", "cpu", "--slots", "1", "--chunk", "512", "--threads", "16", "--mtp", "3"]
 
 
-def table(snug, preset, weights, budget):
+def table(snug, preset, weights, budget, common=COMMON):
     args = [snug, "plan", "--table", "--json", "--preset", preset, "--weights", weights,
-            "--budget", budget, *COMMON]
+            "--budget", budget, *common]
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0 or not r.stdout.strip():
         sys.exit(f"picker: {' '.join(args[1:])} failed: {r.stderr.strip()}")
@@ -85,6 +89,34 @@ def generate(snug):
                     cells.append(f"{ctx(by[0], train)} / {ctx(by[3], train)}")
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
+    out += ["## With vision (CPU)", "",
+            "The vision tower runs on the CPU only (docs/vision.md), so its memory is host "
+            "memory: these rows are `snug plan --backend cpu --budget B --table` without and "
+            "**with** `--vision-preset qwen3.5` (the released tower as an f16 mmproj, its "
+            "encoder work and buffers for the largest image of 16,777,216 pixels after the "
+            "resize, and the decoded source of up to 33,554,432 pixels with its resize scratch: "
+            "`snug serve --mmproj` plans the same items at boot), Q4_K_M weights, 16 threads, "
+            "MTP off (images and speculative decoding do not combine yet). Each cell reads "
+            "**text only / with vision**. The GPU tables above have no vision rows: the tower "
+            "has no CUDA version yet, and a CUDA server refuses `--mmproj`.", ""]
+    for preset, title in MODELS:
+        res = [table(snug, preset, "q4_k_m", b, CPU) for _, b in HOSTS]
+        vis = [table(snug, preset, "q4_k_m", b, CPU + ["--vision-preset", "qwen3.5"])
+               for _, b in HOSTS]
+        train = res[0]["n_ctx_train"]
+        vb = vis[0]["vision"]["bytes"] / 2**30
+        out += [f"### {title}, Q4_K_M, host RAM (the tower: {vb:.2f} GiB)", ""]
+        hdr = ["KV (K/V)"] + [h for h, _ in HOSTS]
+        out.append("| " + " | ".join(hdr) + " |")
+        out.append("|" + "---|" * len(hdr))
+        for kv in [row["kv"] for row in res[0]["rows"] if row["mtp"] == 0]:
+            cells = [kv]
+            for t, v in zip(res, vis):
+                a = next(x["max_ctx"] for x in t["rows"] if x["kv"] == kv and x["mtp"] == 0)
+                b = next(x["max_ctx"] for x in v["rows"] if x["kv"] == kv and x["mtp"] == 0)
+                cells.append(f"{ctx(a, train)} / {ctx(b, train)}")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
     out.append("Regenerate: `scripts/picker.py --snug build/snug` (`--check` tells whether "
                "this file is current).")
     return "\n".join(out) + "\n"

@@ -59,6 +59,42 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
                 .backend = o->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU},
         .budget = o->backend == 1 ? o->vram_budget : o->budget,
     };
+    /* --mmproj (CPU): the tower's plan items (host memory) come out of the budget first, so the
+     * context chosen leaves room for them, as `snug plan --mmproj` reports it */
+    uint64_t vision_bytes = 0;
+    if (o->mmproj && o->backend != 1) {
+        struct snug_vision *v = NULL;
+        struct snug_vision_plan vp;
+        rc = snug_vision_load(&v, o->mmproj, err);
+        if (rc == SNUG_OK)
+            rc = snug_vision_plan_make(
+                snug_vision_hparams(v), snug_vision_weight_bytes(v),
+                o->max_image_pixels ? o->max_image_pixels : SNUG_VISION_MAX_PIXELS,
+                o->max_source_pixels ? o->max_source_pixels : SNUG_VISION_MAX_SOURCE_PIXELS,
+                threads, &vp, err);
+        snug_vision_free(v);
+        if (rc) {
+            snug_model_free(m);
+            return rc;
+        }
+        vision_bytes = snug_vision_plan_total(&vp);
+        uint64_t base = req.budget ? req.budget : snug_plan_host_memory();
+        if (base && base <= vision_bytes) {
+            snug_model_free(m);
+            return snug_err_set(
+                err, SNUG_ERR_BUDGET,
+                "the vision tower's plan (%.2f GiB for images of up to %lld "
+                "pixels) alone exceeds the %s (%.2f GiB): lower "
+                "--max-image-pixels / --max-source-pixels",
+                (double)vision_bytes / 1073741824.0,
+                (long long)(o->max_image_pixels ? o->max_image_pixels : SNUG_VISION_MAX_PIXELS),
+                req.budget ? "--budget" : "machine's memory", (double)base / 1073741824.0);
+        }
+        if (req.budget)
+            req.budget -= vision_bytes;
+        else if (base)
+            req.host_memory = base - vision_bytes;
+    }
     /* no --vram-budget on CUDA: the device's free memory (minus the stated margin) */
     const struct snug_backend_module *mod;
     size_t dev_free = 0, dev_total = 0;
@@ -76,6 +112,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
         return rc;
     }
     o->model = m; /* the server takes the opened model over: it is opened once */
+    if (vision_bytes && a.budget) a.budget += vision_bytes; /* the flags repeat the whole budget */
     char line[768];
     snug_plan_auto_flags(&a, line, sizeof line);
     fprintf(stderr, "snug serve: plan: %s\n", line);

@@ -1,9 +1,8 @@
 /* cli_images.c — images on the command line (`snug run` / `snug logits`): the flags (--mmproj,
  * --image, --min-image-pixels, --max-image-pixels), encoding every image through the vision
- * tower (src/vision/encode.c), and placing the encoded rows in the prompt's ids: each run of
- * `<|image_pad|>` is one image, in order — a single pad (as a rendered chat marker has it) is
- * widened to the image's rows·cols pads, a run already that long is kept; a prompt without pads
- * gets `<|vision_start|>` pads `<|vision_end|>` in front, one group per image.
+ * tower (src/vision/encode.c), and placing the encoded rows in the prompt's ids
+ * (src/vision/place.c, shared with the server: each run of `<|image_pad|>` is one image, a
+ * single pad widened to rows·cols pads; a prompt without pads gets the markers in front).
  * Invariant: after cli_images_place, ci->rows[k] describes image k's pad run in the returned ids
  * (snug_ctx_eval_images' input). Read next: src/vision/vision.h, docs/vision.md. */
 #include "cli.h"
@@ -92,72 +91,25 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
 snug_token *cli_images_place(struct cli_images *ci, const struct snug_model *m,
                              const snug_token *ids, int32_t n, int32_t extra, int32_t *n_out,
                              struct snug_err *err) {
-    const struct snug_tokenizer *tok = snug_model_tokenizer(m);
-    snug_token pad = tok ? snug_tokenizer_token_id(tok, "<|image_pad|>") : -1;
-    snug_token vs = tok ? snug_tokenizer_token_id(tok, "<|vision_start|>") : -1;
-    snug_token ve = tok ? snug_tokenizer_token_id(tok, "<|vision_end|>") : -1;
-    if (pad < 0 || vs < 0 || ve < 0) {
-        snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                     "the model's vocabulary lacks <|image_pad|> / <|vision_start|> / "
-                     "<|vision_end|>: not a vision-language model");
-        return NULL;
-    }
-    int n_runs = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (ids[i] == pad && (i == 0 || ids[i - 1] != pad)) n_runs++;
-    bool prepend = n_runs == 0;
-    if (!prepend && n_runs != ci->n) {
-        snug_err_set(err, SNUG_ERR_INVALID,
-                     "the prompt has %d image places (runs of <|image_pad|>) but %d --image "
-                     "files were given",
-                     n_runs, ci->n);
-        return NULL;
-    }
-    int64_t total = n + extra;
+    struct snug_vision_tokens vt;
+    if (snug_vision_tokens(snug_model_tokenizer(m), &vt, err)) return NULL;
     for (int k = 0; k < ci->n; k++)
-        total += (int64_t)ci->enc[k].rows * ci->enc[k].cols + (prepend ? 2 : 0);
-    if (total > (1 << 30)) {
+        ci->rows[k] =
+            (struct snug_image_rows){0, ci->enc[k].rows, ci->enc[k].cols, ci->enc[k].embd};
+    int64_t cap = snug_vision_placed_len(ids, n, vt.pad, ci->rows, ci->n) + extra;
+    if (cap > (1 << 30)) {
         snug_err_set(err, SNUG_ERR_INVALID, "the prompt with its images is too long");
         return NULL;
     }
-    snug_token *out = malloc((size_t)total * sizeof *out);
+    snug_token *out = malloc((size_t)cap * sizeof *out);
     if (!out) {
         snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    int32_t o = 0, k = 0;
-    if (prepend)
-        for (; k < ci->n; k++) {
-            int32_t cnt = ci->enc[k].rows * ci->enc[k].cols;
-            out[o++] = vs;
-            ci->rows[k] =
-                (struct snug_image_rows){o, ci->enc[k].rows, ci->enc[k].cols, ci->enc[k].embd};
-            for (int32_t j = 0; j < cnt; j++) out[o++] = pad;
-            out[o++] = ve;
-        }
-    for (int32_t i = 0; i < n;) {
-        if (ids[i] != pad) {
-            out[o++] = ids[i++];
-            continue;
-        }
-        int32_t run = 0;
-        while (i + run < n && ids[i + run] == pad) run++;
-        int32_t cnt = ci->enc[k].rows * ci->enc[k].cols;
-        if (run != 1 && run != cnt) {
-            snug_err_set(err, SNUG_ERR_INVALID,
-                         "image place %d has %d <|image_pad|> tokens; image %s needs %d (%d x %d) "
-                         "or a single pad to widen",
-                         k, run, ci->paths[k], cnt, ci->enc[k].cols, ci->enc[k].rows);
-            free(out);
-            return NULL;
-        }
-        ci->rows[k] =
-            (struct snug_image_rows){o, ci->enc[k].rows, ci->enc[k].cols, ci->enc[k].embd};
-        for (int32_t j = 0; j < cnt; j++) out[o++] = pad;
-        i += run;
-        k++;
+    if (snug_vision_place(ids, n, &vt, ci->rows, ci->n, true, out, cap, n_out, NULL, err)) {
+        free(out);
+        return NULL;
     }
-    *n_out = o;
     return out;
 }
 

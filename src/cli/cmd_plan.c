@@ -35,9 +35,11 @@ static void usage(void) {
         "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
         "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
         "  plan line of run/serve pastes here.\n"
-        "  --mmproj FILE | --vision-preset qwen3.5 [--max-image-pixels N]: with the vision tower\n"
-        "  (its weights, the encoder's work and buffers for the largest image of N pixels after\n"
-        "  the resize, default 16777216): host items (the tower runs on the CPU); the contexts\n"
+        "  --mmproj FILE | --vision-preset qwen3.5 [--max-image-pixels N] [--max-source-pixels\n"
+        "  S]: with the vision tower (its weights, the encoder's work and buffers for the largest\n"
+        "  image of N pixels after the resize, default 16777216, and the decoded source of at\n"
+        "  most S pixels with its resize scratch, default 33554432): host items (the tower runs on "
+        "the CPU); the contexts\n"
         "  reported leave room for them (\"with vision\" in --table). The preset is the released\n"
         "  Qwen3.5/3.6 tower projecting to the model's hidden size, as an f16 "
         "mmproj.\n" CLI_CACHE_USAGE
@@ -145,7 +147,7 @@ int cmd_plan(int argc, char **argv) {
     bool json = false, table = false;
     struct plan_vision vis = {0};
     const char *mmproj = NULL, *vpreset = NULL;
-    long long max_img = SNUG_VISION_MAX_PIXELS;
+    long long max_img = SNUG_VISION_MAX_PIXELS, max_src = SNUG_VISION_MAX_SOURCE_PIXELS;
     struct snug_plan_limits lim = snug_plan_limits_default();
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
@@ -212,6 +214,9 @@ int cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!cli_int(argc, argv, &i, &v)) return 2;
             max_img = v;
+        } else if (!strcmp(a, "--max-source-pixels")) {
+            if (!cli_int(argc, argv, &i, &v)) return 2;
+            max_src = v;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--table")) {
@@ -271,7 +276,7 @@ int cmd_plan(int argc, char **argv) {
         } else if (snug_vision_preset(vpreset, (int32_t)hp.n_embd, &vh, &vw, &err)) {
             return cli_fail("plan", &err);
         }
-        if (snug_vision_plan_make(&vh, vw, max_img, lim.n_threads, &vis.vp, &err))
+        if (snug_vision_plan_make(&vh, vw, max_img, max_src, lim.n_threads, &vis.vp, &err))
             return cli_fail("plan", &err);
         vis.on = true;
         vis.what = mmproj ? mmproj : vpreset;
@@ -387,11 +392,12 @@ int cmd_plan(int argc, char **argv) {
         printf(", \"cache_disk_bytes\": %llu", (unsigned long long)cache_disk);
         if (vis.on)
             printf(", \"vision\": {\"weights_bytes\": %llu, \"work_bytes\": %llu, "
-                   "\"image_bytes\": %llu, \"max_image_pixels\": %lld, \"image_tokens\": %lld, "
-                   "\"image_patches\": %lld}",
+                   "\"image_bytes\": %llu, \"source_bytes\": %llu, \"max_image_pixels\": %lld, "
+                   "\"max_source_pixels\": %lld, \"image_tokens\": %lld, \"image_patches\": "
+                   "%lld}",
                    (unsigned long long)vis.vp.weight_bytes, (unsigned long long)vis.vp.work_bytes,
-                   (unsigned long long)vis.vp.image_bytes, max_img, (long long)vis.vp.max_tokens,
-                   (long long)vis.vp.max_patches);
+                   (unsigned long long)vis.vp.image_bytes, (unsigned long long)vis.vp.source_bytes,
+                   max_img, max_src, (long long)vis.vp.max_tokens, (long long)vis.vp.max_patches);
         printf(", \"items\": {");
         for (int k = 0; k < p.n_items; k++) {
             printf("%s", k ? ", " : "");

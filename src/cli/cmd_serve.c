@@ -11,6 +11,7 @@
 
 #include "server/chat.h"
 #include "plan/plan.h"
+#include "vision/vision.h"
 #include "server/server.h"
 #include "server/think.h"
 
@@ -50,6 +51,14 @@ static void serve_usage(void) {
         "                          smoother while a long prompt is admitted)\n"
         "  --backend cpu|cuda      where the model runs (cuda: libsnug_cuda.so, loaded at start)\n"
         "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
+        "  --mmproj FILE           the vision tower (the model's mmproj GGUF): image parts as "
+        "data: URLs\n"
+        "                          (CPU, no --spec-draft); its memory is in the plan\n"
+        "  --min-image-pixels N, --max-image-pixels N\n"
+        "                          images are resized into [N, M] pixels (default 65536, "
+        "16777216)\n"
+        "  --max-source-pixels N   decoded images larger than N pixels get a 400 (default "
+        "33554432)\n"
         "  --budget SIZE           the memory the plan must fit (e.g. 2GiB); default for sizing: "
         "the\n"
         "                          physical memory minus max(1/8, 1 GiB); the boot log's `plan:`\n"
@@ -275,6 +284,23 @@ int cmd_serve(int argc, char **argv) {
             if (kvr < 0) return 2;
         } else if (!strcmp(a, "--no-webui")) {
             o.no_webui = true;
+        } else if (!strcmp(a, "--mmproj")) {
+            if (!(o.mmproj = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--min-image-pixels") || !strcmp(a, "--max-image-pixels") ||
+                   !strcmp(a, "--max-source-pixels")) {
+            long v = 0;
+            if (!cli_int(argc, argv, &i, &v)) return 2;
+            if (v < 1 || v > SNUG_VISION_PIXELS_LIMIT) {
+                fprintf(stderr, "snug serve: %s %ld: expected 1..%lld\n", a, v,
+                        (long long)SNUG_VISION_PIXELS_LIMIT);
+                return 2;
+            }
+            if (!strcmp(a, "--min-image-pixels"))
+                o.min_image_pixels = v;
+            else if (!strcmp(a, "--max-image-pixels"))
+                o.max_image_pixels = v;
+            else
+                o.max_source_pixels = v;
         } else if (!strcmp(a, "--script")) {
             if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--timeout")) {

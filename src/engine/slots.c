@@ -134,6 +134,9 @@ struct snug_ctx *snug_slots_ctx(struct snug_slots *s, int32_t i) {
 struct snug_be *snug_slots_backend(struct snug_slots *s) {
     return s->be;
 }
+struct snug_pool *snug_slots_pool(struct snug_slots *s) {
+    return s->pool;
+}
 const struct snug_plan *snug_slots_plan(const struct snug_slots *s) {
     return &s->plan;
 }

@@ -34,6 +34,7 @@ int32_t snug_slots_n(const struct snug_slots *s);
 struct snug_ctx *snug_slots_ctx(struct snug_slots *s, int32_t i);
 /* The backend instance and the plan it was sized by. */
 struct snug_be *snug_slots_backend(struct snug_slots *s);
+struct snug_pool *snug_slots_pool(struct snug_slots *s); /* the model's thread pool (or NULL) */
 const struct snug_plan *snug_slots_plan(const struct snug_slots *s);
 
 #endif /* SNUG_ENGINE_SLOTS_H */

@@ -230,6 +230,7 @@ bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *o
     if (ctx->device) return false;
     out->kv = ctx->kv;
     out->n_past = ctx->n_past;
+    out->rope_delta = &ctx->rope_delta;
     out->exportable = true;
     struct snug_spec *sp = ctx->spec;
     if (sp) {
@@ -254,8 +255,7 @@ int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32
     if (ctx->device || n_past < 0 || n_past > ctx->p.n_ctx || (n_past > 0 && !toks))
         return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
     ctx->n_past = n_past;
-    ctx->rope_delta = 0; /* the cached prefixes are text (images are not cached yet) */
-    ctx->snap_n = 0;     /* the rollback point is gone */
+    ctx->snap_n = 0; /* the rollback point is gone; rope_delta: the restore's */
     struct snug_spec *sp = ctx->spec;
     if (sp) { /* the pending MTP row (restored with the state) is position n_past - 1's */
         snug_spec_reset(sp);

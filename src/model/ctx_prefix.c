@@ -105,8 +105,19 @@ static int kv_in(void *user, int32_t row0, int32_t n_rows, const void *src) {
     return rows_copy(user, row0, n_rows, (uint8_t *)src, false);
 }
 
+static int32_t rope_out(void *user) {
+    const struct snug_ctx_prefix_state *st = user;
+    return st->rope_delta ? *st->rope_delta : 0;
+}
+static int rope_in(void *user, int32_t rope_delta) {
+    struct snug_ctx_prefix_state *st = user;
+    if (!st->rope_delta) return rope_delta ? SNUG_ERR_UNSUPPORTED : SNUG_OK;
+    *st->rope_delta = rope_delta;
+    return SNUG_OK;
+}
+
 struct snug_prefix_io snug_ctx_prefix_io(struct snug_ctx_prefix_state *st) {
-    return (struct snug_prefix_io){st, state_out, state_in, kv_out, kv_in};
+    return (struct snug_prefix_io){st, state_out, state_in, kv_out, kv_in, rope_out, rope_in};
 }
 
 bool snug_ctx_prefix_fits(const struct snug_prefix *pc, const struct snug_ctx_prefix_state *st) {

@@ -271,6 +271,7 @@ struct snug_ctx_prefix_state {
     float *mtp_row;
     int64_t n_embd;
     int32_t n_past;
+    int32_t *rope_delta; /* the context's rotary offset (the checkpoint carries it) */
     bool exportable;
 };
 bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out);
@@ -283,7 +284,8 @@ int32_t snug_ctx_prefix_in_place(const struct snug_ctx *ctx);
 uint64_t snug_ctx_n_forwards(const struct snug_ctx *ctx);
 /* After the state and the KV rows [0, n_past) of toks were written into the caches (a
  * restore), or to truncate the context to n_past tokens of its own sequence before a restore of
- * the state alone: set the sequence length (and the pending MTP row's token and position). */
+ * the state alone: set the sequence length (and the pending MTP row's token and position). The
+ * rotary offset is the restore's (the io's rope_delta_in), left as it is here. */
 int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32_t n_past,
                              struct snug_err *err);
 

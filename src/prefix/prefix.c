@@ -23,6 +23,7 @@ struct pfx_entry {
     int32_t first_page, n_pages; /* -1 / 0: not in RAM */
     uint64_t key, parent_key, last_used, disk_bytes;
     uint32_t payload_crc;
+    int32_t rope_delta; /* the sequence's rotary offset at pos (prefix.h rope_delta_out) */
 };
 
 #define PFX_EXT ".snugpfx"
@@ -368,6 +369,7 @@ static bool file_write(struct snug_prefix *pc, int32_t i, const snug_token *toks
     h.parent_key = e->parent_key;
     h.payload_bytes = off - SNUG_PREFIX_HEADER_BYTES;
     h.payload_crc = crc;
+    h.rope_delta = e->rope_delta;
     uint8_t hb[SNUG_PREFIX_HEADER_BYTES];
     snug_prefix_file_header_write(&h, hb);
     ok = ok && !write_full(fd, hb, sizeof hb, 0);
@@ -408,7 +410,8 @@ static bool file_verify(struct snug_prefix *pc, int32_t i, const snug_token *tok
     bool ok = !read_full(fd, hb, sizeof hb, 0) &&
               snug_prefix_file_header_parse(hb, sizeof hb, (uint64_t)st.st_size, &pc->expect, &h,
                                             &err) == SNUG_OK;
-    if (ok && (h.pos != e->pos || h.base != e->base || h.key != e->key)) {
+    if (ok && (h.pos != e->pos || h.base != e->base || h.key != e->key ||
+               h.rope_delta != e->rope_delta)) {
         snprintf(err.msg, sizeof err.msg, "header names another checkpoint");
         ok = false;
     }
@@ -509,6 +512,7 @@ static int load_dir(struct snug_prefix *pc) {
         e->parent_key = h.parent_key;
         e->disk_bytes = (uint64_t)st.st_size;
         e->payload_crc = h.payload_crc;
+        e->rope_delta = h.rope_delta;
         e->parent = -1;
         e->point = -2; /* not linked yet */
     }
@@ -627,6 +631,7 @@ int snug_prefix_store(struct snug_prefix *pc, const snug_token *toks, int32_t po
     e->key = snug_prefix_tokens_key(toks, pos);
     e->parent_key = parent >= 0 ? pc->entries[parent].key : 0;
     e->last_used = now;
+    e->rope_delta = io->rope_delta_out ? io->rope_delta_out(io->user) : 0;
     /* pages, linked in order */
     e->first_page = -1;
     int32_t *link = &e->first_page;
@@ -746,6 +751,8 @@ int snug_prefix_restore(struct snug_prefix *pc, const snug_token *toks,
             close(fd);
         }
     }
+    if (rc == SNUG_OK && io->rope_delta_in)
+        rc = io->rope_delta_in(io->user, pc->entries[top].rope_delta);
     if (rc) {
         STAT_ADD(pc, restore_failures, 1);
         return snug_err_set(err, rc, "prefix cache: copying the checkpoint in failed");

@@ -58,6 +58,10 @@ struct snug_prefix_io {
     /* KV rows [row0, row0 + n_rows), kv_row_bytes each, packed: out of / into the slot */
     int (*kv_out)(void *user, int32_t row0, int32_t n_rows, void *dst);
     int (*kv_in)(void *user, int32_t row0, int32_t n_rows, const void *src);
+    /* optional (NULL: 0): the sequence's rotary offset (a context's rope_delta, non-zero after
+     * images), stored with the checkpoint and set on restore */
+    int32_t (*rope_delta_out)(void *user);
+    int (*rope_delta_in)(void *user, int32_t rope_delta);
 };
 
 struct snug_prefix_stats {

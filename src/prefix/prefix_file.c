@@ -93,6 +93,7 @@ enum {
     OFF_PARENT = 144,
     OFF_PAYLOAD = 152,
     OFF_PCRC = 160,
+    OFF_ROPE = 164, /* version 3 */
     OFF_HCRC = 252,
 };
 
@@ -112,6 +113,7 @@ void snug_prefix_file_header_write(const struct snug_prefix_file_header *h,
     put64(out + OFF_PARENT, h->parent_key);
     put64(out + OFF_PAYLOAD, h->payload_bytes);
     put32(out + OFF_PCRC, h->payload_crc);
+    put32(out + OFF_ROPE, (uint32_t)h->rope_delta);
     put32(out + OFF_HCRC, snug_crc32c(0, out, OFF_HCRC));
 }
 
@@ -124,15 +126,16 @@ int snug_prefix_file_header_parse(const uint8_t *buf, size_t n, uint64_t file_by
                             SNUG_PREFIX_HEADER_BYTES);
     if (memcmp(buf + OFF_MAGIC, SNUG_PREFIX_FILE_MAGIC, sizeof SNUG_PREFIX_FILE_MAGIC))
         return snug_err_set(err, SNUG_ERR_FORMAT, "not a snug prefix-cache file (bad magic)");
-    if (get32(buf + OFF_VERSION) != SNUG_PREFIX_FILE_VERSION)
-        return snug_err_set(err, SNUG_ERR_FORMAT, "file version %u, this build reads %u",
-                            get32(buf + OFF_VERSION), SNUG_PREFIX_FILE_VERSION);
+    uint32_t version = get32(buf + OFF_VERSION);
+    if (version != SNUG_PREFIX_FILE_VERSION && version != 2)
+        return snug_err_set(err, SNUG_ERR_FORMAT, "file version %u, this build reads 2 and %u",
+                            version, SNUG_PREFIX_FILE_VERSION);
     if (get32(buf + OFF_HBYTES) != SNUG_PREFIX_HEADER_BYTES)
         return snug_err_set(err, SNUG_ERR_FORMAT, "header size %u, expected %u",
                             get32(buf + OFF_HBYTES), SNUG_PREFIX_HEADER_BYTES);
     if (get32(buf + OFF_HCRC) != snug_crc32c(0, buf, OFF_HCRC))
         return snug_err_set(err, SNUG_ERR_FORMAT, "header checksum mismatch (corrupt file)");
-    for (size_t i = OFF_PCRC + 4; i < OFF_HCRC; i++)
+    for (size_t i = version >= 3 ? OFF_ROPE + 4 : OFF_ROPE; i < OFF_HCRC; i++)
         if (buf[i]) return snug_err_set(err, SNUG_ERR_FORMAT, "non-zero reserved header bytes");
     memcpy(out->model_id, buf + OFF_MODEL, SNUG_PREFIX_ID_BYTES);
     memcpy(out->layout, buf + OFF_LAYOUT, SNUG_PREFIX_LAYOUT_BYTES);
@@ -146,6 +149,7 @@ int snug_prefix_file_header_parse(const uint8_t *buf, size_t n, uint64_t file_by
     out->parent_key = get64(buf + OFF_PARENT);
     out->payload_bytes = get64(buf + OFF_PAYLOAD);
     out->payload_crc = get32(buf + OFF_PCRC);
+    out->rope_delta = version >= 3 ? (int32_t)get32(buf + OFF_ROPE) : 0; /* v2: text only */
     uint64_t want;
     if (out->pos < 1 || out->base < 0 || out->base >= out->pos ||
         !snug_prefix_file_payload_bytes(out->state_bytes, out->kv_row_bytes, out->pos, out->base,
@@ -154,6 +158,11 @@ int snug_prefix_file_header_parse(const uint8_t *buf, size_t n, uint64_t file_by
         return snug_err_set(err, SNUG_ERR_FORMAT,
                             "inconsistent sizes (pos %d, base %d, payload %llu bytes)", out->pos,
                             out->base, (unsigned long long)out->payload_bytes);
+    if (out->rope_delta > 0 || -(int64_t)out->rope_delta >= out->pos)
+        return snug_err_set(err, SNUG_ERR_FORMAT,
+                            "rotary offset %d at position %d (expected "
+                            "-position < offset <= 0)",
+                            out->rope_delta, out->pos);
     if ((out->base == 0) != (out->parent_key == 0))
         return snug_err_set(err, SNUG_ERR_FORMAT, "parent key and base disagree");
     if (file_bytes != SNUG_PREFIX_HEADER_BYTES + out->payload_bytes ||

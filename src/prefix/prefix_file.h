@@ -5,7 +5,8 @@
  * Layout (little-endian; docs/prefix-cache.md has the table):
  *   header (256 bytes): magic "SNUGPFX\0", version, header bytes, model identity (32 bytes),
  *     layout description (64 bytes, NUL padded), state bytes, KV row bytes, pos, base, key,
- *     parent key, payload bytes, payload CRC-32C, zero padding, header CRC-32C (last 4 bytes)
+ *     parent key, payload bytes, payload CRC-32C, rotary offset (v3), zero padding, header
+ *     CRC-32C (last 4 bytes)
  *   payload: tokens int32[pos], the recurrent state (state bytes), KV rows [base, pos)
  *     (KV row bytes each).
  * A checkpoint at pos stores the KV rows since its parent checkpoint at base (the latest
@@ -27,8 +28,11 @@
 #define SNUG_PREFIX_FILE_MAGIC "SNUGPFX"
 /* Version 2: with speculative decoding the state ends with the MTP block's pending hidden row
  * and a KV row carries the MTP block's row of the position before it, in the trunk's K/V
- * formats (src/model/ctx_prefix.h); version 1 files are refused (skipped with a log line). */
-#define SNUG_PREFIX_FILE_VERSION 2u
+ * formats (src/model/ctx_prefix.h); version 1 files are refused (skipped with a log line).
+ * Version 3: the header holds the sequence's rotary offset at pos (int32 at byte 164: the
+ * context's rope_delta, negative after images, docs/vision.md step 6); version 2 files are read
+ * with offset 0 (they hold text only: no server before version 3 cached images). */
+#define SNUG_PREFIX_FILE_VERSION 3u
 #define SNUG_PREFIX_HEADER_BYTES 256u
 #define SNUG_PREFIX_ID_BYTES     32
 #define SNUG_PREFIX_LAYOUT_BYTES 64
@@ -49,6 +53,7 @@ struct snug_prefix_file_header {
     uint64_t key, parent_key;
     uint64_t payload_bytes;
     uint32_t payload_crc;
+    int32_t rope_delta; /* rotary position - cache position at pos (0 for text) */
 };
 
 /* CRC-32C (Castagnoli, reflected, polynomial 0x82F63B78), incremental: start with crc = 0. */

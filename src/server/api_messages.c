@@ -49,7 +49,9 @@ static json_t *tool_result_text(const json_t *content, struct snug_server_error 
             snug_sbuf_free(&b);
             if (type && (!strcmp(type, "image") || !strcmp(type, "document")))
                 return bad(e, "messages",
-                           "vision is not supported yet: a tool_result holds an %s block", type);
+                           "a tool_result holds an %s block: snug takes images in a user "
+                           "message's content only",
+                           type);
             return bad(e, "messages", "a tool_result's content blocks must be text blocks%s", "");
         }
         if (i) snug_sbuf_putc(&b, '\n');
@@ -58,6 +60,41 @@ static json_t *tool_result_text(const json_t *content, struct snug_server_error 
     json_t *s = json_stringn(b.data ? b.data : "", b.len);
     snug_sbuf_free(&b);
     return s;
+}
+
+/* An Anthropic image block as the chat API's image part: a base64 source becomes a data: URL
+ * (images.c decodes and checks it); a url source is a 400 (the server fetches nothing). */
+static json_t *image_part(const json_t *blk, const char *where, struct snug_server_error *e) {
+    const json_t *src = json_object_get(blk, "source");
+    const char *st = json_string_value(json_object_get(src, "type"));
+    if (st && !strcmp(st, "url")) {
+        snug_server_error_set(e, 400, "invalid_request_error", "messages",
+                              "%s: an image block with a url source: the server never fetches "
+                              "URLs; pass the image as {\"type\": \"base64\", \"media_type\": ..., "
+                              "\"data\": ...}",
+                              where);
+        return NULL;
+    }
+    const char *mt = json_string_value(json_object_get(src, "media_type"));
+    const json_t *data = json_object_get(src, "data");
+    if (!st || strcmp(st, "base64") || !mt || !json_is_string(data)) {
+        snug_server_error_set(e, 400, "invalid_request_error", "messages",
+                              "%s: an image block needs a source {\"type\": \"base64\", "
+                              "\"media_type\": \"image/png\", \"data\": \"...\"}",
+                              where);
+        return NULL;
+    }
+    struct snug_sbuf u = {0};
+    snug_sbuf_puts(&u, "data:");
+    snug_sbuf_puts(&u, mt);
+    snug_sbuf_puts(&u, ";base64,");
+    snug_sbuf_append(&u, json_string_value(data), json_string_length(data));
+    json_t *part = u.oom ? NULL
+                         : json_pack("{s:s, s:{s:s%}}", "type", "image_url", "image_url", "url",
+                                     u.data, u.len);
+    snug_sbuf_free(&u);
+    if (!part) snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+    return part;
 }
 
 /* Append one Anthropic message (role user / assistant) as chat messages to `out`. */
@@ -82,6 +119,7 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
     struct snug_sbuf text = {0}, reasoning = {0};
     bool has_text = false;
     json_t *calls = json_array();
+    json_t *parts = NULL; /* a user message with images: its text and image parts in order */
     size_t i;
     json_t *blk;
     int rc = 0;
@@ -101,12 +139,38 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
             }
             snug_sbuf_puts(&text, t);
             has_text = true;
+        } else if (user && !strcmp(type, "image")) {
+            /* the message becomes a list of parts: the text so far, then the image */
+            json_t *img = image_part(blk, where, e);
+            if (!img) {
+                rc = -1;
+                break;
+            }
+            if (!parts) parts = json_array();
+            if (has_text)
+                json_array_append_new(parts, json_pack("{s:s, s:s%}", "type", "text", "text",
+                                                       text.data ? text.data : "", text.len));
+            snug_sbuf_reset(&text);
+            has_text = false;
+            json_array_append_new(parts, img);
         } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
             snug_server_error_set(e, 400, "invalid_request_error", "messages",
-                                  "vision is not supported yet: %s holds an %s block", where, type);
+                                  "%s holds an %s block: snug takes images in user messages only "
+                                  "(and no documents)",
+                                  where, type);
             rc = -1;
             break;
         } else if (user && !strcmp(type, "tool_result")) {
+            if (parts) { /* text and images before the results: their own user turn */
+                if (has_text)
+                    json_array_append_new(parts, json_pack("{s:s, s:s%}", "type", "text", "text",
+                                                           text.data ? text.data : "", text.len));
+                json_array_append_new(out,
+                                      json_pack("{s:s, s:o}", "role", "user", "content", parts));
+                parts = NULL;
+                snug_sbuf_reset(&text);
+                has_text = false;
+            }
             if (has_text) { /* text before the results: its own user turn */
                 json_array_append_new(out, json_pack("{s:s, s:s%}", "role", "user", "content",
                                                      text.data ? text.data : "", text.len));
@@ -151,7 +215,12 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
             break;
         }
     }
-    if (rc == 0 && (has_text || json_array_size(calls) || reasoning.len || !user)) {
+    if (rc == 0 && parts) {
+        if (has_text)
+            json_array_append_new(parts, json_pack("{s:s, s:s%}", "type", "text", "text",
+                                                   text.data ? text.data : "", text.len));
+        json_array_append_new(out, json_pack("{s:s, s:O}", "role", role, "content", parts));
+    } else if (rc == 0 && (has_text || json_array_size(calls) || reasoning.len || !user)) {
         json_t *msg =
             json_pack("{s:s, s:s%}", "role", role, "content", text.data ? text.data : "", text.len);
         if (reasoning.len)
@@ -161,6 +230,7 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
         json_array_append_new(out, msg);
     }
     json_decref(calls);
+    json_decref(parts);
     snug_sbuf_free(&text);
     snug_sbuf_free(&reasoning);
     return rc;

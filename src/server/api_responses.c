@@ -107,32 +107,64 @@ static json_t *bad(struct snug_server_error *e, const char *param, const char *f
     return NULL;
 }
 
-/* The text of a message's content: a string, or parts input_text / output_text / text joined. */
+/* A message's content for the chat API: a string, or parts input_text / output_text / text
+ * joined into one string; with input_image parts, a list of chat parts in order (text parts,
+ * and image_url parts with the image's data: URL, which images.c decodes and checks). */
 static json_t *content_text(const json_t *content, struct snug_server_error *e) {
     if (json_is_string(content)) return json_incref((json_t *)content);
     if (!json_is_array(content))
         return bad(e, "input", "a message's content must be a string or an array of parts%s", "");
     struct snug_sbuf b = {0};
+    json_t *parts = NULL;
     size_t i;
     json_t *p;
     json_array_foreach(content, i, p) {
         const char *type = json_string_value(json_object_get(p, "type"));
         const char *t = json_string_value(json_object_get(p, "text"));
-        if (type && (!strcmp(type, "input_image") || !strcmp(type, "input_file") ||
-                     !strcmp(type, "input_audio"))) {
+        if (type && !strcmp(type, "input_image")) {
+            const char *url = json_string_value(json_object_get(p, "image_url"));
+            if (!url) {
+                snug_sbuf_free(&b);
+                json_decref(parts);
+                return bad(e, "input",
+                           json_object_get(p, "file_id")
+                               ? "an input_image with a file_id: this server keeps no files; "
+                                 "pass the image as a data: URL in image_url%s"
+                               : "an input_image needs image_url (a data: URL)%s",
+                           "");
+            }
+            if (!parts) parts = json_array();
+            if (b.len)
+                json_array_append_new(
+                    parts, json_pack("{s:s, s:s%}", "type", "text", "text", b.data, b.len));
+            snug_sbuf_reset(&b);
+            json_array_append_new(
+                parts, json_pack("{s:s, s:{s:s}}", "type", "image_url", "image_url", "url", url));
+            continue;
+        }
+        if (type && (!strcmp(type, "input_file") || !strcmp(type, "input_audio"))) {
             snug_sbuf_free(&b);
-            return bad(e, "input", "vision is not supported yet: the input holds an '%s' part",
+            json_decref(parts);
+            return bad(e, "input", "the input holds an '%s' part: snug takes text and images",
                        type);
         }
         if (!type || !t ||
             (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text"))) {
             snug_sbuf_free(&b);
+            json_decref(parts);
             return bad(e, "input",
                        "content part type '%s' is not supported (input_text, "
-                       "output_text)",
+                       "output_text, input_image)",
                        type ? type : "?");
         }
         snug_sbuf_puts(&b, t);
+    }
+    if (parts) {
+        if (b.len)
+            json_array_append_new(parts,
+                                  json_pack("{s:s, s:s%}", "type", "text", "text", b.data, b.len));
+        snug_sbuf_free(&b);
+        return parts;
     }
     json_t *s = json_stringn(b.data ? b.data : "", b.len);
     snug_sbuf_free(&b);

@@ -16,6 +16,13 @@
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
+ * Images (docs/vision.md "Through the server"): a prompt chunk that overlaps an image runs in a
+ * step of its own (slot_prefill_image): the engine thread encodes the image through the
+ * server's vision encoder when the prefill reaches it (the encoder's one buffer holds one image's
+ * rows; images_encoded counts), then feeds the chunks up to the image's end through
+ * snug_ctx_eval_images, each with at most one image. The prefix cache and slot reuse compare the
+ * job's key (the prompt with each image's pads drawn from its bytes' hash) so a cached image is
+ * not encoded again and a different image with the same text does not match.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"
@@ -31,6 +38,7 @@
 #include "kv/kvfmt.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -59,6 +67,13 @@ struct slot {
     struct snug_prefix_hit hit;
     bool hit_kv;
     struct snug_prefix_sched sched;
+    /* the images of the sequence in toks (the last job's): their pad runs and hashes */
+    int32_t n_img;
+    struct slot_image {
+        int32_t first, count;
+        uint64_t hash;
+    } img[SNUG_ENGINE_MAX_IMAGES];
+    uint64_t serial; /* the job's number (the encoder's rows name it) */
 };
 
 struct snug_engine {
@@ -94,6 +109,11 @@ struct snug_engine {
     struct snug_prefix *pc;         /* the prefix cache (engine thread), NULL when off */
     int32_t cache_every;
     uint64_t use_clock;
+    /* the vision encoder (NULL: no tower) and which job's image its rows hold */
+    struct snug_vision_encoder *venc;
+    struct snug_vision_rows venc_rows;
+    uint64_t venc_serial, job_serial;
+    int32_t venc_image;
     char self_test[600];
 };
 
@@ -137,6 +157,20 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     j->on_done(j->user, fin, &s->usage, msg);
 }
 
+/* The images a slot's sequence and a job's prompt hold before position n are the same (place,
+ * length and bytes' hash): with equal ids, the same rows went into the caches. */
+static bool images_match(const struct slot *s, const struct snug_engine_job *j, int32_t n) {
+    for (int32_t a = 0;; a++) {
+        bool in_s = a < s->n_img && s->img[a].first < n;
+        bool in_j = a < j->n_images && j->images[a].first < n;
+        if (!in_s || !in_j) return in_s == in_j;
+        const struct snug_engine_image *ji = &j->images[a];
+        if (s->img[a].first != ji->first || s->img[a].count != ji->rows * ji->cols ||
+            s->img[a].hash != ji->hash)
+            return false;
+    }
+}
+
 /* Pick the free slot for a prompt: the one whose cache is the longest strict prefix of it,
  * else the least recently used. Returns the slot and the reusable prefix length. */
 static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_job *j,
@@ -148,7 +182,8 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
         if (s->state != SLOT_FREE) continue;
         if (!lru || s->last_used < lru->last_used) lru = s;
         if (s->seq.n_toks > best_n && s->seq.n_toks < j->n_prompt &&
-            !memcmp(s->seq.toks, j->prompt, (size_t)s->seq.n_toks * sizeof(snug_token))) {
+            !memcmp(s->seq.toks, j->prompt, (size_t)s->seq.n_toks * sizeof(snug_token)) &&
+            images_match(s, j, s->seq.n_toks)) {
             best = s;
             best_n = s->seq.n_toks;
         }
@@ -160,14 +195,15 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
         /* a checkpoint past the strict extension: restore it, into the free slot that already
          * holds its tokens (state only) or else the least recently used one (state + KV) */
         struct snug_prefix_hit h;
-        snug_prefix_lookup(e->pc, j->prompt, j->n_prompt, &h);
+        snug_prefix_lookup(e->pc, j->key ? j->key : j->prompt, j->n_prompt, &h);
         if (h.entry >= 0 && h.pos > best_n) {
             struct slot *own = NULL;
             for (int32_t i = 0; i < e->n_slots && !own; i++) {
                 struct slot *s = &e->slots[i];
                 if (s->state == SLOT_FREE && s->seq.n_toks >= h.pos &&
                     snug_ctx_prefix_in_place(s->ctx) >= h.pos &&
-                    !memcmp(s->seq.toks, j->prompt, (size_t)h.pos * sizeof(snug_token)))
+                    !memcmp(s->seq.toks, j->prompt, (size_t)h.pos * sizeof(snug_token)) &&
+                    images_match(s, j, h.pos))
                     own = s;
             }
             pick = own ? own : lru;
@@ -203,7 +239,8 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         struct snug_prefix_io io = snug_ctx_prefix_io(&st);
         struct snug_err rerr = {0};
         if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr); /* cut */
-        if (snug_prefix_restore(e->pc, j->prompt, &s->hit, s->hit_kv, &io, &rerr) == SNUG_OK &&
+        if (snug_prefix_restore(e->pc, j->key ? j->key : j->prompt, &s->hit, s->hit_kv, &io,
+                                &rerr) == SNUG_OK &&
             snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr) == SNUG_OK) {
             n_reuse = s->hit.pos;
             snug_seq_set_past(&s->seq, j->prompt, n_reuse);
@@ -223,6 +260,11 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         snug_seq_set_past(&s->seq, NULL, 0);
     }
     s->n_prefilled = n_reuse;
+    s->serial = ++e->job_serial;
+    s->n_img = SNUG_MIN(j->n_images, SNUG_ENGINE_MAX_IMAGES);
+    for (int32_t k = 0; k < s->n_img; k++)
+        s->img[k] = (struct slot_image){j->images[k].first, j->images[k].rows * j->images[k].cols,
+                                        j->images[k].hash};
     s->state = SLOT_PREFILL;
     const struct snug_engine_constraint *c = j->constraint;
     if (c) s->con = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
@@ -294,7 +336,8 @@ static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, doubl
         snug_ctx_prefix_state(s->ctx, &st);
         struct snug_prefix_io io = snug_ctx_prefix_io(&st);
         bool stored;
-        if (snug_prefix_store(e->pc, j->prompt, s->n_prefilled, &io, &stored, &err) != SNUG_OK)
+        if (snug_prefix_store(e->pc, j->key ? j->key : j->prompt, s->n_prefilled, &io, &stored,
+                              &err) != SNUG_OK)
             snug_log(SNUG_LOG_WARN, "prefix cache: checkpoint at %d: %s\n", s->n_prefilled,
                      err.msg);
     }
@@ -325,6 +368,71 @@ static void slot_prefill(struct snug_engine *e, struct slot *s) {
         return;
     }
     prefill_done(e, s, n, t0, t1);
+}
+
+/* The first image of the slot's job that ends after position a (its index), or -1. */
+static int32_t next_image(const struct slot *s, int32_t a) {
+    const struct snug_engine_job *j = s->job;
+    for (int32_t k = 0; k < j->n_images; k++)
+        if (j->images[k].first + j->images[k].rows * j->images[k].cols > a) return k;
+    return -1;
+}
+
+/* Whether the slot's next prompt chunk of n tokens overlaps an image. */
+static bool chunk_has_image(const struct slot *s, int32_t n) {
+    int32_t k = next_image(s, s->n_prefilled);
+    return k >= 0 && s->job->images[k].first < s->n_prefilled + n;
+}
+
+/* Make the encoder hold image k of the slot's job (encode it unless it already does). */
+static int hold_image(struct snug_engine *e, struct slot *s, int32_t k, struct snug_err *err) {
+    if (e->venc_serial == s->serial && e->venc_image == k) return SNUG_OK;
+    const struct snug_engine_image *im = &s->job->images[k];
+    e->venc_serial = 0;
+    if (!e->venc)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "the server has no vision tower (--mmproj)");
+    int rc = snug_vision_encoder_run(e->venc, snug_slots_pool(e->pool), im->bytes, im->n_bytes,
+                                     &e->venc_rows, err);
+    if (rc) return rc;
+    if (e->venc_rows.rows != im->rows || e->venc_rows.cols != im->cols)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "image %d encoded to %d x %d tokens, but its place holds %d x %d", k,
+                            e->venc_rows.cols, e->venc_rows.rows, im->cols, im->rows);
+    e->venc_serial = s->serial, e->venc_image = k;
+    pthread_mutex_lock(&e->mu);
+    e->stats.images_encoded++;
+    pthread_mutex_unlock(&e->mu);
+    return SNUG_OK;
+}
+
+/* Prompt chunks of a slot whose next chunk overlaps an image, in steps of their own: the image
+ * is encoded (hold_image), then chunks (the schedule's, cut before a second image) are fed with
+ * it through snug_ctx_eval_images until the prefill is past it — so the encoder's rows serve one
+ * image from its first chunk to its last, whatever other slots do meanwhile. */
+static void slot_prefill_image(struct snug_engine *e, struct slot *s) {
+    struct snug_err err = {0};
+    int32_t k = next_image(s, s->n_prefilled);
+    const struct snug_engine_image *im = &s->job->images[k];
+    int32_t end = im->first + im->rows * im->cols;
+    if (hold_image(e, s, k, &err) != SNUG_OK) {
+        slot_eval_failed(e, s, err.msg);
+        return;
+    }
+    while (s->state == SLOT_PREFILL && s->n_prefilled < end) {
+        int32_t a = s->n_prefilled, n = prefill_len(e, s);
+        if (k + 1 < s->job->n_images && s->job->images[k + 1].first < a + n)
+            n = s->job->images[k + 1].first - a;
+        struct snug_image_rows r = {im->first - a, im->rows, im->cols, e->venc_rows.embd};
+        double t0 = snug_time_s();
+        int rc = snug_ctx_eval_images(s->ctx, s->job->prompt + a, n, &r, 1, s->logits,
+                                      SNUG_EVAL_LOGITS_LAST, &err);
+        double t1 = snug_time_s();
+        if (rc != SNUG_OK) {
+            slot_eval_failed(e, s, err.msg);
+            return;
+        }
+        prefill_done(e, s, n, t0, t1);
+    }
 }
 
 /* One step of the engine: the rows of every generating slot (its pending token, and for a
@@ -363,6 +471,10 @@ static void engine_step(struct snug_engine *e) {
         struct slot *s = &e->slots[i];
         if (s->state != SLOT_PREFILL) continue;
         int32_t len = prefill_len(e, s);
+        if (len > 0 && s->job->n_images > 0 && chunk_has_image(s, len)) {
+            slot_prefill_image(e, s); /* (alone: the image's chunks) */
+            continue;
+        }
         if (len <= 0 || n + len > e->n_chunk || n_dec_rows + n_pre >= e->b_logits_rows) {
             slot_prefill(e, s); /* (alone, as before) */
             continue;
@@ -617,6 +729,7 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     }
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
+    e->venc = o->vision;
     e->prompt_budget =
         o->prompt_budget > 0 && o->prompt_budget < e->n_chunk ? o->prompt_budget : e->n_chunk;
     e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
@@ -696,6 +809,11 @@ void snug_engine_free(struct snug_engine *e) {
 }
 
 int snug_engine_submit(struct snug_engine *e, struct snug_engine_job *j, struct snug_err *err) {
+    if (j->n_images < 0 || j->n_images > SNUG_ENGINE_MAX_IMAGES || (j->n_images && !e->venc))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "%d images: this engine takes at most %d, and only with a vision "
+                            "tower (--mmproj)",
+                            j->n_images, e->venc ? SNUG_ENGINE_MAX_IMAGES : 0);
     if (j->n_prompt < 1)
         return snug_err_set(err, SNUG_ERR_INVALID, "the prompt is empty (no tokens)");
     if (j->n_prompt >= e->n_ctx)

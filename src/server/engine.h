@@ -32,6 +32,7 @@ enum snug_engine_finish {
 };
 
 struct snug_prefix;
+struct snug_vision_encoder;
 
 /* Per-job counts and timings, filled by the engine before on_done. */
 struct snug_engine_usage {
@@ -64,6 +65,17 @@ struct snug_engine_constraint {
     void (*rollback)(void *user, int32_t n);                  /* undo the last n accepts */
 };
 
+/* An image of a job's prompt (src/server/images.c): its pad run prompt[first, first + rows·cols),
+ * the file bytes the engine encodes (through the server's vision encoder, one image at a time)
+ * when the prefill reaches the run, and the bytes' hash (the prefix cache's key of the run). */
+#define SNUG_ENGINE_MAX_IMAGES 32
+struct snug_engine_image {
+    int32_t first, rows, cols;
+    const uint8_t *bytes; /* borrowed, like the prompt */
+    size_t n_bytes;
+    uint64_t hash;
+};
+
 /* A generation job. The submitter fills the inputs and callbacks, keeps the job alive until
  * on_done has returned, and may set `cancel` at any time from any thread. */
 struct snug_engine_job {
@@ -83,6 +95,12 @@ struct snug_engine_job {
     const int32_t *msg_starts;
     int32_t n_msg_starts, system_end, last_end;
     const struct snug_engine_constraint *constraint; /* NULL = none */
+    /* images in the prompt (in order, not overlapping; at most SNUG_ENGINE_MAX_IMAGES; needs
+     * opts.vision) and the prompt's key for the prefix cache and slot reuse: the prompt with
+     * each image's pads replaced by ids drawn from its hash (images.c; NULL = the prompt) */
+    const struct snug_engine_image *images;
+    int32_t n_images;
+    const snug_token *key;
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
@@ -116,6 +134,7 @@ struct snug_engine_opts {
     int32_t cache_every;        /* its checkpoint interval in tokens */
     int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step (the chunk
                                    beside the other slots' decode rows); 0 = n_chunk (512) */
+    struct snug_vision_encoder *vision; /* the vision tower's encoder (borrowed) or NULL */
 };
 
 /* Live numbers for /health and /metrics (cumulative counters since start). */
@@ -136,6 +155,7 @@ struct snug_engine_stats {
     uint64_t verify_steps, verify_runs, verify_forwards;
     int32_t verify_runs_max;
     int32_t n_draft;             /* speculative drafts per step, 0 = off */
+    uint64_t images_encoded;     /* images run through the vision tower */
     struct snug_spec_stats spec; /* summed over the slots' contexts */
 };
 

@@ -24,6 +24,7 @@
 #include "plan/plan.h"
 #include "plan/plan_cache.h"
 #include "prefix/prefix.h"
+#include "vision/vision.h"
 #include "tokenizer/tokenizer.h"
 
 #include <arpa/inet.h>
@@ -208,6 +209,15 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
     }
     int rc = snug_plan_check(&m->hp, &w, &lim, budget, plan, err);
     if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
+    if (rc == SNUG_OK && s->opts.mmproj) {
+        if (eo->backend == 1 || eo->n_draft > 0)
+            rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                              "--mmproj: the vision tower runs with CPU contexts without "
+                              "speculative decoding only for now: use --backend cpu and "
+                              "--spec-draft 0");
+        else
+            rc = snug_srv_vision_boot(s, threads, plan, err);
+    }
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
         fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",
                 plan->lim.n_slots, (long long)plan->lim.n_ctx, plan->lim.n_chunk,
@@ -357,6 +367,9 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_engine_forwards_total", "counter",
            "Trunk forwards run by the engine's steps (MTP drafting not counted).",
            (double)st.forwards);
+    metric(&b, "snug_images_encoded_total", "counter",
+           "Images run through the vision tower (a prefix-cache hit past an image skips it).",
+           (double)st.images_encoded);
     metric(&b, "snug_resident_memory_bytes", "gauge", "Resident set size.",
            (double)snug_rss_bytes());
     if (b.oom || !b.data) {
@@ -756,6 +769,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     eo.prefix = s->prefix;
     eo.cache_every = opts->cache_every;
     eo.prompt_budget = opts->prompt_budget;
+    eo.vision = s->venc;
     if ((rc = snug_engine_init(&s->engine, s->model, &eo, err))) goto done;
     if ((rc = snug_responses_store_init(&s->responses, opts->responses_store))) {
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for the responses store");
@@ -817,6 +831,8 @@ done:
     if (s->daemon) MHD_stop_daemon(s->daemon);
     pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);
+    snug_vision_encoder_free(s->venc);
+    snug_vision_free(s->vision);
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);
     snug_responses_store_free(s->responses);

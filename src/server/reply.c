@@ -76,6 +76,7 @@ static void reply_unref_locked(struct reply *r) {
     snug_free(r->prompt);
     snug_free(r->mark_bytes);
     snug_free(r->mark_tokens);
+    snug_srv_images_free(&r->images);
     snug_free(r->script);
     snug_stop_free(&r->stop);
     snug_sbuf_free(&r->content);
@@ -1022,6 +1023,8 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
             snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
             goto reject;
         }
+        /* image parts: checked now (a 400 names the part), encoded by the engine */
+        if (snug_srv_images_collect(q->messages, s->venc, &r->images, &e)) goto reject;
         size_t n_marks = json_array_size(q->messages) + 2;
         r->mark_bytes = snug_malloc(n_marks * sizeof *r->mark_bytes);
         r->mark_tokens = snug_malloc(n_marks * sizeof *r->mark_tokens);
@@ -1090,10 +1093,19 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
                                              &n_prompt, &pm, &err);
         snug_sbuf_free(&full);
         snug_chat_spans_free(&plain);
+        if (rc == SNUG_OK && r->images.n > 0 &&
+            snug_srv_images_place(&r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens,
+                                  SNUG_MIN(pm.n, pm.cap), &pm.system_end, &pm.last_end, &e)) {
+            snug_sbuf_free(&force);
+            goto reject;
+        }
         r->job.msg_starts = r->mark_tokens;
         r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
         r->job.system_end = pm.system_end;
         r->job.last_end = pm.last_end;
+        r->job.images = r->images.img;
+        r->job.n_images = r->images.n;
+        r->job.key = r->images.key;
         if (rc == SNUG_OK)
             rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
         if (rc == SNUG_OK && force.len) {

@@ -10,6 +10,7 @@
 #define SNUG_SERVER_REPLY_H
 
 #include "server/constraint.h"
+#include "server/images.h"
 #include "server/outparse.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
@@ -60,6 +61,7 @@ struct reply {
     snug_token *prompt, *script;
     size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
     int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
+    struct snug_srv_images images;   /* chat: the image parts (images.h), the job's images */
     struct snug_outparse *parser;    /* chat only */
     struct snug_srv_constraint *con; /* grammar / logit_bias (constraint.h), or NULL */
     /* the job's constraint when bounded thinking and a grammar both apply (reply.c chain) */

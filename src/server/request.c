@@ -250,33 +250,23 @@ bool snug_server_tool_name_ok(const char *name) {
     return true;
 }
 
-/* An image or video part of a chat message (the chat template's vision parts: an "image",
- * "image_url" or "video" key, or such a type): the server has no vision tower, so these are
- * refused instead of rendered as markers with no pixels behind them (the model would answer as
- * if it had seen an image). */
-static int refuse_vision_parts(const json_t *content, size_t i, struct snug_server_error *e) {
+/* A video part of a chat message (the chat template's "video" key or type): snug has no video
+ * input, so these are refused instead of rendered as markers with no frames behind them. Image
+ * parts pass: reply.c checks them against the server's vision tower (images.c), and answers a
+ * 400 there when it has none. */
+static int refuse_video_parts(const json_t *content, size_t i, struct snug_server_error *e) {
     if (!json_is_array(content)) return SNUG_OK;
     size_t k;
     json_t *p;
     json_array_foreach(content, k, p) {
         if (!json_is_object(p)) continue;
         const char *type = json_string_value(json_object_get(p, "type"));
-        const json_t *iu = json_object_get(p, "image_url");
-        bool vision = json_object_get(p, "image") || iu || json_object_get(p, "video") ||
-                      (type && (!strcmp(type, "image") || !strcmp(type, "image_url") ||
-                                !strcmp(type, "video") || !strcmp(type, "video_url") ||
-                                !strcmp(type, "input_image")));
-        if (!vision) continue;
-        const char *url = json_string_value(json_is_object(iu) ? json_object_get(iu, "url") : iu);
-        bool remote = url && (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8));
-        return bad(e, "messages",
-                   "'messages[%zu].content[%zu]' is an image or video part, but this server has no "
-                   "vision tower loaded (snug serve does not take images yet, issue 23); send text "
-                   "only%s",
-                   i, k,
-                   remote ? " (and the server never fetches http(s) URLs: images go inline as "
-                            "data: URLs)"
-                          : "");
+        if (json_object_get(p, "video") ||
+            (type && (!strcmp(type, "video") || !strcmp(type, "video_url"))))
+            return bad(e, "messages",
+                       "'messages[%zu].content[%zu]' is a video part: snug takes images (as "
+                       "data: URLs, with --mmproj), not videos",
+                       i, k);
     }
     return SNUG_OK;
 }
@@ -294,7 +284,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
         json_t *role = json_object_get(m, "role");
         if (!json_is_string(role))
             return bad(e, "messages", "'messages[%zu].role' must be a string", i);
-        int rc = refuse_vision_parts(json_object_get(m, "content"), i, e);
+        int rc = refuse_video_parts(json_object_get(m, "content"), i, e);
         if (rc) return rc;
     }
     r->messages = v;

@@ -78,6 +78,10 @@ struct snug_server_opts {
     int32_t backend;                  /* 0 = CPU, 1 = CUDA (--backend) */
     uint64_t vram_budget; /* --backend cuda: bytes the GPU plan must fit; 0 = no limit */
     bool no_webui;        /* no chat page at / (webui.c) */
+    /* the vision tower (docs/vision.md "Through the server"): --mmproj FILE (NULL: none, image
+     * parts are a 400), the resize bounds and the decoded source's bound (0 = the defaults) */
+    const char *mmproj;
+    int64_t min_image_pixels, max_image_pixels, max_source_pixels;
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and

@@ -21,6 +21,9 @@
 #define SNUG_SRV_N_STATUS 600
 
 struct snug_prefix;
+struct snug_vision;
+struct snug_vision_encoder;
+struct snug_plan;
 
 struct snug_srv {
     struct snug_server_opts opts;
@@ -43,6 +46,9 @@ struct snug_srv {
     /* the prefix cache, made at boot from the plan when --cache-ram is given (else NULL); the
      * engine looks up, stores and restores through it; /metrics reads its stats */
     struct snug_prefix *prefix;
+    /* the vision tower and its encoder (one block for the largest image), when --mmproj */
+    struct snug_vision *vision;
+    struct snug_vision_encoder *venc;
     struct snug_responses_store *responses; /* stored responses (previous_response_id) */
     /* generations in flight (struct reply, reply.c), for shutdown */
     pthread_mutex_t live_mu;
@@ -50,6 +56,12 @@ struct snug_srv {
     int n_live;
     atomic_bool stopping; /* SIGTERM seen: streams ended now get an error event */
 };
+
+/* --mmproj at boot (images.c): load the tower (CPU contexts without speculative decoding only),
+ * make its encoder for the largest image (threads: the engine pool's) and add its items to the
+ * plan, checked against --budget again. */
+int snug_srv_vision_boot(struct snug_srv *s, int32_t threads, struct snug_plan *plan,
+                         struct snug_err *err);
 
 /* The prefix cache's /metrics lines (metrics_prefix.c); nothing when pc is NULL. */
 void snug_srv_metrics_prefix(struct snug_sbuf *b, struct snug_prefix *pc);

@@ -42,15 +42,27 @@ static int check_size(int64_t w, int64_t h, int64_t max_pixels, const char *what
     return SNUG_OK;
 }
 
-static int alloc_rgb(struct snug_image *out, int32_t w, int32_t h, struct snug_err *err) {
-    out->rgb = snug_malloc((size_t)w * (size_t)h * 3);
+/* A pixel buffer of n bytes: the caller's (buf, when given: it holds
+ * SNUG_IMAGE_BUF_BYTES_PER_PIXEL bytes per pixel of its bound) or a counted allocation. */
+static uint8_t *get_buf(const struct snug_image_buf *buf, size_t n) {
+    if (!buf) return snug_malloc(n);
+    return n <= buf->cap ? buf->data : NULL;
+}
+static void put_buf(const struct snug_image_buf *buf, void *p) {
+    if (!buf) snug_free(p);
+}
+
+static int alloc_rgb(const struct snug_image_buf *buf, struct snug_image *out, int32_t w, int32_t h,
+                     struct snug_err *err) {
+    out->rgb = get_buf(buf, (size_t)w * (size_t)h * 3);
     if (!out->rgb) return snug_err_set(err, SNUG_ERR_NOMEM, "image: out of memory");
     out->w = w, out->h = h;
     return SNUG_OK;
 }
 
 /* ---- PNG: libpng's simplified reader, to RGBA, alpha dropped ------------------------------ */
-static int decode_png(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+static int decode_png(const uint8_t *b, size_t n, int64_t max_pixels,
+                      const struct snug_image_buf *buf, struct snug_image *out,
                       struct snug_err *err) {
     png_image im;
     memset(&im, 0, sizeof im);
@@ -64,18 +76,24 @@ static int decode_png(const uint8_t *b, size_t n, int64_t max_pixels, struct snu
     }
     im.format = PNG_FORMAT_RGBA;
     size_t bytes = PNG_IMAGE_SIZE(im);
-    uint8_t *rgba = snug_malloc(bytes);
+    uint8_t *rgba = get_buf(buf, bytes);
     if (!rgba) {
         png_image_free(&im);
         return snug_err_set(err, SNUG_ERR_NOMEM, "PNG image: out of memory");
     }
     if (!png_image_finish_read(&im, NULL, rgba, 0, NULL)) {
         rc = snug_err_set(err, SNUG_ERR_FORMAT, "PNG image: %s", im.message);
-        snug_free(rgba);
+        put_buf(buf, rgba);
         png_image_free(&im);
         return rc;
     }
-    if ((rc = alloc_rgb(out, (int32_t)im.width, (int32_t)im.height, err))) {
+    if (buf) { /* in place: pixel i moves from 4i to 3i <= 4i, front to back */
+        out->rgb = rgba, out->w = (int32_t)im.width, out->h = (int32_t)im.height;
+        for (size_t i = 0, np = (size_t)im.width * im.height; i < np; i++)
+            memmove(out->rgb + 3 * i, rgba + 4 * i, 3);
+        return SNUG_OK;
+    }
+    if ((rc = alloc_rgb(NULL, out, (int32_t)im.width, (int32_t)im.height, err))) {
         snug_free(rgba);
         return rc;
     }
@@ -101,7 +119,8 @@ static void jpeg_quiet(j_common_ptr c, int level) {
     (void)level; /* warnings are not printed: the library never prints */
 }
 
-static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels,
+                       const struct snug_image_buf *buf_in, struct snug_image *out,
                        struct snug_err *err) {
     struct jpeg_decompress_struct c;
     struct jerr e;
@@ -111,7 +130,7 @@ static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels, struct sn
     uint8_t *volatile buf = NULL;
     if (setjmp(e.jb)) {
         jpeg_destroy_decompress(&c);
-        snug_free(buf);
+        put_buf(buf_in, buf);
         out->rgb = NULL;
         return snug_err_set(err, SNUG_ERR_FORMAT, "JPEG image: %s", e.msg);
     }
@@ -131,7 +150,7 @@ static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels, struct sn
                             "JPEG image with %d components cannot be read as RGB",
                             c.output_components);
     }
-    buf = snug_malloc((size_t)c.output_width * c.output_height * 3);
+    buf = get_buf(buf_in, (size_t)c.output_width * c.output_height * 3);
     if (!buf) {
         jpeg_destroy_decompress(&c);
         return snug_err_set(err, SNUG_ERR_NOMEM, "JPEG image: out of memory");
@@ -148,30 +167,105 @@ static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels, struct sn
 }
 
 /* ---- WebP: libwebp, to RGB -------------------------------------------------------------- */
-static int decode_webp(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+static int decode_webp(const uint8_t *b, size_t n, int64_t max_pixels,
+                       const struct snug_image_buf *buf, struct snug_image *out,
                        struct snug_err *err) {
     int w, h;
     if (!WebPGetInfo(b, n, &w, &h))
         return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: not a valid WebP bitstream");
     int rc = check_size(w, h, max_pixels, "WebP", err);
-    if (rc || (rc = alloc_rgb(out, w, h, err))) return rc;
+    if (rc || (rc = alloc_rgb(buf, out, w, h, err))) return rc;
     if (!WebPDecodeRGBInto(b, n, out->rgb, (size_t)w * h * 3, w * 3)) {
-        snug_image_free(out);
+        put_buf(buf, out->rgb);
+        out->rgb = NULL;
         return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: decoding failed");
     }
     return SNUG_OK;
 }
 
-int snug_image_decode(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
-                      struct snug_err *err) {
+enum img_kind { IMG_NONE, IMG_PNG, IMG_JPEG, IMG_WEBP };
+static enum img_kind img_kind(const uint8_t *b, size_t n) {
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return IMG_PNG;
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return IMG_JPEG;
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return IMG_WEBP;
+    return IMG_NONE;
+}
+
+int snug_image_decode_into(const uint8_t *b, size_t n, int64_t max_pixels,
+                           const struct snug_image_buf *buf, struct snug_image *out,
+                           struct snug_err *err) {
     memset(out, 0, sizeof *out);
-    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return decode_png(b, n, max_pixels, out, err);
-    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
-        return decode_jpeg(b, n, max_pixels, out, err);
-    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4))
-        return decode_webp(b, n, max_pixels, out, err);
+    switch (img_kind(b, n)) {
+    case IMG_PNG:
+        return decode_png(b, n, max_pixels, buf, out, err);
+    case IMG_JPEG:
+        return decode_jpeg(b, n, max_pixels, buf, out, err);
+    case IMG_WEBP:
+        return decode_webp(b, n, max_pixels, buf, out, err);
+    default:
+        break;
+    }
     return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                         "image: not PNG, JPEG or WebP (the formats snug decodes)");
+}
+
+int snug_image_decode(const uint8_t *b, size_t n, int64_t max_pixels, struct snug_image *out,
+                      struct snug_err *err) {
+    return snug_image_decode_into(b, n, max_pixels, NULL, out, err);
+}
+
+/* ---- the header alone ---------------------------------------------------------------------- */
+static int probe_jpeg(const uint8_t *b, size_t n, int32_t *w, int32_t *h, struct snug_err *err) {
+    struct jpeg_decompress_struct c;
+    struct jerr e;
+    c.err = jpeg_std_error(&e.mgr);
+    e.mgr.error_exit = jpeg_fail;
+    e.mgr.emit_message = jpeg_quiet;
+    if (setjmp(e.jb)) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_FORMAT, "JPEG image: %s", e.msg);
+    }
+    jpeg_create_decompress(&c);
+    jpeg_mem_src(&c, b, (unsigned long)n);
+    jpeg_read_header(&c, TRUE);
+    *w = (int32_t)SNUG_MIN(c.image_width, (JDIMENSION)INT32_MAX);
+    *h = (int32_t)SNUG_MIN(c.image_height, (JDIMENSION)INT32_MAX);
+    jpeg_destroy_decompress(&c);
+    return SNUG_OK;
+}
+
+int snug_image_probe(const uint8_t *b, size_t n, int32_t *w, int32_t *h, struct snug_err *err) {
+    *w = *h = 0;
+    switch (img_kind(b, n)) {
+    case IMG_PNG: {
+        png_image im;
+        memset(&im, 0, sizeof im);
+        im.version = PNG_IMAGE_VERSION;
+        if (!png_image_begin_read_from_memory(&im, b, n))
+            return snug_err_set(err, SNUG_ERR_FORMAT, "PNG image: %s", im.message);
+        *w = (int32_t)SNUG_MIN(im.width, (png_uint_32)INT32_MAX);
+        *h = (int32_t)SNUG_MIN(im.height, (png_uint_32)INT32_MAX);
+        png_image_free(&im);
+        break;
+    }
+    case IMG_JPEG: {
+        int rc = probe_jpeg(b, n, w, h, err);
+        if (rc) return rc;
+        break;
+    }
+    case IMG_WEBP: {
+        int iw, ih;
+        if (!WebPGetInfo(b, n, &iw, &ih))
+            return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: not a valid WebP bitstream");
+        *w = iw, *h = ih;
+        break;
+    }
+    default:
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "image: not PNG, JPEG or WebP (the formats snug decodes)");
+    }
+    if (*w < 1 || *h < 1) return snug_err_set(err, SNUG_ERR_FORMAT, "image has no pixels");
+    return SNUG_OK;
 }
 
 /* ---- the size rule ------------------------------------------------------------------------- */

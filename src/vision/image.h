@@ -27,6 +27,24 @@ int snug_image_decode(const uint8_t *bytes, size_t n, int64_t max_pixels, struct
                       struct snug_err *err);
 void snug_image_free(struct snug_image *im);
 
+/* A caller's pixel buffer for snug_image_decode_into: SNUG_IMAGE_BUF_BYTES_PER_PIXEL bytes per
+ * pixel of the largest image it takes (a PNG is read as RGBA, then packed to RGB in place). */
+#define SNUG_IMAGE_BUF_BYTES_PER_PIXEL 4
+struct snug_image_buf {
+    uint8_t *data;
+    size_t cap;
+};
+/* snug_image_decode into buf (NULL: a counted allocation, as snug_image_decode): out->rgb then
+ * points into buf->data (do not snug_image_free it); an image larger than buf is SNUG_ERR_NOMEM.
+ * The decoders' own state (libpng, libjpeg, libwebp) is theirs. */
+int snug_image_decode_into(const uint8_t *bytes, size_t n, int64_t max_pixels,
+                           const struct snug_image_buf *buf, struct snug_image *out,
+                           struct snug_err *err);
+/* The format (by signature) and the size from the header alone, no pixel buffer: what the
+ * server checks a request's image with before queueing it. SNUG_ERR_UNSUPPORTED (not PNG, JPEG
+ * or WebP) or SNUG_ERR_FORMAT (a broken header), with a message. */
+int snug_image_probe(const uint8_t *bytes, size_t n, int32_t *w, int32_t *h, struct snug_err *err);
+
 /* The Qwen2-VL size rule (transformers' smart_resize): both sides multiples of factor, the
  * pixel count within [min_pixels, max_pixels], the aspect ratio kept as closely as possible;
  * SNUG_ERR_INVALID for an aspect ratio above 200. */

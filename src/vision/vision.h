@@ -5,13 +5,14 @@
  * (the caller passes snug_vision_work_bytes of work memory); float32 everywhere; the weights
  * stay in the mapping (products through snug_op_matmul, any computable type).
  * Also here: file bytes → rows (encode.c) and the tower's plan items (vision_plan.c).
- * Read next: vision.c, encode.c, docs/vision.md. Not yet: CUDA, the server (issue 23). */
+ * Read next: vision.c, encode.c, docs/vision.md. Not yet: CUDA (issue 23). */
 #ifndef SNUG_VISION_H
 #define SNUG_VISION_H
 
 #include "core/threadpool.h"
 #include "snug.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,11 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
 #define SNUG_VISION_MAX_PIXELS   16777216
 #define SNUG_VISION_PIXELS_LIMIT (1LL << 28)
 #define SNUG_VISION_DECODE_LIMIT (1LL << 28)
+/* The server's default bound on a decoded image before the resize (--max-source-pixels):
+ * 2^25 = 33.5 megapixels takes an 8K UHD frame (7680 × 4320) or a 24-megapixel camera photo
+ * (6000 × 4000); its source buffer (4 bytes a pixel: a PNG is read as RGBA) is 128 MiB, planned
+ * with the resize scratch at boot. Larger sources are a 400 naming the bound. */
+#define SNUG_VISION_MAX_SOURCE_PIXELS (1LL << 25)
 
 /* An encoded image (encode.c): rows × cols merged grid, its rows [rows·cols][out_dim]. */
 struct snug_vision_rows {
@@ -72,6 +78,54 @@ int snug_vision_encode_bytes(const struct snug_vision *v, struct snug_pool *pool
                              const uint8_t *bytes, size_t n, int64_t min_pixels, int64_t max_pixels,
                              struct snug_vision_rows *out, struct snug_err *err);
 void snug_vision_rows_free(struct snug_vision_rows *r); /* NULL is a no-op */
+
+/* The merged grid (rows × cols tokens) of a src_w × src_h image resized into the bounds, and the
+ * bytes of resize scratch it takes (may be NULL). SNUG_ERR_INVALID for an aspect ratio > 200. */
+int snug_vision_image_size(const struct snug_vision_hparams *hp, int32_t src_w, int32_t src_h,
+                           int64_t min_pixels, int64_t max_pixels, int32_t *rows, int32_t *cols,
+                           size_t *scratch_bytes, struct snug_err *err);
+
+/* The server's encoder: every buffer for the largest allowed image (decoded source of at most
+ * max_source pixels, resized into [min_pixels, max_pixels]) in one counted allocation made at
+ * init, sized by snug_vision_plan_make with n_threads (the pool's size at run). One image at a
+ * time: the caller serialises runs (the server's engine thread). */
+struct snug_vision_encoder;
+int snug_vision_encoder_init(struct snug_vision_encoder **out, const struct snug_vision *v,
+                             int64_t min_pixels, int64_t max_pixels, int64_t max_source,
+                             int n_threads, struct snug_err *err);
+void snug_vision_encoder_free(struct snug_vision_encoder *e); /* NULL is a no-op */
+const struct snug_vision_plan *snug_vision_encoder_plan(const struct snug_vision_encoder *e);
+/* Before queueing: a src_w × src_h image (from its header) fits the encoder's buffers;
+ * SNUG_ERR_BUDGET naming the limit otherwise; its merged grid. */
+int snug_vision_encoder_check(const struct snug_vision_encoder *e, int32_t src_w, int32_t src_h,
+                              int32_t *rows, int32_t *cols, struct snug_err *err);
+/* Encode one image; out->embd points into the encoder (valid until the next run; do not
+ * snug_vision_rows_free it). Allocates nothing. */
+int snug_vision_encoder_run(struct snug_vision_encoder *e, struct snug_pool *pool,
+                            const uint8_t *bytes, size_t n, struct snug_vision_rows *out,
+                            struct snug_err *err);
+
+/* ---- images in a prompt's ids (place.c) ---- */
+struct snug_tokenizer;
+struct snug_vision_tokens {
+    snug_token pad, start, end; /* <|image_pad|>, <|vision_start|>, <|vision_end|> */
+};
+/* The three ids from the vocabulary; SNUG_ERR_UNSUPPORTED when it lacks them. */
+int snug_vision_tokens(const struct snug_tokenizer *tok, struct snug_vision_tokens *out,
+                       struct snug_err *err);
+/* Runs of pad in ids (each is one image's place). */
+int32_t snug_vision_count_places(const snug_token *ids, int32_t n, snug_token pad);
+/* An upper bound of the placed length (out's capacity). */
+int64_t snug_vision_placed_len(const snug_token *ids, int32_t n, snug_token pad,
+                               const struct snug_image_rows *images, int32_t n_images);
+/* ids → out (cap ids) with every image's pad run widened to images[k].rows · cols pads (a single
+ * pad, or a run already that long); with prepend, a prompt without pads gets the three markers
+ * per image in front. Sets images[k].first (in out) and, when old_first is not NULL, the run's
+ * position in ids (-1: prepended). SNUG_ERR_INVALID (count or run length mismatch). */
+int snug_vision_place(const snug_token *ids, int32_t n, const struct snug_vision_tokens *vt,
+                      struct snug_image_rows *images, int32_t n_images, bool prepend,
+                      snug_token *out, int64_t cap, int32_t *n_out, int32_t *old_first,
+                      struct snug_err *err);
 
 /* ---- planning (vision_plan.c) ---- */
 /* snug_vision_work_bytes from hyper-parameters alone (the planner's; same layout). */
@@ -91,11 +145,13 @@ struct snug_vision_plan {
     uint64_t image_bytes;  /* its resized RGB, patches and projector rows */
     int64_t max_patches;   /* patches of the largest image */
     int64_t max_tokens;    /* its context tokens (merged rows) */
+    uint64_t source_bytes; /* the decoded source (max_source pixels) and its resize scratch */
+    int64_t max_source;    /* --max-source-pixels */
 };
 int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
-                          int64_t max_pixels, int n_threads, struct snug_vision_plan *out,
-                          struct snug_err *err);
-/* Add the three items to a plan (host memory: the tower runs on the CPU). */
+                          int64_t max_pixels, int64_t max_source, int n_threads,
+                          struct snug_vision_plan *out, struct snug_err *err);
+/* Add the four items to a plan (host memory: the tower runs on the CPU). */
 struct snug_plan;
 int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
                          struct snug_err *err);

@@ -1,6 +1,7 @@
 /* vision_plan.c — the vision tower's share of the memory plan (docs/vision.md, docs/memory.md):
  * its weights, the encoder's work for the largest image the pixel bound allows, and that image's
- * buffers (resized RGB, patches, projector rows); the shape of the released Qwen3.5/3.6 tower as
+ * buffers (resized RGB, patches, projector rows), the decoded source image with its resize
+ * scratch (bounded by --max-source-pixels); the shape of the released Qwen3.5/3.6 tower as
  * a preset, for planning without a file. The tower runs on the CPU, so its items are host
  * memory whatever the text model's backend.
  * Invariant: the work bytes are snug_vision_work_bytes' own layout (vision.c), so the plan is
@@ -55,10 +56,26 @@ int snug_vision_preset(const char *name, int32_t out_dim, struct snug_vision_hpa
     return SNUG_OK;
 }
 
+/* Resize scratch (image.c snug_image_resize_scratch) for any source of at most max_source pixels
+ * (sides <= 16384, aspect ratio <= 200) resized into at most max_pixels: the horizontal pass
+ * (destination width × source height: the smart resize scales both sides by one factor, then
+ * rounds each to a multiple of 32, so it stays within the source or destination area plus one
+ * rounding strip of 64 × 16384) and the coefficient tables (taps ≤ 4·in/out + 7 per output
+ * pixel). The server refuses, with a 400, an image whose exact scratch would exceed this. */
+static uint64_t resize_scratch_bound(int64_t max_source, int64_t max_pixels) {
+    uint64_t side = 16384, dst_side = (uint64_t)max_pixels / 32 + 64;
+    uint64_t pass = 3 * ((uint64_t)max_source + 2 * (uint64_t)max_pixels + 64 * side);
+    uint64_t coef = 16 * 2 * side + 36 * 2 * dst_side + (4 * side + 8) * 8;
+    return pass + coef + 128;
+}
+
 int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
-                          int64_t max_pixels, int n_threads, struct snug_vision_plan *out,
-                          struct snug_err *err) {
+                          int64_t max_pixels, int64_t max_source, int n_threads,
+                          struct snug_vision_plan *out, struct snug_err *err) {
     memset(out, 0, sizeof *out);
+    if (max_source < 1 || max_source > SNUG_VISION_DECODE_LIMIT)
+        return snug_err_set(err, SNUG_ERR_INVALID, "--max-source-pixels %lld: expected 1..%lld",
+                            (long long)max_source, (long long)SNUG_VISION_DECODE_LIMIT);
     int64_t factor = (int64_t)hp->patch * hp->merge;
     if (max_pixels < factor * factor || max_pixels > SNUG_VISION_PIXELS_LIMIT)
         return snug_err_set(err, SNUG_ERR_INVALID,
@@ -80,6 +97,9 @@ int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_
     out->image_bytes = (uint64_t)px * 3                         /* resized RGB */
                        + (uint64_t)(out->max_patches * pv) * 4  /* patches */
                        + (uint64_t)(windows * hp->out_dim) * 4; /* projector rows */
+    out->max_source = max_source;
+    out->source_bytes = (((uint64_t)max_source * SNUG_IMAGE_BUF_BYTES_PER_PIXEL + 63) & ~63ull) +
+                        resize_scratch_bound(max_source, max_pixels);
     return SNUG_OK;
 }
 
@@ -93,9 +113,12 @@ int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
     if (!rc)
         rc = snug_plan_add_item(p, "vision image buffers (largest)", vp->image_bytes,
                                 SNUG_DEVICE_HOST, err);
+    if (!rc)
+        rc = snug_plan_add_item(p, "vision source (decode+resize)", vp->source_bytes,
+                                SNUG_DEVICE_HOST, err);
     return rc;
 }
 
 uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp) {
-    return vp->weight_bytes + vp->work_bytes + vp->image_bytes;
+    return vp->weight_bytes + vp->work_bytes + vp->image_bytes + vp->source_bytes;
 }

@@ -20,6 +20,7 @@ struct fake_slot {
     uint8_t state[STATE_BYTES];
     uint8_t kv[N_CTX][ROW_BYTES];
     int32_t n_state_in, n_kv_in;
+    int32_t rope_delta; /* a context's rotary offset: -(pos % 7) here, so restores must carry it */
 };
 
 /* What a slot that evaluated toks[0..pos) holds. */
@@ -36,6 +37,7 @@ static void truth_row(const snug_token *t, int32_t r, uint8_t *out) {
 static void slot_eval(struct fake_slot *s, const snug_token *t, int32_t pos) {
     truth_state(t, pos, s->state);
     for (int32_t r = 0; r < pos; r++) truth_row(t, r, s->kv[r]);
+    s->rope_delta = -(pos % 7);
 }
 
 static int st_out(void *u, uint64_t off, void *dst, size_t n) {
@@ -59,15 +61,23 @@ static int kv_in(void *u, int32_t r0, int32_t n, const void *src) {
     return 0;
 }
 
+static int32_t rope_out(void *u) {
+    return ((struct fake_slot *)u)->rope_delta;
+}
+static int rope_in(void *u, int32_t d) {
+    ((struct fake_slot *)u)->rope_delta = d;
+    return 0;
+}
+
 static struct snug_prefix_io io_of(struct fake_slot *s) {
-    return (struct snug_prefix_io){s, st_out, st_in, kv_out, kv_in};
+    return (struct snug_prefix_io){s, st_out, st_in, kv_out, kv_in, rope_out, rope_in};
 }
 
 /* The slot equals a slot that evaluated t[0..pos). */
 static bool slot_is(const struct fake_slot *s, const snug_token *t, int32_t pos, bool kv) {
     uint8_t want[STATE_BYTES], row[ROW_BYTES];
     truth_state(t, pos, want);
-    if (memcmp(want, s->state, STATE_BYTES)) return false;
+    if (memcmp(want, s->state, STATE_BYTES) || s->rope_delta != -(pos % 7)) return false;
     for (int32_t r = 0; kv && r < pos; r++) {
         truth_row(t, r, row);
         if (memcmp(row, s->kv[r], ROW_BYTES)) return false;
@@ -321,7 +331,31 @@ static void disk_tier(void) {
         uint8_t h[256];
         CHECK(fread(h, 1, sizeof h, f) == sizeof h);
         memcpy(h300, h, sizeof h);
-        CHECK(h[8] == SNUG_PREFIX_FILE_VERSION && SNUG_PREFIX_FILE_VERSION == 2);
+        CHECK(h[8] == SNUG_PREFIX_FILE_VERSION && SNUG_PREFIX_FILE_VERSION == 3);
+        /* version 2 (no rotary offset): still read, with offset 0 */
+        fseek(f, 0, SEEK_END);
+        uint64_t fbytes = (uint64_t)ftell(f);
+        struct snug_prefix_file_header hd2;
+        struct snug_err perr2 = {0};
+        uint8_t v2[256];
+        memcpy(v2, h, sizeof v2);
+        CHECK(snug_prefix_file_header_parse(v2, sizeof v2, fbytes, NULL, &hd2, &perr2) == SNUG_OK &&
+              hd2.rope_delta == -(300 % 7));
+        v2[8] = 2;
+        memset(v2 + 164, 0, 4);
+        uint32_t crc2 = snug_crc32c(0, v2, 252);
+        for (int i = 0; i < 4; i++) v2[252 + i] = (uint8_t)(crc2 >> (8 * i));
+        CHECKF(snug_prefix_file_header_parse(v2, sizeof v2, fbytes, NULL, &hd2, &perr2) ==
+                       SNUG_OK &&
+                   hd2.rope_delta == 0 && hd2.pos == 300,
+               "v2 header: %s", perr2.msg);
+        v2[8] = 3; /* a positive offset is refused */
+        memset(v2 + 164, 0, 4);
+        v2[164] = 5;
+        crc2 = snug_crc32c(0, v2, 252);
+        for (int i = 0; i < 4; i++) v2[252 + i] = (uint8_t)(crc2 >> (8 * i));
+        CHECK(snug_prefix_file_header_parse(v2, sizeof v2, fbytes, NULL, &hd2, &perr2) ==
+              SNUG_ERR_FORMAT);
         h[8] = 1;
         uint32_t crc = snug_crc32c(0, h, 252);
         for (int i = 0; i < 4; i++) h[252 + i] = (uint8_t)(crc >> (8 * i));
