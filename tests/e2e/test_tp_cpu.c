@@ -5,7 +5,8 @@
  *     all-reduces per layer): logits of the whole prompt with median KL ≤ 1e-5 against the
  *     one-device run (issue 24's acceptance, here on the CPU), and within the fixtures' bounds
  *     against the Hugging Face reference; 32 greedy decode steps pick the same tokens;
- *   - an eval step allocates nothing; 3 ranks are refused, naming the query heads.
+ *   - an eval step allocates nothing; 3 ranks are refused, naming the query heads;
+ *   - the CLI: `snug logits --tp 2 --greedy 32` prints the engine's greedy tokens.
  * Prints every measured number.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -106,10 +107,32 @@ static void test_fixture(const char *fx, const char *name, const char *file, boo
     snug_model_free(m);
 }
 
+/* The greedy tokens `snug logits` prints, with extra flags. */
+static char *cli_greedy(const char *fx, const char *extra) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --ids %s -o test_tp_cpu.f32 --greedy %d %s",
+             SNUG_BIN, fx_path(fx, "trained", "trained-f16.gguf"),
+             fx_path(fx, "trained", "ids.json"), GREEDY, extra);
+    FILE *p = popen(cmd, "r");
+    static char out[2][4096];
+    static int slot;
+    char *o = out[slot++ % 2];
+    o[0] = 0;
+    if (!p) return o;
+    size_t n = fread(o, 1, 4095, p);
+    o[n] = 0;
+    CHECKF(pclose(p) == 0, "%s failed", cmd);
+    remove("test_tp_cpu.f32");
+    return o;
+}
+
 int main(void) {
     const char *fx = test_fixtures_dir();
     if (!fx) return TEST_DONE();
     test_fixture(fx, "trained", "trained-f16.gguf", false);
     test_fixture(fx, "moe", "moe-f16.gguf", true);
+    char *one = cli_greedy(fx, ""), *two = cli_greedy(fx, "--tp 2");
+    printf("snug logits --greedy %d: %s", GREEDY, one);
+    CHECKF(one[0] == '[' && !strcmp(one, two), "snug logits --tp 2 prints %s", two);
     return TEST_DONE();
 }

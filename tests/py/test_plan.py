@@ -74,6 +74,13 @@ def test_weight_bytes(tmp):
             check(rc == 0 and pf["weights_bytes"] == want, f"{preset} {wt}: plan -m vs file")
             # everything but the weights is a function of the shape: identical items
             check(rc == 0 and pf["items"] == p["items"], f"{preset} {wt}: -m and --preset items")
+            # the ranks' slices of the file's tensors = the recipe's, and add up
+            _, pt, _ = plan("--preset", preset, "--weights", wt, *setargs, "--tp", "2")
+            _, ft, _ = plan("-m", out, "--tp", "2")
+            check(pt and ft and [r["items"] for r in ft["ranks"]] ==
+                  [r["items"] for r in pt["ranks"]] and
+                  sum(r["weights_bytes"] - r["replicated_bytes"] for r in ft["ranks"]) == want,
+                  f"{preset} {wt} --tp 2: -m and --preset ranks, owned slices = the file")
             print(f"{preset} (shrunk) {wt}: weights {want} bytes: plan == gen file")
             os.unlink(out)
 
