@@ -503,11 +503,15 @@ int cmd_plan(int argc, char **argv) {
         snug_plan_format(&pr, budget, buf, sizeof buf);
         fputs(buf, stdout);
     }
-    if (tp > 1)
-        printf("weights: %.2f GiB on one device; %.2f GiB on the fullest rank, of which %.2f GiB "
-               "are copies of another rank's (replicated tensors)\n",
+    if (tp > 1) {
+        uint64_t copies = 0; /* rank 0 owns the whole tensors; each other rank holds copies */
+        for (int32_t r = 0; r < (int32_t)tp; r++) copies = SNUG_MAX(copies, w_rank[r].replicated);
+        printf("weights: %.2f GiB on one device; %.2f GiB on the fullest rank; the other ranks "
+               "hold up to %.2f GiB of copies (tensors every rank holds whole, replicated KV "
+               "heads)\n",
                (double)w_one.total / 1073741824.0, (double)w.total / 1073741824.0,
-               (double)w.replicated / 1073741824.0);
+               (double)copies / 1073741824.0);
+    }
     if (vis.on)
         printf("vision (%s): images up to %lld pixels after the resize: %lld patches, %lld "
                "context tokens each (in the ctx above)\n",
