@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """picker.py — generate docs/PICKER.md from `snug plan --table --json`: for Qwen3.6-27B and
-Qwen3.6-35B-A3B at Q4_K_M / Q5_K_M / Q6_K / Q8_0 weights, on 16, 24, 32, 48 and 80 GiB cards,
-the largest context for every KV format and mixed K/V pair the table lists (so new formats
-appear without editing this script), with MTP off and on, and what `--kv auto` picks.
+Qwen3.6-35B-A3B at Q4_K_M / Q5_K_M / Q6_K / Q8_0 weights, on 16, 24, 32, 48 and 80 GiB cards
+(and, for the 27B, two 24 GiB cards with tensor parallelism, `--tp 2`), the largest context
+for every KV format and mixed K/V pair the table lists (so new formats appear without editing
+this script), with MTP off and on, and what `--kv auto` picks.
 
 usage: scripts/picker.py [--snug PATH] [--out docs/PICKER.md] [--check]
   --check: exit 1 if the file on disk differs from what would be generated (CI runs this, so a
@@ -20,6 +21,9 @@ WEIGHTS = [("q4_k_m", "Q4_K_M"), ("q5_k_m", "Q5_K_M"), ("q6_k", "Q6_K"), ("q8_0"
 # A card's memory minus 0.5 GiB for the driver, the display and other processes.
 CARDS = [("16 GiB", "15.5GiB"), ("24 GiB", "23.5GiB"), ("32 GiB", "31.5GiB"),
          ("48 GiB", "47.5GiB"), ("80 GiB", "79.5GiB")]
+# Several cards with tensor parallelism (docs/tensor-parallel.md): (header, budget per card,
+# ranks), for the models listed.
+MULTI = {"qwen3.6-27b": [("2 × 24 GiB (--tp 2)", "23.5GiB", 2)]}
 COMMON = ["--backend", "cuda", "--slots", "1", "--chunk", "512", "--threads", "1", "--mtp", "3"]
 # "With vision" (the tower runs on the CPU, so these are host-memory plans): RAM budgets, and the
 # tower at the released Qwen3.5/3.6 shape with the default image bounds.
@@ -27,9 +31,9 @@ HOSTS = [("24 GiB", "24GiB"), ("32 GiB", "32GiB"), ("48 GiB", "48GiB")]
 CPU = ["--backend", "cpu", "--slots", "1", "--chunk", "512", "--threads", "16", "--mtp", "3"]
 
 
-def table(snug, preset, weights, budget, common=COMMON):
+def table(snug, preset, weights, budget, common=COMMON, tp=1):
     args = [snug, "plan", "--table", "--json", "--preset", preset, "--weights", weights,
-            "--budget", budget, *common]
+            "--budget", budget, *common, *(["--tp", str(tp)] if tp > 1 else [])]
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0 or not r.stdout.strip():
         sys.exit(f"picker: {' '.join(args[1:])} failed: {r.stderr.strip()}")
@@ -56,7 +60,10 @@ def generate(snug):
            "card. The plan counts weights, the attention KV "
            "cache, the DeltaNet state, the per-chunk work arena (chunk 512), logits and the CUDA "
            "overheads (context and cuBLAS workspace estimated, op scratch exact); formulas in "
-           "docs/memory.md.", "",
+           "docs/memory.md. A \"2 × 24 GiB (--tp 2)\" column: two cards with tensor "
+           "parallelism, each card's own plan (its share of the weights, the KV cache and "
+           "DeltaNet state of its heads, its buffers, NCCL's estimated buffers) within the "
+           "budget; docs/tensor-parallel.md (its decode has yet to run on two GPUs).", "",
            "`snug serve --backend cuda --vram-budget B` without `--ctx` takes the largest "
            "context for its KV format; with `--kv auto` the least lossy format or pair that "
            "reaches the trained length (the **auto** row; when none does, the one that reaches "
@@ -65,11 +72,12 @@ def generate(snug):
     for preset, title in MODELS:
         out += [f"## {title}", ""]
         for wt, wname in WEIGHTS:
-            res = [table(snug, preset, wt, budget) for _, budget in CARDS]
+            cards = [(card, budget, 1) for card, budget in CARDS] + MULTI.get(preset, [])
+            res = [table(snug, preset, wt, budget, tp=tp) for _, budget, tp in cards]
             gib = res[0]["weights_bytes"] / 2**30
             train = res[0]["n_ctx_train"]
             out += [f"### {wname} weights ({gib:.2f} GiB)", ""]
-            hdr = ["KV (K/V)"] + [card for card, _ in CARDS]
+            hdr = ["KV (K/V)"] + [card for card, _, _ in cards]
             out.append("| " + " | ".join(hdr) + " |")
             out.append("|" + "---|" * len(hdr))
             kvs = [row["kv"] for row in res[0]["rows"] if row["mtp"] == 0]

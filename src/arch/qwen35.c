@@ -503,12 +503,14 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
             deltanet(f, L, &B);
         else
             attention(f, L, &B);
+        if (be->ops->all_reduce) OP(all_reduce, B.y, T * H); /* one rank of several: partial sums */
         OP(add, B.x, B.y, T * H);
         OP(rmsnorm, B.x, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
         size_t mark = snug_arena_mark(f->work);
         ffn(f, L, B.xn, B.y);
         snug_arena_reset_to(f->work, mark);
         snug_arena_reset_to(hw, hmark);
+        if (be->ops->all_reduce) OP(all_reduce, B.y, T * H);
         OP(add, B.x, B.y, T * H);
         if (hook) {
             hook(f->hook_user, (int32_t)il + 1, hpos0, f->T, (int32_t)H, host_view(f, B.x, T * H));

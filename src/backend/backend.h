@@ -135,6 +135,14 @@ struct snug_backend_ops {
     /* Bytes the instance holds in its own memory (device bytes for CUDA, shared weights
      * included; host arenas for the CPU). */
     size_t (*bytes)(const struct snug_be *be);
+
+    /* ---- optional (after `bytes`: the loader's completeness check stops there) ------------ */
+    /* Tensor parallelism (src/plan/shard.h): x[0..n) becomes the sum over every rank of its x,
+     * added in rank order so every rank gets the same bits; called by every rank's forward at
+     * the same points (after each mixer's and each FFN's output projection). NULL on an
+     * instance that is not one rank of several: the forward then skips it (one device's path
+     * unchanged). The CPU emulation: src/tp/tp_cpu.c; NCCL: docs/tensor-parallel.md. */
+    void (*all_reduce)(struct snug_be *be, float *x, int64_t n);
 };
 
 struct snug_be {
@@ -201,7 +209,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 1u
+#define SNUG_BACKEND_ABI 2u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

@@ -145,7 +145,8 @@ int snug_backend_module_get(enum snug_backend kind, const struct snug_backend_mo
     return rc;
 }
 
-/* Every entry of an instance's table must be filled (a library built from a partial table). */
+/* Every entry of an instance's table up to `bytes` must be filled (a library built from a
+ * partial table); the optional entries after it may be NULL. */
 static bool ops_complete(const struct snug_backend_ops *o) {
     const void *const *p = (const void *const *)&o->weight;
     const void *const *end = (const void *const *)(&o->bytes + 1);

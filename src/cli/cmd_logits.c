@@ -7,10 +7,13 @@
  * --split N: the ids in evals of N tokens (an image may span two: each eval gets the images it
  * overlaps, positioned relative to it — how a server feeds a prompt in pieces).
  * --mtp writes the [T-1][V] step-1 MTP logits instead (the fixtures' mtp_logits.f32).
+ * --tp N: the forward split over N ranks, emulated on the CPU (src/tp/tp.h; the GPUs' version
+ * is docs/tensor-parallel.md §4's work): the same logits and greedy tokens, to compare.
  * Also home of cli_read_ids (shared with cmd_perplexity.c). */
 #include "cli.h"
 
 #include "core/core.h"
+#include "tp/tp.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -52,11 +55,40 @@ snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out) {
     return ids;
 }
 
+/* --tp N: the prompt's logits and the greedy tokens through N ranks on the CPU. */
+static int logits_tp(struct snug_model *m, long tp_n, const snug_token *ids, int32_t n,
+                     int32_t n_ctx, int32_t chunk, int32_t kv_type, long greedy, float *logits,
+                     struct snug_err *err) {
+    struct snug_tp_cpu *tp = NULL;
+    int rc = snug_tp_cpu_open(&tp, m, (int32_t)tp_n, n_ctx, chunk, kv_type, err);
+    if (!rc) rc = snug_tp_cpu_eval(tp, ids, n, n, logits, err);
+    size_t V = (size_t)snug_model_n_vocab(m);
+    const float *row = logits + (size_t)(n - 1) * V;
+    float *last = rc ? NULL : malloc(V * sizeof(float));
+    if (!rc && !last) rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    if (!rc && greedy > 0) printf("[");
+    for (long g = 0; !rc && g < greedy; g++) {
+        snug_token best = 0;
+        for (size_t v = 1; v < V; v++)
+            if (row[v] > row[best]) best = (snug_token)v;
+        printf("%s%d", g ? ", " : "", best);
+        if (g + 1 == greedy) {
+            printf("]\n");
+            break;
+        }
+        rc = snug_tp_cpu_eval(tp, &best, 1, 1, last, err);
+        row = last;
+    }
+    free(last);
+    snug_tp_cpu_free(tp);
+    return rc;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
                     "[--chunk N] [--kv TYPE] "
                     "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
-                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N]\n"
+                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N] [--tp N]\n"
                     "                   [--mmproj F --image IMG... [--min-image-pixels N] "
                     "[--max-image-pixels N]]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
@@ -68,7 +100,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
-    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0, split = 0;
+    long threads = 0, chunk = 0, n_ctx = 0, greedy = 0, split = 0, tp_n = 0;
     int mtp = 0;
     struct cli_images ci = CLI_IMAGES_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -98,6 +130,9 @@ int cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "--greedy")) {
             if (!cli_int(argc, argv, &i, &greedy)) return 2;
             if (greedy < 0 || greedy > 1 << 20) return usage();
+        } else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel")) {
+            if (!cli_int(argc, argv, &i, &tp_n)) return 2;
+            if (tp_n < 1 || tp_n > 16) return usage();
         } else if (!strcmp(a, "--ctx")) {
             if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
         } else {
@@ -139,14 +174,24 @@ int cmd_logits(int argc, char **argv) {
         snug_err_set(&err, SNUG_ERR_INVALID, "--mtp needs at least 2 token ids, got %d", n);
         goto done;
     }
-    if (snug_ctx_init(&ctx, m, &cp, &err)) goto done;
+    if (tp_n && (mtp || ci.n || split || bk.backend != SNUG_BACKEND_CPU)) {
+        snug_err_set(&err, SNUG_ERR_UNSUPPORTED,
+                     "--tp runs the CPU emulation of tensor parallelism: not with --mtp, "
+                     "--image, --split or --backend cuda yet (docs/tensor-parallel.md)");
+        goto done;
+    }
+    if (!tp_n && snug_ctx_init(&ctx, m, &cp, &err)) goto done;
     size_t V = (size_t)snug_model_n_vocab(m);
     logits = malloc((size_t)n * V * sizeof(float));
     if (!logits) {
         snug_err_set(&err, SNUG_ERR_NOMEM, "cannot allocate %d x %zu logits", n, V);
         goto done;
     }
-    if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
+    if (tp_n) { /* the prompt's logits, and the greedy tokens printed */
+        if (logits_tp(m, tp_n, ids, n, cp.n_ctx, cp.n_chunk, cli_kv_code(&kv), greedy, logits,
+                      &err))
+            goto done;
+    } else if (mtp) { /* trunk logits are not kept; the MTP rows land in the same buffer */
         if (snug_ctx_eval_mtp(ctx, ids, n, NULL, logits, &err)) goto done;
         n -= 1;
     } else {
@@ -176,7 +221,8 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     fprintf(stderr, "snug logits: wrote [%d][%zu] float32 to %s\n", n, V, out_path);
-    if (greedy > 0) { /* argmax, one decode step per token (the row after the prompt's last) */
+    if (greedy > 0 &&
+        !tp_n) { /* argmax, one decode step per token (the row after the prompt's last) */
         const float *row = logits + (size_t)(n - 1) * V;
         printf("[");
         for (long g = 0; g < greedy; g++) {

@@ -9,6 +9,7 @@
 #include "kv/kvfmt.h"
 #include "model/presets.h"
 #include "plan/plan_auto.h"
+#include "plan/shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ static void usage(void) {
         "usage: snug plan (-m MODEL.gguf | --preset NAME --weights TYPE [--set key=value]...)\n"
         "                 [--budget SIZE] [--ctx N|max] [--kv KV] [--kv-k KV] [--kv-v KV]\n"
         "                 [--mtp N] [--slots N] [--chunk N] [--threads N] [--backend cpu|cuda]\n"
-        "                 [--json] [--table]\n"
+        "                 [--tp N] [--json] [--table]\n"
         "  presets: demo demo-moe qwen3.6-27b qwen3.6-35b-a3b; TYPE: a quantize recipe\n"
         "  (q4_k_m q5_k_m q6_k q8_0 f16 ...); KV: the attention cache format, f16 f32 bf16\n"
         "  q8_0 fp8 tq4 tq3 (--kv both, --kv-k / --kv-v each; docs/kv-formats.md);\n"
@@ -35,6 +36,10 @@ static void usage(void) {
         "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
         "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
         "  plan line of run/serve pastes here.\n"
+        "  --tp N (--tensor-parallel N): N devices, each with the budget; one table per rank\n"
+        "  (its slice of the weights, the KV and recurrent state of its heads, its buffers);\n"
+        "  --ctx max, --kv auto and --table answer for the fullest rank "
+        "(docs/tensor-parallel.md).\n"
         "  --mmproj FILE | --vision-preset qwen3.5 [--max-image-pixels N] [--max-source-pixels\n"
         "  S]: with the vision tower (its weights, the encoder's work and buffers for the largest\n"
         "  image of N pixels after the resize, default 16777216, and the decoded source of at\n"
@@ -94,6 +99,7 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
         json_str(what);
         printf(", \"arch\": ");
         json_str(hp->arch);
+        printf(", \"tp\": %d", lim->n_ranks > 1 ? lim->n_ranks : 1);
         printf(", \"backend\": \"%s\", \"budget\": %llu, \"budget_flag\": \"%s\", \"slots\": %d, "
                "\"n_ctx_train\": %llu, \"weights_bytes\": %llu, ",
                backend, (unsigned long long)budget, size, lim->n_slots,
@@ -120,6 +126,10 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
     }
     printf("snug plan: %s (%s), %s, budget %s, %d slot%s: the largest context per KV format\n",
            what, hp->arch, backend, size, lim->n_slots, lim->n_slots == 1 ? "" : "s");
+    if (lim->n_ranks > 1)
+        printf("  tensor parallel over %d devices, the budget each; rank %d (the fullest) "
+               "decides\n",
+               lim->n_ranks, lim->rank);
     if (vis->on)
         printf("  with vision (%s): %.2f GiB of host memory for the tower; the largest image "
                "takes %lld context tokens\n",
@@ -152,6 +162,7 @@ int cmd_plan(int argc, char **argv) {
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     struct snug_plan_cache_flags cache = {0};
+    long tp = 1;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     lim.n_threads = threads > 0 ? (int32_t)threads : 1;
     for (int i = 1; i < argc; i++) {
@@ -207,6 +218,12 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "--slots")) lim.n_slots = (int32_t)v;
             if (!strcmp(a, "--chunk")) lim.n_chunk = (int32_t)v;
             if (!strcmp(a, "--threads") || !strcmp(a, "-t")) lim.n_threads = (int32_t)v;
+        } else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel")) {
+            if (!cli_int(argc, argv, &i, &tp)) return 2;
+            if (tp < 1 || tp > SNUG_TP_MAX_RANKS) {
+                fprintf(stderr, "snug plan: %s %ld: expected 1..%d\n", a, tp, SNUG_TP_MAX_RANKS);
+                return 2;
+            }
         } else if (!strcmp(a, "--mmproj")) {
             if (!(mmproj = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--vision-preset")) {
@@ -251,6 +268,25 @@ int cmd_plan(int argc, char **argv) {
         for (int k = 0; k < n_sets; k++)
             if (snug_preset_set(&hp, sets[k], &err)) return cli_fail("plan", &err);
         if (snug_plan_weights_from_recipe(&hp, weights, &w, &err)) return cli_fail("plan", &err);
+    }
+    /* --tp N: every rank's weights; the fullest rank decides every answer below (the ranks
+     * differ only there: the LM head's uneven vocabulary rows, the copies) */
+    static struct snug_plan_weights w_rank[SNUG_TP_MAX_RANKS];
+    const struct snug_plan_weights w_one = w;
+    if (tp > 1) {
+        int32_t R = (int32_t)tp, full = 0;
+        for (int32_t r = 0; r < R; r++) {
+            int rc = m ? snug_plan_weights_rank_from_gguf(m->gguf, &hp, R, r, &w_rank[r], &err)
+                       : snug_plan_weights_rank_from_recipe(&hp, weights, R, r, &w_rank[r], &err);
+            if (rc) {
+                snug_model_free(m);
+                return cli_fail("plan", &err);
+            }
+            if (w_rank[r].total > w_rank[full].total) full = r;
+        }
+        w = w_rank[full];
+        lim.n_ranks = R;
+        lim.rank = full;
     }
     snug_model_free(m);
     if (mmproj && vpreset) {
@@ -425,6 +461,29 @@ int cmd_plan(int argc, char **argv) {
             printf(", \"auto\": ");
             json_str(auto_line);
         }
+        printf(", \"tp\": %ld, \"one_device_weights_bytes\": %llu", tp,
+               (unsigned long long)w_one.total);
+        if (tp > 1) {
+            printf(", \"deciding_rank\": %d, \"ranks\": [", lim.rank);
+            for (int32_t r = 0; r < (int32_t)tp; r++) {
+                struct snug_plan pr;
+                struct snug_plan_limits lr = p.lim;
+                lr.rank = r;
+                if (snug_plan_make(&hp, &w_rank[r], &lr, &pr, &err)) return cli_fail("plan", &err);
+                printf("%s{\"rank\": %d, \"weights_bytes\": %llu, \"replicated_bytes\": %llu, "
+                       "\"total_bytes\": %llu, \"items\": {",
+                       r ? ", " : "", r, (unsigned long long)w_rank[r].total,
+                       (unsigned long long)w_rank[r].replicated,
+                       (unsigned long long)pr.device_total);
+                for (int k = 0; k < pr.n_items; k++) {
+                    printf("%s", k ? ", " : "");
+                    json_str(pr.items[k].name);
+                    printf(": %llu", (unsigned long long)pr.items[k].bytes);
+                }
+                printf("}}");
+            }
+            printf("]");
+        }
         printf("}\n");
         return fits ? 0 : 1;
     }
@@ -434,8 +493,31 @@ int cmd_plan(int argc, char **argv) {
            p.lim.n_threads);
     if (auto_line[0]) printf("--kv auto: %s\n", auto_line);
     char buf[8192];
+    if (tp > 1)
+        printf("tensor parallel over %ld devices (docs/tensor-parallel.md); rank %d holds the "
+               "most and decides the context%s:\n",
+               tp, lim.rank, budget ? " (the budget is each device's)" : "");
     snug_plan_format(&p, budget, buf, sizeof buf);
     fputs(buf, stdout);
+    for (int32_t r = 0; tp > 1 && r < (int32_t)tp; r++) {
+        if (r == lim.rank) continue;
+        struct snug_plan pr;
+        struct snug_plan_limits lr = p.lim;
+        lr.rank = r;
+        if (snug_plan_make(&hp, &w_rank[r], &lr, &pr, &err)) return cli_fail("plan", &err);
+        printf("rank %d of %ld:\n", r, tp);
+        snug_plan_format(&pr, budget, buf, sizeof buf);
+        fputs(buf, stdout);
+    }
+    if (tp > 1) {
+        uint64_t copies = 0; /* rank 0 owns the whole tensors; each other rank holds copies */
+        for (int32_t r = 0; r < (int32_t)tp; r++) copies = SNUG_MAX(copies, w_rank[r].replicated);
+        printf("weights: %.2f GiB on one device; %.2f GiB on the fullest rank; the other ranks "
+               "hold up to %.2f GiB of copies (tensors every rank holds whole, replicated KV "
+               "heads)\n",
+               (double)w_one.total / 1073741824.0, (double)w.total / 1073741824.0,
+               (double)copies / 1073741824.0);
+    }
     if (vis.on)
         printf("vision (%s): images up to %lld pixels after the resize: %lld patches, %lld "
                "context tokens each (in the ctx above)\n",
@@ -445,8 +527,9 @@ int cmd_plan(int argc, char **argv) {
                (double)cache_disk / 1073741824.0, cache.disk_dir);
     if (budget) {
         for (int k = 0; k < n_kv; k++) {
-            printf("largest context that fits %.2f GiB with KV %s: %lld%s\n",
-                   (double)budget / 1073741824.0, snug_plan_kv_names[k], (long long)max_per_kv[k],
+            printf("largest context that fits %.2f GiB%s with KV %s: %lld%s\n",
+                   (double)budget / 1073741824.0, tp > 1 ? " per device" : "",
+                   snug_plan_kv_names[k], (long long)max_per_kv[k],
                    hp.n_ctx_train && (uint64_t)max_per_kv[k] == hp.n_ctx_train
                        ? " (the trained context; more would fit)"
                        : "");

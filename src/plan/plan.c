@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "kv/kvfmt.h"
 #include "model/presets.h"
+#include "plan/shard.h"
 #include "speculative/speculative.h"
 
 #include <math.h>
@@ -50,6 +51,54 @@ static int recipe_tensor(void *user, const struct snug_tensor_desc *t) {
     uint64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     add_weight(user, t->type, snug_dtype_row_bytes(t->type, t->ne[0]) * rows);
     return 0;
+}
+
+/* One tensor into a rank's weights: its slice, counted as replicated when a copy. */
+struct rank_weights {
+    const struct snug_hparams *hp;
+    struct snug_shard_rank sr;
+    struct snug_plan_weights *w;
+    struct snug_err *err;
+};
+static int rank_tensor(struct rank_weights *rw, const char *name, const uint64_t ne[4],
+                       uint32_t type) {
+    struct snug_shard_slice sl;
+    int rc = snug_shard_tensor(&rw->sr, rw->hp, name, ne, type, &sl, rw->err);
+    if (rc) return rc;
+    add_weight(rw->w, type, sl.bytes);
+    if (sl.copy) rw->w->replicated += sl.bytes;
+    return SNUG_OK;
+}
+static int rank_recipe_tensor(void *user, const struct snug_tensor_desc *t) {
+    return rank_tensor(user, t->name, t->ne, t->type);
+}
+
+int snug_plan_weights_rank_from_gguf(const struct snug_gguf *g, const struct snug_hparams *hp,
+                                     int32_t n_ranks, int32_t rank, struct snug_plan_weights *w,
+                                     struct snug_err *err) {
+    memset(w, 0, sizeof *w);
+    struct rank_weights rw = {.hp = hp, .w = w, .err = err};
+    int rc = snug_shard_rank(hp, n_ranks, rank, &rw.sr, err);
+    for (int64_t i = 0; !rc && i < snug_gguf_n_tensors(g); i++) {
+        const struct snug_gguf_tensor *t = snug_gguf_tensor(g, i);
+        uint64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        rc = rank_tensor(&rw, t->name, ne, t->type);
+    }
+    return rc;
+}
+
+int snug_plan_weights_rank_from_recipe(const struct snug_hparams *hp, const char *recipe,
+                                       int32_t n_ranks, int32_t rank, struct snug_plan_weights *w,
+                                       struct snug_err *err) {
+    memset(w, 0, sizeof *w);
+    struct rank_weights rw = {.hp = hp, .w = w, .err = err};
+    int rc = snug_shard_rank(hp, n_ranks, rank, &rw.sr, err);
+    if (rc) return rc;
+    struct snug_err terr = {0};
+    rw.err = &terr;
+    rc = snug_model_tensor_types(hp, recipe, rank_recipe_tensor, &rw, err);
+    if (rc && terr.status && err) *err = terr; /* the slice's refusal, not the enumeration's */
+    return rc;
 }
 
 int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *recipe,
@@ -104,6 +153,12 @@ static void slot_item(struct snug_plan *p, const char *name, uint64_t one, enum 
  * docs, "cublasSetWorkspace": the default on Hopper) plus its handle and kernels: 64 MiB. */
 #define CUDA_CONTEXT_BYTES     (576ull << 20)
 #define CUBLAS_WORKSPACE_BYTES (64ull << 20)
+/* Tensor parallelism: the NCCL communicator's buffers on each device, an ESTIMATE until measured
+ * on two GPUs (docs/tensor-parallel.md): NCCL_BUFFSIZE is 4 MiB by default (NCCL docs,
+ * "Environment Variables"), one per channel and direction towards each peer; we assume 16
+ * channels (8 MiB each) per peer plus 64 MiB for the communicator and its kernels. The
+ * activations are all-reduced in place: no buffer of ours. */
+#define NCCL_BYTES(n_ranks) ((uint64_t)((n_ranks)-1) * (128ull << 20) + (64ull << 20))
 
 /* The widest input and output of any matrix the forward multiplies, from the shape alone
  * (the CUDA op scratch is sized by them): hidden, FFN / expert / shared-expert widths, the
@@ -157,6 +212,15 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     if (!arch || !arch->plan)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "plan: no memory plan for architecture '%s'",
                             hp->arch);
+    if (lim.n_ranks == 0) lim.n_ranks = 1;
+    if (lim.rank < 0 || lim.rank >= lim.n_ranks)
+        return snug_err_set(err, SNUG_ERR_INVALID, "plan: rank %d of %d", lim.rank, lim.n_ranks);
+    struct snug_hparams hp_rank; /* tensor parallelism: every size below is the rank's */
+    if (lim.n_ranks > 1) {
+        int rc = snug_shard_rank_hparams(hp, lim.n_ranks, &hp_rank, err);
+        if (rc) return rc;
+        hp = &hp_rank;
+    }
     if (lim.n_chunk > lim.n_ctx) lim.n_chunk = (int32_t)lim.n_ctx;
     out->lim = lim;
     const enum snug_device dev =
@@ -238,6 +302,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
         item(out, "cuda op scratch", out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
         item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
         item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);
+        if (lim.n_ranks > 1)
+            item(out, "nccl buffers (estimated)", NCCL_BYTES(lim.n_ranks), SNUG_DEVICE_GPU, true);
     }
     return SNUG_OK;
 }

@@ -27,6 +27,10 @@ struct snug_plan_weights {
     uint64_t bytes[SNUG_PLAN_MAX_DTYPES];
     uint32_t count[SNUG_PLAN_MAX_DTYPES];
     uint64_t total;
+    /* A rank's weights (tensor parallelism, snug_plan_weights_rank_*): the bytes it holds as
+     * copies of what another rank owns (whole tensors on ranks 1.., replicated KV heads; in
+     * total too), so Σ_r (total − replicated) = one device's total. 0 for one device. */
+    uint64_t replicated;
 };
 
 /* The run's limits. Zero fields take defaults (snug_plan_limits_default). */
@@ -38,6 +42,11 @@ struct snug_plan_limits {
     int32_t n_threads; /* thread-pool size (scratch of some ops is per thread); default 1 */
     int32_t kv_type;   /* enum snug_kv_type */
     enum snug_backend backend;
+    /* Tensor parallelism (src/plan/shard.h): the plan of rank `rank` of n_ranks devices (0 or 1
+     * = one device). Its shape is the rank's (snug_shard_rank_hparams); the weights passed with
+     * it must be that rank's (snug_plan_weights_rank_*). */
+    int32_t n_ranks;
+    int32_t rank;
 };
 
 /* Who holds a buffer: the model (one per loaded model however many slots: weights, the one
@@ -84,6 +93,16 @@ void snug_plan_weights_from_gguf(const struct snug_gguf *g, struct snug_plan_wei
 /* Weight bytes of a model of shape hp quantized with `recipe` (presets.h enumeration). */
 int snug_plan_weights_from_recipe(const struct snug_hparams *hp, const char *recipe,
                                   struct snug_plan_weights *w, struct snug_err *err);
+
+/* Rank `rank` of n_ranks's weight bytes (src/plan/shard.h: its slice of every tensor, the
+ * replicated ones whole; copies counted in w->replicated); n_ranks 1 = the whole model's. Errors:
+ * the split's refusals (a dimension that does not divide, a column split off the blocks). */
+int snug_plan_weights_rank_from_gguf(const struct snug_gguf *g, const struct snug_hparams *hp,
+                                     int32_t n_ranks, int32_t rank, struct snug_plan_weights *w,
+                                     struct snug_err *err);
+int snug_plan_weights_rank_from_recipe(const struct snug_hparams *hp, const char *recipe,
+                                       int32_t n_ranks, int32_t rank, struct snug_plan_weights *w,
+                                       struct snug_err *err);
 
 /* Compute the plan. w may be NULL (no weight items: what a context needs on top of a loaded
  * model). SNUG_ERR_INVALID for bad limits or an architecture without a plan hook. */

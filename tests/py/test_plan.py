@@ -7,6 +7,11 @@
 3. qwen3.6-27b, Q4_K_M, budget 23.5 GiB: `--ctx max` per KV format (printed); the plan at the
    maximum fits, one more position does not; f32 KV gives a smaller maximum than f16.
 4. Sizes: 23.5GiB, 24G, plain bytes; errors for bad input.
+5. Tensor parallelism (--tp 2, issue 24): the ranks' items add up to the one-device items plus
+   the copies each rank holds (weights, KV, recurrent state), to the byte; the ranks' work
+   arenas are no larger; the 27B Q4_K_M on two 23.5 GiB cards reaches the trained context with
+   q8_0 KV; --kv auto and --table answer per rank; a rank count that does not divide the heads
+   is refused naming them.
 Runs with SNUG_BIN (ctest sets it); prints "N passed, N failed".
 """
 import json
@@ -69,6 +74,13 @@ def test_weight_bytes(tmp):
             check(rc == 0 and pf["weights_bytes"] == want, f"{preset} {wt}: plan -m vs file")
             # everything but the weights is a function of the shape: identical items
             check(rc == 0 and pf["items"] == p["items"], f"{preset} {wt}: -m and --preset items")
+            # the ranks' slices of the file's tensors = the recipe's, and add up
+            _, pt, _ = plan("--preset", preset, "--weights", wt, *setargs, "--tp", "2")
+            _, ft, _ = plan("-m", out, "--tp", "2")
+            check(pt and ft and [r["items"] for r in ft["ranks"]] ==
+                  [r["items"] for r in pt["ranks"]] and
+                  sum(r["weights_bytes"] - r["replicated_bytes"] for r in ft["ranks"]) == want,
+                  f"{preset} {wt} --tp 2: -m and --preset ranks, owned slices = the file")
             print(f"{preset} (shrunk) {wt}: weights {want} bytes: plan == gen file")
             os.unlink(out)
 
@@ -190,6 +202,79 @@ def test_sizes_and_errors():
     check(r.returncode == 1 and "not even" in r.stderr, "budget below the weights")
 
 
+def test_tensor_parallel():
+    base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--backend", "cuda",
+            "--ctx", "65536", "--kv", "q8_0", "--slots", "2"]
+    _, one, _ = plan(*base)
+    rc, tp, _ = plan(*base, "--tp", "2")
+    check(rc == 0 and tp["tp"] == 2 and len(tp["ranks"]) == 2, "--tp 2: two ranks")
+    if rc:
+        return
+    ranks = tp["ranks"]
+    w = sum(r["weights_bytes"] for r in ranks)
+    copies = sum(r["replicated_bytes"] for r in ranks)
+    check(w == one["weights_bytes"] + copies and ranks[0]["replicated_bytes"] == 0,
+          f"weights: ranks {w} = one device {one['weights_bytes']} + copies {copies}")
+    check(tp["one_device_weights_bytes"] == one["weights_bytes"], "one-device weights reported")
+    wk = [n for n in one["items"] if n.startswith("weights ")]
+    check(all(sum(r["items"][n] for r in ranks) >= one["items"][n] for n in wk),
+          "every weight type: the ranks hold at least the one-device bytes")
+    # KV: 4 KV heads over 2 ranks, none replicated
+    kv = sum(r["items"]["kv cache (attention)"] for r in ranks)
+    check(kv == one["items"]["kv cache (attention)"],
+          f"kv: ranks {kv} = one device {one['items']['kv cache (attention)']}")
+    # recurrent state: 48 DeltaNet layers, conv (K-1)·conv_dim + Nv·dk·dv floats, per slot; the
+    # rank's conv_dim 5120 and Nv 24; each arena keeps the same bookkeeping on top
+    slots = 2
+    st_one = slots * 48 * (3 * 10240 + 48 * 128 * 128) * 4
+    st_rank = slots * 48 * (3 * 5120 + 24 * 128 * 128) * 4
+    book = one["items"]["recurrent state"] - st_one
+    check(2 * st_rank == st_one and all(r["items"]["recurrent state"] == st_rank + book
+                                        for r in ranks),
+          f"state: 2 x {st_rank} = {st_one}, each with the same {book} bytes of tables")
+    for n in ("work arena (per chunk)", "cuda op scratch"):
+        check(all(r["items"][n] <= one["items"][n] for r in ranks), f"{n}: no larger per rank")
+    check("nccl buffers (estimated)" in tp["estimated"], "nccl buffers labelled an estimate")
+    check(tp["total_bytes"] == max(r["total_bytes"] for r in ranks),
+          "the plan reported is the fullest rank's")
+    print(f"27B q4_k_m ctx 65536 q8_0, 2 slots: one device {one['total_bytes']} bytes, "
+          f"--tp 2 ranks {[r['total_bytes'] for r in ranks]} (copies {copies})")
+    # two 24 GiB cards: the trained context with q8_0 KV; one card does not reach it
+    rc, two, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vram-budget",
+                      "23.5GiB", "--ctx", "max", "--kv", "q8_0", "--tp", "2")
+    _, single, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vram-budget",
+                        "23.5GiB", "--ctx", "max", "--kv", "q8_0")
+    check(rc == 0 and two["max_ctx"] == 262144 and single["max_ctx"] < 262144,
+          f"27B on 2 x 23.5 GiB, q8_0: {two and two['max_ctx']} (one card {single['max_ctx']})")
+    print(f"27B q4_k_m q8_0 KV, 23.5 GiB per card: one card {single['max_ctx']}, "
+          f"two cards (--tp 2) {two and two['max_ctx']}")
+    # f16 KV: the largest context of the pair, and it fits each rank
+    rc, f16, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vram-budget",
+                      "23.5GiB", "--ctx", "max", "--kv", "f16", "--tp", "2")
+    check(rc == 0 and all(r["total_bytes"] <= 25232932864 for r in f16["ranks"]),
+          "--ctx max: every rank fits")
+    rc, q, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vram-budget",
+                    "23.5GiB", "--ctx", str(f16["max_ctx"] + 1), "--kv", "f16", "--tp", "2",
+                    ok=False)
+    check(f16["max_ctx"] == 262144 or (rc == 1 and not q["fits"]),
+          f"--tp 2 f16: {f16['max_ctx']} is the largest")
+    rc, a, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--vram-budget",
+                    "23.5GiB", "--kv", "auto", "--tp", "2")
+    check(rc == 0 and a.get("auto"), "--kv auto with --tp 2")
+    r = subprocess.run([SNUG, "plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m",
+                        "--vram-budget", "23.5GiB", "--table", "--tp", "2"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and "tensor parallel over 2 devices" in r.stdout, "--table --tp 2")
+    r = subprocess.run([SNUG, "plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m",
+                        "--tp", "2"], capture_output=True, text=True)
+    check(r.returncode == 0 and "rank 1 of 2:" in r.stdout, "a table per rank")
+    # refusals: 3 ranks (4 KV heads), a q4_K column split off its blocks (8 ranks)
+    for n, needle in (("3", "attention.head_count_kv = 4"), ("8", "blocks of 256")):
+        r = subprocess.run([SNUG, "plan", "--preset", "qwen3.6-27b", "--weights", "q4_k_m",
+                            "--tp", n], capture_output=True, text=True)
+        check(r.returncode != 0 and needle in r.stderr, f"--tp {n} refused: {r.stderr.strip()}")
+
+
 def main():
     if not os.path.exists(SNUG):
         print(f"FAIL: snug binary {SNUG} not found")
@@ -201,6 +286,7 @@ def main():
     test_slots_share_the_model()
     test_max_ctx()
     test_sizes_and_errors()
+    test_tensor_parallel()
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

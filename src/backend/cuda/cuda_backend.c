@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_tp.h"
 #include "kv/kv.h"
 #include "kv/kvfmt.h"
 #include "quant/quant.h"
@@ -58,6 +59,10 @@ struct cuda_be {
     size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
     bool mv_f32;            /* SNUG_CUDA_MATVEC_F32=1: decode matvecs keep f32 activations */
+    /* tensor parallelism (cuda_tp.h): the rank's communicator (borrowed; NULL: one device) and
+     * the ops table with all_reduce that be.ops then points to */
+    struct snug_cuda_comm *comm;
+    struct snug_backend_ops ops_tp;
 };
 
 /* ---- SNUG_CUDA_PROFILE=1: every op is bracketed by two cudaEvents and waited for (slow, but
@@ -695,6 +700,25 @@ static const struct snug_backend_ops CUDA_OPS = {
     .sync = cuda_sync,
     .bytes = cuda_bytes,
 };
+
+/* Tensor parallelism: the rank's partial sums added over the ranks, in place, on this
+ * instance's stream (NCCL). */
+static void cb_all_reduce(struct snug_be *be, float *x, int64_t n) {
+    CK(snug_cuda_comm_all_reduce(CB(be)->comm, x, n, CB(be)->cu.stream, err));
+}
+
+int snug_cuda_be_attach_comm(struct snug_be *be, struct snug_cuda_comm *comm,
+                             struct snug_err *err) {
+    struct cuda_be *c = be ? CB(be) : NULL;
+    if (!c || (be->ops != &CUDA_OPS && be->ops != &c->ops_tp) || !comm)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "tensor parallel: a communicator goes to a CUDA backend instance");
+    c->comm = comm;
+    c->ops_tp = CUDA_OPS;
+    c->ops_tp.all_reduce = cb_all_reduce;
+    be->ops = &c->ops_tp;
+    return SNUG_OK;
+}
 
 /* Open an instance: the weights (shared per model), n_slots slots of KV/state (+ speculation
  * buffers), one work arena, one op scratch, one position table; all device memory now. */
