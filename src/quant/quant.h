@@ -108,7 +108,8 @@ const char *snug_cpu_level_name(int level);
 /* Matrix products quantize each activation row once to 8 bits and take integer dot products
  * with the weight blocks, as llama.cpp does. The activation format depends on the weight type:
  *   SNUG_DTYPE_Q8_0 — blocks of 32 int8 with a float scale (for Q8_0 weights),
- *   SNUG_DTYPE_Q8_K — blocks of 256 int8, a float scale and sums per 16 (Q4_K, Q5_K, Q6_K),
+ *   SNUG_DTYPE_Q8_K — blocks of 256 int8, a float scale and sums per 16 (Q3_K, Q4_K, Q5_K,
+ *                     Q6_K, IQ4_XS),
  *   SNUG_DTYPE_F32  — the activations stay float32 (F32, F16, BF16 and every other type).
  * snug_act_dot's result equals Σ dequant(w)·dequant(xq) up to float rounding (the integer
  * parts are exact). */

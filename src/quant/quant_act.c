@@ -2,7 +2,8 @@
  * and the run-time dispatch that picks the scalar, AVX2 or AVX-512 kernel set once.
  *
  * Activation formats (quant_act.h): A32 (32 int8 + float scale) pairs with Q8_0 weights, A256
- * (256 int8 + float scale + int16 sums per 16, the role of ggml's block_q8_K) with the K-quants.
+ * (256 int8 + float scale + int16 sums per 16, the role of ggml's block_q8_K) with the K-quants
+ * and IQ4_XS.
  * The idea — quantize the activation row once per matrix product and take integer dot
  * products with the weight blocks, folding the weight's scales and mins in per block — is
  * llama.cpp's (ggml-cpu/quants.c ggml_vec_dot_*_q8_*; read, not copied); the layouts and code
@@ -12,6 +13,7 @@
 #include "core/core.h"
 #include "quant.h"
 #include "quant_act.h"
+#include "quant_grids.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -210,6 +212,55 @@ static float dot1_q6_k(const uint8_t *w, const uint8_t *x, int64_t n) {
     return s;
 }
 
+/* IQ4_XS · A256: per super-block d·d_x·Σ_j (ls_j − 32)·Σ level·x over the eight 32-element
+ * sub-blocks (layout in quant_lowbit.c deq_iq4_xs; |Σ| ≤ 8·32·32·127·127 < 2³¹). */
+static float dot1_iq4_xs(const uint8_t *w, const uint8_t *x, int64_t n) {
+    float s = 0;
+    for (int64_t b = 0; b < n / 256; b++, w += 136, x += SNUG_A256_BYTES) {
+        const int8_t *qx = (const int8_t *)x;
+        unsigned sh = (unsigned)(w[2] | w[3] << 8);
+        int32_t sumi = 0;
+        for (int j = 0; j < 8; j++) {
+            int ls = ((w[4 + j / 2] >> (4 * (j % 2))) & 0xf) | (int)((sh >> (2 * j)) & 3) << 4;
+            const uint8_t *qs = w + 8 + 16 * j;
+            int32_t a = 0;
+            for (int l = 0; l < 16; l++)
+                a += snug_iq4nl_values[qs[l] & 0xf] * qx[32 * j + l] +
+                     snug_iq4nl_values[qs[l] >> 4] * qx[32 * j + 16 + l];
+            sumi += (ls - 32) * a;
+        }
+        s += snug_act_f16(w) * rd_f32(x + 256) * (float)sumi;
+    }
+    return s;
+}
+
+/* Q3_K · A256: per super-block d·d_x·Σ_k sc_k·Σ q·x over the sixteen 16-element sub-blocks,
+ * q = (2 low bits) − 4 where the hmask bit is clear (layout in quant_lowbit.c deq_q3_k;
+ * |Σ| ≤ 256·32·4·127 < 2³¹). */
+static float dot1_q3_k(const uint8_t *w, const uint8_t *x, int64_t n) {
+    float s = 0;
+    for (int64_t b = 0; b < n / 256; b++, w += 110, x += SNUG_A256_BYTES) {
+        const int8_t *qx = (const int8_t *)x;
+        int32_t sumi = 0;
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 4; g++)
+                for (int k = 0; k < 2; k++) {
+                    int j = 8 * h + 2 * g + k, m = 4 * h + g;
+                    int lo = j < 8 ? w[96 + j] & 0xf : w[96 + j - 8] >> 4;
+                    int sc = (lo | ((w[104 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+                    int32_t a = 0;
+                    for (int l = 0; l < 16; l++) {
+                        int i = 16 * k + l;
+                        int q = ((w[32 + 32 * h + i] >> (2 * g)) & 3) - (((w[i] >> m) & 1) ? 0 : 4);
+                        a += q * qx[128 * h + 32 * g + i];
+                    }
+                    sumi += sc * a;
+                }
+        s += snug_act_f16(w + 108) * rd_f32(x + 256) * (float)sumi;
+    }
+    return s;
+}
+
 static void dot_q8_0_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
     for (int c = 0; c < nc; c++) o[c] = dot1_q8_0(w, (const uint8_t *)xq + c * xs, n);
 }
@@ -221,6 +272,12 @@ static void dot_q5_k_ref(const void *w, const void *xq, size_t xs, int nc, int64
 }
 static void dot_q6_k_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
     for (int c = 0; c < nc; c++) o[c] = dot1_q6_k(w, (const uint8_t *)xq + c * xs, n);
+}
+static void dot_iq4_xs_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_iq4_xs(w, (const uint8_t *)xq + c * xs, n);
+}
+static void dot_q3_k_ref(const void *w, const void *xq, size_t xs, int nc, int64_t n, float *o) {
+    for (int c = 0; c < nc; c++) o[c] = dot1_q3_k(w, (const uint8_t *)xq + c * xs, n);
 }
 static void dot_f32_ref(const void *w, const float *x, size_t xs, int nc, int64_t n, float *o) {
     for (int c = 0; c < nc; c++)
@@ -268,6 +325,8 @@ void snug_qkernels_ref(struct snug_qkernels *k) {
         .dot_q4_k = dot_q4_k_ref,
         .dot_q5_k = dot_q5_k_ref,
         .dot_q6_k = dot_q6_k_ref,
+        .dot_iq4_xs = dot_iq4_xs_ref,
+        .dot_q3_k = dot_q3_k_ref,
         .dot_f32 = dot_f32_ref,
         .dot_f16 = dot_f16_ref,
         .dot_bf16 = dot_bf16_ref,
@@ -400,9 +459,10 @@ snug_deq_fn snug_act_deq_fn(uint32_t type) {
  * llama-quantize'd files, docs/perf/cpu.md "Accuracy policy"): Q5_K_M 6.24e-3 vs llama.cpp
  * 6.47e-3, Q4_K_M 2.02e-2 vs 2.02e-2; but Q8_0 4.01e-4 vs 3.84e-4 and Q6_K 2.30e-3 vs
  * 2.11e-3, so Q8_0 and Q6_K keep float activations (dequantized weight rows, FMA).
- * IQ4_XS and Q3_K (files made by llama-quantize with an imatrix) also go int8 — their only int8
- * kernel is the prompt tile (snug_i8_*; decode stays on float activations), and the prompt KL
- * stays below llama.cpp's on the same files (docs/perf/cpu.md "Low-bit files").
+ * IQ4_XS and Q3_K (files made by llama-quantize with an imatrix) also go int8, prompts (the
+ * snug_i8_* tile) and decode (the A256 dots) alike: the KL stays below llama.cpp's on the same
+ * files — IQ4_XS prompt 2.203e-2 / decode 2.167e-2 vs llama.cpp 2.215e-2, Q3_K_M 5.245e-2 /
+ * 5.037e-2 vs 5.388e-2 (docs/perf/cpu.md "IQ4_XS and Q3_K decode on int8 activations").
  * SNUG_ACT8=all turns int8 on for every type with an int8 kernel (faster prompts, slightly
  * less accurate); SNUG_ACT8=none turns it off. */
 static int g_act8 = -1; /* 0 none, 1 Q4_K + Q5_K, 2 all */
@@ -416,10 +476,9 @@ static void act8_init(void) {
 
 bool snug_act_int8_use(uint32_t wtype) {
     pthread_once(&g_act8_once, act8_init);
-    /* (IQ4_XS and Q3_K have only the prompt tile: no A256 / A32 activation type) */
-    if (wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K) return g_act8 >= 1;
     if (snug_act_type(wtype) == SNUG_DTYPE_F32) return false;
-    return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K));
+    return g_act8 == 2 || (g_act8 == 1 && (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K ||
+                                           wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K));
 }
 
 /* Which weight types decode (a few activation rows) on 14-bit activations split into two int8
@@ -458,6 +517,8 @@ uint32_t snug_act_type(uint32_t wtype) {
     case SNUG_DTYPE_Q4_K:
     case SNUG_DTYPE_Q5_K:
     case SNUG_DTYPE_Q6_K:
+    case SNUG_DTYPE_IQ4_XS:
+    case SNUG_DTYPE_Q3_K:
         return SNUG_DTYPE_Q8_K;
     default:
         return SNUG_DTYPE_F32;
@@ -507,6 +568,12 @@ static void act_dot(const struct snug_qkernels *k, uint32_t wtype, const void *w
         return;
     case SNUG_DTYPE_Q6_K:
         k->dot_q6_k(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_IQ4_XS:
+        k->dot_iq4_xs(w, xq, xs, nc, n, out);
+        return;
+    case SNUG_DTYPE_Q3_K:
+        k->dot_q3_k(w, xq, xs, nc, n, out);
         return;
     case SNUG_DTYPE_F32:
         k->dot_f32(w, xq, xs, nc, n, out);

@@ -52,7 +52,7 @@ typedef void (*snug_deq_fn)(const void *src, float *dst, int64_t n);
 
 struct snug_qkernels {
     snug_actq_fn quant_a32, quant_a256;
-    snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k;
+    snug_actdot_fn dot_q8_0, dot_q4_k, dot_q5_k, dot_q6_k, dot_iq4_xs, dot_q3_k;
     snug_fdot_fn dot_f32, dot_f16, dot_bf16;
     snug_deq_fn deq_q8_0, deq_q4_k, deq_q5_k, deq_q6_k; /* NULL: use the reference */
     snug_deq_fn deq_q2_k, deq_q3_k, deq_iq4_nl, deq_iq4_xs;

@@ -43,7 +43,8 @@ LLAMA = {
 # 2.141e-2, q3_k_m 5.112e-2 / 5.090e-2, q2_k 2.356e-1 / 2.356e-1, iq3_xxs 1.100e-1 / 1.110e-1,
 # iq2_xxs 5.061e-1 / 5.116e-1, iq1_s 1.212 / 1.213 (docs/perf/cpu.md, "Low-bit files"). Since
 # IQ4_XS and Q3_K prompts run on int8 activations (the snug_i8_* tile): iq4_xs 2.203e-2,
-# q3_k_m 5.245e-2 on the prompt path, still below llama.cpp's own.
+# q3_k_m 5.245e-2 on the prompt path, still below llama.cpp's own; and since their decode runs on
+# int8 activations too (the A256 dots): iq4_xs 2.167e-2, q3_k_m 5.037e-2 with --chunk 1.
 LLAMA_ONLY = {
     "iq4_xs": 2.2150e-02,
     "q3_k_m": 5.3884e-02,

@@ -9,6 +9,10 @@
  *  - each level's dot kernels (Q8_0, Q4_K, Q5_K, Q6_K with int8 activations; F32, F16, BF16 on
  *    float activations, odd n) for 1..8 activation rows at odd strides: within 2e-6·Σ|w·x| of
  *    the reference (only the order of float additions differs);
+ *  - the IQ4_XS and Q3_K decode dots on A256 activations: the same tolerance test on rows snug
+ *    encodes, then random blocks (every scale, level and high bit; activations up to ±127) with
+ *    unit scales, where every float step is exact: every level bit-identical to the reference,
+ *    i.e. the same integer sums, for 1..8 rows at odd strides, n = 256 / 768 / 1792;
  *  - snug_tgemm (float product on transposed activations): every level bit-identical to the
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
@@ -110,15 +114,19 @@ static void test_quantizers(void) {
     snug_free(x), snug_free(a), snug_free(b);
 }
 
+static void test_dots_types(const uint32_t *types, size_t ntypes);
 static void test_dots(void) {
     uint32_t types[] = {SNUG_DTYPE_Q8_0, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K,
                         SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16};
+    test_dots_types(types, sizeof types / sizeof *types);
+}
+static void test_dots_types(const uint32_t *types, size_t ntypes) {
     int64_t nmax = 2560;
     float *wf = snug_malloc((size_t)nmax * 4), *x = snug_malloc((size_t)nmax * 4 * 8);
     float *wd = snug_malloc((size_t)nmax * 4);
     double *xd = snug_malloc((size_t)nmax * 8);
     uint8_t *wq = snug_malloc((size_t)nmax * 4), *xq = snug_malloc((size_t)nmax * 4 * 8 + 8192);
-    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    for (size_t ti = 0; ti < ntypes; ti++) {
         uint32_t type = types[ti];
         const struct snug_dtype_info *info = snug_dtype_info(type);
         bool fl = snug_act_type(type) == SNUG_DTYPE_F32;
@@ -601,6 +609,71 @@ static void test_wide(void) {
     snug_free(xq);
 }
 
+/* IQ4_XS and Q3_K on A256 activations (the decode dots): the float tolerance test above on
+ * rows snug encodes, then exact integer equality on random blocks (every scale, level and
+ * high bit, the extreme activations ±127 included): with the weight d = 1 and the activation
+ * scale 1 every float operation of every level is exact (all partial sums are integers below
+ * 2²⁴), so the outputs are bit-identical to the reference exactly when the integer sums are. */
+static void test_dots_lowbit(void) {
+    const uint32_t types[2] = {SNUG_DTYPE_IQ4_XS, SNUG_DTYPE_Q3_K};
+    test_dots_types(types, 2);
+    int64_t lens[3] = {256, 768, 1792}, nmax = 1792;
+    uint8_t *wq = snug_malloc((size_t)nmax), *xq = snug_malloc(8 * ((size_t)nmax / 256 * 292 + 12));
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t type = types[ti];
+        size_t bb = type == SNUG_DTYPE_IQ4_XS ? 136 : 110,
+               doff = type == SNUG_DTYPE_IQ4_XS ? 0 : 108;
+        int bad[3] = {0, 0, 0}, runs = 0;
+        for (int ni = 0; ni < 3; ni++)
+            for (int v = 0; v < 6; v++) {
+                int64_t n = lens[ni], nb = n / 256;
+                size_t xs = (size_t)nb * 292 + 4 * (size_t)(1 + v % 3); /* odd strides */
+                uint16_t one = snug_f32_to_f16(1.0f);
+                for (int64_t i = 0; i < nb * (int64_t)bb; i++) wq[i] = (uint8_t)(rng_u64() >> 56);
+                for (int64_t b = 0; b < nb; b++) memcpy(wq + b * (int64_t)bb + doff, &one, 2);
+                for (int c = 0; c < 8; c++) {
+                    uint8_t *xr = xq + (size_t)c * xs;
+                    for (int64_t b = 0; b < nb; b++, xr += 292) {
+                        int8_t *q = (int8_t *)xr;
+                        for (int i = 0; i < 256; i++) {
+                            uint64_t r = rng_u64();
+                            /* even v: values in −2..2; odd v: ±127 at one place in 64 */
+                            q[i] = v % 2 == 0       ? (int8_t)((int)(r >> 60) % 5 - 2)
+                                   : (r >> 58) == 0 ? (int8_t)((r >> 57) & 1 ? 127 : -127)
+                                                    : 0;
+                        }
+                        float d = 1.0f;
+                        memcpy(xr + 256, &d, 4);
+                        for (int k = 0; k < 16; k++) {
+                            int16_t sum = 0;
+                            for (int i = 0; i < 16; i++) sum = (int16_t)(sum + q[16 * k + i]);
+                            memcpy(xr + 260 + 2 * k, &sum, 2);
+                        }
+                    }
+                }
+                for (int nc = 1; nc <= SNUG_ACT_MAX_ROWS; nc++) {
+                    float ref[8], got[8];
+                    snug_act_dot_ref(type, wq, xq, xs, nc, n, ref);
+                    for (int li = 1; li < 3; li++) {
+                        if (snug_cpu_set_level(levels[li]) != levels[li]) continue;
+                        snug_act_dot(type, wq, xq, xs, nc, n, got);
+                        bad[li] += memcmp(ref, got, (size_t)nc * 4) != 0;
+                    }
+                    runs++;
+                }
+            }
+        snug_cpu_set_level(SNUG_CPU_AVX512);
+        for (int li = 1; li < 3; li++)
+            CHECKF(bad[li] == 0, "%s %s A256 dot: %d of %d calls differ from the integer reference",
+                   snug_dtype_info(type)->name, snug_cpu_level_name(levels[li]), bad[li], runs);
+        printf(
+            "dot %-6s  exact integer sums: avx2 and avx512 bit-identical to scalar (%d calls, 1..8 "
+            "rows)\n",
+            snug_dtype_info(type)->name, runs);
+    }
+    snug_free(wq), snug_free(xq);
+}
+
 int main(void) {
     int hw = snug_cpu_set_level(SNUG_CPU_AVX512);
     printf("cpu level: %s\n", snug_cpu_level_name(hw));
@@ -619,5 +692,6 @@ int main(void) {
     test_tgemm();
     test_i16();
     test_wide();
+    test_dots_lowbit();
     return TEST_DONE();
 }

@@ -8,9 +8,9 @@
  * Q3_K, whose accuracy policy allows int8 activations, run the int8 form of it instead
  * (snug_i8_*, vpdpbusd: twice the multiply-adds per instruction).
  * Short chunks and decode: weights with int8 activations under the accuracy policy (quant.h
- * snug_act_int8_use: Q4_K, Q5_K by default) quantize the activation rows once per call into
- * `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode row
- * takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
+ * snug_act_int8_use: Q4_K, Q5_K, IQ4_XS, Q3_K by default) quantize the activation rows once per
+ * call into `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode
+ * row takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
  * dot each weight row in place with every row (snug_dot_row), except Q6_K
  * (snug_act_wide_use), whose rows (up to MM_VEC_ROWS) go as 14-bit values in two int8 planes
  * through the int8 kernel (mm_task_wide). F32/F16/BF16 weights always dot in place, eight float
