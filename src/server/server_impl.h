@@ -29,7 +29,7 @@ struct snug_srv {
     struct snug_server_opts opts;
     struct snug_model *model;
     const struct snug_tokenizer *tok;
-    struct snug_vocab_trie *trie; /* the vocabulary's bytes, for grammar masks */
+    struct snug_vocab_trie *trie;           /* the vocabulary's bytes, for grammar masks */
     struct snug_grammar_memo *grammar_memo; /* compiled grammars + warm matchers (memo.h) */
     struct snug_engine *engine;
     struct MHD_Daemon *daemon;
