@@ -355,19 +355,28 @@ static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, doubl
     }
 }
 
-/* One prompt chunk for a prefilling slot, in a step of its own. */
-static void slot_prefill(struct snug_engine *e, struct slot *s) {
-    int32_t n = prefill_len(e, s);
+/* The slot's next n prompt tokens, in a step of their own (with the image rows img, or NULL).
+ * False when the eval failed (the job is ended). */
+static bool prefill_piece(struct snug_engine *e, struct slot *s, int32_t n,
+                          const struct snug_image_rows *img) {
     struct snug_err err = {0};
+    const snug_token *ids = s->job->prompt + s->n_prefilled;
     double t0 = snug_time_s();
-    int rc = snug_ctx_eval(s->ctx, s->job->prompt + s->n_prefilled, n, s->logits,
-                           SNUG_EVAL_LOGITS_LAST, &err);
+    int rc =
+        img ? snug_ctx_eval_images(s->ctx, ids, n, img, 1, s->logits, SNUG_EVAL_LOGITS_LAST, &err)
+            : snug_ctx_eval(s->ctx, ids, n, s->logits, SNUG_EVAL_LOGITS_LAST, &err);
     double t1 = snug_time_s();
     if (rc != SNUG_OK) {
         slot_eval_failed(e, s, err.msg);
-        return;
+        return false;
     }
     prefill_done(e, s, n, t0, t1);
+    return true;
+}
+
+/* One prompt chunk for a prefilling slot, in a step of its own. */
+static void slot_prefill(struct snug_engine *e, struct slot *s) {
+    prefill_piece(e, s, prefill_len(e, s), NULL);
 }
 
 /* The first image of the slot's job that ends after position a (its index), or -1. */
@@ -423,15 +432,7 @@ static void slot_prefill_image(struct snug_engine *e, struct slot *s) {
         if (k + 1 < s->job->n_images && s->job->images[k + 1].first < a + n)
             n = s->job->images[k + 1].first - a;
         struct snug_image_rows r = {im->first - a, im->rows, im->cols, e->venc_rows.embd};
-        double t0 = snug_time_s();
-        int rc = snug_ctx_eval_images(s->ctx, s->job->prompt + a, n, &r, 1, s->logits,
-                                      SNUG_EVAL_LOGITS_LAST, &err);
-        double t1 = snug_time_s();
-        if (rc != SNUG_OK) {
-            slot_eval_failed(e, s, err.msg);
-            return;
-        }
-        prefill_done(e, s, n, t0, t1);
+        if (!prefill_piece(e, s, n, &r)) return;
     }
 }
 
