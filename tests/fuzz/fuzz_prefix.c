@@ -93,7 +93,8 @@ static void via_loader(const uint8_t *data, size_t size) {
         }
         struct snug_prefix_hit hit;
         snug_prefix_lookup(&pc, q, n, &hit);
-        struct snug_prefix_io io = {NULL, st_out, st_in, kv_out, kv_in};
+        struct snug_prefix_io io = {
+            .state_out = st_out, .state_in = st_in, .kv_out = kv_out, .kv_in = kv_in};
         if (hit.entry >= 0) snug_prefix_restore(&pc, q, &hit, true, &io, &err);
         snug_prefix_free(&pc);
     }
