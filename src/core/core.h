@@ -95,7 +95,7 @@ struct snug_sbuf {
 void snug_sbuf_append(struct snug_sbuf *b, const char *s, size_t n);
 void snug_sbuf_puts(struct snug_sbuf *b, const char *s);
 void snug_sbuf_putc(struct snug_sbuf *b, char c);
-/* printf-style append of at most 511 bytes */
+/* printf-style append (any length) */
 void snug_sbuf_printf(struct snug_sbuf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

@@ -74,10 +74,13 @@ char *snug_sbuf_take(struct snug_sbuf *b, size_t *out_len) {
 }
 
 void snug_sbuf_printf(struct snug_sbuf *b, const char *fmt, ...) {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0) snug_sbuf_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    if (n <= 0 || !sbuf_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }

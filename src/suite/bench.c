@@ -129,12 +129,12 @@ static json_t *prefill_depth(struct snug_suite_client *c, long depth, long n_ctx
             snug_err_set(err, SNUG_ERR_NOMEM, "out of memory building a haystack");
             return NULL;
         }
-        struct snug_ops_buf u = {0};
-        snug_ops_buf_puts(&u, hay);
+        struct snug_sbuf u = {0};
+        snug_sbuf_puts(&u, hay);
         snug_free(hay);
-        snug_ops_buf_puts(&u, "\n\nSummarise the notes above in one sentence.");
-        json_t *b = bench_body(c, u.p ? u.p : "", 1);
-        snug_ops_buf_free(&u);
+        snug_sbuf_puts(&u, "\n\nSummarise the notes above in one sentence.");
+        json_t *b = bench_body(c, u.data ? u.data : "", 1);
+        snug_sbuf_free(&u);
         json_t *r = run_once(c, b, err);
         json_decref(b);
         if (!r) {

@@ -20,70 +20,6 @@
 
 #define RAW_CAP (64u << 10)
 
-/* ==== buffers ================================================================================ */
-
-void snug_ops_buf_add(struct snug_ops_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = snug_malloc(cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        if (b->len) memcpy(p, b->p, b->len);
-        snug_free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-void snug_ops_buf_puts(struct snug_ops_buf *b, const char *s) {
-    snug_ops_buf_add(b, s, strlen(s));
-}
-
-void snug_ops_buf_printf(struct snug_ops_buf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        snug_ops_buf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = snug_malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    snug_ops_buf_add(b, big, (size_t)n);
-    snug_free(big);
-}
-
-void snug_ops_buf_free(struct snug_ops_buf *b) {
-    snug_free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-/* A buffer's string, never NULL (an empty buffer gives a fresh ""). Ownership passes out. */
-static char *buf_take(struct snug_ops_buf *b, size_t *len) {
-    if (!b->p) snug_ops_buf_add(b, "", 0);
-    char *p = b->p;
-    if (len) *len = b->len;
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
-}
-
 unsigned long long snug_suite_random(void) {
     unsigned long long x = 0;
     int fd = open("/dev/urandom", O_RDONLY);
@@ -135,10 +71,10 @@ int snug_suite_client_init(struct snug_suite_client *c, const char *url, const c
 }
 
 struct xfer {
-    struct snug_ops_buf body;
+    struct snug_sbuf body;
     struct snug_suite_stream *st; /* streaming: SSE state */
-    struct snug_ops_buf line;
-    struct snug_ops_buf content, reasoning; /* streaming: assembled deltas */
+    struct snug_sbuf line;
+    struct snug_sbuf content, reasoning; /* streaming: assembled deltas */
     double t0;
 };
 
@@ -148,18 +84,18 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user) {
     struct xfer *x = user;
     size_t n = size * nmemb;
     if (!x->st) {
-        snug_ops_buf_add(&x->body, ptr, n);
+        snug_sbuf_append(&x->body, ptr, n);
         return x->body.oom ? 0 : n;
     }
-    if (x->body.len < RAW_CAP) snug_ops_buf_add(&x->body, ptr, n);
+    if (x->body.len < RAW_CAP) snug_sbuf_append(&x->body, ptr, n);
     for (size_t i = 0; i < n; i++) {
         if (ptr[i] == '\n') {
             size_t l = x->line.len;
-            if (l && x->line.p[l - 1] == '\r') l--;
-            sse_line(x, x->line.p ? x->line.p : (char *)"", l);
+            if (l && x->line.data[l - 1] == '\r') l--;
+            sse_line(x, x->line.data ? x->line.data : (char *)"", l);
             x->line.len = 0;
         } else {
-            snug_ops_buf_add(&x->line, ptr + i, 1);
+            snug_sbuf_append(&x->line, ptr + i, 1);
         }
     }
     return x->line.oom || x->body.oom ? 0 : n;
@@ -229,10 +165,10 @@ static int exchange(const struct snug_suite_client *c, const char *method, const
     curl_slist_free_all(hdrs);
     free(payload);
     if (x.body.oom) {
-        snug_ops_buf_free(&x.body);
+        snug_sbuf_free(&x.body);
         return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a response");
     }
-    out->body = buf_take(&x.body, &out->len);
+    out->body = snug_sbuf_take(&x.body, &out->len);
     out->json = json_loadb(out->body, out->len, JSON_ALLOW_NUL, NULL);
     return SNUG_OK;
 }
@@ -306,14 +242,14 @@ static void sse_line(struct xfer *x, char *line, size_t len) {
         const char *ct = json_string_value(json_object_get(d, "content"));
         if (ct && *ct) {
             st->n_content_chunks++;
-            snug_ops_buf_puts(&x->content, ct);
+            snug_sbuf_puts(&x->content, ct);
             got = true;
         }
         const char *rs = json_string_value(json_object_get(d, "reasoning_content"));
         if (!rs) rs = json_string_value(json_object_get(d, "reasoning"));
         if (rs && *rs) {
             st->n_reasoning_chunks++;
-            snug_ops_buf_puts(&x->reasoning, rs);
+            snug_sbuf_puts(&x->reasoning, rs);
             got = true;
         }
         json_t *tcs = json_object_get(d, "tool_calls");
@@ -380,12 +316,12 @@ int snug_suite_stream_chat(const struct snug_suite_client *c, const json_t *body
     curl_easy_cleanup(h);
     curl_slist_free_all(hdrs);
     free(payload);
-    if (x.line.len) sse_line(&x, x.line.p, x.line.len); /* a last line without "\n" */
-    snug_ops_buf_free(&x.line);
+    if (x.line.len) sse_line(&x, x.line.data, x.line.len); /* a last line without "\n" */
+    snug_sbuf_free(&x.line);
     bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
-    out->raw = buf_take(&x.body, &out->raw_len);
-    out->content = buf_take(&x.content, &out->content_len);
-    out->reasoning = buf_take(&x.reasoning, &out->reasoning_len);
+    out->raw = snug_sbuf_take(&x.body, &out->raw_len);
+    out->content = snug_sbuf_take(&x.content, &out->content_len);
+    out->reasoning = snug_sbuf_take(&x.reasoning, &out->reasoning_len);
     if (oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a stream");
     return SNUG_OK;
 }
@@ -401,12 +337,12 @@ int snug_suite_sse_parse(const char *body, size_t n, size_t chunk, struct snug_s
     if (!chunk) chunk = 1;
     for (size_t at = 0; at < n; at += chunk)
         on_write((char *)body + at, 1, n - at < chunk ? n - at : chunk, &x);
-    if (x.line.len) sse_line(&x, x.line.p, x.line.len);
-    snug_ops_buf_free(&x.line);
+    if (x.line.len) sse_line(&x, x.line.data, x.line.len);
+    snug_sbuf_free(&x.line);
     bool oom = x.body.oom || x.content.oom || x.reasoning.oom;
-    out->raw = buf_take(&x.body, &out->raw_len);
-    out->content = buf_take(&x.content, &out->content_len);
-    out->reasoning = buf_take(&x.reasoning, &out->reasoning_len);
+    out->raw = snug_sbuf_take(&x.body, &out->raw_len);
+    out->content = snug_sbuf_take(&x.content, &out->content_len);
+    out->reasoning = snug_sbuf_take(&x.reasoning, &out->reasoning_len);
     if (oom) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory reading a stream");
     return SNUG_OK;
 }

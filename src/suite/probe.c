@@ -314,21 +314,21 @@ static const char *const FILLER[] = {
 #define N_FILLER (sizeof FILLER / sizeof FILLER[0])
 
 /* Build salt + ~n_chars of filler (+ middle at the midpoint) into b. */
-static void build_haystack(struct snug_ops_buf *b, size_t n_chars, const char *middle,
+static void build_haystack(struct snug_sbuf *b, size_t n_chars, const char *middle,
                            unsigned long long salt) {
-    snug_ops_buf_printf(b, "Session %016llx. Notes follow.\n", salt);
+    snug_sbuf_printf(b, "Session %016llx. Notes follow.\n", salt);
     size_t start = b->len, mid_at = n_chars / 2;
     bool placed = middle == NULL;
     for (size_t i = 0; b->len - start < n_chars && !b->oom; i++) {
         if (!placed && b->len - start >= mid_at) {
-            snug_ops_buf_printf(b, "\n%s\n", middle);
+            snug_sbuf_printf(b, "\n%s\n", middle);
             placed = true;
         }
         const char *f = FILLER[(i + salt) % N_FILLER];
         size_t room = n_chars - (b->len - start), fl = strlen(f);
-        snug_ops_buf_add(b, f, fl < room ? fl : room);
+        snug_sbuf_append(b, f, fl < room ? fl : room);
     }
-    if (!placed) snug_ops_buf_printf(b, "\n%s\n", middle);
+    if (!placed) snug_sbuf_printf(b, "\n%s\n", middle);
 }
 
 char *snug_ops_haystack(const struct snug_suite_client *c, long n_tokens, const char *middle,
@@ -338,25 +338,25 @@ char *snug_ops_haystack(const struct snug_suite_client *c, long n_tokens, const 
     unsigned long long salt = snug_suite_random();
     /* characters per token: measured on a sample when /tokenize exists */
     double cpt = 4.0;
-    struct snug_ops_buf b = {0};
+    struct snug_sbuf b = {0};
     build_haystack(&b, 4000, NULL, salt);
-    long t = b.oom ? -1 : snug_suite_count_tokens(c, b.p);
+    long t = b.oom ? -1 : snug_suite_count_tokens(c, b.data);
     if (t > 0) cpt = (double)b.len / (double)t;
-    snug_ops_buf_free(&b);
+    snug_sbuf_free(&b);
     size_t chars = (size_t)(n_tokens * cpt);
     for (int attempt = 0; attempt < 3; attempt++) {
         build_haystack(&b, chars, middle, salt);
         if (b.oom) {
-            snug_ops_buf_free(&b);
+            snug_sbuf_free(&b);
             return NULL;
         }
-        if (t <= 0) return b.p; /* no /tokenize: the estimate stands */
-        long got = snug_suite_count_tokens(c, b.p);
+        if (t <= 0) return b.data; /* no /tokenize: the estimate stands */
+        long got = snug_suite_count_tokens(c, b.data);
         *measured = got;
         if (got <= 0 || labs(got - n_tokens) <= n_tokens / 50 + 8 || attempt == 2) break;
         chars = (size_t)((double)chars * (double)n_tokens / (double)got);
-        snug_ops_buf_free(&b);
+        snug_sbuf_free(&b);
     }
-    char *p = b.p;
+    char *p = b.data;
     return p;
 }

@@ -63,20 +63,20 @@ static json_t *needle_rung(struct snug_suite_client *c, long target, long n_ctx,
     json_t *mem = snug_suite_memory(c);
     long measured = -1;
     char *hay = snug_ops_haystack(c, target, line, &measured);
-    struct snug_ops_buf u = {0};
+    struct snug_sbuf u = {0};
     if (hay) {
-        snug_ops_buf_puts(&u, hay);
-        snug_ops_buf_puts(&u, QUESTION);
+        snug_sbuf_puts(&u, hay);
+        snug_sbuf_puts(&u, QUESTION);
     }
     snug_free(hay);
     if (!hay || u.oom) {
-        snug_ops_buf_free(&u);
+        snug_sbuf_free(&u);
         json_decref(mem);
         snug_err_set(err, SNUG_ERR_NOMEM, "out of memory building a haystack");
         return NULL;
     }
-    json_t *b = snug_suite_chat_body(c, NULL, u.p, 30, 0, 0);
-    snug_ops_buf_free(&u);
+    json_t *b = snug_suite_chat_body(c, NULL, u.data, 30, 0, 0);
+    snug_sbuf_free(&u);
     struct snug_suite_http h;
     int rc = snug_suite_post(c, "/v1/chat/completions", b, c->timeout_s, &h, err);
     json_decref(b);
@@ -128,14 +128,14 @@ static json_t *needle_rung(struct snug_suite_client *c, long target, long n_ctx,
 
 /* Cycled text of n characters from paragraphs, salted in front. */
 static char *cycled(const char *const *paras, size_t n_paras, size_t n, const char *what) {
-    struct snug_ops_buf b = {0};
-    snug_ops_buf_printf(&b, "[%s %016llx]\n", what, snug_suite_random());
-    for (size_t i = 0; b.len < n && !b.oom; i++) snug_ops_buf_puts(&b, paras[i % n_paras]);
+    struct snug_sbuf b = {0};
+    snug_sbuf_printf(&b, "[%s %016llx]\n", what, snug_suite_random());
+    for (size_t i = 0; b.len < n && !b.oom; i++) snug_sbuf_puts(&b, paras[i % n_paras]);
     if (b.oom) {
-        snug_ops_buf_free(&b);
+        snug_sbuf_free(&b);
         return NULL;
     }
-    return b.p;
+    return b.data;
 }
 
 static const char *const NEWS[] = {
@@ -274,13 +274,13 @@ static json_t *ide_agent(struct snug_suite_client *c, long n_ctx, int max_tokens
     json_t *tools = json_array();
     for (size_t i = 0; i < 10; i++) json_array_append_new(tools, tool(TOOLS[i][0], TOOLS[i][1]));
     char *tj = json_dumps(tools, JSON_COMPACT);
-    struct snug_ops_buf all = {0};
-    snug_ops_buf_puts(&all, sys);
-    if (tj) snug_ops_buf_puts(&all, tj);
+    struct snug_sbuf all = {0};
+    snug_sbuf_puts(&all, sys);
+    if (tj) snug_sbuf_puts(&all, tj);
     free(tj);
     const char *src;
-    long est = estimate(c, all.p ? all.p : "", &src) + 80;
-    snug_ops_buf_free(&all);
+    long est = estimate(c, all.data ? all.data : "", &src) + 80;
+    snug_sbuf_free(&all);
     json_t *b = snug_suite_chat_body(
         c, sys, "Add input validation to parse_config() in src/config.c and explain the change.",
         max_tokens ? max_tokens : 2000, 0.6, 0);

@@ -137,21 +137,6 @@ bool snug_suite_alive(const struct snug_suite_client *c);
 /* Random 64-bit values for salts and needles (from /dev/urandom, else time ^ pid). */
 unsigned long long snug_suite_random(void);
 
-/* A growable NUL-terminated byte buffer (snug_malloc); oom sticks. */
-struct snug_ops_buf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-void snug_ops_buf_add(struct snug_ops_buf *b, const char *s, size_t n);
-void snug_ops_buf_puts(struct snug_ops_buf *b, const char *s);
-void snug_ops_buf_printf(struct snug_ops_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-void snug_ops_buf_free(struct snug_ops_buf *b);
-
 /* A salted haystack of about n_tokens tokens (measured with /tokenize when the server has it,
  * else estimated at 4 characters per token): a random salt line first (so no prefix cache can
  * reuse it), filler paragraphs, and `middle` (may be NULL) inserted at the midpoint. *measured

@@ -14,23 +14,23 @@
 #include <string.h>
 
 /* XML-escaped text. */
-static void esc(struct snug_ops_buf *b, const char *s) {
+static void esc(struct snug_sbuf *b, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
         case '<':
-            snug_ops_buf_puts(b, "&lt;");
+            snug_sbuf_puts(b, "&lt;");
             break;
         case '>':
-            snug_ops_buf_puts(b, "&gt;");
+            snug_sbuf_puts(b, "&gt;");
             break;
         case '&':
-            snug_ops_buf_puts(b, "&amp;");
+            snug_sbuf_puts(b, "&amp;");
             break;
         case '"':
-            snug_ops_buf_puts(b, "&quot;");
+            snug_sbuf_puts(b, "&quot;");
             break;
         default:
-            if ((unsigned char)*s >= 0x20 || *s == '\n') snug_ops_buf_add(b, s, 1);
+            if ((unsigned char)*s >= 0x20 || *s == '\n') snug_sbuf_append(b, s, 1);
         }
     }
 }
@@ -49,19 +49,19 @@ static double nice_max(double x) {
 
 char *snug_ops_bench_svg(const json_t *bench) {
     const int W = 900, H = 420, PX = 60, PY = 60, PW = 340, PH = 280;
-    struct snug_ops_buf b = {0};
-    snug_ops_buf_printf(&b,
-                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
-                        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                        W, H, W, H);
+    struct snug_sbuf b = {0};
+    snug_sbuf_printf(&b,
+                     "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                     "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                     "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+                     "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                     W, H, W, H);
     json_t *srv = json_object_get(bench, "server");
-    snug_ops_buf_puts(&b, "<text x=\"20\" y=\"24\" font-size=\"15\" id=\"title\">snug bench: ");
+    snug_sbuf_puts(&b, "<text x=\"20\" y=\"24\" font-size=\"15\" id=\"title\">snug bench: ");
     esc(&b, json_string_value(json_object_get(srv, "model")));
-    snug_ops_buf_puts(&b, " @ ");
+    snug_sbuf_puts(&b, " @ ");
     esc(&b, json_string_value(json_object_get(srv, "url")));
-    snug_ops_buf_puts(&b, "</text>\n");
+    snug_sbuf_puts(&b, "</text>\n");
 
     /* ---- panel 1: tokens/s per prompt ---- */
     json_t *prompts = json_object_get(bench, "prompts");
@@ -75,15 +75,14 @@ char *snug_ops_bench_svg(const json_t *bench) {
         if (m2 > top) top = m2;
     }
     top = nice_max(top);
-    snug_ops_buf_printf(
-        &b,
-        "<g id=\"tps\"><text x=\"%d\" y=\"%d\">tokens/s per prompt (mean, "
-        "min-max)</text>\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-        "stroke=\"black\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-        "stroke=\"black\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
-        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n",
-        PX, PY - 12, PX, PY, PX, PY + PH, PX, PY + PH, PX + PW, PY + PH, PX - 4, PY + 4, top,
-        PX - 4, PY + PH + 4);
+    snug_sbuf_printf(&b,
+                     "<g id=\"tps\"><text x=\"%d\" y=\"%d\">tokens/s per prompt (mean, "
+                     "min-max)</text>\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                     "stroke=\"black\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                     "stroke=\"black\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n",
+                     PX, PY - 12, PX, PY, PX, PY + PH, PX, PY + PH, PX + PW, PY + PH, PX - 4,
+                     PY + 4, top, PX - 4, PY + PH + 4);
     size_t np = json_array_size(prompts);
     double slot = np ? (double)PW / (double)np : PW;
     static const char *const BARS[][2] = {{"decode_tps", "#4878cf"}, {"wall_tps", "#6acc65"}};
@@ -96,32 +95,32 @@ char *snug_ops_bench_svg(const json_t *bench) {
             if (!isfinite(mean)) continue;
             double bw = slot / 3, x = PX + slot * (double)i + slot / 6 + bw * k;
             double h = mean / top * PH, y = PY + PH - h;
-            snug_ops_buf_printf(&b, "<rect class=\"bar\" data-prompt=\"");
+            snug_sbuf_printf(&b, "<rect class=\"bar\" data-prompt=\"");
             esc(&b, name);
-            snug_ops_buf_printf(&b,
-                                "\" data-metric=\"%s\" data-value=\"%.6g\" x=\"%.1f\" "
-                                "y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
-                                BARS[k][0], mean, x, y, bw - 4, h, BARS[k][1]);
+            snug_sbuf_printf(&b,
+                             "\" data-metric=\"%s\" data-value=\"%.6g\" x=\"%.1f\" "
+                             "y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
+                             BARS[k][0], mean, x, y, bw - 4, h, BARS[k][1]);
             if (isfinite(mn) && isfinite(mx))
-                snug_ops_buf_printf(&b,
-                                    "<line class=\"whisker\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" "
-                                    "y2=\"%.1f\" stroke=\"black\"/>\n",
-                                    x + (bw - 4) / 2, x + (bw - 4) / 2, PY + PH - mn / top * PH,
-                                    PY + PH - mx / top * PH);
+                snug_sbuf_printf(&b,
+                                 "<line class=\"whisker\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" "
+                                 "y2=\"%.1f\" stroke=\"black\"/>\n",
+                                 x + (bw - 4) / 2, x + (bw - 4) / 2, PY + PH - mn / top * PH,
+                                 PY + PH - mx / top * PH);
         }
-        snug_ops_buf_printf(&b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
-                            PX + slot * ((double)i + 0.5), PY + PH + 16);
+        snug_sbuf_printf(&b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
+                         PX + slot * ((double)i + 0.5), PY + PH + 16);
         esc(&b, name);
-        snug_ops_buf_puts(&b, "</text>\n");
+        snug_sbuf_puts(&b, "</text>\n");
     }
-    snug_ops_buf_printf(&b,
-                        "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"#4878cf\"/>"
-                        "<text x=\"%d\" y=\"%d\">decode</text><rect x=\"%d\" y=\"%d\" width=\"10\" "
-                        "height=\"10\" fill=\"#6acc65\"/><text x=\"%d\" y=\"%d\">wall</text>\n",
-                        PX, PY + PH + 28, PX + 14, PY + PH + 37, PX + 80, PY + PH + 28, PX + 94,
-                        PY + PH + 37);
-    if (!np) snug_ops_buf_printf(&b, "<text x=\"%d\" y=\"%d\">no runs</text>\n", PX + 10, PY + 20);
-    snug_ops_buf_puts(&b, "</g>\n");
+    snug_sbuf_printf(&b,
+                     "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"#4878cf\"/>"
+                     "<text x=\"%d\" y=\"%d\">decode</text><rect x=\"%d\" y=\"%d\" width=\"10\" "
+                     "height=\"10\" fill=\"#6acc65\"/><text x=\"%d\" y=\"%d\">wall</text>\n",
+                     PX, PY + PH + 28, PX + 14, PY + PH + 37, PX + 80, PY + PH + 28, PX + 94,
+                     PY + PH + 37);
+    if (!np) snug_sbuf_printf(&b, "<text x=\"%d\" y=\"%d\">no runs</text>\n", PX + 10, PY + 20);
+    snug_sbuf_puts(&b, "</g>\n");
 
     /* ---- panel 2: prefill tokens/s vs depth ---- */
     const int QX = PX + PW + 110;
@@ -136,39 +135,37 @@ char *snug_ops_bench_svg(const json_t *bench) {
     }
     dmax = nice_max(dmax);
     vmax = nice_max(vmax);
-    snug_ops_buf_printf(
-        &b,
-        "<g id=\"prefill\"><text x=\"%d\" y=\"%d\">prefill tokens/s vs prompt "
-        "depth (tokens)</text>\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-        "stroke=\"black\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-        "stroke=\"black\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
-        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>\n",
-        QX, PY - 12, QX, PY, QX, PY + PH, QX, PY + PH, QX + PW, PY + PH, QX - 4, PY + 4, vmax,
-        QX + PW, PY + PH + 16, dmax);
-    struct snug_ops_buf line = {0};
+    snug_sbuf_printf(&b,
+                     "<g id=\"prefill\"><text x=\"%d\" y=\"%d\">prefill tokens/s vs prompt "
+                     "depth (tokens)</text>\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                     "stroke=\"black\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                     "stroke=\"black\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>\n",
+                     QX, PY - 12, QX, PY, QX, PY + PH, QX, PY + PH, QX + PW, PY + PH, QX - 4,
+                     PY + 4, vmax, QX + PW, PY + PH + 16, dmax);
+    struct snug_sbuf line = {0};
     int npts = 0;
     json_array_foreach(pre, i, p) {
         double v = stat(p, "prefill_tps", "mean");
         json_int_t d = json_integer_value(json_object_get(p, "depth"));
         if (!isfinite(v)) continue;
         double x = QX + (double)d / dmax * PW, y = PY + PH - v / vmax * PH;
-        snug_ops_buf_printf(&b,
-                            "<circle class=\"point\" data-depth=\"%lld\" data-value=\"%.6g\" "
-                            "cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d65f5f\"/>\n",
-                            (long long)d, v, x, y);
-        snug_ops_buf_printf(&line, "%s%.1f,%.1f", npts++ ? " " : "", x, y);
+        snug_sbuf_printf(&b,
+                         "<circle class=\"point\" data-depth=\"%lld\" data-value=\"%.6g\" "
+                         "cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d65f5f\"/>\n",
+                         (long long)d, v, x, y);
+        snug_sbuf_printf(&line, "%s%.1f,%.1f", npts++ ? " " : "", x, y);
     }
     if (npts > 1)
-        snug_ops_buf_printf(&b, "<polyline points=\"%s\" fill=\"none\" stroke=\"#d65f5f\"/>\n",
-                            line.p);
+        snug_sbuf_printf(&b, "<polyline points=\"%s\" fill=\"none\" stroke=\"#d65f5f\"/>\n",
+                         line.data);
     if (!npts)
-        snug_ops_buf_printf(&b, "<text x=\"%d\" y=\"%d\">no prefill data</text>\n", QX + 10,
-                            PY + 20);
-    snug_ops_buf_free(&line);
-    snug_ops_buf_puts(&b, "</g>\n</svg>\n");
+        snug_sbuf_printf(&b, "<text x=\"%d\" y=\"%d\">no prefill data</text>\n", QX + 10, PY + 20);
+    snug_sbuf_free(&line);
+    snug_sbuf_puts(&b, "</g>\n</svg>\n");
     if (b.oom) {
-        snug_ops_buf_free(&b);
+        snug_sbuf_free(&b);
         return NULL;
     }
-    return b.p;
+    return b.data;
 }

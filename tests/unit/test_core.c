@@ -19,7 +19,25 @@ static void sum_task(void *p, int ith, int nth) {
     atomic_fetch_add(&c->total, s);
 }
 
+/* The growable string: appends and printf of any length (the suite's reports print long
+ * lines through it). */
+static void test_sbuf(void) {
+    struct snug_sbuf b = {0};
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    snug_sbuf_puts(&b, "a");
+    snug_sbuf_printf(&b, "<%s|%d>", big, 42);
+    CHECK(!b.oom && b.len == 1 + 1 + 2999 + 4 && b.data[b.len] == 0);
+    CHECK(b.data[0] == 'a' && b.data[1] == '<' && !strcmp(b.data + b.len - 4, "|42>"));
+    size_t n = 0;
+    char *t = snug_sbuf_take(&b, &n);
+    CHECK(t && n == 3005 && b.data == NULL);
+    snug_free(t);
+}
+
 int main(void) {
+    test_sbuf();
     struct snug_err err = {0};
     struct snug_arena a;
     CHECK(snug_arena_init(&a, "test", 1000, &err) == SNUG_OK);
