@@ -465,7 +465,7 @@ snug_deq_fn snug_act_deq_fn(uint32_t type) {
  * 5.037e-2 vs 5.388e-2 (docs/perf/cpu.md "IQ4_XS and Q3_K decode on int8 activations").
  * SNUG_ACT8=all turns int8 on for every type with an int8 kernel (faster prompts, slightly
  * less accurate); SNUG_ACT8=none turns it off. */
-static int g_act8 = -1; /* 0 none, 1 Q4_K + Q5_K, 2 all */
+static int g_act8 = -1; /* 0 none, 1 Q4_K + Q5_K + IQ4_XS + Q3_K, 2 all */
 static pthread_once_t g_act8_once = PTHREAD_ONCE_INIT;
 static void act8_init(void) {
     const char *e = getenv("SNUG_ACT8");
