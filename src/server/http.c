@@ -664,14 +664,26 @@ static void heap_policy(void) {
 #endif
 }
 
+/* MHD's accept policy: once SIGTERM is seen, a new connection is closed at once. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    (void)addr, (void)addrlen;
+    struct snug_srv *s = cls;
+    return atomic_load(&s->draining) ? MHD_NO : MHD_YES;
+}
+
 /* SIGTERM: stop accepting, let in-flight generations finish for the grace period, then end
  * the rest (streams get a final SSE error event, waiting requests a 503) and give their
  * connections a moment to flush. Every suspended connection is resumed before the daemon
  * stops (MHD requires it). */
 static void shutdown_gracefully(struct snug_srv *s) {
     if (!s->daemon) return;
-    MHD_socket ls = MHD_quiesce_daemon(s->daemon); /* the listening socket is ours to close */
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    /* New connections are closed as they are accepted (on_accept); the listening socket itself
+     * closes with MHD_stop_daemon. Not MHD_quiesce_daemon: libmicrohttpd 0.9.75 (Debian 12)
+     * races it against its own epoll workers, which remove the listening socket from their
+     * sets once they see the quiesce flag; the loser's epoll_ctl answers ENOENT and MHD_PANIC
+     * aborts the process (seen in CI; later MHD versions tolerate ENOENT in one of the two
+     * places). */
+    atomic_store(&s->draining, true);
     double t_end = snug_time_s() + s->opts.shutdown_grace_s;
     while (snug_srv_live_count(s) > 0 && snug_time_s() < t_end) sleep_ms(20);
     atomic_store(&s->stopping, true);
@@ -786,7 +798,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     /* a few connection threads, each an epoll loop over many connections; generations
      * suspend their connection while the engine works (reply.c), so no thread blocks on one */
     s->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, on_accept, s,
         on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)snug_boot_handoff(boot),
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads, MHD_OPTION_CONNECTION_LIMIT,

@@ -54,7 +54,8 @@ struct snug_srv {
     pthread_mutex_t live_mu;
     struct reply *live;
     int n_live;
-    atomic_bool stopping; /* SIGTERM seen: streams ended now get an error event */
+    atomic_bool draining; /* SIGTERM seen: new connections are closed as they arrive */
+    atomic_bool stopping; /* grace period over: streams ended now get an error event */
 };
 
 /* --mmproj at boot (images.c): load the tower (CPU contexts without speculative decoding only),

@@ -240,7 +240,7 @@ def test_smaller(res, A):
 
 
 def test_shutdown(res, model, tmp):
-    S = Server(model, tmp, "S", "--script", __file__, "--shutdown-grace", "0.5", "--ctx", "4096")
+    S = Server(model, tmp, "S", "--script", __file__, "--shutdown-grace", "2", "--ctx", "4096")
     s = socket.create_connection(("127.0.0.1", S.port), timeout=30)
     s.sendall(post("/v1/completions", {"prompt": "x", "stream": True, "snug_script": LONG}, key="-"))
     got = b""
@@ -248,6 +248,16 @@ def test_shutdown(res, model, tmp):
         got += s.recv(65536)
     t0 = time.time()
     S.proc.send_signal(signal.SIGTERM)
+    # within the grace period the stream goes on, but a new connection is closed unanswered
+    refused = False
+    while not refused and time.time() - t0 < 1.5:
+        try:
+            got_new = raw_http(S.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+        except ConnectionError:
+            got_new = b""
+        refused = got_new == b"" and S.proc.poll() is None
+        time.sleep(0.05)
+    res.check(refused, "8: during the grace period new connections are closed unanswered")
     try:
         while True:
             b = s.recv(65536)
