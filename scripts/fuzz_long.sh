@@ -7,6 +7,8 @@
 #
 #   scripts/fuzz_long.sh [CPU_SECONDS_PER_TARGET (default 620)] [TARGET ...]
 #   SNUG_FUZZ_NICE=N     run the fuzzer under nice -n N (default 0)
+#   TMPDIR=DIR           where fuzz_prefix makes its cache directories (default /tmp; a tmpfs
+#                        such as /dev/shm keeps that target CPU-bound instead of I/O-bound)
 #   SNUG_FUZZ_TIMEOUT=S  libFuzzer's per-input timeout in wall seconds (default 120: on a busy
 #                        shared machine a niced fuzzer's wall time stretches; never pause one
 #                        with SIGSTOP, its alarm then reports a timeout)

@@ -54,7 +54,11 @@ static void expect_of(struct snug_prefix_file_expect *ex) {
 }
 
 static void via_loader(const uint8_t *data, size_t size) {
-    char dir[] = "/tmp/fuzz_prefix_XXXXXX";
+    /* $TMPDIR when set (a tmpfs such as /dev/shm keeps the run CPU-bound), else /tmp */
+    const char *tmp = getenv("TMPDIR");
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/fuzz_prefix_XXXXXX",
+             tmp && *tmp && strlen(tmp) < 150 ? tmp : "/tmp");
     if (!mkdtemp(dir)) return;
     struct snug_prefix_file_header h;
     struct snug_err err;
