@@ -39,7 +39,9 @@ PY
 for t in iq4_xs q3_k_m q2_k; do
   M=$L/trained-$t.gguf
   echo "== $t: prompt path =="
-  $S logits -m "$M" --ids $F/ids.json -o $O/$t-cpu.f32 || fail=1
+  # the CPU reference on float activations (SNUG_ACT8=none): by default the CPU rounds them to
+  # int8 for these types and the GPU does not, a difference of ~1e-3 KL that is no kernel error
+  SNUG_ACT8=none $S logits -m "$M" --ids $F/ids.json -o $O/$t-cpu.f32 || fail=1
   $S logits --backend cuda -m "$M" --ids $F/ids.json -o $O/$t-gpu.f32 || fail=1
   python3 tests/device/compare_logits.py $O/$t-gpu.f32 $O/$t-cpu.f32 2048 || fail=1
   kl_bound $O/$t-gpu.f32 $t
