@@ -1,7 +1,7 @@
 #!/bin/sh
 # run_27b_quant_speed.sh — issue #25's speed line on the device: the qwen3.6-27b preset as IQ4_XS
 # next to Q4_K_M, prompt and decode tokens/s on the GPU.
-#   snug gen --preset qwen3.6-27b --type q4_k_m / iq4_xs (random weights, on the device's local
+#   snug gen --preset $PRESET --type q4_k_m / iq4_xs (random weights, on the device's local
 #   disk; about 30 s each: gen quantizes 32 rows per tensor and draws the rest from those blocks);
 #   then, interleaved (A B A B ...) so drift hits both alike, per file and round:
 #   `snug run --backend cuda --ctx CTX --kv q8_0 -f prompt -n G --temp 0` (the same random-word
@@ -11,28 +11,29 @@
 # 15 GiB load + PROMPT tokens + G decoded tokens).
 # Not in ctest (needs a GPU). Carry: D/lib.tar.xz from pack_devcarry.sh (snug and
 # libsnug_cuda.so). Results go in docs/perf/cuda-kernels.md.
-# Usage on the device: [PROMPT_WORDS=1500 G=128 ROUNDS=2 CTX=8192] sh tests/device/run_27b_quant_speed.sh D OUTDIR
+# Usage on the device: [PROMPT_WORDS=700 G=128 ROUNDS=2 CTX=8192 KVARGS="--kv q8_0"] sh tests/device/run_27b_quant_speed.sh D OUTDIR
 # Success: a table with both rows filled (rc=0 on every run), last line "run_27b_quant_speed: done".
 D=${1:-devcarry}
 O=${2:-${OUT:-/tmp/27bq}}
-WORDS=${PROMPT_WORDS:-1500}
+WORDS=${PROMPT_WORDS:-700} # ~5.9 tokens per random word: ~4100 tokens
 G=${G:-128}
 ROUNDS=${ROUNDS:-2}
 CTX=${CTX:-8192}
 KVARGS=${KVARGS:---kv q8_0}
-mkdir -p "$O"
+PRESET=${PRESET:-qwen3.6-27b} # another preset (demo) only to try the script out
+W=/tmp/27bq-work # logs of every run (OUTDIR keeps only lines.txt and table.txt)
+mkdir -p "$O" "$W"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
 S="$D/snug"
-T0=$(date +%s)
-el() { echo "[t+$(($(date +%s) - T0))s] $*"; }
+el() { echo "[$(date -u +%T)] $*"; }
 for t in q4_k_m iq4_xs; do
-  M=/tmp/27b-$t.gguf
+  M=/tmp/$PRESET-$t.gguf
   el "gen $t"
-  [ -f $M ] || timeout 200 $S gen --preset qwen3.6-27b --type $t -o $M 2> $O/gen-$t.err ||
-    { echo "gen $t failed rc=$?"; tail -n 3 $O/gen-$t.err; }
+  [ -f $M ] || timeout 200 $S gen --preset $PRESET --type $t -o $M 2> $W/gen-$t.err ||
+    { echo "gen $t failed rc=$?"; tail -n 3 $W/gen-$t.err; }
   ls -la $M
-  $S info -m $M 2>&1 | sed -n '/totals by type/,$p' | tee $O/info-$t.txt
+  $S info -m $M 2>&1 | sed -n '/totals by type/,$p' | tee $W/info-$t.txt
 done
 python3 -c "
 import random; random.seed(1)
@@ -43,17 +44,17 @@ r=0
 while [ $r -lt $ROUNDS ]; do
   for t in q4_k_m iq4_xs; do
     el "round $r: $t"
-    timeout 200 $S run --backend cuda --ctx $CTX $KVARGS -m /tmp/27b-$t.gguf \
-      -f /tmp/27bq-prompt.txt -n $G --temp 0 > $O/run-$t-$r.out 2> $O/run-$t-$r.err
+    timeout 200 $S run --backend cuda --ctx $CTX $KVARGS -m /tmp/$PRESET-$t.gguf \
+      -f /tmp/27bq-prompt.txt -n $G --temp 0 > $W/run-$t-$r.out 2> $W/run-$t-$r.err
     rc=$?
-    line=$(grep "snug run: load" $O/run-$t-$r.err | tail -1)
+    line=$(grep "snug run: load" $W/run-$t-$r.err | tail -1)
     echo "rc=$rc $line"
-    [ $rc = 0 ] || tail -n 5 $O/run-$t-$r.err
+    [ $rc = 0 ] || tail -n 5 $W/run-$t-$r.err
     echo "$t $line" >> $O/lines.txt
   done
   r=$((r + 1))
 done
-python3 - $O/lines.txt <<'PY'
+python3 - $O/lines.txt $PRESET <<'PY' | tee $O/table.txt
 import os, re, statistics, sys
 rows = {}
 for ln in open(sys.argv[1]):
@@ -67,7 +68,8 @@ print("|---|---|---|---|---|")
 best = {}
 for t in ("q4_k_m", "iq4_xs"):
     r = rows.get(t)
-    size = os.path.getsize(f"/tmp/27b-{t}.gguf") / 2**30 if os.path.exists(f"/tmp/27b-{t}.gguf") else 0
+    f = f"/tmp/{sys.argv[2]}-{t}.gguf"
+    size = os.path.getsize(f) / 2**30 if os.path.exists(f) else 0
     if not r:
         print(f"| {t} | {size:.2f} | - | no run | no run |")
         continue

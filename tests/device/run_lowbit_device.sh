@@ -26,28 +26,13 @@ F=$D/fx/trained
 L=tests/data/llamacpp
 W=${TMPDIR:-/tmp}/lowbit-files
 mkdir -p "$W"
+cp $L/trained-imatrix.gguf "$W/imatrix.gguf"
+SA=$(cd "$D" && pwd)/snug FA=$(cd "$F" && pwd)
 fail=0
-kl_bound() { # FILE TYPE: median KL to the reference <= 1.1 x llama.cpp's
-  python3 - "$1" "$2" "$F/logits.f32" <<'PY' || fail=1
+kl_check() { # FILE [TYPE]: the median KL to the reference; with TYPE, it must be <= 1.1 x
+  # llama.cpp's on that type's file
+  python3 - "$1" "$F/logits.f32" "$2" <<'PY' || fail=1
 import re, sys
-import numpy as np
-eng = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 2048).astype(np.float64)
-ref = np.fromfile(sys.argv[3], dtype=np.float32).reshape(-1, 2048).astype(np.float64)
-def lsm(x):
-    m = x.max(axis=1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
-lp, lq = lsm(ref), lsm(eng)
-med = float(np.median((np.exp(lp) * (lp - lq)).sum(axis=1)))
-src = open("tests/py/test_quantized.py").read()
-llama = float(re.search(r'"%s": ([0-9.e+-]+)' % sys.argv[2], src).group(1))
-ok = med <= 1.1 * llama
-print(f"{sys.argv[1]}: median KL {med:.4e} vs 1.1 x llama.cpp {llama:.4e}: {'PASS' if ok else 'FAIL'}")
-sys.exit(0 if ok else 1)
-PY
-}
-ref_kl() { # FILE: the median KL to the reference, printed (no llama.cpp number to hold it to)
-  python3 - "$1" "$F/logits.f32" <<'PY'
-import sys
 import numpy as np
 eng = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 2048).astype(np.float64)
 ref = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 2048).astype(np.float64)
@@ -55,7 +40,15 @@ def lsm(x):
     m = x.max(axis=1, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
 lp, lq = lsm(ref), lsm(eng)
-print(f"{sys.argv[1]}: median KL to the reference {float(np.median((np.exp(lp) * (lp - lq)).sum(axis=1))):.4e}")
+med = float(np.median((np.exp(lp) * (lp - lq)).sum(axis=1)))
+if not sys.argv[3]:
+    print(f"{sys.argv[1]}: median KL to the reference {med:.4e} (no llama.cpp number to hold it to)")
+    sys.exit(0)
+src = open("tests/py/test_quantized.py").read()
+llama = float(re.search(r'"%s": ([0-9.e+-]+)' % sys.argv[3], src).group(1))
+ok = med <= 1.1 * llama
+print(f"{sys.argv[1]}: median KL {med:.4e} vs 1.1 x llama.cpp {llama:.4e}: {'PASS' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
 PY
 }
 types_of() { # FILE: the tensor types the file holds (what this run covers)
@@ -68,11 +61,15 @@ run_file() { # NAME FILE [TYPE with a llama.cpp bound]
   $S logits -m "$M" --ids $F/ids.json -o $O/$t-cpu.f32 || fail=1
   $S logits --backend cuda -m "$M" --ids $F/ids.json -o $O/$t-gpu.f32 || fail=1
   python3 tests/device/compare_logits.py $O/$t-gpu.f32 $O/$t-cpu.f32 2048 || fail=1
-  if [ -n "$3" ]; then kl_bound $O/$t-gpu.f32 $3; else ref_kl $O/$t-gpu.f32; fi
+  kl_check $O/$t-gpu.f32 "$3"
   echo "== $t: decode path (chunk 1) =="
   $S logits --backend cuda --chunk 1 -m "$M" --ids $F/ids.json -o $O/$t-gpu1.f32 || fail=1
   python3 tests/device/compare_logits.py $O/$t-gpu1.f32 $O/$t-cpu.f32 2048 || fail=1
-  if [ -n "$3" ]; then kl_bound $O/$t-gpu1.f32 $3; else ref_kl $O/$t-gpu1.f32; fi
+  kl_check $O/$t-gpu1.f32 "$3"
+  # information only: the GPU's two paths against each other (at 1-2 bits the logits amplify
+  # rounding: the CPU's own decode and prompt paths differ by a median KL of 1.3e-4 on iq1_s,
+  # 1.25e-4 on iq1_m, measured with the CPU standing in for the GPU)
+  python3 tests/device/compare_logits.py $O/$t-gpu1.f32 $O/$t-gpu.f32 2048 | sed 's/^/  info, GPU decode vs GPU prompt: /'
   rm -f $O/$t-cpu.f32 $O/$t-gpu.f32 $O/$t-gpu1.f32
 }
 for t in iq4_xs q3_k_m q2_k iq3_xxs iq2_xxs iq1_s; do
@@ -81,8 +78,10 @@ done
 for t in iq3_s iq3_m iq3_xs iq2_xs iq2_s iq2_m iq1_m; do
   M=$W/trained-$t.gguf
   echo "== $t: snug quantize --imatrix =="
-  $S quantize $F/trained-f16.gguf $M $t --imatrix $L/trained-imatrix.gguf \
-    --tensor-type 'blk\.4\.=q4_K' 2> $O/quantize-$t.err || { cat $O/quantize-$t.err; fail=1; continue; }
+  # run in $W next to a copy named imatrix.gguf: the file records the imatrix path as given, and
+  # llama-quantize's reference files were made so
+  (cd "$W" && "$SA" quantize "$FA/trained-f16.gguf" "trained-$t.gguf" $t --imatrix imatrix.gguf \
+    --tensor-type 'blk\.4\.=q4_K') 2> $O/quantize-$t.err || { cat $O/quantize-$t.err; fail=1; continue; }
   python3 - "$M" "$t" <<'PY' || fail=1
 import hashlib, re, sys
 got = hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()
