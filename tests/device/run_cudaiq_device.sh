@@ -11,6 +11,7 @@
 # Carry: D from pack_devcarry.sh (lib.tar.xz with snug, libsnug_cuda.so, test_cuda_ops,
 # bench_cuda_ops; fx/trained).
 # Usage on the device: [BENCH=1] sh tests/device/run_cudaiq_device.sh D OUTDIR
+# (an estimate, not measured: 3-5 minutes; each step has its own timeout: 240 + 330 + 150 s at the most)
 # Success: "test_cuda_ops rc=0" with "N passed, 0 failed", and "run_lowbit_device: PASS".
 D=${1:-devcarry}
 O=${2:-${OUT:-/tmp/cudaiq}}
@@ -23,12 +24,12 @@ echo "test_cuda_ops rc=$?"
 grep -E "FAIL|passed" "$O/test_cuda_ops.txt" | tail -n 40
 grep -E "iq[123]_" "$O/test_cuda_ops.txt" | grep -v "^  " | head -n 60
 echo "[$(date -u +%T)] run_lowbit_device"
-timeout 300 sh tests/device/run_lowbit_device.sh "$D" /tmp/cudaiq-lowbit > "$O/lowbit.txt" 2>&1
+timeout 330 sh tests/device/run_lowbit_device.sh "$D" /tmp/cudaiq-lowbit > "$O/lowbit.txt" 2>&1
 echo "run_lowbit_device rc=$?"
 grep -E "^==|PASS|FAIL|median|info" "$O/lowbit.txt"
 if [ "${BENCH:-0}" = 1 ]; then
   echo "[$(date -u +%T)] bench_cuda_ops"
-  timeout 200 "$D/bench_cuda_ops" > "$O/bench_cuda_ops.txt" 2>&1
+  timeout 150 "$D/bench_cuda_ops" > "$O/bench_cuda_ops.txt" 2>&1
   echo "bench_cuda_ops rc=$?"
   grep -E "ceiling|matvec [a-z0-9_]+ +f32 +n_in=5120 n_out=17408" "$O/bench_cuda_ops.txt"
 fi
