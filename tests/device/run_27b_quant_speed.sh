@@ -2,7 +2,9 @@
 # run_27b_quant_speed.sh — issue #25's speed line on the device: the qwen3.6-27b preset as IQ4_XS
 # next to Q4_K_M, prompt and decode tokens/s on the GPU.
 #   snug gen --preset $PRESET --type q4_k_m / iq4_xs (random weights, on the device's local
-#   disk; about 30 s each: gen quantizes 32 rows per tensor and draws the rest from those blocks);
+#   disk; gen quantizes 32 rows per tensor and draws the rest from those blocks: q4_k_m took
+#   26.9 s on the device (docs/perf/cuda.md), the 14.4 GiB iq4_xs file
+#   is written the same way);
 #   then, interleaved (A B A B ...) so drift hits both alike, per file and round:
 #   `snug run --backend cuda --ctx CTX --kv q8_0 -f prompt -n G --temp 0` (the same random-word
 #   prompt for both: same vocabulary) and its summary line (prompt tok/s, generation tok/s).
