@@ -157,6 +157,35 @@ int main(void) {
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }
 
+    /* the low-bit types' decode matvec (f32 activations: they have no int8 kernel) on the 27B's
+     * FFN up shape, next to Q4_K's f32 kernel: random bytes (the decoders do the same work
+     * whatever the values; scales may be any f16, the result is not read) */
+    uint32_t lt[] = {SNUG_DTYPE_Q4_K,    SNUG_DTYPE_Q2_K,  SNUG_DTYPE_Q3_K,    SNUG_DTYPE_IQ4_XS,
+                     SNUG_DTYPE_IQ3_XXS, SNUG_DTYPE_IQ3_S, SNUG_DTYPE_IQ2_XXS, SNUG_DTYPE_IQ2_XS,
+                     SNUG_DTYPE_IQ2_S,   SNUG_DTYPE_IQ1_S, SNUG_DTYPE_IQ1_M};
+    for (size_t ti = 0; ti < sizeof lt / sizeof lt[0]; ti++) {
+        int64_t n_in = 5120, n_out = 17408;
+        double bytes = (double)snug_dtype_row_bytes(lt[ti], (uint64_t)n_in) * n_out;
+        void *w[NCOPY];
+        for (int c = 0; c < NCOPY; c++) w[c] = dev_rand((size_t)bytes, 0);
+        float *x = dev_rand((size_t)n_in * 4, 1), *y = dev_rand((size_t)n_out * 4, 1);
+        for (int c = 0; c < NCOPY; c++)
+            OK(snug_cuda_matmul(&cu, lt[ti], w[c], n_in, n_out, x, 1, y, NULL, &err));
+        for (int i = 0; i < REP; i++) {
+            tic();
+            for (int c = 0; c < NCOPY; c++)
+                OK(snug_cuda_matmul(&cu, lt[ti], w[c], n_in, n_out, x, 1, y, NULL, &err));
+            t[i] = toc_ms() / NCOPY;
+        }
+        double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
+        printf("matvec %-7s f32  n_in=%-6lld n_out=%-6lld T=1: %8.1f us  %6.0f GB/s  %5.1f%% of "
+               "copy (floor %.1f us)\n",
+               snug_dtype_info(lt[ti])->name, (long long)n_in, (long long)n_out, ms * 1e3, bw,
+               100 * bw / copy_bw, bytes / copy_bw / 1e3);
+        for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
+        snug_cuda_dfree(x), snug_cuda_dfree(y);
+    }
+
     /* ceiling 2 and the prompt product: 8192 × 5120 × 17408 */
     int64_t T = 8192, n_in = 5120, n_out = 17408;
     double flop = 2.0 * T * n_in * n_out;

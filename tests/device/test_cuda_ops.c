@@ -78,6 +78,12 @@ static void cmp(const char *what, const float *got, const float *ref, int64_t n,
 
 /* ---- matrix products ---------------------------------------------------------------------- */
 static int g_nowork; /* pass no work memory: the f32-activation matvec */
+/* The 1-3 bit i-quants: lattice points indexed in a grid table (quant_grids.h). */
+static int is_lattice_type(uint32_t type) {
+    return type == SNUG_DTYPE_IQ3_XXS || type == SNUG_DTYPE_IQ3_S || type == SNUG_DTYPE_IQ2_XXS ||
+           type == SNUG_DTYPE_IQ2_XS || type == SNUG_DTYPE_IQ2_S || type == SNUG_DTYPE_IQ1_S ||
+           type == SNUG_DTYPE_IQ1_M;
+}
 static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     const struct snug_dtype_info *ti = snug_dtype_info(type);
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
@@ -85,23 +91,35 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     float *src = rnd(n_in, 1.0f);
     for (int64_t r = 0; r < n_out; r++) {
         for (int64_t i = 0; i < n_in; i++) src[i] = frand();
-        if (ti->quantizable) {
+        int lattice = is_lattice_type(type);
+        if (ti->quantizable && !lattice) {
             SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
             continue;
         }
-        /* low-bit types snug does not write: random blocks with small finite f16 scales */
+        /* low-bit types snug does not write without an imatrix, and the lattice i-quants (whose
+         * encoder reaches few of the grid points, signs and scales): random blocks with small
+         * finite f16 scales, so every index, sign code and scale bit pattern is decoded */
         uint8_t *o = w + r * rb;
         for (size_t i = 0; i < rb; i++) o[i] = (uint8_t)(frand() * 128.0f + 128.0f);
         int f16_at[2] = {-1, -1};
         if (type == SNUG_DTYPE_Q2_K) f16_at[0] = 80, f16_at[1] = 82;
         if (type == SNUG_DTYPE_Q3_K) f16_at[0] = 108;
         if (type == SNUG_DTYPE_IQ4_NL || type == SNUG_DTYPE_IQ4_XS) f16_at[0] = 0;
-        for (size_t b = 0; b < rb / ti->block_bytes; b++)
+        if (lattice && type != SNUG_DTYPE_IQ1_M) f16_at[0] = 0;
+        for (size_t b = 0; b < rb / ti->block_bytes; b++) {
+            uint8_t *blk = o + b * ti->block_bytes;
             for (int k = 0; k < 2; k++)
                 if (f16_at[k] >= 0) {
                     uint16_t h = snug_f32_to_f16(0.02f * frand());
-                    memcpy(o + b * ti->block_bytes + f16_at[k], &h, 2);
+                    memcpy(blk + f16_at[k], &h, 2);
                 }
+            if (type == SNUG_DTYPE_IQ1_M) { /* d in the top nibbles of the 4 u16 words at 48 */
+                uint16_t h = snug_f32_to_f16(0.02f * frand());
+                for (int k = 0; k < 4; k++)
+                    blk[48 + 2 * k + 1] =
+                        (uint8_t)((blk[48 + 2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 0xf) << 4);
+            }
+        }
     }
     float *x = rnd(T * n_in, 1.0f), *ref = snug_malloc((size_t)(T * n_out) * sizeof(float));
     void *cw = snug_malloc(snug_op_matmul_work_bytes(n_in, 1));
@@ -554,10 +572,12 @@ int main(void) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    uint32_t types[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,    SNUG_DTYPE_BF16,  SNUG_DTYPE_Q4_0,
-                        SNUG_DTYPE_Q4_1, SNUG_DTYPE_Q5_0,   SNUG_DTYPE_Q5_1,  SNUG_DTYPE_Q8_0,
-                        SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K,   SNUG_DTYPE_Q6_K,  SNUG_DTYPE_Q2_K,
-                        SNUG_DTYPE_Q3_K, SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
+    uint32_t types[] = {SNUG_DTYPE_F32,   SNUG_DTYPE_F16,     SNUG_DTYPE_BF16,   SNUG_DTYPE_Q4_0,
+                        SNUG_DTYPE_Q4_1,  SNUG_DTYPE_Q5_0,    SNUG_DTYPE_Q5_1,   SNUG_DTYPE_Q8_0,
+                        SNUG_DTYPE_Q4_K,  SNUG_DTYPE_Q5_K,    SNUG_DTYPE_Q6_K,   SNUG_DTYPE_Q2_K,
+                        SNUG_DTYPE_Q3_K,  SNUG_DTYPE_IQ4_NL,  SNUG_DTYPE_IQ4_XS, SNUG_DTYPE_IQ3_XXS,
+                        SNUG_DTYPE_IQ3_S, SNUG_DTYPE_IQ2_XXS, SNUG_DTYPE_IQ2_XS, SNUG_DTYPE_IQ2_S,
+                        SNUG_DTYPE_IQ1_S, SNUG_DTYPE_IQ1_M};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         test_matmul(types[i], 768, 37, 1);
         test_matmul(types[i], 512, 45, 3);
@@ -565,8 +585,19 @@ int main(void) {
     }
     /* the low-bit types through the prompt path (dequantise to bf16 + cuBLAS); IQ4_NL also at
      * a row length that is not a multiple of 256 */
-    uint32_t lowbit[4] = {SNUG_DTYPE_Q2_K, SNUG_DTYPE_Q3_K, SNUG_DTYPE_IQ4_NL, SNUG_DTYPE_IQ4_XS};
-    for (int i = 0; i < 4; i++) test_matmul(lowbit[i], 512, 45, 37);
+    uint32_t lowbit[] = {SNUG_DTYPE_Q2_K,    SNUG_DTYPE_Q3_K,    SNUG_DTYPE_IQ4_NL,
+                         SNUG_DTYPE_IQ4_XS,  SNUG_DTYPE_IQ3_XXS, SNUG_DTYPE_IQ3_S,
+                         SNUG_DTYPE_IQ2_XXS, SNUG_DTYPE_IQ2_XS,  SNUG_DTYPE_IQ2_S,
+                         SNUG_DTYPE_IQ1_S,   SNUG_DTYPE_IQ1_M};
+    for (size_t i = 0; i < sizeof lowbit / sizeof lowbit[0]; i++)
+        test_matmul(lowbit[i], 512, 45, 37);
+    /* the lattice i-quants at 27B-like row lengths (5120, 17408: odd block counts per thread
+     * pass), decode and prompt */
+    for (size_t i = 4; i < sizeof lowbit / sizeof lowbit[0]; i++) {
+        test_matmul(lowbit[i], 5120, 37, 1);
+        test_matmul(lowbit[i], 17408, 13, 5);
+        test_matmul(lowbit[i], 2304, 29, 19);
+    }
     test_matmul(SNUG_DTYPE_IQ4_NL, 96, 13, 1);
     test_matmul(SNUG_DTYPE_IQ4_NL, 96, 13, 37);
     /* the int8 matvec: 27B-like row lengths (5120: 160 units, 17408: 544), odd row counts,

@@ -11,6 +11,8 @@
 /* The C headers declare C functions but carry no extern "C" guards of their own. */
 extern "C" {
 #include "quant/quant.h"
+#include "quant/quant_grid_values.h"
+#include "quant/quant_grids.h"
 #include "snug.h"
 }
 #include "backend/cuda/cuda_ops.h"
@@ -259,9 +261,8 @@ __device__ __forceinline__ void deq8<SNUG_DTYPE_Q3_K>(const uint8_t *row, int64_
         y[k] = d * (float)v;
     }
 }
-/* The 16 IQ4_NL / IQ4_XS levels. */
-static __constant__ int8_t k_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                 1,    13,   25,  38,  53,  69,  89,  113};
+/* The 16 IQ4_NL / IQ4_XS levels (the CPU's values, quant_grids.h). */
+static __constant__ int8_t k_iq4nl_levels[16] = SNUG_IQ4NL_VALUES;
 /* IQ4_NL: 18 bytes / 32: f16 d | qs[16]; element j < 16 low nibble of qs[j], j + 16 high;
  * value d · level. */
 template <>
@@ -288,6 +289,141 @@ __device__ __forceinline__ void deq8<SNUG_DTYPE_IQ4_XS>(const uint8_t *row, int6
     int sh = w >= 16 ? 4 : 0;
 #pragma unroll
     for (int k = 0; k < 8; k++) y[k] = d * (float)k_iq4nl_levels[(qs[k] >> sh) & 0xf];
+}
+
+/* ---- the 1-3 bit i-quants ------------------------------------------------------------------
+ * Every decoder below forms each value with the same float operations in the same order as the
+ * CPU reference (src/quant/quant_lowbit.c: products only, or one sum then a product), so the
+ * decoded weights are equal bit for bit. Layouts: docs/quant-types.md. Eight aligned elements
+ * are one 8-element lattice point (IQ2, IQ1) or two 4-element points (IQ3) of group
+ * ib = (e0 mod 256) / 32, point l = (e0 mod 32) / 8 of that group.
+ * The lattice tables are device copies of the CPU ones, built from the same initializer macros
+ * (quant/quant_grid_values.h). They sit in global memory read through the read-only cache, not
+ * in __constant__ memory: the 32 lanes of a warp index 32 different points, and the constant
+ * cache serves different addresses of one instruction one after another (CUDA C++ Programming
+ * Guide, "Device Memory Accesses", constant memory), where L1 serves them in one pass. */
+static __device__ const uint64_t k_iq2xxs_grid[256] = SNUG_IQ2XXS_GRID_VALUES;
+static __device__ const uint64_t k_iq2xs_grid[512] = SNUG_IQ2XS_GRID_VALUES;
+static __device__ const uint64_t k_iq2s_grid[1024] = SNUG_IQ2S_GRID_VALUES;
+static __device__ const uint32_t k_iq3xxs_grid[256] = SNUG_IQ3XXS_GRID_VALUES;
+static __device__ const uint32_t k_iq3s_grid[512] = SNUG_IQ3S_GRID_VALUES;
+static __device__ const uint64_t k_iq1s_grid[2048] = SNUG_IQ1S_GRID_VALUES;
+
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+/* The IQ2/IQ3 sign code: 7 stored sign bits, the 8th makes the count of minus signs even. */
+__device__ __forceinline__ uint32_t iq_signs(uint32_t s7) {
+    return s7 | (uint32_t)(__popc(s7) & 1) << 7;
+}
+__device__ __forceinline__ float iq_sgn(uint32_t signs, int j) {
+    return (signs >> j) & 1 ? -1.f : 1.f;
+}
+/* y[j] = db · byte j of g · sign j, for the 8 bytes of an 8-element point. */
+__device__ __forceinline__ void iq_point8(uint64_t g, uint32_t signs, float db, float *y) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) y[j] = db * (float)((g >> (8 * j)) & 0xff) * iq_sgn(signs, j);
+}
+/* The same for two 4-element points (IQ3). */
+__device__ __forceinline__ void iq_point4x2(uint32_t g1, uint32_t g2, uint32_t signs, float db,
+                                            float *y) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        y[j] = db * (float)((g1 >> (8 * j)) & 0xff) * iq_sgn(signs, j);
+        y[j + 4] = db * (float)((g2 >> (8 * j)) & 0xff) * iq_sgn(signs, j + 4);
+    }
+}
+/* IQ2_XXS: 66 bytes / 256: f16 d | per group 8 bytes: 4 grid indices, u32 of four 7-bit sign
+ * codes and the scale s in bits 28..31; value d·(0.5 + s)·0.25 · grid · sign. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ2_XXS>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 66;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    const uint8_t *q = b + 2 + 8 * ib;
+    uint32_t s = ld_u32(q + 4);
+    float db = ld_f16(b) * (0.5f + (float)(s >> 28)) * 0.25f;
+    iq_point8(__ldg(&k_iq2xxs_grid[q[l]]), iq_signs((s >> (7 * l)) & 127), db, y);
+}
+/* IQ2_XS: 74 bytes / 256: f16 d | u16 qs[32] (9-bit index, 7-bit sign code) | scales[8] (the
+ * low nibble for the group's first 16 elements, the high for the next 16). */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ2_XS>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 74;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    uint32_t v = ld_u16(b + 2 + 2 * (4 * ib + l));
+    float db = ld_f16(b) * (0.5f + (float)((b[66 + ib] >> (4 * (l >> 1))) & 0xf)) * 0.25f;
+    iq_point8(__ldg(&k_iq2xs_grid[v & 511]), iq_signs(v >> 9), db, y);
+}
+/* IQ2_S: 82 bytes / 256: f16 d | qs[32] | signs[32] | qh[8] | scales[8]; 10-bit index
+ * qs[4ib + l] | bits 2l.. of qh[ib] << 8, 8 signs in full in signs[4ib + l]. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ2_S>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 82;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    int idx = b[2 + 4 * ib + l] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
+    float db = ld_f16(b) * (0.5f + (float)((b[74 + ib] >> (4 * (l >> 1))) & 0xf)) * 0.25f;
+    iq_point8(__ldg(&k_iq2s_grid[idx]), b[34 + 4 * ib + l], db, y);
+}
+/* IQ3_XXS: 98 bytes / 256: f16 d | qs[64] (8 per group: 4-element points) | u32 per group:
+ * four 7-bit sign codes, scale s in bits 28..31; value d·(0.5 + s)·0.5 · grid · sign. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ3_XXS>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 98;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    uint32_t s = ld_u32(b + 66 + 4 * ib);
+    float db = ld_f16(b) * (0.5f + (float)(s >> 28)) * 0.5f;
+    const uint8_t *qs = b + 2 + 8 * ib + 2 * l;
+    iq_point4x2(__ldg(&k_iq3xxs_grid[qs[0]]), __ldg(&k_iq3xxs_grid[qs[1]]),
+                iq_signs((s >> (7 * l)) & 127), db, y);
+}
+/* IQ3_S: 110 bytes / 256: f16 d | qs[64] | qh[8] (9th index bits) | signs[32] | scales[4];
+ * value d·(1 + 2s) · grid · sign. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ3_S>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 110;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    float db = ld_f16(b) * (float)(1 + 2 * ((b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 0xf));
+    const uint8_t *qs = b + 2 + 8 * ib + 2 * l;
+    int qh = b[66 + ib];
+    iq_point4x2(__ldg(&k_iq3s_grid[qs[0] | ((qh >> (2 * l)) & 1) << 8]),
+                __ldg(&k_iq3s_grid[qs[1] | ((qh >> (2 * l + 1)) & 1) << 8]), b[74 + 4 * ib + l], db,
+                y);
+}
+/* y[j] = dl · (int8 byte j of g + delta): IQ1_S / IQ1_M points shifted by ±1/8
+ * (ggml-common.h IQ1S_DELTA, IQ1M_DELTA). */
+__device__ __forceinline__ void iq1_point8(uint64_t g, float dl, bool neg, float *y) {
+    float delta = neg ? -0.125f : 0.125f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) y[j] = dl * ((float)(int8_t)((g >> (8 * j)) & 0xff) + delta);
+}
+/* IQ1_S: 50 bytes / 256: f16 d | qs[32] | u16 qh[8]; word w of group ib: 3 high index bits per
+ * point, scale s in bits 12..14, shift sign in bit 15; value d·(2s + 1)·(grid ± 1/8). */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ1_S>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 50;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    uint32_t w = ld_u16(b + 34 + 2 * ib);
+    float dl = ld_f16(b) * (float)(2 * ((w >> 12) & 7) + 1);
+    iq1_point8(__ldg(&k_iq1s_grid[b[2 + 4 * ib + l] | ((w >> (3 * l)) & 7) << 8]), dl,
+               (w & 0x8000) != 0, y);
+}
+/* IQ1_M: 56 bytes / 256: qs[32] | qh[16] | four u16 scale words, whose top nibbles hold the
+ * block's f16 d; nibble l of qh[2ib..]: 3 high index bits and the shift sign; 3-bit scale of
+ * the group's half l/2: bits 6(ib mod 2) + 3(l/2).. of word ib/2. */
+template <>
+__device__ __forceinline__ void deq8<SNUG_DTYPE_IQ1_M>(const uint8_t *row, int64_t e0, float *y) {
+    const uint8_t *b = row + (e0 >> 8) * 56;
+    int i = (int)(e0 & 255), ib = i >> 5, l = (i >> 3) & 3;
+    uint32_t s0 = ld_u16(b + 48), s1 = ld_u16(b + 50), s2 = ld_u16(b + 52), s3 = ld_u16(b + 54);
+    uint32_t dh = (s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) | (s3 & 0xf000);
+    float d = __half2float(__ushort_as_half((unsigned short)dh));
+    uint32_t sw = ld_u16(b + 48 + 2 * (ib >> 1));
+    float dl = d * (float)(2 * ((sw >> (6 * (ib & 1) + 3 * (l >> 1))) & 7) + 1);
+    int nib = (b[32 + 2 * ib + (l >> 1)] >> (4 * (l & 1))) & 0xf;
+    iq1_point8(__ldg(&k_iq1s_grid[b[4 * ib + l] | (nib & 7) << 8]), dl, (nib & 8) != 0, y);
 }
 
 #endif /* SNUG_CUDA_COMMON_CUH */

@@ -165,6 +165,27 @@ static bool mm_lookup(uint32_t type, struct mm_fns *f) {
     case SNUG_DTYPE_IQ4_XS:
         MM_FNS(SNUG_DTYPE_IQ4_XS, 256);
         return true;
+    case SNUG_DTYPE_IQ3_XXS:
+        MM_FNS(SNUG_DTYPE_IQ3_XXS, 256);
+        return true;
+    case SNUG_DTYPE_IQ3_S:
+        MM_FNS(SNUG_DTYPE_IQ3_S, 256);
+        return true;
+    case SNUG_DTYPE_IQ2_XXS:
+        MM_FNS(SNUG_DTYPE_IQ2_XXS, 256);
+        return true;
+    case SNUG_DTYPE_IQ2_XS:
+        MM_FNS(SNUG_DTYPE_IQ2_XS, 256);
+        return true;
+    case SNUG_DTYPE_IQ2_S:
+        MM_FNS(SNUG_DTYPE_IQ2_S, 256);
+        return true;
+    case SNUG_DTYPE_IQ1_S:
+        MM_FNS(SNUG_DTYPE_IQ1_S, 256);
+        return true;
+    case SNUG_DTYPE_IQ1_M:
+        MM_FNS(SNUG_DTYPE_IQ1_M, 256);
+        return true;
     default:
         return false;
     }
