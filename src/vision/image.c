@@ -489,7 +489,14 @@ static int check_jpeg(const uint8_t *b, size_t n, struct snug_err *err) {
     jpeg_mem_src(&c, b, (unsigned long)n);
     jpeg_read_header(&c, TRUE);
     c.scale_num = 1, c.scale_denom = 8;
+    c.out_color_space = JCS_RGB; /* as the decoder reads it (CMYK is refused there and here) */
     jpeg_start_decompress(&c);
+    if (c.output_components != 3) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "JPEG image with %d components cannot be read as RGB",
+                            c.output_components);
+    }
     JSAMPARRAY row = (*c.mem->alloc_sarray)((j_common_ptr)&c, JPOOL_IMAGE,
                                             c.output_width * c.output_components, 1);
     while (c.output_scanline < c.output_height && !e.eof) jpeg_read_scanlines(&c, row, 1);
