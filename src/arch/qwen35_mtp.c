@@ -1,9 +1,11 @@
 /* qwen35_mtp.c — the multi-token-prediction (MTP) block of the qwen35 family (docs/qwen35.md §3.2):
  * e = norm(E[x_{p+1}]; enorm), hn = norm(h_p; hnorm), c = eh_proj·[e, hn], one gated-attention
  * decoder layer (own KV cache, the architecture's FFN) at RoPE position p,
- * h' = norm(c; shared_head_norm), logits = output·h'. Used by both qwen35 and qwen35moe
- * (their mtp_forward entries pass their FFN). Only the first MTP block is used (like vLLM's
- * `spec_step_idx % num_mtp_layers` with one layer and llama.cpp's n_layer_nextn == 1).
+ * h' = norm(c; shared_head_norm), logits = output·h'. After an image (f->rope3, f->embd_rows,
+ * CPU only) the rotary takes the trunk's 3-D positions of row p and x_{p+1}'s embedding is the
+ * image's projector row when it is one (as vLLM's Qwen3.5 MTP: docs/spec-decode.md). Used by both
+ * qwen35 and qwen35moe (their mtp_forward entries pass their FFN). Only the first MTP block is used
+ * (like vLLM's `spec_step_idx % num_mtp_layers` with one layer and llama.cpp's n_layer_nextn == 1).
  * Every op goes through the step's backend (backend.h), so the block runs on the CPU or the
  * GPU unchanged: f->mtp_hidden_in and the run's hidden_out and kv live in the backend's memory,
  * f->logits on the host. Invariant: scratch comes from mtp_buffers, which
@@ -113,8 +115,15 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
     OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
-    OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
-    OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
+    if (f->rope3) { /* after an image: the trunk's 3-D positions (host memory, CPU only) */
+        snug_op_rope_mrope(f->pool, B->q, T, Hq, D, hp->n_rot, f->rope3, hp->rope_sections,
+                           hp->rope_base);
+        snug_op_rope_mrope(f->pool, B->k, T, Hkv, D, hp->n_rot, f->rope3, hp->rope_sections,
+                           hp->rope_base);
+    } else {
+        OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
+        OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
+    }
     OP(kv_store, kv, Hkv, D, run->pos0, T, B->k, B->v);
     OP(attention, kv, Hq, Hkv, D, run->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
@@ -136,6 +145,9 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
     /* [e | hn]: the embedding of x_{p+1} first, the hidden state second (docs/qwen35.md §3.2); each
      * normed row by row into xn, then placed into its half of cat */
     OP(embed, m->tok_embd, f->ids, T, H, B.y);
+    if (f->embd_rows) /* x_{p+1} is an image's row: its projector row, as the trunk's input */
+        for (int64_t t = 0; t < T; t++)
+            if (f->embd_rows[t]) memcpy(B.y + t * H, f->embd_rows[t], (size_t)H * sizeof(float));
     OP(rmsnorm, B.y, f32(f, L->nextn_enorm), hp->rms_eps, T, H, B.xn);
     OP(copy2d, B.cat, 2 * H, B.xn, H, H, T);
     OP(rmsnorm, f->mtp_hidden_in, f32(f, L->nextn_hnorm), hp->rms_eps, T, H, B.xn);

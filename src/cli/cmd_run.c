@@ -257,11 +257,6 @@ int cmd_run(int argc, char **argv) {
         ids[n_prompt++] = bos;
     }
     if (ci.n || ci.mmproj) { /* the images' rows at their pad runs (cli_images.c) */
-        if (spec_draft) {
-            snug_err_set(&err, SNUG_ERR_UNSUPPORTED,
-                         "--spec-draft with images is not supported yet: drop one of them");
-            goto fail;
-        }
         if (cli_images_encode(&ci, m, bk.backend, (int)threads, &err)) goto fail;
         int32_t np = 0;
         snug_token *placed = ci.n ? cli_images_place(&ci, m, ids, (int32_t)n_prompt,

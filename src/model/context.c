@@ -261,6 +261,11 @@ int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32
         snug_spec_reset(sp);
         if (n_past > 0) {
             sp->hid_ids[0] = toks[n_past - 1];
+            /* its rotary position as text after the restored images (a checkpoint inside an
+             * image would have had (s, s + row, s + col): only the MTP's input differs then,
+             * i.e. the acceptance rate, never the output) */
+            for (int c = 0; c < 3; c++) sp->hid_rope3[c] = n_past - 1 + ctx->rope_delta;
+            sp->hid_embd[0] = NULL;
             sp->hid_pos0 = n_past - 1;
             sp->n_hid = 1;
         }
@@ -310,7 +315,7 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
 
 /* ---- the step -------------------------------------------------------------------------- */
 /* The images of a multimodal eval: in order, inside the n ids, not overlapping, with rows;
- * and a context that can run them (CPU, no speculative decoding, M-RoPE within the op's bound). */
+ * and a context that can run them (CPU, M-RoPE within the op's bound). */
 static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug_image_rows *im,
                         int32_t n_images, struct snug_err *err) {
     if (n_images < 0 || (n_images > 0 && !im))
@@ -320,11 +325,6 @@ static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug
     if (ctx->device)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "images run on the CPU backend only for now (--backend cpu)");
-    if (ctx->spec)
-        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "images with speculative decoding (n_draft %d) are not supported; use "
-                            "a context without MTP drafts",
-                            ctx->p.n_draft);
     if (ctx->m->hp.n_rot / 2 > SNUG_ROPE_MAX_PAIRS)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "images: rope.dimension_count %u is above the multimodal rotary's "
@@ -388,6 +388,7 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
     const struct snug_model *m = c0->m;
     int64_t V = m->hp.n_vocab;
     struct snug_fwd_run *runs = c0->runs;
+    bool mm = false; /* one run with 3-D positions (images, or text after them) */
     for (int32_t r = 0; r < n_runs; r++) {
         struct snug_fwd_run *run = &runs[r];
         struct snug_ctx *c = c0->run_ctx[r];
@@ -397,6 +398,11 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
         if (!logits) run->n_logits = 0;
         for (int32_t i = 0; i < run->T; i++) c0->pos[run->row0 + i] = c->n_past + i;
         c->snap_n = 0;
+        if (n_runs == 1 && (c->mm_n_images > 0 || c->rope_delta != 0)) { /* (runs alone) */
+            /* the step's 3-D positions and image rows first: MTP step 1 below reads row 0's */
+            mm_fill(c, c->mm_images, c->mm_n_images, &c->mm_next, c->mm_off, T);
+            mm = true;
+        }
         if (run->snapshot) { /* a verification: a rollback point after each row */
             if (c->spec->recompute) {
                 ctx_snap(c, 0, true); /* the state before it; rollback recomputes */
@@ -408,7 +414,8 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
             struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
             ctx_fwd_be(c, &base, 0);
             float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
-            c->mtp_rows += snug_spec_flush(c->spec, &base, ids[run->row0], sink);
+            c->mtp_rows +=
+                snug_spec_flush(c->spec, &base, ids[run->row0], mm ? c->embd_rows[0] : NULL, sink);
         }
     }
     struct snug_fwd f = {
@@ -425,11 +432,9 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
         .hook_user = n_runs == 1 ? c0->run_ctx[0]->hook_user : NULL,
         .mm_obs = n_runs == 1 ? c0->run_ctx[0]->mm_obs : NULL,
     };
-    struct snug_ctx *c1 = c0->run_ctx[0];
-    if (n_runs == 1 && (c1->mm_n_images > 0 || c1->rope_delta != 0)) { /* (runs alone: callers) */
-        mm_fill(c1, c1->mm_images, c1->mm_n_images, &c1->mm_next, c1->mm_off, T);
-        f.rope3 = c1->rope3;
-        f.embd_rows = c1->embd_rows;
+    if (mm) {
+        f.rope3 = c0->run_ctx[0]->rope3;
+        f.embd_rows = c0->run_ctx[0]->embd_rows;
     }
     ctx_fwd_be(c0, &f, T); /* activations, positions in the backend's memory */
     m->arch->forward(&f);
@@ -439,7 +444,9 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
     bool settle = false;
     for (int32_t r = 0; r < n_runs; r++) {
         struct snug_ctx *c = c0->run_ctx[r];
-        if (c->spec) snug_spec_push(c->spec, ids + runs[r].row0, runs[r].T, c->n_past);
+        if (c->spec)
+            snug_spec_push(c->spec, ids + runs[r].row0, runs[r].T, c->n_past, mm ? c->rope3 : NULL,
+                           mm ? c->embd_rows : NULL);
         c->n_past += runs[r].T;
         if (c->spec && !c->snap_n && c->spec->n_hid > 1) {
             /* settle a plain run: MTP step 1 over the rows whose next token is known, so one
@@ -761,6 +768,11 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
         f.ids = sp->hid_ids;
         f.pos = ctx->pos;
         f.T = keep;
+        if (ctx->rope_delta) { /* text after an image: its 3-D positions (t = h = w) */
+            for (int32_t i = 0; i < 3 * keep; i++)
+                ctx->rope3[i] = ctx->snap_pos0 + i / 3 + ctx->rope_delta;
+            f.rope3 = ctx->rope3;
+        }
         ctx_fwd_be(ctx, &f, keep);
         ctx->m->arch->forward(&f);
         ctx->n_forwards++;

@@ -136,6 +136,8 @@ static int one_image(const json_t *p, size_t mi, size_t pi, const struct snug_vi
     int32_t w, h, rows, cols;
     int rc = snug_image_probe(bytes, n, &w, &h, &err);
     if (rc == SNUG_OK) rc = snug_vision_encoder_check(venc, w, h, &rows, &cols, &err);
+    /* the whole file decodes (a truncated one is refused here, not when the engine encodes it) */
+    if (rc == SNUG_OK) rc = snug_image_check(bytes, n, &err);
     if (rc) {
         snug_free(bytes);
         return part_error(e, mi, pi, "%s", err.msg);

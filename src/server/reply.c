@@ -1357,20 +1357,39 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
     char *text = NULL;
     size_t tlen = 0;
     struct snug_chat_spans plain = {0};
+    /* image parts: checked as a request's are (the same 400s), each counted as the rows·cols
+     * pads it is widened to (from the header and the resize rule: nothing is encoded) */
+    struct snug_srv_images im = {0};
+    if (snug_srv_images_collect(q.messages, s->venc, &im, e)) {
+        snug_server_req_free(&q);
+        return -1;
+    }
     int rc = snug_chat_opts_from_request(&co, q.root, &err);
     if (rc == SNUG_OK)
         rc = snug_chat_render_spans(q.messages, tools, &co, &text, &tlen,
                                     s->opts.special_in_content ? NULL : &plain, &err);
     snug_server_req_free(&q);
-    if (rc != SNUG_OK)
+    if (rc != SNUG_OK) {
+        snug_srv_images_free(&im);
         return snug_server_error_set(e, err.status == SNUG_ERR_NOMEM ? 500 : 400,
                                      "invalid_request_error", "messages", "%s", err.msg);
+    }
     snug_token *ids = NULL;
     rc = tokenize_alloc(s->tok, text, tlen, s->opts.special_in_content ? NULL : &plain, &ids,
                         n_tokens, &err);
     snug_free(text);
-    snug_free(ids);
     snug_chat_spans_free(&plain);
-    if (rc != SNUG_OK) return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+    if (rc != SNUG_OK) {
+        snug_free(ids);
+        snug_srv_images_free(&im);
+        return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+    }
+    int32_t no_mark = 0, no_mark2 = 0;
+    rc = im.n > 0
+             ? snug_srv_images_place(&im, s->tok, &ids, n_tokens, NULL, 0, &no_mark, &no_mark2, e)
+             : SNUG_OK;
+    snug_free(ids);
+    snug_srv_images_free(&im);
+    if (rc != SNUG_OK) return -1;
     return 0;
 }

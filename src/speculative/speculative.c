@@ -36,9 +36,13 @@ static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32
     size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, C * 4};
     void **ddst[] = {(void **)&o->hid, (void **)&o->h2, (void **)&o->ha, (void **)&o->hb,
                      (void **)&o->pos_dev};
-    size_t hsz[] = {C * 4, C * 4, C * 4, K1 * V * 4, V * 4, K1 * 4};
-    void **hdst[] = {(void **)&o->hid_ids, (void **)&o->tok,   (void **)&o->pos,
-                     (void **)&o->logits,  (void **)&o->probs, (void **)&o->batch};
+    size_t P = sizeof(void *);
+    size_t hsz[] = {C * 4,  C * 4,     C * 4, K1 * V * 4, V * 4,
+                    K1 * 4, C * 3 * 4, C * P, C * 3 * 4,  C * P};
+    void **hdst[] = {(void **)&o->hid_ids,   (void **)&o->tok,      (void **)&o->pos,
+                     (void **)&o->logits,    (void **)&o->probs,    (void **)&o->batch,
+                     (void **)&o->hid_rope3, (void **)&o->hid_embd, (void **)&o->rope3,
+                     (void **)&o->embd};
     size_t n = dev ? sizeof dsz / sizeof dsz[0] : sizeof hsz / sizeof hsz[0];
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -149,11 +153,20 @@ static void spec_copy(struct snug_spec *sp, void *dst, const void *src, size_t b
 }
 
 /* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids (base: the
- * step's model, backend and work arenas; its own positions go to pos_dev on a device). */
+ * step's model, backend and work arenas; its own positions go to pos_dev on a device).
+ * rope3 ([T][3], NULL: 1-D) and embd ([T], NULL: token embeddings only) are the rows' 3-D
+ * positions and image input rows; the 3-D rotary is used only when some row's (t, h, w) is not
+ * (p, p, p), so text before any image takes the unchanged 1-D path (bit-identical anyway). */
 static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snug_token *ids,
-                    int32_t T, snug_pos pos0, const float *hin, float *hout, float *logits,
-                    bool all) {
-    for (int32_t i = 0; i < T; i++) sp->pos[i] = pos0 + i;
+                    int32_t T, snug_pos pos0, const int32_t *rope3, const float *const *embd,
+                    const float *hin, float *hout, float *logits, bool all) {
+    bool mm = false, any_embd = false;
+    for (int32_t i = 0; i < T; i++) {
+        sp->pos[i] = pos0 + i;
+        if (rope3)
+            for (int c = 0; c < 3; c++) mm |= rope3[3 * i + c] != pos0 + i;
+        if (embd) any_embd |= embd[i] != NULL;
+    }
     snug_arena_reset_to(base->work, 0);
     if (base->host_work) snug_arena_reset_to(base->host_work, 0);
     struct snug_fwd_run run = {.kv = sp->kvp,
@@ -175,17 +188,23 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     f.logits = logits;
     f.hook = NULL;
     f.mtp_hidden_in = hin;
+    f.rope3 = mm ? rope3 : NULL;
+    f.embd_rows = any_embd ? embd : NULL;
     base->m->arch->mtp_forward(&f);
 }
 
 int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
-                        float *sink) {
+                        const float *next_embd, float *sink) {
     int32_t P = sp->n_hid;
     if (P == 0) return 0;
-    for (int32_t i = 0; i + 1 < P; i++) sp->tok[i] = sp->hid_ids[i + 1];
+    for (int32_t i = 0; i + 1 < P; i++) {
+        sp->tok[i] = sp->hid_ids[i + 1];
+        sp->embd[i] = sp->hid_embd[i + 1];
+    }
     sp->tok[P - 1] = next;
-    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid, sp->h2, sink ? sink : sp->logits,
-            sink != NULL);
+    sp->embd[P - 1] = next_embd;
+    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid_rope3, sp->embd, sp->hid, sp->h2,
+            sink ? sink : sp->logits, sink != NULL);
     spec_copy(sp, sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     if (sink) memcpy(sp->logits, sink + (int64_t)(P - 1) * sp->V, (size_t)sp->V * sizeof(float));
     sp->n_hid = 0;
@@ -195,17 +214,25 @@ int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_
 int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink) {
     int32_t P = sp->n_hid;
     if (P < 2) return 0;
-    mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid, sp->h2, sink, true);
+    mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid_rope3, sp->hid_embd + 1,
+            sp->hid, sp->h2, sink, true);
     spec_copy(sp, sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     sp->hid_ids[0] = sp->hid_ids[P - 1];
+    memmove(sp->hid_rope3, sp->hid_rope3 + 3 * (P - 1), 3 * sizeof(int32_t));
+    sp->hid_embd[0] = NULL; /* the row's own input: not read again (the next row's is) */
     sp->hid_pos0 += P - 1;
     sp->n_hid = 1;
     return P - 1;
 }
 
-void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0) {
+void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0,
+                    const int32_t *rope3, const float *const *embd) {
     SNUG_ASSERT(T <= sp->n_chunk);
     memcpy(sp->hid_ids, ids, (size_t)T * sizeof *ids);
+    for (int32_t i = 0; i < T; i++) {
+        for (int c = 0; c < 3; c++) sp->hid_rope3[3 * i + c] = rope3 ? rope3[3 * i + c] : pos0 + i;
+        sp->hid_embd[i] = embd ? embd[i] : NULL;
+    }
     sp->hid_pos0 = pos0;
     sp->n_hid = T;
 }
@@ -234,12 +261,18 @@ int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n
     k = SNUG_MIN(k, sp->n_draft);
     k = SNUG_MIN(k, n_ctx - n_past - 1);
     if (k <= 0) return SNUG_OK;
-    snug_spec_flush(sp, base, next, NULL);
+    /* the last pending row's rotary position: the chained steps go one further in t, h and w
+     * alike (vLLM adds 1 to all three M-RoPE rows per drafting step) */
+    int32_t last[3];
+    memcpy(last, sp->hid_rope3 + 3 * (sp->n_hid - 1), sizeof last);
+    snug_spec_flush(sp, base, next, NULL, NULL);
     drafts[0] = argmax(sp->logits, sp->V);
     /* steps 2..k: the previous draft as input token, the MTP's own h' as hidden input, the
      * position one further (docs/qwen35.md §3.3) */
     for (int32_t j = 1; j < k; j++) {
-        mtp_run(sp, base, &drafts[j - 1], 1, n_past - 1 + j, sp->ha, sp->hb, sp->logits, false);
+        for (int c = 0; c < 3; c++) sp->rope3[c] = last[c] + j;
+        mtp_run(sp, base, &drafts[j - 1], 1, n_past - 1 + j, sp->rope3, NULL, sp->ha, sp->hb,
+                sp->logits, false);
         float *t = sp->ha;
         sp->ha = sp->hb;
         sp->hb = t;

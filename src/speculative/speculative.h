@@ -25,14 +25,21 @@ struct snug_spec {
     /* hid, h2, ha, hb, pos_dev are in the backend's memory; the rest on the host */
     float *hid;          /* [n_chunk][H] pending trunk hidden rows */
     snug_token *hid_ids; /* [n_chunk] their tokens */
-    snug_token *tok;     /* [n_chunk] MTP input tokens (shifted) */
-    int32_t *pos;        /* [n_chunk] MTP positions */
-    float *h2;           /* [n_chunk][H] MTP output rows h' */
-    float *ha, *hb;      /* [H] chained drafting rows */
-    int32_t *pos_dev;    /* [n_chunk] MTP positions in the backend's memory */
-    float *logits;       /* [n_draft + 1][V] verification (and drafting) logits */
-    float *probs;        /* [V] */
-    snug_token *batch;   /* [n_draft + 1] verification ids */
+    /* [n_chunk][3] their rotary positions (t, h, w: the trunk's, so t = h = w = position for
+     * text before any image) and [n_chunk] their input rows (an image's projector row, host
+     * memory, or NULL for a token's embedding; valid only during the step that pushed them) */
+    int32_t *hid_rope3;
+    const float **hid_embd;
+    int32_t *rope3;     /* [n_chunk][3] an MTP run's rotary positions */
+    const float **embd; /* [n_chunk] an MTP run's input rows (NULL: the token's) */
+    snug_token *tok;    /* [n_chunk] MTP input tokens (shifted) */
+    int32_t *pos;       /* [n_chunk] MTP positions */
+    float *h2;          /* [n_chunk][H] MTP output rows h' */
+    float *ha, *hb;     /* [H] chained drafting rows */
+    int32_t *pos_dev;   /* [n_chunk] MTP positions in the backend's memory */
+    float *logits;      /* [n_draft + 1][V] verification (and drafting) logits */
+    float *probs;       /* [V] */
+    snug_token *batch;  /* [n_draft + 1] verification ids */
     snug_pos hid_pos0;
     int32_t n_hid;
     bool recompute;      /* rollback by recomputation instead of per-token snapshots */
@@ -62,12 +69,17 @@ void snug_spec_free(struct snug_spec *sp);
 void snug_spec_reset(struct snug_spec *sp); /* forget pending rows (keeps the statistics) */
 
 /* Context hooks (snug_ctx_eval). `base` carries model, pool, threads and the work arena.
- * flush: run MTP step 1 over the pending rows, `next` being the token after the last; logits
- * of all rows go to sink ([n_hid][V]) when non-NULL, else the last row's to sp->logits;
- * the last h' row to sp->ha. Returns the rows processed. push: record a trunk step's rows. */
+ * flush: run MTP step 1 over the pending rows, `next` being the token after the last and
+ * next_embd its input row when it is an image's (else NULL); logits of all rows go to sink
+ * ([n_hid][V]) when non-NULL, else the last row's to sp->logits; the last h' row to sp->ha.
+ * Returns the rows processed. push: record a trunk step's rows, with their 3-D rotary
+ * positions rope3 ([T][3], NULL: t = h = w = pos0 + i) and input rows embd ([T], NULL: all
+ * token embeddings) when the step carried images or text after them (vLLM's Qwen3.5 MTP takes
+ * the target's input embeddings and positions: docs/spec-decode.md). */
 int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
-                        float *sink);
-void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0);
+                        const float *next_embd, float *sink);
+void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug_pos pos0,
+                    const int32_t *rope3, const float *const *embd);
 /* MTP step 1 over the pending rows whose next token is already known (all but the last),
  * logits [n_hid - 1][V] to sink (may be NULL); the last row stays pending. */
 int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink);

@@ -16,9 +16,11 @@
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 
 #include <jpeglib.h>
+#include <jerror.h> /* JWRN_JPEG_EOF */
 #include <math.h>
 #include <png.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <string.h>
 #include <webp/decode.h>
 
@@ -108,6 +110,7 @@ struct jerr {
     struct jpeg_error_mgr mgr;
     jmp_buf jb;
     char msg[JMSG_LENGTH_MAX];
+    bool eof; /* jpeg_note_eof saw the data end early */
 };
 static void jpeg_fail(j_common_ptr c) {
     struct jerr *e = (struct jerr *)c->err;
@@ -117,6 +120,12 @@ static void jpeg_fail(j_common_ptr c) {
 static void jpeg_quiet(j_common_ptr c, int level) {
     (void)c;
     (void)level; /* warnings are not printed: the library never prints */
+}
+/* The same, remembering a premature end of the data (libjpeg only warns and pads the image
+ * with gray): snug_image_check refuses such a file. */
+static void jpeg_note_eof(j_common_ptr c, int level) {
+    struct jerr *e = (struct jerr *)c->err;
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) e->eof = true;
 }
 
 static int decode_jpeg(const uint8_t *b, size_t n, int64_t max_pixels,
@@ -413,4 +422,119 @@ void snug_image_patches(const struct snug_image *im, const float mean[3], const 
                                 o[((size_t)ch * 2 + 1) * P * P + y * P + x] = f;
                             }
                 }
+}
+
+/* ---- the whole bitstream, no pixel buffer -------------------------------------------------- */
+/* PNG: libpng's row reader over the bytes, rows decoded and dropped (png_read_row with no
+ * destination), then the chunks after the image data (png_read_end). */
+struct png_mem {
+    const uint8_t *b;
+    size_t n, off;
+};
+static void png_mem_read(png_structp png, png_bytep dst, size_t len) {
+    struct png_mem *m = png_get_io_ptr(png);
+    if (len > m->n - m->off) png_error(png, "the data ends early (a truncated file)");
+    memcpy(dst, m->b + m->off, len);
+    m->off += len;
+}
+static void png_check_fail(png_structp png, png_const_charp msg) {
+    char *out = png_get_error_ptr(png);
+    snprintf(out, 200, "%s", msg);
+    png_longjmp(png, 1);
+}
+static void png_check_warn(png_structp png, png_const_charp msg) {
+    (void)png;
+    (void)msg; /* the library never prints */
+}
+static int check_png(const uint8_t *b, size_t n, struct snug_err *err) {
+    char msg[200] = "";
+    struct png_mem m = {b, n, 0};
+    png_structp png =
+        png_create_read_struct(PNG_LIBPNG_VER_STRING, msg, png_check_fail, png_check_warn);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "PNG image: out of memory");
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return snug_err_set(err, SNUG_ERR_FORMAT, "PNG image: %s", msg);
+    }
+    png_set_read_fn(png, &m, png_mem_read);
+    png_read_info(png, info);
+    int passes = png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    png_uint_32 h = png_get_image_height(png, info);
+    for (int p = 0; p < passes; p++)
+        for (png_uint_32 y = 0; y < h; y++) png_read_row(png, NULL, NULL);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    return SNUG_OK;
+}
+
+/* JPEG: every scanline decoded at 1/8 scale (all of the entropy-coded data is still read; the
+ * row is libjpeg's own small buffer), a premature end refused. */
+static int check_jpeg(const uint8_t *b, size_t n, struct snug_err *err) {
+    struct jpeg_decompress_struct c;
+    struct jerr e;
+    c.err = jpeg_std_error(&e.mgr);
+    e.mgr.error_exit = jpeg_fail;
+    e.mgr.emit_message = jpeg_note_eof;
+    e.eof = false;
+    if (setjmp(e.jb)) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_FORMAT, "JPEG image: %s", e.msg);
+    }
+    jpeg_create_decompress(&c);
+    jpeg_mem_src(&c, b, (unsigned long)n);
+    jpeg_read_header(&c, TRUE);
+    c.scale_num = 1, c.scale_denom = 8;
+    c.out_color_space = JCS_RGB; /* as the decoder reads it (CMYK is refused there and here) */
+    jpeg_start_decompress(&c);
+    if (c.output_components != 3) {
+        jpeg_destroy_decompress(&c);
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "JPEG image with %d components cannot be read as RGB",
+                            c.output_components);
+    }
+    JSAMPARRAY row = (*c.mem->alloc_sarray)((j_common_ptr)&c, JPOOL_IMAGE,
+                                            c.output_width * c.output_components, 1);
+    while (c.output_scanline < c.output_height && !e.eof) jpeg_read_scanlines(&c, row, 1);
+    if (!e.eof) jpeg_finish_decompress(&c);
+    jpeg_destroy_decompress(&c);
+    if (e.eof)
+        return snug_err_set(err, SNUG_ERR_FORMAT,
+                            "JPEG image: the data ends early (a truncated file)");
+    return SNUG_OK;
+}
+
+/* WebP: the whole bitstream decoded, scaled to one pixel (libwebp's own tiny output). */
+static int check_webp(const uint8_t *b, size_t n, struct snug_err *err) {
+    WebPDecoderConfig cfg;
+    if (!WebPInitDecoderConfig(&cfg))
+        return snug_err_set(err, SNUG_ERR_INTERNAL, "WebP image: libwebp version mismatch");
+    cfg.options.use_scaling = 1;
+    cfg.options.scaled_width = cfg.options.scaled_height = 1;
+    cfg.output.colorspace = MODE_RGB;
+    VP8StatusCode st = WebPDecode(b, n, &cfg);
+    WebPFreeDecBuffer(&cfg.output);
+    if (st == VP8_STATUS_OK) return SNUG_OK;
+    return snug_err_set(err, SNUG_ERR_FORMAT, "WebP image: %s",
+                        st == VP8_STATUS_NOT_ENOUGH_DATA ? "the data ends early (a truncated file)"
+                                                         : "decoding failed");
+}
+
+int snug_image_check(const uint8_t *b, size_t n, struct snug_err *err) {
+    switch (img_kind(b, n)) {
+    case IMG_PNG:
+        return check_png(b, n, err);
+    case IMG_JPEG:
+        return check_jpeg(b, n, err);
+    case IMG_WEBP:
+        return check_webp(b, n, err);
+    default:
+        break;
+    }
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                        "image: not PNG, JPEG or WebP (the formats snug decodes)");
 }

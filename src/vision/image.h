@@ -44,6 +44,12 @@ int snug_image_decode_into(const uint8_t *bytes, size_t n, int64_t max_pixels,
  * server checks a request's image with before queueing it. SNUG_ERR_UNSUPPORTED (not PNG, JPEG
  * or WebP) or SNUG_ERR_FORMAT (a broken header), with a message. */
 int snug_image_probe(const uint8_t *bytes, size_t n, int32_t *w, int32_t *h, struct snug_err *err);
+/* Decode the whole bitstream without keeping the pixels (no pixel buffer: a PNG's rows, a JPEG's
+ * scanlines at 1/8 scale and a WebP scaled to one pixel are decoded and dropped): what the server
+ * checks after the probe, so a file cut after a valid header (or corrupt past it) is a 400 at
+ * validation, not an error when the engine encodes it. SNUG_ERR_FORMAT with a message; a JPEG
+ * whose data ends early is refused here (libjpeg itself only warns and pads with gray). */
+int snug_image_check(const uint8_t *bytes, size_t n, struct snug_err *err);
 
 /* The Qwen2-VL size rule (transformers' smart_resize): both sides multiples of factor, the
  * pixel count within [min_pixels, max_pixels], the aspect ratio kept as closely as possible;

@@ -7,8 +7,11 @@ server"), on the vision fixture (tests/data/vision: random weights, f16 text GGU
   the CLI's verified path feeds it; the same chat without the image answers differently.
 - The Anthropic /v1/messages image block (base64 source) and the Responses input_image give the
   same tokens (the anthropic client; the openai client's responses API).
+- /v1/messages/count_tokens with an image = the input tokens the same request reports (the
+  image's rows·cols pads, not one).
 - 400s naming the part and the reason: an http(s) URL (the server fetches nothing), bad base64,
-  bytes that are no image, an image over --max-source-pixels (naming the bound and the size),
+  bytes that are no image, a PNG / JPEG / WebP cut in the middle (at validation, nothing queued;
+  count_tokens too), an image over --max-source-pixels (naming the bound and the size),
   an Anthropic url source, a Responses file_id, and every image part on a server without
   --mmproj (saying it was started without a vision tower).
 - The prefix cache (--cache-ram): a second turn with the same image restores the prefix past
@@ -151,6 +154,24 @@ def main():
                     rt += "".join(getattr(x, "text", "") for x in it.content)
             r.check(rt == got, f"Responses input_image: same answer ({rt!r})")
 
+            # /v1/messages/count_tokens counts the image's rows·cols pads, as the request's usage
+            # does (the fixture's images: 6x10 -> 15 pads for image 0, 12x4 -> 12 for image 1)
+            for img_name in ("img0.png", "img1.png"):
+                ib64 = png_b64(os.path.join(D, img_name))
+                amsgs = [{"role": "user", "content": [
+                    {"type": "text", "text": "count " + img_name},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                 "data": ib64}}]}]
+                st, body, _ = S.raw("POST", "/v1/messages/count_tokens",
+                                    {"model": MODEL, "messages": amsgs})
+                am = ac.messages.create(model=MODEL, max_tokens=1, extra_body={"temperature": 0},
+                                        messages=amsgs)
+                used = am.usage.input_tokens + (am.usage.cache_read_input_tokens or 0)
+                r.check(st == 200 and body.get("input_tokens") == used,
+                        f"count_tokens with {img_name} = the request's usage "
+                        f"({body.get('input_tokens') if st == 200 else body} vs {used})")
+                wait_idle(S)
+
             # the prefix cache: a second turn with the same image does not encode it again
             wait_idle(S)
             enc_a = metric(S, "snug_images_encoded_total")
@@ -217,6 +238,40 @@ def main():
             bad(chat_msgs("iVBOR$$$"), ["base64", "content[1]", "offset 5"], "bad base64")
             bad(chat_msgs(base64.b64encode(b"GIF89a not an image at all").decode()),
                 ["not PNG, JPEG or WebP", "content[1]"], "undecodable bytes")
+            # a file cut in the middle (a valid header, then the data ends): a 400 at validation
+            # naming the part, nothing queued (no encode) — PNG (in its IDAT), JPEG, WebP
+            src_img = Image.open(img0).convert("RGB")
+            for fmt, media in (("PNG", "png"), ("JPEG", "jpeg"), ("WEBP", "webp")):
+                buf = io.BytesIO()
+                src_img.save(buf, fmt, **({"quality": 90} if fmt != "PNG" else {}))
+                whole = buf.getvalue()
+                cut = whole[:len(whole) // 2]
+                wait_idle(S)
+                enc_t0 = metric(S, "snug_images_encoded_total")
+                msgs_cut = [{"role": "user", "content": [
+                    {"type": "text", "text": QUESTION},
+                    {"type": "image_url", "image_url": {
+                        "url": f"data:image/{media};base64,{base64.b64encode(cut).decode()}"}}]}]
+                bad(msgs_cut, ["content[1]", "truncated"], f"{fmt} cut in the middle")
+                st, body, _ = S.raw("POST", "/v1/messages/count_tokens", {
+                    "model": MODEL, "messages": [{"role": "user", "content": [
+                        {"type": "image", "source": {"type": "base64",
+                                                     "media_type": f"image/{media}",
+                                                     "data": base64.b64encode(cut).decode()}}]}]})
+                r.check(st == 400 and "truncated" in json.dumps(body),
+                        f"{fmt} cut in the middle: count_tokens 400 too ({st})")
+                wait_idle(S)
+                enc_t1 = metric(S, "snug_images_encoded_total")
+                r.check(enc_t1 == enc_t0, f"{fmt} cut in the middle: nothing queued, no encode "
+                                          f"({enc_t0} -> {enc_t1})")
+                # the whole file still answers (the check does not refuse good files)
+                ok_msgs = [{"role": "user", "content": [
+                    {"type": "text", "text": QUESTION},
+                    {"type": "image_url", "image_url": {
+                        "url": f"data:image/{media};base64,{base64.b64encode(whole).decode()}"}}]}]
+                c_ok = cl.chat.completions.create(model=MODEL, max_tokens=2, temperature=0,
+                                                  messages=ok_msgs)
+                r.check(c_ok.usage.prompt_tokens > 15, f"{fmt} whole: answers")
             big = io.BytesIO()
             Image.new("RGB", (3000, 2000), (10, 200, 30)).save(big, "PNG")
             S3 = Server(TEXT, tmp, "V3", "--api-key", KEY, "--ctx", 256, "--mmproj", MMPROJ,
