@@ -663,7 +663,8 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
 bool snug_i8_supports(uint32_t wtype) {
     const struct snug_qkernels *k = kern();
     return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i8gemm != NULL &&
-           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K);
+           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K || wtype == SNUG_DTYPE_IQ4_XS ||
+            wtype == SNUG_DTYPE_Q3_K);
 }
 void snug_i8_prep(uint32_t wtype, const void *src, void *dst, int64_t n) {
     const struct snug_qkernels *k = kern();
