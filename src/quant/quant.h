@@ -190,12 +190,13 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
                    int nt, int64_t n, float *y, size_t ys);
 void snug_i16_gemm_ref(uint32_t wtype, const void *wp, size_t wps, int nr, const void *xt,
                        int ttpad, int nt, int64_t n, float *y, size_t ys);
-/* Prompt products of Q4_K, IQ4_XS and Q3_K weights on 8-bit activations (quant_i16.c; AVX-512
+/* Prompt products of Q4_K, Q5_K, IQ4_XS and Q3_K weights on 8-bit activations (quant_i16.c; AVX-512
  * VNNI only): the same arrangement as snug_i16_* with vpdpbusd (64 multiply-adds per
  * instruction instead of 32). Tile: per token and super-block dx = amax / 127 and int8
  * round(x / dx) (the A256 values), in quads (k .. k+3) per token, then the dx and the per-32
  * sums. Q4_K prepared row: the 4-bit values as bytes, then per super-block nine floats (d,
- * dmin·m_j) and the eight scales as int32; float steps those of the i16 Q4_K product. IQ4_XS
+ * dmin·m_j) and the eight scales as int32; float steps those of the i16 Q4_K product; Q5_K the
+ * same with 5-bit values. IQ4_XS
  * and Q3_K (the signed form: vpdpbusd needs one unsigned operand, so the tile's bytes are read
  * as x + 128 and the weights stay signed): prepared row of signed bytes (IQ4_XS the level,
  * Q3_K −q·scale: the scale folded in), then per super-block d, the int32 correction

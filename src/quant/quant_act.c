@@ -463,6 +463,8 @@ snug_deq_fn snug_act_deq_fn(uint32_t type) {
  * snug_i8_* tile) and decode (the A256 dots) alike: the KL stays below llama.cpp's on the same
  * files — IQ4_XS prompt 2.203e-2 / decode 2.167e-2 vs llama.cpp 2.215e-2, Q3_K_M 5.245e-2 /
  * 5.037e-2 vs 5.388e-2 (docs/perf/cpu.md "IQ4_XS and Q3_K decode on int8 activations").
+ * Q5_K prompts run on the int8 tile too (its decode already did): Q5_K_M prompt 5.911e-3 vs
+ * llama.cpp 6.471e-3 (docs/perf/cpu.md "IQ4_XS prompts: the Q5_K rows").
  * SNUG_ACT8=all turns int8 on for every type with an int8 kernel (faster prompts, slightly
  * less accurate); SNUG_ACT8=none turns it off. */
 static int g_act8 = -1; /* 0 none, 1 Q4_K + Q5_K + IQ4_XS + Q3_K, 2 all */
@@ -663,7 +665,8 @@ void snug_i16_gemm(uint32_t wtype, const void *wp, size_t wps, int nr, const voi
 bool snug_i8_supports(uint32_t wtype) {
     const struct snug_qkernels *k = kern();
     return atomic_load(&g_level) >= SNUG_CPU_AVX512 && k->i8gemm != NULL &&
-           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_IQ4_XS || wtype == SNUG_DTYPE_Q3_K);
+           (wtype == SNUG_DTYPE_Q4_K || wtype == SNUG_DTYPE_Q5_K || wtype == SNUG_DTYPE_IQ4_XS ||
+            wtype == SNUG_DTYPE_Q3_K);
 }
 void snug_i8_prep(uint32_t wtype, const void *src, void *dst, int64_t n) {
     const struct snug_qkernels *k = kern();

@@ -7,14 +7,14 @@
  * the int16 values (for the Q4_K mins). The int8 form for Q4_K (snug_i8_*, vpdpbusd): prepared rows
  * hold the 4-bit values as bytes, the nine floats and the eight scales as int32; the tile holds the
  * A256 values of each token in quads (k .. k+3), then dx = amax / 127 and the per-32 sums.
+ * Q5_K uses the same form with 5-bit values (0..31).
  * The signed int8 form (IQ4_XS, Q3_K): prepared rows hold signed bytes (IQ4_XS the level, Q3_K
  * −q·scale), then per super-block d, the correction 128·Σ scale·byte and (IQ4_XS) the eight
  * scales; the tile's bytes are read as x + 128 (unsigned), and the correction taken off in int32.
  * Invariant: integer sums are exact (Q4_K per super-block 256·945·8191 < 2³¹, Q6_K per 64
- * 64·4096·8191 < 2³¹, int8 Q4_K 8·63·32·15·127 < 2³¹, IQ4_XS 8·32·32·127·255 < 2³¹, Q3_K
- * 256·128·255 < 2³¹), the float steps fixed per output: all
- * levels give the same bits.
- * Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
+ * 64·4096·8191 < 2³¹, int8 Q4_K 8·63·32·15·127 < 2³¹, Q5_K 8·63·32·31·127 < 2³¹, IQ4_XS
+ * 8·32·32·127·255 < 2³¹, Q3_K 256·128·255 < 2³¹), the float steps fixed per output: all levels give
+ * the same bits. Read next: quant_simd.inc (igemm), src/backend/cpu/ops_matmul.c (the caller). */
 #include "core/core.h"
 #include "quant.h"
 #include "quant_act.h"
@@ -205,6 +205,33 @@ static void i8_prep_q4k(const void *src, void *dst, int64_t n) {
     }
 }
 
+/* Q5_K prepared row: the Q4_K form with the values 0..31 (the fifth bit from qh), so the same
+ * product runs on it (|acc| ≤ 8·63·32·31·127 < 2³¹). Q5_K, 176 bytes per 256 (ggml-common.h
+ * block_q5_K): f16 d | f16 dmin | scales[12] (as Q4_K) | qh[32] | qs[128]; element 64c + l of
+ * chunk c (l < 32): low nibble of qs[32c + l] | bit 2c of qh[l] << 4, element 64c + 32 + l: high
+ * nibble | bit 2c + 1 << 4 (quant_ref.c deq_q5_k). */
+static void i8_prep_q5k(const void *src, void *dst, int64_t n) {
+    const uint8_t *w = src;
+    uint8_t *q = dst;
+    int64_t nb = n / 256;
+    float *meta = (float *)(void *)(q + n);
+    int32_t *scs = (int32_t *)(void *)(q + n + (size_t)nb * 36);
+    for (int64_t b = 0; b < nb; b++, w += 176, q += 256, meta += 9, scs += 8) {
+        int sc[8];
+        q4k_block_meta(w, meta, sc);
+        const uint8_t *qh = w + 16;
+        for (int c = 0; c < 4; c++) {
+            scs[2 * c] = sc[2 * c];
+            scs[2 * c + 1] = sc[2 * c + 1];
+            const uint8_t *qs = w + 48 + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                q[64 * c + l] = (uint8_t)((qs[l] & 0xf) | ((qh[l] >> (2 * c)) & 1) << 4);
+                q[64 * c + 32 + l] = (uint8_t)((qs[l] >> 4) | ((qh[l] >> (2 * c + 1)) & 1) << 4);
+            }
+        }
+    }
+}
+
 /* IQ4_XS prepared row (signed form): the levels as int8 in element order, then per super-block
  * d (float), the correction 128·Σ_j sc_j·Σ_{k in j} level_k (int32), the eight scales − 32
  * (int32). IQ4_XS, 136 bytes per 256 (ggml-common.h block_iq4_xs): f16 d | u16 scales_h | u8
@@ -274,6 +301,8 @@ void snug_i8_prep_ref(uint32_t wtype, const void *src, void *dst, int64_t n) {
         i8_prep_iq4xs(src, dst, n);
     else if (wtype == SNUG_DTYPE_Q3_K)
         i8_prep_q3k(src, dst, n);
+    else if (wtype == SNUG_DTYPE_Q5_K)
+        i8_prep_q5k(src, dst, n);
     else
         i8_prep_q4k(src, dst, n);
 }

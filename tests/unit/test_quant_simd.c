@@ -17,8 +17,8 @@
  *    fmaf-chain reference for 1..8 rows and 1..100 tokens on odd lengths and strides, NaN
  *    padding never reaching an output, nothing written outside the block; the reference
  *    within 1e-5·Σ|w·x| of double;
- *  - the Q4_K / Q6_K int16 and Q4_K / IQ4_XS / Q3_K int8 prompt products (snug_i16_*,
- *    snug_i8_*; IQ4_XS and Q3_K on random blocks): prepared rows and activation tiles of the
+ *  - the Q4_K / Q6_K int16 and Q4_K / Q5_K / IQ4_XS / Q3_K int8 prompt products (snug_i16_*,
+ *    snug_i8_*; Q5_K, IQ4_XS and Q3_K on random blocks): prepared rows and activation tiles of the
  *    dispatched versions byte-identical to the references', snug_i16_gemm bit-identical to
  * snug_i16_gemm_ref for 1..8 rows and odd token counts (zero padding), the reference within half an
  * activation step per super-block (Σ|w|·amax/16382) + 1e-5·Σ|w·x| of double arithmetic on the
@@ -333,21 +333,26 @@ static void test_i16_type(uint32_t type, int i8) {
         size_t pb = ip_row_bytes(i8, n);
         int bad_prep = 0;
         /* bytes of a prepared row that the preparation defines */
-        size_t pdef = !i8                         ? (size_t)n * 2 + (size_t)(n / 256) * 36
-                      : type == SNUG_DTYPE_Q4_K   ? (size_t)n + (size_t)(n / 256) * 68
+        size_t pdef = !i8 ? (size_t)n * 2 + (size_t)(n / 256) * 36
+                      : type == SNUG_DTYPE_Q4_K || type == SNUG_DTYPE_Q5_K
+                          ? (size_t)n + (size_t)(n / 256) * 68
                       : type == SNUG_DTYPE_IQ4_XS ? (size_t)n + (size_t)(n / 256) * 40
                                                   : (size_t)n + (size_t)(n / 256) * 8;
         for (int r = 0; r < nr_all; r++) {
             fill_row(row, n, (int)(r + ni) % 3);
-            if (type == SNUG_DTYPE_IQ4_XS || type == SNUG_DTYPE_Q3_K) {
-                /* no snug encoder for these here: random blocks (every scale and level, the
-                 * extremes included) with a finite f16 d */
+            if (type == SNUG_DTYPE_IQ4_XS || type == SNUG_DTYPE_Q3_K || type == SNUG_DTYPE_Q5_K) {
+                /* random blocks (every scale and level, every Q5_K high bit, the extremes
+                 * included) with a finite f16 d (and Q5_K dmin) */
                 uint8_t *blk = wq + (size_t)r * rb;
-                size_t bb = type == SNUG_DTYPE_IQ4_XS ? 136 : 110;
+                size_t bb = type == SNUG_DTYPE_IQ4_XS ? 136 : type == SNUG_DTYPE_Q5_K ? 176 : 110;
                 for (size_t i = 0; i < rb; i++) blk[i] = (uint8_t)(rng_u64() >> 56);
                 for (int64_t b = 0; b < n / 256; b++) {
                     uint16_t h = snug_f32_to_f16(((float)((b + r) % 13) - 6.0f) * 0.003f + 1e-4f);
-                    memcpy(blk + (size_t)b * bb + (type == SNUG_DTYPE_IQ4_XS ? 0 : 108), &h, 2);
+                    memcpy(blk + (size_t)b * bb + (type == SNUG_DTYPE_Q3_K ? 108 : 0), &h, 2);
+                    if (type == SNUG_DTYPE_Q5_K) {
+                        h = snug_f32_to_f16((float)((b + 2 * r) % 7) * 0.001f);
+                        memcpy(blk + (size_t)b * bb + 2, &h, 2);
+                    }
                 }
             } else {
                 snug_quantize_row(type, row, wq + (size_t)r * rb, n, NULL);
@@ -419,6 +424,7 @@ static void test_i16(void) {
     test_i16_type(SNUG_DTYPE_Q4_K, 0);
     test_i16_type(SNUG_DTYPE_Q6_K, 0);
     test_i16_type(SNUG_DTYPE_Q4_K, 1);
+    test_i16_type(SNUG_DTYPE_Q5_K, 1);
     test_i16_type(SNUG_DTYPE_IQ4_XS, 1);
     test_i16_type(SNUG_DTYPE_Q3_K, 1);
 }

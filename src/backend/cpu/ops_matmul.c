@@ -4,9 +4,9 @@
  * time into its scratch (vectorised, exact) and multiplies them with the tile (snug_tgemm:
  * vectors along the tokens). Q4_K and Q6_K at the AVX-512 level do the same on 14-bit
  * integers (quant.h snug_i16_*: mm_task_x16 quantizes the tile, mm_task_i16 prepares int16
- * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy; Q4_K, IQ4_XS and
- * Q3_K, whose accuracy policy allows int8 activations, run the int8 form of it instead
- * (snug_i8_*, vpdpbusd: twice the multiply-adds per instruction).
+ * rows and runs vpdpwssd), about 1.6x the float path at float-like accuracy; Q4_K, Q5_K,
+ * IQ4_XS and Q3_K, whose accuracy policy allows int8 activations, run the int8 form of it
+ * instead (snug_i8_*, vpdpbusd: twice the multiply-adds per instruction).
  * Short chunks and decode: weights with int8 activations under the accuracy policy (quant.h
  * snug_act_int8_use: Q4_K, Q5_K, IQ4_XS, Q3_K by default) quantize the activation rows once per
  * call into `work` and dot each weight row with eight rows at a time (snug_act_dot; one Q4_K decode
@@ -318,7 +318,7 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         c.scratch = base + SNUG_MAX(act_row_max(n_in) * MM_TILE, xt_bytes(n_in));
         c.xq = base;
         int64_t tile = xt_tokens(n_in);
-        /* Q4_K, IQ4_XS, Q3_K under the int8 policy: the int8 tile (vpdpbusd, twice the
+        /* Q4_K, Q5_K, IQ4_XS, Q3_K under the int8 policy: the int8 tile (vpdpbusd, twice the
          * multiply-adds per instruction of the int16 one) */
         c.i8 = n_in % 256 == 0 && snug_i8_supports(type) && snug_act_int8_use(type);
         if (c.i8 || (n_in % 256 == 0 && snug_i16_supports(type))) {
