@@ -128,7 +128,8 @@ struct cli_images {
     ((struct cli_images){.min_px = SNUG_VISION_MIN_PIXELS, .max_px = SNUG_VISION_MAX_PIXELS})
 /* Same return convention as cli_kv_flag. */
 int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_images *ci);
-/* Load the mmproj and encode every image (backend: the context's; the tower is CPU-only). */
+/* Load the mmproj and encode every image (backend: the context's, either; the tower runs on the
+ * CPU). */
 int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
                       struct snug_err *err);
 /* The ids with each image's pad run sized to it (a malloc'd array of *n_out + extra ids). */

@@ -51,10 +51,7 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--image needs the vision tower: add --mmproj MMPROJ.gguf (the "
                             "model's mmproj file)");
-    if (backend != 0)
-        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "the vision tower (--mmproj) runs on the CPU only for now: use "
-                            "--backend cpu");
+    (void)backend; /* the tower runs on the CPU; its rows go to any backend (docs/vision.md) */
     if (ci->min_px > ci->max_px)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--min-image-pixels %lld is above --max-image-pixels %lld", ci->min_px,

@@ -52,7 +52,8 @@ static void usage(void) {
         "  --image (with the model's --mmproj): a PNG/JPEG/WebP file, in order, at each\n"
         "  <|image_pad|> of the prompt (write <|vision_start|><|image_pad|><|vision_end|>),\n"
         "  or in front of the prompt when it has none. Pixel bounds default to Qwen's\n"
-        "  65536 .. 16777216 (the image is resized into them). CPU backend only.\n");
+        "  65536 .. 16777216 (the image is resized into them). The vision tower runs on\n"
+        "  the CPU; the text model on --backend cpu or cuda.\n");
 }
 
 /* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices

@@ -210,11 +210,10 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
     int rc = snug_plan_check(&m->hp, &w, &lim, budget, plan, err);
     if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
     if (rc == SNUG_OK && s->opts.mmproj) {
-        if (eo->backend == 1 || eo->n_draft > 0)
+        if (eo->n_draft > 0)
             rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                              "--mmproj: the vision tower runs with CPU contexts without "
-                              "speculative decoding only for now: use --backend cpu and "
-                              "--spec-draft 0");
+                              "--mmproj: images run without speculative decoding only for now: "
+                              "use --spec-draft 0");
         else
             rc = snug_srv_vision_boot(s, threads, plan, err);
     }
