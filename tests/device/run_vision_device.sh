@@ -6,6 +6,7 @@
 #   1. the vision fixture's image prompt: `snug logits --backend cuda --mmproj --image` vs
 #      transformers (median KL <= 1e-4) and vs the CPU backend (<= 1e-4), 16 greedy tokens
 #      identical to the CPU's (one step, steps of 7 rows, evals of 10 ids);
+#      `--vision-backend cuda` (the tower's weight products on the GPU, experimental): <= 1e-3;
 #   2. `snug serve --backend cuda --mmproj` vs the CPU server: a chat with a base64 PNG gives
 #      the same greedy tokens (tests/device/vision_device.py).
 # Carry as run_lowbit_device.sh does: tests/device/pack_devcarry.sh BUILD D puts snug,

@@ -8,7 +8,9 @@ interleaved M-RoPE on the device, decode after the image with 3-D positions).
    prompt (prompt_ids.json), in one step, in steps of 7 rows (the image's rows split across
    steps) and in evals of 10 ids (the image passed to each eval it overlaps): median KL to
    transformers' logits (prompt_logits.f32) <= 1e-4, median KL to the CPU backend's <= 1e-4,
-   and the 16 greedy tokens identical to the CPU's (and to transformers' prompt_greedy.json).
+   and the 16 greedy tokens identical to the CPU's (and to transformers' prompt_greedy.json);
+   with `--vision-backend cuda` (experimental: the tower's weight products on the GPU in bf16)
+   median KL <= 1e-3 to both.
 2. `snug serve --backend cuda --mmproj` and the same on the CPU: a chat with the image as a
    base64 PNG (the openai client when installed, else the same JSON body over urllib) answers
    with the same greedy tokens on both; the same chat without the image answers otherwise.
@@ -85,6 +87,17 @@ def part_logits():
               f"CUDA ({name}): 16 greedy tokens after the image = the CPU's: {greedy} vs "
               f"{cpu_greedy}")
     check(cpu_greedy == greedy_ref, f"CPU greedy = transformers': {cpu_greedy} vs {greedy_ref}")
+    # experimental: the tower's weight products on the GPU too (bf16 tensor-core GEMMs, so the
+    # image rows carry ~1e-3 relative error: a looser bound, the greedy tokens reported)
+    got, greedy = logits("cuda", os.path.join(OUT, "gpu-vb.f32"), "--vision-backend", "cuda")
+    check(got is not None, "--vision-backend cuda: ran")
+    if got is not None:
+        got = got.reshape(T, -1)
+        k_ref, k_cpu = kl_median(ref, got[:, :V]), kl_median(cpu, got)
+        check(k_ref <= 1e-3 and k_cpu <= 1e-3,
+              f"--vision-backend cuda (tower products on the GPU): median KL vs transformers "
+              f"{k_ref:.3g}, vs the CPU {k_cpu:.3g} (<= 1e-3); greedy = CPU's: "
+              f"{greedy == cpu_greedy}")
 
 
 class Server:

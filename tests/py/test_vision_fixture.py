@@ -253,6 +253,24 @@ def test_image_prompt(r, ids, ref, T, V):
                     f"--backend cuda (device paths over the CPU ops; chunk {chunk}, split {split})"
                     f": median KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
                     + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
+        # --vision-backend cuda: the tower's weight products on a backend instance of its own
+        # over the mmproj (here the stand-in: the device paths — x uploaded, y downloaded —
+        # over the CPU ops, so transformers' numbers still hold)
+        cmd = [SNUG, "logits", "--backend", "cuda", "--vision-backend", "cuda", "-m", text,
+               "--ids", p_ids, "-o", out, "--greedy", 16, *flags]
+        p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
+                           timeout=300)
+        got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
+        med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
+        greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
+        r.check(med <= 1e-5 and greedy == greedy_ref and "weight products on the cuda" in p.stderr,
+                f"--vision-backend cuda (the tower's products through a backend instance): median "
+                f"KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
+                + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
+        p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--vision-backend", "gpu", *flags,
+                check=False)
+        r.check(p.returncode != 0 and "expected cpu or cuda" in p.stderr,
+                "--vision-backend gpu: refused")
         # without the image's rows (plain pads, 1-D positions) the logits must differ: the
         # comparison above can fail
         run("logits", "-m", text, "--ids", p_ids, "-o", out)
