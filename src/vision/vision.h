@@ -3,9 +3,10 @@
  * that replace an image's pad tokens in the text model (docs/vision.md, steps 2–5).
  * Owns: the mmproj mapping and its tensor views. Invariant: snug_vision_encode allocates nothing
  * (the caller passes snug_vision_work_bytes of work memory); float32 everywhere; the weights
- * stay in the mapping (products through snug_op_matmul, any computable type).
+ * stay in the mapping (products through snug_op_matmul, any computable type, or a backend
+ * through snug_vision_set_mm).
  * Also here: file bytes → rows (encode.c) and the tower's plan items (vision_plan.c).
- * Read next: vision.c, encode.c, docs/vision.md. Not yet: CUDA (issue 23). */
+ * Read next: vision.c, encode.c, vision_backend.c (the products on a backend), docs/vision.md. */
 #ifndef SNUG_VISION_H
 #define SNUG_VISION_H
 
