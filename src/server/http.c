@@ -843,6 +843,7 @@ done:
     pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);
     snug_vision_encoder_free(s->venc);
+    snug_vision_be_close(s->vision_be);
     snug_vision_free(s->vision);
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);

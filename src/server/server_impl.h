@@ -49,6 +49,7 @@ struct snug_srv {
     /* the vision tower and its encoder (one block for the largest image), when --mmproj */
     struct snug_vision *vision;
     struct snug_vision_encoder *venc;
+    struct snug_vision_be *vision_be;       /* --vision-backend cuda: the tower's products there */
     struct snug_responses_store *responses; /* stored responses (previous_response_id) */
     /* generations in flight (struct reply, reply.c), for shutdown */
     pthread_mutex_t live_mu;

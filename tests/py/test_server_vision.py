@@ -187,14 +187,16 @@ def main():
                     f"{chat_text(t2)!r})")
 
             # --backend cuda --mmproj, its device paths (image rows and 3-D positions uploaded,
-            # logits downloaded) taken over the CPU ops by the test
+            # logits downloaded; with --vision-backend cuda the tower's products too) taken over
+            # the CPU ops by the test
             # stand-in libsnug_fakedev.so (tests/support/fake_device.c; the kernels themselves:
             # tests/device/run_vision_device.sh): the CPU server's answers
             fake = os.path.join(os.path.dirname(SNUG), "libsnug_fakedev.so")
             os.environ["SNUG_CUDA_LIB"] = fake
             try:
                 S5 = Server(TEXT, tmp, "V5", "--api-key", KEY, "--ctx", 512, "--mmproj", MMPROJ,
-                            *BOUNDS, "--backend", "cuda", "--cache-ram", "64MiB", "--slots", 1)
+                            *BOUNDS, "--backend", "cuda", "--vision-backend", "cuda",
+                            "--cache-ram", "64MiB", "--slots", 1)
             finally:
                 del os.environ["SNUG_CUDA_LIB"]
             servers.append(S5)
@@ -202,7 +204,8 @@ def main():
             g5 = c5.chat.completions.create(model=MODEL, max_tokens=N, temperature=0,
                                             messages=chat_msgs(b64), logprobs=True)
             t5 = [t.token for t in g5.choices[0].logprobs.content]
-            r.check(t5 == toks,
+            S5.log.seek(0)
+            r.check(t5 == toks and "weight products on the cuda backend" in S5.log.read(),
                     f"serve --backend cuda --mmproj (device paths over the CPU ops): the CPU "
                     f"server's tokens ({t5} vs {toks})")
             wait_idle(S5)
