@@ -216,6 +216,12 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
                               "use --spec-draft 0");
         else
             rc = snug_srv_vision_boot(s, threads, plan, err);
+        if (rc == SNUG_OK && eo->backend == 1 && budget && plan->device_total > budget)
+            rc = snug_err_set(err, SNUG_ERR_BUDGET,
+                              "the GPU plan with the vision tower's products (--vision-backend "
+                              "cuda) is %.2f GiB, over --vram-budget %.2f GiB",
+                              (double)plan->device_total / 1073741824.0,
+                              (double)budget / 1073741824.0);
     }
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
         fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",

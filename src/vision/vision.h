@@ -75,6 +75,10 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
                         int64_t max_patches, struct snug_err *err);
 void snug_vision_be_close(struct snug_vision_be *vb); /* NULL is a no-op; unhooks the tower */
 size_t snug_vision_be_bytes(const struct snug_vision_be *vb);
+/* Its device bytes besides the mmproj's weights, as snug_vision_be_open allocates them: the work
+ * arena (x, y and the CPU product's scratch) and the CUDA op scratch (the plan's items). */
+void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
+                         uint64_t *work_bytes, uint64_t *scratch_bytes);
 /* The widest product's inputs and outputs (the work and op scratch are sized from them). */
 void snug_vision_mm_extent(const struct snug_vision_hparams *hp, int64_t *max_in, int64_t *max_out);
 

@@ -28,6 +28,17 @@ void snug_vision_mm_extent(const struct snug_vision_hparams *hp, int64_t *max_in
     *max_out = SNUG_MAX(SNUG_MAX(3 * D, F), SNUG_MAX(M2 * D, (int64_t)hp->out_dim));
 }
 
+void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
+                         uint64_t *work_bytes, uint64_t *scratch_bytes) {
+    int64_t in, out;
+    snug_vision_mm_extent(hp, &in, &out);
+    size_t xb = (size_t)(max_patches * in) * sizeof(float);
+    size_t yb = (size_t)(max_patches * out) * sizeof(float);
+    size_t wb = snug_op_matmul_work_bytes(in, 1);
+    *work_bytes = SNUG_ALIGN_UP(xb, 256) + SNUG_ALIGN_UP(yb, 256) + SNUG_ALIGN_UP(wb, 256);
+    *scratch_bytes = snug_backend_plan_cuda_scratch(in, out, max_patches, 1, 64);
+}
+
 static int be_product(void *user, const struct snug_gguf_tensor *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, struct snug_err *err) {
     struct snug_vision_be *vb = user;
@@ -62,14 +73,15 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
     size_t xb = (size_t)(max_patches * vb->max_in) * sizeof(float);
     size_t yb = (size_t)(max_patches * vb->max_out) * sizeof(float);
     size_t wb = snug_op_matmul_work_bytes(vb->max_in, 1);
+    uint64_t work, scratch; /* the plan's numbers (snug_vision_be_plan): planned = allocated */
+    snug_vision_be_plan(hp, max_patches, &work, &scratch);
     /* no sequence state: one slot of an empty cache shape */
     struct snug_kv_shape none = {.head_dim = 64, .n_ctx = 1, .type = SNUG_DTYPE_F16};
     struct snug_backend_limits lim = {
         .kv_shape = &none,
         .n_slots = 1,
-        .work_bytes = SNUG_ALIGN_UP(xb, 256) + SNUG_ALIGN_UP(yb, 256) + SNUG_ALIGN_UP(wb, 256),
-        .scratch_bytes =
-            snug_backend_plan_cuda_scratch(vb->max_in, vb->max_out, max_patches, 1, 64),
+        .work_bytes = (size_t)work,
+        .scratch_bytes = (size_t)scratch,
         .n_chunk = (int32_t)max_patches,
         .n_embd = 1,
         .n_head = 1,
