@@ -184,9 +184,10 @@ struct snug_image_rows {
 /* snug_ctx_eval with images: their rows take 3-D rotary positions (t, h, w) and the text after
  * an image continues at its first position + max(rows, cols), for this eval and every later
  * one until snug_ctx_reset (Qwen3.5's M-RoPE). Images in order, not overlapping, each
- * overlapping the n ids (SNUG_ERR_INVALID otherwise); CPU contexts only (SNUG_ERR_UNSUPPORTED),
- * with or without speculative decoding (the MTP block takes the image rows and the 3-D
- * positions too). The rows are read during the call only. Allocates nothing. */
+ * overlapping the n ids (SNUG_ERR_INVALID otherwise); on either backend (host rows; a device
+ * context uploads them), with or without speculative decoding on the CPU (the MTP block takes
+ * the image rows and the 3-D positions too; a device context with MTP drafts is refused,
+ * SNUG_ERR_UNSUPPORTED). The rows are read during the call only. Allocates nothing. */
 int snug_ctx_eval_images(struct snug_ctx *ctx, const snug_token *ids, int32_t n,
                          const struct snug_image_rows *images, int32_t n_images, float *logits_out,
                          unsigned flags, struct snug_err *err);

@@ -49,6 +49,9 @@ struct trunk_bufs {
     float *o;   /* [T][Nv][dv] delta-rule output */
     float *on;  /* [T][Nv][dv] gated-normed output */
     float *lg;  /* [LG_ROWS][V] logits staging (backends whose memory is not the host's) */
+    /* [T][3] a multimodal step's rotary positions (t, h, w) in the backend's memory (uploaded
+     * from f->rope3 on a device backend; unused on the CPU) */
+    int32_t *pos3;
     void *op_work;
 };
 
@@ -102,6 +105,7 @@ static void trunk_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_th
         o->on = bump_f32(b, T * di);
     }
     o->lg = bump_f32(b, (int64_t)SNUG_MIN(T, LG_ROWS) * hp->n_vocab);
+    o->pos3 = bump_alloc(b, (size_t)T * 3 * sizeof(int32_t));
     o->op_work = bump_alloc(b, op_work_bytes(hp, T, n_threads));
 }
 
@@ -282,22 +286,38 @@ static const float *host_view(struct snug_fwd *f, const float *src, int64_t n) {
 
 /* The rotary of a step whose rows carry 3-D positions (f->rope3: images in the prompt, or text
  * after them): interleaved M-RoPE over the GGUF's rope.dimension_sections (docs/vision.md step
- * 6). Host memory only: the context refuses multimodal rows on a device backend. */
-static void rope_rows_3d(struct snug_fwd *f, float *x, int64_t n_heads) {
+ * 6), on the positions in the backend's memory (pos3: f->rope3 itself on the CPU, the step's
+ * upload into the work arena on a device). */
+static void rope_rows_3d(struct snug_fwd *f, const int32_t *pos3, float *x, int64_t n_heads) {
     const struct snug_hparams *hp = &f->m->hp;
-    snug_op_rope_mrope(f->pool, x, f->T, n_heads, hp->head_dim, hp->n_rot, f->rope3,
-                       hp->rope_sections, hp->rope_base);
+    struct snug_be *be = snug_fwd_be(f);
+    OP(rope_mrope, x, f->T, n_heads, hp->head_dim, hp->n_rot, pos3, hp->rope_sections,
+       hp->rope_base);
 }
 
 /* The step's input rows: token embeddings, then the multimodal rows that replace some of them
- * (f->embd_rows, host memory). */
+ * (f->embd_rows, host memory: copied on the CPU, uploaded on a device — an image's rows are
+ * consecutive in its block, so each run of them is one upload). */
 static void embed_rows(struct snug_fwd *f, float *x) {
     struct snug_be *be = snug_fwd_be(f);
-    int64_t H = f->m->hp.n_embd;
-    OP(embed, f->m->tok_embd, f->ids, f->T, H, x);
+    int64_t H = f->m->hp.n_embd, T = f->T;
+    OP(embed, f->m->tok_embd, f->ids, T, H, x);
     if (!f->embd_rows) return;
-    for (int64_t t = 0; t < f->T; t++)
-        if (f->embd_rows[t]) memcpy(x + t * H, f->embd_rows[t], (size_t)H * sizeof(float));
+    for (int64_t t = 0; t < T;) {
+        const float *src = f->embd_rows[t];
+        if (!src) {
+            t++;
+            continue;
+        }
+        int64_t n = 1;
+        while (t + n < T && f->embd_rows[t + n] == src + n * H) n++;
+        size_t bytes = (size_t)(n * H) * sizeof(float);
+        if (be->host_memory)
+            memcpy(x + t * H, src, bytes);
+        else
+            OP(upload, x + t * H, src, bytes);
+        t += n;
+    }
 }
 
 /* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE over
@@ -315,9 +335,10 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
     OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
     OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
-    if (f->rope3) { /* multimodal rows: 3-D positions (CPU only, checked by the context) */
-        rope_rows_3d(f, B->q, Hq);
-        rope_rows_3d(f, B->k, Hkv);
+    if (f->rope3) { /* multimodal rows: 3-D positions */
+        const int32_t *pos3 = be->host_memory ? f->rope3 : B->pos3;
+        rope_rows_3d(f, pos3, B->q, Hq);
+        rope_rows_3d(f, pos3, B->k, Hkv);
     } else {
         OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
         OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
@@ -491,6 +512,8 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     int32_t hpos0 = f->runs[0].pos0;
 
     embed_rows(f, B.x);
+    if (f->rope3 && !be->host_memory) /* the 3-D positions beside the 1-D ones (pos_be) */
+        OP(upload, B.pos3, f->rope3, (size_t)T * 3 * sizeof(int32_t));
     if (hook) {
         hook(f->hook_user, 0, hpos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
         snug_arena_reset_to(hw, hmark);

@@ -42,6 +42,11 @@ struct snug_backend_ops {
     void (*l2norm)(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps);
     void (*rope_neox)(struct snug_be *be, float *x, int64_t T, int64_t n_heads, int64_t head_dim,
                       int64_t n_rot, const int32_t *pos, float base);
+    /* The same rotation with three positions per row (multimodal rows: images, and text after
+     * them): pos3 [T][3] = (t, h, w) in the backend's memory, interleaved M-RoPE over sections
+     * (the GGUF's rope.dimension_sections). Semantics: ops.h snug_op_rope_mrope. */
+    void (*rope_mrope)(struct snug_be *be, float *x, int64_t T, int64_t n_heads, int64_t head_dim,
+                       int64_t n_rot, const int32_t *pos3, const uint32_t sections[3], float base);
     void (*swiglu)(struct snug_be *be, const float *gate, const float *up, int64_t n, float *y);
     /* y[i] = x[i] · sigmoid(gate[i]) */
     void (*sigmoid_mul)(struct snug_be *be, const float *x, const float *gate, int64_t n, float *y);
@@ -209,7 +214,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 2u
+#define SNUG_BACKEND_ABI 3u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

@@ -57,6 +57,11 @@ static void cpu_rope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_
                      const int32_t *pos, float base) {
     snug_op_rope_neox(be->pool, x, T, nh, hd, n_rot, pos, base);
 }
+static void cpu_rope_mrope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t hd,
+                           int64_t n_rot, const int32_t *pos3, const uint32_t sections[3],
+                           float base) {
+    snug_op_rope_mrope(be->pool, x, T, nh, hd, n_rot, pos3, sections, base);
+}
 static void cpu_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
     snug_op_swiglu(be->pool, g, u, n, y);
 }
@@ -221,6 +226,7 @@ static const struct snug_backend_ops CPU_OPS = {
     .rmsnorm = cpu_rmsnorm,
     .l2norm = cpu_l2norm,
     .rope_neox = cpu_rope,
+    .rope_mrope = cpu_rope_mrope,
     .swiglu = cpu_swiglu,
     .sigmoid_mul = cpu_sigmoid_mul,
     .gated_rmsnorm = cpu_gated_rmsnorm,

@@ -19,6 +19,16 @@ int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_i
     const char *a = argv[*i];
     long v = 0;
     if (!strcmp(a, "--mmproj")) return (ci->mmproj = cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--vision-backend")) {
+        const char *b = cli_value(argc, argv, i);
+        if (!b) return -1;
+        if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
+            fprintf(stderr, "snug %s: --vision-backend '%s': expected cpu or cuda\n", cmd, b);
+            return -1;
+        }
+        ci->vision_backend = !strcmp(b, "cuda");
+        return 1;
+    }
     if (!strcmp(a, "--image")) {
         const char *p = cli_value(argc, argv, i);
         if (!p) return -1;
@@ -51,10 +61,7 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--image needs the vision tower: add --mmproj MMPROJ.gguf (the "
                             "model's mmproj file)");
-    if (backend != 0)
-        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "the vision tower (--mmproj) runs on the CPU only for now: use "
-                            "--backend cpu");
+    (void)backend; /* the tower runs on the CPU; its rows go to any backend (docs/vision.md) */
     if (ci->min_px > ci->max_px)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--min-image-pixels %lld is above --max-image-pixels %lld", ci->min_px,
@@ -67,6 +74,14 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
                             "%s projects to %d values per row but the model's hidden size is %d: "
                             "is it this model's mmproj?",
                             ci->mmproj, vh->out_dim, snug_model_n_embd(m));
+    if (ci->vision_backend) { /* the products of the largest image the bounds allow */
+        int64_t pp = (int64_t)vh->patch * vh->patch;
+        if ((rc = snug_vision_be_open(&ci->vbe, ci->v, ci->vision_backend,
+                                      (ci->max_px + pp - 1) / pp, err)))
+            return rc;
+        fprintf(stderr, "vision tower: weight products on the cuda backend (%.1f MiB there)\n",
+                (double)snug_vision_be_bytes(ci->vbe) / 1048576.0);
+    }
     struct snug_pool *pool = NULL;
     if (n_threads != 1 && (rc = snug_pool_init(&pool, n_threads, err))) return rc;
     for (int k = 0; k < ci->n && rc == SNUG_OK; k++) {
@@ -115,6 +130,8 @@ snug_token *cli_images_place(struct cli_images *ci, const struct snug_model *m,
 
 void cli_images_free(struct cli_images *ci) {
     for (int k = 0; k < ci->n; k++) snug_vision_rows_free(&ci->enc[k]);
+    snug_vision_be_close(ci->vbe);
+    ci->vbe = NULL;
     snug_vision_free(ci->v);
     ci->v = NULL;
 }

@@ -90,7 +90,7 @@ static int usage(void) {
                     "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
                     "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N] [--tp N]\n"
                     "                   [--mmproj F --image IMG... [--min-image-pixels N] "
-                    "[--max-image-pixels N]]\n"
+                    "[--max-image-pixels N] [--vision-backend cpu|cuda]]\n"
                     "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
                     "and V)\n");
     return 2;

@@ -38,7 +38,7 @@ static void usage(void) {
         "[--cuda-profile]\n"
         "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
         "                [--mmproj F --image IMG... [--min-image-pixels N] [--max-image-pixels "
-        "N]]\n"
+        "N] [--vision-backend cpu|cuda]]\n"
         "  -m defaults to the demo model (data/demo/snug-demo-q8_0.gguf, docs/demo-model.md).\n"
         "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
         "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
@@ -52,7 +52,9 @@ static void usage(void) {
         "  --image (with the model's --mmproj): a PNG/JPEG/WebP file, in order, at each\n"
         "  <|image_pad|> of the prompt (write <|vision_start|><|image_pad|><|vision_end|>),\n"
         "  or in front of the prompt when it has none. Pixel bounds default to Qwen's\n"
-        "  65536 .. 16777216 (the image is resized into them). CPU backend only.\n");
+        "  65536 .. 16777216 (the image is resized into them). The vision tower runs on\n"
+        "  the CPU; the text model on --backend cpu or cuda. --vision-backend cuda\n"
+        "  (experimental): the tower's weight products on the GPU, the rest on the CPU.\n");
 }
 
 /* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices

@@ -53,7 +53,9 @@ static void serve_usage(void) {
         "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
         "  --mmproj FILE           the vision tower (the model's mmproj GGUF): image parts as "
         "data: URLs\n"
-        "                          (CPU, no --spec-draft); its memory is in the plan\n"
+        "                          (the tower on the CPU, no --spec-draft); its memory is in "
+        "the plan\n"
+        "  --vision-backend cpu|cuda  the tower's weight products on the GPU (experimental)\n"
         "  --min-image-pixels N, --max-image-pixels N\n"
         "                          images are resized into [N, M] pixels (default 65536, "
         "16777216)\n"
@@ -286,6 +288,14 @@ int cmd_serve(int argc, char **argv) {
             o.no_webui = true;
         } else if (!strcmp(a, "--mmproj")) {
             if (!(o.mmproj = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vision-backend")) {
+            const char *b = cli_value(argc, argv, &i);
+            if (!b) return 2;
+            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
+                fprintf(stderr, "snug serve: --vision-backend '%s': expected cpu or cuda\n", b);
+                return 2;
+            }
+            o.vision_backend = !strcmp(b, "cuda");
         } else if (!strcmp(a, "--min-image-pixels") || !strcmp(a, "--max-image-pixels") ||
                    !strcmp(a, "--max-source-pixels")) {
             long v = 0;

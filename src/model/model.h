@@ -184,7 +184,8 @@ struct snug_fwd {
     struct snug_be be_cpu;
     struct snug_arena *host_work;
     const int32_t *pos_be;
-    /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), CPU backend only: NULL, or
+    /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), host memory
+     * (a device forward uploads them, qwen35.c): NULL, or
      * [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
      * hp.rope_sections instead of the 1-D rotary at pos (which then only orders the cache)... */
     const int32_t *rope3;

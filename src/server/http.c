@@ -210,12 +210,18 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
     int rc = snug_plan_check(&m->hp, &w, &lim, budget, plan, err);
     if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
     if (rc == SNUG_OK && s->opts.mmproj) {
-        if (eo->backend == 1)
+        if (eo->backend == 1 && eo->n_draft > 0)
             rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                              "--mmproj: the vision tower runs with CPU contexts only for now: "
-                              "use --backend cpu");
+                              "--mmproj with --spec-draft runs on the CPU backend only for now: "
+                              "use --backend cpu or --spec-draft 0");
         else
             rc = snug_srv_vision_boot(s, threads, plan, err);
+        if (rc == SNUG_OK && eo->backend == 1 && budget && plan->device_total > budget)
+            rc = snug_err_set(err, SNUG_ERR_BUDGET,
+                              "the GPU plan with the vision tower's products (--vision-backend "
+                              "cuda) is %.2f GiB, over --vram-budget %.2f GiB",
+                              (double)plan->device_total / 1073741824.0,
+                              (double)budget / 1073741824.0);
     }
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) {
         fprintf(stderr, "snug serve: memory plan: %d slot(s) x ctx %lld, chunk %d, kv %s, mtp %d\n",
@@ -843,6 +849,7 @@ done:
     pthread_mutex_destroy(&s->live_mu);
     snug_engine_free(s->engine);
     snug_vision_encoder_free(s->venc);
+    snug_vision_be_close(s->vision_be);
     snug_vision_free(s->vision);
     if (s->prefix) snug_prefix_free(s->prefix);
     snug_free(s->prefix);

@@ -49,6 +49,7 @@ struct snug_srv {
     /* the vision tower and its encoder (one block for the largest image), when --mmproj */
     struct snug_vision *vision;
     struct snug_vision_encoder *venc;
+    struct snug_vision_be *vision_be;       /* --vision-backend cuda: the tower's products there */
     struct snug_responses_store *responses; /* stored responses (previous_response_id) */
     /* generations in flight (struct reply, reply.c), for shutdown */
     pthread_mutex_t live_mu;
@@ -58,7 +59,7 @@ struct snug_srv {
     atomic_bool stopping; /* grace period over: streams ended now get an error event */
 };
 
-/* --mmproj at boot (images.c): load the tower (CPU contexts without speculative decoding only),
+/* --mmproj at boot (images.c): load the tower (contexts without speculative decoding only),
  * make its encoder for the largest image (threads: the engine pool's) and add its items to the
  * plan, checked against --budget again. */
 int snug_srv_vision_boot(struct snug_srv *s, int32_t threads, struct snug_plan *plan,

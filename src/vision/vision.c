@@ -30,6 +30,7 @@ struct snug_vision {
     struct snug_vision_hparams hp;
     tensor patch_w[2], patch_b, pos, post_w, post_b, mm0_w, mm0_b, mm2_w, mm2_b;
     struct vblock blk[SNUG_VISION_MAX_BLOCKS];
+    struct snug_vision_mm mm; /* the weight products' backend (snug_vision_set_mm), or none */
 };
 
 /* ---- load ---------------------------------------------------------------------------------- */
@@ -262,10 +263,29 @@ static const float *F32(tensor t) {
     return (const float *)t->data;
 }
 
-static void matmul(struct snug_pool *pool, tensor w, const float *x, int64_t T, float *y,
-                   void *work) {
-    snug_op_matmul(pool, w->type, w->data, (int64_t)w->ne[0], (int64_t)w->ne[1], x, T, y, work);
+const struct snug_gguf *snug_vision_gguf(const struct snug_vision *v) {
+    return v->g;
 }
+
+void snug_vision_set_mm(struct snug_vision *v, const struct snug_vision_mm *mm) {
+    v->mm = mm ? *mm : (struct snug_vision_mm){0};
+}
+
+/* y[T][n_out] = W · x of weight w taken as n_out rows of n_in: through the hook when set
+ * (snug_vision_set_mm: a backend), else the CPU op over the pool. */
+static int product(const struct snug_vision *v, struct snug_pool *pool, tensor w, int64_t n_in,
+                   int64_t n_out, const float *x, int64_t T, float *y, void *work,
+                   struct snug_err *err) {
+    if (v->mm.matmul) return v->mm.matmul(v->mm.user, w, n_in, n_out, x, T, y, err);
+    snug_op_matmul(pool, w->type, w->data, n_in, n_out, x, T, y, work);
+    return SNUG_OK;
+}
+#define MATMUL(w, x, T, y)                                                                         \
+    do {                                                                                           \
+        int rc_ =                                                                                  \
+            product(v, pool, w, (int64_t)(w)->ne[0], (int64_t)(w)->ne[1], x, T, y, w_mm, err);     \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
 
 static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
     for (int64_t t = 0; t < T; t++)
@@ -351,6 +371,7 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     struct vwork w;
     vwork_layout(&v->hp, N, n_threads, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
 
+    void *w_mm = w.mm;
     /* patch embedding: the Conv3d's two frames as two products, plus the bias */
     for (int f = 0; f < 2; f++) {
         for (int64_t p = 0; p < N; p++)
@@ -359,7 +380,8 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
                        pixels + p * 2 * PP + c * 2 * P * P + (int64_t)f * P * P,
                        (size_t)(P * P) * sizeof(float));
         tensor pw = v->patch_w[f]; /* [P][P][3][D]: D rows of 3·P² */
-        snug_op_matmul(pool, pw->type, pw->data, PP, D, w.frame, N, f ? w.t : w.h, w.mm);
+        int rc = product(v, pool, pw, PP, D, w.frame, N, f ? w.t : w.h, w.mm, err);
+        if (rc) return rc;
     }
     for (int64_t i = 0; i < N * D; i++) w.h[i] += w.t[i];
     add_bias(w.h, F32(v->patch_b), N, D);
@@ -390,7 +412,7 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     for (int b = 0; b < hp->depth; b++) {
         const struct vblock *B = &v->blk[b];
         layernorm(w.h, F32(B->ln1_w), F32(B->ln1_b), hp->eps, N, D, w.xn);
-        matmul(pool, B->qkv_w, w.xn, N, w.t, w.mm); /* [N][q | k | v] */
+        MATMUL(B->qkv_w, w.xn, N, w.t); /* [N][q | k | v] */
         add_bias(w.t, F32(B->qkv_b), N, 3 * D);
         rotary2d(w.t, 3 * D, w.rot, N, H, hd);
         rotary2d(w.t + D, 3 * D, w.rot, N, H, hd);
@@ -415,14 +437,14 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
                     for (int64_t d = 0; d < hd; d++) o[d] += pj * vv[d];
                 }
             }
-        matmul(pool, B->out_w, w.att, N, w.xn, w.mm);
+        MATMUL(B->out_w, w.att, N, w.xn);
         add_bias(w.xn, F32(B->out_b), N, D);
         for (int64_t i = 0; i < N * D; i++) w.h[i] += w.xn[i];
         layernorm(w.h, F32(B->ln2_w), F32(B->ln2_b), hp->eps, N, D, w.att);
-        matmul(pool, B->up_w, w.att, N, w.xn, w.mm);
+        MATMUL(B->up_w, w.att, N, w.xn);
         add_bias(w.xn, F32(B->up_b), N, F);
         for (int64_t i = 0; i < N * F; i++) w.xn[i] = gelu_tanh(w.xn[i]);
-        matmul(pool, B->down_w, w.xn, N, w.t, w.mm);
+        MATMUL(B->down_w, w.xn, N, w.t);
         add_bias(w.t, F32(B->down_b), N, D);
         for (int64_t i = 0; i < N * D; i++) w.h[i] += w.t[i];
     }
@@ -430,10 +452,10 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     /* merger: LayerNorm per patch, each window's M² patches side by side, GELU MLP */
     layernorm(w.h, F32(v->post_w), F32(v->post_b), hp->eps, N, D, w.mg); /* [N/M²][M²·D] */
     int64_t nw = N / M2;
-    matmul(pool, v->mm0_w, w.mg, nw, w.t, w.mm);
+    MATMUL(v->mm0_w, w.mg, nw, w.t);
     add_bias(w.t, F32(v->mm0_b), nw, M2 * D);
     for (int64_t i = 0; i < nw * M2 * D; i++) w.t[i] = gelu_erf(w.t[i]);
-    matmul(pool, v->mm2_w, w.t, nw, out, w.mm);
+    MATMUL(v->mm2_w, w.t, nw, out);
     add_bias(out, F32(v->mm2_b), nw, hp->out_dim);
     return SNUG_OK;
 }

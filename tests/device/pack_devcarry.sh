@@ -3,7 +3,8 @@
 # no -dev packages): D/lib.tar.xz holding snug, libsnug_cuda.so (the CUDA backend snug loads
 # at run time from its own directory), bench_cuda_ops, test_cuda_ops and
 # test_mtp_device (when built) and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
-# device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh).
+# device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh),
+# D/fx/vision (the vision fixture and its references, tests/data/vision: run_vision_device.sh).
 # D should be under devcarry/ (ignored by git) and named in the `run` tool's carry list.
 # Usage: [NOFX=1] sh tests/device/pack_devcarry.sh BUILD_DIR D
 #   (BUILD_DIR configured with nvcc present and -DSNUG_NATIVE=OFF; build its targets snug,
@@ -27,4 +28,6 @@ tar cJf "$D/lib.tar.xz" -C "$D" lib $bins && (cd "$D" && rm -rf lib $bins)
   mkdir -p "$D/fx/$m"
   cp "$FX/$m"/*.gguf "$FX/$m"/*.json "$FX/$m"/*.f32 "$D/fx/$m/" 2>/dev/null || true
 done
+[ "${NOFX:-0}" = 1 ] || { mkdir -p "$D/fx/vision" &&
+  cp "$(dirname "$0")"/../data/vision/* "$D/fx/vision/"; }
 du -sh "$D"

@@ -230,6 +230,60 @@ static void test_basic(void) {
     cmp("rope_neox 7x5x64 rot 32, pos to 260K", got, r, Tr * H * D, 1e-5);
     snug_free(got), snug_free(r), snug_cuda_dfree(dr), snug_cuda_dfree(dpos);
 
+    /* interleaved M-RoPE on odd shapes: head_dim 72 with n_rot 40 (the dims past n_rot left
+     * alone), 128 / 64 (the fixture's sections 11,11,10), a full rotation over 30; sections that
+     * cover part of the pairs (the rest temporal); image rows (t, t + row, t + col) from a start
+     * shifted by a negative rope_delta, and text rows after it (t = h = w) */
+    static const struct {
+        int64_t T, H, D, nrot;
+        uint32_t sec[3];
+    } mr[] = {{9, 3, 72, 40, {4, 5, 3}},
+              {13, 5, 128, 64, {11, 11, 10}},
+              {5, 7, 30, 30, {2, 6, 1}},
+              {1, 2, 64, 64, {0, 24, 8}}};
+    for (size_t c = 0; c < sizeof mr / sizeof mr[0]; c++) {
+        int64_t T = mr[c].T, n = T * mr[c].H * mr[c].D;
+        int32_t p3[13 * 3];
+        int32_t delta = -(int32_t)(frand() * 40000.0f + 40000.0f); /* rope_delta < 0 */
+        int32_t s0 = 90000 + delta, cols = 4;
+        for (int64_t t = 0; t < T; t++) {
+            int32_t *q = p3 + 3 * t;
+            if (t < T - 2) { /* an image's rows from s0 */
+                q[0] = s0, q[1] = s0 + (int32_t)t / cols, q[2] = s0 + (int32_t)t % cols;
+            } else { /* text after it */
+                q[0] = q[1] = q[2] = 90000 + (int32_t)t + delta;
+            }
+        }
+        float *x = rnd(n, 1.0f);
+        float *dx = dup_dev(x, (size_t)n * 4);
+        int32_t *dp3 = dup_dev(p3, (size_t)T * 3 * sizeof(int32_t));
+        snug_op_rope_mrope(NULL, x, T, mr[c].H, mr[c].D, mr[c].nrot, p3, mr[c].sec, 10000000.0f);
+        OK(snug_cuda_rope_mrope(&cu, dx, T, mr[c].H, mr[c].D, mr[c].nrot, dp3, mr[c].sec,
+                                10000000.0f, &err));
+        got = get(dx, n);
+        char what[64];
+        snprintf(what, sizeof what, "rope_mrope %lldx%lldx%lld rot %lld sec %u,%u,%u", (long long)T,
+                 (long long)mr[c].H, (long long)mr[c].D, (long long)mr[c].nrot, mr[c].sec[0],
+                 mr[c].sec[1], mr[c].sec[2]);
+        cmp(what, got, x, n, 1e-5);
+        snug_free(got), snug_free(x), snug_cuda_dfree(dx), snug_cuda_dfree(dp3);
+    }
+    { /* with t = h = w the M-RoPE kernel is the NeoX one (the text path's numbers) */
+        int64_t T = 6, H = 3, D = 48, nrot = 48;
+        uint32_t sec[3] = {8, 8, 8};
+        int32_t p1[6], p3[18];
+        for (int t = 0; t < T; t++) p1[t] = p3[3 * t] = p3[3 * t + 1] = p3[3 * t + 2] = 7 * t + 3;
+        float *x = rnd(T * H * D, 1.0f);
+        float *da = dup_dev(x, (size_t)(T * H * D) * 4), *db = dup_dev(x, (size_t)(T * H * D) * 4);
+        int32_t *dp1 = dup_dev(p1, sizeof p1), *dp3 = dup_dev(p3, sizeof p3);
+        OK(snug_cuda_rope_neox(&cu, da, T, H, D, nrot, dp1, 10000000.0f, &err));
+        OK(snug_cuda_rope_mrope(&cu, db, T, H, D, nrot, dp3, sec, 10000000.0f, &err));
+        float *ga = get(da, T * H * D), *gb = get(db, T * H * D);
+        cmp("rope_mrope t=h=w vs rope_neox (device)", gb, ga, T * H * D, 1e-7);
+        snug_free(ga), snug_free(gb), snug_free(x);
+        snug_cuda_dfree(da), snug_cuda_dfree(db), snug_cuda_dfree(dp1), snug_cuda_dfree(dp3);
+    }
+
     int64_t m = 3001;
     float *g = rnd(m, 6.0f), *u = rnd(m, 2.0f), *o = snug_malloc(m * 4);
     float *dg = dup_dev(g, m * 4), *du = dup_dev(u, m * 4), *dout = dev_poison(m * 4);

@@ -207,6 +207,35 @@ def main():
                     f"restored prefix with the image = a fresh run ({chat_text(f2)!r} vs "
                     f"{chat_text(t2)!r})")
 
+            # --backend cuda --mmproj, its device paths (image rows and 3-D positions uploaded,
+            # logits downloaded; with --vision-backend cuda the tower's products too) taken over
+            # the CPU ops by the test
+            # stand-in libsnug_fakedev.so (tests/support/fake_device.c; the kernels themselves:
+            # tests/device/run_vision_device.sh): the CPU server's answers
+            fake = os.path.join(os.path.dirname(SNUG), "libsnug_fakedev.so")
+            os.environ["SNUG_CUDA_LIB"] = fake
+            try:
+                S5 = Server(TEXT, tmp, "V5", "--api-key", KEY, "--ctx", 512, "--mmproj", MMPROJ,
+                            *BOUNDS, "--backend", "cuda", "--vision-backend", "cuda",
+                            "--cache-ram", "64MiB", "--slots", 1)
+            finally:
+                del os.environ["SNUG_CUDA_LIB"]
+            servers.append(S5)
+            c5 = S5.client()
+            g5 = c5.chat.completions.create(model=MODEL, max_tokens=N, temperature=0,
+                                            messages=chat_msgs(b64), logprobs=True)
+            t5 = [t.token for t in g5.choices[0].logprobs.content]
+            S5.log.seek(0)
+            r.check(t5 == toks and "weight products on the cuda backend" in S5.log.read(),
+                    f"serve --backend cuda --mmproj (device paths over the CPU ops): the CPU "
+                    f"server's tokens ({t5} vs {toks})")
+            wait_idle(S5)
+            u5 = c5.chat.completions.create(model=MODEL, max_tokens=N, temperature=0,
+                                            messages=turn2)
+            r.check(chat_text(u5) == chat_text(t2),
+                    f"--backend cuda: turn 2 after the image (no prefix cache on a device engine "
+                    f"yet: prefilled) = the CPU's answer ({chat_text(u5)!r})")
+
             # allocations: the same image request twice on the cached server — the first encodes
             # the image, the second restores the prefix past it and does not — costs the same
             # counted allocations: encoding allocates nothing (the encoder's buffers are one

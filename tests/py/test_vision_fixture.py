@@ -13,6 +13,7 @@ Also: the whole image prompt through `snug logits --mmproj --image` (image rows 
 text model) against transformers' logits and its 16 greedy tokens, `snug run --image`."""
 import json
 import os
+import subprocess
 import tempfile
 
 import sys
@@ -20,7 +21,7 @@ import sys
 import numpy as np
 from PIL import Image
 
-from snugtest import SRC, Results, kl_stats, run
+from snugtest import SNUG, SRC, Results, kl_stats, run
 
 sys.path.insert(0, os.path.join(SRC, "tools", "vision"))
 from qwen_preprocess import MAX_PIXELS, MIN_PIXELS, preprocess  # noqa: E402
@@ -233,6 +234,43 @@ def test_image_prompt(r, ids, ref, T, V):
             greedy = json.loads(p.stdout.strip().splitlines()[-1])
             r.check(greedy == greedy_ref, f"greedy 16 tokens after the image prompt (chunk {chunk}, "
                     f"split {split}): {greedy} vs {greedy_ref}")
+        # --backend cuda: the device paths of the forward (image rows uploaded into the step's
+        # input, 3-D positions uploaded, logits staged and downloaded) over the CPU ops, through
+        # the test stand-in for libsnug_cuda.so (tests/support/fake_device.c; the CUDA kernels
+        # are checked on a GPU by tests/device/run_vision_device.sh)
+        env = dict(os.environ, SNUG_CUDA_LIB=os.path.join(os.path.dirname(SNUG),
+                                                          "libsnug_fakedev.so"))
+        for chunk, split in ((512, None), (7, 10)):
+            more = ["--split", split] if split else []
+            cmd = [SNUG, "logits", "--backend", "cuda", "-m", text, "--ids", p_ids, "-o", out,
+                   "--greedy", 16, "--chunk", chunk, *more, *flags]
+            p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
+                               timeout=300)
+            got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
+            med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
+            greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
+            r.check(med <= 1e-5 and greedy == greedy_ref and "cuda: device memory" in p.stderr,
+                    f"--backend cuda (device paths over the CPU ops; chunk {chunk}, split {split})"
+                    f": median KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
+                    + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
+        # --vision-backend cuda: the tower's weight products on a backend instance of its own
+        # over the mmproj (here the stand-in: the device paths — x uploaded, y downloaded —
+        # over the CPU ops, so transformers' numbers still hold)
+        cmd = [SNUG, "logits", "--backend", "cuda", "--vision-backend", "cuda", "-m", text,
+               "--ids", p_ids, "-o", out, "--greedy", 16, *flags]
+        p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
+                           timeout=300)
+        got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
+        med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
+        greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
+        r.check(med <= 1e-5 and greedy == greedy_ref and "weight products on the cuda" in p.stderr,
+                f"--vision-backend cuda (the tower's products through a backend instance): median "
+                f"KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
+                + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
+        p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--vision-backend", "gpu", *flags,
+                check=False)
+        r.check(p.returncode != 0 and "expected cpu or cuda" in p.stderr,
+                "--vision-backend gpu: refused")
         # without the image's rows (plain pads, 1-D positions) the logits must differ: the
         # comparison above can fail
         run("logits", "-m", text, "--ids", p_ids, "-o", out)
@@ -255,8 +293,12 @@ def test_image_prompt(r, ids, ref, T, V):
         p = run("run", "-m", text, "-p", "<|vision_start|><|image_pad|><|vision_end|>hi", "-n", 4,
                 "--temp", 0, *flags, check=False)
         r.check(p.returncode == 0 and "5 x 3 tokens" in p.stderr, "snug run --image answers")
+        # the CUDA text model takes images now (tests/device/run_vision_device.sh checks it on a
+        # GPU): here, without one, the run gets as far as opening the backend
         p = run("run", "-m", text, "-p", "hi", "-n", 2, "--backend", "cuda", *flags, check=False)
-        r.check(p.returncode != 0 and "CPU only" in p.stderr, "--backend cuda with --mmproj: refused")
+        r.check("5 x 3 tokens" in p.stderr and "CPU only" not in p.stderr and
+                (p.returncode == 0 or "--backend cuda" in p.stderr),
+                "--backend cuda with --mmproj: the image encoded, no CPU-only refusal")
 
 
 if __name__ == "__main__":

@@ -197,6 +197,11 @@ static void cb_rope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t
                     const int32_t *pos, float base) {
     CK(snug_cuda_rope_neox(&CB(be)->cu, x, T, nh, hd, n_rot, pos, base, err));
 }
+static void cb_rope_mrope(struct snug_be *be, float *x, int64_t T, int64_t nh, int64_t hd,
+                          int64_t n_rot, const int32_t *pos3, const uint32_t sections[3],
+                          float base) {
+    CK(snug_cuda_rope_mrope(&CB(be)->cu, x, T, nh, hd, n_rot, pos3, sections, base, err));
+}
 static void cb_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
     CK(snug_cuda_swiglu(&CB(be)->cu, g, u, n, y, err));
 }
@@ -667,6 +672,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .rmsnorm = cb_rmsnorm,
     .l2norm = cb_l2norm,
     .rope_neox = cb_rope,
+    .rope_mrope = cb_rope_mrope,
     .swiglu = cb_swiglu,
     .sigmoid_mul = cb_sigmoid_mul,
     .gated_rmsnorm = cb_gated_rmsnorm,

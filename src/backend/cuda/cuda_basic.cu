@@ -1,6 +1,7 @@
-/* cuda_basic.cu — the cheap per-row device ops: rmsnorm, l2norm, NeoX partial rotary, SwiGLU,
- * the sigmoid output gate, the gated RMSNorm of the DeltaNet output and the causal depthwise
- * conv + SiLU with its carried state. Semantics: src/backend/cpu/ops.h / ops_basic.c.
+/* cuda_basic.cu — the cheap per-row device ops: rmsnorm, l2norm, NeoX partial rotary and its
+ * interleaved M-RoPE form (multimodal rows), SwiGLU, the sigmoid output gate, the gated RMSNorm
+ * of the DeltaNet output and the causal depthwise conv + SiLU with its carried state.
+ * Semantics: src/backend/cpu/ops.h / ops_basic.c.
  * Invariant: memory-bound, one pass over the data; norms use one block per row (all reads
  * complete, behind a barrier, before any aliased write); nothing allocates.
  * Read next: cuda_attention.cu. */
@@ -40,6 +41,26 @@ __global__ void k_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_d
     if (idx >= T * n_heads * half) return;
     int64_t i = idx % half, th = idx / half, t = th / n_heads;
     double theta = (double)pos[t] * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    float c = (float)cd, s = (float)sd;
+    float *xh = x + th * head_dim;
+    float a = xh[i], b = xh[i + half];
+    xh[i] = a * c - b * s;
+    xh[i + half] = b * c + a * s;
+}
+
+/* The same with three positions per token (interleaved M-RoPE, ops.h snug_op_rope_mrope): pair
+ * i takes the height position when i % 3 == 1 and i < h_end (3·sections[1]), the width one when
+ * i % 3 == 2 and i < w_end (3·sections[2]), else the temporal one; the angle as k_rope_neox's. */
+__global__ void k_rope_mrope(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
+                             const int32_t *pos3, int64_t h_end, int64_t w_end, double log2_base) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * n_heads * half) return;
+    int64_t i = idx % half, th = idx / half, t = th / n_heads;
+    int axis = (i % 3 == 1 && i < h_end) ? 1 : (i % 3 == 2 && i < w_end) ? 2 : 0;
+    double theta =
+        (double)pos3[t * 3 + axis] * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
     double sd, cd;
     sincos(theta, &sd, &cd);
     float c = (float)cd, s = (float)sd;
@@ -135,6 +156,21 @@ extern "C" int snug_cuda_rope_neox(struct snug_cuda *cu, float *x, int64_t T, in
     k_rope_neox<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, T, n_heads, head_dim, n_rot / 2,
                                                               pos, log2((double)base));
     return snug_cu_launched(err, "rope_neox");
+}
+
+extern "C" int snug_cuda_rope_mrope(struct snug_cuda *cu, float *x, int64_t T, int64_t n_heads,
+                                    int64_t head_dim, int64_t n_rot, const int32_t *pos3,
+                                    const uint32_t sections[3], float base, struct snug_err *err) {
+    if (n_rot > head_dim || n_rot % 2 || n_rot <= 0)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda m-rope: n_rot %lld must be even and in (0, head_dim %lld]",
+                            (long long)n_rot, (long long)head_dim);
+    int64_t n = T * n_heads * (n_rot / 2);
+    if (n <= 0) return SNUG_OK;
+    k_rope_mrope<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(
+        x, T, n_heads, head_dim, n_rot / 2, pos3, 3 * (int64_t)sections[1],
+        3 * (int64_t)sections[2], log2((double)base));
+    return snug_cu_launched(err, "rope_mrope");
 }
 
 extern "C" int snug_cuda_swiglu(struct snug_cuda *cu, const float *gate, const float *up, int64_t n,

@@ -96,6 +96,12 @@ int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, fl
 int snug_cuda_rope_neox(struct snug_cuda *cu, float *x, int64_t T, int64_t n_heads,
                         int64_t head_dim, int64_t n_rot, const int32_t *pos, float base,
                         struct snug_err *err);
+/* Interleaved M-RoPE (ops.h snug_op_rope_mrope): pos3 device int32[T][3] = (t, h, w); pair i
+ * takes h when i % 3 == 1 and i < 3·sections[1], w when i % 3 == 2 and i < 3·sections[2], else
+ * t. With t = h = w: snug_cuda_rope_neox's result. */
+int snug_cuda_rope_mrope(struct snug_cuda *cu, float *x, int64_t T, int64_t n_heads,
+                         int64_t head_dim, int64_t n_rot, const int32_t *pos3,
+                         const uint32_t sections[3], float base, struct snug_err *err);
 int snug_cuda_swiglu(struct snug_cuda *cu, const float *gate, const float *up, int64_t n, float *y,
                      struct snug_err *err);
 /* y[i] = x[i] · sigmoid(gate[i]) (the output gate of the full-attention layers). */
