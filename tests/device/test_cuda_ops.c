@@ -656,9 +656,9 @@ int main(void) {
     test_matmul(SNUG_DTYPE_IQ4_NL, 96, 13, 37);
     /* the int8 matvec: 27B-like row lengths (5120: 160 units, 17408: 544), odd row counts,
      * every T class; and the f32 kernel on the same shape (no work memory) */
-    uint32_t i8t[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    uint32_t i8t[4] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0, SNUG_DTYPE_IQ4_XS};
     int64_t i8T[5] = {1, 2, 3, 5, 8};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         for (int j = 0; j < 5; j++) test_matmul(i8t[i], 5120, 301, i8T[j]);
         test_matmul(i8t[i], 17408, 45, 1);
         test_matmul(i8t[i], 2304, 7, 4);

@@ -1,14 +1,15 @@
 /* cuda_matvec.cu — the decode matrix-vector product (T = 1..8 tokens) with int8 activations:
  * x is first quantised to int8 in blocks of 32 (one f32 scale d and the block sum d·Σq per
  * block, in the op's `work`), then every weight type here is multiplied with dp4a (four
- * int8 products per instruction) straight from its packed bytes: one thread owns 32 weights
- * of a row (one "unit") and reads them with 16-byte (Q4_K) or 4-byte funnel-shifted loads
- * (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
- * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and their MoE forms (one launch over
- * the tiles of slots grouped by expert that moe_route wrote on the device): k_mvq_moe (dp4a; one
- * slot per tile at decode, q8_0 always) and k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of
- * several slots). Invariant: one pass over W;
- * no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x (the CPU op's rounding too).
+ * int8 products per instruction) straight from its packed bytes: one thread owns 32 or 64
+ * weights of a row (one "unit") and reads them with 16-byte (Q4_K), 8-byte (IQ4_XS) or 4-byte
+ * funnel-shifted loads (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
+ * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and iq4_xs, and the MoE forms of
+ * the first three (one launch over the tiles of slots grouped by expert that moe_route wrote
+ * on the device): k_mvq_moe (dp4a; one slot per tile at decode, q8_0 always) and
+ * k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of several slots).
+ * Invariant: one pass over W; no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x
+ * (the CPU op's rounding too).
  * Read next: cuda_common.cuh (block layouts), cuda_matmul.cu (the dispatch and the f32 path),
  * docs/perf/cuda-kernels.md (versions and measurements). */
 #include "backend/cuda/cuda_backend.h"
@@ -183,6 +184,69 @@ template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
     }
 };
 
+/* The 16 IQ4_NL / IQ4_XS levels as four words (levels 4i .. 4i + 3 in word i), for iq4_lut4. */
+static __constant__ __align__(4) int8_t k_iq4_lv[16] = SNUG_IQ4NL_VALUES;
+
+/* Four nibble indices (one per byte, 0x0N0N0N0N) to their four int8 levels: __byte_perm picks
+ * from levels 0..7 and from 8..15 by the low three bits, the fourth bit chooses per byte. */
+__device__ __forceinline__ int iq4_lut4(uint32_t n, const uint32_t *lv) {
+    uint32_t sel = (n & 0x7u) | ((n >> 4) & 0x70u) | ((n >> 8) & 0x700u) | ((n >> 12) & 0x7000u);
+    uint32_t lo = __byte_perm(lv[0], lv[1], sel), hi = __byte_perm(lv[2], lv[3], sel);
+    uint32_t m = ((n >> 3) & 0x01010101u) * 0xffu;
+    return (int)((lo & ~m) | (hi & m));
+}
+
+/* IQ4_XS (136 B / 256): f16 d | u16 scales_h | scales_l[4] | qs[128]. Unit u = superblock u/4,
+ * c = u%4: sub-blocks 2c and 2c+1, the 32 bytes qs[32c ..]; in each 16-byte half the low
+ * nibbles are elements 0..15 of its sub-block and the high nibbles 16..31; a value is the
+ * level of its nibble (int8), the sub-block's scale d·(ls − 32) with ls = 4 bits of
+ * scales_l[c] (low nibble: 2c, high: 2c+1) | 2 bits of scales_h (bits 2j, 2j+1) << 4. The
+ * levels are looked up once per load (iq4_lut4) and serve every token. */
+template <> struct mvq_unit<SNUG_DTYPE_IQ4_XS> {
+    static constexpr int EPU = 64;
+    int32_t q[2][8]; /* sub-block, word: words 0..3 elements 0..15, 4..7 elements 16..31 */
+    float dA, dB;
+    int e0; /* 256·sb + 64c */
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        int sb = u >> 2, c = u & 3;
+        const uint8_t *b = row + (size_t)sb * 136; /* rows are 8-byte aligned (136 = 8·17) */
+        uint2 hd = __ldg((const uint2 *)b);
+        const uint2 *qp = (const uint2 *)(b + 8 + 32 * c);
+        uint2 a0 = __ldg(qp), a1 = __ldg(qp + 1), b0 = __ldg(qp + 2), b1 = __ldg(qp + 3);
+        const uint32_t wa[4] = {a0.x, a0.y, a1.x, a1.y}, wb[4] = {b0.x, b0.y, b1.x, b1.y};
+        const uint32_t *lvp = (const uint32_t *)k_iq4_lv;
+        const uint32_t lv[4] = {lvp[0], lvp[1], lvp[2], lvp[3]};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[0][i] = iq4_lut4(wa[i] & 0x0f0f0f0fu, lv);
+            q[0][4 + i] = iq4_lut4((wa[i] >> 4) & 0x0f0f0f0fu, lv);
+            q[1][i] = iq4_lut4(wb[i] & 0x0f0f0f0fu, lv);
+            q[1][4 + i] = iq4_lut4((wb[i] >> 4) & 0x0f0f0f0fu, lv);
+        }
+        float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu)));
+        uint32_t sh = hd.x >> 16, sl = (hd.y >> (8 * c)) & 0xffu;
+        int lsA = (int)((sl & 0xfu) | (((sh >> (4 * c)) & 3u) << 4));
+        int lsB = (int)((sl >> 4) | (((sh >> (4 * c + 2)) & 3u) << 4));
+        dA = d * (float)(lsA - 32), dB = d * (float)(lsB - 32);
+        e0 = 256 * sb + 64 * c;
+    }
+    __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
+                                         const float2 *__restrict__ ds) const {
+        const int4 *xp = (const int4 *)(qx + e0);
+        int4 xa0 = __ldg(xp), xa1 = __ldg(xp + 1), xb0 = __ldg(xp + 2), xb1 = __ldg(xp + 3);
+        float2 da = __ldg(ds + (e0 >> 5)), db = __ldg(ds + (e0 >> 5) + 1);
+        const int xv[16] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w,
+                            xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+        int sa = 0, sbv = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            sa = __dp4a(q[0][i], xv[i], sa);
+            sbv = __dp4a(q[1][i], xv[8 + i], sbv);
+        }
+        return dA * da.x * (float)sa + dB * db.x * (float)sbv;
+    }
+};
+
 /* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT, for the R rows from row0. A block of
  * blockDim.x (32..256) threads owns R rows; thread i takes units i, i + blockDim.x, ... of each
  * row (adjacent threads read adjacent weight bytes), loads all R rows' units before using them
@@ -275,7 +339,8 @@ static size_t al256(size_t x) {
 }
 
 extern "C" bool snug_cu_mvq_supported(uint32_t type) {
-    return type == SNUG_DTYPE_Q4_K || type == SNUG_DTYPE_Q6_K || type == SNUG_DTYPE_Q8_0;
+    return type == SNUG_DTYPE_Q4_K || type == SNUG_DTYPE_Q6_K || type == SNUG_DTYPE_Q8_0 ||
+           type == SNUG_DTYPE_IQ4_XS;
 }
 
 extern "C" bool snug_cuda_matvec_int8(uint32_t type) {
@@ -363,6 +428,9 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         break;
     case SNUG_DTYPE_Q6_K:
         mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
+        break;
+    case SNUG_DTYPE_IQ4_XS:
+        mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     default:
         mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
@@ -547,9 +615,9 @@ extern "C" bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in) {
 }
 
 template <int TYPE>
-static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8_t *w,
-                           uint64_t eb, size_t rb, int n_in, int64_t n_out, const int8_t *qx,
-                           const float2 *ds, const int32_t *tiles, bool single, float *y) {
+static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8_t *w, uint64_t eb,
+                           size_t rb, int n_in, int64_t n_out, const int8_t *qx, const float2 *ds,
+                           const int32_t *tiles, bool single, float *y) {
     /* one slot per tile (decode: every expert has one token): the one-token kernel, 4 rows
      * per block; else up to SNUG_CUDA_MOE_TILE tokens per tile, 2 rows per block */
     if (single) {
