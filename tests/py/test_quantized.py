@@ -55,6 +55,23 @@ LLAMA_ONLY = {
 }
 LLAMA_ONLY_SLACK = 1.1
 
+# The other 1-3 bit mixes, made by `snug quantize --imatrix` (byte for byte llama-quantize's
+# files: tests/py/test_quant_imatrix.py holds their sha256) with the MTP layer as Q4_K, run by
+# llama.cpp's own forward the same way as LLAMA_ONLY (llama.cpp build 11434, CPU, 2 threads, one
+# batch of 300, extra buffer types off). Measured 2026-12-02 (session 9); snug's own then,
+# prompt / decode: iq3_s 6.349e-2 / 6.348e-2, iq3_m 5.583e-2 / 5.581e-2, iq3_xs 8.486e-2 /
+# 8.487e-2, iq2_xs 3.966e-1 / 3.966e-1, iq2_s 2.639e-1 / 2.639e-1, iq2_m 1.887e-1 / 1.887e-1,
+# iq1_m 1.065 / 1.067.
+LLAMA_MIXES = {
+    "iq3_s": 6.5925e-02,
+    "iq3_m": 5.8014e-02,
+    "iq3_xs": 8.8527e-02,
+    "iq2_xs": 4.0321e-01,
+    "iq2_s": 2.7410e-01,
+    "iq2_m": 1.8479e-01,
+    "iq1_m": 1.0732e+00,
+}
+
 
 def ppl_of(model, ids):
     out = run("perplexity", "-m", model, "--ids", ids, "--window", 1024).stdout
@@ -125,6 +142,20 @@ def main():
                 res.check(med <= bound, f"llama.cpp {t}{' decode (chunk 1)' if chunk else ''}: "
                           f"median KL {med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} "
                           f"(p99 {p99:.3e}, top1 {top1:.3f}, {os.path.getsize(path)} bytes)")
+        # the other 1-3 bit mixes, quantized here as llama-quantize does (same bytes)
+        imatrix = os.path.join(llama_dir, "trained-imatrix.gguf")
+        for t, llama_kl in LLAMA_MIXES.items():
+            path = os.path.join(tmp, f"trained-{t}.gguf")
+            run("quantize", src, path, t, "--imatrix", imatrix, "--tensor-type", "blk\\.4\\.=q4_K")
+            out = os.path.join(tmp, "out.f32")
+            bound = LLAMA_ONLY_SLACK * llama_kl
+            for chunk in (None, 1):
+                extra = ("--chunk", 1) if chunk else ()
+                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
+                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
+                res.check(med <= bound, f"{t}{' decode (chunk 1)' if chunk else ''}: median KL "
+                          f"{med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} (p99 {p99:.3e}, "
+                          f"top1 {top1:.3f})")
     res.done()
 
 
