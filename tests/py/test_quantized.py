@@ -127,35 +127,31 @@ def main():
             med1, _, p991, _ = kl_stats(ref, read_f32(out, T, V))
             res.check(med1 <= bound, f"{name} decode (chunk 1): median KL {med1:.3e} <= "
                       f"llama.cpp {bound:.2e} (p99 {p991:.3e})")
-        # llama.cpp's low-bit files (imatrix): prompt and decode paths within 1.1x its own KL
+        def within_llama(name, path, llama_kl):
+            """Prompt and decode paths of PATH within 1.1x llama.cpp's own KL on that file."""
+            out = os.path.join(tmp, "out.f32")
+            for chunk in (None, 1):
+                extra = ("--chunk", 1) if chunk else ()
+                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
+                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
+                res.check(med <= LLAMA_ONLY_SLACK * llama_kl,
+                          f"{name}{' decode (chunk 1)' if chunk else ''}: median KL {med:.3e} "
+                          f"<= 1.1 x llama.cpp {llama_kl:.3e} (p99 {p99:.3e}, top1 {top1:.3f}, "
+                          f"{os.path.getsize(path)} bytes)")
+
+        # llama.cpp's low-bit files (imatrix)
         for t, llama_kl in LLAMA_ONLY.items():
             path = os.path.join(llama_dir, f"trained-{t}.gguf")
             if not os.path.exists(path):
                 res.check(False, f"{path} missing")
                 continue
-            out = os.path.join(tmp, "out.f32")
-            bound = LLAMA_ONLY_SLACK * llama_kl
-            for chunk in (None, 1):
-                extra = ("--chunk", 1) if chunk else ()
-                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
-                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
-                res.check(med <= bound, f"llama.cpp {t}{' decode (chunk 1)' if chunk else ''}: "
-                          f"median KL {med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} "
-                          f"(p99 {p99:.3e}, top1 {top1:.3f}, {os.path.getsize(path)} bytes)")
+            within_llama(f"llama.cpp {t}", path, llama_kl)
         # the other 1-3 bit mixes, quantized here as llama-quantize does (same bytes)
         imatrix = os.path.join(llama_dir, "trained-imatrix.gguf")
         for t, llama_kl in LLAMA_MIXES.items():
             path = os.path.join(tmp, f"trained-{t}.gguf")
             run("quantize", src, path, t, "--imatrix", imatrix, "--tensor-type", "blk\\.4\\.=q4_K")
-            out = os.path.join(tmp, "out.f32")
-            bound = LLAMA_ONLY_SLACK * llama_kl
-            for chunk in (None, 1):
-                extra = ("--chunk", 1) if chunk else ()
-                run("logits", *extra, "-m", path, "--ids", ids, "-o", out)
-                med, _, p99, top1 = kl_stats(ref, read_f32(out, T, V))
-                res.check(med <= bound, f"{t}{' decode (chunk 1)' if chunk else ''}: median KL "
-                          f"{med:.3e} <= 1.1 x llama.cpp {llama_kl:.3e} (p99 {p99:.3e}, "
-                          f"top1 {top1:.3f})")
+            within_llama(t, path, llama_kl)
     res.done()
 
 
