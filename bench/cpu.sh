@@ -79,7 +79,7 @@ if [[ -n $LLAMA_BENCH ]]; then
   "$LLAMA_BENCH" --help >/dev/null 2>&1 || { echo "LLAMA_BENCH=$LLAMA_BENCH does not run" >&2; exit 1; }
 fi
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  threads=$THREADS reps=$REPS rounds=$ROUNDS"
-echo "# snug: $SNUG ($(git -C "$ROOT" rev-parse --short HEAD))  kernels: ${SNUG_CPU:-best}"
+echo "# snug: $SNUG ($("$SNUG" --version 2>&1 | head -1))  kernels: ${SNUG_CPU:-best}"
 [[ -n $LLAMA_BENCH ]] && echo "# llama-bench: $LLAMA_BENCH $LLAMA_ARGS"
 
 TMP=$(mktemp -d)
