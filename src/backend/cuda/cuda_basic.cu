@@ -32,42 +32,38 @@ __global__ void k_l2norm(float *x, int64_t n, float eps) {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] *= s;
 }
 
-/* One thread per (token, head, pair i < n_rot/2): rotate (x_i, x_{i+half}) by
- * θ = pos · base^(−2i/n_rot), the angle in double as on the CPU (positions up to 262K keep
- * full float accuracy in cos/sin). */
-__global__ void k_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
-                            const int32_t *pos, double log2_base) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= T * n_heads * half) return;
-    int64_t i = idx % half, th = idx / half, t = th / n_heads;
-    double theta = (double)pos[t] * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
+/* Rotate pair i of one head (x_i, x_{i+half}) by θ = p · base^(−2i/n_rot), the angle in double
+ * as on the CPU (positions up to 262K keep full float accuracy in cos/sin). */
+__device__ __forceinline__ void rope_pair(float *xh, int64_t i, int64_t half, int32_t p,
+                                          double log2_base) {
+    double theta = (double)p * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
     double sd, cd;
     sincos(theta, &sd, &cd);
     float c = (float)cd, s = (float)sd;
-    float *xh = x + th * head_dim;
     float a = xh[i], b = xh[i + half];
     xh[i] = a * c - b * s;
     xh[i + half] = b * c + a * s;
 }
 
+/* One thread per (token, head, pair i < n_rot/2): rope_pair at the token's position. */
+__global__ void k_rope_neox(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
+                            const int32_t *pos, double log2_base) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * n_heads * half) return;
+    int64_t i = idx % half, th = idx / half, t = th / n_heads;
+    rope_pair(x + th * head_dim, i, half, pos[t], log2_base);
+}
+
 /* The same with three positions per token (interleaved M-RoPE, ops.h snug_op_rope_mrope): pair
  * i takes the height position when i % 3 == 1 and i < h_end (3·sections[1]), the width one when
- * i % 3 == 2 and i < w_end (3·sections[2]), else the temporal one; the angle as k_rope_neox's. */
+ * i % 3 == 2 and i < w_end (3·sections[2]), else the temporal one. */
 __global__ void k_rope_mrope(float *x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
                              const int32_t *pos3, int64_t h_end, int64_t w_end, double log2_base) {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= T * n_heads * half) return;
     int64_t i = idx % half, th = idx / half, t = th / n_heads;
     int axis = (i % 3 == 1 && i < h_end) ? 1 : (i % 3 == 2 && i < w_end) ? 2 : 0;
-    double theta =
-        (double)pos3[t * 3 + axis] * exp2(-2.0 * (double)i / (double)(2 * half) * log2_base);
-    double sd, cd;
-    sincos(theta, &sd, &cd);
-    float c = (float)cd, s = (float)sd;
-    float *xh = x + th * head_dim;
-    float a = xh[i], b = xh[i + half];
-    xh[i] = a * c - b * s;
-    xh[i + half] = b * c + a * s;
+    rope_pair(x + th * head_dim, i, half, pos3[t * 3 + axis], log2_base);
 }
 
 __global__ void k_swiglu(const float *gate, const float *up, int64_t n, float *y) {
