@@ -111,6 +111,18 @@ struct snug_backend_ops {
     /* bytes from src to dst, both in the backend's memory, queued in order with the ops
      * (recurrent-state snapshots and rollback, MTP hidden rows). */
     void (*copy)(struct snug_be *be, void *dst, const void *src, size_t bytes);
+    /* ---- encoder ops (the vision tower, src/vision/vision_backend.c): semantics ops.h
+     * snug_op_layernorm, snug_op_bias_act (act: enum snug_act), snug_op_rope_angles (ang
+     * [T][head_dim/2] in the backend's memory), snug_op_attention_full (work: the CPU's
+     * snug_op_attention_full_work_bytes for one thread; unused by CUDA). */
+    void (*layernorm)(struct snug_be *be, const float *x, const float *w, const float *b, float eps,
+                      int64_t T, int64_t n, float *y);
+    void (*bias_act)(struct snug_be *be, float *y, const float *b, int64_t T, int64_t n, int act);
+    void (*rope_angles)(struct snug_be *be, float *x, int64_t stride, int64_t T, int64_t n_heads,
+                        int64_t head_dim, const float *ang);
+    void (*attention_full)(struct snug_be *be, const float *q, const float *k, const float *v,
+                           int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
+                           float scale, float *out, void *work);
 
     /* ---- memory and lifecycle of an instance (opened by its module's open) ---------------- */
     /* Free everything the instance holds (waits for queued work first). */
@@ -214,7 +226,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 3u
+#define SNUG_BACKEND_ABI 4u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

@@ -100,6 +100,25 @@ static void cpu_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t
 static void cpu_add(struct snug_be *be, float *x, const float *y, int64_t n) {
     snug_op_add(be->pool, x, y, n);
 }
+static void cpu_layernorm(struct snug_be *be, const float *x, const float *w, const float *b,
+                          float eps, int64_t T, int64_t n, float *y) {
+    snug_op_layernorm(be->pool, x, w, b, eps, T, n, y);
+}
+static void cpu_bias_act(struct snug_be *be, float *y, const float *b, int64_t T, int64_t n,
+                         int act) {
+    snug_op_bias_act(be->pool, y, b, T, n, (enum snug_act)act);
+}
+static void cpu_rope_angles(struct snug_be *be, float *x, int64_t stride, int64_t T,
+                            int64_t n_heads, int64_t head_dim, const float *ang) {
+    snug_op_rope_angles(be->pool, x, stride, T, n_heads, head_dim, ang);
+}
+static void cpu_attention_full(struct snug_be *be, const float *q, const float *k, const float *v,
+                               int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
+                               float scale, float *out, void *work) {
+    /* work holds one score row (the op's one-thread size): no pool here */
+    snug_op_attention_full(NULL, q, k, v, stride, T, n_heads, head_dim, scale, out, work);
+    (void)be;
+}
 static void cpu_scale(struct snug_be *be, float *x, int64_t n, float s) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
@@ -248,6 +267,10 @@ static const struct snug_backend_ops CPU_OPS = {
     .moe_matmul = cpu_moe_matmul,
     .add_gated = cpu_add_gated,
     .copy = cpu_copy,
+    .layernorm = cpu_layernorm,
+    .bias_act = cpu_bias_act,
+    .rope_angles = cpu_rope_angles,
+    .attention_full = cpu_attention_full,
     .close = cpu_close,
     .slot_kv = cpu_slot_kv,
     .slot_mtp_kv = cpu_slot_none,

@@ -1,15 +1,17 @@
 /* cmd_vision.c — `snug vision -m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W)
- * [-o OUT.f32] [--dump-pixels P.f32] [--min-image-pixels N] [--max-image-pixels N] [--threads N]`:
+ * [-o OUT.f32] [--dump-pixels P.f32] [--min-image-pixels N] [--max-image-pixels N] [--threads N]
+ * [--vision-backend cpu|cuda]`:
  * the vision tower (src/vision) over one image — a PNG/JPEG/WebP file, decoded, resized by the
  * smart-resize rule and laid out in patches (image.h), or already preprocessed patches (float32,
  * [H·W][3·2·P²] in merge-window-major order) — writing the projector's rows
  * [(H/merge)·(W/merge)][text hidden] as float32 (the layout of the vision fixture's
  * img*_features.f32, tests/data/vision, docs/vision.md). Prints the resized size and the image's
- * token count. A tool for checking the tower until images reach the server (issue 23). */
+ * token count. A tool for checking the tower (and its CUDA form against the CPU's). */
 #include "cli.h"
 
 #include "core/core.h"
 #include "core/threadpool.h"
+#include "backend/backend.h"
 #include "vision/image.h"
 #include "vision/vision.h"
 
@@ -26,11 +28,13 @@ static int usage(void) {
             "usage: snug vision -m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W) "
             "[-o OUT.f32]\n"
             "                   [--dump-pixels P.f32] [--min-image-pixels N] "
-            "[--max-image-pixels N] [--threads N]\n"
+            "[--max-image-pixels N] [--threads N] [--vision-backend cpu|cuda]\n"
             "  --image F   a PNG, JPEG or WebP file: decoded, resized (Qwen2-VL smart resize,\n"
             "              Pillow's bicubic) and cut into patches as the Hugging Face processor\n"
             "  --pixels/--grid  preprocessed patches and their patch rows and columns\n"
-            "  --min-image-pixels / --max-image-pixels  the resize bounds (default %d / %d)\n",
+            "  --min-image-pixels / --max-image-pixels  the resize bounds (default %d / %d)\n"
+            "  --vision-backend cuda  the whole tower on the GPU (weights uploaded, every\n"
+            "              block there; the host cuts frames and positions)\n",
             MIN_PIXELS, MAX_PIXELS);
     return 2;
 }
@@ -38,6 +42,7 @@ static int usage(void) {
 int cmd_vision(int argc, char **argv) {
     const char *model = NULL, *pix = NULL, *outp = NULL, *image = NULL, *dump = NULL;
     long gh = 0, gw = 0, threads = 1;
+    int vbackend = 0; /* --vision-backend: 0 cpu, 1 cuda */
     long long min_px = MIN_PIXELS, max_px = MAX_PIXELS;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -60,7 +65,14 @@ int cmd_vision(int argc, char **argv) {
             max_px = strtoll(argv[++i], NULL, 10);
         else if (!strcmp(a, "--threads") && i + 1 < argc)
             threads = strtol(argv[++i], NULL, 10);
-        else
+        else if (!strcmp(a, "--vision-backend") && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
+                fprintf(stderr, "snug vision: --vision-backend '%s': expected cpu or cuda\n", b);
+                return 2;
+            }
+            vbackend = !strcmp(b, "cuda");
+        } else
             return usage();
     }
     if (!model || !!pix == !!image || (pix && (gh <= 0 || gw <= 0 || gh > 4096 || gw > 4096)) ||
@@ -74,6 +86,7 @@ int cmd_vision(int argc, char **argv) {
     float *px = NULL, *out = NULL;
     void *work = NULL;
     struct snug_pool *pool = NULL;
+    struct snug_vision_be *vbe = NULL;
     struct snug_image im = {0}, rs = {0};
     int rc = 1;
     if (image) { /* decode, resize, cut into patches */
@@ -151,6 +164,10 @@ int cmd_vision(int argc, char **argv) {
         fprintf(stderr, "snug vision: out of memory (%zu bytes of work)\n", wb);
         goto done;
     }
+    if (vbackend && snug_vision_be_open(&vbe, v, SNUG_BACKEND_CUDA, n, &err)) {
+        cli_fail("vision", &err);
+        goto done;
+    }
     if (snug_vision_encode(v, pool, px, (int32_t)gh, (int32_t)gw, out, work, wb, &err)) {
         cli_fail("vision", &err);
         goto done;
@@ -173,6 +190,7 @@ done:
     snug_image_free(&im);
     snug_image_free(&rs);
     snug_pool_free(pool);
+    snug_vision_be_close(vbe);
     snug_vision_free(v);
     return rc;
 }

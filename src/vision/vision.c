@@ -4,9 +4,12 @@
  * and column, bidirectional attention, GELU-tanh MLP), the merger (LayerNorm, 2×2 windows
  * concatenated, GELU MLP to the text width). Semantics follow Hugging Face transformers'
  * Qwen3_5VisionModel; tests/py/test_vision_fixture.py compares with its outputs.
+ * The per-row steps are the encoder ops of src/backend/cpu/ops.h (ops_encoder.c) over the pool;
+ * with a backend tower open (vision_backend.c) the host steps here feed it instead.
  * Invariant: snug_vision_encode allocates nothing; float32 activations.
- * Read next: vision.h, src/backend/cpu/ops.h (snug_op_matmul). */
+ * Read next: vision.h, vision_impl.h, src/backend/cpu/ops.h, vision_backend.c. */
 #include "vision/vision.h"
+#include "vision/vision_impl.h"
 
 #include "plan/plan.h"
 
@@ -18,20 +21,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-typedef const struct snug_gguf_tensor *tensor;
-
-struct vblock {
-    tensor ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b, ln2_w, ln2_b, up_w, up_b, down_w, down_b;
-};
-
-struct snug_vision {
-    struct snug_gguf *g;
-    struct snug_vision_hparams hp;
-    tensor patch_w[2], patch_b, pos, post_w, post_b, mm0_w, mm0_b, mm2_w, mm2_b;
-    struct vblock blk[SNUG_VISION_MAX_BLOCKS];
-    struct snug_vision_mm mm; /* the weight products' backend (snug_vision_set_mm), or none */
-};
 
 /* ---- load ---------------------------------------------------------------------------------- */
 /* The tensor `name` with exactly the dims ne[0..n) (the rest 1); f32 when must_f32. */
@@ -203,37 +192,25 @@ int64_t snug_vision_patch_values(const struct snug_vision *v) {
 }
 
 /* ---- encode -------------------------------------------------------------------------------- */
-/* Work layout for N patches (floats unless noted), each 64-byte aligned. */
-struct vwork {
-    float *frame; /* [N][3·P²] one frame of every patch */
-    float *h;     /* [N][D] the residual stream */
-    float *t;     /* [N][max(D, 3D, F)] products */
-    float *xn;    /* [N][max(D, F)] normed input / MLP hidden */
-    float *att;   /* [N][D] attention output before the projection */
-    float *score; /* [N] one query's scores */
-    float *rot;   /* [N][D/2] rotary angles per patch (the first D/4 by row, the rest by column) */
-    float *mg;    /* [N/M²][M²·D] merged windows */
-    void *mm;     /* snug_op_matmul scratch */
-};
-
 static size_t al64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-static size_t vwork_layout(const struct snug_vision_hparams *hp, int64_t N, int n_threads,
-                           uint8_t *base, struct vwork *w) {
+size_t snug_vision_work_layout(const struct snug_vision_hparams *hp, int64_t N, int n_threads,
+                               uint8_t *base, struct vwork *w) {
     int64_t D = hp->hidden, F = hp->ff, P = hp->patch, M2 = (int64_t)hp->merge * hp->merge;
     int64_t hd = D / hp->heads, wide = SNUG_MAX(3 * D, F);
     int64_t max_in = SNUG_MAX(SNUG_MAX(3 * P * P, F), M2 * D);
+    int nth = n_threads < 1 ? 1 : n_threads;
     size_t sz[] = {(size_t)(N * 3 * P * P) * 4,
                    (size_t)(N * D) * 4,
                    (size_t)(N * wide) * 4,
                    (size_t)(N * SNUG_MAX(D, F)) * 4,
                    (size_t)(N * D) * 4,
-                   (size_t)N * 4,
+                   snug_op_attention_full_work_bytes(N, nth),
                    (size_t)(N * (hd / 2)) * 4,
                    (size_t)(N * D) * 4,
-                   snug_op_matmul_work_bytes(max_in, n_threads < 1 ? 1 : n_threads)};
+                   snug_op_matmul_work_bytes(max_in, nth)};
     void **dst[] = {(void **)&w->frame, (void **)&w->h,   (void **)&w->t,
                     (void **)&w->xn,    (void **)&w->att, (void **)&w->score,
                     (void **)&w->rot,   (void **)&w->mg,  &w->mm};
@@ -251,7 +228,7 @@ size_t snug_vision_work_bytes(const struct snug_vision *v, int64_t n_patches, in
 size_t snug_vision_work_bytes_hp(const struct snug_vision_hparams *hp, int64_t n_patches,
                                  int n_threads) {
     struct vwork w;
-    return vwork_layout(hp, n_patches, n_threads, NULL, &w);
+    return snug_vision_work_layout(hp, n_patches, n_threads, NULL, &w);
 }
 uint64_t snug_vision_weight_bytes(const struct snug_vision *v) {
     struct snug_plan_weights w;
@@ -267,52 +244,10 @@ const struct snug_gguf *snug_vision_gguf(const struct snug_vision *v) {
     return v->g;
 }
 
-void snug_vision_set_mm(struct snug_vision *v, const struct snug_vision_mm *mm) {
-    v->mm = mm ? *mm : (struct snug_vision_mm){0};
-}
-
-/* y[T][n_out] = W · x of weight w taken as n_out rows of n_in: through the hook when set
- * (snug_vision_set_mm: a backend), else the CPU op over the pool. */
-static int product(const struct snug_vision *v, struct snug_pool *pool, tensor w, int64_t n_in,
-                   int64_t n_out, const float *x, int64_t T, float *y, void *work,
-                   struct snug_err *err) {
-    if (v->mm.matmul) return v->mm.matmul(v->mm.user, w, n_in, n_out, x, T, y, err);
-    snug_op_matmul(pool, w->type, w->data, n_in, n_out, x, T, y, work);
-    return SNUG_OK;
-}
-#define MATMUL(w, x, T, y)                                                                         \
-    do {                                                                                           \
-        int rc_ =                                                                                  \
-            product(v, pool, w, (int64_t)(w)->ne[0], (int64_t)(w)->ne[1], x, T, y, w_mm, err);     \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
-
-static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
-}
-
-/* y = LayerNorm(x) over rows of n (mean, biased variance, eps), scale w, shift b. */
-static void layernorm(const float *x, const float *w, const float *b, float eps, int64_t T,
-                      int64_t n, float *y) {
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = x + t * n;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < n; i++) mean += r[i];
-        mean /= (double)n;
-        for (int64_t i = 0; i < n; i++) var += ((double)r[i] - mean) * ((double)r[i] - mean);
-        var /= (double)n;
-        float inv = (float)(1.0 / sqrt(var + (double)eps));
-        for (int64_t i = 0; i < n; i++) y[t * n + i] = ((r[i] - (float)mean) * inv) * w[i] + b[i];
-    }
-}
-
-static float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-static float gelu_erf(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
+/* y[T][n_out] = W · x of weight w (n_out rows of n_in), the CPU op over the pool. */
+#define MATMUL(wt, x, T, y)                                                                        \
+    snug_op_matmul(pool, (wt)->type, (wt)->data, (int64_t)(wt)->ne[0], (int64_t)(wt)->ne[1], x, T, \
+                   y, w.mm)
 
 /* Patch p of the processor's merge-window-major order → its row and column in the patch grid. */
 static void patch_rc(int64_t p, int64_t gw, int64_t M, int64_t *r, int64_t *c) {
@@ -335,20 +270,39 @@ static void taps(int64_t i, int64_t size, int64_t side, int64_t *t0, int64_t *t1
     *w1 = SNUG_MAX(1.0f - d1, 0.0f);
 }
 
-/* q, k [N][D] in place: per head, dims (i, i + hd/2) rotated by angle rot[p][i]. */
-static void rotary2d(float *x, int64_t stride, const float *rot, int64_t N, int64_t heads,
-                     int64_t hd) {
-    int64_t half = hd / 2;
+void snug_vision_patch_frame(const struct snug_vision *v, const float *pixels, int64_t N, int f,
+                             float *frame) {
+    int64_t P = v->hp.patch, PP = 3 * P * P;
     for (int64_t p = 0; p < N; p++)
-        for (int64_t h = 0; h < heads; h++) {
-            float *v = x + p * stride + h * hd;
-            for (int64_t i = 0; i < half; i++) {
-                float a = rot[p * half + i], c = cosf(a), s = sinf(a);
-                float x1 = v[i], x2 = v[i + half];
-                v[i] = x1 * c - x2 * s;
-                v[i + half] = x2 * c + x1 * s;
-            }
+        for (int64_t c = 0; c < 3; c++)
+            memcpy(frame + p * PP + c * P * P,
+                   pixels + p * 2 * PP + c * 2 * P * P + (int64_t)f * P * P,
+                   (size_t)(P * P) * sizeof(float));
+}
+
+void snug_vision_positions(const struct snug_vision *v, int64_t gh, int64_t gw, float *h,
+                           float *rot) {
+    const struct snug_vision_hparams *hp = &v->hp;
+    int64_t M = hp->merge, D = hp->hidden, hd = D / hp->heads, N = gh * gw;
+    int64_t side = hp->pos_side, q4 = hd / 4;
+    const float *pos = F32(v->pos);
+    for (int64_t p = 0; p < N; p++) {
+        int64_t r, c, r0, r1, c0, c1;
+        float wr0, wr1, wc0, wc1;
+        patch_rc(p, gw, M, &r, &c);
+        taps(r, gh, side, &r0, &r1, &wr0, &wr1);
+        taps(c, gw, side, &c0, &c1, &wc0, &wc1);
+        const float *e00 = pos + (r0 * side + c0) * D, *e01 = pos + (r0 * side + c1) * D;
+        const float *e10 = pos + (r1 * side + c0) * D, *e11 = pos + (r1 * side + c1) * D;
+        float k00 = wr0 * wc0, k01 = wr0 * wc1, k10 = wr1 * wc0, k11 = wr1 * wc1;
+        for (int64_t i = 0; i < D; i++)
+            h[p * D + i] += ((e00[i] * k00 + e01[i] * k01) + e10[i] * k10) + e11[i] * k11;
+        for (int64_t i = 0; i < q4; i++) {
+            float inv = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)(hd / 2));
+            rot[p * (hd / 2) + i] = (float)r * inv;
+            rot[p * (hd / 2) + q4 + i] = (float)c * inv;
         }
+    }
 }
 
 int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, const float *pixels,
@@ -364,98 +318,54 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     int64_t N = gh * gw, D = hp->hidden, F = hp->ff, P = hp->patch, H = hp->heads;
     int64_t hd = D / H, PP = 3 * P * P, M2 = M * M;
     int n_threads = pool ? snug_pool_size(pool) : 1;
-    size_t need = vwork_layout(&v->hp, N, n_threads, NULL, &(struct vwork){0});
+    size_t need = snug_vision_work_layout(&v->hp, N, n_threads, NULL, &(struct vwork){0});
     if (work_bytes < need)
         return snug_err_set(err, SNUG_ERR_BUDGET, "vision: work memory %zu bytes, %zu needed",
                             work_bytes, need);
     struct vwork w;
-    vwork_layout(&v->hp, N, n_threads, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
+    snug_vision_work_layout(&v->hp, N, n_threads,
+                            (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
+    if (v->be) return snug_vision_be_encode(v->be, pixels, grid_h, grid_w, out, &w, err);
 
-    void *w_mm = w.mm;
     /* patch embedding: the Conv3d's two frames as two products, plus the bias */
     for (int f = 0; f < 2; f++) {
-        for (int64_t p = 0; p < N; p++)
-            for (int64_t c = 0; c < 3; c++)
-                memcpy(w.frame + p * PP + c * P * P,
-                       pixels + p * 2 * PP + c * 2 * P * P + (int64_t)f * P * P,
-                       (size_t)(P * P) * sizeof(float));
+        snug_vision_patch_frame(v, pixels, N, f, w.frame);
         tensor pw = v->patch_w[f]; /* [P][P][3][D]: D rows of 3·P² */
-        int rc = product(v, pool, pw, PP, D, w.frame, N, f ? w.t : w.h, w.mm, err);
-        if (rc) return rc;
+        snug_op_matmul(pool, pw->type, pw->data, PP, D, w.frame, N, f ? w.t : w.h, w.mm);
     }
     for (int64_t i = 0; i < N * D; i++) w.h[i] += w.t[i];
-    add_bias(w.h, F32(v->patch_b), N, D);
-
+    snug_op_bias_act(pool, w.h, F32(v->patch_b), N, D, SNUG_ACT_NONE);
     /* learned positions, bilinearly resampled to the grid; rotary angles by row and column */
-    int64_t side = hp->pos_side, q4 = hd / 4;
-    const float *pos = F32(v->pos);
-    for (int64_t p = 0; p < N; p++) {
-        int64_t r, c, r0, r1, c0, c1;
-        float wr0, wr1, wc0, wc1;
-        patch_rc(p, gw, M, &r, &c);
-        taps(r, gh, side, &r0, &r1, &wr0, &wr1);
-        taps(c, gw, side, &c0, &c1, &wc0, &wc1);
-        const float *e00 = pos + (r0 * side + c0) * D, *e01 = pos + (r0 * side + c1) * D;
-        const float *e10 = pos + (r1 * side + c0) * D, *e11 = pos + (r1 * side + c1) * D;
-        float k00 = wr0 * wc0, k01 = wr0 * wc1, k10 = wr1 * wc0, k11 = wr1 * wc1;
-        for (int64_t i = 0; i < D; i++)
-            w.h[p * D + i] += ((e00[i] * k00 + e01[i] * k01) + e10[i] * k10) + e11[i] * k11;
-        for (int64_t i = 0; i < q4; i++) {
-            float inv = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)(hd / 2));
-            w.rot[p * (hd / 2) + i] = (float)r * inv;
-            w.rot[p * (hd / 2) + q4 + i] = (float)c * inv;
-        }
-    }
+    snug_vision_positions(v, gh, gw, w.h, w.rot);
 
     /* blocks */
     float scale = 1.0f / sqrtf((float)hd);
     for (int b = 0; b < hp->depth; b++) {
         const struct vblock *B = &v->blk[b];
-        layernorm(w.h, F32(B->ln1_w), F32(B->ln1_b), hp->eps, N, D, w.xn);
+        snug_op_layernorm(pool, w.h, F32(B->ln1_w), F32(B->ln1_b), hp->eps, N, D, w.xn);
         MATMUL(B->qkv_w, w.xn, N, w.t); /* [N][q | k | v] */
-        add_bias(w.t, F32(B->qkv_b), N, 3 * D);
-        rotary2d(w.t, 3 * D, w.rot, N, H, hd);
-        rotary2d(w.t + D, 3 * D, w.rot, N, H, hd);
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < N; i++) {
-                const float *q = w.t + i * 3 * D + h * hd;
-                float mx = -INFINITY;
-                for (int64_t j = 0; j < N; j++) {
-                    const float *k = w.t + j * 3 * D + D + h * hd;
-                    float s = 0;
-                    for (int64_t d = 0; d < hd; d++) s += q[d] * k[d];
-                    w.score[j] = s * scale;
-                    mx = SNUG_MAX(mx, w.score[j]);
-                }
-                double sum = 0;
-                for (int64_t j = 0; j < N; j++) sum += w.score[j] = expf(w.score[j] - mx);
-                float *o = w.att + i * D + h * hd;
-                memset(o, 0, (size_t)hd * sizeof(float));
-                for (int64_t j = 0; j < N; j++) {
-                    const float *vv = w.t + j * 3 * D + 2 * D + h * hd;
-                    float pj = (float)(w.score[j] / sum);
-                    for (int64_t d = 0; d < hd; d++) o[d] += pj * vv[d];
-                }
-            }
+        snug_op_bias_act(pool, w.t, F32(B->qkv_b), N, 3 * D, SNUG_ACT_NONE);
+        snug_op_rope_angles(pool, w.t, 3 * D, N, H, hd, w.rot);
+        snug_op_rope_angles(pool, w.t + D, 3 * D, N, H, hd, w.rot);
+        snug_op_attention_full(pool, w.t, w.t + D, w.t + 2 * D, 3 * D, N, H, hd, scale, w.att,
+                               w.score);
         MATMUL(B->out_w, w.att, N, w.xn);
-        add_bias(w.xn, F32(B->out_b), N, D);
-        for (int64_t i = 0; i < N * D; i++) w.h[i] += w.xn[i];
-        layernorm(w.h, F32(B->ln2_w), F32(B->ln2_b), hp->eps, N, D, w.att);
+        snug_op_bias_act(pool, w.xn, F32(B->out_b), N, D, SNUG_ACT_NONE);
+        snug_op_add(pool, w.h, w.xn, N * D);
+        snug_op_layernorm(pool, w.h, F32(B->ln2_w), F32(B->ln2_b), hp->eps, N, D, w.att);
         MATMUL(B->up_w, w.att, N, w.xn);
-        add_bias(w.xn, F32(B->up_b), N, F);
-        for (int64_t i = 0; i < N * F; i++) w.xn[i] = gelu_tanh(w.xn[i]);
+        snug_op_bias_act(pool, w.xn, F32(B->up_b), N, F, SNUG_ACT_GELU_TANH);
         MATMUL(B->down_w, w.xn, N, w.t);
-        add_bias(w.t, F32(B->down_b), N, D);
-        for (int64_t i = 0; i < N * D; i++) w.h[i] += w.t[i];
+        snug_op_bias_act(pool, w.t, F32(B->down_b), N, D, SNUG_ACT_NONE);
+        snug_op_add(pool, w.h, w.t, N * D);
     }
 
     /* merger: LayerNorm per patch, each window's M² patches side by side, GELU MLP */
-    layernorm(w.h, F32(v->post_w), F32(v->post_b), hp->eps, N, D, w.mg); /* [N/M²][M²·D] */
-    int64_t nw = N / M2;
+    snug_op_layernorm(pool, w.h, F32(v->post_w), F32(v->post_b), hp->eps, N, D, w.mg);
+    int64_t nw = N / M2; /* w.mg as [nw][M²·D] */
     MATMUL(v->mm0_w, w.mg, nw, w.t);
-    add_bias(w.t, F32(v->mm0_b), nw, M2 * D);
-    for (int64_t i = 0; i < nw * M2 * D; i++) w.t[i] = gelu_erf(w.t[i]);
+    snug_op_bias_act(pool, w.t, F32(v->mm0_b), nw, M2 * D, SNUG_ACT_GELU_ERF);
     MATMUL(v->mm2_w, w.t, nw, out);
-    add_bias(out, F32(v->mm2_b), nw, hp->out_dim);
+    snug_op_bias_act(pool, out, F32(v->mm2_b), nw, hp->out_dim, SNUG_ACT_NONE);
     return SNUG_OK;
 }

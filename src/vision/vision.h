@@ -2,9 +2,9 @@
  * writes it (projector qwen3vl_merger), and the encoder from preprocessed patches to the rows
  * that replace an image's pad tokens in the text model (docs/vision.md, steps 2–5).
  * Owns: the mmproj mapping and its tensor views. Invariant: snug_vision_encode allocates nothing
- * (the caller passes snug_vision_work_bytes of work memory); float32 everywhere; the weights
- * stay in the mapping (products through snug_op_matmul, any computable type, or a backend
- * through snug_vision_set_mm).
+ * (the caller passes snug_vision_work_bytes of work memory); float32 activations; the weights
+ * stay in the mapping (products through snug_op_matmul, any computable type), or the whole
+ * tower runs on a backend (snug_vision_be_open).
  * Also here: file bytes → rows (encode.c) and the tower's plan items (vision_plan.c).
  * Read next: vision.c, encode.c, vision_backend.c (the products on a backend), docs/vision.md. */
 #ifndef SNUG_VISION_H
@@ -54,33 +54,24 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
                        int32_t grid_h, int32_t grid_w, float *out, void *work, size_t work_bytes,
                        struct snug_err *err);
 
-/* The tower's weight products on a backend (vision_backend.c; `--vision-backend cuda`): when
- * set, snug_vision_encode hands every product y[T][n_out] = W · x (host x and y) to matmul
- * instead of the CPU op; everything else stays on the CPU. A non-OK return ends the encode with
- * that error. NULL (or a zero hook) goes back to the CPU. The hook must outlive the encodes. */
-struct snug_vision_mm {
-    int (*matmul)(void *user, const struct snug_gguf_tensor *w, int64_t n_in, int64_t n_out,
-                  const float *x, int64_t T, float *y, struct snug_err *err);
-    void *user;
-};
-void snug_vision_set_mm(struct snug_vision *v, const struct snug_vision_mm *mm);
 /* The mmproj file (its tensors' data is what a backend uploads). */
 const struct snug_gguf *snug_vision_gguf(const struct snug_vision *v);
 
-/* The tower's weight products on a backend instance of its own over the mmproj (weights
- * uploaded once; x and y buffers for images of up to max_patches patches in its work arena):
- * the hook for snug_vision_set_mm. Bytes it holds on the device: snug_vision_be_bytes. */
+/* The whole tower on a backend instance of its own over the mmproj (vision_backend.c;
+ * `--vision-backend cuda`): weights uploaded once, every activation buffer for images of up to
+ * max_patches patches in its work arena. While open, snug_vision_encode runs there (the host
+ * keeps only the patch frames, positions and rotary angles); close returns it to the CPU.
+ * Bytes it holds on the device: snug_vision_be_bytes. */
 struct snug_vision_be;
 int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int backend,
                         int64_t max_patches, struct snug_err *err);
-void snug_vision_be_close(struct snug_vision_be *vb); /* NULL is a no-op; unhooks the tower */
+void snug_vision_be_close(
+    struct snug_vision_be *vb); /* NULL is a no-op; the tower back on the CPU */
 size_t snug_vision_be_bytes(const struct snug_vision_be *vb);
-/* Its device bytes besides the mmproj's weights, as snug_vision_be_open allocates them: the work
- * arena (x, y and the CPU product's scratch) and the CUDA op scratch (the plan's items). */
+/* Its bytes besides the mmproj's weights, as snug_vision_be_open allocates them: the work arena
+ * (activations of the largest image) and the CUDA op scratch (the plan's items). */
 void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
                          uint64_t *work_bytes, uint64_t *scratch_bytes);
-/* The widest product's inputs and outputs (the work and op scratch are sized from them). */
-void snug_vision_mm_extent(const struct snug_vision_hparams *hp, int64_t *max_in, int64_t *max_out);
 
 /* The Qwen3.5/3.6 processor's pixel bounds (preprocessor_config.json of the released models:
  * size.shortest_edge 65,536 and size.longest_edge 16,777,216, in pixels): an image is resized

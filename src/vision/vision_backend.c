@@ -1,80 +1,105 @@
-/* vision_backend.c — the vision tower's weight products on a backend (`--vision-backend cuda`,
- * docs/vision.md "On CUDA"): a backend instance of its own over the mmproj GGUF (the CUDA one
- * uploads the weights once, at open), with x and y buffers in its work arena for the widest
- * product of an image of up to max_patches patches; snug_vision_encode hands it every product
- * through snug_vision_set_mm (host x uploaded, host y downloaded), everything else of the tower
- * stays on the CPU. Invariant: nothing allocates per product; a product outside the sizes given
- * at open is refused (SNUG_ERR_INTERNAL), never written past a buffer.
- * Read next: vision.h (struct snug_vision_mm), src/backend/backend.h. */
-#include "vision.h"
+/* vision_backend.c — the whole vision tower on a backend (`--vision-backend cuda`, docs/vision.md
+ * "On CUDA"): a backend instance of its own over the mmproj GGUF (the CUDA one uploads the
+ * weights once, at open) with every activation buffer for an image of up to max_patches patches
+ * in its work arena. Per image the host cuts the two patch frames and computes the learned
+ * positions and rotary angles (vision.c, cheap: O(patches · width)); they are uploaded, and
+ * every block (LayerNorm, QKV, 2-D rotary, full attention, output projection, GELU MLP) and the
+ * merger run as backend ops; the rows come back once, at the end.
+ * Buffers ([rows][floats], N = max_patches, D the width, C = min(N, MLP_ROWS)):
+ *   h [N][D] residual stream;  q [N][max(3D, 2·3P² + D)] frames + positions, then QKV, then
+ *   products;  a [N][D] normed input / attention output / merged windows;  m [C][max(F, M²·D)]
+ *   the MLP hidden (C rows at a time: the widest buffer does not grow with the image);
+ *   rot [N][head_dim/2];  out [N/M²][out_dim];  the CPU ops' scratch.
+ * Products run C rows at a time too, so the CUDA op scratch (bf16 copies of x) is sized for C.
+ * Invariant: nothing allocates per image; planned bytes (snug_vision_be_plan) = allocated bytes;
+ * an image over max_patches is refused (SNUG_ERR_INTERNAL), never written past a buffer.
+ * Read next: vision_impl.h, src/backend/backend.h (the encoder ops), cuda/cuda_encoder.cu. */
+#include "vision/vision_impl.h"
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
 
+#include <math.h>
+#include <string.h>
+
+/* Rows per product and per MLP pass (bounds the widest buffers and the op scratch). */
+#define MLP_ROWS 4096
+
+struct vbufs {
+    float *h, *q, *a, *m, *rot, *out;
+    void *op_work; /* the CPU ops' scratch (matmul, attention scores); unused by CUDA */
+};
+
 struct snug_vision_be {
     struct snug_vision *v;
     struct snug_be *be;
-    float *dx, *dy; /* [max_rows][max_in], [max_rows][max_out] in the backend's memory */
-    void *op_work;  /* the CPU matmul's scratch (a device backend uses its own op scratch) */
-    int64_t max_rows, max_in, max_out;
+    struct vbufs b;
+    int64_t max_patches;
 };
 
-void snug_vision_mm_extent(const struct snug_vision_hparams *hp, int64_t *max_in,
-                           int64_t *max_out) {
+struct vextent {
+    int64_t N, C, wq, wm, rot, out, max_in, max_out, op_work;
+};
+
+static struct vextent extent(const struct snug_vision_hparams *hp, int64_t N) {
     int64_t D = hp->hidden, F = hp->ff, P = hp->patch, M2 = (int64_t)hp->merge * hp->merge;
-    *max_in = SNUG_MAX(SNUG_MAX(3 * P * P, D), SNUG_MAX(F, M2 * D));
-    *max_out = SNUG_MAX(SNUG_MAX(3 * D, F), SNUG_MAX(M2 * D, (int64_t)hp->out_dim));
+    int64_t PP = 3 * P * P, hd = D / hp->heads;
+    struct vextent e = {.N = N, .C = SNUG_MIN(N, (int64_t)MLP_ROWS)};
+    e.wq = SNUG_MAX(3 * D, 2 * PP + D);
+    e.wm = SNUG_MAX(F, M2 * D);
+    e.rot = hd / 2;
+    e.out = (N / M2) * hp->out_dim;
+    e.max_in = SNUG_MAX(SNUG_MAX(PP, D), SNUG_MAX(F, M2 * D));
+    e.max_out = SNUG_MAX(SNUG_MAX(3 * D, F), SNUG_MAX(M2 * D, (int64_t)hp->out_dim));
+    e.op_work = (int64_t)SNUG_MAX(snug_op_matmul_work_bytes(e.max_in, 1),
+                                  snug_op_attention_full_work_bytes(N, 1));
+    return e;
+}
+
+static size_t al256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
+
+/* The work arena's carve (base NULL: only the total). */
+static size_t carve(const struct vextent *e, const struct snug_vision_hparams *hp, uint8_t *base,
+                    struct vbufs *b) {
+    int64_t D = hp->hidden, N = e->N;
+    size_t sz[] = {(size_t)(N * D) * 4,        (size_t)(N * e->wq) * 4,  (size_t)(N * D) * 4,
+                   (size_t)(e->C * e->wm) * 4, (size_t)(N * e->rot) * 4, (size_t)e->out * 4,
+                   (size_t)e->op_work};
+    void **dst[] = {(void **)&b->h,   (void **)&b->q,   (void **)&b->a, (void **)&b->m,
+                    (void **)&b->rot, (void **)&b->out, &b->op_work};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        if (base) *dst[i] = base + off;
+        off += al256(sz[i]);
+    }
+    return off + 256;
 }
 
 void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
                          uint64_t *work_bytes, uint64_t *scratch_bytes) {
-    int64_t in, out;
-    snug_vision_mm_extent(hp, &in, &out);
-    size_t xb = (size_t)(max_patches * in) * sizeof(float);
-    size_t yb = (size_t)(max_patches * out) * sizeof(float);
-    size_t wb = snug_op_matmul_work_bytes(in, 1);
-    *work_bytes = SNUG_ALIGN_UP(xb, 256) + SNUG_ALIGN_UP(yb, 256) + SNUG_ALIGN_UP(wb, 256);
-    *scratch_bytes = snug_backend_plan_cuda_scratch(in, out, max_patches, 1, 64);
-}
-
-static int be_product(void *user, const struct snug_gguf_tensor *w, int64_t n_in, int64_t n_out,
-                      const float *x, int64_t T, float *y, struct snug_err *err) {
-    struct snug_vision_be *vb = user;
-    struct snug_be *be = vb->be;
-    if (T > vb->max_rows || n_in > vb->max_in || n_out > vb->max_out)
-        return snug_err_set(err, SNUG_ERR_INTERNAL,
-                            "vision backend: a product of %lld rows %lld -> %lld is outside the "
-                            "%lld rows %lld -> %lld it was opened for",
-                            (long long)T, (long long)n_in, (long long)n_out,
-                            (long long)vb->max_rows, (long long)vb->max_in, (long long)vb->max_out);
-    be->ops->upload(be, vb->dx, x, (size_t)(T * n_in) * sizeof(float));
-    be->ops->matmul(be, w->type, be->ops->weight(be, w, 0), n_in, n_out, vb->dx, T, vb->dy,
-                    vb->op_work);
-    be->ops->download(be, y, vb->dy, (size_t)(T * n_out) * sizeof(float));
-    int rc = be->ops->sync(be, err);
-    if (rc) snug_err_prefix(err, "vision tower on the %s backend", be->ops->name);
-    return rc;
+    struct vextent e = extent(hp, max_patches);
+    *work_bytes = carve(&e, hp, NULL, &(struct vbufs){0});
+    *scratch_bytes = snug_backend_plan_cuda_scratch(e.max_in, e.max_out, e.C, 1, 64);
 }
 
 int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int backend,
                         int64_t max_patches, struct snug_err *err) {
     *out = NULL;
     const struct snug_vision_hparams *hp = snug_vision_hparams(v);
-    if (max_patches < 1 || max_patches > INT32_MAX)
+    if (max_patches < 1 || max_patches > INT32_MAX / 4)
         return snug_err_set(err, SNUG_ERR_INVALID, "vision backend: %lld patches",
                             (long long)max_patches);
     struct snug_vision_be *vb = snug_calloc(1, sizeof *vb);
     if (!vb) return snug_err_set(err, SNUG_ERR_NOMEM, "vision backend: out of memory");
     vb->v = v;
-    vb->max_rows = max_patches;
-    snug_vision_mm_extent(hp, &vb->max_in, &vb->max_out);
-    size_t xb = (size_t)(max_patches * vb->max_in) * sizeof(float);
-    size_t yb = (size_t)(max_patches * vb->max_out) * sizeof(float);
-    size_t wb = snug_op_matmul_work_bytes(vb->max_in, 1);
-    uint64_t work, scratch; /* the plan's numbers (snug_vision_be_plan): planned = allocated */
+    vb->max_patches = max_patches;
+    uint64_t work, scratch; /* the plan's numbers: planned = allocated */
     snug_vision_be_plan(hp, max_patches, &work, &scratch);
+    struct vextent e = extent(hp, max_patches);
     /* no sequence state: one slot of an empty cache shape */
     struct snug_kv_shape none = {.head_dim = 64, .n_ctx = 1, .type = SNUG_DTYPE_F16};
     struct snug_backend_limits lim = {
@@ -82,7 +107,7 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
         .n_slots = 1,
         .work_bytes = (size_t)work,
         .scratch_bytes = (size_t)scratch,
-        .n_chunk = (int32_t)max_patches,
+        .n_chunk = (int32_t)e.C,
         .n_embd = 1,
         .n_head = 1,
         .head_dim = 64,
@@ -95,26 +120,116 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
         return snug_err_prefix(err, "vision tower on the backend");
     }
     struct snug_arena *a = vb->be->ops->work(vb->be);
-    vb->dx = snug_arena_alloc(a, xb, 256);
-    vb->dy = snug_arena_alloc(a, yb, 256);
-    vb->op_work = snug_arena_alloc(a, wb, 256);
-    if (!vb->dx || !vb->dy || !vb->op_work) {
+    uint8_t *base = snug_arena_alloc(a, (size_t)work, 256);
+    if (!base) {
         snug_backend_close(vb->be);
         snug_free(vb);
         return snug_err_set(err, SNUG_ERR_INTERNAL, "vision backend: work arena too small");
     }
-    snug_vision_set_mm(v, &(struct snug_vision_mm){.matmul = be_product, .user = vb});
+    carve(&e, hp, (uint8_t *)(((uintptr_t)base + 255) & ~(uintptr_t)255), &vb->b);
+    v->be = vb;
     *out = vb;
     return SNUG_OK;
 }
 
 void snug_vision_be_close(struct snug_vision_be *vb) {
     if (!vb) return;
-    snug_vision_set_mm(vb->v, NULL);
+    vb->v->be = NULL;
     snug_backend_close(vb->be);
     snug_free(vb);
 }
 
 size_t snug_vision_be_bytes(const struct snug_vision_be *vb) {
     return vb ? vb->be->ops->bytes(vb->be) : 0;
+}
+
+/* y[T][n_out] = W · x, MLP_ROWS rows at a time (the op scratch is sized for that many); W's
+ * rows are its last dimension (the patch kernel [P][P][3][D] is D rows of 3·P²). */
+static void product(struct snug_vision_be *vb, const struct snug_gguf_tensor *w, const float *x,
+                    int64_t T, float *y) {
+    struct snug_be *be = vb->be;
+    int64_t n_out = (int64_t)w->ne[w->n_dims > 1 ? w->n_dims - 1 : 1];
+    int64_t n_in = (int64_t)(w->n_elems / (uint64_t)n_out);
+    const void *dw = be->ops->weight(be, w, 0);
+    for (int64_t r = 0; r < T; r += MLP_ROWS) {
+        int64_t n = SNUG_MIN((int64_t)MLP_ROWS, T - r);
+        be->ops->matmul(be, w->type, dw, n_in, n_out, x + r * n_in, n, y + r * n_out,
+                        vb->b.op_work);
+    }
+}
+
+/* A weight vector (f32, checked at load) in the backend's memory. */
+static const float *vec(struct snug_vision_be *vb, const struct snug_gguf_tensor *t) {
+    return vb->be->ops->weight(vb->be, t, 0);
+}
+
+int snug_vision_be_encode(struct snug_vision_be *vb, const float *pixels, int32_t grid_h,
+                          int32_t grid_w, float *out, struct vwork *w, struct snug_err *err) {
+    const struct snug_vision *v = vb->v;
+    const struct snug_vision_hparams *hp = &v->hp;
+    struct snug_be *be = vb->be;
+    const struct snug_backend_ops *op = be->ops;
+    const struct vbufs *b = &vb->b;
+    int64_t gh = grid_h, gw = grid_w, N = gh * gw, D = hp->hidden, F = hp->ff, H = hp->heads;
+    int64_t hd = D / H, P = hp->patch, PP = 3 * P * P, M2 = (int64_t)hp->merge * hp->merge;
+    if (N > vb->max_patches)
+        return snug_err_set(err, SNUG_ERR_INTERNAL,
+                            "vision backend: an image of %lld patches, opened for at most %lld",
+                            (long long)N, (long long)vb->max_patches);
+    /* host: the two frames, then the learned positions (into zeroed rows) and the angles */
+    float *f0 = b->q, *f1 = b->q + N * PP, *pos = b->q + 2 * N * PP;
+    snug_vision_patch_frame(v, pixels, N, 0, w->frame);
+    op->upload(be, f0, w->frame, (size_t)(N * PP) * sizeof(float));
+    snug_vision_patch_frame(v, pixels, N, 1, w->frame);
+    op->upload(be, f1, w->frame, (size_t)(N * PP) * sizeof(float));
+    memset(w->h, 0, (size_t)(N * D) * sizeof(float));
+    snug_vision_positions(v, gh, gw, w->h, w->rot);
+    op->upload(be, pos, w->h, (size_t)(N * D) * sizeof(float));
+    op->upload(be, b->rot, w->rot, (size_t)(N * (hd / 2)) * sizeof(float));
+
+    /* patch embedding: h = W0·frame0 + W1·frame1 + bias + positions (the CPU path's order) */
+    product(vb, v->patch_w[0], f0, N, b->h);
+    product(vb, v->patch_w[1], f1, N, b->a);
+    op->add(be, b->h, b->a, N * D);
+    op->bias_act(be, b->h, vec(vb, v->patch_b), N, D, SNUG_ACT_NONE);
+    op->add(be, b->h, pos, N * D);
+
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < hp->depth; i++) {
+        const struct vblock *B = &v->blk[i];
+        op->layernorm(be, b->h, vec(vb, B->ln1_w), vec(vb, B->ln1_b), hp->eps, N, D, b->a);
+        product(vb, B->qkv_w, b->a, N, b->q); /* [N][q | k | v] */
+        op->bias_act(be, b->q, vec(vb, B->qkv_b), N, 3 * D, SNUG_ACT_NONE);
+        op->rope_angles(be, b->q, 3 * D, N, H, hd, b->rot);
+        op->rope_angles(be, b->q + D, 3 * D, N, H, hd, b->rot);
+        op->attention_full(be, b->q, b->q + D, b->q + 2 * D, 3 * D, N, H, hd, scale, b->a,
+                           b->op_work);
+        product(vb, B->out_w, b->a, N, b->q); /* q is free again: [N][D] */
+        op->bias_act(be, b->q, vec(vb, B->out_b), N, D, SNUG_ACT_NONE);
+        op->add(be, b->h, b->q, N * D);
+        op->layernorm(be, b->h, vec(vb, B->ln2_w), vec(vb, B->ln2_b), hp->eps, N, D, b->a);
+        for (int64_t r = 0; r < N; r += MLP_ROWS) {
+            int64_t n = SNUG_MIN((int64_t)MLP_ROWS, N - r);
+            product(vb, B->up_w, b->a + r * D, n, b->m);
+            op->bias_act(be, b->m, vec(vb, B->up_b), n, F, SNUG_ACT_GELU_TANH);
+            product(vb, B->down_w, b->m, n, b->q + r * D);
+        }
+        op->bias_act(be, b->q, vec(vb, B->down_b), N, D, SNUG_ACT_NONE);
+        op->add(be, b->h, b->q, N * D);
+    }
+
+    /* merger: LayerNorm per patch → [N/M²][M²·D] windows, GELU MLP to the text width */
+    int64_t nw = N / M2;
+    op->layernorm(be, b->h, vec(vb, v->post_w), vec(vb, v->post_b), hp->eps, N, D, b->a);
+    for (int64_t r = 0; r < nw; r += MLP_ROWS) {
+        int64_t n = SNUG_MIN((int64_t)MLP_ROWS, nw - r);
+        product(vb, v->mm0_w, b->a + r * M2 * D, n, b->m);
+        op->bias_act(be, b->m, vec(vb, v->mm0_b), n, M2 * D, SNUG_ACT_GELU_ERF);
+        product(vb, v->mm2_w, b->m, n, b->out + r * hp->out_dim);
+    }
+    op->bias_act(be, b->out, vec(vb, v->mm2_b), nw, hp->out_dim, SNUG_ACT_NONE);
+    op->download(be, out, b->out, (size_t)(nw * hp->out_dim) * sizeof(float));
+    int rc = op->sync(be, err);
+    if (rc) snug_err_prefix(err, "vision tower on the %s backend", op->name);
+    return rc;
 }

@@ -139,6 +139,31 @@ size_t snug_op_gated_delta_work_bytes(int64_t dk, int64_t dv, int n_threads);
 void snug_op_gated_rmsnorm(struct snug_pool *pool, const float *o, const float *z, const float *w,
                            float eps, int64_t T, int64_t Nv, int64_t dv, float *y);
 
+/* ---- encoder ops (bidirectional transformers: the vision tower, ops_encoder.c) ---------- */
+/* y[T][n] = (x − mean) / sqrt(var + eps) · w + b per row (LayerNorm: biased variance, mean and
+ * variance accumulated in double). y may alias x. */
+void snug_op_layernorm(struct snug_pool *pool, const float *x, const float *w, const float *b,
+                       float eps, int64_t T, int64_t n, float *y);
+/* What follows a biased product: none, or a GELU. */
+enum snug_act { SNUG_ACT_NONE = 0, SNUG_ACT_GELU_TANH = 1, SNUG_ACT_GELU_ERF = 2 };
+/* In place over [T][n]: y = act(y + b) (b [n]; GELU-tanh: PyTorch's approximate="tanh"). */
+void snug_op_bias_act(struct snug_pool *pool, float *y, const float *b, int64_t T, int64_t n,
+                      enum snug_act act);
+/* In place rotary embedding by a table of angles: rows t < T of x at x + t·stride hold n_heads
+ * heads of head_dim; in each head the pair (i, i + head_dim/2) turns by ang[t][i]
+ * (ang [T][head_dim/2]). The vision tower's 2-D rotary: the first half of the angles from the
+ * patch's row, the rest from its column. */
+void snug_op_rope_angles(struct snug_pool *pool, float *x, int64_t stride, int64_t T,
+                         int64_t n_heads, int64_t head_dim, const float *ang);
+/* Bidirectional attention over T rows (no mask, no cache): rows t of q, k, v at q + t·stride
+ * (k, v likewise) hold n_heads heads of head_dim; out [T][n_heads·head_dim] =
+ * softmax(scale · q·kᵀ) · v per head, the softmax sum in double. Threads split (head, query)
+ * pairs; work: snug_op_attention_full_work_bytes (one row of T scores per thread). */
+void snug_op_attention_full(struct snug_pool *pool, const float *q, const float *k, const float *v,
+                            int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
+                            float scale, float *out, void *work);
+size_t snug_op_attention_full_work_bytes(int64_t T, int n_threads);
+
 /* The libm forms (reference and test code; the ops use ops_util.h's snug_ops_silu/_sigmoid). */
 #include <math.h>
 static inline float snug_silu(float x) {

@@ -253,6 +253,25 @@ static void cb_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t 
 static void cb_add(struct snug_be *be, float *x, const float *y, int64_t n) {
     CK(snug_cuda_add(&CB(be)->cu, x, y, n, err));
 }
+static void cb_layernorm(struct snug_be *be, const float *x, const float *w, const float *b,
+                         float eps, int64_t T, int64_t n, float *y) {
+    CK(snug_cuda_layernorm(&CB(be)->cu, x, w, b, eps, T, n, y, err));
+}
+static void cb_bias_act(struct snug_be *be, float *y, const float *b, int64_t T, int64_t n,
+                        int act) {
+    CK(snug_cuda_bias_act(&CB(be)->cu, y, b, T, n, act, err));
+}
+static void cb_rope_angles(struct snug_be *be, float *x, int64_t stride, int64_t T, int64_t n_heads,
+                           int64_t head_dim, const float *ang) {
+    CK(snug_cuda_rope_angles(&CB(be)->cu, x, stride, T, n_heads, head_dim, ang, err));
+}
+static void cb_attention_full(struct snug_be *be, const float *q, const float *k, const float *v,
+                              int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
+                              float scale, float *out, void *work) {
+    (void)work;
+    CK(snug_cuda_attention_full(&CB(be)->cu, q, k, v, stride, T, n_heads, head_dim, scale, out,
+                                err));
+}
 static void cb_scale(struct snug_be *be, float *x, int64_t n, float s) {
     CK(snug_cuda_scale(&CB(be)->cu, x, n, s, err));
 }
@@ -694,6 +713,10 @@ static const struct snug_backend_ops CUDA_OPS = {
     .moe_matmul = cb_moe_matmul,
     .add_gated = cb_add_gated,
     .copy = cb_copy,
+    .layernorm = cb_layernorm,
+    .bias_act = cb_bias_act,
+    .rope_angles = cb_rope_angles,
+    .attention_full = cb_attention_full,
     .close = cuda_close,
     .slot_kv = cuda_slot_kv,
     .slot_mtp_kv = cuda_slot_mtp_kv,

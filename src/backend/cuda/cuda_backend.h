@@ -1,6 +1,6 @@
 /* cuda_backend.h — the small device kernels the backend interface (src/backend/backend.h) adds
  * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, the MoE routing, expert
- * products and combine.
+ * products and combine, and the encoder ops of the vision tower (cuda_encoder.cu).
  * Device pointers; queued on the context's stream; never allocate.
  * Read next: cuda_extra.cu (the kernels), cuda_backend.c (the vtable that calls them).
  */
@@ -38,6 +38,22 @@ int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w, uin
 void snug_cuda_moe_tune(int dp4a);
 int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *d, const float *glogit,
                         int64_t T, int64_t H, struct snug_err *err);
+
+/* Encoder ops (the vision tower; cuda_encoder.cu, semantics src/backend/cpu/ops.h):
+ * LayerNorm, bias + activation (act: enum snug_act, 0 none, 1 GELU-tanh, 2 GELU-erf), rotary
+ * by an angle table, and full attention (head_dim a multiple of 4 up to 128; others are
+ * SNUG_ERR_UNSUPPORTED). */
+int snug_cuda_layernorm(struct snug_cuda *cu, const float *x, const float *w, const float *b,
+                        float eps, int64_t T, int64_t n, float *y, struct snug_err *err);
+int snug_cuda_bias_act(struct snug_cuda *cu, float *y, const float *b, int64_t T, int64_t n,
+                       int act, struct snug_err *err);
+int snug_cuda_rope_angles(struct snug_cuda *cu, float *x, int64_t stride, int64_t T,
+                          int64_t n_heads, int64_t head_dim, const float *ang,
+                          struct snug_err *err);
+int snug_cuda_attention_full(struct snug_cuda *cu, const float *q, const float *k, const float *v,
+                             int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
+                             float scale, float *out, struct snug_err *err);
+bool snug_cuda_attention_full_supported(int64_t head_dim);
 
 #ifdef __cplusplus
 }
