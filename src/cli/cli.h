@@ -114,25 +114,27 @@ bool cli_ctx_value(int argc, char **argv, int *i, const char *cmd, long *n_ctx, 
 
 /* Images on the command line (cli_images.c): --mmproj F, --image F (repeatable),
  * --min-image-pixels / --max-image-pixels (the processor's resize bounds, Qwen's defaults),
- * --vision-backend cpu|cuda (where the tower's weight products run; experimental). */
+ * --vision-backend cpu|cuda (where the tower runs; default: where the model runs). */
 #define CLI_MAX_IMAGES 16
 struct cli_images {
     const char *mmproj;
     const char *paths[CLI_MAX_IMAGES];
     int n;
     long long min_px, max_px;
-    int vision_backend;                          /* 0 cpu, 1 cuda: the tower's products */
+    int vision_backend;                          /* -1 unset (the model's), 0 cpu, 1 cuda */
     struct snug_vision *v;                       /* after cli_images_encode */
     struct snug_vision_be *vbe;                  /* its backend instance (vision_backend 1) */
     struct snug_vision_rows enc[CLI_MAX_IMAGES]; /* one per --image */
     struct snug_image_rows rows[CLI_MAX_IMAGES]; /* after cli_images_place */
 };
 #define CLI_IMAGES_DEFAULT                                                                         \
-    ((struct cli_images){.min_px = SNUG_VISION_MIN_PIXELS, .max_px = SNUG_VISION_MAX_PIXELS})
+    ((struct cli_images){                                                                          \
+        .min_px = SNUG_VISION_MIN_PIXELS, .max_px = SNUG_VISION_MAX_PIXELS, .vision_backend = -1})
 /* Same return convention as cli_kv_flag. */
 int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_images *ci);
-/* Load the mmproj and encode every image (backend: the context's, either; the tower runs on the
- * CPU, its weight products on the GPU with --vision-backend cuda). */
+/* Load the mmproj and encode every image (backend: the context's, either; the tower runs there
+ * unless --vision-backend says otherwise; a GPU tower is closed again before returning, so the
+ * text model's context finds the device as it was). */
 int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
                       struct snug_err *err);
 /* The ids with each image's pad run sized to it (a malloc'd array of *n_out + extra ids). */

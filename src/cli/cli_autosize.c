@@ -59,10 +59,12 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
                 .backend = o->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU},
         .budget = o->backend == 1 ? o->vram_budget : o->budget,
     };
-    /* --mmproj (CPU): the tower's plan items (host memory) come out of the budget first, so the
-     * context chosen leaves room for them, as `snug plan --mmproj` reports it */
+    /* --mmproj: the tower's plan items come out of the budget first, so the context chosen
+     * leaves room for them, as `snug plan --mmproj` reports it: on the CPU its host items from
+     * the RAM budget; on CUDA with the tower there (--vision-backend cuda, the default) its
+     * device items from the GPU budget (the host items are not budgeted there) */
     uint64_t vision_bytes = 0;
-    if (o->mmproj && o->backend != 1) {
+    if (o->mmproj && (o->backend != 1 || o->vision_backend)) {
         struct snug_vision *v = NULL;
         struct snug_vision_plan vp;
         rc = snug_vision_load(&v, o->mmproj, err);
@@ -71,14 +73,15 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
                 snug_vision_hparams(v), snug_vision_weight_bytes(v),
                 o->max_image_pixels ? o->max_image_pixels : SNUG_VISION_MAX_PIXELS,
                 o->max_source_pixels ? o->max_source_pixels : SNUG_VISION_MAX_SOURCE_PIXELS,
-                threads, &vp, err);
+                threads, o->vision_backend, &vp, err);
         snug_vision_free(v);
         if (rc) {
             snug_model_free(m);
             return rc;
         }
-        vision_bytes = snug_vision_plan_total(&vp);
-        uint64_t base = req.budget ? req.budget : snug_plan_host_memory();
+        bool gpu = o->backend == 1;
+        vision_bytes = gpu ? snug_vision_plan_device_total(&vp) : snug_vision_plan_total(&vp);
+        uint64_t base = req.budget ? req.budget : gpu ? 0 : snug_plan_host_memory();
         if (base && base <= vision_bytes) {
             snug_model_free(m);
             return snug_err_set(
@@ -88,7 +91,8 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
                 "--max-image-pixels / --max-source-pixels",
                 (double)vision_bytes / 1073741824.0,
                 (long long)(o->max_image_pixels ? o->max_image_pixels : SNUG_VISION_MAX_PIXELS),
-                req.budget ? "--budget" : "machine's memory", (double)base / 1073741824.0);
+                req.budget ? (gpu ? "--vram-budget" : "--budget") : "machine's memory",
+                (double)base / 1073741824.0);
         }
         if (req.budget)
             req.budget -= vision_bytes;
@@ -102,7 +106,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     if (o->backend == 1 && !req.budget &&
         snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
         mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
-        req.device_free = dev_free;
+        req.device_free = dev_free > vision_bytes ? dev_free - vision_bytes : 0;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     static struct snug_plan_auto a; /* a few KiB; one boot per process */

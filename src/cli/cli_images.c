@@ -61,7 +61,7 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--image needs the vision tower: add --mmproj MMPROJ.gguf (the "
                             "model's mmproj file)");
-    (void)backend; /* the tower runs on the CPU; its rows go to any backend (docs/vision.md) */
+    int vb = ci->vision_backend >= 0 ? ci->vision_backend : backend == 1;
     if (ci->min_px > ci->max_px)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "--min-image-pixels %lld is above --max-image-pixels %lld", ci->min_px,
@@ -74,12 +74,11 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
                             "%s projects to %d values per row but the model's hidden size is %d: "
                             "is it this model's mmproj?",
                             ci->mmproj, vh->out_dim, snug_model_n_embd(m));
-    if (ci->vision_backend) { /* the products of the largest image the bounds allow */
+    if (vb) { /* the whole tower there, for the largest image the bounds allow */
         int64_t pp = (int64_t)vh->patch * vh->patch;
-        if ((rc = snug_vision_be_open(&ci->vbe, ci->v, ci->vision_backend,
-                                      (ci->max_px + pp - 1) / pp, err)))
+        if ((rc = snug_vision_be_open(&ci->vbe, ci->v, vb, (ci->max_px + pp - 1) / pp, err)))
             return rc;
-        fprintf(stderr, "vision tower: weight products on the cuda backend (%.1f MiB there)\n",
+        fprintf(stderr, "vision tower on the cuda backend (%.1f MiB there)\n",
                 (double)snug_vision_be_bytes(ci->vbe) / 1048576.0);
     }
     struct snug_pool *pool = NULL;
@@ -100,6 +99,8 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
                 ci->enc[k].src_h, ci->enc[k].cols, ci->enc[k].rows);
     }
     snug_pool_free(pool);
+    snug_vision_be_close(ci->vbe); /* the rows are on the host: give the device back */
+    ci->vbe = NULL;
     return rc;
 }
 

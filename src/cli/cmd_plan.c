@@ -40,13 +40,15 @@ static void usage(void) {
         "  (its slice of the weights, the KV and recurrent state of its heads, its buffers);\n"
         "  --ctx max, --kv auto and --table answer for the fullest rank "
         "(docs/tensor-parallel.md).\n"
-        "  --mmproj FILE | --vision-preset qwen3.5 [--max-image-pixels N] [--max-source-pixels\n"
-        "  S]: with the vision tower (its weights, the encoder's work and buffers for the largest\n"
-        "  image of N pixels after the resize, default 16777216, and the decoded source of at\n"
-        "  most S pixels with its resize scratch, default 33554432): host items (the tower runs on "
-        "the CPU); the contexts\n"
-        "  reported leave room for them (\"with vision\" in --table). The preset is the released\n"
-        "  Qwen3.5/3.6 tower projecting to the model's hidden size, as an f16 "
+        "  --mmproj FILE | --vision-preset qwen3.5 [--vision-backend cpu|cuda]\n"
+        "  [--max-image-pixels N] [--max-source-pixels S]: with the vision tower (its weights,\n"
+        "  the encoder's work and buffers for the largest image of N pixels after the resize,\n"
+        "  default 16777216, and the decoded source of at most S pixels with its resize\n"
+        "  scratch, default 33554432): host items, and with the tower on the GPU\n"
+        "  (--vision-backend cuda, the default with --backend cuda) its weights and activations\n"
+        "  as device items; the contexts reported leave room for them (\"with vision\" in\n"
+        "  --table). The preset is the released Qwen3.5/3.6 tower projecting to the model's\n"
+        "  hidden size, as an f16 "
         "mmproj.\n" CLI_CACHE_USAGE
         "  (the RAM tier is a host item of the table; the disk tier is listed below it)\n");
 }
@@ -66,7 +68,7 @@ struct plan_vision {
     bool on;
     const char *what; /* the mmproj path or the preset name */
     struct snug_vision_plan vp;
-    uint64_t budget_bytes; /* its share of the budget: host items count on cpu only */
+    uint64_t budget_bytes; /* its share of the budget: host items on cpu, device items on cuda */
 };
 
 /* --table: every KV choice x MTP off/on, the largest context (snug_plan_table). */
@@ -105,9 +107,11 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
                backend, (unsigned long long)budget, size, lim->n_slots,
                (unsigned long long)hp->n_ctx_train, (unsigned long long)w->total);
         if (vis->on)
-            printf("\"vision\": {\"mmproj\": \"%s\", \"bytes\": %llu, \"image_tokens\": %lld}, ",
+            printf("\"vision\": {\"mmproj\": \"%s\", \"bytes\": %llu, \"device_bytes\": %llu, "
+                   "\"backend\": \"%s\", \"image_tokens\": %lld}, ",
                    vis->what, (unsigned long long)snug_vision_plan_total(&vis->vp),
-                   (long long)vis->vp.max_tokens);
+                   (unsigned long long)snug_vision_plan_device_total(&vis->vp),
+                   vis->vp.backend ? "cuda" : "cpu", (long long)vis->vp.max_tokens);
         printf("\"rows\": [");
         for (int i = 0; i < n; i++) {
             char kv[24];
@@ -130,7 +134,13 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
         printf("  tensor parallel over %d devices, the budget each; rank %d (the fullest) "
                "decides\n",
                lim->n_ranks, lim->rank);
-    if (vis->on)
+    if (vis->on && vis->vp.backend)
+        printf("  with vision (%s) on the GPU: %.2f GiB of device memory for the tower (and %.2f "
+               "GiB of host memory); the largest image takes %lld context tokens\n",
+               vis->what, (double)snug_vision_plan_device_total(&vis->vp) / 1073741824.0,
+               (double)snug_vision_plan_total(&vis->vp) / 1073741824.0,
+               (long long)vis->vp.max_tokens);
+    else if (vis->on)
         printf("  with vision (%s): %.2f GiB of host memory for the tower; the largest image "
                "takes %lld context tokens\n",
                vis->what, (double)snug_vision_plan_total(&vis->vp) / 1073741824.0,
@@ -157,6 +167,7 @@ int cmd_plan(int argc, char **argv) {
     bool json = false, table = false;
     struct plan_vision vis = {0};
     const char *mmproj = NULL, *vpreset = NULL;
+    int vbackend = -1; /* --vision-backend; unset: where the model runs */
     long long max_img = SNUG_VISION_MAX_PIXELS, max_src = SNUG_VISION_MAX_SOURCE_PIXELS;
     struct snug_plan_limits lim = snug_plan_limits_default();
     struct cli_kv kv = CLI_KV_DEFAULT;
@@ -228,6 +239,14 @@ int cmd_plan(int argc, char **argv) {
             if (!(mmproj = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--vision-preset")) {
             if (!(vpreset = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vision-backend")) {
+            const char *b = cli_value(argc, argv, &i);
+            if (!b) return 2;
+            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
+                fprintf(stderr, "snug plan: --vision-backend '%s': expected cpu or cuda\n", b);
+                return 2;
+            }
+            vbackend = !strcmp(b, "cuda");
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!cli_int(argc, argv, &i, &v)) return 2;
             max_img = v;
@@ -312,11 +331,14 @@ int cmd_plan(int argc, char **argv) {
         } else if (snug_vision_preset(vpreset, (int32_t)hp.n_embd, &vh, &vw, &err)) {
             return cli_fail("plan", &err);
         }
-        if (snug_vision_plan_make(&vh, vw, max_img, max_src, lim.n_threads, &vis.vp, &err))
+        if (vbackend < 0) vbackend = lim.backend == SNUG_BACKEND_CUDA;
+        if (snug_vision_plan_make(&vh, vw, max_img, max_src, lim.n_threads, vbackend, &vis.vp,
+                                  &err))
             return cli_fail("plan", &err);
         vis.on = true;
         vis.what = mmproj ? mmproj : vpreset;
-        vis.budget_bytes = lim.backend == SNUG_BACKEND_CUDA ? 0 : snug_vision_plan_total(&vis.vp);
+        vis.budget_bytes = lim.backend == SNUG_BACKEND_CUDA ? snug_vision_plan_device_total(&vis.vp)
+                                                            : snug_vision_plan_total(&vis.vp);
     }
     if (table) return plan_table(what, &hp, &w, &lim, budget, json, &vis);
     /* with vision, the contexts below are those the tower leaves room for */
@@ -430,10 +452,13 @@ int cmd_plan(int argc, char **argv) {
             printf(", \"vision\": {\"weights_bytes\": %llu, \"work_bytes\": %llu, "
                    "\"image_bytes\": %llu, \"source_bytes\": %llu, \"max_image_pixels\": %lld, "
                    "\"max_source_pixels\": %lld, \"image_tokens\": %lld, \"image_patches\": "
-                   "%lld}",
+                   "%lld, \"backend\": \"%s\", \"device_weights_bytes\": %llu, "
+                   "\"device_work_bytes\": %llu}",
                    (unsigned long long)vis.vp.weight_bytes, (unsigned long long)vis.vp.work_bytes,
                    (unsigned long long)vis.vp.image_bytes, (unsigned long long)vis.vp.source_bytes,
-                   max_img, max_src, (long long)vis.vp.max_tokens, (long long)vis.vp.max_patches);
+                   max_img, max_src, (long long)vis.vp.max_tokens, (long long)vis.vp.max_patches,
+                   vis.vp.backend ? "cuda" : "cpu", (unsigned long long)vis.vp.device_weight_bytes,
+                   (unsigned long long)vis.vp.device_work_bytes);
         printf(", \"items\": {");
         for (int k = 0; k < p.n_items; k++) {
             printf("%s", k ? ", " : "");

@@ -53,9 +53,8 @@ static void serve_usage(void) {
         "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
         "  --mmproj FILE           the vision tower (the model's mmproj GGUF): image parts as "
         "data: URLs\n"
-        "                          (the tower on the CPU, no --spec-draft); its memory is in "
-        "the plan\n"
-        "  --vision-backend cpu|cuda  the tower's weight products on the GPU (experimental)\n"
+        "                          (its memory is in the plan)\n"
+        "  --vision-backend cpu|cuda  where the tower runs (default: where the model runs)\n"
         "  --min-image-pixels N, --max-image-pixels N\n"
         "                          images are resized into [N, M] pixels (default 65536, "
         "16777216)\n"
@@ -182,6 +181,7 @@ static bool serve_int(int argc, char **argv, int *i, long lo, long hi, long *out
 }
 
 int cmd_serve(int argc, char **argv) {
+    int vision_backend = -1; /* --vision-backend; unset: where the model runs */
     struct snug_server_opts o = {
         .host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1, .thinking_budget = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
@@ -295,7 +295,7 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "snug serve: --vision-backend '%s': expected cpu or cuda\n", b);
                 return 2;
             }
-            o.vision_backend = !strcmp(b, "cuda");
+            vision_backend = !strcmp(b, "cuda");
         } else if (!strcmp(a, "--min-image-pixels") || !strcmp(a, "--max-image-pixels") ||
                    !strcmp(a, "--max-source-pixels")) {
             long v = 0;
@@ -369,6 +369,7 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
+    o.vision_backend = vision_backend >= 0 ? vision_backend : o.backend == 1;
     if (render_path) return render_only(&o, render_path, render_api);
     if (!o.model_path) {
         if (!(o.model_path = cli_default_model("serve"))) return 1;

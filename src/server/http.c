@@ -218,8 +218,9 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
             rc = snug_srv_vision_boot(s, threads, plan, err);
         if (rc == SNUG_OK && eo->backend == 1 && budget && plan->device_total > budget)
             rc = snug_err_set(err, SNUG_ERR_BUDGET,
-                              "the GPU plan with the vision tower's products (--vision-backend "
-                              "cuda) is %.2f GiB, over --vram-budget %.2f GiB",
+                              "the GPU plan with the vision tower (--vision-backend cuda) is %.2f "
+                              "GiB, over --vram-budget %.2f GiB: lower --max-image-pixels or "
+                              "--ctx, or run the tower with --vision-backend cpu",
                               (double)plan->device_total / 1073741824.0,
                               (double)budget / 1073741824.0);
     }

@@ -256,26 +256,19 @@ int snug_srv_vision_boot(struct snug_srv *s, int32_t threads, struct snug_plan *
                             o->mmproj, vh->out_dim, snug_model_n_embd(s->model));
     struct snug_vision_tokens vt;
     if ((rc = snug_vision_tokens(s->tok, &vt, err))) return rc;
-    rc = snug_vision_encoder_init(&s->venc, s->vision, min_px, max_px, max_src, threads, err);
+    rc = snug_vision_encoder_init(&s->venc, s->vision, min_px, max_px, max_src, threads,
+                                  o->vision_backend, err);
     if (rc) return rc;
     const struct snug_vision_plan *vp = snug_vision_encoder_plan(s->venc);
     if ((rc = snug_vision_plan_add(vp, plan, err))) return rc;
-    if (o->vision_backend) { /* the tower's weight products on the GPU (vision_backend.c) */
-        uint64_t work, scratch;
-        snug_vision_be_plan(vh, vp->max_patches, &work, &scratch);
-        rc = snug_plan_add_item(plan, "vision weights (gpu)", vp->weight_bytes, SNUG_DEVICE_GPU,
-                                err);
-        if (!rc)
-            rc = snug_plan_add_item(plan, "vision products x/y + scratch (gpu)", work + scratch,
-                                    SNUG_DEVICE_GPU, err);
-        if (!rc)
-            rc = snug_vision_be_open(&s->vision_be, s->vision, o->vision_backend, vp->max_patches,
-                                     err);
+    if (o->vision_backend) { /* the whole tower on the GPU (vision_backend.c) */
+        rc = snug_vision_be_open(&s->vision_be, s->vision, o->vision_backend, vp->max_patches, err);
         if (rc) return rc;
         fprintf(stderr,
-                "snug serve: vision tower: weight products on the cuda backend (%.1f MiB "
-                "there)\n",
-                (double)snug_vision_be_bytes(s->vision_be) / 1048576.0);
+                "snug serve: vision tower on the cuda backend (%.1f MiB there, %.1f MiB "
+                "planned)\n",
+                (double)snug_vision_be_bytes(s->vision_be) / 1048576.0,
+                (double)snug_vision_plan_device_total(vp) / 1048576.0);
     }
     if (o->budget && plan->device_total > o->budget)
         return snug_err_set(err, SNUG_ERR_BUDGET,

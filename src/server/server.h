@@ -82,7 +82,7 @@ struct snug_server_opts {
      * parts are a 400), the resize bounds and the decoded source's bound (0 = the defaults) */
     const char *mmproj;
     int64_t min_image_pixels, max_image_pixels, max_source_pixels;
-    int32_t vision_backend; /* --vision-backend: 0 cpu, 1 cuda (the tower's weight products) */
+    int32_t vision_backend; /* --vision-backend: 0 cpu, 1 cuda (the whole tower there) */
 };
 
 /* Load the model, start the engine and the HTTP daemon, print the boot summary to stderr, and

@@ -138,7 +138,7 @@ static size_t al64(uint64_t n) {
 
 int snug_vision_encoder_init(struct snug_vision_encoder **out, const struct snug_vision *v,
                              int64_t min_pixels, int64_t max_pixels, int64_t max_source,
-                             int n_threads, struct snug_err *err) {
+                             int n_threads, int backend, struct snug_err *err) {
     *out = NULL;
     if (min_pixels < 1 || min_pixels > max_pixels)
         return snug_err_set(err, SNUG_ERR_INVALID,
@@ -148,7 +148,7 @@ int snug_vision_encoder_init(struct snug_vision_encoder **out, const struct snug
     if (!e) return snug_err_set(err, SNUG_ERR_NOMEM, "vision encoder: out of memory");
     const struct snug_vision_hparams *hp = snug_vision_hparams(v);
     int rc = snug_vision_plan_make(hp, snug_vision_weight_bytes(v), max_pixels, max_source,
-                                   n_threads, &e->plan, err);
+                                   n_threads, backend, &e->plan, err);
     if (rc) {
         snug_free(e);
         return rc;

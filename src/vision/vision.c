@@ -197,38 +197,39 @@ static size_t al64(size_t n) {
 }
 
 size_t snug_vision_work_layout(const struct snug_vision_hparams *hp, int64_t N, int n_threads,
-                               uint8_t *base, struct vwork *w) {
+                               bool on_backend, uint8_t *base, struct vwork *w) {
     int64_t D = hp->hidden, F = hp->ff, P = hp->patch, M2 = (int64_t)hp->merge * hp->merge;
     int64_t hd = D / hp->heads, wide = SNUG_MAX(3 * D, F);
     int64_t max_in = SNUG_MAX(SNUG_MAX(3 * P * P, F), M2 * D);
     int nth = n_threads < 1 ? 1 : n_threads;
+    int64_t cpu = on_backend ? 0 : 1; /* on a backend the host keeps frame, h and rot only */
     size_t sz[] = {(size_t)(N * 3 * P * P) * 4,
                    (size_t)(N * D) * 4,
-                   (size_t)(N * wide) * 4,
-                   (size_t)(N * SNUG_MAX(D, F)) * 4,
-                   (size_t)(N * D) * 4,
-                   snug_op_attention_full_work_bytes(N, nth),
+                   (size_t)(cpu * N * wide) * 4,
+                   (size_t)(cpu * N * SNUG_MAX(D, F)) * 4,
+                   (size_t)(cpu * N * D) * 4,
+                   cpu ? snug_op_attention_full_work_bytes(N, nth) : 0,
                    (size_t)(N * (hd / 2)) * 4,
-                   (size_t)(N * D) * 4,
-                   snug_op_matmul_work_bytes(max_in, nth)};
+                   (size_t)(cpu * N * D) * 4,
+                   cpu ? snug_op_matmul_work_bytes(max_in, nth) : 0};
     void **dst[] = {(void **)&w->frame, (void **)&w->h,   (void **)&w->t,
                     (void **)&w->xn,    (void **)&w->att, (void **)&w->score,
                     (void **)&w->rot,   (void **)&w->mg,  &w->mm};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
-        if (base) *dst[i] = base + off;
+        if (base) *dst[i] = sz[i] ? base + off : NULL;
         off += al64(sz[i]);
     }
     return off + 64;
 }
 
 size_t snug_vision_work_bytes(const struct snug_vision *v, int64_t n_patches, int n_threads) {
-    return snug_vision_work_bytes_hp(&v->hp, n_patches, n_threads);
+    return snug_vision_work_bytes_hp(&v->hp, n_patches, n_threads, v->be != NULL);
 }
 size_t snug_vision_work_bytes_hp(const struct snug_vision_hparams *hp, int64_t n_patches,
-                                 int n_threads) {
+                                 int n_threads, bool on_backend) {
     struct vwork w;
-    return snug_vision_work_layout(hp, n_patches, n_threads, NULL, &w);
+    return snug_vision_work_layout(hp, n_patches, n_threads, on_backend, NULL, &w);
 }
 uint64_t snug_vision_weight_bytes(const struct snug_vision *v) {
     struct snug_plan_weights w;
@@ -318,14 +319,15 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
     int64_t N = gh * gw, D = hp->hidden, F = hp->ff, P = hp->patch, H = hp->heads;
     int64_t hd = D / H, PP = 3 * P * P, M2 = M * M;
     int n_threads = pool ? snug_pool_size(pool) : 1;
-    size_t need = snug_vision_work_layout(&v->hp, N, n_threads, NULL, &(struct vwork){0});
+    bool on_be = v->be != NULL;
+    size_t need = snug_vision_work_layout(&v->hp, N, n_threads, on_be, NULL, &(struct vwork){0});
     if (work_bytes < need)
         return snug_err_set(err, SNUG_ERR_BUDGET, "vision: work memory %zu bytes, %zu needed",
                             work_bytes, need);
     struct vwork w;
-    snug_vision_work_layout(&v->hp, N, n_threads,
+    snug_vision_work_layout(&v->hp, N, n_threads, on_be,
                             (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), &w);
-    if (v->be) return snug_vision_be_encode(v->be, pixels, grid_h, grid_w, out, &w, err);
+    if (on_be) return snug_vision_be_encode(v->be, pixels, grid_h, grid_w, out, &w, err);
 
     /* patch embedding: the Conv3d's two frames as two products, plus the bias */
     for (int f = 0; f < 2; f++) {

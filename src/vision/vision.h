@@ -44,7 +44,8 @@ const struct snug_vision_hparams *snug_vision_hparams(const struct snug_vision *
 
 /* Values per preprocessed patch: 3 channels × 2 frames × patch² pixels. */
 int64_t snug_vision_patch_values(const struct snug_vision *v);
-/* Work bytes of snug_vision_encode for one image of n_patches patches with n_threads threads. */
+/* Host work bytes of snug_vision_encode for one image of n_patches patches with n_threads
+ * threads (less while a backend tower is open: snug_vision_be_open). */
 size_t snug_vision_work_bytes(const struct snug_vision *v, int64_t n_patches, int n_threads);
 
 /* One image: pixels [grid_h·grid_w][snug_vision_patch_values] in the processor's merge-window-
@@ -108,12 +109,13 @@ int snug_vision_image_size(const struct snug_vision_hparams *hp, int32_t src_w, 
 
 /* The server's encoder: every buffer for the largest allowed image (decoded source of at most
  * max_source pixels, resized into [min_pixels, max_pixels]) in one counted allocation made at
- * init, sized by snug_vision_plan_make with n_threads (the pool's size at run). One image at a
+ * init, sized by snug_vision_plan_make with n_threads (the pool's size at run) and backend (1:
+ * the caller opens the tower there, snug_vision_be_open, before the first run). One image at a
  * time: the caller serialises runs (the server's engine thread). */
 struct snug_vision_encoder;
 int snug_vision_encoder_init(struct snug_vision_encoder **out, const struct snug_vision *v,
                              int64_t min_pixels, int64_t max_pixels, int64_t max_source,
-                             int n_threads, struct snug_err *err);
+                             int n_threads, int backend, struct snug_err *err);
 void snug_vision_encoder_free(struct snug_vision_encoder *e); /* NULL is a no-op */
 const struct snug_vision_plan *snug_vision_encoder_plan(const struct snug_vision_encoder *e);
 /* Before queueing: a src_w × src_h image (from its header) fits the encoder's buffers;
@@ -149,9 +151,10 @@ int snug_vision_place(const snug_token *ids, int32_t n, const struct snug_vision
                       struct snug_err *err);
 
 /* ---- planning (vision_plan.c) ---- */
-/* snug_vision_work_bytes from hyper-parameters alone (the planner's; same layout). */
+/* snug_vision_work_bytes from hyper-parameters alone (the planner's; same layout): the host
+ * work of the CPU tower, or with on_backend what the host keeps for a backend tower. */
 size_t snug_vision_work_bytes_hp(const struct snug_vision_hparams *hp, int64_t n_patches,
-                                 int n_threads);
+                                 int n_threads, bool on_backend);
 uint64_t snug_vision_weight_bytes(const struct snug_vision *v); /* every mmproj tensor */
 /* The bytes of an f16 mmproj of this shape (matrices f16, vectors and positions f32). */
 uint64_t snug_vision_f16_bytes(const struct snug_vision_hparams *hp);
@@ -159,23 +162,29 @@ uint64_t snug_vision_f16_bytes(const struct snug_vision_hparams *hp);
  * hidden size), and the bytes of its f16 mmproj. */
 int snug_vision_preset(const char *name, int32_t out_dim, struct snug_vision_hparams *hp,
                        uint64_t *weight_bytes, struct snug_err *err);
-/* The tower's memory for images of at most max_pixels pixels after the resize. */
+/* The tower's memory for images of at most max_pixels pixels after the resize; with backend 1
+ * (`--vision-backend cuda`) the tower runs on the GPU: its weights and activations are device
+ * items, the host keeps the mapping, the image buffers and the little work of the host steps. */
 struct snug_vision_plan {
-    uint64_t weight_bytes; /* the mmproj's tensors */
-    uint64_t work_bytes;   /* snug_vision_encode's work for the largest image */
+    uint64_t weight_bytes; /* the mmproj's tensors (host: the mapping) */
+    uint64_t work_bytes;   /* snug_vision_encode's host work for the largest image */
     uint64_t image_bytes;  /* its resized RGB, patches and projector rows */
     int64_t max_patches;   /* patches of the largest image */
     int64_t max_tokens;    /* its context tokens (merged rows) */
     uint64_t source_bytes; /* the decoded source (max_source pixels) and its resize scratch */
     int64_t max_source;    /* --max-source-pixels */
+    int backend;           /* 0 the CPU, 1 CUDA (the device items below) */
+    uint64_t device_weight_bytes; /* the weights uploaded */
+    uint64_t device_work_bytes;   /* activations of the largest image + the op scratch */
 };
 int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
-                          int64_t max_pixels, int64_t max_source, int n_threads,
+                          int64_t max_pixels, int64_t max_source, int n_threads, int backend,
                           struct snug_vision_plan *out, struct snug_err *err);
-/* Add the four items to a plan (host memory: the tower runs on the CPU). */
+/* Add the items to a plan (host items; with the tower on the GPU its two device items too). */
 struct snug_plan;
 int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
                          struct snug_err *err);
-uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp);
+uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp);        /* host bytes */
+uint64_t snug_vision_plan_device_total(const struct snug_vision_plan *vp); /* GPU bytes */
 
 #endif /* SNUG_VISION_H */

@@ -30,14 +30,15 @@ struct vwork {
     float *xn;    /* [N][max(D, F)] normed input / MLP hidden */
     float *att;   /* [N][D] attention output before the projection */
     float *score; /* [n_threads][N] one query's scores per thread */
-    float *rot;   /* [N][D/2] rotary angles per patch (the first D/4 by row, the rest by column) */
+    float *rot;   /* [N][hd/2] rotary angles per patch (hd/4 by row, then hd/4 by column) */
     float *mg;    /* [N/M²][M²·D] merged windows */
     void *mm;     /* snug_op_matmul scratch */
 };
 
-/* Lay out the host work of N patches at base (NULL: only size it); returns its bytes. */
+/* Lay out the host work of N patches at base (NULL: only size it); returns its bytes. With the
+ * tower on a backend the host keeps frame, h and rot only (the other fields are NULL). */
 size_t snug_vision_work_layout(const struct snug_vision_hparams *hp, int64_t N, int n_threads,
-                               uint8_t *base, struct vwork *w);
+                               bool on_backend, uint8_t *base, struct vwork *w);
 /* Frame f (0, 1) of every patch of pixels into frame [N][3·P²] (the Conv3d's two time steps). */
 void snug_vision_patch_frame(const struct snug_vision *v, const float *pixels, int64_t N, int f,
                              float *frame);
@@ -45,8 +46,8 @@ void snug_vision_patch_frame(const struct snug_vision *v, const float *pixels, i
  * = its rotary angles (the first head_dim/4 by row, the rest by column). */
 void snug_vision_positions(const struct snug_vision *v, int64_t gh, int64_t gw, float *h,
                            float *rot);
-/* The rest of an encode on the tower's backend (vision_backend.c): w holds frame-free host
- * buffers; pixels as snug_vision_encode takes them. */
+/* An encode on the tower's backend (vision_backend.c): w is the host layout with on_backend
+ * (frame, h, rot); pixels as snug_vision_encode takes them. */
 int snug_vision_be_encode(struct snug_vision_be *vb, const float *pixels, int32_t grid_h,
                           int32_t grid_w, float *out, struct vwork *w, struct snug_err *err);
 

@@ -2,8 +2,9 @@
  * its weights, the encoder's work for the largest image the pixel bound allows, and that image's
  * buffers (resized RGB, patches, projector rows), the decoded source image with its resize
  * scratch (bounded by --max-source-pixels); the shape of the released Qwen3.5/3.6 tower as
- * a preset, for planning without a file. The tower runs on the CPU, so its items are host
- * memory whatever the text model's backend.
+ * a preset, for planning without a file. The host items are there whatever the backend; with
+ * the tower on the GPU (vision_backend.c) its uploaded weights and activations are device items
+ * besides.
  * Invariant: the work bytes are snug_vision_work_bytes' own layout (vision.c), so the plan is
  * what encoding the largest image allocates. Read next: vision.h, src/plan/plan.h. */
 #include "vision/image.h"
@@ -69,8 +70,13 @@ static uint64_t resize_scratch_bound(int64_t max_source, int64_t max_pixels) {
     return pass + coef + 128;
 }
 
+/* The tower's backend instance has a cuBLAS handle of its own: its 32 MiB workspace (cuBLAS
+ * docs, "cublasSetWorkspace": the default on Hopper) plus handle and kernels, estimated at
+ * 64 MiB as src/plan/plan.c estimates the text model's. */
+#define VISION_CUBLAS_BYTES (64ull << 20)
+
 int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
-                          int64_t max_pixels, int64_t max_source, int n_threads,
+                          int64_t max_pixels, int64_t max_source, int n_threads, int backend,
                           struct snug_vision_plan *out, struct snug_err *err) {
     memset(out, 0, sizeof *out);
     if (max_source < 1 || max_source > SNUG_VISION_DECODE_LIMIT)
@@ -91,7 +97,14 @@ int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_
     out->weight_bytes = weight_bytes;
     out->max_tokens = windows;
     out->max_patches = windows * M2;
-    out->work_bytes = snug_vision_work_bytes_hp(hp, out->max_patches, n_threads);
+    out->work_bytes = snug_vision_work_bytes_hp(hp, out->max_patches, n_threads, backend != 0);
+    out->backend = backend;
+    if (backend) { /* vision_backend.c: the weights uploaded, its work arena and op scratch */
+        uint64_t work, scratch;
+        snug_vision_be_plan(hp, out->max_patches, &work, &scratch);
+        out->device_weight_bytes = weight_bytes;
+        out->device_work_bytes = work + scratch + VISION_CUBLAS_BYTES;
+    }
     int64_t pv = 3 * 2 * (int64_t)hp->patch * hp->patch;
     int64_t px = windows * factor * factor;
     out->image_bytes = (uint64_t)px * 3                         /* resized RGB */
@@ -116,9 +129,19 @@ int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
     if (!rc)
         rc = snug_plan_add_item(p, "vision source (decode+resize)", vp->source_bytes,
                                 SNUG_DEVICE_HOST, err);
+    if (!rc && vp->backend)
+        rc = snug_plan_add_item(p, "vision weights (gpu)", vp->device_weight_bytes, SNUG_DEVICE_GPU,
+                                err);
+    if (!rc && vp->backend)
+        rc = snug_plan_add_item(p, "vision activations + scratch (gpu)", vp->device_work_bytes,
+                                SNUG_DEVICE_GPU, err);
     return rc;
 }
 
 uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp) {
     return vp->weight_bytes + vp->work_bytes + vp->image_bytes + vp->source_bytes;
+}
+
+uint64_t snug_vision_plan_device_total(const struct snug_vision_plan *vp) {
+    return vp->device_weight_bytes + vp->device_work_bytes;
 }

@@ -3,7 +3,7 @@
  * Needs a GPU: built when nvcc is found, not registered with ctest; run it on the device
  * machine. Each check prints the max abs error, the error relative to max|ref| and PASS/FAIL;
  * the last line is "N passed, N failed". Outputs are poisoned (NaN) before each GPU op, so an
- * unwritten element fails.
+ * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops (first anyway).
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -616,7 +616,98 @@ static void test_matmul_f32x(uint32_t type, int64_t n_in, int64_t n_out, int64_t
     g_nowork = 0;
 }
 
-int main(void) {
+/* ---- encoder ops (the vision tower) ------------------------------------------------------- */
+static void test_encoder_rows(int64_t T, int64_t n) {
+    float *x = rnd(T * n, 3.0f), *w = rnd(n, 1.0f), *b = rnd(n, 0.5f);
+    float *ref = snug_malloc((size_t)(T * n) * 4);
+    float *dx = dup_dev(x, T * n * 4), *dw = dup_dev(w, n * 4), *db = dup_dev(b, n * 4);
+    float *dy = dev_poison(T * n * 4);
+    char what[96];
+    snug_op_layernorm(NULL, x, w, b, 1e-6f, T, n, ref);
+    OK(snug_cuda_layernorm(&cu, dx, dw, db, 1e-6f, T, n, dy, &err));
+    float *got = get(dy, T * n);
+    snprintf(what, sizeof what, "layernorm %lldx%lld", (long long)T, (long long)n);
+    cmp(what, got, ref, T * n, 1e-5);
+    snug_free(got);
+    OK(snug_cuda_layernorm(&cu, dx, dw, db, 1e-6f, T, n, dx, &err)); /* in place */
+    got = get(dx, T * n);
+    snprintf(what, sizeof what, "layernorm %lldx%lld in place", (long long)T, (long long)n);
+    cmp(what, got, ref, T * n, 1e-5);
+    snug_free(got);
+    for (int act = 0; act < 3; act++) {
+        memcpy(ref, x, (size_t)(T * n) * 4);
+        snug_op_bias_act(NULL, ref, b, T, n, (enum snug_act)act);
+        OK(snug_cuda_upload(&cu, dy, x, (size_t)(T * n) * 4, &err));
+        OK(snug_cuda_bias_act(&cu, dy, db, T, n, act, &err));
+        got = get(dy, T * n);
+        snprintf(what, sizeof what, "bias_act %d %lldx%lld", act, (long long)T, (long long)n);
+        cmp(what, got, ref, T * n, 1e-5);
+        snug_free(got);
+    }
+    snug_free(x), snug_free(w), snug_free(b), snug_free(ref);
+    snug_cuda_dfree(dx), snug_cuda_dfree(dw), snug_cuda_dfree(db), snug_cuda_dfree(dy);
+}
+
+/* rope_angles on q and k of a fused [T][3·H·hd] row, then attention_full over it. */
+static void test_encoder_attention(int64_t T, int64_t H, int64_t hd, int timed) {
+    int64_t D = H * hd, st = 3 * D;
+    float *qkv = rnd(T * st, 1.5f), *ang = rnd(T * (hd / 2), 40.0f);
+    float *out = snug_malloc((size_t)(T * D) * 4), *work = snug_malloc((size_t)T * 4);
+    float *dq = dup_dev(qkv, T * st * 4), *da = dup_dev(ang, T * (hd / 2) * 4);
+    float *dout = dev_poison(T * D * 4);
+    char what[96];
+    snug_op_rope_angles(NULL, qkv, st, T, H, hd, ang);
+    snug_op_rope_angles(NULL, qkv + D, st, T, H, hd, ang);
+    OK(snug_cuda_rope_angles(&cu, dq, st, T, H, hd, da, &err));
+    OK(snug_cuda_rope_angles(&cu, dq + D, st, T, H, hd, da, &err));
+    float *got = get(dq, T * st);
+    snprintf(what, sizeof what, "rope_angles %lldx%lldx%lld", (long long)T, (long long)H,
+             (long long)hd);
+    cmp(what, got, qkv, T * st, 1e-5);
+    snug_free(got);
+    OK(snug_cuda_upload(&cu, dq, qkv, (size_t)(T * st) * 4, &err)); /* the CPU's rotated rows */
+    float scale = 1.0f / sqrtf((float)hd);
+    snug_op_attention_full(NULL, qkv, qkv + D, qkv + 2 * D, st, T, H, hd, scale, out, work);
+    OK(snug_cuda_attention_full(&cu, dq, dq + D, dq + 2 * D, st, T, H, hd, scale, dout, &err));
+    got = get(dout, T * D);
+    snprintf(what, sizeof what, "attention_full %lldx%lldx%lld", (long long)T, (long long)H,
+             (long long)hd);
+    cmp(what, got, out, T * D, 1e-4);
+    snug_free(got);
+    if (timed) { /* not a check: the kernel's time for docs/perf/cuda-encoder.md */
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        cudaEventRecord(e0, (cudaStream_t)cu.stream);
+        for (int r = 0; r < 5; r++)
+            OK(snug_cuda_attention_full(&cu, dq, dq + D, dq + 2 * D, st, T, H, hd, scale, dout,
+                                        &err));
+        cudaEventRecord(e1, (cudaStream_t)cu.stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        ms /= 5;
+        printf("time attention_full T=%lld H=%lld hd=%lld: %.3f ms, %.1f TFLOP/s\n", (long long)T,
+               (long long)H, (long long)hd, ms, 4.0 * T * T * D / (ms * 1e-3) / 1e12);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+    }
+    snug_free(qkv), snug_free(ang), snug_free(out), snug_free(work);
+    snug_cuda_dfree(dq), snug_cuda_dfree(da), snug_cuda_dfree(dout);
+}
+
+static void test_encoder(void) {
+    test_encoder_rows(37, 1152);
+    test_encoder_rows(5, 1000);
+    test_encoder_rows(3, 4304);
+    test_encoder_attention(60, 4, 16, 0);   /* the fixture tower's shape */
+    test_encoder_attention(257, 16, 72, 0); /* the released tower's heads, a ragged tile */
+    test_encoder_attention(1000, 3, 64, 0);
+    test_encoder_attention(33, 2, 128, 0);
+    test_encoder_attention(2053, 4, 72, 0);
+    test_encoder_attention(4096, 16, 72, 1); /* a 1-megapixel image's patches: timed */
+    CHECK(!snug_cuda_attention_full_supported(36) && snug_cuda_attention_full_supported(72));
+}
+
+int main(int argc, char **argv) {
     const char *seed = getenv("SNUG_SEED");
     rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
     if (!rng) rng = 88172645463325252ull;
@@ -626,6 +717,11 @@ int main(void) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
+    test_encoder(); /* first: `test_cuda_ops encoder` runs only these */
+    if (argc > 1 && !strcmp(argv[1], "encoder")) {
+        snug_cuda_free(&cu);
+        return TEST_DONE();
+    }
     uint32_t types[] = {SNUG_DTYPE_F32,   SNUG_DTYPE_F16,     SNUG_DTYPE_BF16,   SNUG_DTYPE_Q4_0,
                         SNUG_DTYPE_Q4_1,  SNUG_DTYPE_Q5_0,    SNUG_DTYPE_Q5_1,   SNUG_DTYPE_Q8_0,
                         SNUG_DTYPE_Q4_K,  SNUG_DTYPE_Q5_K,    SNUG_DTYPE_Q6_K,   SNUG_DTYPE_Q2_K,

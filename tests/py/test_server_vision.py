@@ -208,16 +208,14 @@ def main():
                     f"{chat_text(t2)!r})")
 
             # --backend cuda --mmproj, its device paths (image rows and 3-D positions uploaded,
-            # logits downloaded; with --vision-backend cuda the tower's products too) taken over
-            # the CPU ops by the test
-            # stand-in libsnug_fakedev.so (tests/support/fake_device.c; the kernels themselves:
+            # logits downloaded; the whole tower on the GPU too: --vision-backend follows
+            # --backend) taken over the CPU ops by the test stand-in libsnug_fakedev.so (tests/support/fake_device.c; the kernels themselves:
             # tests/device/run_vision_device.sh): the CPU server's answers
             fake = os.path.join(os.path.dirname(SNUG), "libsnug_fakedev.so")
             os.environ["SNUG_CUDA_LIB"] = fake
             try:
                 S5 = Server(TEXT, tmp, "V5", "--api-key", KEY, "--ctx", 512, "--mmproj", MMPROJ,
-                            *BOUNDS, "--backend", "cuda", "--vision-backend", "cuda",
-                            "--cache-ram", "64MiB", "--slots", 1)
+                            *BOUNDS, "--backend", "cuda", "--cache-ram", "64MiB", "--slots", 1)
             finally:
                 del os.environ["SNUG_CUDA_LIB"]
             servers.append(S5)
@@ -226,7 +224,7 @@ def main():
                                             messages=chat_msgs(b64), logprobs=True)
             t5 = [t.token for t in g5.choices[0].logprobs.content]
             S5.log.seek(0)
-            r.check(t5 == toks and "weight products on the cuda backend" in S5.log.read(),
+            r.check(t5 == toks and "vision tower on the cuda backend" in S5.log.read(),
                     f"serve --backend cuda --mmproj (device paths over the CPU ops): the CPU "
                     f"server's tokens ({t5} vs {toks})")
             wait_idle(S5)

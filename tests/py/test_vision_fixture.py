@@ -253,9 +253,10 @@ def test_image_prompt(r, ids, ref, T, V):
                     f"--backend cuda (device paths over the CPU ops; chunk {chunk}, split {split})"
                     f": median KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
                     + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
-        # --vision-backend cuda: the tower's weight products on a backend instance of its own
-        # over the mmproj (here the stand-in: the device paths — x uploaded, y downloaded —
-        # over the CPU ops, so transformers' numbers still hold)
+        # --vision-backend cuda: the whole tower on a backend instance of its own over the
+        # mmproj (here the stand-in: the device paths — frames, positions and angles uploaded,
+        # every block as backend ops, the rows downloaded — over the CPU ops, so transformers'
+        # numbers still hold)
         cmd = [SNUG, "logits", "--backend", "cuda", "--vision-backend", "cuda", "-m", text,
                "--ids", p_ids, "-o", out, "--greedy", 16, *flags]
         p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
@@ -263,8 +264,8 @@ def test_image_prompt(r, ids, ref, T, V):
         got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
         med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
         greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
-        r.check(med <= 1e-5 and greedy == greedy_ref and "weight products on the cuda" in p.stderr,
-                f"--vision-backend cuda (the tower's products through a backend instance): median "
+        r.check(med <= 1e-5 and greedy == greedy_ref and "vision tower on the cuda" in p.stderr,
+                f"--vision-backend cuda (the tower through a backend instance): median "
                 f"KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
                 + ("" if p.returncode == 0 else ": " + p.stderr[-500:]))
         p = run("logits", "-m", text, "--ids", p_ids, "-o", out, "--vision-backend", "gpu", *flags,
@@ -294,11 +295,19 @@ def test_image_prompt(r, ids, ref, T, V):
                 "--temp", 0, *flags, check=False)
         r.check(p.returncode == 0 and "5 x 3 tokens" in p.stderr, "snug run --image answers")
         # the CUDA text model takes images now (tests/device/run_vision_device.sh checks it on a
-        # GPU): here, without one, the run gets as far as opening the backend
-        p = run("run", "-m", text, "-p", "hi", "-n", 2, "--backend", "cuda", *flags, check=False)
+        # GPU): here, without one, the run gets as far as opening the backend (the tower on the
+        # CPU by --vision-backend cpu; by default it would run on the GPU too)
+        p = run("run", "-m", text, "-p", "hi", "-n", 2, "--backend", "cuda", "--vision-backend",
+                "cpu", *flags, check=False)
         r.check("5 x 3 tokens" in p.stderr and "CPU only" not in p.stderr and
                 (p.returncode == 0 or "--backend cuda" in p.stderr),
-                "--backend cuda with --mmproj: the image encoded, no CPU-only refusal")
+                "--backend cuda --vision-backend cpu with --mmproj: the image encoded, no CPU-only "
+                "refusal")
+        p = run("run", "-m", text, "-p", "hi", "-n", 2, "--backend", "cuda", *flags, check=False)
+        r.check(p.returncode == 0 and "vision tower on the cuda backend" in p.stderr or
+                p.returncode != 0 and "vision tower" in p.stderr and "--backend cuda" in p.stderr,
+                "--backend cuda with --mmproj: the tower goes to the GPU too (or a clear error "
+                f"naming it without one): {p.stderr.strip().splitlines()[-1][:200]}")
 
 
 if __name__ == "__main__":
