@@ -25,13 +25,26 @@ CARDS = [("16 GiB", "15.5GiB"), ("24 GiB", "23.5GiB"), ("32 GiB", "31.5GiB"),
 # ranks), for the models listed.
 MULTI = {"qwen3.6-27b": [("2 × 24 GiB (--tp 2)", "23.5GiB", 2)]}
 COMMON = ["--backend", "cuda", "--slots", "1", "--chunk", "512", "--threads", "1", "--mtp", "3"]
-# "With vision" (the tower runs on the CPU, so these are host-memory plans): RAM budgets, and the
-# tower at the released Qwen3.5/3.6 shape with the default image bounds.
+# "With vision": the tower at the released Qwen3.5/3.6 shape. On the GPU (its weights and
+# activations are device items) for the 16-32 GiB cards, at the default image bound and at one
+# megapixel; on the CPU (host-memory plans) for RAM budgets, at the default bound.
+VISION_CARDS = CARDS[:3]
+ONE_MP = "1048576"
 HOSTS = [("24 GiB", "24GiB"), ("32 GiB", "32GiB"), ("48 GiB", "48GiB")]
 CPU = ["--backend", "cpu", "--slots", "1", "--chunk", "512", "--threads", "16", "--mtp", "3"]
 
 
 def table(snug, preset, weights, budget, common=COMMON, tp=1):
+    key = (preset, weights, budget, tuple(common), tp)
+    if key not in CACHE:
+        CACHE[key] = run_table(snug, preset, weights, budget, common, tp)
+    return CACHE[key]
+
+
+CACHE = {}
+
+
+def run_table(snug, preset, weights, budget, common, tp):
     args = [snug, "plan", "--table", "--json", "--preset", preset, "--weights", weights,
             "--budget", budget, *common, *(["--tp", str(tp)] if tp > 1 else [])]
     r = subprocess.run(args, capture_output=True, text=True)
@@ -97,16 +110,47 @@ def generate(snug):
                     cells.append(f"{ctx(by[0], train)} / {ctx(by[3], train)}")
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
+    out += ["## With vision (GPU)", "",
+            "`snug serve --backend cuda --mmproj F` runs the vision tower on the GPU too "
+            "(`--vision-backend cuda`, the default with `--backend cuda`; docs/vision.md): its "
+            "weights and the activations of the largest image come out of the card's budget "
+            "before the context is sized. These cells are `snug plan --backend cuda --budget B "
+            "--table` without and **with** `--vision-preset qwen3.5` (the released tower as an "
+            "f16 mmproj), at the default image bound (16,777,216 pixels after the resize: up to "
+            "16,384 image tokens) and with `--max-image-pixels 1048576` (one megapixel: 1,024 "
+            "tokens), Q4_K_M weights, MTP off. Each cell reads **text only / with vision / with "
+            "vision at 1 MP**. The tower's host memory (the mapping, the image buffers, the "
+            "decoded source) is not in these budgets.", ""]
+    for preset, title in MODELS:
+        res = [table(snug, preset, "q4_k_m", b) for _, b in VISION_CARDS]
+        vis = [table(snug, preset, "q4_k_m", b, COMMON + ["--vision-preset", "qwen3.5"])
+               for _, b in VISION_CARDS]
+        one = [table(snug, preset, "q4_k_m", b,
+                     COMMON + ["--vision-preset", "qwen3.5", "--max-image-pixels", ONE_MP])
+               for _, b in VISION_CARDS]
+        train = res[0]["n_ctx_train"]
+        vb, v1 = vis[0]["vision"]["device_bytes"] / 2**30, one[0]["vision"]["device_bytes"] / 2**30
+        out += [f"### {title}, Q4_K_M (the tower on the GPU: {vb:.2f} GiB, {v1:.2f} GiB at 1 MP)",
+                ""]
+        hdr = ["KV (K/V)"] + [h for h, _ in VISION_CARDS]
+        out.append("| " + " | ".join(hdr) + " |")
+        out.append("|" + "---|" * len(hdr))
+        for kv in [row["kv"] for row in res[0]["rows"] if row["mtp"] == 0]:
+            cells = [kv]
+            for t, v, o in zip(res, vis, one):
+                got = [next(x["max_ctx"] for x in y["rows"] if x["kv"] == kv and x["mtp"] == 0)
+                       for y in (t, v, o)]
+                cells.append(" / ".join(ctx(n, train) for n in got))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
     out += ["## With vision (CPU)", "",
-            "The vision tower runs on the CPU only (docs/vision.md), so its memory is host "
+            "With `--backend cpu` the tower runs on the CPU and its memory is host "
             "memory: these rows are `snug plan --backend cpu --budget B --table` without and "
             "**with** `--vision-preset qwen3.5` (the released tower as an f16 mmproj, its "
             "encoder work and buffers for the largest image of 16,777,216 pixels after the "
             "resize, and the decoded source of up to 33,554,432 pixels with its resize scratch: "
             "`snug serve --mmproj` plans the same items at boot), Q4_K_M weights, 16 threads, "
-            "MTP off (images and speculative decoding do not combine yet). Each cell reads "
-            "**text only / with vision**. The GPU tables above have no vision rows: the tower "
-            "has no CUDA version yet, and a CUDA server refuses `--mmproj`.", ""]
+            "MTP off. Each cell reads **text only / with vision**.", ""]
     for preset, title in MODELS:
         res = [table(snug, preset, "q4_k_m", b, CPU) for _, b in HOSTS]
         vis = [table(snug, preset, "q4_k_m", b, CPU + ["--vision-preset", "qwen3.5"])
