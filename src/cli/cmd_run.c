@@ -52,9 +52,8 @@ static void usage(void) {
         "  --image (with the model's --mmproj): a PNG/JPEG/WebP file, in order, at each\n"
         "  <|image_pad|> of the prompt (write <|vision_start|><|image_pad|><|vision_end|>),\n"
         "  or in front of the prompt when it has none. Pixel bounds default to Qwen's\n"
-        "  65536 .. 16777216 (the image is resized into them). The vision tower runs on\n"
-        "  the CPU; the text model on --backend cpu or cuda. --vision-backend cuda\n"
-        "  (experimental): the tower's weight products on the GPU, the rest on the CPU.\n");
+        "  65536 .. 16777216 (the image is resized into them). The vision tower runs where\n"
+        "  the model runs (--backend cpu or cuda) unless --vision-backend says otherwise.\n");
 }
 
 /* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices
