@@ -64,6 +64,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
      * the RAM budget; on CUDA with the tower there (--vision-backend cuda, the default) its
      * device items from the GPU budget (the host items are not budgeted there) */
     uint64_t vision_bytes = 0;
+    int64_t image_tokens = 0; /* the largest image's context tokens */
     if (o->mmproj && (o->backend != 1 || o->vision_backend)) {
         struct snug_vision *v = NULL;
         struct snug_vision_plan vp;
@@ -80,6 +81,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
             return rc;
         }
         bool gpu = o->backend == 1;
+        image_tokens = vp.max_tokens;
         vision_bytes = gpu ? snug_vision_plan_device_total(&vp) : snug_vision_plan_total(&vp);
         uint64_t base = req.budget ? req.budget : gpu ? 0 : snug_plan_host_memory();
         if (base && base <= vision_bytes) {
@@ -114,6 +116,23 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     if (rc) {
         snug_model_free(m);
         return rc;
+    }
+    /* a context that cannot hold one largest image beside a prompt is no vision server: say
+     * what to change rather than boot one that refuses every image */
+    if (image_tokens && a.n_ctx < image_tokens + SNUG_VISION_MIN_TEXT_CTX) {
+        snug_model_free(m);
+        return snug_err_set(
+            err, SNUG_ERR_BUDGET,
+            "with the vision tower%s (%.2f GiB for images of up to %lld pixels, "
+            "%lld context tokens each) the largest context that fits is %lld "
+            "tokens, too short for one such image and a prompt: lower "
+            "--max-image-pixels (1048576, one megapixel, is 1024 tokens)%s",
+            o->backend == 1 ? " on the GPU" : "", (double)vision_bytes / 1073741824.0,
+            (long long)(o->max_image_pixels ? o->max_image_pixels : SNUG_VISION_MAX_PIXELS),
+            (long long)image_tokens, (long long)a.n_ctx,
+            o->backend == 1 ? ", or keep the tower on the CPU (--vision-backend "
+                              "cpu)"
+                            : ", or raise --budget");
     }
     o->model = m; /* the server takes the opened model over: it is opened once */
     if (vision_bytes && a.budget) a.budget += vision_bytes; /* the flags repeat the whole budget */

@@ -87,6 +87,9 @@ void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patch
  * (6000 × 4000); its source buffer (4 bytes a pixel: a PNG is read as RGBA) is 128 MiB, planned
  * with the resize scratch at boot. Larger sources are a 400 naming the bound. */
 #define SNUG_VISION_MAX_SOURCE_PIXELS (1LL << 25)
+/* A server sizing its own context (`snug serve` without --ctx) refuses to boot a vision plan
+ * whose context holds less than the largest image plus this many tokens of text. */
+#define SNUG_VISION_MIN_TEXT_CTX 1024
 
 /* An encoded image (encode.c): rows × cols merged grid, its rows [rows·cols][out_dim]. */
 struct snug_vision_rows {

@@ -272,6 +272,35 @@ def test_image_prompt(r, ids, ref, T, V):
                 check=False)
         r.check(p.returncode != 0 and "expected cpu or cuda" in p.stderr,
                 "--vision-backend gpu: refused")
+        # the tower's GPU memory in the plan: device items with --backend cuda (the default
+        # --vision-backend there), none with --vision-backend cpu
+        plans = {}
+        for vb in ("cuda", "cpu"):
+            p = subprocess.run([str(x) for x in [SNUG, "plan", "-m", text, "--backend", "cuda",
+                                                 "--budget", "2GiB", "--mmproj", mmproj,
+                                                 "--vision-backend", vb, "--json"]],
+                               capture_output=True, text=True, env=env, timeout=60)
+            plans[vb] = json.loads(p.stdout) if p.returncode == 0 else {}
+        items = plans["cuda"].get("items", {})
+        vis = plans["cuda"].get("vision", {})
+        r.check(items.get("vision weights (gpu)") == vis.get("device_weights_bytes") and
+                items.get("vision activations + scratch (gpu)") == vis.get("device_work_bytes")
+                and vis.get("backend") == "cuda" and vis.get("device_work_bytes", 0) > 0 and
+                "vision weights (gpu)" not in plans["cpu"].get("items", {"vision weights (gpu)": 0})
+                and plans["cpu"]["total_bytes"] < plans["cuda"]["total_bytes"],
+                f"snug plan --backend cuda --mmproj: the tower's device items "
+                f"({vis.get('device_weights_bytes')} + {vis.get('device_work_bytes')} bytes) in "
+                f"the GPU plan; none with --vision-backend cpu")
+        # a server sizing its own context refuses a vision plan that leaves no room for one
+        # largest image (16,384 tokens at the default bound): the budget leaves ~12K here
+        p = subprocess.run([str(x) for x in [SNUG, "serve", "-m", text, "--mmproj", mmproj,
+                                             "--backend", "cuda", "--vram-budget", "1180MiB",
+                                             "--slots", 1, "--port", 0]],
+                           capture_output=True, text=True, env=env, timeout=60)
+        r.check(p.returncode != 0 and "too short for one such image" in p.stderr and
+                "--max-image-pixels" in p.stderr,
+                f"serve: a GPU vision plan without room for one image is refused at boot: "
+                f"{p.stderr.strip()[-160:]}")
         # without the image's rows (plain pads, 1-D positions) the logits must differ: the
         # comparison above can fail
         run("logits", "-m", text, "--ids", p_ids, "-o", out)
