@@ -86,10 +86,22 @@ static int read_f32x3(const struct snug_gguf *g, const char *key, float *out,
 
 int snug_vision_load(struct snug_vision **out, const char *path, struct snug_err *err) {
     *out = NULL;
+    struct snug_gguf *g = NULL;
+    int rc = snug_gguf_open(&g, path, err);
+    if (rc == SNUG_OK) rc = snug_vision_from_gguf(out, g, err);
+    if (rc) snug_err_prefix(err, "%s", path);
+    return rc;
+}
+
+int snug_vision_from_gguf(struct snug_vision **out, struct snug_gguf *g, struct snug_err *err) {
+    *out = NULL;
     struct snug_vision *v = snug_calloc(1, sizeof *v);
-    if (!v) return snug_err_set(err, SNUG_ERR_NOMEM, "mmproj: out of memory");
-    int rc = snug_gguf_open(&v->g, path, err);
-    if (rc) goto fail;
+    if (!v) {
+        snug_gguf_close(g);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "mmproj: out of memory");
+    }
+    v->g = g;
+    int rc;
     struct snug_gguf_str s;
     if ((rc = snug_gguf_get_str(v->g, "clip.projector_type", &s, err))) goto fail;
     if (s.len != 14 || memcmp(s.data, "qwen3vl_merger", 14)) {
@@ -170,7 +182,6 @@ int snug_vision_load(struct snug_vision **out, const char *path, struct snug_err
     *out = v;
     return SNUG_OK;
 fail:
-    snug_err_prefix(err, "%s", path);
     snug_vision_free(v);
     return rc;
 }

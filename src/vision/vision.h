@@ -39,6 +39,9 @@ struct snug_vision_hparams {
 
 /* Open and validate an mmproj GGUF (clip, projector qwen3vl_merger). */
 int snug_vision_load(struct snug_vision **out, const char *path, struct snug_err *err);
+/* The same over an opened GGUF, which it takes over (closed with the tower, or at once on
+ * failure): tests/fuzz/fuzz_vision_mmproj.c feeds it from memory. */
+int snug_vision_from_gguf(struct snug_vision **out, struct snug_gguf *g, struct snug_err *err);
 void snug_vision_free(struct snug_vision *v); /* NULL is a no-op */
 const struct snug_vision_hparams *snug_vision_hparams(const struct snug_vision *v);
 

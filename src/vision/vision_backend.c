@@ -5,7 +5,7 @@
  * positions and rotary angles (vision.c, cheap: O(patches · width)); they are uploaded, and
  * every block (LayerNorm, QKV, 2-D rotary, full attention, output projection, GELU MLP) and the
  * merger run as backend ops; the rows come back once, at the end.
- * Buffers ([rows][floats], N = max_patches, D the width, C = min(N, MLP_ROWS)):
+ * Buffers ([rows][floats], N = max_patches, D the width, C = min(N, CHUNK_ROWS)):
  *   h [N][D] residual stream;  q [N][max(3D, 2·3P² + D)] frames + positions, then QKV, then
  *   products;  a [N][D] normed input / attention output / merged windows;  m [C][max(F, M²·D)]
  *   the MLP hidden (C rows at a time: the widest buffer does not grow with the image);
@@ -24,8 +24,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Rows per product and per MLP pass (bounds the widest buffers and the op scratch). */
-#define MLP_ROWS 4096
+/* Rows per product and per MLP pass: bounds the MLP buffer and the op scratch. */
+#define CHUNK_ROWS 4096
 
 struct vbufs {
     float *h, *q, *a, *m, *rot, *out;
@@ -46,7 +46,7 @@ struct vextent {
 static struct vextent extent(const struct snug_vision_hparams *hp, int64_t N) {
     int64_t D = hp->hidden, F = hp->ff, P = hp->patch, M2 = (int64_t)hp->merge * hp->merge;
     int64_t PP = 3 * P * P, hd = D / hp->heads;
-    struct vextent e = {.N = N, .C = SNUG_MIN(N, (int64_t)MLP_ROWS)};
+    struct vextent e = {.N = N, .C = SNUG_MIN(N, (int64_t)CHUNK_ROWS)};
     e.wq = SNUG_MAX(3 * D, 2 * PP + D);
     e.wm = SNUG_MAX(F, M2 * D);
     e.rot = hd / 2;
@@ -143,7 +143,7 @@ size_t snug_vision_be_bytes(const struct snug_vision_be *vb) {
     return vb ? vb->be->ops->bytes(vb->be) : 0;
 }
 
-/* y[T][n_out] = W · x, MLP_ROWS rows at a time (the op scratch is sized for that many); W's
+/* y[T][n_out] = W · x, CHUNK_ROWS rows at a time (the op scratch is sized for that many); W's
  * rows are its last dimension (the patch kernel [P][P][3][D] is D rows of 3·P²). */
 static void product(struct snug_vision_be *vb, const struct snug_gguf_tensor *w, const float *x,
                     int64_t T, float *y) {
@@ -151,8 +151,8 @@ static void product(struct snug_vision_be *vb, const struct snug_gguf_tensor *w,
     int64_t n_out = (int64_t)w->ne[w->n_dims > 1 ? w->n_dims - 1 : 1];
     int64_t n_in = (int64_t)(w->n_elems / (uint64_t)n_out);
     const void *dw = be->ops->weight(be, w, 0);
-    for (int64_t r = 0; r < T; r += MLP_ROWS) {
-        int64_t n = SNUG_MIN((int64_t)MLP_ROWS, T - r);
+    for (int64_t r = 0; r < T; r += CHUNK_ROWS) {
+        int64_t n = SNUG_MIN((int64_t)CHUNK_ROWS, T - r);
         be->ops->matmul(be, w->type, dw, n_in, n_out, x + r * n_in, n, y + r * n_out,
                         vb->b.op_work);
     }
@@ -208,8 +208,8 @@ int snug_vision_be_encode(struct snug_vision_be *vb, const float *pixels, int32_
         op->bias_act(be, b->q, vec(vb, B->out_b), N, D, SNUG_ACT_NONE);
         op->add(be, b->h, b->q, N * D);
         op->layernorm(be, b->h, vec(vb, B->ln2_w), vec(vb, B->ln2_b), hp->eps, N, D, b->a);
-        for (int64_t r = 0; r < N; r += MLP_ROWS) {
-            int64_t n = SNUG_MIN((int64_t)MLP_ROWS, N - r);
+        for (int64_t r = 0; r < N; r += CHUNK_ROWS) {
+            int64_t n = SNUG_MIN((int64_t)CHUNK_ROWS, N - r);
             product(vb, B->up_w, b->a + r * D, n, b->m);
             op->bias_act(be, b->m, vec(vb, B->up_b), n, F, SNUG_ACT_GELU_TANH);
             product(vb, B->down_w, b->m, n, b->q + r * D);
@@ -221,8 +221,8 @@ int snug_vision_be_encode(struct snug_vision_be *vb, const float *pixels, int32_
     /* merger: LayerNorm per patch → [N/M²][M²·D] windows, GELU MLP to the text width */
     int64_t nw = N / M2;
     op->layernorm(be, b->h, vec(vb, v->post_w), vec(vb, v->post_b), hp->eps, N, D, b->a);
-    for (int64_t r = 0; r < nw; r += MLP_ROWS) {
-        int64_t n = SNUG_MIN((int64_t)MLP_ROWS, nw - r);
+    for (int64_t r = 0; r < nw; r += CHUNK_ROWS) {
+        int64_t n = SNUG_MIN((int64_t)CHUNK_ROWS, nw - r);
         product(vb, v->mm0_w, b->a + r * M2 * D, n, b->m);
         op->bias_act(be, b->m, vec(vb, v->mm0_b), n, M2 * D, SNUG_ACT_GELU_ERF);
         product(vb, v->mm2_w, b->m, n, b->out + r * hp->out_dim);
