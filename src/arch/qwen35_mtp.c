@@ -1,10 +1,11 @@
 /* qwen35_mtp.c — the multi-token-prediction (MTP) block of the qwen35 family (docs/qwen35.md §3.2):
  * e = norm(E[x_{p+1}]; enorm), hn = norm(h_p; hnorm), c = eh_proj·[e, hn], one gated-attention
  * decoder layer (own KV cache, the architecture's FFN) at RoPE position p,
- * h' = norm(c; shared_head_norm), logits = output·h'. After an image (f->rope3, f->embd_rows,
- * CPU only) the rotary takes the trunk's 3-D positions of row p and x_{p+1}'s embedding is the
- * image's projector row when it is one (as vLLM's Qwen3.5 MTP: docs/spec-decode.md). Used by both
- * qwen35 and qwen35moe (their mtp_forward entries pass their FFN). Only the first MTP block is used
+ * h' = norm(c; shared_head_norm), logits = output·h'. After an image (f->rope3, f->embd_rows:
+ * host memory, uploaded on a device as the trunk's step does) the rotary takes the trunk's 3-D
+ * positions of row p and x_{p+1}'s embedding is the image's projector row when it is one (as
+ * vLLM's Qwen3.5 MTP: docs/spec-decode.md). Used by both qwen35 and qwen35moe (their
+ * mtp_forward entries pass their FFN). Only the first MTP block is used
  * (like vLLM's `spec_step_idx % num_mtp_layers` with one layer and llama.cpp's n_layer_nextn == 1).
  * Every op goes through the step's backend (backend.h), so the block runs on the CPU or the
  * GPU unchanged: f->mtp_hidden_in and the run's hidden_out and kv live in the backend's memory,
@@ -32,6 +33,9 @@ struct mtp_bufs {
     float *v;   /* [T][Hkv][D] */
     float *att; /* [T][Hq][D] */
     float *lg;  /* [min(T, MTP_LG_ROWS)][V] logits staging (backends off the host) */
+    /* [T][3] the step's 3-D rotary positions in the backend's memory (uploaded from f->rope3 on
+     * a device backend; unused on the CPU, which reads f->rope3 itself) */
+    int32_t *pos3;
     void *op_work;
 };
 
@@ -68,10 +72,11 @@ static size_t mtp_buffers(const struct snug_hparams *hp, int32_t T, int32_t n_th
                    t * Hkv * D * 4,
                    t * Hq * D * 4,
                    lg_rows * hp->n_vocab * 4,
+                   t * 3 * sizeof(int32_t),
                    mtp_op_work_bytes(hp, T, n_threads)};
-    void **dst[] = {(void **)&o->cat, (void **)&o->x,  (void **)&o->xn, (void **)&o->y,
-                    (void **)&o->qg,  (void **)&o->q,  (void **)&o->k,  (void **)&o->v,
-                    (void **)&o->att, (void **)&o->lg, &o->op_work};
+    void **dst[] = {(void **)&o->cat, (void **)&o->x,  (void **)&o->xn,   (void **)&o->y,
+                    (void **)&o->qg,  (void **)&o->q,  (void **)&o->k,    (void **)&o->v,
+                    (void **)&o->att, (void **)&o->lg, (void **)&o->pos3, &o->op_work};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         total += SNUG_ALIGN_UP(sz[i], 64);
@@ -115,11 +120,10 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
     OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
     OP(rmsnorm, B->k, f32(f, L->k_norm), hp->rms_eps, T * Hkv, D, B->k);
-    if (f->rope3) { /* after an image: the trunk's 3-D positions (host memory, CPU only) */
-        snug_op_rope_mrope(f->pool, B->q, T, Hq, D, hp->n_rot, f->rope3, hp->rope_sections,
-                           hp->rope_base);
-        snug_op_rope_mrope(f->pool, B->k, T, Hkv, D, hp->n_rot, f->rope3, hp->rope_sections,
-                           hp->rope_base);
+    if (f->rope3) { /* after an image: the trunk's 3-D positions, in the backend's memory */
+        const int32_t *pos3 = be->host_memory ? f->rope3 : B->pos3;
+        OP(rope_mrope, B->q, T, Hq, D, hp->n_rot, pos3, hp->rope_sections, hp->rope_base);
+        OP(rope_mrope, B->k, T, Hkv, D, hp->n_rot, pos3, hp->rope_sections, hp->rope_base);
     } else {
         OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
         OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
@@ -129,6 +133,30 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
     OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
+}
+
+/* The rows of the step whose input token is an image pad take its projector row (f->embd_rows,
+ * host memory) over the token embedding in y: copied on the CPU, uploaded on a device — an
+ * image's rows are consecutive in its block, so each run of them is one upload (as the trunk's
+ * embed_rows, qwen35.c). */
+static void embed_image_rows(struct snug_fwd *f, float *y) {
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t H = f->m->hp.n_embd, T = f->T;
+    for (int64_t t = 0; t < T;) {
+        const float *src = f->embd_rows[t];
+        if (!src) {
+            t++;
+            continue;
+        }
+        int64_t n = 1;
+        while (t + n < T && f->embd_rows[t + n] == src + n * H) n++;
+        size_t bytes = (size_t)(n * H) * sizeof(float);
+        if (be->host_memory)
+            memcpy(y + t * H, src, bytes);
+        else
+            OP(upload, y + t * H, src, bytes);
+        t += n;
+    }
 }
 
 /* One MTP step over f->T consecutive positions of one run, f->runs[0] (see the file comment). */
@@ -146,8 +174,9 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
      * normed row by row into xn, then placed into its half of cat */
     OP(embed, m->tok_embd, f->ids, T, H, B.y);
     if (f->embd_rows) /* x_{p+1} is an image's row: its projector row, as the trunk's input */
-        for (int64_t t = 0; t < T; t++)
-            if (f->embd_rows[t]) memcpy(B.y + t * H, f->embd_rows[t], (size_t)H * sizeof(float));
+        embed_image_rows(f, B.y);
+    if (f->rope3 && !be->host_memory) /* the 3-D positions beside the 1-D ones (pos_be) */
+        OP(upload, B.pos3, f->rope3, (size_t)T * 3 * sizeof(int32_t));
     OP(rmsnorm, B.y, f32(f, L->nextn_enorm), hp->rms_eps, T, H, B.xn);
     OP(copy2d, B.cat, 2 * H, B.xn, H, H, T);
     OP(rmsnorm, f->mtp_hidden_in, f32(f, L->nextn_hnorm), hp->rms_eps, T, H, B.xn);

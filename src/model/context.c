@@ -315,20 +315,15 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
 
 /* ---- the step -------------------------------------------------------------------------- */
 /* The images of a multimodal eval: in order, inside the n ids, not overlapping, with rows;
- * and a context that can run them (M-RoPE within the op's bound; any backend: the rows are
- * uploaded into a device step's input, qwen35.c embed_rows; speculative decoding on the CPU
- * only: the MTP block's image rows and 3-D rotary are host code, qwen35_mtp.c). */
+ * and a context that can run them (M-RoPE within the op's bound; any backend, with or without
+ * speculative decoding: on a device the rows and 3-D positions are uploaded into the step's
+ * input, qwen35.c embed_rows, and into the MTP step's, qwen35_mtp.c embed_image_rows). */
 static int check_images(const struct snug_ctx *ctx, int32_t n, const struct snug_image_rows *im,
                         int32_t n_images, struct snug_err *err) {
     if (n_images < 0 || (n_images > 0 && !im))
         return snug_err_set(err, SNUG_ERR_INVALID, "eval: %d images%s", n_images,
                             n_images > 0 ? " but no image array" : "");
     if (n_images == 0) return SNUG_OK;
-    if (ctx->device && ctx->spec)
-        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                            "images with speculative decoding run on the CPU backend only for now "
-                            "(n_draft %d on a device context): use --backend cpu or no MTP drafts",
-                            ctx->p.n_draft);
     if (ctx->m->hp.n_rot / 2 > SNUG_ROPE_MAX_PAIRS)
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "images: rope.dimension_count %u is above the multimodal rotary's "

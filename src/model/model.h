@@ -185,8 +185,8 @@ struct snug_fwd {
     struct snug_arena *host_work;
     const int32_t *pos_be;
     /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), host memory
-     * (a device forward uploads them, qwen35.c): NULL, or
-     * [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
+     * (a device forward uploads them: the trunk in qwen35.c, the MTP block in qwen35_mtp.c): NULL,
+     * or [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
      * hp.rope_sections instead of the 1-D rotary at pos (which then only orders the cache)... */
     const int32_t *rope3;
     /* ... and NULL, or [T] input rows: row t's [H] embedding instead of ids[t]'s when

@@ -210,12 +210,7 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
     int rc = snug_plan_check(&m->hp, &w, &lim, budget, plan, err);
     if (rc == SNUG_OK) rc = boot_cache(s, plan, err);
     if (rc == SNUG_OK && s->opts.mmproj) {
-        if (eo->backend == 1 && eo->n_draft > 0)
-            rc = snug_err_set(err, SNUG_ERR_UNSUPPORTED,
-                              "--mmproj with --spec-draft runs on the CPU backend only for now: "
-                              "use --backend cpu or --spec-draft 0");
-        else
-            rc = snug_srv_vision_boot(s, threads, plan, err);
+        rc = snug_srv_vision_boot(s, threads, plan, err);
         if (rc == SNUG_OK && eo->backend == 1 && budget && plan->device_total > budget)
             rc = snug_err_set(err, SNUG_ERR_BUDGET,
                               "the GPU plan with the vision tower (--vision-backend cuda) is %.2f "

@@ -59,7 +59,7 @@ struct snug_srv {
     atomic_bool stopping; /* grace period over: streams ended now get an error event */
 };
 
-/* --mmproj at boot (images.c): load the tower (contexts without speculative decoding only),
+/* --mmproj at boot (images.c): load the tower (any backend, with or without --spec-draft),
  * make its encoder for the largest image (threads: the engine pool's) and add its items to the
  * plan, checked against --budget again. */
 int snug_srv_vision_boot(struct snug_srv *s, int32_t threads, struct snug_plan *plan,

@@ -11,10 +11,18 @@
 #      and vs the CPU backend (<= 1e-4), 16 greedy tokens identical to the CPU's (one step,
 #      steps of 7 rows, evals of 10 ids), and the same with --vision-backend cpu;
 #   2. `snug serve --backend cuda --mmproj` vs the CPU server: a chat with a base64 PNG gives
-#      the same greedy tokens.
+#      the same greedy tokens (tests/device/vision_device.py);
+#   3. images with MTP speculative drafts on the GPU: `snug run --backend cuda --spec-draft 1/3`
+#      == `--spec-draft 0` text and a `--spec-draft 2` server == `--spec-draft 0` server on
+#      D/fx/vision/vision-mtp.gguf (vision_device.py part 3), and `test_vision_spec cuda` on the
+#      trained fixture (D/fx/trained: a trained MTP block, so drafts are accepted): a 3 x 5
+#      image then 64 greedy tokens with 3 drafts, snapshot and recompute rollback, chunks 64 and
+#      7 (an MTP step starting inside the image) == plain greedy, no allocation per step.
 # Carry as run_lowbit_device.sh does: tests/device/pack_devcarry.sh BUILD D puts snug,
-# libsnug_cuda.so, test_cuda_ops and the shared libraries in D/lib.tar.xz and the vision
-# fixture in D/fx/vision (without it the tracked tests/data/vision is read). About a minute.
+# libsnug_cuda.so, test_cuda_ops, test_vision_spec and the shared libraries in D/lib.tar.xz, the
+# vision fixture (+ vision-mtp.gguf) in D/fx/vision (without it the tracked tests/data/vision is
+# read and part 3's CLI/server checks are skipped) and the trained fixture in D/fx/trained.
+# About two minutes.
 # Usage on the device: sh tests/device/run_vision_device.sh [devcarry] [outdir]
 # Success: the last line is "run_vision_device: PASS".
 D=${1:-devcarry}
@@ -47,8 +55,21 @@ if [ -x "$D/test_cuda_ops" ]; then
     echo "FAIL: M-RoPE kernel vs the CPU op (see $O/test_cuda_ops.txt)"; fail=1
   fi
 fi
-el "image prompt and server, CUDA vs CPU vs transformers"
-timeout 240 python3 tests/device/vision_device.py "$S" "$F" "$O" || fail=1
+el "image prompt and server, CUDA vs CPU vs transformers; images with MTP drafts"
+timeout 360 python3 tests/device/vision_device.py "$S" "$F" "$O" || fail=1
+if [ -x "$D/test_vision_spec" ] && [ -f "$D/fx/trained/trained-f16.gguf" ]; then
+  el "test_vision_spec cuda: MTP drafts after an image on the GPU == plain greedy"
+  SNUG_FIXTURES="$PWD/$D/fx" SNUG_REQUIRE_FIXTURES=1 SNUG_CUDA_LIB="$PWD/$D/libsnug_cuda.so" \
+    timeout 300 "$D/test_vision_spec" cuda > "$O/test_vision_spec.txt" 2>&1
+  grep -E "backend|plain greedy|MTP drafts|rollback|the CPU|passed|FAIL" "$O/test_vision_spec.txt" | head -30
+  if grep -q "^backend cuda" "$O/test_vision_spec.txt" && grep -q " passed, 0 failed" "$O/test_vision_spec.txt"; then
+    echo "PASS: test_vision_spec cuda (images + MTP drafts on the GPU == plain greedy)"
+  else
+    echo "FAIL: test_vision_spec cuda (see $O/test_vision_spec.txt)"; fail=1
+  fi
+else
+  echo "FAIL: test_vision_spec or D/fx/trained not carried (tests/device/pack_devcarry.sh)"; fail=1
+fi
 el done
 [ $fail = 0 ] && echo "run_vision_device: PASS" || echo "run_vision_device: FAIL"
 exit $fail

@@ -17,6 +17,11 @@ step's input, interleaved M-RoPE, decode after the image with 3-D positions).
 2. `snug serve --backend cuda --mmproj` and the same on the CPU: a chat with the image as a
    base64 PNG (the openai client when installed, else the same JSON body over urllib) answers
    with the same greedy tokens on both; the same chat without the image answers otherwise.
+3. Images with MTP speculative drafts on the GPU, when FIXTURE_DIR holds vision-mtp.gguf (the
+   fixture's text model with a made-up MTP block, tests/py/vision_mtp.py; pack_devcarry.sh
+   writes it): `snug run --backend cuda --mmproj --image` with --spec-draft 1 and 3 prints
+   exactly what --spec-draft 0 prints, for img0 and img1; `snug serve --backend cuda
+   --spec-draft 2 --mmproj` answers the image chat with --spec-draft 0's greedy tokens.
 
 usage: vision_device.py SNUG FIXTURE_DIR OUT_DIR. Prints PASS/FAIL per check, a last line
 "vision_device: PASS|FAIL", exit status 1 on a failure."""
@@ -124,12 +129,13 @@ def part_features():
 
 
 class Server:
-    def __init__(self, name, *args):
+    def __init__(self, name, *args, model=TEXT):
         self.port_file = os.path.join(OUT, name + ".port")
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
         self.log = open(os.path.join(OUT, name + ".log"), "w+")
-        self.proc = subprocess.Popen([SNUG, "serve", "-m", TEXT, "--port", "0", "--port-file",
+        self.model = model
+        self.proc = subprocess.Popen([SNUG, "serve", "-m", model, "--port", "0", "--port-file",
                                       self.port_file, "--ctx", "512", "--slots", "1",
                                       "--mmproj", MMPROJ, *BOUNDS, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.log)
@@ -152,7 +158,7 @@ class Server:
 
     def chat(self, messages):
         """(client, tokens, text) of a greedy chat of N tokens with logprobs."""
-        body = {"model": "text-f16.gguf", "max_tokens": N, "temperature": 0, "logprobs": True,
+        body = {"model": os.path.basename(self.model), "max_tokens": N, "temperature": 0, "logprobs": True,
                 "messages": messages}
         try:
             import openai
@@ -210,6 +216,53 @@ def part_server():
           f"image's answer ({ng != tg})")
 
 
+def part_spec():
+    model = os.path.join(FX, "vision-mtp.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: images with MTP drafts ({model} not carried: tests/device/pack_devcarry.sh)")
+        return
+    prompt = "look <|vision_start|><|image_pad|><|vision_end|> what is in the picture?"
+
+    def run(img, k):
+        p = subprocess.run([SNUG, "run", "--backend", "cuda", "-m", model, "--mmproj", MMPROJ,
+                            "--image", os.path.join(FX, img), *BOUNDS, "-p", prompt, "-n", "40",
+                            "--temp", "0", "--spec-draft", str(k)],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            print(p.stderr[-2000:])
+        acc = [ln for ln in p.stderr.splitlines() if "drafts accepted" in ln]
+        return p.returncode, p.stdout, acc[-1].split("verification, ")[-1] if acc else ""
+
+    for img in ("img0.png", "img1.png"):
+        rc0, want, _ = run(img, 0)
+        check(rc0 == 0 and len(want) > 0, f"{img}: snug run --backend cuda --spec-draft 0 ran")
+        for k in (1, 3):
+            rc, got, acc = run(img, k)
+            check(rc == 0 and got == want,
+                  f"{img}: --backend cuda --spec-draft {k} prints what --spec-draft 0 prints "
+                  f"({acc})")
+    b64 = base64.b64encode(open(IMG, "rb").read()).decode()
+    msgs = [{"role": "user", "content": [
+        {"type": "text", "text": "what is in the picture?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}},
+        {"type": "text", "text": "say it in a few words"}]}]
+    res = {}
+    for k in (0, 2):
+        s = None
+        try:
+            s = Server(f"serve-spec{k}", "--backend", "cuda", "--spec-draft", str(k),
+                       "--threads", "2", model=model)
+            res[k] = s.chat(msgs)
+        except Exception as e:  # the old refusal at boot, or a crash: a failure, with its log
+            print(f"--spec-draft {k} server: {e}")
+        finally:
+            if s:
+                s.stop()
+    check(0 in res and 2 in res and len(res[2][1]) >= 1 and res[2][1] == res[0][1],
+          f"serve --backend cuda --mmproj --spec-draft 2: the image chat's greedy tokens = "
+          f"--spec-draft 0's: {res.get(2, (0, None))[1]} vs {res.get(0, (0, None))[1]}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     t0 = time.time()
@@ -219,6 +272,8 @@ def main():
     print(f"[{time.time() - t0:.0f}s] logits done", flush=True)
     part_server()
     print(f"[{time.time() - t0:.0f}s] server done", flush=True)
+    part_spec()
+    print(f"[{time.time() - t0:.0f}s] images with MTP drafts done", flush=True)
     print("vision_device: " + ("PASS" if fails == 0 else f"FAIL ({fails})"))
     sys.exit(1 if fails else 0)
 
