@@ -117,9 +117,10 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
         snug_model_free(m);
         return rc;
     }
-    /* a context that cannot hold one largest image beside a prompt is no vision server: say
-     * what to change rather than boot one that refuses every image */
-    if (image_tokens && a.n_ctx < image_tokens + SNUG_VISION_MIN_TEXT_CTX) {
+    /* a context it chose that cannot hold one largest image beside a prompt is no vision
+     * server: say what to change rather than boot one that refuses every image (a --ctx the
+     * user gave is theirs) */
+    if (image_tokens && o->n_ctx <= 0 && a.n_ctx < image_tokens + SNUG_VISION_MIN_TEXT_CTX) {
         snug_model_free(m);
         return snug_err_set(
             err, SNUG_ERR_BUDGET,
