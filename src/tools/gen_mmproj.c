@@ -68,9 +68,19 @@ static const struct snug_set_field MMPROJ_FIELDS[] = {
 #undef FLD
 
 int snug_gen_mmproj_set(struct snug_gen_mmproj *c, const char *kv, struct snug_err *err) {
-    if (!strncmp(kv, "arch=", 5))
+    const char *eq = strchr(kv, '=');
+    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv),
+           n = sizeof MMPROJ_FIELDS / sizeof MMPROJ_FIELDS[0];
+    bool known = false;
+    for (size_t i = 0; i < n && !known; i++)
+        known = strlen(MMPROJ_FIELDS[i].key) == klen && !strncmp(MMPROJ_FIELDS[i].key, kv, klen);
+    if (!known)
         return snug_err_set(err, SNUG_ERR_INVALID,
-                            "--set arch: an mmproj's architecture is always clip");
+                            "--set '%s': unknown mmproj key; known (clip.vision.*): block_count "
+                            "embedding_length feed_forward_length attention.head_count patch_size "
+                            "spatial_merge_size image_size projection_dim "
+                            "attention.layer_norm_epsilon",
+                            kv);
     char arch[16] = "clip";
     return snug_set_apply(c, arch, sizeof arch, MMPROJ_FIELDS,
                           sizeof MMPROJ_FIELDS / sizeof MMPROJ_FIELDS[0], kv, err);
@@ -304,7 +314,7 @@ int snug_gen_mmproj_write(const struct snug_gen_mmproj *c, const struct snug_gen
     if (rc) return rc;
     if (!p->out_path || !p->type || p->vocab_from || p->weights_dir)
         return snug_err_set(err, SNUG_ERR_INVALID,
-                            "gen mmproj: an output path and a type are needed (no vocabulary, no "
+                            "mmproj: an output path and a type are needed (no vocabulary, no "
                             "weights folder)");
     uint32_t type, file_type;
     if (!strcmp(p->type, "f16"))
@@ -315,7 +325,7 @@ int snug_gen_mmproj_write(const struct snug_gen_mmproj *c, const struct snug_gen
         type = SNUG_DTYPE_F32, file_type = 0; /* LLAMA_FTYPE_ALL_F32 */
     else
         return snug_err_set(err, SNUG_ERR_INVALID,
-                            "gen mmproj: --type %s: expected f16, bf16 or f32 (the converter's "
+                            "mmproj: --type %s: expected f16, bf16 or f32 (the converter's "
                             "mmproj types)",
                             p->type);
 
@@ -323,7 +333,7 @@ int snug_gen_mmproj_write(const struct snug_gen_mmproj *c, const struct snug_gen
     struct mm_tensor *t = snug_calloc(cap_tensors, sizeof *t);
     struct mm_bufs b = {0};
     struct snug_gguf_writer *w = NULL;
-    if (!t) return snug_err_set(err, SNUG_ERR_NOMEM, "gen mmproj: out of memory");
+    if (!t) return snug_err_set(err, SNUG_ERR_NOMEM, "mmproj: out of memory");
     const size_t n = build_list(&hp, t);
     SNUG_ASSERT(n == cap_tensors);
     uint64_t params = 0, total = 0, widest = 0;
@@ -338,7 +348,7 @@ int snug_gen_mmproj_write(const struct snug_gen_mmproj *c, const struct snug_gen
     b.pool = snug_malloc((size_t)widest * 4 * POOL_ROWS);
     b.out = snug_malloc(b.cap);
     if (!b.row || !b.pool || !b.out) {
-        rc = snug_err_set(err, SNUG_ERR_NOMEM, "gen mmproj: out of memory for buffers");
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "mmproj: out of memory for buffers");
         goto done;
     }
 
