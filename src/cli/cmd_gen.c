@@ -1,7 +1,7 @@
 /* cmd_gen.c — `snug gen`: write a random-weight qwen35 / qwen35moe model, or a random-weight
  * vision tower for one (src/tools/gen.h).
  *   snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S] [--vocab-from F.gguf|tokenizer.json]
- *            [--set key=value ...] [--name NAME] [--from-weights DIR]
+ *            [--set key=value ...] [--name NAME] [--from-weights DIR] [--add-vision-tokens]
  *   snug gen --mmproj-preset qwen3.5 (--text-model M.gguf | --set projection_dim=N) -o OUT.gguf
  *            [--type f16|bf16|f32] [--seed S] [--set key=value ...] [--name NAME]
  * Prints progress to stderr and a one-line summary (path, size, seconds) to stdout. */
@@ -87,6 +87,7 @@ static int gen_mmproj(const char *preset, const char *text_model, const char *ty
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *type = NULL, *out = NULL, *vocab = NULL, *name = NULL;
     const char *weights = NULL, *mmproj_preset = NULL, *text_model = NULL;
+    bool vision_tokens = false;
     const char *sets[64];
     int n_sets = 0;
     long seed = 0;
@@ -98,6 +99,8 @@ int cmd_gen(int argc, char **argv) {
             if (!(mmproj_preset = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--text-model")) {
             if (!(text_model = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--add-vision-tokens")) {
+            vision_tokens = true;
         } else if (!strcmp(a, "--type")) {
             if (!(type = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
@@ -158,6 +161,7 @@ int cmd_gen(int argc, char **argv) {
         .vocab_from = vocab,
         .name = name,
         .weights_dir = weights,
+        .vision_tokens = vision_tokens,
         .progress = on_progress,
         .progress_user = &pr,
     };

@@ -15,6 +15,7 @@
 
 #include "snug.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct snug_vision_hparams;
@@ -65,6 +66,9 @@ struct snug_gen_params {
      * {n_in, n_out} is n_out rows of n_in), e.g. written by tools/train/train.py; each is
      * encoded as the recipe types it. */
     const char *weights_dir;
+    /* Append <|vision_start|>, <|vision_end|>, <|vision_pad|>, <|image_pad|>, <|video_pad|>
+     * (CONTROL) to a vocabulary that lacks them, so the model takes image prompts. */
+    bool vision_tokens;
     /* Optional progress report (bytes of tensor data written so far, total). */
     void (*progress)(void *user, uint64_t done_bytes, uint64_t total_bytes);
     void *progress_user;
