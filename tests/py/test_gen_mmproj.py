@@ -14,6 +14,8 @@ vision tower in the layout of llama.cpp's converter, checked from outside.
   of generated preset-shaped files — measured at depth 1 and 2 (the tensor bytes are affine in
   the depth) and extrapolated to 27, so CI writes 0.2 GB instead of the 0.9 GB of the real one.
 * Refusals: an unknown type, a missing projection width, a position table that is not whole.
+* `snug gen --add-vision-tokens`: the vision tokens appended once (control) to a vocabulary that
+  lacks them, nothing added to one that has them.
 Prints "N passed, N failed"; exits non-zero on failure.
 """
 import json
@@ -186,6 +188,33 @@ def test_refusals(r, tmp):
     r.check(p.returncode != 0 and "qwen3.5" in p.stderr, "unknown mmproj preset: refused")
 
 
+def test_vision_tokens(r, tmp):
+    """`snug gen --add-vision-tokens`: the five vision tokens appended (control) to a vocabulary
+    that lacks them (the built-in one), none duplicated in one that has them (the fixture's)."""
+    names = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+             "<|video_pad|>"]
+
+    def tokens(path):
+        f = gguf.GGUFReader(path).fields
+        toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in
+                f["tokenizer.ggml.tokens"].data]
+        types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in
+                 f["tokenizer.ggml.token_type"].data]
+        return toks, types
+    for extra, what in (([], "built-in vocabulary"), (["--vocab-from", TEXT], "the fixture's")):
+        out = os.path.join(tmp, "vt.gguf")
+        plain = os.path.join(tmp, "vt_plain.gguf")
+        run("gen", "--preset", "demo", "--type", "q8_0", "-o", out, "--add-vision-tokens", *extra)
+        run("gen", "--preset", "demo", "--type", "q8_0", "-o", plain, *extra)
+        (toks, types), (ptoks, _) = tokens(out), tokens(plain)
+        have = [toks.count(n) == 1 and types[toks.index(n)] == 3 for n in names]
+        added = len(toks) - len(ptoks)
+        want_added = sum(n not in ptoks for n in names)
+        r.check(all(have) and toks[:len(ptoks)] == ptoks and added == want_added,
+                f"--add-vision-tokens, {what}: each vision token once, control; {added} appended "
+                f"after the {len(ptoks)} tokens (want {want_added})")
+
+
 def main():
     r = Results()
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,6 +222,7 @@ def main():
         test_rows(r, tmp, fx)
         test_size(r, tmp)
         test_refusals(r, tmp)
+        test_vision_tokens(r, tmp)
     r.done()
 
 
