@@ -112,7 +112,7 @@ el "serve: --backend $BACKEND $BFLAG $BUDGET --mmproj F --ctx $CTX $KVFLAGS --sp
 SERVE=$!
 LEFT=$((LIMIT - ($(date +%s) - T0)))
 python3 "$HERE/vision_27b_client.py" "http://127.0.0.1:$PORT" "$O" --target "$TARGET" \
-  --side "$SIDE" --health-timeout 240 --timeout $((LEFT > 90 ? LEFT - 60 : 30)) || fail=1
+  --side "$SIDE" --health-timeout 240 --pid "$SERVE" --timeout $((LEFT > 90 ? LEFT - 60 : 30)) || fail=1
 el "client done; stopping the server"
 kill "$SERVE" 2> /dev/null
 i=0

@@ -15,7 +15,7 @@ and about 100,000 prompt tokens of text, greedy, 16 tokens.
 Exit status 0 when the chat answered with prompt_tokens >= TARGET, else 1.
 
 usage: vision_27b_client.py URL OUT_DIR [--target 100000] [--margin 300] [--side 1024]
-                            [--timeout S] [--health-timeout S]"""
+                            [--timeout S] [--health-timeout S] [--pid SERVER_PID]"""
 import argparse
 import base64
 import json
@@ -40,9 +40,19 @@ def post(url, body, timeout):
         return json.loads(r.read())
 
 
-def wait_health(base, timeout):
+def alive(pid):
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def wait_health(base, timeout, pid):
     t0, last = time.time(), ""
-    while time.time() - t0 < timeout:
+    while time.time() - t0 < timeout and alive(pid):
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as r:
                 h = json.loads(r.read())
@@ -91,6 +101,7 @@ def main():
     ap.add_argument("--side", type=int, default=1024)
     ap.add_argument("--timeout", type=float, default=400)
     ap.add_argument("--health-timeout", type=float, default=240)
+    ap.add_argument("--pid", type=int, default=0, help="the server's process: stop waiting if it exits")
     a = ap.parse_args()
     base = a.url.rstrip("/")
     os.makedirs(a.out, exist_ok=True)
@@ -102,9 +113,9 @@ def main():
         sys.exit(0 if ok else 1)
 
     log(f"waiting for {base}/health")
-    h = wait_health(base, a.health_timeout)
+    h = wait_health(base, a.health_timeout, a.pid)
     if not h:
-        log("FAIL: the server did not become ready")
+        log("FAIL: the server did not become ready" + ("" if alive(a.pid) else " (it exited)"))
         finish(False)
     log(f"ready: plan {h.get('plan')}, planned bytes {h.get('memory', {}).get('planned_bytes')}")
     result["health"] = h
