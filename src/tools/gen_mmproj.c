@@ -68,11 +68,11 @@ static const struct snug_set_field MMPROJ_FIELDS[] = {
 #undef FLD
 
 int snug_gen_mmproj_set(struct snug_gen_mmproj *c, const char *kv, struct snug_err *err) {
+    const size_t n_fields = sizeof MMPROJ_FIELDS / sizeof MMPROJ_FIELDS[0];
     const char *eq = strchr(kv, '=');
-    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv),
-           n = sizeof MMPROJ_FIELDS / sizeof MMPROJ_FIELDS[0];
-    bool known = false;
-    for (size_t i = 0; i < n && !known; i++)
+    const size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
+    bool known = false; /* checked here: snug_set_apply would also take "arch" */
+    for (size_t i = 0; i < n_fields && !known; i++)
         known = strlen(MMPROJ_FIELDS[i].key) == klen && !strncmp(MMPROJ_FIELDS[i].key, kv, klen);
     if (!known)
         return snug_err_set(err, SNUG_ERR_INVALID,
@@ -82,8 +82,7 @@ int snug_gen_mmproj_set(struct snug_gen_mmproj *c, const char *kv, struct snug_e
                             "attention.layer_norm_epsilon",
                             kv);
     char arch[16] = "clip";
-    return snug_set_apply(c, arch, sizeof arch, MMPROJ_FIELDS,
-                          sizeof MMPROJ_FIELDS / sizeof MMPROJ_FIELDS[0], kv, err);
+    return snug_set_apply(c, arch, sizeof arch, MMPROJ_FIELDS, n_fields, kv, err);
 }
 
 int snug_gen_mmproj_text_width(const char *text_model, uint32_t *out, struct snug_err *err) {
