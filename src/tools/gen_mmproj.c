@@ -94,10 +94,13 @@ int snug_gen_mmproj_text_width(const char *text_model, uint32_t *out, struct snu
     rc = snug_gguf_get_str(g, "general.architecture", &arch, err);
     if (!rc) {
         snprintf(key, sizeof key, "%.*s.embedding_length", (int)SNUG_MIN(arch.len, 64), arch.data);
-        rc = snug_gguf_get_u32(g, key, out, err);
+        if (snug_gguf_get_u32(g, key, out, err))
+            rc = snug_err_set(err, SNUG_ERR_FORMAT,
+                              "%s: no u32 key %s: --text-model takes the text model (qwen35 / "
+                              "qwen35moe) the tower is for",
+                              text_model, key);
     }
     snug_gguf_close(g);
-    if (rc) snug_err_prefix(err, "%s", text_model);
     return rc;
 }
 

@@ -177,7 +177,8 @@ def test_refusals(r, tmp):
             ([], None, "projection_dim"),
             (["--set", "image_size=100"], TEXT, "multiple of patch_size"),
             (["--set", "attention.head_count=5"], TEXT, "head size"),
-            (["--set", "nonsense=1"], TEXT, "unknown mmproj key")):
+            (["--set", "nonsense=1"], TEXT, "unknown mmproj key"),
+            ([], os.path.join(D, "mmproj-f16.gguf"), "--text-model takes the text model")):
         p = subprocess.run(
             [SNUG, "gen", "--mmproj-preset", "qwen3.5", *(["--text-model", text] if text else []),
              "-o", out, *extra], capture_output=True, text=True)
