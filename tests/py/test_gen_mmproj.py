@@ -183,7 +183,7 @@ def test_refusals(r, tmp):
             [SNUG, "gen", "--mmproj-preset", "qwen3.5", *(["--text-model", text] if text else []),
              "-o", out, *extra], capture_output=True, text=True)
         r.check(p.returncode != 0 and needle in p.stderr and not os.path.exists(out),
-                f"refused {extra or 'without a text model'}: '{needle}' in {p.stderr.strip()[-160:]!r}")
+                f"refused {extra or ('--text-model ' + os.path.basename(text) if text else 'without a text model')}: '{needle}' in {p.stderr.strip()[-160:]!r}")
     p = subprocess.run([SNUG, "gen", "--mmproj-preset", "nope", "--set", "projection_dim=8", "-o",
                         out], capture_output=True, text=True)
     r.check(p.returncode != 0 and "qwen3.5" in p.stderr, "unknown mmproj preset: refused")
