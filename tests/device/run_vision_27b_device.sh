@@ -33,6 +33,9 @@
 #   BACKEND=cpu BUDGET=8GiB PRESET=demo TYPE=q8_0 TARGET=3000 MMPROJ_SET="--set block_count=2
 #   --set embedding_length=64 --set feed_forward_length=128 --set attention.head_count=4"
 #   sh tests/device/run_vision_27b_device.sh build-dir-with-snug OUT VOCAB.gguf
+# and its CUDA paths with the test stand-in module (tests/support/fake_device.c) and any script
+# named nvidia-smi on PATH printing a number: the same with BACKEND=cuda
+# SNUG_CUDA_LIB=build/libsnug_fakedev.so.
 D=${1:-devcarry}
 O=${2:-${OUT:-/tmp/vision27b-out}}
 VOCAB=${3:?usage: run_vision_27b_device.sh D OUTDIR VOCAB.gguf}
@@ -129,7 +132,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 u = j.get("usage", {})
 print(f"chat: answered {j.get('answered')}, prompt_tokens {u.get('prompt_tokens')}, wall "
-      f"{j.get('wall_s')} s, answer {j.get('answer')!r}, finish {j.get('finish_reason')}")
+      f"{j.get('wall_s')} s, answer {j.get('answer')!r}, reasoning {j.get('reasoning')!r}, "
+      f"finish {j.get('finish_reason')}")
 PY
 if [ -n "$SMI" ]; then
   PEAK=$(sort -n "$O/smi.txt" | tail -1)
