@@ -1,6 +1,9 @@
-/* cmd_gen.c — `snug gen`: write a random-weight qwen35 / qwen35moe model (src/tools/gen.h).
+/* cmd_gen.c — `snug gen`: write a random-weight qwen35 / qwen35moe model, or a random-weight
+ * vision tower for one (src/tools/gen.h).
  *   snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S] [--vocab-from F.gguf|tokenizer.json]
- *            [--set key=value ...] [--name NAME] [--from-weights DIR]
+ *            [--set key=value ...] [--name NAME] [--from-weights DIR] [--add-vision-tokens]
+ *   snug gen --mmproj-preset qwen3.5 (--text-model M.gguf | --set projection_dim=N) -o OUT.gguf
+ *            [--type f16|bf16|f32] [--seed S] [--set key=value ...] [--name NAME]
  * Prints progress to stderr and a one-line summary (path, size, seconds) to stdout. */
 #include "cli.h"
 
@@ -13,21 +16,31 @@
 #include <sys/stat.h>
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S]\n"
-            "                [--vocab-from F.gguf|tokenizer.json] [--set key=value ...]\n"
-            "                [--from-weights DIR] [--name NAME]\n"
-            "  --from-weights DIR: the tensor values from DIR/<tensor name>.f32 (float32, GGUF\n"
-            "    layout; tools/train/train.py writes them) instead of random ones\n"
-            "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
-            "           qwen3.6-35b-a3b\n"
-            "  types:   " SNUG_RECIPES_WRITABLE "\n"
-            "  --set keys: arch n_vocab n_layer nextn_predict_layers context_length\n"
-            "    embedding_length feed_forward_length attention.head_count\n"
-            "    attention.head_count_kv attention.key_length rope.dimension_count\n"
-            "    rope.freq_base attention.layer_norm_rms_epsilon ssm.conv_kernel ssm.state_size\n"
-            "    ssm.group_count ssm.time_step_rank full_attention_interval expert_count\n"
-            "    expert_used_count expert_feed_forward_length expert_shared_feed_forward_length\n");
+    fprintf(
+        stderr,
+        "usage: snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S]\n"
+        "                [--vocab-from F.gguf|tokenizer.json] [--set key=value ...]\n"
+        "                [--from-weights DIR] [--name NAME]\n"
+        "  --from-weights DIR: the tensor values from DIR/<tensor name>.f32 (float32, GGUF\n"
+        "    layout; tools/train/train.py writes them) instead of random ones\n"
+        "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
+        "           qwen3.6-35b-a3b\n"
+        "  types:   " SNUG_RECIPES_WRITABLE "\n"
+        "  --set keys: arch n_vocab n_layer nextn_predict_layers context_length\n"
+        "    embedding_length feed_forward_length attention.head_count\n"
+        "    attention.head_count_kv attention.key_length rope.dimension_count\n"
+        "    rope.freq_base attention.layer_norm_rms_epsilon ssm.conv_kernel ssm.state_size\n"
+        "    ssm.group_count ssm.time_step_rank full_attention_interval expert_count\n"
+        "    expert_used_count expert_feed_forward_length expert_shared_feed_forward_length\n"
+        "\n"
+        "       snug gen --mmproj-preset qwen3.5 (--text-model M.gguf | --set projection_dim=N)\n"
+        "                -o MMPROJ.gguf [--type f16|bf16|f32] [--seed S] [--set key=value ...]\n"
+        "  a random-weight vision tower (an mmproj as llama.cpp's converter writes it) for\n"
+        "  `--mmproj`: qwen3.5 is the released Qwen3.5/3.6 tower (27 blocks, width 1152),\n"
+        "  projecting to the text model's embedding_length; default --type f16\n"
+        "  --set keys (clip.vision.*): block_count embedding_length feed_forward_length\n"
+        "    attention.head_count patch_size spatial_merge_size image_size projection_dim\n"
+        "    attention.layer_norm_epsilon\n");
 }
 
 struct progress {
@@ -44,9 +57,37 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     if (done == total) fprintf(stderr, "\n");
 }
 
+/* --mmproj-preset: the vision tower (gen_mmproj.c). */
+static int gen_mmproj(const char *preset, const char *text_model, const char *type, const char *out,
+                      const char **sets, int n_sets, long seed, const char *name) {
+    struct snug_err err = {0};
+    struct snug_gen_mmproj c;
+    if (snug_gen_mmproj_preset(&c, preset, &err)) return cli_fail("gen", &err);
+    if (text_model && snug_gen_mmproj_text_width(text_model, &c.out_dim, &err))
+        return cli_fail("gen", &err);
+    for (int i = 0; i < n_sets; i++)
+        if (snug_gen_mmproj_set(&c, sets[i], &err)) return cli_fail("gen", &err);
+    struct progress pr = {snug_time_s(), 0};
+    struct snug_gen_params p = {
+        .out_path = out,
+        .type = type ? type : "f16",
+        .seed = (uint64_t)seed,
+        .name = name,
+        .progress = on_progress,
+        .progress_user = &pr,
+    };
+    if (snug_gen_mmproj_write(&c, &p, &err)) return cli_fail("gen", &err);
+    struct stat st;
+    double bytes = stat(out, &st) == 0 ? (double)st.st_size : 0;
+    printf("wrote %s: mmproj %s (%u blocks, width %u, projection %u) %s, %.1f MiB in %.1f s\n", out,
+           preset, c.depth, c.hidden, c.out_dim, p.type, bytes / 1048576.0, snug_time_s() - pr.t0);
+    return 0;
+}
+
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *type = NULL, *out = NULL, *vocab = NULL, *name = NULL;
-    const char *weights = NULL;
+    const char *weights = NULL, *mmproj_preset = NULL, *text_model = NULL;
+    bool vision_tokens = false;
     const char *sets[64];
     int n_sets = 0;
     long seed = 0;
@@ -54,6 +95,12 @@ int cmd_gen(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--preset")) {
             if (!(preset = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--mmproj-preset")) {
+            if (!(mmproj_preset = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--text-model")) {
+            if (!(text_model = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--add-vision-tokens")) {
+            vision_tokens = true;
         } else if (!strcmp(a, "--type")) {
             if (!(type = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
@@ -83,6 +130,19 @@ int cmd_gen(int argc, char **argv) {
             return 2;
         }
     }
+    if (mmproj_preset) {
+        if (preset || vocab || weights || !out) {
+            fprintf(stderr, "snug gen: --mmproj-preset needs -o and takes no --preset, "
+                            "--vocab-from or --from-weights\n");
+            usage();
+            return 2;
+        }
+        return gen_mmproj(mmproj_preset, text_model, type, out, sets, n_sets, seed, name);
+    }
+    if (text_model) {
+        fprintf(stderr, "snug gen: --text-model goes with --mmproj-preset\n");
+        return 2;
+    }
     if (!preset || !type || !out) {
         fprintf(stderr, "snug gen: --preset, --type and -o are required\n");
         usage();
@@ -101,6 +161,7 @@ int cmd_gen(int argc, char **argv) {
         .vocab_from = vocab,
         .name = name,
         .weights_dir = weights,
+        .vision_tokens = vision_tokens,
         .progress = on_progress,
         .progress_user = &pr,
     };

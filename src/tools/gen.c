@@ -385,6 +385,56 @@ nomem:
                         (unsigned long long)n);
 }
 
+/* The vision-language tokens of the Qwen2-VL .. Qwen3.6 vocabularies (their tokenizer.json
+ * added tokens, special), which an image prompt needs (src/vision/place.c). */
+static const char *const VISION_TOKENS[] = {"<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+                                            "<|image_pad|>", "<|video_pad|>"};
+
+/* Append each vision token v lacks, as a CONTROL token after the last id. */
+static int add_vision_tokens(struct snug_vocab *v, struct snug_err *err) {
+    const size_t n_vt = sizeof VISION_TOKENS / sizeof VISION_TOKENS[0];
+    bool missing[sizeof VISION_TOKENS / sizeof VISION_TOKENS[0]];
+    uint64_t n_add = 0;
+    for (size_t k = 0; k < n_vt; k++) {
+        size_t len = strlen(VISION_TOKENS[k]);
+        missing[k] = true;
+        for (uint64_t i = 0; i < v->n_tokens && missing[k]; i++)
+            missing[k] =
+                !(v->tokens[i].len == len && !memcmp(v->tokens[i].data, VISION_TOKENS[k], len));
+        n_add += missing[k];
+    }
+    if (!n_add) return SNUG_OK;
+    const uint64_t n = v->n_tokens + n_add;
+    struct snug_gguf_str *toks = snug_calloc(n, sizeof *toks);
+    int32_t *types = snug_calloc(n, sizeof *types);
+    if (!toks || !types) goto nomem;
+    memcpy(toks, v->tokens, v->n_tokens * sizeof *toks);
+    memcpy(types, v->token_types, v->n_tokens * sizeof *types);
+    uint64_t at = v->n_tokens;
+    for (size_t k = 0; k < n_vt; k++) {
+        if (!missing[k]) continue;
+        size_t len = strlen(VISION_TOKENS[k]);
+        char *str = snug_malloc(len + 1);
+        if (!str) {
+            for (uint64_t j = v->n_tokens; j < at; j++) snug_free((void *)toks[j].data);
+            goto nomem;
+        }
+        memcpy(str, VISION_TOKENS[k], len + 1);
+        toks[at] = (struct snug_gguf_str){(uint64_t)len, str};
+        types[at++] = SNUG_TOKEN_CONTROL;
+    }
+    snug_free(v->tokens);
+    snug_free(v->token_types);
+    v->tokens = toks;
+    v->token_types = types;
+    v->n_tokens = n;
+    return SNUG_OK;
+nomem:
+    snug_free(toks);
+    snug_free(types);
+    return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory adding the vision tokens");
+}
+
 static int load_vocab(struct snug_vocab *v, const char *from, struct snug_err *err) {
     if (!from) return snug_vocab_builtin(v, err);
     size_t n = strlen(from);
@@ -433,6 +483,7 @@ int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params
     struct snug_gguf_writer *w = NULL;
     rc = load_vocab(&v, p->vocab_from, err);
     if (rc) goto fail;
+    if (p->vision_tokens && (rc = add_vision_tokens(&v, err))) goto fail;
     uint64_t n_vocab = c->n_vocab ? c->n_vocab : v.n_tokens;
     if (n_vocab < v.n_tokens) {
         rc = snug_err_set(err, SNUG_ERR_INVALID,

@@ -6,14 +6,19 @@
  * memory. Small tensors are drawn element by element and quantized exactly; large ones are built
  * from a pool of quantized blocks picked by a seeded generator (blocks are self-contained, so
  * every block is valid and rows differ), which writes a 27B Q4_K_M file in minutes.
- * Same parameters + same seed -> byte-identical file. Read next: gen.c, presets in gen.c.
+ * Same parameters + same seed -> byte-identical file. Also here: a random-weight vision tower
+ * ("mmproj", gen_mmproj.c) for a text model's width. Read next: gen.c, presets in gen.c,
+ * gen_mmproj.c.
  */
 #ifndef SNUG_TOOLS_GEN_H
 #define SNUG_TOOLS_GEN_H
 
 #include "snug.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+
+struct snug_vision_hparams;
 
 /* Hyper-parameters of the generated model (the GGUF key each one becomes in brackets). */
 struct snug_gen_config {
@@ -61,6 +66,9 @@ struct snug_gen_params {
      * {n_in, n_out} is n_out rows of n_in), e.g. written by tools/train/train.py; each is
      * encoded as the recipe types it. */
     const char *weights_dir;
+    /* Append <|vision_start|>, <|vision_end|>, <|vision_pad|>, <|image_pad|>, <|video_pad|>
+     * (CONTROL) to a vocabulary that lacks them, so the model takes image prompts. */
+    bool vision_tokens;
     /* Optional progress report (bytes of tensor data written so far, total). */
     void (*progress)(void *user, uint64_t done_bytes, uint64_t total_bytes);
     void *progress_user;
@@ -70,5 +78,38 @@ struct snug_gen_params {
  * err says what went wrong. */
 int snug_gen_write(const struct snug_gen_config *c, const struct snug_gen_params *p,
                    struct snug_err *err);
+
+/* ---- a random-weight vision tower: an "mmproj" GGUF (gen_mmproj.c) ---------------------------
+ * The layout llama.cpp's converter writes for the Qwen3.5/3.6 vision tower (projector
+ * qwen3vl_merger) and src/vision/vision.c loads: the same clip.* keys and tensor names, shapes
+ * and types (matrices of the chosen type, vectors and the position table f32). The values keep
+ * the tower's activations O(1) through any depth (see gen_mmproj.c). */
+struct snug_gen_mmproj {
+    /* the clip.vision.* key each one becomes */
+    uint32_t depth;      /* block_count */
+    uint32_t hidden;     /* embedding_length */
+    uint32_t ff;         /* feed_forward_length */
+    uint32_t heads;      /* attention.head_count */
+    uint32_t patch;      /* patch_size */
+    uint32_t merge;      /* spatial_merge_size */
+    uint32_t image_size; /* image_size: the position table is (image_size / patch_size)² rows */
+    uint32_t out_dim;    /* projection_dim: the text model's embedding_length */
+    float eps;           /* attention.layer_norm_epsilon */
+};
+
+/* The shape of a vision preset ("qwen3.5": the released tower, src/vision/vision_plan.c
+ * snug_vision_preset); out_dim is left 0 (from the text model, or --set projection_dim=N). */
+int snug_gen_mmproj_preset(struct snug_gen_mmproj *c, const char *name, struct snug_err *err);
+/* One "key=value" override; keys are the clip.vision.* suffixes above (e.g. block_count=2). */
+int snug_gen_mmproj_set(struct snug_gen_mmproj *c, const char *kv, struct snug_err *err);
+/* The text model's embedding_length (its "<arch>.embedding_length" key), for out_dim. */
+int snug_gen_mmproj_text_width(const char *text_model, uint32_t *out, struct snug_err *err);
+/* Check the shape (vision.c's load rules) and give it as the tower's hyper-parameters. */
+int snug_gen_mmproj_hparams(const struct snug_gen_mmproj *c, struct snug_vision_hparams *hp,
+                            struct snug_err *err);
+/* Write the mmproj: p->out_path, p->type (f16, bf16 or f32: the matrices' type), p->seed,
+ * p->name, p->progress are used (p->vocab_from and p->weights_dir must be NULL). */
+int snug_gen_mmproj_write(const struct snug_gen_mmproj *c, const struct snug_gen_params *p,
+                          struct snug_err *err);
 
 #endif /* SNUG_TOOLS_GEN_H */
