@@ -373,6 +373,8 @@ int cmd_plan(int argc, char **argv) {
         }
         static struct snug_plan_auto a;
         if (snug_plan_auto(&hp, &w, &req, &a, &err)) return cli_fail("plan", &err);
+        /* the flags repeat the whole budget (serve --mmproj takes the tower off it again) */
+        if (vis.budget_bytes && a.budget) a.budget += vis.budget_bytes;
         snug_plan_auto_flags(&a, auto_line, sizeof auto_line);
         lim.kv_type = a.kv_type;
         ctx_arg = NULL;
