@@ -295,14 +295,13 @@ static void rope_rows_3d(struct snug_fwd *f, const int32_t *pos3, float *x, int6
        hp->rope_base);
 }
 
-/* The step's input rows: token embeddings, then the multimodal rows that replace some of them
- * (f->embd_rows, host memory: copied on the CPU, uploaded on a device — an image's rows are
- * consecutive in its block, so each run of them is one upload). */
-static void embed_rows(struct snug_fwd *f, float *x) {
+/* The step's image rows (f->embd_rows, host memory) into x [T][H] in the backend's memory, in
+ * place of those positions' embeddings: an image's rows are consecutive in its block, so each
+ * run of them is one copy (an upload on a device). The trunk's input here and the MTP block's
+ * (qwen35_mtp.c). */
+void snug_qwen35_place_rows(struct snug_fwd *f, float *x) {
     struct snug_be *be = snug_fwd_be(f);
     int64_t H = f->m->hp.n_embd, T = f->T;
-    OP(embed, f->m->tok_embd, f->ids, T, H, x);
-    if (!f->embd_rows) return;
     for (int64_t t = 0; t < T;) {
         const float *src = f->embd_rows[t];
         if (!src) {
@@ -318,6 +317,13 @@ static void embed_rows(struct snug_fwd *f, float *x) {
             OP(upload, x + t * H, src, bytes);
         t += n;
     }
+}
+
+/* x [T][H] = the token embeddings, then the image rows in place (snug_qwen35_place_rows). */
+static void embed_rows(struct snug_fwd *f, float *x) {
+    struct snug_be *be = snug_fwd_be(f);
+    OP(embed, f->m->tok_embd, f->ids, f->T, f->m->hp.n_embd, x);
+    if (f->embd_rows) snug_qwen35_place_rows(f, x);
 }
 
 /* Gated attention (docs/qwen35.md §2.4): q|gate per head, q/k RMSNorm, partial NeoX RoPE over

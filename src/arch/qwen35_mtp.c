@@ -135,30 +135,6 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
     matmul(f, L->wo, B->att, T, B->y);
 }
 
-/* The rows of the step whose input token is an image pad take its projector row (f->embd_rows,
- * host memory) over the token embedding in y: copied on the CPU, uploaded on a device — an
- * image's rows are consecutive in its block, so each run of them is one upload (as the trunk's
- * embed_rows, qwen35.c). */
-static void embed_image_rows(struct snug_fwd *f, float *y) {
-    struct snug_be *be = snug_fwd_be(f);
-    int64_t H = f->m->hp.n_embd, T = f->T;
-    for (int64_t t = 0; t < T;) {
-        const float *src = f->embd_rows[t];
-        if (!src) {
-            t++;
-            continue;
-        }
-        int64_t n = 1;
-        while (t + n < T && f->embd_rows[t + n] == src + n * H) n++;
-        size_t bytes = (size_t)(n * H) * sizeof(float);
-        if (be->host_memory)
-            memcpy(y + t * H, src, bytes);
-        else
-            OP(upload, y + t * H, src, bytes);
-        t += n;
-    }
-}
-
 /* One MTP step over f->T consecutive positions of one run, f->runs[0] (see the file comment). */
 void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
     const struct snug_model *m = f->m;
@@ -174,7 +150,7 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
      * normed row by row into xn, then placed into its half of cat */
     OP(embed, m->tok_embd, f->ids, T, H, B.y);
     if (f->embd_rows) /* x_{p+1} is an image's row: its projector row, as the trunk's input */
-        embed_image_rows(f, B.y);
+        snug_qwen35_place_rows(f, B.y);
     if (f->rope3 && !be->host_memory) /* the 3-D positions beside the 1-D ones (pos_be) */
         OP(upload, B.pos3, f->rope3, (size_t)T * 3 * sizeof(int32_t));
     OP(rmsnorm, B.y, f32(f, L->nextn_enorm), hp->rms_eps, T, H, B.xn);

@@ -250,6 +250,8 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
                              enum snug_kv_type kv_type, size_t ffn_work_bytes,
                              struct snug_arch_plan *out);
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
+/* A step's image rows (f->embd_rows) into x [T][H], backend memory: trunk and MTP block. */
+void snug_qwen35_place_rows(struct snug_fwd *f, float *x);
 /* The LM head of a step: each run's last n_logits rows of xn ([T][H], backend memory) into
  * f->logits (host), packed in row order; lg: a staging buffer of min(T, 8) rows of V floats
  * for a backend whose memory is not the host's. */

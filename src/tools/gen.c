@@ -252,8 +252,8 @@ static void encode_row(uint32_t type, const float *x, void *dst, uint64_t n) {
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-#define DIRECT_MAX_ELEMS (4ull << 20) /* tensors up to this size are drawn value by value */
-#define POOL_ROWS        32           /* rows quantized once for the block pool */
+#define DIRECT_MAX_ELEMS (4ull << 20)       /* tensors up to this size are drawn value by value */
+#define POOL_ROWS        SNUG_GEN_POOL_ROWS /* rows quantized once for the block pool */
 #define OUT_BUF_BYTES    (4u << 20)
 
 struct gen_bufs {
@@ -313,6 +313,44 @@ done:
     return rc;
 }
 
+int snug_gen_write_rows(const struct snug_gen_rows *g, struct snug_err *err) {
+    const uint64_t rb = g->row_bytes, chunk_bytes = g->n_chunks ? rb / g->n_chunks : 0;
+    const uint64_t rows_per_buf = SNUG_MAX(1, g->out_cap / rb);
+    if (g->n_chunks)
+        for (uint64_t i = 0; i < SNUG_GEN_POOL_ROWS; i++)
+            g->make_row(g->ctx, g->rng, g->pool + i * rb);
+    for (uint64_t r0 = 0; r0 < g->rows; r0 += rows_per_buf) {
+        uint64_t nr = SNUG_MIN(rows_per_buf, g->rows - r0);
+        for (uint64_t i = 0; i < nr; i++) {
+            uint8_t *dst = g->out + i * rb;
+            if (!g->n_chunks) {
+                g->make_row(g->ctx, g->rng, dst);
+                continue;
+            }
+            for (uint64_t c = 0; c < g->n_chunks; c++) { /* any chunk of any pool row */
+                uint64_t pick = snug_rng_next(g->rng) % (SNUG_GEN_POOL_ROWS * g->n_chunks);
+                memcpy(dst + c * chunk_bytes, g->pool + pick * chunk_bytes, chunk_bytes);
+            }
+        }
+        if (snug_gguf_writer_write(g->w, g->out, nr * rb))
+            return snug_err_set(err, SNUG_ERR_IO, "%s: writing %s: %s", g->path, g->name,
+                                snug_gguf_writer_error(g->w));
+    }
+    return SNUG_OK;
+}
+
+/* A row of t: values drawn by its init rule, encoded to its type. */
+struct row_ctx {
+    const struct gen_tensor *t;
+    float *row;
+    uint64_t ne0;
+};
+static void make_row(void *vctx, struct snug_rng *r, uint8_t *dst) {
+    const struct row_ctx *c = vctx;
+    fill_values(r, c->t->init, c->row, c->ne0);
+    encode_row(c->t->type, c->row, dst, c->ne0);
+}
+
 /* Stream one tensor's data into the writer. */
 static int write_tensor(struct snug_gguf_writer *w, const struct gen_tensor *t, uint64_t seed,
                         struct gen_bufs *b, const char *path, struct snug_err *err) {
@@ -325,32 +363,20 @@ static int write_tensor(struct snug_gguf_writer *w, const struct gen_tensor *t, 
     /* pool chunks: one block, or 32 elements for the plain float types */
     const uint64_t chunk_elems = be == 1 ? 32 : be;
     const bool pooled = n_elems > DIRECT_MAX_ELEMS && rows > POOL_ROWS && ne0 % chunk_elems == 0;
-    const uint64_t rows_per_buf = SNUG_MAX(1, b->out_cap / rb);
-    if (pooled)
-        for (uint64_t i = 0; i < POOL_ROWS; i++) {
-            fill_values(&r, t->init, b->row, ne0);
-            encode_row(t->type, b->row, b->pool + i * rb, ne0);
-        }
-    const uint64_t n_chunks = ne0 / chunk_elems, chunk_bytes = rb / SNUG_MAX(1, n_chunks);
-    for (uint64_t r0 = 0; r0 < rows; r0 += rows_per_buf) {
-        uint64_t nr = SNUG_MIN(rows_per_buf, rows - r0);
-        for (uint64_t i = 0; i < nr; i++) {
-            uint8_t *dst = b->out + i * rb;
-            if (!pooled) {
-                fill_values(&r, t->init, b->row, ne0);
-                encode_row(t->type, b->row, dst, ne0);
-                continue;
-            }
-            for (uint64_t c = 0; c < n_chunks; c++) { /* any chunk of any pool row */
-                uint64_t pick = snug_rng_next(&r) % (POOL_ROWS * n_chunks);
-                memcpy(dst + c * chunk_bytes, b->pool + pick * chunk_bytes, chunk_bytes);
-            }
-        }
-        if (snug_gguf_writer_write(w, b->out, nr * rb))
-            return snug_err_set(err, SNUG_ERR_IO, "%s: writing %s: %s", path, t->name,
-                                snug_gguf_writer_error(w));
-    }
-    return SNUG_OK;
+    struct row_ctx rc = {.t = t, .row = b->row, .ne0 = ne0};
+    struct snug_gen_rows g = {.w = w,
+                              .path = path,
+                              .name = t->name,
+                              .rng = &r,
+                              .rows = rows,
+                              .row_bytes = rb,
+                              .n_chunks = pooled ? ne0 / chunk_elems : 0,
+                              .pool = b->pool,
+                              .out = b->out,
+                              .out_cap = b->out_cap,
+                              .make_row = make_row,
+                              .ctx = &rc};
+    return snug_gen_write_rows(&g, err);
 }
 
 /* Pad v to n tokens with UNUSED tokens "<|unused_N|>" (the tokenizer ignores that type). */

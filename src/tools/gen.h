@@ -19,6 +19,26 @@
 #include <stdint.h>
 
 struct snug_vision_hparams;
+struct snug_gguf_writer;
+struct snug_rng;
+
+/* One tensor's rows streamed into a GGUF writer, out_cap bytes at a time (gen.c; gen_mmproj.c
+ * uses it too). Each row comes from make_row, or — pooled (n_chunks > 0, for large tensors) —
+ * SNUG_GEN_POOL_ROWS rows are made once into pool and every row is assembled from n_chunks
+ * chunks of row_bytes / n_chunks bytes picked at random among the pool's. The rng draws are in
+ * that order, so the same seed gives the same bytes. */
+#define SNUG_GEN_POOL_ROWS 32
+struct snug_gen_rows {
+    struct snug_gguf_writer *w;
+    const char *path, *name; /* for the error message */
+    struct snug_rng *rng;
+    uint64_t rows, row_bytes, n_chunks;
+    uint8_t *pool, *out; /* [SNUG_GEN_POOL_ROWS][row_bytes], [out_cap] */
+    uint64_t out_cap;
+    void (*make_row)(void *ctx, struct snug_rng *rng, uint8_t *dst);
+    void *ctx;
+};
+int snug_gen_write_rows(const struct snug_gen_rows *g, struct snug_err *err);
 
 /* Hyper-parameters of the generated model (the GGUF key each one becomes in brackets). */
 struct snug_gen_config {

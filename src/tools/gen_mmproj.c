@@ -215,7 +215,7 @@ static size_t build_list(const struct snug_vision_hparams *hp, struct mm_tensor 
 
 /* ---- values -------------------------------------------------------------------------------- */
 
-#define POOL_ROWS       32
+#define POOL_ROWS       SNUG_GEN_POOL_ROWS
 #define POOL_MIN_ELEMS  (1ull << 20) /* smaller tensors are drawn value by value */
 #define CHUNK_ELEMS     32
 #define OUT_BUFFER_SIZE (4u << 20)
@@ -251,6 +251,18 @@ struct mm_bufs {
     size_t cap;
 };
 
+/* A row of t: draw_row into the row buffer's type. */
+struct mm_row_ctx {
+    const struct mm_tensor *t;
+    uint32_t type;
+    float *row;
+    uint64_t ne0;
+};
+static void make_row(void *vctx, struct snug_rng *r, uint8_t *dst) {
+    const struct mm_row_ctx *c = vctx;
+    draw_row(r, c->t, c->type, c->row, dst, c->ne0);
+}
+
 static int write_values(struct snug_gguf_writer *w, const struct mm_tensor *t, uint32_t type,
                         uint64_t seed, struct mm_bufs *b, const char *path, struct snug_err *err) {
     struct snug_rng r;
@@ -258,29 +270,20 @@ static int write_values(struct snug_gguf_writer *w, const struct mm_tensor *t, u
     const uint64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
     const uint64_t esz = type == SNUG_DTYPE_F32 ? 4 : 2, rb = ne0 * esz;
     const bool pooled = ne0 * rows > POOL_MIN_ELEMS && rows > POOL_ROWS && ne0 % CHUNK_ELEMS == 0;
-    if (pooled)
-        for (uint64_t i = 0; i < POOL_ROWS; i++)
-            draw_row(&r, t, type, b->row, b->pool + i * rb, ne0);
-    const uint64_t n_chunks = ne0 / CHUNK_ELEMS, chunk_bytes = CHUNK_ELEMS * esz;
-    const uint64_t rows_per_buf = SNUG_MAX(1, b->cap / rb);
-    for (uint64_t r0 = 0; r0 < rows; r0 += rows_per_buf) {
-        uint64_t nr = SNUG_MIN(rows_per_buf, rows - r0);
-        for (uint64_t i = 0; i < nr; i++) {
-            uint8_t *dst = b->out + i * rb;
-            if (!pooled) {
-                draw_row(&r, t, type, b->row, dst, ne0);
-                continue;
-            }
-            for (uint64_t c = 0; c < n_chunks; c++) { /* any chunk of any pool row */
-                uint64_t pick = snug_rng_next(&r) % (POOL_ROWS * n_chunks);
-                memcpy(dst + c * chunk_bytes, b->pool + pick * chunk_bytes, chunk_bytes);
-            }
-        }
-        if (snug_gguf_writer_write(w, b->out, nr * rb))
-            return snug_err_set(err, SNUG_ERR_IO, "%s: writing %s: %s", path, t->name,
-                                snug_gguf_writer_error(w));
-    }
-    return SNUG_OK;
+    struct mm_row_ctx rc = {.t = t, .type = type, .row = b->row, .ne0 = ne0};
+    struct snug_gen_rows g = {.w = w,
+                              .path = path,
+                              .name = t->name,
+                              .rng = &r,
+                              .rows = rows,
+                              .row_bytes = rb,
+                              .n_chunks = pooled ? ne0 / CHUNK_ELEMS : 0,
+                              .pool = b->pool,
+                              .out = b->out,
+                              .out_cap = b->cap,
+                              .make_row = make_row,
+                              .ctx = &rc};
+    return snug_gen_write_rows(&g, err);
 }
 
 /* general.size_label as the converter writes it: the parameter count in K / M / B / T with at
