@@ -115,7 +115,7 @@ static void cpu_rope_angles(struct snug_be *be, float *x, int64_t stride, int64_
 static void cpu_attention_full(struct snug_be *be, const float *q, const float *k, const float *v,
                                int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
                                float scale, float *out, void *work) {
-    /* work holds one score row (the op's one-thread size): no pool here */
+    /* work holds the op's one-thread scores: no pool here */
     snug_op_attention_full(NULL, q, k, v, stride, T, n_heads, head_dim, scale, out, work);
     (void)be;
 }

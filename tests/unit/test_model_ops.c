@@ -317,10 +317,12 @@ static void test_matmul(void) {
                                                                                           : 1e-5;
             CHECKF(worst < tol, "matmul %s T=%lld: err/Σ|wx| = %.3g", info->name, (long long)T,
                    worst);
-            /* a prompt row gives the same bits as decoding that token alone (float weights,
-             * the int8 and 14-bit paths; dequantize-then-dot prompts sum in another order) */
+            /* a prompt row gives the same bits as decoding that token alone (f32 weights, f16 /
+             * bf16 up to SNUG_OP_MATMUL_F16_INPLACE_MAX_T rows, the int8 and 14-bit paths;
+             * dequantize-then-dot prompts sum in another order) */
             bool same_path = int8_act || wide_act || type == SNUG_DTYPE_F32 ||
-                             type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16;
+                             ((type == SNUG_DTYPE_F16 || type == SNUG_DTYPE_BF16) &&
+                              T <= SNUG_OP_MATMUL_F16_INPLACE_MAX_T);
             if (T > 1 && same_path) {
                 snug_op_matmul(pools[1], type, wq, n_in, n_out, x + (T - 1) * n_in, 1, y[1], work);
                 CHECKF(memcmp(y[1], y[0] + (T - 1) * n_out, (size_t)n_out * 4) == 0,
@@ -569,6 +571,50 @@ static void delta_case(int mode, int64_t T, int64_t T2, int64_t Nk, int64_t Nv, 
     snug_free(Sref), snug_free(oref), snug_free(work);
 }
 
+/* ---- encoder attention (the vision tower): a double reference, odd T, any thread count --- */
+static void test_attention_full(void) {
+    int64_t Ts[4] = {1, 5, 37, 130}, H = 3, hd = 20, D = H * hd, st = 3 * D + 4;
+    for (int ti = 0; ti < 4; ti++) {
+        int64_t T = Ts[ti];
+        float *qkv = snug_malloc((size_t)(T * st) * sizeof(float));
+        for (int64_t i = 0; i < T * st; i++) qkv[i] = frand() * 2.0f;
+        const float *q = qkv, *k = qkv + D, *v = qkv + 2 * D;
+        float scale = 1.0f / sqrtf((float)hd), *out[3];
+        double *ref = snug_malloc((size_t)(T * D) * sizeof(double));
+        double *p = snug_malloc((size_t)T * sizeof(double));
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < hd; d++)
+                        s += (double)q[i * st + h * hd + d] * k[j * st + h * hd + d];
+                    p[j] = s * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                for (int64_t j = 0; j < T; j++) sum += p[j] = exp(p[j] - mx);
+                for (int64_t d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int64_t j = 0; j < T; j++) o += p[j] / sum * v[j * st + h * hd + d];
+                    ref[i * D + h * hd + d] = o;
+                }
+            }
+        void *work = snug_malloc(snug_op_attention_full_work_bytes(T, 3));
+        for (int t = 0; t < 3; t++) {
+            out[t] = snug_malloc((size_t)(T * D) * sizeof(float));
+            snug_op_attention_full(pools[t], q, k, v, st, T, H, hd, scale, out[t], work);
+        }
+        struct errs e = compare(out[0], ref, T * D);
+        CHECKF(e.rel < 1e-5, "attention_full T=%lld: rel %.3g", (long long)T, e.rel);
+        CHECKF(!memcmp(out[0], out[1], (size_t)(T * D) * 4) &&
+                   !memcmp(out[0], out[2], (size_t)(T * D) * 4),
+               "attention_full T=%lld differs across thread counts", (long long)T);
+        printf("attention_full T=%-4lld max abs %.3g rel %.3g\n", (long long)T, e.abs, e.rel);
+        for (int t = 0; t < 3; t++) snug_free(out[t]);
+        snug_free(work), snug_free(p), snug_free(ref), snug_free(qkv);
+    }
+}
+
 static void test_delta(void) {
     int64_t Ts[7] = {1, 5, 63, 64, 65, 130, 200};
     int64_t heads[3][2] = {{2, 6}, {2, 2}, {1, 4}}, ds[2] = {16, 64};
@@ -634,6 +680,7 @@ int main(void) {
     test_conv();
     test_matmul();
     test_attention();
+    test_attention_full();
     test_delta();
 #ifdef SNUG_TEST_SANITIZED
     printf("bench skipped (sanitizer build)\n");

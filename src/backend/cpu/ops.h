@@ -31,6 +31,10 @@ size_t snug_op_matmul_work_bytes(int64_t n_in, int n_threads);
  * on them; longer prompt chunks of every block type dequantize the weights and run on float
  * activations (faster there, and exact to float rounding). */
 #define SNUG_OP_MATMUL_INT8_MAX_T 16
+/* Up to this many rows, f16 / bf16 weights are dotted in place (a prompt row then has the bits
+ * of decoding that token alone); longer chunks widen them to float rows (exact) for the
+ * register-blocked tile product, summing in another order. */
+#define SNUG_OP_MATMUL_F16_INPLACE_MAX_T 64
 
 /* ---- elementwise and norms ---------------------------------------------------------------- */
 /* The element-wise ops (this section, snug_op_conv_silu and snug_op_gated_rmsnorm) run on the
@@ -157,8 +161,8 @@ void snug_op_rope_angles(struct snug_pool *pool, float *x, int64_t stride, int64
                          int64_t n_heads, int64_t head_dim, const float *ang);
 /* Bidirectional attention over T rows (no mask, no cache): rows t of q, k, v at q + t·stride
  * (k, v likewise) hold n_heads heads of head_dim; out [T][n_heads·head_dim] =
- * softmax(scale · q·kᵀ) · v per head, the softmax sum in double. Threads split (head, query)
- * pairs; work: snug_op_attention_full_work_bytes (one row of T scores per thread). */
+ * softmax(scale · q·kᵀ) · v per head, the softmax sum in double. Threads split (head, four
+ * queries) items; work: snug_op_attention_full_work_bytes (four rows of T scores per thread). */
 void snug_op_attention_full(struct snug_pool *pool, const float *q, const float *k, const float *v,
                             int64_t stride, int64_t T, int64_t n_heads, int64_t head_dim,
                             float scale, float *out, void *work);

@@ -126,34 +126,46 @@ struct att_ctx {
     float scale;
 };
 
+/* Queries per work item: their dot products share each key's loads (snug_ops_dot_rows, which
+ * accumulates every row exactly as snug_ops_dot does) and their outputs each value row's. */
+#define ATT_QB 4
+
+SNUG_OPS_CLONES
 static void attention_full_task(void *vctx, int ith, int nth) {
     const struct att_ctx *c = vctx;
-    int64_t T = c->T, hd = c->hd, st = c->stride;
+    int64_t T = c->T, hd = c->hd, st = c->stride, nqb = (T + ATT_QB - 1) / ATT_QB;
     long lo, hi;
-    snug_split_range((long)(c->heads * T), ith, nth, &lo, &hi);
-    float *sc = c->scores + (int64_t)ith * T;
-    for (int64_t qi = lo; qi < hi; qi++) {
-        int64_t h = qi / T, i = qi % T;
-        const float *q = c->q + i * st + h * hd;
-        float mx = -INFINITY;
+    snug_split_range((long)(c->heads * nqb), ith, nth, &lo, &hi);
+    float *sc = c->scores + (int64_t)ith * ATT_QB * T; /* [ATT_QB][T] */
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t h = it / nqb, i0 = (it % nqb) * ATT_QB;
+        int nq = (int)SNUG_MIN((int64_t)ATT_QB, T - i0);
+        const float *q[ATT_QB];
+        for (int r = 0; r < nq; r++) q[r] = c->q + (i0 + r) * st + h * hd;
         for (int64_t j = 0; j < T; j++) {
-            sc[j] = snug_ops_dot(q, c->k + j * st + h * hd, hd) * c->scale;
-            mx = SNUG_MAX(mx, sc[j]);
+            float s[ATT_QB];
+            snug_ops_dot_rows(q, nq, c->k + j * st + h * hd, hd, s);
+            for (int r = 0; r < nq; r++) sc[r * T + j] = s[r] * c->scale;
         }
-        double sum = 0;
-        for (int64_t j = 0; j < T; j++) sum += sc[j] = expf(sc[j] - mx);
-        float *o = c->out + i * c->heads * hd + h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
+        double sum[ATT_QB];
+        for (int r = 0; r < nq; r++) {
+            float *sr = sc + r * T, mx = -INFINITY;
+            for (int64_t j = 0; j < T; j++) mx = SNUG_MAX(mx, sr[j]);
+            sum[r] = 0;
+            for (int64_t j = 0; j < T; j++) sum[r] += sr[j] = expf(sr[j] - mx);
+            for (int64_t j = 0; j < T; j++) sr[j] = (float)(sr[j] / sum[r]); /* the weights */
+            memset(c->out + (i0 + r) * c->heads * hd + h * hd, 0, (size_t)hd * sizeof(float));
+        }
         for (int64_t j = 0; j < T; j++) {
             const float *vv = c->v + j * st + h * hd;
-            float pj = (float)(sc[j] / sum);
-            for (int64_t d = 0; d < hd; d++) o[d] += pj * vv[d];
+            for (int r = 0; r < nq; r++)
+                snug_ops_axpy(c->out + (i0 + r) * c->heads * hd + h * hd, sc[r * T + j], vv, hd);
         }
     }
 }
 
 size_t snug_op_attention_full_work_bytes(int64_t T, int n_threads) {
-    return (size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)T * sizeof(float);
+    return (size_t)(n_threads < 1 ? 1 : n_threads) * ATT_QB * (size_t)T * sizeof(float);
 }
 
 void snug_op_attention_full(struct snug_pool *pool, const float *q, const float *k, const float *v,

@@ -13,11 +13,12 @@
  * row takes two weight rows per call, snug_act_dot2, with the one-row values); other block types
  * dot each weight row in place with every row (snug_dot_row), except Q6_K
  * (snug_act_wide_use), whose rows (up to MM_VEC_ROWS) go as 14-bit values in two int8 planes
- * through the int8 kernel (mm_task_wide). F32/F16/BF16 weights always dot in place, eight float
- * rows at a time. Invariant: allocates nothing; results do not depend on the thread count (each
- * output element is one fixed-order kernel call, whatever rows share the call); a thread's scratch
- * starts on its own cache lines.
- * Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
+ * through the int8 kernel (mm_task_wide). F32 weights always dot in place, eight float rows at a
+ * time; F16/BF16 too up to SNUG_OP_MATMUL_F16_INPLACE_MAX_T rows (longer chunks widen the rows
+ * to float for snug_tgemm, about twice as fast on the vision tower's products). Invariant:
+ * allocates nothing; results do not depend on the thread count (each output element is one
+ * fixed-order kernel call, whatever rows share the call); a thread's scratch starts on its own
+ * cache lines. Read next: src/quant/quant.h (row kernels, snug_tgemm), ops_attention.c. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_util.h"
 #include "core/core.h"
@@ -301,6 +302,10 @@ void snug_op_matmul(struct snug_pool *pool, uint32_t type, const void *w, int64_
         snug_pool_run(pool, mm_task_vecs, &c);
         return;
     }
+    /* f16 / bf16 weights in long prompts: widened to float rows (exact) for the register-blocked
+     * tile product below, as the block types are; shorter ones dot in place */
+    if (float_w && type != SNUG_DTYPE_F32 && T > SNUG_OP_MATMUL_F16_INPLACE_MAX_T && work != NULL)
+        float_w = false;
     if (at == SNUG_DTYPE_F32 && float_w) {
         /* float activations used in place, MM_TILE rows per pass */
         c.xrb = (size_t)n_in * sizeof(float);
