@@ -379,6 +379,16 @@ static int write_tensor(struct snug_gguf_writer *w, const struct gen_tensor *t, 
     return snug_gen_write_rows(&g, err);
 }
 
+/* v's token arrays replaced by toks / types (n entries, v's own strings moved over). */
+static void install_tokens(struct snug_vocab *v, struct snug_gguf_str *toks, int32_t *types,
+                           uint64_t n) {
+    snug_free(v->tokens);
+    snug_free(v->token_types);
+    v->tokens = toks;
+    v->token_types = types;
+    v->n_tokens = n;
+}
+
 /* Pad v to n tokens with UNUSED tokens "<|unused_N|>" (the tokenizer ignores that type). */
 static int pad_vocab(struct snug_vocab *v, uint64_t n, struct snug_err *err) {
     struct snug_gguf_str *toks = snug_calloc(n, sizeof *toks);
@@ -398,11 +408,7 @@ static int pad_vocab(struct snug_vocab *v, uint64_t n, struct snug_err *err) {
         toks[i] = (struct snug_gguf_str){(uint64_t)len, s};
         types[i] = SNUG_TOKEN_UNUSED;
     }
-    snug_free(v->tokens);
-    snug_free(v->token_types);
-    v->tokens = toks;
-    v->token_types = types;
-    v->n_tokens = n;
+    install_tokens(v, toks, types, n);
     return SNUG_OK;
 nomem:
     snug_free(toks);
@@ -449,11 +455,7 @@ static int add_vision_tokens(struct snug_vocab *v, struct snug_err *err) {
         toks[at] = (struct snug_gguf_str){(uint64_t)len, str};
         types[at++] = SNUG_TOKEN_CONTROL;
     }
-    snug_free(v->tokens);
-    snug_free(v->token_types);
-    v->tokens = toks;
-    v->token_types = types;
-    v->n_tokens = n;
+    install_tokens(v, toks, types, n);
     return SNUG_OK;
 nomem:
     snug_free(toks);
