@@ -10,7 +10,7 @@
  *  5. temperature 1: the first token of a speculative step follows the target distribution
  *     (chi-square goodness of fit at significance 0.001; the plain sampler passes the same).
  * Read next: src/speculative/speculative.h, docs/spec-decode.md. */
-#include "test_fixtures_common.h"
+#include "test_spec_common.h"
 
 #include "kv/kvfmt.h"
 #include "model/model.h"
@@ -85,17 +85,10 @@ static struct snug_spec_stats greedy_spec(const int32_t *prompt, int32_t np, int
     memcpy(hist, prompt, (size_t)np * 4);
     float *lg = malloc((size_t)V * 4);
     int rc = snug_ctx_eval(c, prompt, np, lg, SNUG_EVAL_LOGITS_LAST, &err);
-    int32_t nh = np;
-    hist[nh++] = (int32_t)fx_argmax(lg, V);
-    uint64_t allocs = snug_alloc_count();
-    while (rc == SNUG_OK && nh - np < n) {
-        int32_t nn = 0;
-        rc = snug_spec_step(c, s, hist, nh, cap, &nn, &err);
-        nh += nn;
-    }
+    uint64_t allocs = 0;
+    if (rc == SNUG_OK) rc = fx_spec_greedy(c, s, hist, np, cap, n, lg, V, &allocs, &err);
     CHECKF(rc == SNUG_OK, "spec decode: %s", err.msg);
-    CHECKF(snug_alloc_count() == allocs, "speculative steps allocated %llu times",
-           (unsigned long long)(snug_alloc_count() - allocs));
+    CHECKF(allocs == 0, "speculative steps allocated %llu times", (unsigned long long)allocs);
     memcpy(out, hist + np, (size_t)n * 4);
     struct snug_spec_stats st;
     snug_ctx_spec_stats(c, &st);
@@ -464,11 +457,7 @@ int main(void) {
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
     struct snug_err err = {0};
-    struct snug_model_params mp = {.path = fx_path(dir, "trained", "trained-f16.gguf")};
-    if (snug_model_load(&M, &mp, &err)) {
-        fprintf(stderr, "FAIL: %s\n", err.msg);
-        return 1;
-    }
+    if (!(M = fx_load_trained(dir))) return 1;
     V = snug_model_n_vocab(M);
     CHECK(snug_model_n_nextn(M) == 1);
     int32_t nppl = 0;
@@ -490,7 +479,7 @@ int main(void) {
              SNUG_BIN);
     CHECKF(system(cmd) == 0, "%s", cmd);
     struct snug_model *dense = M;
-    mp.path = "mtp_moe_test.gguf";
+    struct snug_model_params mp = {.path = "mtp_moe_test.gguf"};
     if (snug_model_load(&M, &mp, &err) == SNUG_OK) {
         int32_t V0 = V;
         V = snug_model_n_vocab(M);

@@ -21,7 +21,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are checked by the open */
 #endif
-#include "test_fixtures_common.h"
+#include "test_spec_common.h"
 
 #include "kv/kvfmt.h"
 #include "model/ctx_prefix.h"
@@ -115,14 +115,7 @@ static struct snug_spec_stats decode(struct snug_ctx *c, const snug_token *promp
     int32_t cap = NP + NGEN + KDRAFT + 2;
     snug_token *hist = malloc((size_t)cap * sizeof *hist);
     memcpy(hist, prompt, NP * sizeof *hist);
-    int32_t nh = NP;
-    hist[nh++] = (snug_token)fx_argmax(lg, V);
-    int rc = SNUG_OK;
-    while (rc == SNUG_OK && nh - NP < NGEN) {
-        int32_t nn = 0;
-        rc = snug_spec_step(c, smp, hist, nh, cap, &nn, &err);
-        nh += nn;
-    }
+    int rc = fx_spec_greedy(c, smp, hist, NP, cap, NGEN, lg, V, NULL, &err);
     CHECKF(rc == SNUG_OK, "spec step: %s", err.msg);
     memcpy(out, hist + NP, NGEN * sizeof *out);
     struct snug_spec_stats st;
@@ -325,12 +318,7 @@ static void run(const snug_token *prompt, int kv_type) {
 int main(void) {
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
-    struct snug_err err = {0};
-    struct snug_model_params mp = {.path = fx_path(dir, "trained", "trained-f16.gguf")};
-    if (snug_model_load(&M, &mp, &err)) {
-        fprintf(stderr, "FAIL: %s\n", err.msg);
-        return 1;
-    }
+    if (!(M = fx_load_trained(dir))) return 1;
     V = snug_model_n_vocab(M);
     CHECK(snug_model_n_nextn(M) == 1);
     int32_t nppl = 0;

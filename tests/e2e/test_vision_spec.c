@@ -23,7 +23,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are checked by the open */
 #endif
-#include "test_fixtures_common.h"
+#include "test_spec_common.h"
 
 #include "model/model.h"
 #include "sample/sample.h"
@@ -94,17 +94,10 @@ static struct snug_spec_stats greedy_spec(const int32_t *ids, int32_t n_chunk, b
     float *lg = malloc((size_t)V * 4);
     int rc = eval_prompt(c, ids, true, lg, &err);
     CHECKF(rc == SNUG_OK, "spec prompt with an image: %s", err.msg);
-    int32_t nh = NP;
-    hist[nh++] = (int32_t)fx_argmax(lg, V);
-    uint64_t allocs = snug_alloc_count();
-    while (rc == SNUG_OK && nh - NP < NGEN) {
-        int32_t nn = 0;
-        rc = snug_spec_step(c, s, hist, nh, cap, &nn, &err);
-        nh += nn;
-    }
+    uint64_t allocs = 0;
+    if (rc == SNUG_OK) rc = fx_spec_greedy(c, s, hist, NP, cap, NGEN, lg, V, &allocs, &err);
     CHECKF(rc == SNUG_OK, "spec decode: %s", err.msg);
-    CHECKF(snug_alloc_count() == allocs, "speculative steps allocated %llu times",
-           (unsigned long long)(snug_alloc_count() - allocs));
+    CHECKF(allocs == 0, "speculative steps allocated %llu times", (unsigned long long)allocs);
     memcpy(out, hist + NP, (size_t)NGEN * 4);
     struct snug_spec_stats st;
     snug_ctx_spec_stats(c, &st);
@@ -139,12 +132,7 @@ int main(int argc, char **argv) {
     printf("backend %s\n", BACKEND ? "cuda" : "cpu");
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
-    struct snug_err err = {0};
-    struct snug_model_params mp = {.path = fx_path(dir, "trained", "trained-f16.gguf")};
-    if (snug_model_load(&M, &mp, &err)) {
-        fprintf(stderr, "FAIL: %s\n", err.msg);
-        return 1;
-    }
+    if (!(M = fx_load_trained(dir))) return 1;
     V = snug_model_n_vocab(M);
     H = (int32_t)M->hp.n_embd;
     CHECK(snug_model_n_nextn(M) == 1);
