@@ -240,15 +240,23 @@ def test_image_prompt(r, ids, ref, T, V):
         # are checked on a GPU by tests/device/run_vision_device.sh)
         env = dict(os.environ, SNUG_CUDA_LIB=os.path.join(os.path.dirname(SNUG),
                                                           "libsnug_fakedev.so"))
-        for chunk, split in ((512, None), (7, 10)):
-            more = ["--split", split] if split else []
+        def fake_logits(*more):
+            """`snug logits --backend cuda` through the stand-in: (process, median KL to
+            transformers, greedy tokens)."""
             cmd = [SNUG, "logits", "--backend", "cuda", "-m", text, "--ids", p_ids, "-o", out,
-                   "--greedy", 16, "--chunk", chunk, *more, *flags]
+                   "--greedy", 16, *more, *flags]
             p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
                                timeout=300)
             got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
             med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
             greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
+            return p, med, greedy
+
+        # the text model's device paths with the tower on the CPU (--vision-backend cpu), in
+        # one step and in steps of 7 over evals of 10
+        for chunk, split in ((512, None), (7, 10)):
+            more = ["--split", split] if split else []
+            p, med, greedy = fake_logits("--vision-backend", "cpu", "--chunk", chunk, *more)
             r.check(med <= 1e-5 and greedy == greedy_ref and "cuda: device memory" in p.stderr,
                     f"--backend cuda (device paths over the CPU ops; chunk {chunk}, split {split})"
                     f": median KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
@@ -257,13 +265,7 @@ def test_image_prompt(r, ids, ref, T, V):
         # mmproj (here the stand-in: the device paths — frames, positions and angles uploaded,
         # every block as backend ops, the rows downloaded — over the CPU ops, so transformers'
         # numbers still hold)
-        cmd = [SNUG, "logits", "--backend", "cuda", "--vision-backend", "cuda", "-m", text,
-               "--ids", p_ids, "-o", out, "--greedy", 16, *flags]
-        p = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env,
-                           timeout=300)
-        got = np.fromfile(out, "<f4").reshape(T, -1) if p.returncode == 0 else None
-        med = kl_stats(ref, got[:, :V])[0] if got is not None else float("inf")
-        greedy = json.loads(p.stdout.strip().splitlines()[-1]) if got is not None else None
+        p, med, greedy = fake_logits("--vision-backend", "cuda")
         r.check(med <= 1e-5 and greedy == greedy_ref and "vision tower on the cuda" in p.stderr,
                 f"--vision-backend cuda (the tower through a backend instance): median "
                 f"KL {med:.3g} (<= 1e-5), greedy {greedy == greedy_ref}"
