@@ -309,8 +309,12 @@ void snug_vision_positions(const struct snug_vision *v, int64_t gh, int64_t gw, 
         float k00 = wr0 * wc0, k01 = wr0 * wc1, k10 = wr1 * wc0, k11 = wr1 * wc1;
         for (int64_t i = 0; i < D; i++)
             h[p * D + i] += ((e00[i] * k00 + e01[i] * k01) + e10[i] * k10) + e11[i] * k11;
-        for (int64_t i = 0; i < q4; i++) {
-            float inv = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)(hd / 2));
+    }
+    for (int64_t i = 0; i < q4; i++) { /* each frequency once, then every patch's angles */
+        float inv = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)(hd / 2));
+        for (int64_t p = 0; p < N; p++) {
+            int64_t r, c;
+            patch_rc(p, gw, M, &r, &c);
             rot[p * (hd / 2) + i] = (float)r * inv;
             rot[p * (hd / 2) + q4 + i] = (float)c * inv;
         }
@@ -346,7 +350,7 @@ int snug_vision_encode(const struct snug_vision *v, struct snug_pool *pool, cons
         tensor pw = v->patch_w[f]; /* [P][P][3][D]: D rows of 3·P² */
         snug_op_matmul(pool, pw->type, pw->data, PP, D, w.frame, N, f ? w.t : w.h, w.mm);
     }
-    for (int64_t i = 0; i < N * D; i++) w.h[i] += w.t[i];
+    snug_op_add(pool, w.h, w.t, N * D);
     snug_op_bias_act(pool, w.h, F32(v->patch_b), N, D, SNUG_ACT_NONE);
     /* learned positions, bilinearly resampled to the grid; rotary angles by row and column */
     snug_vision_positions(v, gh, gw, w.h, w.rot);
