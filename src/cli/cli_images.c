@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "core/threadpool.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/image.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,30 +75,42 @@ int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int bac
                             "%s projects to %d values per row but the model's hidden size is %d: "
                             "is it this model's mmproj?",
                             ci->mmproj, vh->out_dim, snug_model_n_embd(m));
-    if (vb) { /* the whole tower there, for the largest image the bounds allow */
-        int64_t pp = (int64_t)vh->patch * vh->patch;
-        if ((rc = snug_vision_be_open(&ci->vbe, ci->v, vb, (ci->max_px + pp - 1) / pp, err)))
-            return rc;
-        fprintf(stderr, "vision tower on the cuda backend (%.1f MiB there)\n",
-                (double)snug_vision_be_bytes(ci->vbe) / 1048576.0);
-    }
-    struct snug_pool *pool = NULL;
-    if (n_threads != 1 && (rc = snug_pool_init(&pool, n_threads, err))) return rc;
+    /* every file read once; on a device the tower is opened for the largest of them (its
+     * header's size through the resize rule), not for the largest the bounds allow */
+    uint8_t *bytes[CLI_MAX_IMAGES] = {0};
+    size_t nb[CLI_MAX_IMAGES] = {0};
+    int64_t max_patches = 0;
     for (int k = 0; k < ci->n && rc == SNUG_OK; k++) {
-        size_t nb = 0;
-        uint8_t *bytes =
-            (uint8_t *)cli_read_file(ci->paths[k], "image", (size_t)64 << 20, &nb, err);
-        if (!bytes) {
+        if (!(bytes[k] =
+                  (uint8_t *)cli_read_file(ci->paths[k], "image", (size_t)64 << 20, &nb[k], err))) {
             rc = SNUG_ERR_IO;
             break;
         }
-        rc = snug_vision_encode_bytes(ci->v, pool, bytes, nb, ci->min_px, ci->max_px, &ci->enc[k],
-                                      err);
-        snug_free(bytes);
+        int32_t w, h, rows, cols;
+        rc = snug_image_probe(bytes[k], nb[k], &w, &h, err);
+        if (rc == SNUG_OK)
+            rc = snug_vision_image_size(vh, w, h, ci->min_px, ci->max_px, &rows, &cols, NULL, err);
+        if (rc == SNUG_OK)
+            max_patches = SNUG_MAX(max_patches, (int64_t)rows * cols * vh->merge * vh->merge);
+        else
+            snug_err_prefix(err, "%s", ci->paths[k]);
+    }
+    if (rc == SNUG_OK && vb && max_patches > 0) {
+        rc = snug_vision_be_open(&ci->vbe, ci->v, vb, max_patches, err);
+        if (rc == SNUG_OK)
+            fprintf(stderr, "vision tower on the cuda backend (%.1f MiB there)\n",
+                    (double)snug_vision_be_bytes(ci->vbe) / 1048576.0);
+    }
+    struct snug_pool *pool = NULL;
+    if (rc == SNUG_OK && n_threads != 1) rc = snug_pool_init(&pool, n_threads, err);
+    for (int k = 0; k < ci->n && rc == SNUG_OK; k++) {
+        rc = snug_vision_encode_bytes(ci->v, pool, bytes[k], nb[k], ci->min_px, ci->max_px,
+                                      &ci->enc[k], err);
         if (rc) break;
         fprintf(stderr, "image %s: %d x %d -> %d x %d tokens\n", ci->paths[k], ci->enc[k].src_w,
                 ci->enc[k].src_h, ci->enc[k].cols, ci->enc[k].rows);
     }
+    for (int k = 0; k < ci->n; k++) snug_free(bytes[k]);
     snug_pool_free(pool);
     snug_vision_be_close(ci->vbe); /* the rows are on the host: give the device back */
     ci->vbe = NULL;
