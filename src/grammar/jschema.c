@@ -1299,6 +1299,23 @@ static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
     return id;
 }
 
+/* A schema can refer to itself before any JSON text ({"$ref": "#"} at its root, two $defs that
+ * only refer to each other, an anyOf whose branch refers back): its grammar is then
+ * left-recursive, which no sampler can walk. The generated text is parsed once here so such a
+ * schema is refused with its cause instead of handing the caller a grammar that fails later; a
+ * grammar over the parser's size budget is left for the caller to refuse. */
+static int check_parses(const char *gbnf, size_t n, struct snug_err *err) {
+    struct snug_grammar *g = NULL;
+    struct snug_err perr = {0};
+    int rc = snug_grammar_parse(&g, gbnf, n, NULL, NULL, &perr);
+    snug_grammar_free(g);
+    if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) return SNUG_OK;
+    return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                        "json schema: it refers to itself before any JSON text (a $ref cycle "
+                        "with nothing in between), which no output can satisfy: %s",
+                        perr.msg);
+}
+
 static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
                   struct snug_err *err) {
     struct snug_sbuf o = {0};
@@ -1309,6 +1326,11 @@ static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_
     if (o.oom || c->rules.oom) {
         snug_free(o.data);
         return snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
+    }
+    int rc = check_parses(o.data, o.len, err);
+    if (rc) {
+        snug_free(o.data);
+        return rc;
     }
     *out = o.data;
     if (out_len) *out_len = o.len;
@@ -1410,6 +1432,8 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
         if (c.rules.data) snug_sbuf_append(&o, c.rules.data, c.rules.len);
         if (o.oom || c.rules.oom)
             rc = snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
+        else
+            rc = check_parses(o.data, o.len, err);
     }
     snug_free(c.rules.data);
     json_decref(root);

@@ -449,6 +449,16 @@ static void test_schema(void) {
     schema_error("{\"properties\":{\"a\":{\"if\":{}}}}", "'if' at #/properties/a");
     schema_error("{\"$ref\":\"http://example.com/s.json\"}", "$ref");
     schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", "hostname");
+    /* a schema that refers to itself before any JSON text (found by fuzz_grammar_schema): its
+     * grammar would be left-recursive; recursion inside an object still converts */
+    schema_error("{\"$defs\":{\"n\":{}},\"$ref\":\"#\"}", "refers to itself");
+    schema_error("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"string\"}]}", "refers to itself");
+    schema_error("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},"
+                 "\"$ref\":\"#/$defs/a\"}",
+                 "refers to itself");
+    S_OK("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/n\"}}}},"
+         "\"$ref\":\"#/$defs/n\"}",
+         "{\"c\":{\"c\":{}}}");
 }
 
 /* A strict tool whose parameter names hold a newline, a quote, a backslash and a control byte:
