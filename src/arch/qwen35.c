@@ -56,7 +56,7 @@ struct trunk_bufs {
 };
 
 /* Logits rows computed per slice on a device backend before they are copied to the host. */
-#define LG_ROWS 8
+#define LG_ROWS SNUG_FWD_LG_ROWS
 
 /* Scratch bytes any ops.h call of the trunk or FFN of a step of T tokens may need (matmul,
  * attention, delta, the MoE expert products over T·k rows). */
@@ -322,7 +322,7 @@ void snug_qwen35_place_rows(struct snug_fwd *f, float *x) {
 /* x [T][H] = the token embeddings, then the image rows in place (snug_qwen35_place_rows). */
 static void embed_rows(struct snug_fwd *f, float *x) {
     struct snug_be *be = snug_fwd_be(f);
-    OP(embed, f->m->tok_embd, f->ids, f->T, f->m->hp.n_embd, x);
+    OP(embed, f->m->tok_embd, f->ids, f->ids_be, f->T, f->m->hp.n_embd, x);
     if (f->embd_rows) snug_qwen35_place_rows(f, x);
 }
 
@@ -355,17 +355,18 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
         int64_t r0 = run->row0, n = run->T;
         const float *q = B->q + r0 * Hq * D;
         float *att = B->att + r0 * Hq * D;
-        OP(kv_store, kv, Hkv, D, run->pos0, n, B->k + r0 * Hkv * D, B->v + r0 * Hkv * D);
+        const int32_t *pb = f->pos_be ? f->pos_be + r0 : NULL; /* the run's positions */
+        OP(kv_store, kv, Hkv, D, run->pos0, pb, n, B->k + r0 * Hkv * D, B->v + r0 * Hkv * D);
         if (run->snapshot && !be->host_memory) {
             /* a speculative verification on a device: the rows one by one, each as the decode
              * step at its position sees the cache (the CUDA kernel splits the positions by the
              * key count, so a row of a batched call sums in another order): the verified
              * logits and states are then plain decoding's bit for bit, as on the CPU */
             for (int64_t t = 0; t < n; t++)
-                OP(attention, kv, Hq, Hkv, D, run->pos0 + t, 1, q + t * Hq * D, scale,
-                   att + t * Hq * D, f->op_work);
+                OP(attention, kv, Hq, Hkv, D, run->pos0 + t, pb ? pb + t : NULL, 1, q + t * Hq * D,
+                   scale, att + t * Hq * D, f->op_work);
         } else {
-            OP(attention, kv, Hq, Hkv, D, run->pos0, n, q, scale, att, f->op_work);
+            OP(attention, kv, Hq, Hkv, D, run->pos0, pb, n, q, scale, att, f->op_work);
         }
     }
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
@@ -461,9 +462,10 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
 }
 
 /* The LM head over rows [r0, r0 + n) of xn into logits (host): directly on the CPU, else in
- * slices of LG_ROWS rows through the staging buffer lg, each copied to the host. */
-static void lm_head(struct snug_fwd *f, const float *xn, float *lg, int64_t r0, int64_t n,
-                    float *logits) {
+ * slices of LG_ROWS rows through the staging buffer lg, each copied to the host before the next
+ * slice overwrites it (a step with more logits rows than LG_ROWS: long prompts). */
+static void lm_head_sliced(struct snug_fwd *f, const float *xn, float *lg, int64_t r0, int64_t n,
+                           float *logits) {
     const struct snug_model *m = f->m;
     struct snug_be *be = snug_fwd_be(f);
     int64_t H = m->hp.n_embd, V = m->hp.n_vocab;
@@ -479,9 +481,16 @@ static void lm_head(struct snug_fwd *f, const float *xn, float *lg, int64_t r0, 
 }
 
 /* The logits rows of every run (their last n_logits rows), packed into f->logits: adjacent
- * row ranges of consecutive runs (a batch of decode rows) go through one product. */
+ * row ranges of consecutive runs (a batch of decode rows) go through one product. On a device
+ * backend, a step with at most LG_ROWS logits rows (every decode and verification step) keeps
+ * them all in lg, each segment in its own rows, and reads them back once the step's work is
+ * done (read_back: a recorded step replays this too); longer ones go slice by slice. */
 void snug_fwd_logits(struct snug_fwd *f, const float *xn, float *lg) {
-    int64_t V = f->m->hp.n_vocab, out = 0, seg0 = 0, segn = 0;
+    const struct snug_model *m = f->m;
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t V = m->hp.n_vocab, H = m->hp.n_embd, out = 0, seg0 = 0, segn = 0, total = 0;
+    for (int32_t r = 0; r < f->n_runs; r++) total += f->runs[r].n_logits;
+    bool packed = !be->host_memory && total <= LG_ROWS;
     for (int32_t r = 0; r <= f->n_runs; r++) {
         int64_t a = 0, n = 0;
         if (r < f->n_runs) {
@@ -494,7 +503,12 @@ void snug_fwd_logits(struct snug_fwd *f, const float *xn, float *lg) {
                 continue;
             }
         }
-        if (segn > 0) lm_head(f, xn, lg, seg0, segn, f->logits + out * V);
+        if (segn > 0 && packed) {
+            matmul(f, m->output, xn + seg0 * H, segn, lg + out * V);
+            OP(read_back, f->logits + out * V, lg + out * V, (size_t)(segn * V) * sizeof(float));
+        } else if (segn > 0) {
+            lm_head_sliced(f, xn, lg, seg0, segn, f->logits + out * V);
+        }
         out += segn;
         seg0 = a, segn = n;
     }
@@ -525,29 +539,32 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) {
         snug_arena_reset_to(hw, hmark);
     }
 
+    /* Each residual add is fused with the norm that follows it (add_rmsnorm): the FFN's norm
+     * after the mixer, the next layer's input norm after the FFN — after the last layer, the
+     * output norm. */
+    snug_tensor first_norm = hp->n_layer ? m->layers[0].attn_norm : m->output_norm;
+    OP(rmsnorm, B.x, f32(f, first_norm), hp->rms_eps, T, H, B.xn);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct snug_layer *L = &m->layers[il];
-        OP(rmsnorm, B.x, f32(f, L->attn_norm), hp->rms_eps, T, H, B.xn);
         if (L->recurrent)
             deltanet(f, L, &B);
         else
             attention(f, L, &B);
         if (be->ops->all_reduce) OP(all_reduce, B.y, T * H); /* one rank of several: partial sums */
-        OP(add, B.x, B.y, T * H);
-        OP(rmsnorm, B.x, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
+        OP(add_rmsnorm, B.x, B.y, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
         size_t mark = snug_arena_mark(f->work);
         ffn(f, L, B.xn, B.y);
         snug_arena_reset_to(f->work, mark);
         snug_arena_reset_to(hw, hmark);
         if (be->ops->all_reduce) OP(all_reduce, B.y, T * H);
-        OP(add, B.x, B.y, T * H);
+        snug_tensor next_norm = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : m->output_norm;
+        OP(add_rmsnorm, B.x, B.y, f32(f, next_norm), hp->rms_eps, T, H, B.xn);
         if (hook) {
             hook(f->hook_user, (int32_t)il + 1, hpos0, f->T, (int32_t)H, host_view(f, B.x, T * H));
             snug_arena_reset_to(hw, hmark);
         }
     }
 
-    OP(rmsnorm, B.x, f32(f, m->output_norm), hp->rms_eps, T, H, B.xn);
     if (hook) {
         hook(f->hook_user, (int32_t)hp->n_layer + 1, hpos0, f->T, (int32_t)H,
              host_view(f, B.xn, T * H));

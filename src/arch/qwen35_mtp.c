@@ -40,7 +40,7 @@ struct mtp_bufs {
 };
 
 /* Logits rows computed per slice on a device backend before they are copied to the host. */
-#define MTP_LG_ROWS 8
+#define MTP_LG_ROWS SNUG_FWD_LG_ROWS
 
 /* Scratch of any backend op of the MTP layer or its FFN over T tokens: the largest matmul input
  * width (eh_proj reads 2H), the attention of any cache format, the MoE expert products. */
@@ -128,8 +128,9 @@ static void mtp_attention(struct snug_fwd *f, const struct snug_layer *L, struct
         OP(rope_neox, B->q, T, Hq, D, hp->n_rot, pos, hp->rope_base);
         OP(rope_neox, B->k, T, Hkv, D, hp->n_rot, pos, hp->rope_base);
     }
-    OP(kv_store, kv, Hkv, D, run->pos0, T, B->k, B->v);
-    OP(attention, kv, Hq, Hkv, D, run->pos0, T, B->q, 1.0f / sqrtf((float)D), B->att, f->op_work);
+    OP(kv_store, kv, Hkv, D, run->pos0, f->pos_be, T, B->k, B->v);
+    OP(attention, kv, Hq, Hkv, D, run->pos0, f->pos_be, T, B->q, 1.0f / sqrtf((float)D), B->att,
+       f->op_work);
     OP(copy2d, B->q, D, B->qg + D, 2 * D, D, T * Hq); /* the gate half, into q (now free) */
     OP(sigmoid_mul, B->att, B->q, T * Hq * D, B->att);
     matmul(f, L->wo, B->att, T, B->y);
@@ -148,7 +149,7 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
 
     /* [e | hn]: the embedding of x_{p+1} first, the hidden state second (docs/qwen35.md §3.2); each
      * normed row by row into xn, then placed into its half of cat */
-    OP(embed, m->tok_embd, f->ids, T, H, B.y);
+    OP(embed, m->tok_embd, f->ids, f->ids_be, T, H, B.y);
     if (f->embd_rows) /* x_{p+1} is an image's row: its projector row, as the trunk's input */
         snug_qwen35_place_rows(f, B.y);
     if (f->rope3 && !be->host_memory) /* the 3-D positions beside the 1-D ones (pos_be) */
@@ -162,18 +163,16 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
     /* the decoder layer: pre-norm attention + residual, pre-norm FFN + residual (§2.2) */
     OP(rmsnorm, B.x, f32(f, L->attn_norm), hp->rms_eps, T, H, B.xn);
     mtp_attention(f, L, &B);
-    OP(add, B.x, B.y, T * H);
-    OP(rmsnorm, B.x, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
+    OP(add_rmsnorm, B.x, B.y, f32(f, L->post_norm), hp->rms_eps, T, H, B.xn);
     size_t mark = snug_arena_mark(f->work);
     struct snug_arena *hw = snug_fwd_host_work(f);
     size_t hmark = snug_arena_mark(hw);
     ffn(f, L, B.xn, B.y);
     snug_arena_reset_to(f->work, mark);
     snug_arena_reset_to(hw, hmark);
-    OP(add, B.x, B.y, T * H);
 
     /* h' feeds both the shared LM head and the next drafting step */
-    OP(rmsnorm, B.x, f32(f, L->nextn_shared_head_norm), hp->rms_eps, T, H, B.xn);
+    OP(add_rmsnorm, B.x, B.y, f32(f, L->nextn_shared_head_norm), hp->rms_eps, T, H, B.xn);
     float *hout = f->runs[0].hidden_out;
     if (hout) OP(copy, hout, B.xn, (size_t)(T * H) * sizeof(float));
     if (f->logits) snug_fwd_logits(f, B.xn, B.lg);

@@ -54,11 +54,15 @@ struct snug_backend_ops {
                           float eps, int64_t T, int64_t Nv, int64_t dv, float *y);
     void (*conv_silu)(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
                       const float *w, float *conv_state, float *y);
+    /* kv_store and attention: pos_be is NULL or the T rows' positions in the backend's memory
+     * (pos_be[0] == pos0, consecutive): a device backend then reads the first position there at
+     * run time, so a recorded step (step_begin) replays at a later position unchanged. */
     void (*kv_store)(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
-                     int64_t pos0, int64_t T, const float *k, const float *v);
+                     int64_t pos0, const int32_t *pos_be, int64_t T, const float *k,
+                     const float *v);
     void (*attention)(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq, int64_t Hkv,
-                      int64_t D, int64_t pos0, int64_t T, const float *q, float scale, float *out,
-                      void *work);
+                      int64_t D, int64_t pos0, const int32_t *pos_be, int64_t T, const float *q,
+                      float scale, float *out, void *work);
     void (*delta_step)(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                        int64_t dv, const float *q, const float *k, const float *v, const float *g,
                        const float *beta, float *state, float *out);
@@ -67,6 +71,10 @@ struct snug_backend_ops {
                           const float *g, const float *beta, float *state, float *out, void *work);
     /* x[i] += y[i] */
     void (*add)(struct snug_be *be, float *x, const float *y, int64_t n);
+    /* The residual step between blocks, fused: x[T][n] += y, then xn = rmsnorm(x) · w (the same
+     * numbers as add followed by rmsnorm). */
+    void (*add_rmsnorm)(struct snug_be *be, float *x, const float *y, const float *w, float eps,
+                        int64_t T, int64_t n, float *xn);
     /* x[i] *= s */
     void (*scale)(struct snug_be *be, float *x, int64_t n, float s);
     /* DeltaNet gates, in place over [T][Nv]: beta = sigmoid(beta);
@@ -76,12 +84,18 @@ struct snug_backend_ops {
     /* rows × n floats: dst + r·dpitch ← src + r·spitch (pitches in floats). */
     void (*copy2d)(struct snug_be *be, float *dst, int64_t dpitch, const float *src, int64_t spitch,
                    int64_t n, int64_t rows);
-    /* x[T][H] = rows ids[t] of the embedding table t (dequantised to f32). host_ids. */
+    /* x[T][H] = rows ids[t] of the embedding table t (dequantised to f32). host_ids; ids_be NULL
+     * or the same ids in the backend's memory (a device backend then gathers the rows there). */
     void (*embed)(struct snug_be *be, const struct snug_gguf_tensor *table,
-                  const snug_token *host_ids, int64_t T, int64_t H, float *x);
+                  const snug_token *host_ids, const int32_t *ids_be, int64_t T, int64_t H,
+                  float *x);
     /* Copies between host memory and the backend's (synchronous). */
     void (*upload)(struct snug_be *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(struct snug_be *be, void *host_dst, const void *src, size_t bytes);
+    /* A step's result to the host: bytes from src to host_dst, there when the step's forward
+     * has returned (at once, outside a recorded step; a recorded step copies after its work,
+     * step_end / step_begin). src must not be written by a later op of the same step. */
+    void (*read_back)(struct snug_be *be, void *host_dst, const void *src, size_t bytes);
     /* dst[i][:] = src[idx[i]][:] for i < n (rows of H floats). */
     void (*gather_rows)(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
                         int64_t n, int64_t H);
@@ -139,8 +153,8 @@ struct snug_backend_ops {
      * the little host-side work (MoE routing, hook copies); host_work NULL on the CPU. */
     struct snug_arena *(*work)(struct snug_be *be);
     struct snug_arena *(*host_work)(struct snug_be *be);
-    /* [n_chunk] positions in the backend's memory for a step (NULL: the step's host array is
-     * read directly, a host-memory backend). */
+    /* A step's inputs in the backend's memory: [2][n_chunk] int32, the rows' positions then
+     * their token ids (NULL: the step's host arrays are read directly, a host-memory backend). */
     int32_t *(*positions)(struct snug_be *be);
     /* Zero slot s's recurrent states (a new sequence; attention rows need no clearing). */
     void (*reset_slot)(struct snug_be *be, int32_t slot);
@@ -160,7 +174,19 @@ struct snug_backend_ops {
      * instance that is not one rank of several: the forward then skips it (one device's path
      * unchanged). The CPU emulation: src/tp/tp_cpu.c; NCCL: docs/tensor-parallel.md. */
     void (*all_reduce)(struct snug_be *be, float *x, int64_t n);
+    /* Recorded steps (CUDA graphs): a step whose launches depend only on `key` (shapes and
+     * addresses; the caller hashes them) and on data in the backend's memory (positions, ids,
+     * states) is recorded once and then replayed as one launch. step_begin(be, key) answers
+     * SNUG_STEP_EAGER (run the forward as usual), SNUG_STEP_RECORDING (run the forward now: it is
+     * recorded; then call step_end) or SNUG_STEP_REPLAYED (the step ran, read-backs included:
+     * skip the forward). step_end runs what was recorded and returns true, or false when the
+     * recording failed (the forward asked for something a replay cannot repeat: a host copy in
+     * the middle of the step, say): nothing ran, and the caller runs the forward again eagerly.
+     * NULL on backends without them (the forward always runs). */
+    int (*step_begin)(struct snug_be *be, uint64_t key);
+    bool (*step_end)(struct snug_be *be);
 };
+enum { SNUG_STEP_EAGER = 0, SNUG_STEP_RECORDING = 1, SNUG_STEP_REPLAYED = 2 };
 
 struct snug_be {
     const struct snug_backend_ops *ops;
@@ -226,7 +252,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 4u
+#define SNUG_BACKEND_ABI 5u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

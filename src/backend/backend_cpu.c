@@ -78,12 +78,15 @@ static void cpu_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t
     snug_op_conv_silu(be->pool, x, T, C, K, w, st, y);
 }
 static void cpu_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
-                         int64_t pos0, int64_t T, const float *k, const float *v) {
+                         int64_t pos0, const int32_t *pos_be, int64_t T, const float *k,
+                         const float *v) {
+    (void)pos_be;                                 /* the host's pos0 is the position */
     snug_op_kvq_store(kv, Hkv, D, pos0, T, k, v); /* any cache format */
 }
 static void cpu_attention(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq,
-                          int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
-                          float scale, float *out, void *work) {
+                          int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_be, int64_t T,
+                          const float *q, float scale, float *out, void *work) {
+    (void)pos_be;
     snug_op_kvq_attention(be->pool, kv, Hq, Hkv, D, pos0, T, q, scale, out, work);
 }
 static void cpu_delta_step(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
@@ -99,6 +102,11 @@ static void cpu_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t
 }
 static void cpu_add(struct snug_be *be, float *x, const float *y, int64_t n) {
     snug_op_add(be->pool, x, y, n);
+}
+static void cpu_add_rmsnorm(struct snug_be *be, float *x, const float *y, const float *w, float eps,
+                            int64_t T, int64_t n, float *xn) {
+    snug_op_add(be->pool, x, y, T * n);
+    snug_op_rmsnorm(be->pool, x, w, eps, T, n, xn);
 }
 static void cpu_layernorm(struct snug_be *be, const float *x, const float *w, const float *b,
                           float eps, int64_t T, int64_t n, float *y) {
@@ -139,7 +147,8 @@ static void cpu_copy2d(struct snug_be *be, float *dst, int64_t dp, const float *
     for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dp, src + r * sp, (size_t)n * 4);
 }
 static void cpu_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
-                      int64_t T, int64_t H, float *x) {
+                      const int32_t *ids_be, int64_t T, int64_t H, float *x) {
+    (void)ids_be;
     uint64_t erow = snug_dtype_row_bytes(t->type, (uint64_t)H);
     for (int64_t i = 0; i < T; i++)
         snug_dequantize_row(t->type, (const uint8_t *)t->data + (uint64_t)ids[i] * erow, x + i * H,
@@ -255,12 +264,14 @@ static const struct snug_backend_ops CPU_OPS = {
     .delta_step = cpu_delta_step,
     .delta_chunked = cpu_delta_chunked,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .scale = cpu_scale,
     .delta_gates = cpu_delta_gates,
     .copy2d = cpu_copy2d,
     .embed = cpu_embed,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .read_back = cpu_copy,
     .gather_rows = cpu_gather_rows,
     .moe_combine = cpu_moe_combine,
     .moe_route = cpu_moe_route,

@@ -58,6 +58,7 @@ struct snug_ctx {
     snug_pos snap_pos0;     /* the last SNUG_EVAL_SNAPSHOT eval: first position */
     int32_t snap_n;         /* and its token count (0: no rollback point) */
     bool device;            /* the backend's memory is not the host's (CUDA) */
+    int32_t be_chunk;       /* the instance's rows per step (its step-input tables' length) */
     int32_t slot;           /* which slot of the backend instance is this sequence's */
     bool owns;              /* the pool and the instance are this context's (snug_ctx_init);
                                else a slot pool's (src/engine/slots.c) */
@@ -79,6 +80,7 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     c->kv = be->ops->slot_kv(be, c->slot);
     c->work = be->ops->work(be);
     int32_t nc = plan->lim.n_chunk;
+    c->be_chunk = nc;
     SNUG_ASSERT(plan->pos_bytes >=
                 (size_t)nc * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) + sizeof(void *)));
     c->runs = snug_malloc(plan->pos_bytes);
@@ -299,9 +301,9 @@ static void ctx_snap(struct snug_ctx *ctx, int32_t t, bool save) {
     ctx->be->ops->snapshot(ctx->be, ctx->slot, t, save);
 }
 
-/* Point a step at the backend: its caches, work arenas and positions (uploaded from ctx->pos,
- * T of them, when the backend keeps its own copy). */
-static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
+/* Point a step at the backend: its caches, work arenas and step inputs (T positions from
+ * ctx->pos and, ids given, T token ids uploaded when the backend keeps its own copy). */
+static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T, const snug_token *ids) {
     struct snug_be *be = ctx->be;
     f->be = be;
     f->work = ctx->work;
@@ -309,8 +311,67 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T) {
     snug_arena_reset_to(f->work, 0);
     if (f->host_work) snug_arena_reset_to(f->host_work, 0);
     int32_t *dpos = be->ops->positions(be);
-    if (dpos && T > 0) be->ops->upload(be, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
     f->pos_be = dpos;
+    f->ids_be = NULL;
+    if (dpos && T > 0) {
+        be->ops->upload(be, dpos, ctx->pos, (size_t)T * sizeof(int32_t));
+        if (ids) {
+            be->ops->upload(be, dpos + ctx->be_chunk, ids, (size_t)T * sizeof(int32_t));
+            f->ids_be = dpos + ctx->be_chunk;
+        }
+    }
+}
+
+/* FNV-1a over the bytes of v, into h. */
+static uint64_t hash_mix(uint64_t h, const void *v, size_t n) {
+    const uint8_t *p = v;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define HASH(h, x) ((h) = hash_mix((h), &(x), sizeof(x)))
+
+/* Everything a recordable step's launches depend on besides the data in the backend's memory:
+ * the forward, the shapes, every run's cache, rows, logits rows and outputs, and the addresses
+ * of the inputs, the work arena and the host logits (read_back's destination). */
+static uint64_t step_key(const struct snug_fwd *f, void (*fn)(struct snug_fwd *)) {
+    uint64_t h = 14695981039346656037ull;
+    HASH(h, fn);
+    HASH(h, f->m);
+    HASH(h, f->T);
+    HASH(h, f->n_runs);
+    for (int32_t r = 0; r < f->n_runs; r++) {
+        const struct snug_fwd_run *run = &f->runs[r];
+        HASH(h, run->kv);
+        HASH(h, run->row0);
+        HASH(h, run->T);
+        HASH(h, run->n_logits);
+        HASH(h, run->snapshot);
+        HASH(h, run->hidden_out);
+    }
+    HASH(h, f->logits);
+    HASH(h, f->mtp_hidden_in);
+    HASH(h, f->pos_be);
+    HASH(h, f->ids_be);
+    HASH(h, f->work->base);
+    return h;
+}
+
+void snug_fwd_exec(struct snug_fwd *f, void (*fn)(struct snug_fwd *f)) {
+    struct snug_be *be = snug_fwd_be(f);
+    bool recordable = be->ops->step_begin && f->T <= SNUG_FWD_LG_ROWS && f->pos_be && f->ids_be &&
+                      !f->hook && !f->mm_obs && !f->rope3 && !f->embd_rows;
+    if (recordable) {
+        int mode = be->ops->step_begin(be, step_key(f, fn));
+        if (mode == SNUG_STEP_REPLAYED) return;
+        if (mode == SNUG_STEP_RECORDING) {
+            fn(f);
+            if (be->ops->step_end(be)) return;
+            /* the recording failed and nothing ran: the same forward, eagerly */
+            snug_arena_reset_to(f->work, 0);
+            if (f->host_work) snug_arena_reset_to(f->host_work, 0);
+        }
+    }
+    fn(f);
 }
 
 /* ---- the step -------------------------------------------------------------------------- */
@@ -411,7 +472,7 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
         }
         if (c->spec) { /* the pending rows learn their next token: MTP step 1 over them */
             struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
-            ctx_fwd_be(c, &base, 0);
+            ctx_fwd_be(c, &base, 0, NULL);
             float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
             c->mtp_rows +=
                 snug_spec_flush(c->spec, &base, ids[run->row0], mm ? c->embd_rows[0] : NULL, sink);
@@ -435,8 +496,8 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
         f.rope3 = c0->run_ctx[0]->rope3;
         f.embd_rows = c0->run_ctx[0]->embd_rows;
     }
-    ctx_fwd_be(c0, &f, T); /* activations, positions in the backend's memory */
-    m->arch->forward(&f);
+    ctx_fwd_be(c0, &f, T, ids); /* activations, positions and ids in the backend's memory */
+    snug_fwd_exec(&f, m->arch->forward);
     c0->n_forwards++;
     int rc = c0->be->ops->sync(c0->be, err);
     if (rc) return rc;
@@ -452,7 +513,7 @@ static int step_forward(struct snug_ctx *c0, const snug_token *ids, int32_t T, i
              * row stays pending after every plain step (the prefix cache's checkpoints rely
              * on it: snug_ctx_prefix_state) */
             struct snug_fwd base = {.m = m, .pool = c->pool, .n_threads = c->n_threads};
-            ctx_fwd_be(c, &base, 0);
+            ctx_fwd_be(c, &base, 0, NULL);
             float *sink = c->mtp_sink ? c->mtp_sink + c->mtp_rows * V : NULL;
             c->mtp_rows += snug_spec_flush_known(c->spec, &base, sink);
             settle = true;
@@ -708,7 +769,7 @@ int32_t snug_model_n_nextn(const struct snug_model *m) {
  * work arenas; the MTP uploads its own positions). */
 static struct snug_fwd base_fwd(struct snug_ctx *ctx) {
     struct snug_fwd f = {.m = ctx->m, .pool = ctx->pool, .n_threads = ctx->n_threads};
-    ctx_fwd_be(ctx, &f, 0);
+    ctx_fwd_be(ctx, &f, 0, NULL);
     return f;
 }
 
@@ -772,8 +833,8 @@ int snug_ctx_truncate(struct snug_ctx *ctx, int32_t n_past, struct snug_err *err
                 ctx->rope3[i] = ctx->snap_pos0 + i / 3 + ctx->rope_delta;
             f.rope3 = ctx->rope3;
         }
-        ctx_fwd_be(ctx, &f, keep);
-        ctx->m->arch->forward(&f);
+        ctx_fwd_be(ctx, &f, keep, sp->hid_ids);
+        snug_fwd_exec(&f, ctx->m->arch->forward);
         ctx->n_forwards++;
     } else {
         ctx_snap(ctx, keep - 1, false);

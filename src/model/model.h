@@ -184,6 +184,7 @@ struct snug_fwd {
     struct snug_be be_cpu;
     struct snug_arena *host_work;
     const int32_t *pos_be;
+    const int32_t *ids_be; /* NULL, or the step's ids in the backend's memory (pos_be's block) */
     /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), host memory
      * (a device forward uploads them: the trunk in qwen35.c, the MTP block in qwen35_mtp.c): NULL,
      * or [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over
@@ -253,9 +254,15 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 /* A step's image rows (f->embd_rows) into x [T][H], backend memory: trunk and MTP block. */
 void snug_qwen35_place_rows(struct snug_fwd *f, float *x);
 /* The LM head of a step: each run's last n_logits rows of xn ([T][H], backend memory) into
- * f->logits (host), packed in row order; lg: a staging buffer of min(T, 8) rows of V floats
- * for a backend whose memory is not the host's. */
+ * f->logits (host), packed in row order; lg: a staging buffer of min(T, SNUG_FWD_LG_ROWS) rows
+ * of V floats for a backend whose memory is not the host's. */
+#define SNUG_FWD_LG_ROWS 8
 void snug_fwd_logits(struct snug_fwd *f, const float *xn, float *lg);
+/* Run a step's forward fn (the architecture's forward or mtp_forward) over f on its backend: as
+ * a recorded step where the backend keeps them (backend.h step_begin: CUDA graphs) and the step
+ * can replay — at most SNUG_FWD_LG_ROWS rows, its positions and ids in the backend's memory
+ * (pos_be, ids_be), no layer hook, observer or multimodal rows — else as a plain call. */
+void snug_fwd_exec(struct snug_fwd *f, void (*fn)(struct snug_fwd *f));
 /* The MTP block of the qwen35 family (src/arch/qwen35_mtp.c): scratch of a step of T
  * positions (without the FFN's) and the forward (see snug_arch.mtp_forward). */
 size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int32_t n_threads);

@@ -291,8 +291,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     slot_item(out, "sampler", 6 * V * 4, SNUG_DEVICE_HOST);
     if (lim.backend == SNUG_BACKEND_CUDA) {
         item(out, "logits (device)", V * 4, SNUG_DEVICE_GPU, false);
-        /* the backend's copy of a step's positions, [n_chunk] int32 */
-        item(out, "positions (device)", (uint64_t)lim.n_chunk * 4, SNUG_DEVICE_GPU, false);
+        /* the backend's copy of a step's inputs: positions and token ids, [2][n_chunk] int32 */
+        item(out, "step inputs (device)", (uint64_t)lim.n_chunk * 8, SNUG_DEVICE_GPU, false);
         /* per model: bf16 GEMM tiles / int8 matvec activations / split-attention partials
          * (what the CUDA backend allocates as its op scratch: this number) */
         int64_t mi, mo;

@@ -33,7 +33,7 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
 static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
                            bool dev, struct snug_arena *a, struct snug_spec *o) {
     size_t C = (size_t)n_chunk, H = hp->n_embd, V = hp->n_vocab, K1 = (size_t)n_draft + 1;
-    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, C * 4};
+    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, 2 * C * 4};
     void **ddst[] = {(void **)&o->hid, (void **)&o->h2, (void **)&o->ha, (void **)&o->hb,
                      (void **)&o->pos_dev};
     size_t P = sizeof(void *);
@@ -180,9 +180,12 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     f.ids = ids;
     f.pos = sp->pos;
     f.pos_be = NULL;
-    if (sp->be) {
+    f.ids_be = NULL;
+    if (sp->be) { /* the step's inputs: positions, then ids (pos_dev is [2][n_chunk]) */
         sp->be->ops->upload(sp->be, sp->pos_dev, sp->pos, (size_t)T * sizeof(int32_t));
+        sp->be->ops->upload(sp->be, sp->pos_dev + sp->n_chunk, ids, (size_t)T * sizeof(int32_t));
         f.pos_be = sp->pos_dev;
+        f.ids_be = sp->pos_dev + sp->n_chunk;
     }
     f.T = T;
     f.logits = logits;
@@ -190,7 +193,7 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     f.mtp_hidden_in = hin;
     f.rope3 = mm ? rope3 : NULL;
     f.embd_rows = any_embd ? embd : NULL;
-    base->m->arch->mtp_forward(&f);
+    snug_fwd_exec(&f, base->m->arch->mtp_forward);
 }
 
 int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,

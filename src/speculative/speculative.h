@@ -36,7 +36,7 @@ struct snug_spec {
     int32_t *pos;       /* [n_chunk] MTP positions */
     float *h2;          /* [n_chunk][H] MTP output rows h' */
     float *ha, *hb;     /* [H] chained drafting rows */
-    int32_t *pos_dev;   /* [n_chunk] MTP positions in the backend's memory */
+    int32_t *pos_dev;   /* [2][n_chunk] MTP positions, then ids, in the backend's memory */
     float *logits;      /* [n_draft + 1][V] verification (and drafting) logits */
     float *probs;       /* [V] */
     snug_token *batch;  /* [n_draft + 1] verification ids */

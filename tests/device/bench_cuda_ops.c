@@ -250,13 +250,14 @@ int main(void) {
             OK(snug_cuda_malloc(&kv.k, kb, &err));
             OK(snug_cuda_malloc(&kv.v, vb, &err));
             for (int64_t p = 0; p < ctxmax; p += CH)
-                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, SNUG_MIN(CH, ctxmax - p), rk, rv, &err));
+                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, NULL, SNUG_MIN(CH, ctxmax - p), rk, rv,
+                                      &err));
             for (int gm = 0; gm < 2; gm++) { /* the grouped decode kernel, then the per-head one */
                 snug_cuda_attention_tune(gm ? 0 : 1);
                 for (int i = 0; i < REP; i++) {
                     tic();
-                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, 1, q, 0.0625f, o, work,
-                                           &err));
+                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, NULL, 1, q, 0.0625f, o,
+                                           work, &err));
                     t[i] = toc_ms();
                 }
                 double ms = median(t, REP), bw = (double)(kb + vb) / (ms * 1e-3) / 1e9;
@@ -273,8 +274,8 @@ int main(void) {
                     int64_t ctx = ctxs[ci];
                     tic();
                     for (int64_t p = 0; p < ctx; p += CH)
-                        OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, SNUG_MIN(CH, ctx - p), q,
-                                               0.0625f, o, work, &err));
+                        OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, NULL, SNUG_MIN(CH, ctx - p),
+                                               q, 0.0625f, o, work, &err));
                     double pms = toc_ms();
                     double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
                     printf("attention prompt %-4s %s ctx=%-6lld chunk 512: %9.2f ms per layer  "

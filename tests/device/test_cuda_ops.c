@@ -3,7 +3,9 @@
  * Needs a GPU: built when nvcc is found, not registered with ctest; run it on the device
  * machine. Each check prints the max abs error, the error relative to max|ref| and PASS/FAIL;
  * the last line is "N passed, N failed". Outputs are poisoned (NaN) before each GPU op, so an
- * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops (first anyway).
+ * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops (first anyway);
+ * `test_cuda_ops step`: only the recorded-step paths (device positions and ids, the fused
+ * residual norm, the shared x rounding, a captured graph replayed at later positions).
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -375,7 +377,7 @@ static void test_kv_store_bytes(int kf, int vf, int64_t Hkv, int64_t D, int64_t 
         for (int64_t i = 0; i < D; i++) v[i] = 0.0f; /* a zero vector: stored norm 0 */
         float *dk = dup_dev(k, n * row * 4), *dvv = dup_dev(v, n * row * 4);
         snug_op_kvq_store(&hv, Hkv, D, parts[p][0], n, k, v);
-        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], n, dk, dvv, &err));
+        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], NULL, n, dk, dvv, &err));
         OK(snug_cuda_sync(&cu, &err));
         snug_free(k), snug_free(v), snug_cuda_dfree(dk), snug_cuda_dfree(dvv);
     }
@@ -426,8 +428,13 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
         for (int64_t i = 0; i < n * row; i += 97) k[i] *= 7.0f; /* outliers for the scales */
         float *dk = dup_dev(k, n * row * 4), *dvv = dup_dev(v, n * row * 4);
         snug_op_kvq_store(&hv, Hkv, D, parts[p][0], n, k, v);
-        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], n, dk, dvv, &err));
+        /* the chunk through device positions (a replayable launch), the prefix through pos0 */
+        int32_t *hp = snug_malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) hp[i] = (int32_t)(parts[p][0] + i);
+        int32_t *dp = p ? dup_dev(hp, (size_t)n * 4) : NULL;
+        OK(snug_cuda_kv_store(&cu, &dv, Hkv, D, parts[p][0], dp, n, dk, dvv, &err));
         OK(snug_cuda_sync(&cu, &err));
+        snug_free(hp), snug_cuda_dfree(dp);
         snug_free(k), snug_free(v), snug_cuda_dfree(dk), snug_cuda_dfree(dvv);
     }
     char name[128];
@@ -457,9 +464,21 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
     float *dq = dup_dev(q, T * Hq * D * 4), *dout = dev_poison(T * Hq * D * 4);
     size_t wb = snug_cuda_attention_work_bytes(Hq, D, T);
     void *dw = wb ? dup_dev(NULL, wb) : NULL;
-    OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, T, dq, scale, dout, dw, &err));
+    OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, NULL, T, dq, scale, dout, dw, &err));
     float *got = get(dout, T * Hq * D);
     cmp(name, got, ref, T * Hq * D, T > 8 ? 4e-3 : 2e-5);
+    { /* the same call with the positions in device memory: the same bits */
+        int32_t *hp = snug_malloc((size_t)T * 4);
+        for (int64_t i = 0; i < T; i++) hp[i] = (int32_t)(pos0 + i);
+        int32_t *dp = dup_dev(hp, (size_t)T * 4);
+        float *dout2 = dev_poison(T * Hq * D * 4);
+        OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, dp, T, dq, scale, dout2, dw, &err));
+        float *got2 = get(dout2, T * Hq * D);
+        bool same = memcmp(got, got2, (size_t)(T * Hq * D) * 4) == 0;
+        printf("%-60s device positions: %s\n", name, same ? "same bits PASS" : "FAIL");
+        CHECKF(same, "%s: device positions change the result", name);
+        snug_free(hp), snug_free(got2), snug_cuda_dfree(dp), snug_cuda_dfree(dout2);
+    }
     snug_free(got), snug_free(q), snug_free(ref), snug_free(cw), snug_free(hv.k), snug_free(hv.v);
     snug_cuda_dfree(dq), snug_cuda_dfree(dout), snug_cuda_dfree(dw), snug_cuda_dfree(dv.k),
         snug_cuda_dfree(dv.v);
@@ -707,6 +726,189 @@ static void test_encoder(void) {
     CHECK(!snug_cuda_attention_full_supported(36) && snug_cuda_attention_full_supported(72));
 }
 
+/* ---- the recorded-step paths ---------------------------------------------------------------- */
+static bool same_bits(const char *what, const void *a, const void *b, size_t bytes) {
+    bool same = memcmp(a, b, bytes) == 0;
+    printf("%-60s %s\n", what, same ? "same bits PASS" : "FAIL");
+    CHECKF(same, "%s: bits differ", what);
+    return same;
+}
+
+static void test_add_rmsnorm(int64_t T, int64_t n) {
+    float *x = rnd(T * n, 3.0f), *y = rnd(T * n, 2.0f), *w = rnd(n, 1.0f);
+    float *ref = snug_malloc((size_t)(T * n) * 4), *xr = snug_malloc((size_t)(T * n) * 4);
+    memcpy(xr, x, (size_t)(T * n) * 4);
+    snug_op_add(NULL, xr, y, T * n);
+    snug_op_rmsnorm(NULL, xr, w, 1e-6f, T, n, ref);
+    float *dx = dup_dev(x, T * n * 4), *dx2 = dup_dev(x, T * n * 4), *dy = dup_dev(y, T * n * 4);
+    float *dw = dup_dev(w, n * 4), *dn = dev_poison(T * n * 4), *dn2 = dev_poison(T * n * 4);
+    OK(snug_cuda_add(&cu, dx, dy, T * n, &err)); /* the unfused pair */
+    OK(snug_cuda_rmsnorm(&cu, dx, dw, 1e-6f, T, n, dn, &err));
+    OK(snug_cuda_add_rmsnorm(&cu, dx2, dy, dw, 1e-6f, T, n, dn2, &err));
+    float *a = get(dn, T * n), *b = get(dn2, T * n), *xa = get(dx, T * n), *xb = get(dx2, T * n);
+    char name[96];
+    snprintf(name, sizeof name, "add_rmsnorm %lldx%lld", (long long)T, (long long)n);
+    cmp(name, b, ref, T * n, 1e-5);
+    cmp("  its x (the residual sum)", xb, xr, T * n, 1e-6);
+    same_bits("  vs add then rmsnorm on the device: xn", a, b, (size_t)(T * n) * 4);
+    same_bits("  vs add then rmsnorm on the device: x", xa, xb, (size_t)(T * n) * 4);
+    snug_free(x), snug_free(y), snug_free(w), snug_free(ref), snug_free(xr);
+    snug_free(a), snug_free(b), snug_free(xa), snug_free(xb);
+    snug_cuda_dfree(dx), snug_cuda_dfree(dx2), snug_cuda_dfree(dy), snug_cuda_dfree(dw);
+    snug_cuda_dfree(dn), snug_cuda_dfree(dn2);
+}
+
+/* The token-embedding gather on the device: the reference decoder's values bit for bit. */
+static void test_embed(uint32_t type, int64_t V, int64_t H, int64_t T) {
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)H);
+    uint8_t *w = snug_malloc(rb * (size_t)V);
+    float *src = snug_malloc((size_t)H * 4);
+    for (int64_t r = 0; r < V; r++) {
+        for (int64_t i = 0; i < H; i++) src[i] = frand() * 2.0f;
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, H, NULL));
+    }
+    int32_t *ids = snug_malloc((size_t)T * 4);
+    for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((frand() + 1.0f) * 0.5f * (float)V) % V;
+    ids[0] = 0, ids[T - 1] = (int32_t)V - 1;
+    float *ref = snug_malloc((size_t)(T * H) * 4);
+    for (int64_t t = 0; t < T; t++) snug_dequantize_row(type, w + ids[t] * rb, ref + t * H, H);
+    void *dw = dup_dev(w, rb * (size_t)V);
+    int32_t *dids = dup_dev(ids, (size_t)T * 4);
+    float *dx = dev_poison((size_t)(T * H) * 4);
+    OK(snug_cuda_embed(&cu, type, dw, H, V, dids, T, dx, &err));
+    float *got = get(dx, T * H);
+    char name[96];
+    snprintf(name, sizeof name, "embed %s V=%lld H=%lld T=%lld", snug_dtype_info(type)->name,
+             (long long)V, (long long)H, (long long)T);
+    same_bits(name, got, ref, (size_t)(T * H) * 4);
+    snug_free(w), snug_free(src), snug_free(ids), snug_free(ref), snug_free(got);
+    snug_cuda_dfree(dw), snug_cuda_dfree(dids), snug_cuda_dfree(dx);
+}
+
+/* Two products of one x: the second reuses the first's rounding (snug_cuda_matvec_int8_again)
+ * and must equal the full call. */
+static void test_matvec_again(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    uint8_t *w1 = snug_malloc(rb * (size_t)n_out), *w2 = snug_malloc(rb * (size_t)n_out);
+    float *src = snug_malloc((size_t)n_in * 4);
+    for (int64_t r = 0; r < 2 * n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+        SNUG_ASSERT(
+            snug_quantize_row(type, src, (r < n_out ? w1 : w2) + (r % n_out) * rb, n_in, NULL));
+    }
+    float *x = rnd(T * n_in, 1.0f);
+    void *dw1 = dup_dev(w1, rb * n_out), *dw2 = dup_dev(w2, rb * n_out);
+    void *dx = dup_dev(x, (size_t)(T * n_in) * 4);
+    float *dy1 = dev_poison((size_t)(T * n_out) * 4), *dy2 = dev_poison((size_t)(T * n_out) * 4);
+    float *dy3 = dev_poison((size_t)(T * n_out) * 4);
+    void *work = dup_dev(NULL, snug_cuda_matmul_work_bytes(n_in, n_out, T));
+    OK(snug_cuda_matmul(&cu, type, dw2, n_in, n_out, dx, T, dy3, work, &err)); /* reference */
+    OK(snug_cuda_matmul(&cu, type, dw1, n_in, n_out, dx, T, dy1, work, &err));
+    OK(snug_cuda_matvec_int8_again(&cu, type, dw2, n_in, n_out, T, dy2, work, &err));
+    float *a = get(dy2, T * n_out), *b = get(dy3, T * n_out);
+    char name[96];
+    snprintf(name, sizeof name, "matvec %s %lldx%lld T=%lld, x rounded once for two",
+             snug_dtype_info(type)->name, (long long)n_out, (long long)n_in, (long long)T);
+    same_bits(name, a, b, (size_t)(T * n_out) * 4);
+    snug_free(w1), snug_free(w2), snug_free(src), snug_free(x), snug_free(a), snug_free(b);
+    snug_cuda_dfree(dw1), snug_cuda_dfree(dw2), snug_cuda_dfree(dx), snug_cuda_dfree(dy1);
+    snug_cuda_dfree(dy2), snug_cuda_dfree(dy3), snug_cuda_dfree(work);
+}
+
+/* A decode step's cache store and attention captured once in a CUDA graph at position p1 (the
+ * positions in device memory), replayed at later positions after uploading them: each replay
+ * must give the bits of the same calls made directly at that position (the launch is sized for
+ * any length; the kernels read the position and choose their splits when they run). */
+static void test_graph_replay(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, int64_t T) {
+    int64_t n_ctx = 9000, row = Hkv * D;
+    size_t kb = (size_t)(n_ctx * Hkv) * snug_kvfmt_vec_bytes(kf, D);
+    size_t vb = (size_t)(n_ctx * Hkv) * snug_kvfmt_vec_bytes(vf, D);
+    float *hk = rnd(n_ctx * row, 2.0f), *hvv = rnd(n_ctx * row, 1.0f);
+    struct snug_cuda_kv a = {SNUG_CUDA_KV_FMT, dup_dev(NULL, kb), dup_dev(NULL, vb), n_ctx, kf, vf};
+    struct snug_cuda_kv b = {SNUG_CUDA_KV_FMT, dup_dev(NULL, kb), dup_dev(NULL, vb), n_ctx, kf, vf};
+    float *dk = dup_dev(hk, (size_t)(n_ctx * row) * 4),
+          *dvv = dup_dev(hvv, (size_t)(n_ctx * row) * 4);
+    /* both caches hold the same rows everywhere */
+    for (int64_t p = 0; p < n_ctx; p += 512) {
+        int64_t n = SNUG_MIN(512, n_ctx - p);
+        OK(snug_cuda_kv_store(&cu, &a, Hkv, D, p, NULL, n, dk + p * row, dvv + p * row, &err));
+        OK(snug_cuda_kv_store(&cu, &b, Hkv, D, p, NULL, n, dk + p * row, dvv + p * row, &err));
+    }
+    float *q = rnd(T * Hq * D, 1.0f), *nk = rnd(T * row, 2.0f), *nv = rnd(T * row, 1.0f);
+    float *dq = dup_dev(q, (size_t)(T * Hq * D) * 4), *dnk = dup_dev(nk, (size_t)(T * row) * 4);
+    float *dnv = dup_dev(nv, (size_t)(T * row) * 4);
+    float *o1 = dev_poison((size_t)(T * Hq * D) * 4), *o2 = dev_poison((size_t)(T * Hq * D) * 4);
+    size_t wb = snug_cuda_attention_work_bytes(Hq, D, T);
+    void *w1 = dup_dev(NULL, wb), *w2 = dup_dev(NULL, wb);
+    int32_t *dpos = dup_dev(NULL, (size_t)T * 4);
+    int32_t hp[8];
+    float scale = 1.0f / sqrtf((float)D);
+    int64_t p1 = 100, later[4] = {130, 700, 5555, n_ctx - T};
+    for (int64_t i = 0; i < T; i++) hp[i] = (int32_t)(p1 + i);
+    OK(snug_cuda_upload(&cu, dpos, hp, (size_t)T * 4, &err));
+    cudaStream_t st = (cudaStream_t)cu.stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    OK(snug_cuda_kv_store(&cu, &a, Hkv, D, p1, dpos, T, dnk, dnv, &err));
+    OK(snug_cuda_attention(&cu, &a, Hq, Hkv, D, p1, dpos, T, dq, scale, o1, w1, &err));
+    CHECK(cudaStreamEndCapture(st, &graph) == cudaSuccess);
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int r = 0; r < 4; r++) {
+        int64_t p = later[r];
+        for (int64_t i = 0; i < T; i++) hp[i] = (int32_t)(p + i);
+        OK(snug_cuda_upload(&cu, dpos, hp, (size_t)T * 4, &err));
+        CHECK(cudaGraphLaunch(exec, st) == cudaSuccess);
+        OK(snug_cuda_kv_store(&cu, &b, Hkv, D, p, NULL, T, dnk, dnv, &err));
+        OK(snug_cuda_attention(&cu, &b, Hq, Hkv, D, p, NULL, T, dq, scale, o2, w2, &err));
+        float *ga = get(o1, T * Hq * D), *gb = get(o2, T * Hq * D);
+        char name[128];
+        snprintf(name, sizeof name,
+                 "graph replay %s/%s Hq=%lld D=%lld T=%lld at %lld (rec. at %lld)", KVN[kf],
+                 KVN[vf], (long long)Hq, (long long)D, (long long)T, (long long)p, (long long)p1);
+        same_bits(name, ga, gb, (size_t)(T * Hq * D) * 4);
+        snug_free(ga), snug_free(gb);
+    }
+    uint8_t *ca = snug_malloc(kb), *cb = snug_malloc(kb);
+    OK(snug_cuda_download(&cu, ca, a.k, kb, &err));
+    OK(snug_cuda_download(&cu, cb, b.k, kb, &err));
+    same_bits("  the caches after the replays (K)", ca, cb, kb);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    snug_free(ca), snug_free(cb), snug_free(hk), snug_free(hvv), snug_free(q), snug_free(nk);
+    snug_free(nv);
+    snug_cuda_dfree(a.k), snug_cuda_dfree(a.v), snug_cuda_dfree(b.k), snug_cuda_dfree(b.v);
+    snug_cuda_dfree(dk), snug_cuda_dfree(dvv), snug_cuda_dfree(dq), snug_cuda_dfree(dnk);
+    snug_cuda_dfree(dnv), snug_cuda_dfree(o1), snug_cuda_dfree(o2), snug_cuda_dfree(w1);
+    snug_cuda_dfree(w2), snug_cuda_dfree(dpos);
+}
+
+static void test_step(void) {
+    test_add_rmsnorm(1, 5120);
+    test_add_rmsnorm(7, 2048);
+    test_add_rmsnorm(3, 1000);
+    uint32_t et[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q8_0,
+                     SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_IQ4_XS};
+    for (size_t i = 0; i < sizeof et / sizeof et[0]; i++) {
+        test_embed(et[i], 301, 512, 1);
+        test_embed(et[i], 97, 5120, 8);
+    }
+    uint32_t i8t[4] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0, SNUG_DTYPE_IQ4_XS};
+    for (int i = 0; i < 4; i++) {
+        test_matvec_again(i8t[i], 5120, 301, 1);
+        test_matvec_again(i8t[i], 2304, 45, 5);
+    }
+    int pairs[][2] = {{SNUG_KV_F16, SNUG_KV_F16},
+                      {SNUG_KV_Q8_0, SNUG_KV_Q8_0},
+                      {SNUG_KV_Q8_0, SNUG_KV_TQ4},
+                      {SNUG_KV_TQ4, SNUG_KV_TQ3}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        test_graph_replay(pairs[i][0], pairs[i][1], 24, 4, 256, 1);
+        test_graph_replay(pairs[i][0], pairs[i][1], 24, 4, 256, 4);
+        test_graph_replay(pairs[i][0], pairs[i][1], 6, 2, 128, 1);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *seed = getenv("SNUG_SEED");
     rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -717,6 +919,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
+    if (argc > 1 && !strcmp(argv[1], "step")) {
+        test_step();
+        snug_cuda_free(&cu);
+        return TEST_DONE();
+    }
     test_encoder(); /* first: `test_cuda_ops encoder` runs only these */
     if (argc > 1 && !strcmp(argv[1], "encoder")) {
         snug_cuda_free(&cu);
@@ -772,6 +979,7 @@ int main(int argc, char **argv) {
     test_matmul(SNUG_DTYPE_BF16, 768, 301, 9);
     test_matmul(SNUG_DTYPE_F32, 2048, 256, 133); /* the router's prompt shape: f32 GEMM */
     test_basic();
+    test_step();
     /* every device format, equal K/V and mixed pairs: decode, verify-sized and prompt shapes
      * (odd T, pos0 and context; the fixtures' D 64 with G 2; the 27B's D 256 with G 6; a
      * split-over-keys prompt; D 32, which the tensor-core kernel leaves to the fallback) */

@@ -51,7 +51,8 @@ extern "C" bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D) {
  * scale = amax/448 per vector). Lane l takes elements l, l+32, ... so that q8_0 block j is
  * one warp-wide step. */
 __global__ void k_kv_store(uint8_t *kc, uint8_t *vc, const float *ks, const float *vs, int kf,
-                           int vf, int D, int64_t Hkv, int64_t pos0) {
+                           int vf, int D, int64_t Hkv, int64_t pos0, const int32_t *pos_dev) {
+    if (pos_dev) pos0 = pos_dev[0]; /* a replayed launch: the step's first position */
     int lane = threadIdx.x;
     int64_t i = blockIdx.x;
     bool isv = blockIdx.y;
@@ -103,8 +104,8 @@ __global__ void k_kv_store(uint8_t *kc, uint8_t *vc, const float *ks, const floa
 }
 
 extern "C" int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hkv,
-                                  int64_t D, int64_t pos0, int64_t T, const float *k,
-                                  const float *v, struct snug_err *err) {
+                                  int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                                  const float *k, const float *v, struct snug_err *err) {
     if (pos0 < 0 || pos0 + T > kv->n_ctx)
         return snug_err_set(err, SNUG_ERR_BUDGET,
                             "cuda kv_store: positions %lld..%lld past the "
@@ -121,7 +122,7 @@ extern "C" int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_k
     if (T * Hkv <= 0) return SNUG_OK;
     dim3 grid((unsigned)(T * Hkv), 2);
     k_kv_store<<<grid, 32, 0, SNUG_CU_STREAM(cu)>>>((uint8_t *)kv->k, (uint8_t *)kv->v, k, v, kf,
-                                                    vf, (int)D, Hkv, pos0);
+                                                    vf, (int)D, Hkv, pos0, pos_dev);
     return snug_cu_launched(err, "kv_store");
 }
 
@@ -135,6 +136,26 @@ static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
     return ns < 1 ? 1 : (int)ns;
 }
 
+/* The decode kernels' split of the nk = pos0 + T keys, decided on the device from the step's
+ * first position (so a replayed launch adapts to the cache's length): the splits in use, at
+ * most the launch's ns_max = att_nsplit(Hq, T, any), as att_nsplit(Hq, T, nk) decides them,
+ * and the keys per split. Blocks past the splits in use leave at once. */
+struct att_split {
+    int64_t pos0;
+    int ns;
+    int64_t chunk;
+};
+__device__ __forceinline__ att_split att_split_of(int64_t pos0, const int32_t *pos_dev, int64_t T,
+                                                  int ns_max) {
+    att_split a;
+    a.pos0 = pos_dev ? (int64_t)pos_dev[0] : pos0;
+    int64_t nk = a.pos0 + T, by_keys = (nk + ATT_MIN_KEYS - 1) / ATT_MIN_KEYS;
+    int64_t ns = ns_max < by_keys ? ns_max : by_keys;
+    a.ns = ns < 1 ? 1 : (int)ns;
+    a.chunk = (nk + a.ns - 1) / a.ns;
+    return a;
+}
+
 /* Block (split s, query head h, token t). Warp w takes positions lo+w, lo+w+4, ..., ATT_U of
  * them per step (all their K and V loads issued before any is used, so several rows are in
  * flight per warp); lane l holds dims l·DPL .. l·DPL+DPL-1 of q and of the running output,
@@ -146,12 +167,15 @@ static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
 template <int DPL, int KF, int VF>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
-                int64_t Hq, int64_t Hkv, int64_t pos0, const float *__restrict__ q, float scale,
-                float *out, float *part, int nsplit, int64_t chunk) {
+                int64_t Hq, int64_t Hkv, int64_t pos0_host, const int32_t *pos_dev, int64_t T,
+                const float *__restrict__ q, float scale, float *out, float *part, int nsplit) {
     constexpr int D = DPL * 32;
     if constexpr (KF >= 0) kf = KF;
     if constexpr (VF >= 0) vf = VF;
     int s = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+    const att_split sp = att_split_of(pos0_host, pos_dev, T, nsplit);
+    if (s >= sp.ns) return; /* (the whole block) */
+    const int64_t pos0 = sp.pos0, chunk = sp.chunk;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int64_t kh = h / (Hq / Hkv);
     int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
@@ -249,11 +273,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 template <int DPL, int KF, int VF>
 __global__ void __launch_bounds__(ATT_GMAX * 32)
     k_attention_g(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
-                  int64_t Hq, int64_t Hkv, int64_t pos0, const float *__restrict__ q, float scale,
-                  float *out, float *part, int nsplit, int64_t chunk) {
+                  int64_t Hq, int64_t Hkv, int64_t pos0_host, const int32_t *pos_dev, int64_t T,
+                  const float *__restrict__ q, float scale, float *out, float *part, int nsplit) {
     constexpr int D = DPL * 32, TG = D % 128 == 0 ? 128 : 64; /* TG: kvf_tq_group(D) */
     if constexpr (KF >= 0) kf = KF;
     if constexpr (VF >= 0) vf = VF;
+    const att_split sp = att_split_of(pos0_host, pos_dev, T, nsplit);
+    if ((int)blockIdx.x >= sp.ns) return; /* (the whole block: before any barrier) */
+    const int64_t pos0 = sp.pos0, chunk = sp.chunk;
     __shared__ __align__(16) float sK[ATT_TP][D], sV[ATT_TP][D];
     const int G = (int)(blockDim.x >> 5), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int s = blockIdx.x, t = blockIdx.z;
@@ -326,10 +353,14 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
     if (lane == 0) pp[0] = m, pp[1] = l;
 }
 
-/* Merge the splits of one (token, head): out = Σ_s e^{M_s−M} O_s / Σ_s e^{M_s−M} L_s. */
-__global__ void k_att_merge(const float *part, int nsplit, int D, float *out) {
+/* Merge the splits of one (token, head): out = Σ_s e^{M_s−M} O_s / Σ_s e^{M_s−M} L_s. The
+ * partials of a row are nsplit apart; with pos_dev the decode kernels' splits in use
+ * (att_split_of) are merged, else all nsplit. */
+__global__ void k_att_merge(const float *part, int nsplit, int D, float *out, int64_t pos0_host,
+                            const int32_t *pos_dev, int64_t T) {
     int64_t row = blockIdx.x;
     const float *p = part + row * nsplit * (D + 2);
+    if (T > 0) nsplit = att_split_of(pos0_host, pos_dev, T, nsplit).ns;
     float M = -INFINITY;
     for (int s = 0; s < nsplit; s++) M = fmaxf(M, p[s * (D + 2)]);
     float L = 0.0f;
@@ -388,7 +419,8 @@ extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t 
 /* Merge the partials of `ns` splits (k_att_merge) into out; used by cuda_fa.cu too. */
 int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t rows, int64_t D,
                         float *out, struct snug_err *err) {
-    k_att_merge<<<(unsigned)rows, 128, 0, SNUG_CU_STREAM(cu)>>>(part, ns, (int)D, out);
+    k_att_merge<<<(unsigned)rows, 128, 0, SNUG_CU_STREAM(cu)>>>(part, ns, (int)D, out, 0, NULL,
+                                                                0);
     return snug_cu_launched(err, "attention merge");
 }
 
@@ -398,17 +430,17 @@ int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t
  * the 27B's 262K pairing), -1 = read kf/vf at run time. */
 template <int DPL, bool GROUPED>
 static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
-                       int G, int64_t Hq, int64_t Hkv, int64_t pos0, const float *q, float scale,
-                       float *out, float *part, int ns, int64_t chunk) {
+                       int G, int64_t Hq, int64_t Hkv, int64_t pos0, const int32_t *pos_dev,
+                       int64_t T, const float *q, float scale, float *out, float *part, int ns) {
     const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
 #define ATT_GO(KF, VF)                                                                             \
     do {                                                                                           \
         if constexpr (GROUPED)                                                                     \
-            k_attention_g<DPL, KF, VF><<<grid, G * 32, 0, st>>>(k, v, kf, vf, Hq, Hkv, pos0, q,    \
-                                                                scale, out, part, ns, chunk);      \
+            k_attention_g<DPL, KF, VF><<<grid, G * 32, 0, st>>>(                                   \
+                k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);                 \
         else                                                                                       \
             k_attention<DPL, KF, VF><<<grid, ATT_WARPS * 32, 0, st>>>(                             \
-                k, v, kf, vf, Hq, Hkv, pos0, q, scale, out, part, ns, chunk);                      \
+                k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);                 \
     } while (0)
     if (kf == vf && kf == SNUG_KV_F16)
         ATT_GO(SNUG_KV_F16, SNUG_KV_F16);
@@ -428,8 +460,8 @@ static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, i
 }
 
 static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
-                   int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
-                   float *out, void *work, struct snug_err *err);
+                   int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                   const float *q, float scale, float *out, void *work, struct snug_err *err);
 
 /* Decode attention kernel: -2 = not decided yet (SNUG_ATT_GROUPED read at the first call),
  * -1 = by the formats, 0 = per head, 1 = grouped (snug_cuda_attention_tune). */
@@ -439,8 +471,9 @@ extern "C" void snug_cuda_attention_tune(int grouped) {
 }
 
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
-                                   int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
-                                   float scale, float *out, void *work, struct snug_err *err) {
+                                   int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev,
+                                   int64_t T, const float *q, float scale, float *out, void *work,
+                                   struct snug_err *err) {
     int kf, vf;
     if (!kv_fmts(kv, &kf, &vf) || !snug_cuda_kv_supported(kf, vf, D))
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -474,31 +507,32 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
             if (rc) return rc;
             qq = qr;
         }
-        int rc = att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, qq, scale, out,
+        int rc = att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, pos_dev, T, qq, scale, out,
                          (void *)(qr + T * Hq * D), err);
         if (rc || !kvf_rotated(vf)) return rc;
         k_tq_rotate<<<(unsigned)(T * Hq), (unsigned)D, 0, SNUG_CU_STREAM(cu)>>>(out, out, (int)D,
                                                                                 1);
         return snug_cu_launched(err, "attention tq unrotate");
     }
-    return att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
+    return att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, pos_dev, T, q, scale, out, work, err);
 }
 
 /* The attention proper (after the checks; q in the basis the K cache stores). */
 static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
-                   int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
-                   float *out, void *work, struct snug_err *err) {
-    int64_t nk = pos0 + T;
+                   int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                   const float *q, float scale, float *out, void *work, struct snug_err *err) {
     if (T > ATT_FA_MIN_T) {
         int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
         if (rc != SNUG_ERR_UNSUPPORTED) return rc; /* else: the shape falls back to the below */
     }
-    int ns = att_nsplit(Hq, T, nk);
+    /* the launch is sized for any cache length (ns splits at most); the kernels take the
+     * splits the actual length asks for (att_split_of): the same splits, and so the same
+     * bits, as sizing the launch by the length */
+    int ns = att_nsplit(Hq, T, INT64_MAX / 2);
     if (ns > 1 && !work)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "cuda attention: work memory required "
                             "(snug_cuda_attention_work_bytes)");
-    int64_t chunk = (nk + ns - 1) / ns;
     cudaStream_t st = SNUG_CU_STREAM(cu);
     float *part = (float *)work;
     /* 2..8 query heads per KV head: the grouped kernel decodes each cached vector once for all
@@ -520,16 +554,16 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
 #define ATT_D(DPL)                                                                                 \
     do {                                                                                           \
         if (grouped)                                                                               \
-            att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out,      \
-                                  part, ns, chunk);                                                \
+            att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,      \
+                                  scale, out, part, ns);                                                \
         else                                                                                       \
-            att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out,     \
-                                   part, ns, chunk);                                               \
+            att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,     \
+                                   scale, out, part, ns);                                               \
     } while (0)
     switch (D) {
     case 32: /* never grouped (D >= 64 above) */
-        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, q, scale, out, part, ns,
-                             chunk);
+        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q, scale,
+                             out, part, ns);
         break;
     case 64:
         ATT_D(2);
@@ -549,5 +583,6 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
 #undef ATT_D
     int rc = snug_cu_launched(err, "attention");
     if (rc || ns == 1) return rc;
-    return snug_cuda_att_merge(cu, part, ns, T * Hq, D, out, err);
+    k_att_merge<<<(unsigned)(T * Hq), 128, 0, st>>>(part, ns, (int)D, out, pos0, pos_dev, T);
+    return snug_cu_launched(err, "attention merge");
 }

@@ -6,8 +6,13 @@
  * cache and draft buffers), and once per instance the work arena the architecture bumps its
  * activations from, the op scratch and the positions. Built into libsnug_cuda.so, whose one
  * exported entry is snug_cuda_backend_module (src/backend/loader.c opens it).
- * Invariant: every cudaMalloc happens in cuda_open; the token path only queues kernels and
- * small synchronous copies (embeddings, MoE routing, logits).
+ * Decode-sized steps are recorded as CUDA graphs and replayed (step_begin / step_end: the
+ * first sighting of a step's key runs eagerly, the second is captured, later ones replay as one
+ * launch; the step's positions and ids live in device memory, so a replay at the next position
+ * needs only their upload).
+ * Invariant: every cudaMalloc happens in cuda_open (graph instantiation allocates only the
+ * driver's own small records); the token path only queues kernels and small synchronous copies
+ * (the step's inputs, MoE routing of types without device kernels, logits).
  * Read next: backend.h, cuda_ops.h, src/model/context.c (the user).
  */
 #include "backend/backend.h"
@@ -28,6 +33,25 @@ _Static_assert(SNUG_MOE_TILE == SNUG_CUDA_MOE_TILE,
                "the MoE tile size of backend.h and the kernels");
 
 #define MAX_FILES 64
+#define GRAPH_MAX 16 /* recorded steps kept per instance (least recently used one replaced) */
+#define RB_MAX    8  /* read-backs per recorded step */
+
+/* A recorded step (CUDA graph) and the host copies to do after each run of it. */
+struct cuda_readback {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+struct cuda_graph {
+    uint64_t key;
+    cudaGraphExec_t exec; /* NULL until recorded */
+    uint32_t seen;        /* eager runs of this key so far */
+    bool bad;             /* its recording failed: always eager */
+    bool used_slot;
+    uint64_t used; /* least-recently-used stamp */
+    int n_rb;
+    struct cuda_readback rb[RB_MAX];
+};
 
 /* One sequence slot's device memory. */
 struct cuda_slot {
@@ -63,6 +87,20 @@ struct cuda_be {
      * the ops table with all_reduce that be.ops then points to */
     struct snug_cuda_comm *comm;
     struct snug_backend_ops ops_tp;
+    int32_t n_chunk;
+    /* ops queued so far (each wrapper counts itself): the int8-rounded x in the scratch belongs
+     * to (qx_x, qx_in, qx_T) while qx_ops == n_ops, i.e. no op ran since the matmul that
+     * rounded it */
+    uint64_t n_ops, qx_ops;
+    const float *qx_x;
+    int64_t qx_in, qx_T;
+    /* recorded steps (SNUG_CUDA_GRAPHS=0 turns them off, for comparisons) */
+    bool graphs_on;
+    struct cuda_graph graphs[GRAPH_MAX];
+    uint64_t graph_clock;
+    struct cuda_graph *rec; /* the step being recorded (NULL: none) */
+    bool rec_failed;        /* it asked for something a replay cannot repeat */
+    uint64_t n_recorded, n_replayed, n_rec_failed;
 };
 
 /* ---- SNUG_CUDA_PROFILE=1: every op is bracketed by two cudaEvents and waited for (slow, but
@@ -141,6 +179,7 @@ static void bfail(struct snug_be *be, const char *what, cudaError_t e) {
     do {                                                                                           \
         struct snug_err e_ = {0};                                                                  \
         struct snug_err *err = &e_;                                                                \
+        CB(be)->n_ops++;                                                                           \
         bool prof_ = prof_begin(CB(be));                                                           \
         keep(be, (call), err);                                                                     \
         if (prof_) prof_end(CB(be), __func__);                                                     \
@@ -183,12 +222,23 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         if (c->prof) c->prof->ptag = NULL;
         return;
     }
-    CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
+    /* the int8 decode path: x rounded once for consecutive products of the same input (q, k,
+     * v; qkv and z; gate and up) */
+    bool int8 = T <= SNUG_CUDA_MATVEC_MAX_T && snug_cuda_matvec_int8(type);
+    if (int8 && c->qx_ops == c->n_ops && c->qx_x == x && c->qx_in == n_in && c->qx_T == T)
+        CK(snug_cuda_matvec_int8_again(&c->cu, type, w, n_in, n_out, T, y, c->scratch, err));
+    else
+        CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
+    if (int8) c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
     if (c->prof) c->prof->ptag = NULL;
 }
 static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                        int64_t n, float *y) {
     CK(snug_cuda_rmsnorm(&CB(be)->cu, x, w, eps, T, n, y, err));
+}
+static void cb_add_rmsnorm(struct snug_be *be, float *x, const float *y, const float *w, float eps,
+                           int64_t T, int64_t n, float *xn) {
+    CK(snug_cuda_add_rmsnorm(&CB(be)->cu, x, y, w, eps, T, n, xn, err));
 }
 static void cb_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
     CK(snug_cuda_l2norm(&CB(be)->cu, x, rows, n, eps, err));
@@ -226,16 +276,18 @@ static struct snug_cuda_kv cuda_view(const struct snug_kv_view *v) {
                                  .v_fmt = v->v_fmt};
 }
 static void cb_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
-                        int64_t pos0, int64_t T, const float *k, const float *v) {
+                        int64_t pos0, const int32_t *pos_be, int64_t T, const float *k,
+                        const float *v) {
     struct snug_cuda_kv cv = cuda_view(kv);
-    CK(snug_cuda_kv_store(&CB(be)->cu, &cv, Hkv, D, pos0, T, k, v, err));
+    CK(snug_cuda_kv_store(&CB(be)->cu, &cv, Hkv, D, pos0, pos_be, T, k, v, err));
 }
 static void cb_attention(struct snug_be *be, const struct snug_kv_view *kv, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t pos0, int64_t T, const float *q, float scale,
-                         float *out, void *work) {
+                         int64_t D, int64_t pos0, const int32_t *pos_be, int64_t T, const float *q,
+                         float scale, float *out, void *work) {
     struct cuda_be *c = CB(be);
     struct snug_cuda_kv cv = cuda_view(kv);
-    CK(snug_cuda_attention(&c->cu, &cv, Hq, Hkv, D, pos0, T, q, scale, out, c->scratch, err));
+    CK(snug_cuda_attention(&c->cu, &cv, Hq, Hkv, D, pos0, pos_be, T, q, scale, out, c->scratch,
+                           err));
 }
 static void cb_delta_step(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                           int64_t dv, const float *q, const float *k, const float *v,
@@ -282,23 +334,62 @@ static void cb_delta_gates(struct snug_be *be, float *beta, float *g, const floa
 static void cb_copy2d(struct snug_be *be, float *dst, int64_t dp, const float *src, int64_t sp,
                       int64_t n, int64_t rows) {
     if (n <= 0 || rows <= 0) return;
+    CB(be)->n_ops++;
     cudaError_t e =
         cudaMemcpy2DAsync(dst, (size_t)dp * 4, src, (size_t)sp * 4, (size_t)n * 4, (size_t)rows,
                           cudaMemcpyDeviceToDevice, (cudaStream_t)CB(be)->cu.stream);
     if (e != cudaSuccess) bfail(be, "cudaMemcpy2DAsync", e);
 }
+/* Host copies inside a step being recorded cannot be replayed (the host would read or write
+ * them in the middle of the graph): they fail the recording, and the step runs again eagerly
+ * (a download's destination is zeroed, so the caller's use of it stays harmless meanwhile). */
 static void cb_upload(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (CB(be)->rec) {
+        CB(be)->rec_failed = true;
+        return;
+    }
     if (bytes) CK(snug_cuda_upload(&CB(be)->cu, dst, src, bytes, err));
 }
 static void cb_download(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    if (CB(be)->rec) {
+        CB(be)->rec_failed = true;
+        memset(dst, 0, bytes);
+        return;
+    }
     if (bytes) CK(snug_cuda_download(&CB(be)->cu, dst, src, bytes, err));
+}
+/* A step's result: at once, or after the recorded step's work (kept with the recording). */
+static void cb_read_back(struct snug_be *be, void *dst, const void *src, size_t bytes) {
+    struct cuda_be *c = CB(be);
+    if (!bytes) return;
+    if (c->rec) {
+        struct cuda_graph *g = c->rec;
+        if (g->n_rb == RB_MAX) {
+            c->rec_failed = true;
+            return;
+        }
+        g->rb[g->n_rb++] = (struct cuda_readback){.dst = dst, .src = src, .bytes = bytes};
+        return;
+    }
+    CK(snug_cuda_download(&c->cu, dst, src, bytes, err));
 }
 /* Embedding rows are dequantised on the host from the mapping (T·H floats, cheap) and
  * uploaded: the table never needs a device-side f32 copy. */
 static void cb_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
-                     int64_t T, int64_t H, float *x) {
+                     const int32_t *ids_be, int64_t T, int64_t H, float *x) {
     struct cuda_be *c = CB(be);
     if (c->prof) c->prof->steps++;
+    if (ids_be && snug_cuda_type_supported(t->type)) { /* gathered on the device */
+        struct snug_err e = {0};
+        int rc = snug_cuda_embed(&c->cu, t->type, cb_weight(be, t, 0), H, (int64_t)t->ne[1], ids_be,
+                                 T, x, &e);
+        c->n_ops++;
+        if (rc == SNUG_OK) return;
+        if (rc != SNUG_ERR_INVALID && rc != SNUG_ERR_UNSUPPORTED) {
+            keep(be, rc, &e);
+            return;
+        }
+    }
     if (T * H > c->stage_floats) {
         bfail(be, "embedding (rows exceed the chunk)", cudaErrorInvalidValue);
         return;
@@ -590,6 +681,14 @@ static void cuda_close(struct snug_be *be) {
     if (!be) return;
     struct cuda_be *c = CB(be);
     if (c->cu_ok) cudaStreamSynchronize((cudaStream_t)c->cu.stream);
+    if (c->n_recorded || c->n_rec_failed)
+        snug_log(SNUG_LOG_INFO,
+                 "cuda graphs: %llu steps recorded, %llu replayed, %llu eager "
+                 "(not replayable)\n",
+                 (unsigned long long)c->n_recorded, (unsigned long long)c->n_replayed,
+                 (unsigned long long)c->n_rec_failed);
+    for (int i = 0; i < GRAPH_MAX; i++)
+        if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
     if (c->prof) {
         prof_print(c->prof);
         cudaEventDestroy(c->prof->e0);
@@ -684,6 +783,89 @@ static size_t cuda_bytes(const struct snug_be *be) {
     return ((const struct cuda_be *)be)->total;
 }
 
+/* ---- recorded steps (CUDA graphs) ----------------------------------------------------------- */
+/* Launch a recorded step and do its read-backs. */
+static void graph_run(struct cuda_be *c, struct cuda_graph *g) {
+    struct snug_be *be = &c->be;
+    cudaError_t e = cudaGraphLaunch(g->exec, (cudaStream_t)c->cu.stream);
+    if (e != cudaSuccess) {
+        bfail(be, "cudaGraphLaunch", e);
+        return;
+    }
+    for (int i = 0; i < g->n_rb; i++)
+        CK(snug_cuda_download(&c->cu, g->rb[i].dst, g->rb[i].src, g->rb[i].bytes, err));
+}
+
+/* The entry of key: found, or a free one, or the least recently used one (its graph freed). */
+static struct cuda_graph *graph_slot(struct cuda_be *c, uint64_t key) {
+    struct cuda_graph *victim = &c->graphs[0];
+    for (int i = 0; i < GRAPH_MAX; i++) {
+        struct cuda_graph *g = &c->graphs[i];
+        if (g->used_slot && g->key == key) return g;
+        if (!g->used_slot || (victim->used_slot && g->used < victim->used)) victim = g;
+    }
+    if (victim->exec) cudaGraphExecDestroy(victim->exec);
+    memset(victim, 0, sizeof *victim);
+    victim->used_slot = true;
+    victim->key = key;
+    return victim;
+}
+
+static int cuda_step_begin(struct snug_be *be, uint64_t key) {
+    struct cuda_be *c = CB(be);
+    c->qx_x = NULL; /* no rounded x carries across steps */
+    if (!c->graphs_on || c->prof || c->comm || be->status != SNUG_OK || c->rec)
+        return SNUG_STEP_EAGER;
+    struct cuda_graph *g = graph_slot(c, key);
+    g->used = ++c->graph_clock;
+    if (g->bad) return SNUG_STEP_EAGER;
+    if (g->exec) {
+        graph_run(c, g);
+        c->n_replayed++;
+        return SNUG_STEP_REPLAYED;
+    }
+    if (g->seen++ < 1) return SNUG_STEP_EAGER; /* record a key seen before, not a one-off */
+    cudaError_t e =
+        cudaStreamBeginCapture((cudaStream_t)c->cu.stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        g->bad = true;
+        return SNUG_STEP_EAGER;
+    }
+    c->rec = g;
+    c->rec_failed = false;
+    g->n_rb = 0;
+    return SNUG_STEP_RECORDING;
+}
+
+static bool cuda_step_end(struct snug_be *be) {
+    struct cuda_be *c = CB(be);
+    struct cuda_graph *g = c->rec;
+    if (!g) return false;
+    c->rec = NULL;
+    c->qx_x = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)c->cu.stream, &graph);
+    bool ok = e == cudaSuccess && graph && !c->rec_failed && be->status == SNUG_OK;
+    if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (graph) cudaGraphDestroy(graph);
+    if (!ok) { /* nothing ran: the caller runs the step eagerly (which reports real errors) */
+        (void)cudaGetLastError();
+        if (exec) cudaGraphExecDestroy(exec);
+        be->status = SNUG_OK;
+        memset(&be->err, 0, sizeof be->err);
+        g->bad = true;
+        g->n_rb = 0;
+        c->n_rec_failed++;
+        return false;
+    }
+    g->exec = exec;
+    c->n_recorded++;
+    graph_run(c, g);
+    return true;
+}
+
 static const struct snug_backend_ops CUDA_OPS = {
     .name = "cuda",
     .weight = cb_weight,
@@ -701,12 +883,14 @@ static const struct snug_backend_ops CUDA_OPS = {
     .delta_step = cb_delta_step,
     .delta_chunked = cb_delta_chunked,
     .add = cb_add,
+    .add_rmsnorm = cb_add_rmsnorm,
     .scale = cb_scale,
     .delta_gates = cb_delta_gates,
     .copy2d = cb_copy2d,
     .embed = cb_embed,
     .upload = cb_upload,
     .download = cb_download,
+    .read_back = cb_read_back,
     .gather_rows = cb_gather_rows,
     .moe_combine = cb_moe_combine,
     .moe_route = cb_moe_route,
@@ -728,6 +912,8 @@ static const struct snug_backend_ops CUDA_OPS = {
     .snapshot = cuda_snapshot,
     .sync = cuda_sync,
     .bytes = cuda_bytes,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
 };
 
 /* Tensor parallelism: the rank's partial sums added over the ranks, in place, on this
@@ -767,6 +953,8 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->cu_ok = true;
     const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
+    const char *ge = getenv("SNUG_CUDA_GRAPHS"); /* 0: every step eager (comparisons) */
+    c->graphs_on = !(ge && strcmp(ge, "0") == 0);
     const char *pe = getenv("SNUG_CUDA_PROFILE"); /* the debugging override of --cuda-profile */
     if (lim->profile || (pe && *pe && strcmp(pe, "0") != 0)) {
         c->prof = snug_calloc(1, sizeof *c->prof);
@@ -807,7 +995,10 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
         goto fail;
     }
     if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
-    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 4, "positions", err))) goto fail;
+    /* the step's inputs: positions, then token ids */
+    c->n_chunk = lim->n_chunk;
+    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 8, "step inputs", err)))
+        goto fail;
     /* host side: embedding staging and the host work arena (routing, hook copies) */
     c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;
     c->stage = snug_malloc((size_t)c->stage_floats * sizeof(float));

@@ -21,6 +21,25 @@ __global__ void k_rmsnorm(const float *x, const float *w, float eps, int64_t n, 
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * s * (w ? w[i] : 1.0f);
 }
 
+/* x += y, then y' = rmsnorm(x) · w into xn: k_rmsnorm's partition and order over the sums
+ * (each thread re-reads only the elements it wrote), so the bits of add then rmsnorm. */
+__global__ void k_add_rmsnorm(float *x, const float *y, const float *w, float eps, int64_t n,
+                              float *xn) {
+    __shared__ float sh[32];
+    float *xr = x + blockIdx.x * n;
+    const float *yr = y + blockIdx.x * n;
+    float *or_ = xn + blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i] + yr[i];
+        xr[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) or_[i] = xr[i] * s * (w ? w[i] : 1.0f);
+}
+
 /* x /= sqrt(Σx² + eps), one block per row. */
 __global__ void k_l2norm(float *x, int64_t n, float eps) {
     __shared__ float sh[32];
@@ -129,6 +148,14 @@ extern "C" int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const flo
     if (T <= 0) return SNUG_OK;
     k_rmsnorm<<<(unsigned)T, ROW_THREADS, 0, SNUG_CU_STREAM(cu)>>>(x, w, eps, n, y);
     return snug_cu_launched(err, "rmsnorm");
+}
+
+extern "C" int snug_cuda_add_rmsnorm(struct snug_cuda *cu, float *x, const float *y,
+                                     const float *w, float eps, int64_t T, int64_t n, float *xn,
+                                     struct snug_err *err) {
+    if (T <= 0) return SNUG_OK;
+    k_add_rmsnorm<<<(unsigned)T, ROW_THREADS, 0, SNUG_CU_STREAM(cu)>>>(x, y, w, eps, n, xn);
+    return snug_cu_launched(err, "add_rmsnorm");
 }
 
 extern "C" int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, float eps,

@@ -25,7 +25,8 @@ extern "C" {
 #define SNUG_CU_STREAM(cu) ((cudaStream_t)(cu)->stream)
 
 /* The int8-activation matvec of cuda_matvec.cu (used by snug_cuda_matmul for T <= 8 when it
- * gets work memory): which types it has, the work it needs, and the call. */
+ * gets work memory): which types it has, the work it needs, and the call (x NULL: work already
+ * holds x rounded by the previous call over the same x, n_in and T). */
 extern "C" bool snug_cu_mvq_supported(uint32_t type);
 extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T);
 extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,

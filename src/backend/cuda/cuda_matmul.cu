@@ -1,6 +1,7 @@
 /* cuda_matmul.cu — matrix products on the device: the decode matvec (one warp per weight row,
  * weights dequantised in registers, f32 accumulate) for every computable weight type, the
- * dequantise-to-bf16 kernel, and the prompt-chunk product (bf16 tiles through cuBLAS).
+ * dequantise-to-bf16 kernel, the prompt-chunk product (bf16 tiles through cuBLAS), and the
+ * token-embedding gather (rows of any such type to f32).
  * Invariant: one pass over the weights per call; no allocation (scratch is `work`).
  * Read next: cuda_common.cuh (the per-type decoders), cuda_basic.cu. */
 #include "backend/cuda/cuda_common.cuh"
@@ -97,6 +98,28 @@ __global__ void k_dequant_bf16(const uint8_t *__restrict__ w, size_t row_bytes, 
     *(uint4 *)(dst + row * n_in + (g << 3)) = o;
 }
 
+/* x[t][e] = W[ids[t]][e] in f32 (the token embeddings): one thread per 8-element group, the
+ * type's decoder (the CPU reference's values bit for bit); an id outside the table gives 0. */
+template <int TYPE>
+__global__ void k_embed_rows(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in,
+                             int64_t n_rows, const int32_t *__restrict__ ids, int64_t T,
+                             float *__restrict__ x) {
+    int64_t gpr = n_in >> 3;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= gpr * T) return;
+    int64_t t = i / gpr, g = i - t * gpr;
+    int64_t id = ids[t];
+    float v[8];
+    if (id >= 0 && id < n_rows)
+        deq8<TYPE>(w + (size_t)id * row_bytes, g << 3, v);
+    else
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = 0.0f;
+    float *o = x + t * n_in + (g << 3);
+#pragma unroll
+    for (int k = 0; k < 8; k++) o[k] = v[k];
+}
+
 /* f32 -> bf16, n elements (any n). */
 __global__ void k_f32_to_bf16(const float *__restrict__ x, int64_t n, __nv_bfloat16 *y) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -108,6 +131,7 @@ struct mm_fns {
     void (*mv1)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*mv8)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*deq)(const uint8_t *, size_t, int64_t, int64_t, uint16_t *);
+    void (*emb)(const uint8_t *, size_t, int64_t, int64_t, const int32_t *, int64_t, float *);
     int64_t align; /* n_in must be a multiple of this */
 };
 #define MM_FNS(T, A)                                                                               \
@@ -115,6 +139,7 @@ struct mm_fns {
         f->mv1 = k_matvec<T, 1>;                                                                   \
         f->mv8 = k_matvec<T, 8>;                                                                   \
         f->deq = k_dequant_bf16<T>;                                                                \
+        f->emb = k_embed_rows<T>;                                                                  \
         f->align = A;                                                                              \
     } while (0)
 
@@ -229,6 +254,32 @@ extern "C" int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const
     k<<<(unsigned)((n + 255) / 256), 256, 0, SNUG_CU_STREAM(cu)>>>(
         (const uint8_t *)w, snug_dtype_row_bytes(type, (uint64_t)n_in), n_in, n_rows, dst);
     return snug_cu_launched(err, "dequant_bf16");
+}
+
+extern "C" int snug_cuda_embed(struct snug_cuda *cu, uint32_t type, const void *w, int64_t H,
+                               int64_t n_rows, const int32_t *ids, int64_t T, float *x,
+                               struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, H, n_rows, &f, err);
+    if (st) return st; /* (the caller falls back to the host's decoders) */
+    if (T <= 0) return SNUG_OK;
+    int64_t n = (H >> 3) * T;
+    f.emb<<<(unsigned)((n + 255) / 256), 256, 0, SNUG_CU_STREAM(cu)>>>(
+        (const uint8_t *)w, snug_dtype_row_bytes(type, (uint64_t)H), H, n_rows, ids, T, x);
+    return snug_cu_launched(err, "embed");
+}
+
+extern "C" int snug_cuda_matvec_int8_again(struct snug_cuda *cu, uint32_t type, const void *w,
+                                           int64_t n_in, int64_t n_out, int64_t T, float *y,
+                                           void *work, struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_out, &f, err);
+    if (st) return st;
+    if (T < 1 || T > SNUG_CUDA_MATVEC_MAX_T || !work || !snug_cu_mvq_supported(type))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda matvec: the rounded-x form needs the int8 path (T %lld)",
+                            (long long)T);
+    return snug_cu_mvq(cu, type, w, n_in, n_out, NULL, (int)T, y, work, err);
 }
 
 static size_t align256(size_t x) {

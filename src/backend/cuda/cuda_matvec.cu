@@ -412,9 +412,11 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     int8_t *qx = (int8_t *)wk;
     float2 *ds = (float2 *)(wk + al256((size_t)(T * n_in)));
     int64_t nblk = (int64_t)T * (n_in / 32);
-    k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
-    int st = snug_cu_launched(err, "quant_x8");
-    if (st) return st;
+    if (x) { /* (NULL: work already holds this x rounded, snug_cuda_matvec_int8_again) */
+        k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
+        int st = snug_cu_launched(err, "quant_x8");
+        if (st) return st;
+    }
     if (!g_mvq_rows) {
         const char *e = getenv("SNUG_MVQ_ROWS");
         snug_cuda_matvec_tune(e ? atoi(e) : MVQ_ROWS);

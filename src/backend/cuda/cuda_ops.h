@@ -86,10 +86,27 @@ size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
  * exposed for tests and for callers that keep a bf16 copy. */
 int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                            int64_t n_rows, uint16_t *dst, struct snug_err *err);
+/* snug_cuda_matmul's int8 decode path (T <= SNUG_CUDA_MATVEC_MAX_T, snug_cuda_matvec_int8(type))
+ * when `work` already holds x rounded to int8 by the previous such call over the same x, n_in
+ * and T with nothing written to work since (the q/k/v or gate/up products of one input): the
+ * rounding is skipped, the result is the same. */
+int snug_cuda_matvec_int8_again(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                                int64_t n_out, int64_t T, float *y, void *work,
+                                struct snug_err *err);
+/* x[T][H] = the rows ids[t] (device int32[T]) of the table W (n_rows rows of H elements of
+ * `type`, as GGUF stores the token embeddings), dequantised to f32 exactly as the CPU's
+ * snug_dequantize_row. SNUG_ERR_UNSUPPORTED for a type without a device decoder (the caller
+ * then dequantises on the host). Ids outside [0, n_rows) give zero rows. */
+int snug_cuda_embed(struct snug_cuda *cu, uint32_t type, const void *w, int64_t H, int64_t n_rows,
+                    const int32_t *ids, int64_t T, float *x, struct snug_err *err);
 
 /* ---- elementwise and norms (ops.h semantics) ----------------------------------------------- */
 int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const float *w, float eps, int64_t T,
                       int64_t n, float *y, struct snug_err *err);
+/* x[T][n] += y, then xn = rmsnorm(x) · w: the bits of snug_cuda_add then snug_cuda_rmsnorm in one
+ * pass (xn must not overlap x or y). */
+int snug_cuda_add_rmsnorm(struct snug_cuda *cu, float *x, const float *y, const float *w, float eps,
+                          int64_t T, int64_t n, float *xn, struct snug_err *err);
 int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, float eps,
                      struct snug_err *err);
 /* pos: device int32[T]. */
@@ -128,9 +145,13 @@ struct snug_cuda_kv {
 };
 /* Whether the device kernels run a K/V format pair (enum snug_kv_type each) at head size D. */
 bool snug_cuda_kv_supported(int k_fmt, int v_fmt, int64_t D);
+/* kv_store and attention: pos_dev NULL, or the rows' positions in device memory (int32[T],
+ * pos_dev[0] == pos0, consecutive): the kernels then read the first position there when they
+ * run, so a captured launch (a CUDA graph) replays at later positions; pos0 is checked against
+ * the cache here. The results do not depend on which is given. */
 int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hkv, int64_t D,
-                       int64_t pos0, int64_t T, const float *k, const float *v,
-                       struct snug_err *err);
+                       int64_t pos0, const int32_t *pos_dev, int64_t T, const float *k,
+                       const float *v, struct snug_err *err);
 /* Causal GQA attention of T queries at pos0.. over the cache, flash-style (online softmax;
  * the cache is read in place in its own format). Small T (decode, speculative verify) runs
  * on CUDA cores, long contexts split across blocks (partial max/sum/output in `work`, then
@@ -138,8 +159,8 @@ int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int6
  * shared memory, mma.sync, f32 softmax) when D is 64, 128 or 256 and the device has the
  * shared memory. D <= 256, D % 32 == 0. */
 int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
-                        int64_t Hkv, int64_t D, int64_t pos0, int64_t T, const float *q,
-                        float scale, float *out, void *work, struct snug_err *err);
+                        int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                        const float *q, float scale, float *out, void *work, struct snug_err *err);
 size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t T);
 
 /* ---- Gated DeltaNet (ops.h semantics; state f32 [Nv][dk][dv]) ------------------------------ */
