@@ -176,14 +176,16 @@ struct snug_backend_ops {
     void (*all_reduce)(struct snug_be *be, float *x, int64_t n);
     /* Recorded steps (CUDA graphs): a step whose launches depend only on `key` (shapes and
      * addresses; the caller hashes them) and on data in the backend's memory (positions, ids,
-     * states) is recorded once and then replayed as one launch. step_begin(be, key) answers
-     * SNUG_STEP_EAGER (run the forward as usual), SNUG_STEP_RECORDING (run the forward now: it is
-     * recorded; then call step_end) or SNUG_STEP_REPLAYED (the step ran, read-backs included:
-     * skip the forward). step_end runs what was recorded and returns true, or false when the
-     * recording failed (the forward asked for something a replay cannot repeat: a host copy in
-     * the middle of the step, say): nothing ran, and the caller runs the forward again eagerly.
-     * NULL on backends without them (the forward always runs). */
-    int (*step_begin)(struct snug_be *be, uint64_t key);
+     * states) is recorded once and then replayed as one launch. step_begin(be, key, host_base)
+     * answers SNUG_STEP_EAGER (run the forward as usual), SNUG_STEP_RECORDING (run the forward
+     * now: it is recorded; then call step_end) or SNUG_STEP_REPLAYED (the step ran, read-backs
+     * included: skip the forward). step_end runs what was recorded and returns true, or false
+     * when the recording failed (the forward asked for something a replay cannot repeat: a host
+     * copy in the middle of the step, say): nothing ran, and the caller runs the forward again
+     * eagerly. A recorded step's read_back destinations are kept relative to host_base (the
+     * step's logits), so a replay writes into the host_base it is given. NULL on backends
+     * without recorded steps (the forward always runs). */
+    int (*step_begin)(struct snug_be *be, uint64_t key, void *host_base);
     bool (*step_end)(struct snug_be *be);
 };
 enum { SNUG_STEP_EAGER = 0, SNUG_STEP_RECORDING = 1, SNUG_STEP_REPLAYED = 2 };

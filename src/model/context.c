@@ -332,7 +332,7 @@ static uint64_t hash_mix(uint64_t h, const void *v, size_t n) {
 
 /* Everything a recordable step's launches depend on besides the data in the backend's memory:
  * the forward, the shapes, every run's cache, rows, logits rows and outputs, and the addresses
- * of the inputs, the work arena and the host logits (read_back's destination). */
+ * of the inputs and the work arena (the host logits are read back relative to f->logits). */
 static uint64_t step_key(const struct snug_fwd *f, void (*fn)(struct snug_fwd *)) {
     uint64_t h = 14695981039346656037ull;
     HASH(h, fn);
@@ -348,7 +348,8 @@ static uint64_t step_key(const struct snug_fwd *f, void (*fn)(struct snug_fwd *)
         HASH(h, run->snapshot);
         HASH(h, run->hidden_out);
     }
-    HASH(h, f->logits);
+    bool logits = f->logits != NULL; /* (read_back goes relative to f->logits) */
+    HASH(h, logits);
     HASH(h, f->mtp_hidden_in);
     HASH(h, f->pos_be);
     HASH(h, f->ids_be);
@@ -361,7 +362,7 @@ void snug_fwd_exec(struct snug_fwd *f, void (*fn)(struct snug_fwd *f)) {
     bool recordable = be->ops->step_begin && f->T <= SNUG_FWD_LG_ROWS && f->pos_be && f->ids_be &&
                       !f->hook && !f->mm_obs && !f->rope3 && !f->embd_rows;
     if (recordable) {
-        int mode = be->ops->step_begin(be, step_key(f, fn));
+        int mode = be->ops->step_begin(be, step_key(f, fn), f->logits);
         if (mode == SNUG_STEP_REPLAYED) return;
         if (mode == SNUG_STEP_RECORDING) {
             fn(f);

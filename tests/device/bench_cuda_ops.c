@@ -5,14 +5,16 @@
  * dequantise tiles + cuBLAS); attention decode over a 200K cache and whole-prompt attention at
  * 8K/32K/128K (f16, q8_0, fp8, q8_0/tq4 KV; decode grouped and per head); delta. Weights rotate
  * over enough copies to exceed the 60 MB L2. Random data, never zeros. Needs a GPU; not registered
- * with ctest. Record results in docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c
- * (correctness), src/backend/cuda/cuda_ops.h.
+ * with ctest. Record results in docs/perf/cuda-kernels.md. `bench_cuda_ops ceilings`: only the
+ * card's ceilings (copy bandwidth; cuBLAS bf16 and int8 matrix rates on random operands), the
+ * lines bench/gpu.sh reads. Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backend/cuda/cuda_ops.h"
 #include "core/core.h"
 #include "quant/quant.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,12 +96,56 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
-int main(void) {
+/* The matrix ceilings straight through cuBLAS on random operands (never zeros): bf16 × bf16 →
+ * f32 at M×N×K = 8192×8192×8192 and int8 × int8 → int32 at the same size, median of 7 after 2
+ * warm-up calls. */
+static void gemm_ceilings(void) {
+    enum { N = 8192, GR = 7 };
+    double t[GR], flop = 2.0 * N * N * (double)N;
+    size_t nn = (size_t)N * N;
+    uint16_t *h = malloc(nn * 2);
+    for (size_t i = 0; i < nn; i++) h[i] = snug_f32_to_bf16(frand());
+    void *a, *b, *c;
+    OK(snug_cuda_malloc(&a, nn * 2, &err));
+    OK(snug_cuda_malloc(&b, nn * 2, &err));
+    OK(snug_cuda_malloc(&c, nn * 4, &err));
+    OK(snug_cuda_upload(&cu, a, h, nn * 2, &err));
+    OK(snug_cuda_upload(&cu, b, h, nn * 2, &err));
+    free(h);
+    cublasHandle_t hb = (cublasHandle_t)cu.cublas;
+    const float one = 1.0f, zero = 0.0f;
+    const int32_t ione = 1, izero = 0;
+    for (int kind = 0; kind < 2; kind++) { /* 0: bf16, 1: int8 (the same bytes read as int8) */
+        for (int i = 0; i < GR + 2; i++) {
+            if (i >= 2) tic();
+            cublasStatus_t st =
+                kind == 0 ? cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &one, a,
+                                         CUDA_R_16BF, N, b, CUDA_R_16BF, N, &zero, c, CUDA_R_32F, N,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                          : cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &ione, a, CUDA_R_8I,
+                                         N, b, CUDA_R_8I, N, &izero, c, CUDA_R_32I, N,
+                                         CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                printf("ceiling: %s GEMM: cublasGemmEx status %d\n", kind ? "int8" : "bf16",
+                       (int)st);
+                break;
+            }
+            if (i >= 2) t[i - 2] = toc_ms();
+        }
+        double ms = median(t, GR);
+        printf("ceiling: cuBLAS %s GEMM %dx%dx%d %.1f %s (median of %d)\n", kind ? "int8" : "bf16",
+               N, N, N, flop / (ms * 1e-3) / 1e12, kind ? "TOPS" : "TFLOP/s", GR);
+    }
+    snug_cuda_dfree(a), snug_cuda_dfree(b), snug_cuda_dfree(c);
+}
+
+int main(int argc, char **argv) {
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
     enum { REP = 20 };
     double t[REP];
+    bool ceilings_only = argc > 1 && !strcmp(argv[1], "ceilings");
 
     /* ceiling 1: device copy, 2 GiB, bytes read + written */
     size_t cb = (size_t)2 << 30;
@@ -114,6 +160,11 @@ int main(void) {
     double copy_bw = 2.0 * cb / (median(t, REP) * 1e-3) / 1e9;
     printf("ceiling: device copy %.0f GB/s (2 GiB, read+write, median of %d)\n", copy_bw, REP);
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
+    if (ceilings_only) {
+        gemm_ceilings();
+        snug_cuda_free(&cu);
+        return 0;
+    }
 
     /* matvec (decode): rotate over NCOPY weight copies so each call streams from HBM. "int8"
      * is the default path (work memory given: x rounded to int8, dp4a), "f32" the kernel with

@@ -38,7 +38,7 @@ _Static_assert(SNUG_MOE_TILE == SNUG_CUDA_MOE_TILE,
 
 /* A recorded step (CUDA graph) and the host copies to do after each run of it. */
 struct cuda_readback {
-    void *dst;
+    ptrdiff_t dst; /* from the step's host base (step_begin) */
     const void *src;
     size_t bytes;
 };
@@ -99,6 +99,7 @@ struct cuda_be {
     struct cuda_graph graphs[GRAPH_MAX];
     uint64_t graph_clock;
     struct cuda_graph *rec; /* the step being recorded (NULL: none) */
+    char *rec_base;         /* its host base: read_back destinations are kept relative to it */
     bool rec_failed;        /* it asked for something a replay cannot repeat */
     uint64_t n_recorded, n_replayed, n_rec_failed;
 };
@@ -368,7 +369,8 @@ static void cb_read_back(struct snug_be *be, void *dst, const void *src, size_t 
             c->rec_failed = true;
             return;
         }
-        g->rb[g->n_rb++] = (struct cuda_readback){.dst = dst, .src = src, .bytes = bytes};
+        g->rb[g->n_rb++] =
+            (struct cuda_readback){.dst = (char *)dst - c->rec_base, .src = src, .bytes = bytes};
         return;
     }
     CK(snug_cuda_download(&c->cu, dst, src, bytes, err));
@@ -784,8 +786,8 @@ static size_t cuda_bytes(const struct snug_be *be) {
 }
 
 /* ---- recorded steps (CUDA graphs) ----------------------------------------------------------- */
-/* Launch a recorded step and do its read-backs. */
-static void graph_run(struct cuda_be *c, struct cuda_graph *g) {
+/* Launch a recorded step and do its read-backs (into base + their offsets). */
+static void graph_run(struct cuda_be *c, struct cuda_graph *g, char *base) {
     struct snug_be *be = &c->be;
     cudaError_t e = cudaGraphLaunch(g->exec, (cudaStream_t)c->cu.stream);
     if (e != cudaSuccess) {
@@ -793,7 +795,7 @@ static void graph_run(struct cuda_be *c, struct cuda_graph *g) {
         return;
     }
     for (int i = 0; i < g->n_rb; i++)
-        CK(snug_cuda_download(&c->cu, g->rb[i].dst, g->rb[i].src, g->rb[i].bytes, err));
+        CK(snug_cuda_download(&c->cu, base + g->rb[i].dst, g->rb[i].src, g->rb[i].bytes, err));
 }
 
 /* The entry of key: found, or a free one, or the least recently used one (its graph freed). */
@@ -811,7 +813,7 @@ static struct cuda_graph *graph_slot(struct cuda_be *c, uint64_t key) {
     return victim;
 }
 
-static int cuda_step_begin(struct snug_be *be, uint64_t key) {
+static int cuda_step_begin(struct snug_be *be, uint64_t key, void *host_base) {
     struct cuda_be *c = CB(be);
     c->qx_x = NULL; /* no rounded x carries across steps */
     if (!c->graphs_on || c->prof || c->comm || be->status != SNUG_OK || c->rec)
@@ -820,7 +822,7 @@ static int cuda_step_begin(struct snug_be *be, uint64_t key) {
     g->used = ++c->graph_clock;
     if (g->bad) return SNUG_STEP_EAGER;
     if (g->exec) {
-        graph_run(c, g);
+        graph_run(c, g, host_base);
         c->n_replayed++;
         return SNUG_STEP_REPLAYED;
     }
@@ -833,6 +835,7 @@ static int cuda_step_begin(struct snug_be *be, uint64_t key) {
         return SNUG_STEP_EAGER;
     }
     c->rec = g;
+    c->rec_base = host_base;
     c->rec_failed = false;
     g->n_rb = 0;
     return SNUG_STEP_RECORDING;
@@ -862,7 +865,7 @@ static bool cuda_step_end(struct snug_be *be) {
     }
     g->exec = exec;
     c->n_recorded++;
-    graph_run(c, g);
+    graph_run(c, g, c->rec_base);
     return true;
 }
 
