@@ -411,15 +411,20 @@ static void delta_snapshots(struct snug_fwd *f, const struct snug_layer *L,
     }
 }
 
+static void deltanet_rule(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
+                          float qscale);
+
 /* Gated DeltaNet (docs/qwen35.md §2.5): projections, causal conv + SiLU (conv state), split
  * [Q|K|V], L2-norm q,k, q /= sqrt(dk), β = sigmoid(b), g = ssm_a · softplus(α + dt_bias), the delta
- * rule (chunked for a run of T > 1, step for T = 1), gated RMSNorm, output projection. The conv
- * and the delta rule run per run against the run's own states; everything else over all rows. */
+ * rule (chunked for a run of T > 1, step for T = 1; on a backend with delta_decode, a
+ * decode-sized step's split, norms and gates inside that one op), gated RMSNorm, output
+ * projection. The conv and the delta rule run per run against the run's own states; everything
+ * else over all rows. */
 static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B) {
     const struct snug_hparams *hp = &f->m->hp;
     struct snug_be *be = snug_fwd_be(f);
     int64_t T = f->T, Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
-    int64_t dv = dk, cd = snug_hp_conv_dim(hp), kd = Nk * dk, di = hp->ssm_d_inner;
+    int64_t dv = dk, cd = snug_hp_conv_dim(hp), di = hp->ssm_d_inner;
     const float *convw = f32(f, L->ssm_conv);
     matmul(f, L->ssm_qkv, B->xn, T, B->mix);
     matmul(f, L->ssm_z, B->xn, T, B->z);
@@ -435,6 +440,34 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
                snug_kv_conv_state(run->kv, L->rec_idx), B->u + r0 * cd);
     }
     float qscale = 1.0f / sqrtf((float)dk);
+    if (be->ops->delta_decode && T <= SNUG_FWD_LG_ROWS) {
+        /* decode-sized steps: the split, norms, scale and gates inside the recurrence's own
+         * launch, which also writes a verification's rollback points */
+        for (int32_t r = 0; r < f->n_runs; r++) {
+            const struct snug_fwd_run *run = &f->runs[r];
+            int64_t r0 = run->row0;
+            struct snug_kv *kv = run->kv;
+            float *snap = run->snapshot ? snug_kv_snap_delta(kv, 0, L->rec_idx) : NULL;
+            SNUG_ASSERT(!run->snapshot || run->T <= kv->n_snap);
+            OP(delta_decode, run->T, Nk, Nv, dk, dv, B->u + r0 * cd, B->bb + r0 * Nv,
+               B->aa + r0 * Nv, f32(f, L->ssm_a), f32(f, L->ssm_dt), qscale, 1e-6f,
+               snug_kv_delta_state(kv, L->rec_idx), B->o + r0 * di, snap, (int64_t)kv->snap_stride);
+        }
+    } else {
+        deltanet_rule(f, L, B, qscale);
+    }
+    OP(gated_rmsnorm, B->o, B->z, f32(f, L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
+    matmul(f, L->ssm_out, B->on, T, B->y);
+}
+
+/* The delta rule of a step over the separate ops: [Q|K|V] split per token, the L2 norms, the
+ * scale and the gates over every row, then per run the step, chunked or snapshot form. */
+static void deltanet_rule(struct snug_fwd *f, const struct snug_layer *L, struct trunk_bufs *B,
+                          float qscale) {
+    const struct snug_hparams *hp = &f->m->hp;
+    struct snug_be *be = snug_fwd_be(f);
+    int64_t T = f->T, Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
+    int64_t dv = dk, cd = snug_hp_conv_dim(hp), kd = Nk * dk, di = hp->ssm_d_inner;
     OP(copy2d, B->qd, kd, B->u, cd, kd, T); /* split [Q|K|V] per token */
     OP(copy2d, B->kd, kd, B->u + kd, cd, kd, T);
     OP(copy2d, B->vd, di, B->u + 2 * kd, cd, di, T);
@@ -457,8 +490,6 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
             OP(delta_chunked, n, Nk, Nv, dk, dv, B->qd + r0 * kd, B->kd + r0 * kd, B->vd + r0 * di,
                B->aa + r0 * Nv, B->bb + r0 * Nv, S, B->o + r0 * di, f->op_work);
     }
-    OP(gated_rmsnorm, B->o, B->z, f32(f, L->ssm_norm), hp->rms_eps, T, Nv, dv, B->on);
-    matmul(f, L->ssm_out, B->on, T, B->y);
 }
 
 /* The LM head over rows [r0, r0 + n) of xn into logits (host): directly on the CPU, else in

@@ -187,6 +187,17 @@ struct snug_backend_ops {
      * without recorded steps (the forward always runs). */
     int (*step_begin)(struct snug_be *be, uint64_t key, void *host_base);
     bool (*step_end)(struct snug_be *be);
+    /* Decode rows' DeltaNet recurrence fused with its preparation, over the T rows of one run
+     * (token after token): qkv [T][2·Nk·dk + Nv·dv] the conv output [q | k | v]; q and k
+     * L2-normed per head (eps), q scaled by qscale; β = sigmoid(b), g = a·softplus(α + dt) from
+     * the raw projections b, alpha [T][Nv]; then delta_step's update of state and out [T][Nv·dv].
+     * snap (NULL: none): the state after row t also goes to snap + t·snap_stride floats (a
+     * verification's rollback points, kv.h). The numbers of copy2d, l2norm, scale, delta_gates
+     * and delta_step in sequence, to float rounding. NULL: the forward runs those ops. */
+    void (*delta_decode)(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                         int64_t dv, const float *qkv, const float *b, const float *alpha,
+                         const float *a, const float *dt, float qscale, float eps, float *state,
+                         float *out, float *snap, int64_t snap_stride);
 };
 enum { SNUG_STEP_EAGER = 0, SNUG_STEP_RECORDING = 1, SNUG_STEP_REPLAYED = 2 };
 

@@ -883,7 +883,73 @@ static void test_graph_replay(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D
     snug_cuda_dfree(w2), snug_cuda_dfree(dpos);
 }
 
+/* The decode rows' fused recurrence against the CPU's separate ops (split, L2 norms, scale,
+ * gates, step) token by token, each token's state against the rollback point it wrote. */
+static float softplus_ref(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+static void test_delta_decode(int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv,
+                              int snaps) {
+    int64_t kd = Nk * dk, di = Nv * dv, cd = 2 * kd + di;
+    float *qkv = rnd(T * cd, 1.5f), *b = rnd(T * Nv, 3.0f), *al = rnd(T * Nv, 3.0f);
+    float *a = rnd(Nv, 1.0f), *dt = rnd(Nv, 1.0f), *S = rnd(Nv * dk * dv, 0.5f);
+    for (int64_t j = 0; j < Nv; j++) a[j] = -fabsf(a[j]) - 0.1f; /* decays below 1 */
+    float qscale = 1.0f / sqrtf((float)dk);
+    float *ref = snug_malloc((size_t)(T * di) * 4),
+          *refsnap = snug_malloc((size_t)(T * Nv * dk * dv) * 4);
+    float *q = snug_malloc((size_t)kd * 4), *k = snug_malloc((size_t)kd * 4);
+    float *Sdev0 = snug_malloc((size_t)(Nv * dk * dv) * 4);
+    memcpy(Sdev0, S, (size_t)(Nv * dk * dv) * 4);
+    for (int64_t t = 0; t < T; t++) { /* the CPU: the separate ops, one token at a time */
+        memcpy(q, qkv + t * cd, (size_t)kd * 4);
+        memcpy(k, qkv + t * cd + kd, (size_t)kd * 4);
+        snug_op_l2norm(NULL, q, Nk, dk, 1e-6f);
+        snug_op_l2norm(NULL, k, Nk, dk, 1e-6f);
+        for (int64_t i = 0; i < kd; i++) q[i] *= qscale;
+        float bt[64], gt[64];
+        for (int64_t j = 0; j < Nv; j++) {
+            bt[j] = 1.0f / (1.0f + expf(-b[t * Nv + j]));
+            gt[j] = a[j] * softplus_ref(al[t * Nv + j] + dt[j]);
+        }
+        snug_op_gated_delta_step(NULL, 1, Nk, Nv, dk, dv, q, k, qkv + t * cd + 2 * kd, gt, bt, S,
+                                 ref + t * di);
+        memcpy(refsnap + t * Nv * dk * dv, S, (size_t)(Nv * dk * dv) * 4);
+    }
+    float *dqkv = dup_dev(qkv, (size_t)(T * cd) * 4), *db = dup_dev(b, (size_t)(T * Nv) * 4);
+    float *dal = dup_dev(al, (size_t)(T * Nv) * 4), *da = dup_dev(a, (size_t)Nv * 4);
+    float *ddt = dup_dev(dt, (size_t)Nv * 4), *dS = dup_dev(Sdev0, (size_t)(Nv * dk * dv) * 4);
+    float *dout = dev_poison((size_t)(T * di) * 4);
+    int64_t stride = Nv * dk * dv + 64; /* slots apart, as kv.h lays them out */
+    float *dsnap = snaps ? dev_poison((size_t)(T * stride) * 4) : NULL;
+    OK(snug_cuda_delta_decode(&cu, T, Nk, Nv, dk, dv, dqkv, db, dal, da, ddt, qscale, 1e-6f, dS,
+                              dout, dsnap, stride, &err));
+    float *got = get(dout, T * di);
+    char name[96];
+    snprintf(name, sizeof name, "delta_decode T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld%s",
+             (long long)T, (long long)Nk, (long long)Nv, (long long)dk, (long long)dv,
+             snaps ? " +snapshots" : "");
+    cmp(name, got, ref, T * di, 1e-4);
+    snug_free(got);
+    got = get(dS, Nv * dk * dv);
+    cmp("  state after it", got, S, Nv * dk * dv, 1e-4);
+    snug_free(got);
+    for (int64_t t = 0; snaps && t < T; t++) {
+        got = get(dsnap + t * stride, Nv * dk * dv);
+        snprintf(name, sizeof name, "  rollback point after token %lld", (long long)t);
+        cmp(name, got, refsnap + t * Nv * dk * dv, Nv * dk * dv, 1e-4);
+        snug_free(got);
+    }
+    snug_free(qkv), snug_free(b), snug_free(al), snug_free(a), snug_free(dt), snug_free(S);
+    snug_free(ref), snug_free(refsnap), snug_free(q), snug_free(k), snug_free(Sdev0);
+    snug_cuda_dfree(dqkv), snug_cuda_dfree(db), snug_cuda_dfree(dal), snug_cuda_dfree(da);
+    snug_cuda_dfree(ddt), snug_cuda_dfree(dS), snug_cuda_dfree(dout), snug_cuda_dfree(dsnap);
+}
+
 static void test_step(void) {
+    test_delta_decode(1, 16, 48, 128, 128, 0); /* the 27B's layer */
+    test_delta_decode(4, 16, 48, 128, 128, 1); /* a verification of 3 drafts */
+    test_delta_decode(3, 2, 6, 64, 64, 1);     /* the fixtures' shape */
+    test_delta_decode(5, 3, 9, 32, 40, 0);     /* dv not a multiple of the block's columns */
     test_add_rmsnorm(1, 5120);
     test_add_rmsnorm(7, 2048);
     test_add_rmsnorm(3, 1000);

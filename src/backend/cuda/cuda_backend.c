@@ -303,6 +303,13 @@ static void cb_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t 
     CK(snug_cuda_gated_delta_chunked(&CB(be)->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
                                      err));
 }
+static void cb_delta_decode(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                            int64_t dv, const float *qkv, const float *b, const float *alpha,
+                            const float *a, const float *dt, float qscale, float eps, float *state,
+                            float *out, float *snap, int64_t snap_stride) {
+    CK(snug_cuda_delta_decode(&CB(be)->cu, T, Nk, Nv, dk, dv, qkv, b, alpha, a, dt, qscale, eps,
+                              state, out, snap, snap_stride, err));
+}
 static void cb_add(struct snug_be *be, float *x, const float *y, int64_t n) {
     CK(snug_cuda_add(&CB(be)->cu, x, y, n, err));
 }
@@ -917,6 +924,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .bytes = cuda_bytes,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
+    .delta_decode = cb_delta_decode,
 };
 
 /* Tensor parallelism: the rank's partial sums added over the ranks, in place, on this

@@ -14,14 +14,29 @@
 #define DN_BCOLS (DN_WARPS * DN_WCOLS)
 #define DN_STAGE 16
 
+/* The decode form's preparation, folded into the kernel (PREP): q, k and v are read straight
+ * from the conv output (row stride `qs` for q and k, `vs` for v), q and k L2-normed per head
+ * (x · rsqrt(Σx² + eps)) and q scaled by qscale, β = sigmoid(b) and g = a·softplus(α + dt) from
+ * the raw projections — the arithmetic of k_l2norm, k_scale and k_delta_gates, one launch instead
+ * of seven. Optional snapshots: the state after token t also goes to snap + t·snap_stride
+ * (speculative verification's rollback points), written from the registers. */
+struct delta_prep {
+    const float *a, *dt; /* NULL: g and β are ready (the plain step) */
+    float qscale, eps;   /* PREP only */
+    float *snap;         /* NULL: no snapshots */
+    int64_t snap_stride; /* floats between token t's snapshot and t + 1's */
+};
+
 /* RPL = dk / 32 rows per lane. Per token, per column c:
  *   sk = Σ_i S[i][c] k_i, sq = Σ_i S[i][c] q_i (warp sums), δ = β (v_c − e^g sk),
- *   o_c = e^g sq + (k·q) δ, S[i][c] ← e^g S[i][c] + k_i δ   (as the CPU step form). */
-template <int RPL>
+ *   o_c = e^g sq + (k·q) δ, S[i][c] ← e^g S[i][c] + k_i δ   (as the CPU step form).
+ * qs / vs: floats between consecutive tokens' q (and k) / v rows. */
+template <int RPL, bool PREP>
 __global__ void __launch_bounds__(DN_WARPS * 32)
     k_delta(int64_t T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
             const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ g,
-            const float *__restrict__ beta, float *state, float *out) {
+            const float *__restrict__ beta, float *state, float *out, int64_t qs, int64_t vs,
+            delta_prep pp) {
     constexpr int dk = RPL * 32;
     __shared__ float sk[DN_STAGE][dk], sq[DN_STAGE][dk], sv[DN_STAGE][DN_BCOLS];
     __shared__ float sg[DN_STAGE], sb[DN_STAGE];
@@ -41,18 +56,43 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
         __syncthreads();
         for (int i = threadIdx.x; i < n * dk; i += blockDim.x) {
             int tt = i / dk, e = i - tt * dk;
-            sk[tt][e] = k[((t0 + tt) * Nk + kh) * dk + e];
-            sq[tt][e] = q[((t0 + tt) * Nk + kh) * dk + e];
+            sk[tt][e] = k[(t0 + tt) * qs + kh * dk + e];
+            sq[tt][e] = q[(t0 + tt) * qs + kh * dk + e];
         }
         for (int i = threadIdx.x; i < n * DN_BCOLS; i += blockDim.x) {
             int tt = i / DN_BCOLS, e = i - tt * DN_BCOLS;
-            sv[tt][e] = c0 + e < dv ? v[((t0 + tt) * Nv + j) * dv + c0 + e] : 0.0f;
+            sv[tt][e] = c0 + e < dv ? v[(t0 + tt) * vs + j * dv + c0 + e] : 0.0f;
         }
         if (threadIdx.x < n) {
-            sg[threadIdx.x] = __expf(g[(t0 + threadIdx.x) * Nv + j]);
-            sb[threadIdx.x] = beta[(t0 + threadIdx.x) * Nv + j];
+            int64_t gi = (t0 + threadIdx.x) * Nv + j;
+            float gv = g[gi], bv = beta[gi];
+            if (PREP) { /* k_delta_gates' arithmetic */
+                bv = 1.0f / (1.0f + expf(-bv));
+                float x = gv + pp.dt[j];
+                gv = pp.a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+            }
+            sg[threadIdx.x] = __expf(gv);
+            sb[threadIdx.x] = bv;
         }
         __syncthreads();
+        if (PREP) { /* L2-norm q and k per token (warp w: tokens w, w + DN_WARPS, ...) */
+            for (int tt = w; tt < n; tt += DN_WARPS) {
+                float a2 = 0.0f, b2 = 0.0f;
+#pragma unroll
+                for (int r = 0; r < RPL; r++) {
+                    float kv_ = sk[tt][lane + 32 * r], qv_ = sq[tt][lane + 32 * r];
+                    a2 = fmaf(kv_, kv_, a2);
+                    b2 = fmaf(qv_, qv_, b2);
+                }
+                float ik = rsqrtf(warp_sum(a2) + pp.eps), iq = rsqrtf(warp_sum(b2) + pp.eps);
+#pragma unroll
+                for (int r = 0; r < RPL; r++) {
+                    sk[tt][lane + 32 * r] *= ik;
+                    sq[tt][lane + 32 * r] = sq[tt][lane + 32 * r] * iq * pp.qscale;
+                }
+            }
+            __syncthreads();
+        }
         for (int tt = 0; tt < n; tt++) {
             float kr[RPL], qr[RPL], kq = 0.0f;
 #pragma unroll
@@ -79,6 +119,14 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
 #pragma unroll
                 for (int r = 0; r < RPL; r++) st[c][r] = fmaf(decay, st[c][r], kr[r] * delta);
             }
+            if (pp.snap) { /* the rollback point after this token */
+                float *P = pp.snap + (t0 + tt) * pp.snap_stride + j * dk * dv;
+#pragma unroll
+                for (int c = 0; c < DN_WCOLS; c++)
+#pragma unroll
+                    for (int r = 0; r < RPL; r++)
+                        if (cw + c < dv) P[(int64_t)(lane + 32 * r) * dv + cw + c] = st[c][r];
+            }
         }
     }
 #pragma unroll
@@ -88,10 +136,10 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
             if (cw + c < dv) S[(int64_t)(lane + 32 * r) * dv + cw + c] = st[c][r];
 }
 
-extern "C" int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
-                                          int64_t dk, int64_t dv, const float *q, const float *k,
-                                          const float *v, const float *g, const float *beta,
-                                          float *state, float *out, struct snug_err *err) {
+static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                        int64_t dv, const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *state, float *out, int64_t qs, int64_t vs,
+                        delta_prep pp, struct snug_err *err) {
     if (Nk <= 0 || Nv <= 0 || dv <= 0)
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "cuda delta: Nk %lld, Nv %lld, dv %lld must "
@@ -100,18 +148,27 @@ extern "C" int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64
     if (T <= 0) return SNUG_OK;
     dim3 grid((unsigned)Nv, (unsigned)((dv + DN_BCOLS - 1) / DN_BCOLS));
     cudaStream_t s = SNUG_CU_STREAM(cu);
+#define DN_GO(RPL)                                                                                 \
+    do {                                                                                           \
+        if (pp.a)                                                                                  \
+            k_delta<RPL, true><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta,     \
+                                                              state, out, qs, vs, pp);             \
+        else                                                                                       \
+            k_delta<RPL, false><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta,    \
+                                                               state, out, qs, vs, pp);            \
+    } while (0)
     switch (dk) {
     case 32:
-        k_delta<1><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta, state, out);
+        DN_GO(1);
         break;
     case 64:
-        k_delta<2><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta, state, out);
+        DN_GO(2);
         break;
     case 96:
-        k_delta<3><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta, state, out);
+        DN_GO(3);
         break;
     case 128:
-        k_delta<4><<<grid, DN_WARPS * 32, 0, s>>>(T, Nk, Nv, dv, q, k, v, g, beta, state, out);
+        DN_GO(4);
         break;
     default:
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
@@ -119,7 +176,30 @@ extern "C" int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64
                             "96 or 128 supported)",
                             (long long)dk);
     }
+#undef DN_GO
     return snug_cu_launched(err, "gated_delta");
+}
+
+extern "C" int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
+                                          int64_t dk, int64_t dv, const float *q, const float *k,
+                                          const float *v, const float *g, const float *beta,
+                                          float *state, float *out, struct snug_err *err) {
+    delta_prep pp = {};
+    return delta_launch(cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, Nk * dk, Nv * dv, pp,
+                        err);
+}
+
+extern "C" int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
+                                      int64_t dk, int64_t dv, const float *qkv, const float *b,
+                                      const float *alpha, const float *a, const float *dt,
+                                      float qscale, float eps, float *state, float *out,
+                                      float *snap, int64_t snap_stride, struct snug_err *err) {
+    if (!a || !dt)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda delta_decode: the gate vectors a, dt");
+    int64_t cd = 2 * Nk * dk + Nv * dv;
+    delta_prep pp = {a, dt, qscale, eps, snap, snap_stride};
+    return delta_launch(cu, T, Nk, Nv, dk, dv, qkv, qkv + Nk * dk, qkv + 2 * Nk * dk, alpha, b,
+                        state, out, cd, cd, pp, err);
 }
 
 /* The prompt entry point. This first slice runs the same column-parallel recurrence as the

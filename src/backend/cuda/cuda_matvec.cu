@@ -94,21 +94,28 @@ template <> struct mvq_unit<SNUG_DTYPE_Q4_K> {
         mA = dm * (float)(mn2 & 0xffu), mB = dm * (float)((mn2 >> 8) & 0xffu);
         e0 = 256 * sb + 64 * c;
     }
-    /* Σ w·x̃ over the unit for one token's quantised x (qx, ds of that token). */
-    __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
-                                         const float2 *__restrict__ ds) const {
+    /* One token's quantised x over the unit's elements (loaded once, used by every row). */
+    struct xs {
+        int4 a0, a1, b0, b1;
+        float2 da, db;
+    };
+    __device__ static __forceinline__ void load_x(const int8_t *__restrict__ qx,
+                                                  const float2 *__restrict__ ds, int e0, xs &x) {
         const int4 *xp = (const int4 *)(qx + e0);
-        int4 xa0 = __ldg(xp), xa1 = __ldg(xp + 1), xb0 = __ldg(xp + 2), xb1 = __ldg(xp + 3);
-        float2 da = __ldg(ds + (e0 >> 5)), db = __ldg(ds + (e0 >> 5) + 1);
-        const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
-        const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+        x.a0 = __ldg(xp), x.a1 = __ldg(xp + 1), x.b0 = __ldg(xp + 2), x.b1 = __ldg(xp + 3);
+        x.da = __ldg(ds + (e0 >> 5)), x.db = __ldg(ds + (e0 >> 5) + 1);
+    }
+    /* Σ w·x̃ over the unit for one token's x. */
+    __device__ __forceinline__ float dot(const xs &x) const {
+        const int xa[8] = {x.a0.x, x.a0.y, x.a0.z, x.a0.w, x.a1.x, x.a1.y, x.a1.z, x.a1.w};
+        const int xb[8] = {x.b0.x, x.b0.y, x.b0.z, x.b0.w, x.b1.x, x.b1.y, x.b1.z, x.b1.w};
         int sa = 0, sbv = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             sa = __dp4a((int)(q[i] & 0x0f0f0f0fu), xa[i], sa);
             sbv = __dp4a((int)((q[i] >> 4) & 0x0f0f0f0fu), xb[i], sbv);
         }
-        return dA * da.x * (float)sa + dB * db.x * (float)sbv - mA * da.y - mB * db.y;
+        return dA * x.da.x * (float)sa + dB * x.db.x * (float)sbv - mA * x.da.y - mB * x.db.y;
     }
 };
 
@@ -143,15 +150,25 @@ template <> struct mvq_unit<SNUG_DTYPE_Q6_K> {
         for (int qq = 0; qq < 4; qq++) s[qq] = d * (float)sc[2 * qq];
         e0 = 256 * sb + 128 * h + 8 * lq;
     }
-    __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
-                                         const float2 *__restrict__ ds) const {
+    struct xs {
+        int2 v[4];
+        float d[4];
+    };
+    __device__ static __forceinline__ void load_x(const int8_t *__restrict__ qx,
+                                                  const float2 *__restrict__ ds, int e0, xs &x) {
+#pragma unroll
+        for (int qq = 0; qq < 4; qq++) {
+            x.v[qq] = __ldg((const int2 *)(qx + e0 + 32 * qq));
+            x.d[qq] = __ldg(&ds[(e0 >> 5) + qq].x);
+        }
+    }
+    __device__ __forceinline__ float dot(const xs &x) const {
         float r = 0.0f;
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
-            int2 xv = __ldg((const int2 *)(qx + e0 + 32 * qq));
-            int sq = __dp4a(q[qq][0], xv.x, 0);
-            sq = __dp4a(q[qq][1], xv.y, sq);
-            r += s[qq] * __ldg(&ds[(e0 >> 5) + qq].x) * (float)sq;
+            int sq = __dp4a(q[qq][0], x.v[qq].x, 0);
+            sq = __dp4a(q[qq][1], x.v[qq].y, sq);
+            r += s[qq] * x.d[qq] * (float)sq;
         }
         return r;
     }
@@ -169,9 +186,17 @@ template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
         d = ld_f16(b);
         e0 = 32 * u;
     }
-    __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
-                                         const float2 *__restrict__ ds) const {
-        int4 xa = __ldg((const int4 *)(qx + e0)), xb = __ldg((const int4 *)(qx + e0 + 16));
+    struct xs {
+        int4 a, b;
+        float d;
+    };
+    __device__ static __forceinline__ void load_x(const int8_t *__restrict__ qx,
+                                                  const float2 *__restrict__ ds, int e0, xs &x) {
+        x.a = __ldg((const int4 *)(qx + e0)), x.b = __ldg((const int4 *)(qx + e0 + 16));
+        x.d = __ldg(&ds[e0 >> 5].x);
+    }
+    __device__ __forceinline__ float dot(const xs &x) const {
+        const int4 xa = x.a, xb = x.b;
         int s = __dp4a((int)q[0], xa.x, 0);
         s = __dp4a((int)q[1], xa.y, s);
         s = __dp4a((int)q[2], xa.z, s);
@@ -180,7 +205,7 @@ template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
         s = __dp4a((int)q[5], xb.y, s);
         s = __dp4a((int)q[6], xb.z, s);
         s = __dp4a((int)q[7], xb.w, s);
-        return d * __ldg(&ds[e0 >> 5].x) * (float)s;
+        return d * x.d * (float)s;
     }
 };
 
@@ -230,28 +255,29 @@ template <> struct mvq_unit<SNUG_DTYPE_IQ4_XS> {
         dA = d * (float)(lsA - 32), dB = d * (float)(lsB - 32);
         e0 = 256 * sb + 64 * c;
     }
-    __device__ __forceinline__ float dot(const int8_t *__restrict__ qx,
-                                         const float2 *__restrict__ ds) const {
-        const int4 *xp = (const int4 *)(qx + e0);
-        int4 xa0 = __ldg(xp), xa1 = __ldg(xp + 1), xb0 = __ldg(xp + 2), xb1 = __ldg(xp + 3);
-        float2 da = __ldg(ds + (e0 >> 5)), db = __ldg(ds + (e0 >> 5) + 1);
-        const int xv[16] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w,
-                            xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+    using xs = mvq_unit<SNUG_DTYPE_Q4_K>::xs; /* the same 64 elements' x */
+    __device__ static __forceinline__ void load_x(const int8_t *__restrict__ qx,
+                                                  const float2 *__restrict__ ds, int e0, xs &x) {
+        mvq_unit<SNUG_DTYPE_Q4_K>::load_x(qx, ds, e0, x);
+    }
+    __device__ __forceinline__ float dot(const xs &x) const {
+        const int xv[16] = {x.a0.x, x.a0.y, x.a0.z, x.a0.w, x.a1.x, x.a1.y, x.a1.z, x.a1.w,
+                            x.b0.x, x.b0.y, x.b0.z, x.b0.w, x.b1.x, x.b1.y, x.b1.z, x.b1.w};
         int sa = 0, sbv = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             sa = __dp4a(q[0][i], xv[i], sa);
             sbv = __dp4a(q[1][i], xv[8 + i], sbv);
         }
-        return dA * da.x * (float)sa + dB * db.x * (float)sbv;
+        return dA * x.da.x * (float)sa + dB * x.db.x * (float)sbv;
     }
 };
 
 /* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT, for the R rows from row0. A block of
  * blockDim.x (32..256) threads owns R rows; thread i takes units i, i + blockDim.x, ... of each
  * row (adjacent threads read adjacent weight bytes), loads all R rows' units before using them
- * (bytes in flight), and multiplies each with every token's x. Partial sums meet in shared
- * memory. */
+ * (bytes in flight), then per token loads that token's x over the unit once and multiplies it
+ * with every row's unit. Partial sums meet in shared memory. */
 template <int TYPE, int NT, int R>
 __device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, int n_in,
                                          int64_t n_out, const int8_t *__restrict__ qx,
@@ -274,9 +300,10 @@ __device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t r
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (NT > 1 && t >= T) break;
+            typename mvq_unit<TYPE>::xs xt;
+            mvq_unit<TYPE>::load_x(qx + (size_t)t * n_in, ds + (size_t)t * nb, wu[0].e0, xt);
 #pragma unroll
-            for (int r = 0; r < R; r++)
-                acc[t][r] += wu[r].dot(qx + (size_t)t * n_in, ds + (size_t)t * nb);
+            for (int r = 0; r < R; r++) acc[t][r] += wu[r].dot(xt);
         }
     }
     __shared__ float part[MVQ_MAX_WARPS][NT][R];

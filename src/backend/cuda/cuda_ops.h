@@ -168,6 +168,15 @@ int snug_cuda_gated_delta_step(struct snug_cuda *cu, int64_t T, int64_t Nk, int6
                                int64_t dv, const float *q, const float *k, const float *v,
                                const float *g, const float *beta, float *state, float *out,
                                struct snug_err *err);
+/* The decode rows' recurrence fused with its preparation (backend.h delta_decode): T rows of
+ * the conv output qkv [T][2·Nk·dk + Nv·dv] = [q | k | v], the raw β and α projections b, alpha
+ * [T][Nv]; q and k L2-normed (eps) and q scaled, β = sigmoid(b), g = a·softplus(α + dt), then the
+ * step form, token after token; with snap the state after token t is also written to
+ * snap + t·snap_stride (floats). */
+int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                           int64_t dv, const float *qkv, const float *b, const float *alpha,
+                           const float *a, const float *dt, float qscale, float eps, float *state,
+                           float *out, float *snap, int64_t snap_stride, struct snug_err *err);
 /* The prompt form (ops.h: chunked, C = 64). In this first slice it runs the same
  * column-parallel recurrence as _step (state in registers, tokens staged in shared memory);
  * the WY tensor-core form is the planned replacement. dk in {32, 64, 96, 128}. */
