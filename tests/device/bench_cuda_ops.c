@@ -7,7 +7,8 @@
  * over enough copies to exceed the 60 MB L2. Random data, never zeros. Needs a GPU; not registered
  * with ctest. Record results in docs/perf/cuda-kernels.md. `bench_cuda_ops ceilings`: only the
  * card's ceilings (copy bandwidth; cuBLAS bf16 and int8 matrix rates on random operands), the
- * lines bench/gpu.sh reads. Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
+ * lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the copy ceiling and the decode matvec lines.
+ * Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backend/cuda/cuda_ops.h"
@@ -146,6 +147,7 @@ int main(int argc, char **argv) {
     enum { REP = 20 };
     double t[REP];
     bool ceilings_only = argc > 1 && !strcmp(argv[1], "ceilings");
+    bool matvec_only = argc > 1 && !strcmp(argv[1], "matvec");
 
     /* ceiling 1: device copy, 2 GiB, bytes read + written */
     size_t cb = (size_t)2 << 30;
@@ -207,6 +209,10 @@ int main(int argc, char **argv) {
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }
+    if (matvec_only) {
+        snug_cuda_free(&cu);
+        return 0;
+    }
 
     /* the low-bit types' decode matvec (f32 activations: they have no int8 kernel) on the 27B's
      * FFN up shape, next to Q4_K's f32 kernel: random bytes (the decoders do the same work
