@@ -15,9 +15,10 @@
  * one-at-a-time schedule hides (plain shared stores read by other threads before a barrier
  * would be visible here whenever the writer ran first).
  * Cases: q4_K and q6_K (q6_K rows of 3 super-blocks start at every 2-byte phase mod 8), T not a
- * multiple of the 64-token tile, rows not a multiple of the 128-row tile, outputs poisoned with
- * NaN. Prints one line per case; exit status 1 on any failure.
- * Read next: src/backend/cuda/cuda_mmq_block.cuh, src/backend/cuda/cuda_mmq.cu. */
+ * multiple of the 64-token tile, rows not a multiple of the 128-row tile, each row's K in one
+ * block or split over two (their sums added into a zeroed y, the second half's blocks run
+ * first), outputs poisoned with NaN (one block per row). Prints one line per case; exit status 1 on
+ * any failure. Read next: src/backend/cuda/cuda_mmq_block.cuh, src/backend/cuda/cuda_mmq.cu. */
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -251,6 +252,9 @@ MMQ_FN void mmq_mma16(int *c, uint32_t a0, uint32_t a1, uint32_t b0) {
     const uint32_t a[4] = {a0, a1, 0u, 0u};
     mma<16>(c, a, b0, 0u);
 }
+MMQ_FN void mmq_atomic_add(float *p, float v) { /* threads run one at a time */
+    *p += v;
+}
 MMQ_FN uint32_t mmq_shfl(uint32_t v, int m) {
     uint32_t in[2] = {v, (uint32_t)m};
     return emu::collective(in, 2, nullptr, [](emu::warp_op &w) {
@@ -305,13 +309,14 @@ MMQ_FN uint32_t mmq_float_bits(float f) {
 static uint8_t *g_sm;
 static mmq_args g_p;
 static int64_t g_bx, g_by, g_nblk;
+static int g_bz;
 static const float *g_x;
 static int8_t *g_qx;
 static float *g_xd;
 static uint8_t *g_xm;
 
 template <int TYPE> static void mmq_thread(int tid) {
-    mmq_block<TYPE>(g_sm, tid, g_bx, g_by, g_p);
+    mmq_block<TYPE>(g_sm, tid, g_bx, g_by, g_bz, g_p);
 }
 static void quant_thread(int tid) { /* k_quant_a256: 8 warps a block, one 256-block a warp */
     int64_t b = g_bx * 8 + (tid >> 5);
@@ -328,7 +333,7 @@ static int g_fail;
 
 /* One product: random weights (snug_quantize_row) and x; the emulated quantiser and kernel
  * against the CPU's int8 product and the exact product. */
-template <int TYPE> static void run_case(int64_t n_in, int64_t n_out, int64_t T) {
+template <int TYPE> static void run_case(int64_t n_in, int64_t n_out, int64_t T, int ksplit) {
     const struct snug_dtype_info *ti = snug_dtype_info(TYPE);
     size_t rb = snug_dtype_row_bytes(TYPE, (uint64_t)n_in);
     /* the weights at a 16-byte-aligned base, as the device's are */
@@ -381,19 +386,20 @@ template <int TYPE> static void run_case(int64_t n_in, int64_t n_out, int64_t T)
         g_fail = 1;
     }
     /* emulated kernel: every block of the grid */
-    std::vector<float> y((size_t)(T * n_out), NAN);
+    std::vector<float> y((size_t)(T * n_out), ksplit == 2 ? 0.0f : NAN); /* launcher zeroes */
     std::vector<uint8_t> smbuf(mmq_smem<TYPE>() + 16);
     g_sm = (uint8_t *)(((uintptr_t)smbuf.data() + 15) & ~(uintptr_t)15);
     memset(g_sm, 0xa5, mmq_smem<TYPE>());
-    g_p = mmq_args{w, rb, (int)n_in, n_out, T, qx.data(), xd.data(), xm.data(), y.data()};
-    for (g_by = 0; g_by < (n_out + MMQ_BM - 1) / MMQ_BM; g_by++)
-        for (g_bx = 0; g_bx < (T + MMQ_BN - 1) / MMQ_BN; g_bx++)
-            if (!emu::run_block(mmq_thread<TYPE>)) {
-                printf("FAIL mmq %s: deadlock in block (%lld, %lld)\n", ti->name, (long long)g_bx,
-                       (long long)g_by);
-                g_fail = 1;
-                return;
-            }
+    g_p = mmq_args{w, rb, (int)n_in, n_out, T, qx.data(), xd.data(), xm.data(), y.data(), ksplit};
+    for (g_bz = ksplit - 1; g_bz >= 0; g_bz--) /* the second half first: order must not matter */
+        for (g_by = 0; g_by < (n_out + MMQ_BM - 1) / MMQ_BM; g_by++)
+            for (g_bx = 0; g_bx < (T + MMQ_BN - 1) / MMQ_BN; g_bx++)
+                if (!emu::run_block(mmq_thread<TYPE>)) {
+                    printf("FAIL mmq %s: deadlock in block (%lld, %lld)\n", ti->name,
+                           (long long)g_bx, (long long)g_by);
+                    g_fail = 1;
+                    return;
+                }
     /* references: the CPU's int8 product; the exact product of the decoded weights with the
      * rounded x */
     std::vector<float> wrow((size_t)n_in), xe((size_t)(T * n_in));
@@ -418,19 +424,20 @@ template <int TYPE> static void run_case(int64_t n_in, int64_t n_out, int64_t T)
     }
     double rc = e_cpu / (mx > 0 ? mx : 1), re = e_exact / (mx > 0 ? mx : 1);
     bool ok = nan == 0 && rc <= 1e-5 && re <= 1e-5;
-    printf(
-        "%s mmq %s n_in=%-5lld n_out=%-4lld T=%-4lld: rel. to the CPU int8 op %.2e, to the exact "
-        "product %.2e, unwritten %ld\n",
-        ok ? "PASS" : "FAIL", ti->name, (long long)n_in, (long long)n_out, (long long)T, rc, re,
-        nan);
+    printf("%s mmq %s n_in=%-5lld n_out=%-4lld T=%-4lld K parts %d: rel. to the CPU int8 op %.2e, "
+           "to the exact product %.2e, unwritten %ld\n",
+           ok ? "PASS" : "FAIL", ti->name, (long long)n_in, (long long)n_out, (long long)T, ksplit,
+           rc, re, nan);
     if (!ok) g_fail = 1;
 }
 
 int main() {
-    run_case<SNUG_DTYPE_Q4_K>(512, 130, 70); /* two partial tiles each way */
-    run_case<SNUG_DTYPE_Q4_K>(256, 37, 9);   /* one super-block, one partial tile */
-    run_case<SNUG_DTYPE_Q6_K>(768, 130, 70); /* rows of 630 bytes: every phase mod 8 */
-    run_case<SNUG_DTYPE_Q6_K>(256, 131, 65); /* rows of 210 bytes */
+    run_case<SNUG_DTYPE_Q4_K>(512, 130, 70, 1); /* two partial tiles each way */
+    run_case<SNUG_DTYPE_Q4_K>(256, 37, 9, 1);   /* one super-block, one partial tile */
+    run_case<SNUG_DTYPE_Q6_K>(768, 130, 70, 1); /* rows of 630 bytes: every phase mod 8 */
+    run_case<SNUG_DTYPE_Q6_K>(256, 131, 65, 1); /* rows of 210 bytes */
+    run_case<SNUG_DTYPE_Q4_K>(768, 130, 9, 2);  /* K in two halves of 1 and 2 super-blocks */
+    run_case<SNUG_DTYPE_Q6_K>(768, 37, 70, 2);
     free(emu::stacks);
     printf("%s\n", g_fail ? "test_cuda_mmq_host: FAIL" : "test_cuda_mmq_host: PASS");
     return g_fail;

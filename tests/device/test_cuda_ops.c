@@ -299,7 +299,8 @@ static void test_mmq(uint32_t type, int64_t n_in, int64_t n_out, int64_t T, int6
 
 /* `test_cuda_ops mmq`: the int8 tensor-core prompt product on odd shapes (T not a multiple of
  * the 64-token tile, rows not a multiple of the 128-row tile, n_in = 256·k for k = 1, 5, 8, 9,
- * 20, 68), the 27B's full FFN shapes sampled, and the bf16 cuBLAS path when switched off. */
+ * 20, 68), the 27B's full FFN shapes sampled (the launch splits their K in two at these T),
+ * every row's K split in two where it would not be, and the bf16 cuBLAS path when switched off. */
 static void test_mmq_all(void) {
     uint32_t ty[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
     for (int i = 0; i < 2; i++) {
@@ -313,6 +314,10 @@ static void test_mmq_all(void) {
         test_mmq(ty[i], 256, 4141, 777, 0);
         test_mmq(ty[i], 5120, 17408, 512, 4096); /* the 27B's FFN up, its down */
         test_mmq(ty[i], 17408, 5120, 129, 4096);
+        snug_cuda_mmq_tune(2); /* every row's K over two blocks (odd and even super-blocks) */
+        test_mmq(ty[i], 2304, 4141, 37, 0);
+        test_mmq(ty[i], 5120, 301, 129, 0);
+        test_mmq(ty[i], 512, 301, 70, 0);
         snug_cuda_mmq_tune(0); /* switched off: the bf16 cuBLAS path (test_matmul says which) */
         test_matmul(ty[i], 1280, 301, 37);
         snug_cuda_mmq_tune(-1);

@@ -83,6 +83,9 @@ MMQ_FN void mmq_mma16(int *c, uint32_t a0, uint32_t a1, uint32_t b0) {
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(b0));
 }
+MMQ_FN void mmq_atomic_add(float *p, float v) {
+    atomicAdd(p, v);
+}
 MMQ_FN float mmq_shfl_xor_f(float v, int m) {
     return __shfl_xor_sync(0xffffffffu, v, m);
 }
@@ -125,21 +128,22 @@ __global__ void k_quant_a256(const float *__restrict__ x, int64_t nblk, int8_t *
  * tile. 125 (q4_K) / 128 (q6_K) registers, no spills at two blocks per SM (ptxas, sm_90a). */
 template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(const mmq_args p) {
     extern __shared__ __align__(16) uint8_t sm[];
-    mmq_block<TYPE>(sm, threadIdx.x, blockIdx.x, blockIdx.y, p);
+    mmq_block<TYPE>(sm, threadIdx.x, blockIdx.x, blockIdx.y, (int)blockIdx.z, p);
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 on. */
+/* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 on; 2 on, every product
+ * with at least two super-blocks a row split in two halves (tests). */
 static int g_mmq = -2;
 extern "C" void snug_cuda_mmq_tune(int on) {
-    g_mmq = on == 0 || on == 1 ? on : -2;
+    g_mmq = on >= 0 && on <= 2 ? on : -2;
 }
-static bool mmq_on(void) {
+static int mmq_mode(void) {
     if (g_mmq == -2) {
         const char *e = getenv("SNUG_CUDA_MMQ");
-        g_mmq = e && !strcmp(e, "0") ? 0 : 1;
+        g_mmq = e && (!strcmp(e, "0") || !strcmp(e, "2")) ? e[0] - '0' : 1;
     }
-    return g_mmq == 1;
+    return g_mmq;
 }
 
 static size_t mmq_smem_of(uint32_t type) {
@@ -152,7 +156,7 @@ extern "C" bool snug_cu_mmq_use(const struct snug_cuda *cu, uint32_t type, int64
                                 int64_t T) {
     size_t smem = mmq_smem_of(type);
     return smem && T > SNUG_CUDA_MATVEC_MAX_T && n_in > 0 && n_in % 256 == 0 &&
-           n_in <= INT32_MAX / 2 && cu->cc_major >= 8 && smem <= cu->smem_optin && mmq_on();
+           n_in <= INT32_MAX / 2 && cu->cc_major >= 8 && smem <= cu->smem_optin && mmq_mode() != 0;
 }
 extern "C" bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in,
                                      int64_t T) {
@@ -167,22 +171,47 @@ extern "C" size_t snug_cu_mmq_work_bytes(int64_t n_in, int64_t T) {
     return al256((size_t)(T * n_in)) + al256(nblk * 4) + al256(nblk * 16) + 256;
 }
 
+/* Fraction of the resident-block slots the grid's waves fill (1: the last wave is full). */
+static double mmq_fill(int64_t blocks, int64_t slots) {
+    return (double)blocks / (double)(((blocks + slots - 1) / slots) * slots);
+}
+
 template <int TYPE>
-static int mmq_launch(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
+static int mmq_launch(struct snug_cuda *cu, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
                       const int8_t *qx, const float *xd, const uint8_t *xm, int64_t T, float *y,
                       struct snug_err *err) {
-    static bool attr_set; /* per instantiation: the dynamic shared memory limit raised once */
+    static int per_sm; /* per instantiation: resident blocks per SM, once the attribute is set */
     constexpr size_t smem = mmq_smem<TYPE>();
-    if (!attr_set) {
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    if (!per_sm) {
         cudaError_t e = cudaFuncSetAttribute(
             k_mmq<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda mmq: shared memory attribute: %s",
-                                cudaGetErrorString(e));
-        attr_set = true;
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmq<TYPE>, MMQ_THREADS,
+                                                              smem);
+        if (e != cudaSuccess || per_sm < 1)
+            return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda mmq: launch setup: %s",
+                                e != cudaSuccess ? cudaGetErrorString(e) : "no resident block");
     }
-    dim3 grid((unsigned)((T + MMQ_BN - 1) / MMQ_BN), (unsigned)((n_out + MMQ_BM - 1) / MMQ_BM));
-    const mmq_args p = {w, rb, n_in, n_out, T, qx, xd, xm, y};
+    /* Few blocks for the card (the last wave mostly empty: 27B down/out projections at T = 512,
+     * 320 blocks on 264 slots): split each row's super-blocks in two halves when that fills the
+     * waves >= 10% better and each half keeps >= 4 super-blocks */
+    int64_t blocks = ((T + MMQ_BN - 1) / MMQ_BN) * ((n_out + MMQ_BM - 1) / MMQ_BM);
+    int64_t slots = (int64_t)per_sm * cu->sm_count;
+    int nsb = n_in / 256, mode = mmq_mode();
+    int ksplit = nsb >= 2 && (mode == 2 || (nsb >= 8 && mmq_fill(2 * blocks, slots) >
+                                                            1.1 * mmq_fill(blocks, slots)))
+                     ? 2
+                     : 1;
+    if (ksplit == 2) {
+        cudaError_t e = cudaMemsetAsync(y, 0, (size_t)(T * n_out) * sizeof(float), s);
+        if (e != cudaSuccess)
+            return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda mmq: zeroing y: %s",
+                                cudaGetErrorString(e));
+    }
+    dim3 grid((unsigned)((T + MMQ_BN - 1) / MMQ_BN), (unsigned)((n_out + MMQ_BM - 1) / MMQ_BM),
+              (unsigned)ksplit);
+    const mmq_args p = {w, rb, n_in, n_out, T, qx, xd, xm, y, ksplit};
     k_mmq<TYPE><<<grid, MMQ_THREADS, smem, s>>>(p);
     return snug_cu_launched(err, "mmq");
 }
@@ -205,6 +234,6 @@ extern "C" int snug_cu_mmq(struct snug_cuda *cu, uint32_t type, const void *w, i
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     const uint8_t *wb = (const uint8_t *)w;
     if (type == SNUG_DTYPE_Q4_K)
-        return mmq_launch<SNUG_DTYPE_Q4_K>(s, wb, rb, (int)n_in, n_out, qx, xd, xm, T, y, err);
-    return mmq_launch<SNUG_DTYPE_Q6_K>(s, wb, rb, (int)n_in, n_out, qx, xd, xm, T, y, err);
+        return mmq_launch<SNUG_DTYPE_Q4_K>(cu, wb, rb, (int)n_in, n_out, qx, xd, xm, T, y, err);
+    return mmq_launch<SNUG_DTYPE_Q6_K>(cu, wb, rb, (int)n_in, n_out, qx, xd, xm, T, y, err);
 }

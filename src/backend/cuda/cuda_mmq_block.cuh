@@ -18,6 +18,7 @@
  *   mmq_mma32(c, a, b0, b1)         c += a·b, mma.m16n8k32 s8·s8 → s32
  *   mmq_mma16(c, a0, a1, b0)        c += a·b, mma.m16n8k16 s8·s8 → s32
  *   mmq_shfl_xor_f(v, m), mmq_shfl_xor_i(v, m)   warp shuffles
+ *   mmq_atomic_add(p, v)            *p += v, atomically (global float)
  *   mmq_funnel_r(lo, hi, s), mmq_byte_perm(x, y, s), mmq_vsub4(a, b), mmq_f2i_rn(f), mmq_h2f(bits),
  *   mmq_as_float(u), mmq_float_bits(f)           the CUDA intrinsics of those names
  * and includes uint2/uint4/float2 (cuda_runtime.h) and quant/quant.h.
@@ -120,7 +121,8 @@ struct mmq_args {
     const int8_t *qx;  /* [T][n_in] int8 */
     const float *xd;   /* [T][n_in / 256] scales */
     const uint8_t *xm; /* [T][n_in / 256][16] min planes */
-    float *y;          /* [T][n_out] */
+    float *y;          /* [T][n_out]; zeroed first when ksplit == 2 */
+    int ksplit;        /* 1, or 2: each row's super-blocks in two halves (blockIdx.z) */
 };
 
 /* Queue the copies of super-block sb: W's raw bytes of rows row0 .. (rows past n_out repeat the
@@ -398,12 +400,17 @@ MMQ_FN void mmq_compute(const uint8_t *sm, int tid, int buf, float (&acc)[2][4][
     }
 }
 
-/* One block: rows 128·by .., tokens 64·bx ... One barrier after the math (the raw bytes and the
- * next x tile landed; the int8 tile free), one after the unpack. */
+/* One block: rows 128·by .., tokens 64·bx .., super-blocks of part bz of p.ksplit (1 or 2: the
+ * first or second half of the row). One barrier after the math (the raw bytes and the next x
+ * tile landed; the int8 tile free), one after the unpack. With two parts both add into y, which
+ * the launcher zeroed: 0 + a + b is the same float whichever part comes first, so the result
+ * does not depend on the order the blocks run in. */
 template <int TYPE>
-MMQ_FN void mmq_block(uint8_t *sm, int tid, int64_t bx, int64_t by, const mmq_args &p) {
+MMQ_FN void mmq_block(uint8_t *sm, int tid, int64_t bx, int64_t by, int bz, const mmq_args &p) {
     const int64_t tok0 = bx * MMQ_BN, row0 = by * MMQ_BM;
-    const int nsb = p.n_in >> 8;
+    const int nsb = p.n_in >> 8, half = nsb / 2;
+    const int sb0 = p.ksplit == 2 && bz == 1 ? half : 0;
+    const int sb1 = p.ksplit == 2 && bz == 0 ? half : nsb;
     float acc[2][4][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -411,18 +418,18 @@ MMQ_FN void mmq_block(uint8_t *sm, int tid, int64_t bx, int64_t by, const mmq_ar
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[mt][nt][c] = 0.0f;
-    mmq_issue<TYPE>(sm, tid, p, row0, tok0, 0, 0);
+    mmq_issue<TYPE>(sm, tid, p, row0, tok0, sb0, 0);
     mmq_cp_wait_all();
     mmq_sync();
-    mmq_unpack<TYPE>(sm, tid, p, row0, 0);
+    mmq_unpack<TYPE>(sm, tid, p, row0, sb0);
     mmq_sync();
-    for (int sb = 0; sb < nsb; sb++) {
-        const int buf = sb & 1;
-        if (sb + 1 < nsb) mmq_issue<TYPE>(sm, tid, p, row0, tok0, sb + 1, buf ^ 1);
+    for (int sb = sb0; sb < sb1; sb++) {
+        const int buf = (sb - sb0) & 1;
+        if (sb + 1 < sb1) mmq_issue<TYPE>(sm, tid, p, row0, tok0, sb + 1, buf ^ 1);
         mmq_compute<TYPE>(sm, tid, buf, acc);
         mmq_cp_wait_all();
         mmq_sync();
-        if (sb + 1 < nsb) {
+        if (sb + 1 < sb1) {
             mmq_unpack<TYPE>(sm, tid, p, row0, sb + 1);
             mmq_sync();
         }
@@ -437,7 +444,11 @@ MMQ_FN void mmq_block(uint8_t *sm, int tid, int64_t bx, int64_t by, const mmq_ar
             for (int c = 0; c < 4; c++) {
                 int64_t row = row0 + 32 * wr + 16 * mt + grp + 8 * (c >> 1);
                 int64_t t = tok0 + 32 * wn + 8 * nt + 2 * q + (c & 1);
-                if (row < p.n_out && t < p.T) p.y[t * p.n_out + row] = acc[mt][nt][c];
+                if (row >= p.n_out || t >= p.T) continue;
+                if (p.ksplit == 2)
+                    mmq_atomic_add(p.y + t * p.n_out + row, acc[mt][nt][c]);
+                else
+                    p.y[t * p.n_out + row] = acc[mt][nt][c];
             }
 }
 

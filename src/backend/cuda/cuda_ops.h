@@ -90,8 +90,10 @@ size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
  * shared memory, and the switch on. */
 bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t T);
 /* The switch: 1 = the int8 tensor-core kernel where it applies (the default), 0 = the bf16
- * cuBLAS path for every prompt product, anything else = the default or env SNUG_CUDA_MMQ=0/1
- * (read at the first call; docs/debugging.md). Process-wide; for tests and benchmarks. */
+ * cuBLAS path for every prompt product, 2 = the kernel with every row's super-blocks split over
+ * two blocks (a form it otherwise takes only for grids that fill the card badly; tests);
+ * anything else = the default or env SNUG_CUDA_MMQ=0/1/2 (read at the first call;
+ * docs/debugging.md). Process-wide; for tests and benchmarks. */
 void snug_cuda_mmq_tune(int on);
 /* Dequantise rows [0, n_rows) of W to bf16 (dst: n_rows × n_in uint16). Used by matmul;
  * exposed for tests and for callers that keep a bf16 copy. */
