@@ -128,7 +128,8 @@ static double gemm_ceiling(void) {
  * snug_cuda_matmul as the engine calls it (x quantised / converted inside). Weights rotate over
  * copies totalling >= 160 MB (more than L2), CUDA events, median of 9 passes over the copies;
  * 2·T·n_in·n_out operations over the time (TOPS for int8, TFLOP/s for bf16), and the ratio
- * int8 / bf16 (above 1: the int8 kernel is faster). */
+ * int8 / bf16 (above 1: the int8 kernel is faster), and which of the two the default table
+ * (cuda_mmq.cu MMQ_MAX_T_*) picks. */
 static void bench_mmq(double gemm_rate) {
     static const struct {
         const char *what;
@@ -161,7 +162,7 @@ static void bench_mmq(double gemm_rate) {
                 if (T > Tmax) continue;
                 double ms[2], t[REP];
                 for (int path = 0; path < 2; path++) { /* 0: int8 mmq, 1: bf16 cuBLAS */
-                    snug_cuda_mmq_tune(path == 0 ? 1 : 0);
+                    snug_cuda_mmq_tune(path == 0 ? 2 : 0);
                     for (int c = 0; c < nc; c++)
                         OK(snug_cuda_matmul(&cu, ty[ti], w[c], n_in, n_out, x, T, y, work, &err));
                     for (int i = 0; i < REP; i++) {
@@ -174,12 +175,14 @@ static void bench_mmq(double gemm_rate) {
                     ms[path] = median(t, REP);
                 }
                 snug_cuda_mmq_tune(-1);
+                int dflt = snug_cuda_matmul_mmq(&cu, ty[ti], n_in, T);
                 double op = 2.0 * T * n_in * n_out;
                 printf("%-20s %-5s %5lld->%-6lld %5lld | %8.1f us %6.1f TOPS | %8.1f us %6.1f "
-                       "TFLOP/s | %.2f\n",
+                       "TFLOP/s | %.2f (default: %s)\n",
                        sh[si].what, snug_dtype_info(ty[ti])->name, (long long)n_in,
                        (long long)n_out, (long long)T, ms[0] * 1e3, op / (ms[0] * 1e-3) / 1e12,
-                       ms[1] * 1e3, op / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0]);
+                       ms[1] * 1e3, op / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0],
+                       dflt ? "int8" : "bf16");
             }
             for (int c = 0; c < nc; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
@@ -187,7 +190,7 @@ static void bench_mmq(double gemm_rate) {
     printf("(bf16 cuBLAS ceiling in this run: %.1f TFLOP/s)\n", gemm_rate);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv) { /* `bench_cuda_ops mmq`: ceilings + bench_mmq only */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);

@@ -11,7 +11,8 @@
 #      q6_K); every other product has <= 512 rows and keeps f32 activations. Gate: median KL to
 #      the reference logits within 1.1x of llama.cpp's own on this file (2.015e-2,
 #      tests/py/test_quantized.py), as for the CPU. For information: the same with the kernel off
-#      (SNUG_CUDA_MMQ=0) and the GPU against the CPU backend on the same file.
+#      (SNUG_CUDA_MMQ=0) and the GPU against the CPU backend on the same file. The kernel runs
+#      here for every product it can take (SNUG_CUDA_MMQ=2), whatever its default table says.
 # Carry (built here, an sm_90a-only build; pack_devcarry.sh):
 #   NOFX=1 sh tests/device/pack_devcarry.sh BUILD devcarry/mmq
 #   mkdir -p devcarry/mmq/fx/trained && cp $SNUG_FIXTURES/trained/{ids.json,logits.f32} devcarry/mmq/fx/trained/
@@ -33,7 +34,7 @@ F=$D/fx/trained
 M=tests/data/llamacpp/trained-q4_k_m.gguf
 if [ -f "$F/ids.json" ] && [ -f "$F/logits.f32" ]; then
   echo "== model: $M, prompt path (chunk 512)"
-  "$D/snug" logits --backend cuda -m $M --ids "$F/ids.json" -o "$O/q4km_mmq.f32" || fail=1
+  SNUG_CUDA_MMQ=2 "$D/snug" logits --backend cuda -m $M --ids "$F/ids.json" -o "$O/q4km_mmq.f32" || fail=1
   SNUG_CUDA_MMQ=0 "$D/snug" logits --backend cuda -m $M --ids "$F/ids.json" -o "$O/q4km_bf16.f32" || fail=1
   "$D/snug" logits -m $M --ids "$F/ids.json" -o "$O/q4km_cpu.f32" || fail=1
   python3 - "$O" "$F/logits.f32" <<'PY' || fail=1

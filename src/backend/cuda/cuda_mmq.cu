@@ -132,16 +132,24 @@ template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(cons
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 on; 2 on, every product
- * with at least two super-blocks a row split in two halves (tests). */
+/* Where the kernel runs by default: prompt chunks of at most this many tokens, per type. These
+ * are predictions (docs/perf/cuda-kernels.md, "Prompt products on int8 tensor cores": q4_K
+ * ahead of dequantise + cuBLAS at T = 512, behind at 2048; q6_K, with twice the integer work per
+ * input, behind at the 27B's shapes) until `bench_cuda_ops mmq` has measured both paths on the
+ * card; set them from its int8/bf16 column. */
+#define MMQ_MAX_T_Q4K 1024
+#define MMQ_MAX_T_Q6K 0
+/* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 the table above; 2 every
+ * product the kernel can take; 3 the same with every row's super-blocks split over two blocks
+ * (tests). */
 static int g_mmq = -2;
 extern "C" void snug_cuda_mmq_tune(int on) {
-    g_mmq = on >= 0 && on <= 2 ? on : -2;
+    g_mmq = on >= 0 && on <= 3 ? on : -2;
 }
 static int mmq_mode(void) {
     if (g_mmq == -2) {
         const char *e = getenv("SNUG_CUDA_MMQ");
-        g_mmq = e && (!strcmp(e, "0") || !strcmp(e, "2")) ? e[0] - '0' : 1;
+        g_mmq = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : 1;
     }
     return g_mmq;
 }
@@ -155,8 +163,11 @@ static size_t mmq_smem_of(uint32_t type) {
 extern "C" bool snug_cu_mmq_use(const struct snug_cuda *cu, uint32_t type, int64_t n_in,
                                 int64_t T) {
     size_t smem = mmq_smem_of(type);
+    int mode = mmq_mode();
     return smem && T > SNUG_CUDA_MATVEC_MAX_T && n_in > 0 && n_in % 256 == 0 &&
-           n_in <= INT32_MAX / 2 && cu->cc_major >= 8 && smem <= cu->smem_optin && mmq_mode() != 0;
+           n_in <= INT32_MAX / 2 && cu->cc_major >= 8 && smem <= cu->smem_optin &&
+           (mode >= 2 ||
+            (mode == 1 && T <= (type == SNUG_DTYPE_Q4_K ? MMQ_MAX_T_Q4K : MMQ_MAX_T_Q6K)));
 }
 extern "C" bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in,
                                      int64_t T) {
@@ -199,7 +210,7 @@ static int mmq_launch(struct snug_cuda *cu, const uint8_t *w, size_t rb, int n_i
     int64_t blocks = ((T + MMQ_BN - 1) / MMQ_BN) * ((n_out + MMQ_BM - 1) / MMQ_BM);
     int64_t slots = (int64_t)per_sm * cu->sm_count;
     int nsb = n_in / 256, mode = mmq_mode();
-    int ksplit = nsb >= 2 && (mode == 2 || (nsb >= 8 && mmq_fill(2 * blocks, slots) >
+    int ksplit = nsb >= 2 && (mode == 3 || (nsb >= 8 && mmq_fill(2 * blocks, slots) >
                                                             1.1 * mmq_fill(blocks, slots)))
                      ? 2
                      : 1;
