@@ -23,7 +23,10 @@
  * [row][256] plus per-row scales in shared memory. The int8 tiles are XOR-swizzled by 16-byte
  * chunk (chunk c of row r at c ^ (r & 7)), so the ldmatrix reads are free of bank conflicts.
  * The grid runs token tiles fastest: the blocks resident at once share a few row tiles, whose
- * bytes then come from L2 for every token tile.
+ * bytes then come from L2 for every token tile. A grid that fills the card's waves badly splits
+ * each row's super-blocks over two blocks adding into a zeroed y (same result in either order).
+ * The block's code is cuda_mmq_block.cuh (shared with a host emulator that tests it); this file
+ * holds its device primitives, the kernels, the switch and the launch.
  *
  * Invariant: no allocation (work: snug_cu_mmq_work_bytes); results equal Σ w·x̃ with w the
  * reference decoder's weights and x̃ the int8-rounded x, up to the f32 rounding of one term per
@@ -125,7 +128,8 @@ __global__ void k_quant_a256(const float *__restrict__ x, int64_t nblk, int8_t *
 }
 
 /* blockIdx.x: the token tile (fastest, so resident blocks share row tiles), blockIdx.y: the row
- * tile. 125 (q4_K) / 128 (q6_K) registers, no spills at two blocks per SM (ptxas, sm_90a). */
+ * tile, blockIdx.z: the half of K (when split). 128 registers at two blocks per SM (ptxas,
+ * sm_90a: 40 bytes spilled, outside the loop over 32 inputs). */
 template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(const mmq_args p) {
     extern __shared__ __align__(16) uint8_t sm[];
     mmq_block<TYPE>(sm, threadIdx.x, blockIdx.x, blockIdx.y, (int)blockIdx.z, p);
