@@ -2,13 +2,17 @@
  * same run: device-to-device copy bandwidth (bytes read + written) and the cuBLAS bf16
  * matrix rate. Matvec: 5120×17408 and 17408×5120 in Q4_K and Q8_0 (decode, bytes/time vs
  * copy bandwidth); GEMM: 8192 tokens × 5120 × 17408 (bf16 weights = pure cuBLAS, and Q4_K =
- * dequantise tiles + cuBLAS); attention decode over a 200K cache and whole-prompt attention at
- * 8K/32K/128K (f16, q8_0, fp8, q8_0/tq4 KV; decode grouped and per head); delta. Weights rotate
- * over enough copies to exceed the 60 MB L2. Random data, never zeros. Needs a GPU; not registered
- * with ctest. Record results in docs/perf/cuda-kernels.md. `bench_cuda_ops ceilings`: only the
- * card's ceilings (copy bandwidth; cuBLAS bf16 and int8 matrix rates on random operands), the
- * lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the copy ceiling and the decode matvec lines.
- * Read next: test_cuda_ops.c (correctness), src/backend/cuda/cuda_ops.h.
+ * the int8 tensor-core kernel, or dequantise tiles + cuBLAS when that is off); attention decode
+ * over a 200K cache and whole-prompt attention at 8K/32K/128K (f16, q8_0, fp8, q8_0/tq4 KV;
+ * decode grouped and per head); delta. Weights rotate over enough copies to exceed the 60 MB L2.
+ * Random data, never zeros. Needs a GPU; not registered with ctest.
+ * `bench_cuda_ops mmq`: only the two ceilings and the prompt products of q4_K / q6_K on the int8
+ * tensor-core kernel against the bf16 cuBLAS path (bench_mmq).
+ * `bench_cuda_ops ceilings`: only the card's ceilings (copy bandwidth; cuBLAS bf16 and int8
+ * matrix rates on random operands), the lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the
+ * copy ceiling and the decode matvec lines.
+ * Record results in docs/perf/cuda-kernels.md. Read next: test_cuda_ops.c (correctness),
+ * src/backend/cuda/cuda_ops.h.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backend/cuda/cuda_ops.h"
@@ -140,7 +144,100 @@ static void gemm_ceilings(void) {
     snug_cuda_dfree(a), snug_cuda_dfree(b), snug_cuda_dfree(c);
 }
 
-int main(int argc, char **argv) {
+/* The bf16 cuBLAS matrix rate: 8192 × 5120 × 17408 through snug_cuda_matmul with bf16 weights
+ * (the x f32 → bf16 pass included), median of 7, TFLOP/s. */
+static double gemm_ceiling(void) {
+    int64_t T = 8192, n_in = 5120, n_out = 17408;
+    float *x = dev_rand((size_t)(T * n_in) * 4, 1), *y;
+    OK(snug_cuda_malloc((void **)&y, (size_t)(T * n_out) * 4, &err));
+    void *w = dev_rand((size_t)(n_in * n_out) * 2, 0), *work;
+    uint16_t *h = malloc((size_t)(n_in * n_out) * 2);
+    for (int64_t i = 0; i < n_in * n_out; i++) h[i] = snug_f32_to_bf16(frand());
+    OK(snug_cuda_upload(&cu, w, h, (size_t)(n_in * n_out) * 2, &err));
+    free(h);
+    OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, T), &err));
+    for (int i = 0; i < 2; i++)
+        OK(snug_cuda_matmul(&cu, SNUG_DTYPE_BF16, w, n_in, n_out, x, T, y, work, &err));
+    double t[7];
+    for (int i = 0; i < 7; i++) {
+        tic();
+        OK(snug_cuda_matmul(&cu, SNUG_DTYPE_BF16, w, n_in, n_out, x, T, y, work, &err));
+        t[i] = toc_ms();
+    }
+    double rate = 2.0 * T * n_in * n_out / (median(t, 7) * 1e-3) / 1e12;
+    snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(w), snug_cuda_dfree(work);
+    return rate;
+}
+
+/* `bench_cuda_ops mmq`: prompt products of q4_K / q6_K weights at the 27B's shapes (and three of
+ * the 35B-A3B's) for T = 512 and 2048 tokens, on the int8 tensor-core kernel (cuda_mmq.cu) and
+ * on the bf16 path (dequantise 4096-row tiles + cuBLAS, snug_cuda_mmq_tune(0)), each through
+ * snug_cuda_matmul as the engine calls it (x quantised / converted inside). Weights rotate over
+ * copies totalling >= 160 MB (more than L2), CUDA events, median of 9 passes over the copies;
+ * 2·T·n_in·n_out operations over the time (TOPS for int8, TFLOP/s for bf16), and the ratio
+ * int8 / bf16 (above 1: the int8 kernel is faster), and which of the two the default table
+ * (cuda_mmq.cu MMQ_MAX_T_*) picks. */
+static void bench_mmq(double gemm_rate) {
+    static const struct {
+        const char *what;
+        int64_t n_in, n_out;
+        int only512;
+    } sh[] = {{"27B ffn gate/up", 5120, 17408, 0},   {"27B ffn down", 17408, 5120, 0},
+              {"27B attn q+gate", 5120, 12288, 0},   {"27B attn k/v", 5120, 1024, 0},
+              {"27B attn/delta out", 6144, 5120, 0}, {"27B delta qkv", 5120, 10240, 0},
+              {"27B delta z", 5120, 6144, 0},        {"35B attn q+gate", 2048, 8192, 1},
+              {"35B attn/delta out", 4096, 2048, 1}, {"35B delta z", 2048, 4096, 1}};
+    uint32_t ty[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
+    int64_t Ts[2] = {512, 2048};
+    enum { MAXC = 64, REP = 9 };
+    printf("%-20s %-5s %-13s %5s | %-22s | %-22s | %s\n", "shape", "type", "n_in->n_out", "T",
+           "int8 mmq", "bf16 dequant+cuBLAS", "int8/bf16");
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++)
+        for (int ti = 0; ti < 2; ti++) {
+            int64_t n_in = sh[si].n_in, n_out = sh[si].n_out;
+            double bytes = (double)snug_dtype_row_bytes(ty[ti], (uint64_t)n_in) * n_out;
+            int nc = (int)ceil(160e6 / bytes);
+            nc = nc < 3 ? 3 : nc > MAXC ? MAXC : nc;
+            void *w[MAXC], *work;
+            for (int c = 0; c < nc; c++) w[c] = dev_weights(ty[ti], n_in, n_out);
+            int64_t Tmax = sh[si].only512 ? 512 : 2048;
+            float *x = dev_rand((size_t)(Tmax * n_in) * 4, 1), *y;
+            OK(snug_cuda_malloc((void **)&y, (size_t)(Tmax * n_out) * 4, &err));
+            OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, Tmax), &err));
+            for (int k = 0; k < 2; k++) {
+                int64_t T = Ts[k];
+                if (T > Tmax) continue;
+                double ms[2], t[REP];
+                for (int path = 0; path < 2; path++) { /* 0: int8 mmq, 1: bf16 cuBLAS */
+                    snug_cuda_mmq_tune(path == 0 ? 2 : 0);
+                    for (int c = 0; c < nc; c++)
+                        OK(snug_cuda_matmul(&cu, ty[ti], w[c], n_in, n_out, x, T, y, work, &err));
+                    for (int i = 0; i < REP; i++) {
+                        tic();
+                        for (int c = 0; c < nc; c++)
+                            OK(snug_cuda_matmul(&cu, ty[ti], w[c], n_in, n_out, x, T, y, work,
+                                                &err));
+                        t[i] = toc_ms() / nc;
+                    }
+                    ms[path] = median(t, REP);
+                }
+                snug_cuda_mmq_tune(-1);
+                int dflt = snug_cuda_matmul_mmq(&cu, ty[ti], n_in, T);
+                double op = 2.0 * T * n_in * n_out;
+                printf("%-20s %-5s %5lld->%-6lld %5lld | %8.1f us %6.1f TOPS | %8.1f us %6.1f "
+                       "TFLOP/s | %.2f (default: %s)\n",
+                       sh[si].what, snug_dtype_info(ty[ti])->name, (long long)n_in,
+                       (long long)n_out, (long long)T, ms[0] * 1e3, op / (ms[0] * 1e-3) / 1e12,
+                       ms[1] * 1e3, op / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0],
+                       dflt ? "int8" : "bf16");
+            }
+            for (int c = 0; c < nc; c++) snug_cuda_dfree(w[c]);
+            snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
+        }
+    printf("(bf16 cuBLAS ceiling in this run: %.1f TFLOP/s)\n", gemm_rate);
+}
+
+int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only those parts) */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
@@ -148,6 +245,7 @@ int main(int argc, char **argv) {
     double t[REP];
     bool ceilings_only = argc > 1 && !strcmp(argv[1], "ceilings");
     bool matvec_only = argc > 1 && !strcmp(argv[1], "matvec");
+    const int only_mmq = argc > 1 && !strcmp(argv[1], "mmq");
 
     /* ceiling 1: device copy, 2 GiB, bytes read + written */
     size_t cb = (size_t)2 << 30;
@@ -164,6 +262,15 @@ int main(int argc, char **argv) {
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
     if (ceilings_only) {
         gemm_ceilings();
+        snug_cuda_free(&cu);
+        return 0;
+    }
+    if (only_mmq) {
+        double g = gemm_ceiling();
+        printf("ceiling: cuBLAS bf16 GEMM 8192x5120x17408 %.1f TFLOP/s (x f32->bf16 included)\n",
+               g);
+        bench_mmq(g);
+        OK(snug_cuda_sync(&cu, &err));
         snug_cuda_free(&cu);
         return 0;
     }
@@ -273,9 +380,10 @@ int main(int argc, char **argv) {
         double ms = median(t, GREP), rate = flop / (ms * 1e-3) / 1e12;
         if (g == 0) gemm_rate = rate;
         printf("matmul %-5s T=%lld n_in=%lld n_out=%lld: %8.2f ms  %6.1f TFLOP/s  %5.1f%% of the "
-               "bf16 cuBLAS rate (x f32->bf16 conversion included)\n",
+               "bf16 cuBLAS rate (x f32->bf16 conversion included)%s\n",
                snug_dtype_info(gt[g])->name, (long long)T, (long long)n_in, (long long)n_out, ms,
-               rate, 100 * rate / gemm_rate);
+               rate, 100 * rate / gemm_rate,
+               snug_cuda_matmul_mmq(&cu, gt[g], n_in, T) ? " [int8 mmq]" : "");
         snug_cuda_dfree(w), snug_cuda_dfree(work);
     }
     snug_cuda_dfree(x), snug_cuda_dfree(y);

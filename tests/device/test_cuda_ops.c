@@ -3,9 +3,10 @@
  * Needs a GPU: built when nvcc is found, not registered with ctest; run it on the device
  * machine. Each check prints the max abs error, the error relative to max|ref| and PASS/FAIL;
  * the last line is "N passed, N failed". Outputs are poisoned (NaN) before each GPU op, so an
- * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops (first anyway);
- * `test_cuda_ops step`: only the recorded-step paths (device positions and ids, the fused
- * residual norm, the shared x rounding, a captured graph replayed at later positions).
+ * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops; `test_cuda_ops
+ * mmq`: only the int8 tensor-core prompt products (cuda_mmq.cu); `test_cuda_ops step`: only the
+ * recorded-step paths (device positions and ids, the fused residual norm and delta rule, the
+ * shared x rounding, a captured graph replayed at later positions).
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -86,6 +87,8 @@ static int is_lattice_type(uint32_t type) {
            type == SNUG_DTYPE_IQ2_XS || type == SNUG_DTYPE_IQ2_S || type == SNUG_DTYPE_IQ1_S ||
            type == SNUG_DTYPE_IQ1_M;
 }
+static void a256_round(uint32_t type, const float *x, int64_t T, int64_t n_in, float *xe,
+                       uint8_t *xq);
 static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     const struct snug_dtype_info *ti = snug_dtype_info(type);
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
@@ -137,8 +140,11 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
      * matvec (cuda_matvec.cu) is compared with the exact product of the same int8-rounded x
      * (d = max|x|/127 per 32, q = round-half-even(x/d)): only the f32 sums may differ. */
     int i8 = T <= SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matvec_int8(type);
+    /* the prompt product on int8 tensor cores (cuda_mmq.cu) rounds x per 256 as the CPU's A256 */
+    int mmq = T > SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matmul_mmq(&cu, type, n_in, T);
     float *xe = snug_malloc((size_t)(T * n_in) * 4);
     memcpy(xe, x, (size_t)(T * n_in) * 4);
+    if (mmq) a256_round(type, x, T, n_in, xe, NULL);
     for (int64_t b = 0; i8 && b < T * n_in / 32; b++) {
         float amax = 0, *v = xe + 32 * b;
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
@@ -157,11 +163,13 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     char name[96];
     snprintf(name, sizeof name, "matmul %s %lldx%lld T=%lld%s", ti->name, (long long)n_out,
              (long long)n_in, (long long)T,
-             T > SNUG_CUDA_MATVEC_MAX_T
+             mmq ? " (int8 mmq)"
+             : T > SNUG_CUDA_MATVEC_MAX_T
                  ? (type == SNUG_DTYPE_F32 ? " (f32 cuBLAS)" : " (bf16 cuBLAS)")
              : i8 ? " (int8 x)"
                   : "");
-    int bf16 = T > SNUG_CUDA_MATVEC_MAX_T && type != SNUG_DTYPE_F32; /* f32 weights: f32 GEMM */
+    /* f32 weights: f32 GEMM */
+    int bf16 = T > SNUG_CUDA_MATVEC_MAX_T && type != SNUG_DTYPE_F32 && !mmq;
     cmp(name, got, exact, T * n_out, bf16 ? 2e-2 : 2e-5);
     snprintf(name, sizeof name, "  vs the CPU op (int8 activations)");
     cmp(name, got, ref, T * n_out, 2e-2);
@@ -192,6 +200,131 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     }
     snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy), snug_cuda_dfree(dwork);
     snug_free(w), snug_free(src), snug_free(x), snug_free(ref), snug_free(cw), snug_free(got);
+}
+
+/* ---- prompt products on int8 tensor cores (cuda_mmq.cu) ------------------------------------ */
+/* x [T][n_in] rounded as the CPU's A256 activations (snug_act_quantize of a K-quant: per 256,
+ * d = amax/127, q = round-half-even(x·127/amax)), the kernel's rounding: xe = q·d; the A256
+ * rows themselves into xq (T rows of snug_act_row_bytes) when xq is not NULL. */
+static void a256_round(uint32_t type, const float *x, int64_t T, int64_t n_in, float *xe,
+                       uint8_t *xq) {
+    size_t ab = snug_act_row_bytes(type, n_in);
+    uint8_t *row = xq ? NULL : snug_malloc(ab);
+    for (int64_t t = 0; t < T; t++) {
+        uint8_t *a = xq ? xq + (size_t)t * ab : row;
+        snug_act_quantize(type, x + t * n_in, a, n_in);
+        for (int64_t s = 0; s < n_in / 256; s++) { /* qs[256] | float d | int16 bsums[16] */
+            const uint8_t *blk = a + s * 292;
+            float d;
+            memcpy(&d, blk + 256, 4);
+            for (int i = 0; i < 256; i++) xe[t * n_in + 256 * s + i] = (float)(int8_t)blk[i] * d;
+        }
+    }
+    snug_free(row);
+}
+
+/* y = x̃·Wᵀ through snug_cuda_matmul on the int8 tensor-core path (asserted), against the exact
+ * product of the reference decoder's weights with the A256-rounded x (double sums) and against
+ * the CPU's own int8 product on the same A256 rows (snug_act_dot: integer sums, float scales),
+ * both within 2e-5 of max|ref| (the MoE int8 checks' bound). nsample = 0: every output, weights
+ * from snug_quantize_row; nsample > 0 (the 27B's full shapes): nsample random outputs plus the
+ * last row and token, weights tiled from 64 quantized rows with every super-block's f16 d
+ * redrawn, so that no two rows are alike. Outputs poisoned with NaN first; every one must be
+ * written. */
+static void test_mmq(uint32_t type, int64_t n_in, int64_t n_out, int64_t T, int64_t nsample) {
+    const struct snug_dtype_info *ti = snug_dtype_info(type);
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    int64_t nsb = n_in / 256;
+    uint8_t *w = snug_malloc(rb * (size_t)n_out);
+    float *src = snug_malloc((size_t)n_in * 4);
+    int64_t nq = nsample ? SNUG_MIN(n_out, 64) : n_out;
+    for (int64_t r = 0; r < nq; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand() * (1.0f + (float)(r % 7));
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+    }
+    for (int64_t r = nq; r < n_out; r++) {
+        memcpy(w + r * rb, w + (r % nq) * rb, rb);
+        for (int64_t b = 0; b < nsb; b++) { /* d: q4_K bytes 0-1, q6_K bytes 208-209 */
+            uint8_t *blk = w + r * rb + b * ti->block_bytes;
+            uint16_t h = snug_f32_to_f16(0.002f + 0.01f * (frand() + 1.0f));
+            memcpy(blk + (type == SNUG_DTYPE_Q6_K ? 208 : 0), &h, 2);
+        }
+    }
+    float *x = rnd(T * n_in, 1.0f);
+    for (int64_t i = 0; i < T * n_in; i += 97) x[i] *= 30.0f; /* outliers: per-256 scales */
+    void *dw = dup_dev(w, rb * n_out), *dx = dup_dev(x, (size_t)(T * n_in) * 4);
+    void *dy = dev_poison((size_t)(T * n_out) * 4);
+    void *dwork = dup_dev(NULL, snug_cuda_matmul_work_bytes(n_in, n_out, T));
+    int on = snug_cuda_matmul_mmq(&cu, type, n_in, T);
+    CHECKF(on, "mmq %s: snug_cuda_matmul_mmq says no on this device (sm_%d%d)", ti->name,
+           cu.cc_major, cu.cc_minor);
+    OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
+    float *got = get(dy, T * n_out);
+    size_t ab = snug_act_row_bytes(type, n_in);
+    uint8_t *xq = snug_malloc(ab * (size_t)T);
+    float *xe = snug_malloc((size_t)(T * n_in) * 4), *wrow = snug_malloc((size_t)n_in * 4);
+    a256_round(type, x, T, n_in, xe, xq);
+    int64_t n = nsample ? nsample + 2 : T * n_out;
+    float *g = snug_malloc((size_t)n * 4), *ex = snug_malloc((size_t)n * 4),
+          *cpu = snug_malloc((size_t)n * 4);
+    int64_t k = 0, unwritten = 0;
+    for (int64_t i = 0; i < T * n_out; i++) unwritten += !isfinite(got[i]);
+    for (int64_t r = 0; r < n_out && !nsample; r++) {
+        snug_dequantize_row(type, w + r * rb, wrow, n_in);
+        for (int64_t t = 0; t < T; t++, k++) {
+            double acc = 0;
+            for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[t * n_in + i];
+            ex[k] = (float)acc, g[k] = got[t * n_out + r];
+            snug_act_dot(type, w + r * rb, xq + (size_t)t * ab, 0, 1, n_in, &cpu[k]);
+        }
+    }
+    for (; k < n && nsample; k++) {
+        int64_t r = k == 0 ? n_out - 1 : (int64_t)((frand() + 1.0f) * 0.5f * (float)n_out);
+        int64_t t = k == 1 ? T - 1 : (int64_t)((frand() + 1.0f) * 0.5f * (float)T);
+        r = SNUG_MIN(r, n_out - 1), t = SNUG_MIN(t, T - 1);
+        snug_dequantize_row(type, w + r * rb, wrow, n_in);
+        double acc = 0;
+        for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[t * n_in + i];
+        ex[k] = (float)acc, g[k] = got[t * n_out + r];
+        snug_act_dot(type, w + r * rb, xq + (size_t)t * ab, 0, 1, n_in, &cpu[k]);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "mmq %s %lldx%lld T=%lld%s", ti->name, (long long)n_out,
+             (long long)n_in, (long long)T, nsample ? " (sampled)" : "");
+    cmp(name, g, ex, n, 2e-5);
+    cmp("  vs the CPU int8 op (same A256 rows)", g, cpu, n, 2e-5);
+    CHECKF(unwritten == 0, "%s: %lld outputs unwritten (NaN)", name, (long long)unwritten);
+    snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy), snug_cuda_dfree(dwork);
+    snug_free(w), snug_free(src), snug_free(x), snug_free(got), snug_free(xq), snug_free(xe);
+    snug_free(wrow), snug_free(g), snug_free(ex), snug_free(cpu);
+}
+
+/* `test_cuda_ops mmq`: the int8 tensor-core prompt product on odd shapes (T not a multiple of
+ * the 64-token tile, rows not a multiple of the 128-row tile, n_in = 256·k for k = 1, 5, 8, 9,
+ * 20, 68), the 27B's full FFN shapes sampled (the launch splits their K in two at these T),
+ * every row's K split in two where it would not be, and the bf16 cuBLAS path when switched off. */
+static void test_mmq_all(void) {
+    uint32_t ty[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
+    for (int i = 0; i < 2; i++) {
+        snug_cuda_mmq_tune(2); /* the kernel for every product it can take, whatever the table */
+        test_mmq(ty[i], 5120, 301, 9, 0);
+        test_mmq(ty[i], 256, 4141, 9, 0);
+        test_mmq(ty[i], 1280, 4141, 37, 0);
+        test_mmq(ty[i], 2304, 301, 64, 0);
+        test_mmq(ty[i], 5120, 301, 129, 0);
+        test_mmq(ty[i], 1280, 301, 512, 0);
+        test_mmq(ty[i], 2048, 301, 777, 0);
+        test_mmq(ty[i], 256, 4141, 777, 0);
+        test_mmq(ty[i], 5120, 17408, 512, 4096); /* the 27B's FFN up, its down */
+        test_mmq(ty[i], 17408, 5120, 129, 4096);
+        snug_cuda_mmq_tune(3); /* every row's K over two blocks (odd and even super-blocks) */
+        test_mmq(ty[i], 2304, 4141, 37, 0);
+        test_mmq(ty[i], 5120, 301, 129, 0);
+        test_mmq(ty[i], 512, 301, 70, 0);
+        snug_cuda_mmq_tune(0); /* switched off: the bf16 cuBLAS path (test_matmul says which) */
+        test_matmul(ty[i], 1280, 301, 37);
+        snug_cuda_mmq_tune(-1);
+    }
 }
 
 /* ---- elementwise and norms ---------------------------------------------------------------- */
@@ -985,13 +1118,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    if (argc > 1 && !strcmp(argv[1], "step")) {
-        test_step();
-        snug_cuda_free(&cu);
-        return TEST_DONE();
-    }
-    test_encoder(); /* first: `test_cuda_ops encoder` runs only these */
-    if (argc > 1 && !strcmp(argv[1], "encoder")) {
+    /* `test_cuda_ops encoder` / `mmq` / `step`: only those cases (the whole program takes
+     * several minutes) */
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (!only || !strcmp(only, "encoder")) test_encoder();
+    if (!only || !strcmp(only, "mmq")) test_mmq_all();
+    if (only && !strcmp(only, "step")) test_step();
+    if (only) {
         snug_cuda_free(&cu);
         return TEST_DONE();
     }

@@ -5,6 +5,7 @@
  * Invariant: one pass over the weights per call; no allocation (scratch is `work`).
  * Read next: cuda_common.cuh (the per-type decoders), cuda_basic.cu. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mmq.h"
 
 #include <cublas_v2.h>
 
@@ -288,13 +289,19 @@ static size_t align256(size_t x) {
 
 extern "C" size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T) {
     if (T <= SNUG_CUDA_MATVEC_MAX_T) return snug_cu_mvq_work_bytes(n_in, T < 1 ? 1 : T);
+    /* the bf16 path's x and W tile; the int8 tensor-core path needs less (its x as int8 plus
+     * 1/64 + 1/16 of that), so this covers both (the max only guards the invariant) */
     int64_t rows = n_out < SNUG_CUDA_GEMM_TILE_ROWS ? n_out : SNUG_CUDA_GEMM_TILE_ROWS;
-    return align256((size_t)(T * n_in) * 2) + align256((size_t)(rows * n_in) * 2) + 256;
+    size_t bf = align256((size_t)(T * n_in) * 2) + align256((size_t)(rows * n_in) * 2) + 256;
+    size_t mq = snug_cu_mmq_work_bytes(n_in, T);
+    return bf > mq ? bf : mq;
 }
 
 /* Decode (T <= 8): with work memory and a type of cuda_matvec.cu, the int8-activation dp4a
  * matvec; otherwise (work NULL: callers that want f32 activations) the f32 kernel. Prompt chunks
- * of f32 weights: one f32 cuBLAS GEMM (pedantic: no TF32). Other prompt chunks: x
+ * of q4_K/q6_K weights with work memory: the int8 tensor-core kernel (cuda_mmq.cu) unless
+ * switched off (snug_cuda_mmq_tune, SNUG_CUDA_MMQ=0). Prompt chunks of f32 weights: one f32
+ * cuBLAS GEMM (pedantic: no TF32). Other prompt chunks: x
  * to bf16 once, then per tile of rows dequantise W to bf16 and let cuBLAS compute y[:, tile]
  * (column-major view: y_tile (rows × T, ld n_out) = W_tileᵀ-view · x, i.e. GEMM(opA = T, opB = N)).
  */
@@ -318,6 +325,8 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
                                                    y);
         return snug_cu_launched(err, "matvec");
     }
+    if (work && snug_cu_mmq_use(cu, type, n_in, T))
+        return snug_cu_mmq(cu, type, w, n_in, n_out, x, T, y, work, err);
     if (n_in > INT32_MAX || n_out > INT32_MAX || T > INT32_MAX)
         return snug_err_set(err, SNUG_ERR_INVALID, "cuda matmul: dimensions exceed int32");
     if (type == SNUG_DTYPE_F32) { /* f32 weights: one f32 GEMM (no TF32), no rounding of x */

@@ -71,9 +71,12 @@ void snug_cuda_fa_tune(int pipe);
  * T <= SNUG_CUDA_MATVEC_MAX_T runs the decode kernel (one pass over W, dequantised in
  * registers, f32 accumulate): for q4_K/q6_K/q8_0 with `work` given, x is first rounded to int8
  * in blocks of 32 (as the CPU op does) and the product runs on dp4a (cuda_matvec.cu); with
- * work NULL, or other types, x stays f32. Larger T dequantises W in tiles of
- * SNUG_CUDA_GEMM_TILE_ROWS rows to bf16 and multiplies with cuBLAS (bf16 operands, f32
- * accumulate and output); work must hold snug_cuda_matmul_work_bytes(n_in, n_out, T).
+ * work NULL, or other types, x stays f32. Larger T: q4_K and q6_K weights (where
+ * snug_cuda_matmul_mmq says so) run on int8 tensor cores straight from the quantized blocks,
+ * x rounded to int8 per 256 (d = max|x|/127, q = round-half-even(x·127/max|x|): the CPU's
+ * A256 rounding; cuda_mmq.cu); other types dequantise W in tiles of SNUG_CUDA_GEMM_TILE_ROWS
+ * rows to bf16 and multiply with cuBLAS (bf16 operands, f32 accumulate and output). work must
+ * hold snug_cuda_matmul_work_bytes(n_in, n_out, T) (which covers both prompt paths).
  * n_in must be a multiple of 256 for K-quants, of 32 for the other block types, of 8 for
  * f32/f16/bf16. */
 #define SNUG_CUDA_MATVEC_MAX_T   8
@@ -82,6 +85,17 @@ int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void *w, int64_t
                      int64_t n_out, const float *x, int64_t T, float *y, void *work,
                      struct snug_err *err);
 size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
+/* Whether snug_cuda_matmul (with work memory) runs this product on the int8 tensor-core kernel
+ * (cuda_mmq.cu): q4_K or q6_K, T > SNUG_CUDA_MATVEC_MAX_T, n_in % 256 == 0, a device with the
+ * shared memory, and the switch (snug_cuda_mmq_tune) says so for this T. */
+bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t T);
+/* The switch: 0 = the bf16 cuBLAS path for every prompt product; 1 = the int8 tensor-core kernel
+ * where its table says it is the faster (the default; cuda_mmq.cu MMQ_MAX_T_*); 2 = the kernel
+ * for every product it can take; 3 = the same with every row's super-blocks split over two
+ * blocks (a form it otherwise takes only for grids that fill the card badly; tests); anything
+ * else = the default or env SNUG_CUDA_MMQ=0..3 (read at the first call; docs/debugging.md).
+ * Process-wide; for tests and benchmarks. */
+void snug_cuda_mmq_tune(int on);
 /* Dequantise rows [0, n_rows) of W to bf16 (dst: n_rows × n_in uint16). Used by matmul;
  * exposed for tests and for callers that keep a bf16 copy. */
 int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
