@@ -26,6 +26,7 @@ int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p
     out->ram_bytes = f->ram_bytes;
     out->disk_dir = f->disk_dir;
     out->disk_bytes = f->disk_bytes;
+    out->device = p->lim.backend == SNUG_BACKEND_CUDA;
     char kvn[24];
     snug_kvfmt_code_name(p->lim.kv_type, kvn, sizeof kvn);
     char lay[256] = {0};

@@ -67,6 +67,7 @@ static uint64_t bookkeeping_bytes(const struct snug_prefix_cfg *c) {
     uint64_t np = n_pages_of(c);
     return SNUG_ALIGN_UP((uint64_t)c->max_entries * sizeof(struct pfx_entry), 64) +
            SNUG_ALIGN_UP(np * sizeof(int32_t), 64) + (c->disk_dir ? c->page_bytes : 0) +
+           (c->device ? c->page_bytes : 0) +
            SNUG_ALIGN_UP((uint64_t)c->n_ctx * sizeof(snug_token), 64) +
            SNUG_ALIGN_UP((uint64_t)c->max_entries * sizeof(int32_t), 64) + 6 * 64;
 }
@@ -257,6 +258,7 @@ int snug_prefix_init(struct snug_prefix *pc, const struct snug_prefix_cfg *cfg_i
     pc->chain = snug_arena_alloc(&pc->arena, (size_t)c->max_entries * sizeof(int32_t), 64);
     pc->tokbuf = snug_arena_alloc(&pc->arena, (size_t)c->n_ctx * sizeof(snug_token), 64);
     if (c->disk_dir) pc->staging = snug_arena_alloc(&pc->arena, pc->page_bytes, 64);
+    if (c->device) pc->device_staging = snug_arena_alloc(&pc->arena, pc->page_bytes, 64);
     for (int32_t i = 0; i < c->max_entries; i++) {
         memset(&pc->entries[i], 0, sizeof pc->entries[i]);
         pc->entries[i].parent = pc->entries[i].point = pc->entries[i].first_page = -1;

@@ -16,7 +16,8 @@
  * module depends on core alone.
  *
  * Owns: one arena sized at init (snug_prefix_bytes): the RAM tier's pages, the index, the
- * entry table and one staging page for the disk tier. Nothing is allocated after init.
+ * entry table, one staging page for the disk tier and (device contexts) one for the engine's
+ * device copies. Nothing is allocated after init.
  * Invariants: an entry's parent exists (in RAM or on disk); a RAM entry's pages hold the state
  * then the rows [base, pos); a disk entry's file passed the header check at load and passes
  * the payload check before any byte of it reaches a slot; the current chain is never evicted
@@ -47,6 +48,9 @@ struct snug_prefix_cfg {
     int64_t index_tokens;                   /* tokens the index holds (default 8 × n_ctx) */
     int32_t max_entries;                    /* checkpoints (default 1024) */
     uint64_t page_bytes;                    /* RAM page (default 1 MiB, rounded to whole KV rows) */
+    /* the engine's contexts keep their caches in device memory: one more page, `device_staging`,
+     * through which the engine moves a device context's KV rows (model/ctx_prefix.h) */
+    bool device;
 };
 
 /* How the engine's slot state moves in and out. Every callback returns 0 or a status. */
@@ -88,11 +92,12 @@ struct snug_prefix {
     struct snug_arena arena;
     struct snug_prefix_index ix;
     struct pfx_entry *entries;
-    uint8_t *pages;     /* [n_pages][page_bytes] */
-    int32_t *page_next; /* page chains; free pages chained from free_page */
-    uint8_t *staging;   /* one page, for the disk tier */
-    int32_t *chain;     /* [max_entries] scratch of a restore */
-    snug_token *tokbuf; /* [n_ctx] scratch of the folder load */
+    uint8_t *pages;          /* [n_pages][page_bytes] */
+    int32_t *page_next;      /* page chains; free pages chained from free_page */
+    uint8_t *staging;        /* one page, for the disk tier */
+    uint8_t *device_staging; /* one page for the engine's device copies (cfg.device), or NULL */
+    int32_t *chain;          /* [max_entries] scratch of a restore */
+    snug_token *tokbuf;      /* [n_ctx] scratch of the folder load */
     int32_t n_pages, free_page, n_free_pages;
     int32_t rows_per_page;
     uint64_t page_bytes, clock;

@@ -1094,8 +1094,9 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_sbuf_free(&full);
         snug_chat_spans_free(&plain);
         if (rc == SNUG_OK && r->images.n > 0 &&
-            snug_srv_images_place(&r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens,
-                                  SNUG_MIN(pm.n, pm.cap), &pm.system_end, &pm.last_end, &e)) {
+            snug_srv_images_place(
+                &r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens, SNUG_MIN(pm.n, pm.cap),
+                (int32_t *const[]){&pm.system_end, &pm.last_end, &pm.user_end}, 3, &e)) {
             snug_sbuf_free(&force);
             goto reject;
         }
@@ -1103,6 +1104,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
         r->job.system_end = pm.system_end;
         r->job.last_end = pm.last_end;
+        r->job.user_end = pm.user_end;
         r->job.images = r->images.img;
         r->job.n_images = r->images.n;
         r->job.key = r->images.key;
@@ -1384,10 +1386,8 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
         snug_srv_images_free(&im);
         return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
     }
-    int32_t no_mark = 0, no_mark2 = 0;
-    rc = im.n > 0
-             ? snug_srv_images_place(&im, s->tok, &ids, n_tokens, NULL, 0, &no_mark, &no_mark2, e)
-             : SNUG_OK;
+    rc = im.n > 0 ? snug_srv_images_place(&im, s->tok, &ids, n_tokens, NULL, 0, NULL, 0, e)
+                  : SNUG_OK;
     snug_free(ids);
     snug_srv_images_free(&im);
     if (rc != SNUG_OK) return -1;
