@@ -74,6 +74,9 @@ struct snug_prefix_stats {
     uint64_t stores, restores, restore_failures;
     uint64_t ram_entries, ram_bytes, ram_capacity;
     uint64_t disk_entries, disk_bytes, disk_capacity;
+    uint64_t disk_other_bytes;  /* the folder's other cache files (refused, another server's
+                                 * in-flight writes), counted against the disk budget */
+    uint64_t stale_tmp_removed; /* temporaries of dead writers removed at boot */
     uint64_t ram_evictions, disk_evictions, index_evictions;
     uint64_t disk_writes, disk_write_failures, files_loaded, files_refused;
 };
@@ -99,6 +102,7 @@ struct snug_prefix {
     int32_t *chain;          /* [max_entries] scratch of a restore */
     snug_token *tokbuf;      /* [n_ctx] scratch of the folder load */
     int32_t n_pages, free_page, n_free_pages;
+    uint64_t disk_other; /* bytes of the folder's cache files that are not entries (st) */
     int32_t rows_per_page;
     uint64_t page_bytes, clock;
     struct snug_prefix_file_expect expect;
@@ -112,7 +116,11 @@ int snug_prefix_cfg_resolve(struct snug_prefix_cfg *cfg, struct snug_err *err);
 uint64_t snug_prefix_bytes(const struct snug_prefix_cfg *cfg);
 
 /* Set up the tiers; with a disk folder, create it if needed and load every valid checkpoint
- * file in it (a corrupt, truncated, foreign or orphaned file is skipped with a log line). */
+ * file in it (a corrupt, truncated, foreign or orphaned file is skipped with a log line and
+ * left in place, its bytes counted against the disk budget). Temporaries whose writer is gone
+ * (`KEY-POS.snugpfx.PID.tmp` of a dead PID, or the older `KEY-POS.snugpfx.tmp`: a kill during a
+ * write) are removed; a live writer's are counted. Over the budget, the least recently written
+ * checkpoint files go until the folder's cache files fit it. */
 int snug_prefix_init(struct snug_prefix *pc, const struct snug_prefix_cfg *cfg,
                      struct snug_err *err);
 void snug_prefix_free(struct snug_prefix *pc);
