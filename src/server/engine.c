@@ -671,7 +671,8 @@ static void *engine_main(void *arg) {
         for (int32_t i = 0; i < e->n_slots; i++) {
             struct slot *s = &e->slots[i];
             if (s->state == SLOT_FREE) continue;
-            if (stopping || atomic_load(&s->job->cancel))
+            if (stopping || atomic_load(&s->job->cancel) ||
+                (s->job->client_gone && s->job->client_gone(s->job->user)))
                 slot_finish(e, s, SNUG_FINISH_CANCEL, NULL);
             else if (s->job->deadline_s > 0 && now > s->job->deadline_s)
                 slot_finish(e, s, SNUG_FINISH_TIMEOUT, NULL);

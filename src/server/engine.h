@@ -114,6 +114,10 @@ struct snug_engine_job {
      * prompt tokens in the context (the reused prefix included), the prompt length, the reused
      * prefix and the milliseconds since the job got its slot. */
     void (*on_progress)(void *user, int32_t processed, int32_t total, int32_t cached, double ms);
+    /* Optional (NULL = none): called on the engine thread before each step while the job holds
+     * a slot; true when its client is gone (a non-streaming request whose connection closed):
+     * the job is then cancelled and its slot freed, as for `cancel`. */
+    bool (*client_gone)(void *user);
     void *user;
     atomic_bool cancel;
     /* engine-private */

@@ -584,6 +584,24 @@ static void cancel_locked(struct reply *r) {
     }
 }
 
+/* The engine's check between steps for a non-streaming request (engine.h client_gone): its
+ * connection is parked, so MHD would notice a client that left only at the answer. A peek at
+ * the socket tells: end of stream or a reset means the client closed it (one that only
+ * half-closed its side is taken as gone too: the answer would be its only use of the socket). */
+static bool client_gone(void *user) {
+    struct reply *r = user;
+    pthread_mutex_lock(&r->mu);
+    bool gone = false;
+    if (r->poll_fd >= 0 && !r->done) {
+        char b;
+        ssize_t n = recv(r->poll_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        if (gone) r->poll_fd = -1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return gone;
+}
+
 /* MHD content reader for a stream: hands out pending SSE bytes, waiting for new ones. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     struct reply *r = cls;
@@ -883,10 +901,12 @@ static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *
     enum snug_api api = r->api;
     struct snug_server_error e;
     r->conn = NULL;
+    r->poll_fd = -1;
     if (r->finish == SNUG_FINISH_CANCEL) {
         reply_unref_locked(r);
         snug_server_error_set(&e, 503, "server_error", NULL,
-                              "the request was cancelled: the server is shutting down");
+                              "the request was cancelled: the server is shutting down (or the "
+                              "client went away)");
         return fail(s, c, route, api, &e);
     }
     if (r->finish == SNUG_FINISH_ERROR || r->oom) {
@@ -920,6 +940,7 @@ void snug_srv_generate_abandon(void *pending) {
     struct reply *r = pending;
     pthread_mutex_lock(&r->mu);
     r->conn = NULL;
+    r->poll_fd = -1;
     r->suspended = false;
     cancel_locked(r);
     reply_unref_locked(r);
@@ -984,6 +1005,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
         return fail(s, c, route, api, &e);
     }
+    r->poll_fd = -1;
     r->srv = s;
     r->refs = 1;
     r->api = api;
@@ -1252,6 +1274,15 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     j->on_done = on_done;
     j->on_progress = q->stream && q->return_progress ? on_progress : NULL;
     j->user = r;
+    r->poll_fd = -1;
+    if (!q->stream) { /* its connection is parked while it runs: the engine polls it */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) {
+            r->poll_fd = ci->connect_fd;
+            j->client_gone = client_gone;
+        }
+    }
     atomic_init(&j->cancel, false);
     r->refs = 2; /* this thread + the engine until on_done */
     if (snug_engine_submit(s->engine, j, &err) != SNUG_OK) {
