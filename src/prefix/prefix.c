@@ -188,7 +188,15 @@ static void chain_touch(struct snug_prefix *pc, int32_t i, uint64_t now) {
     for (; i >= 0; i = pc->entries[i].parent) pc->entries[i].last_used = now;
 }
 
-/* The least recently used entry older than now, in RAM (ram) or on disk (!ram), or -1. */
+static bool has_child(const struct snug_prefix *pc, int32_t i) {
+    for (int32_t c = 0; c < pc->cfg.max_entries; c++)
+        if (pc->entries[c].used && pc->entries[c].parent == i) return true;
+    return false;
+}
+
+/* The least recently used entry older than now, in RAM (tier 0) or on disk (tier 1), or any
+ * (2); or -1. On disk, an entry held only there whose descendants live on is not a victim:
+ * dropping it would drop them (their KV rows start where its end), so its leaves go first. */
 static int32_t lru_victim(const struct snug_prefix *pc, uint64_t now, int tier) {
     int32_t v = -1;
     for (int32_t i = 0; i < pc->cfg.max_entries; i++) {
@@ -196,6 +204,9 @@ static int32_t lru_victim(const struct snug_prefix *pc, uint64_t now, int tier) 
         if (!e->used || e->last_used >= now) continue;
         if (tier == 0 && !e->n_pages) continue;
         if (tier == 1 && !e->on_disk) continue;
+        if (tier == 1 && !e->n_pages && (v < 0 || e->last_used < pc->entries[v].last_used) &&
+            has_child(pc, i))
+            continue;
         if (v < 0 || e->last_used < pc->entries[v].last_used) v = i;
     }
     return v;
