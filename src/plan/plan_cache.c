@@ -70,6 +70,10 @@ int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p
     out->disk_dir = f->disk_dir;
     out->disk_bytes = f->disk_bytes;
     out->device = p->lim.backend == SNUG_BACKEND_CUDA;
+    /* a device context's rows move in one copy per layer and page: pages of at least 256 rows
+     * (27B: about 9 MiB), so a 100K-token restore is hundreds of copies per layer, not
+     * thousands */
+    if (out->device && row * 256 > ((uint64_t)1 << 20)) out->page_bytes = row * 256;
     char kvn[24];
     snug_kvfmt_code_name(p->lim.kv_type, kvn, sizeof kvn);
     char lay[256] = {0};

@@ -408,6 +408,28 @@ static void disk_tier(void) {
 
 static void file_format(void) {
     CHECK(snug_crc32c(0, "123456789", 9) == 0xE3069283u);
+    { /* the instruction form (when the CPU has it) and the table form = a bitwise reference */
+        static uint8_t buf[4096 + 64];
+        uint64_t x = 12345;
+        for (size_t i = 0; i < sizeof buf; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            buf[i] = (uint8_t)(x >> 56);
+        }
+        bool same = true;
+        for (size_t off = 0; off < 9; off++)
+            for (size_t n = 0; n < 300; n += 1 + n / 8) {
+                uint32_t c = ~0u;
+                for (size_t i = 0; i < n; i++) {
+                    c ^= buf[off + i];
+                    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+                }
+                c = ~c;
+                same &=
+                    snug_crc32c(0, buf + off, n) == c && snug_crc32c_table(0, buf + off, n) == c;
+            }
+        CHECK(same);
+        CHECK(snug_crc32c(7, buf, sizeof buf) == snug_crc32c_table(7, buf, sizeof buf));
+    }
     CHECK(snug_crc32c(snug_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u);
     /* an image: header + 10 tokens + state + 4 rows */
     struct snug_prefix_file_expect ex = {0};
