@@ -144,11 +144,13 @@ static struct snug_prefix_io slot_io(struct snug_engine *e, struct slot *s,
  * sequence, prompt and generated tokens, so a later request that continues it verbatim — in
  * another slot, after this one was reused, or after a restart — starts there. Not taken inside
  * a speculative step's aftermath (not a checkpoint state) nor after images (the key of the
- * generated part would be the prompt's). A restore from here continues from the state the
- * decode computed token by token, as the slot's own reuse does; a cold prefill of the same
- * tokens computes it in chunks (the same numbers up to rounding). */
-static void slot_store_end(struct snug_engine *e, struct slot *s, int32_t n_images) {
-    if (!e->pc || n_images > 0 || s->seq.n_toks < 1 || s->seq.n_toks >= e->n_ctx) return;
+ * generated part would be the prompt's), nor when no generated token was evaluated (the end of
+ * the prompt: its generation prompt is re-rendered next time). A restore from here continues
+ * from the state the decode computed token by token, as the slot's own reuse does; a cold
+ * prefill of the same tokens computes it in chunks (the same numbers up to rounding). */
+static void slot_store_end(struct snug_engine *e, struct slot *s, int32_t n_images,
+                           int32_t n_prompt) {
+    if (!e->pc || n_images > 0 || s->seq.n_toks <= n_prompt || s->seq.n_toks >= e->n_ctx) return;
     struct snug_ctx_prefix_state st;
     struct snug_prefix_io io = slot_io(e, s, &st);
     if (!st.exportable || st.n_past != s->seq.n_toks) return;
@@ -187,8 +189,10 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     s->state = SLOT_FREE;
     s->job = NULL;
     s->last_used = ++e->use_clock;
+    int32_t n_images = j->n_images, n_prompt = j->n_prompt; /* (the caller's after on_done) */
     j->on_done(j->user, fin, &s->usage, msg);
-    if (fin == SNUG_FINISH_STOP || fin == SNUG_FINISH_LENGTH) slot_store_end(e, s, j->n_images);
+    if (fin == SNUG_FINISH_STOP || fin == SNUG_FINISH_LENGTH)
+        slot_store_end(e, s, n_images, n_prompt);
 }
 
 /* The images a slot's sequence and a job's prompt hold before position n are the same (place,

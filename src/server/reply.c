@@ -584,10 +584,15 @@ static void cancel_locked(struct reply *r) {
     }
 }
 
+/* A client that half-closes its side right after sending the request (shutdown(SHUT_WR)) still
+ * gets its answer: an end of stream seen this soon after the request is taken as that. */
+#define HALF_CLOSE_WINDOW_S 0.25
+
 /* The engine's check between steps for a non-streaming request (engine.h client_gone): its
  * connection is parked, so MHD would notice a client that left only at the answer. A peek at
- * the socket tells: end of stream or a reset means the client closed it (one that only
- * half-closed its side is taken as gone too: the answer would be its only use of the socket). */
+ * the socket tells: a reset, or an end of stream later than HALF_CLOSE_WINDOW_S after the
+ * request, means the client closed it (a close and a half-close look the same from here: the
+ * latter is only told apart by its timing; a half-close is then not watched any more). */
 static bool client_gone(void *user) {
     struct reply *r = user;
     pthread_mutex_lock(&r->mu);
@@ -595,7 +600,10 @@ static bool client_gone(void *user) {
     if (r->poll_fd >= 0 && !r->done) {
         char b;
         ssize_t n = recv(r->poll_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        if (n == 0 && snug_time_s() - r->poll_t0 < HALF_CLOSE_WINDOW_S)
+            r->poll_fd = -1; /* a half-close with the request: it waits for its answer */
+        else
+            gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
         if (gone) r->poll_fd = -1;
     }
     pthread_mutex_unlock(&r->mu);
@@ -1280,6 +1288,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci) {
             r->poll_fd = ci->connect_fd;
+            r->poll_t0 = snug_time_s();
             j->client_gone = client_gone;
         }
     }
