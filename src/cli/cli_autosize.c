@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "plan/plan_auto.h"
+#include "plan/plan_cache.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -111,6 +112,20 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
         req.device_free = dev_free > vision_bytes ? dev_free - vision_bytes : 0;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
+    /* the prefix cache's RAM tier (--cache-ram auto unless given: plan_cache.h's rule); on the
+     * cpu it is part of the budget, so the context is sized in what it leaves */
+    struct snug_plan_cache_flags cf = {.ram_bytes = o->cache_ram};
+    char cache_why[256];
+    snug_plan_cache_auto(&cf, o->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU, o->budget,
+                         w.total, cache_why, sizeof cache_why);
+    o->cache_ram = cf.ram_bytes;
+    if (o->backend != 1) {
+        rc = snug_plan_cache_reserve(&m->hp, &w, &req.lim, &cf, &req.reserve, err);
+        if (rc) {
+            snug_model_free(m);
+            return rc;
+        }
+    }
     static struct snug_plan_auto a; /* a few KiB; one boot per process */
     rc = snug_plan_auto(&m->hp, &w, &req, &a, err);
     if (rc) {
@@ -137,9 +152,16 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     }
     o->model = m; /* the server takes the opened model over: it is opened once */
     if (vision_bytes && a.budget) a.budget += vision_bytes; /* the flags repeat the whole budget */
+    a.has_cache = true;
+    a.cache_ram = o->cache_ram;
     char line[768];
     snug_plan_auto_flags(&a, line, sizeof line);
     fprintf(stderr, "snug serve: plan: %s\n", line);
+    if (o->cache_ram)
+        fprintf(stderr, "snug serve: prefix cache: %.2f GiB of host RAM (%s)\n",
+                (double)o->cache_ram / 1073741824.0, cache_why);
+    else
+        fprintf(stderr, "snug serve: prefix cache: off (%s)\n", cache_why);
     o->n_ctx = (int32_t)a.n_ctx;
     o->kv_type = a.kv_type;
     if (o->backend == 1)

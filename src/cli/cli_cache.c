@@ -13,6 +13,10 @@ int cli_cache_flag(int argc, char **argv, int *i, const char *cmd,
         const char *v = cli_value(argc, argv, i);
         uint64_t b;
         if (!v) return -1;
+        if (!strcmp(a, "--cache-ram") && !strcmp(v, "auto")) {
+            f->ram_bytes = SNUG_CACHE_RAM_AUTO;
+            return 1;
+        }
         if (!snug_plan_parse_size(v, &b)) {
             fprintf(stderr, "snug %s: %s '%s': expected a size such as 8GiB or 512MiB\n", cmd, a,
                     v);

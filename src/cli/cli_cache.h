@@ -1,5 +1,6 @@
 /* cli_cache.h — the prefix cache's flags, shared by `snug serve` and `snug plan`:
- *   --cache-ram SIZE               host-RAM tier (default 0 = no prefix cache)
+ *   --cache-ram SIZE|auto          host-RAM tier (serve: auto by default, plan_cache.h's rule;
+ *                                  0 = no prefix cache; plan: none unless given)
  *   --cache-dir DIR                disk tier folder (survives restarts; needs --cache-ram)
  *   --cache-disk SIZE              disk tier budget (default 4 x --cache-ram)
  *   --cache-checkpoint-every N     checkpoint interval in tokens during prefill (default 4096)
@@ -11,9 +12,10 @@
 #include "plan/plan_cache.h"
 
 #define CLI_CACHE_USAGE                                                                            \
-    "  --cache-ram SIZE  prefix cache in host RAM (checkpoints reused across requests; off by\n"   \
-    "                    default); --cache-dir DIR adds a disk tier that survives restarts,\n"     \
-    "                    --cache-disk SIZE its budget (default 4 x RAM);\n"                        \
+    "  --cache-ram SIZE|auto  prefix cache in host RAM (checkpoints reused across requests;\n"     \
+    "                    serve: auto by default, a quarter of the host memory left for it, at\n"   \
+    "                    most 16 GiB; 0 = off); --cache-dir DIR adds a disk tier that survives\n"  \
+    "                    restarts, --cache-disk SIZE its budget (default 4 x RAM);\n"              \
     "                    --cache-checkpoint-every N tokens (default 4096)\n"
 
 /* 1: argv[*i] was a cache flag (consumed with its value); -1: a bad value (message printed);

@@ -74,7 +74,8 @@ struct plan_vision {
 /* --table: every KV choice x MTP off/on, the largest context (snug_plan_table). */
 static int plan_table(const char *what, const struct snug_hparams *hp,
                       const struct snug_plan_weights *w, const struct snug_plan_limits *lim,
-                      uint64_t budget, bool json, const struct plan_vision *vis) {
+                      uint64_t budget, bool json, const struct plan_vision *vis,
+                      uint64_t cache_bytes) {
     if (!budget) {
         fprintf(stderr, "snug plan: --table needs --budget SIZE\n");
         return 2;
@@ -92,7 +93,17 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
         }
         room = budget - vis->budget_bytes;
     }
+    if (cache_bytes) { /* the cpu's prefix cache RAM tier: part of the budget (plan_cache.h) */
+        if (cache_bytes >= room) {
+            fprintf(stderr, "snug plan: the prefix cache (%.2f GiB) takes the whole budget\n",
+                    (double)cache_bytes / 1073741824.0);
+            return 1;
+        }
+        room -= cache_bytes;
+    }
     if (snug_plan_table(hp, w, lim, room, draft_on, rows, &n, &err)) return cli_fail("plan", &err);
+    for (int i = 0; i < n; i++)
+        if (rows[i].device_total) rows[i].device_total += cache_bytes; /* as `--ctx max` plans */
     const char *backend = lim->backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu";
     char size[32];
     snug_plan_size_str(budget, size, sizeof size);
@@ -340,7 +351,17 @@ int cmd_plan(int argc, char **argv) {
         vis.budget_bytes = lim.backend == SNUG_BACKEND_CUDA ? snug_vision_plan_device_total(&vis.vp)
                                                             : snug_vision_plan_total(&vis.vp);
     }
-    if (table) return plan_table(what, &hp, &w, &lim, budget, json, &vis);
+    /* --cache-ram (auto: the server's rule, plan_cache.h): on the cpu the RAM tier is part of
+     * the budget, so the contexts below are those it leaves room for */
+    char cache_why[256];
+    bool cache_given = cache.ram_bytes != 0;
+    snug_plan_cache_auto(&cache, lim.backend, lim.backend == SNUG_BACKEND_CUDA ? 0 : budget,
+                         w.total, cache_why, sizeof cache_why);
+    uint64_t cache_cpu = 0; /* what the tier's item may take on the cpu (0 on cuda) */
+    if (lim.backend != SNUG_BACKEND_CUDA &&
+        snug_plan_cache_reserve(&hp, &w, &lim, &cache, &cache_cpu, &err))
+        return cli_fail("plan", &err);
+    if (table) return plan_table(what, &hp, &w, &lim, budget, json, &vis, cache_cpu);
     /* with vision, the contexts below are those the tower leaves room for */
     uint64_t text_budget = budget;
     if (budget && vis.budget_bytes) {
@@ -351,6 +372,15 @@ int cmd_plan(int argc, char **argv) {
         }
         text_budget = budget - vis.budget_bytes;
     }
+    uint64_t sized_budget = text_budget; /* and what the cpu's prefix cache leaves */
+    if (budget && cache_cpu) {
+        if (cache_cpu >= text_budget) {
+            fprintf(stderr, "snug plan: the prefix cache (%.2f GiB) takes the whole budget\n",
+                    (double)cache_cpu / 1073741824.0);
+            return 1;
+        }
+        sized_budget = text_budget - cache_cpu;
+    }
 
     /* --kv auto: the choice run and serve make with these settings, then its plan below */
     char auto_line[768] = "";
@@ -359,7 +389,7 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "snug plan: --kv auto needs --budget SIZE\n");
             return 2;
         }
-        struct snug_plan_auto_req req = {.lim = lim, .budget = text_budget};
+        struct snug_plan_auto_req req = {.lim = lim, .budget = text_budget, .reserve = cache_cpu};
         req.lim.n_ctx = 0;
         if (ctx_arg && strcmp(ctx_arg, "max")) {
             char *end;
@@ -375,6 +405,8 @@ int cmd_plan(int argc, char **argv) {
         if (snug_plan_auto(&hp, &w, &req, &a, &err)) return cli_fail("plan", &err);
         /* the flags repeat the whole budget (serve --mmproj takes the tower off it again) */
         if (vis.budget_bytes && a.budget) a.budget += vis.budget_bytes;
+        a.has_cache = cache_given;
+        a.cache_ram = cache.ram_bytes;
         snug_plan_auto_flags(&a, auto_line, sizeof auto_line);
         lim.kv_type = a.kv_type;
         ctx_arg = NULL;
@@ -387,9 +419,9 @@ int cmd_plan(int argc, char **argv) {
     for (; snug_plan_kv_names[n_kv] && n_kv < 8; n_kv++) {
         struct snug_plan_limits l = lim;
         l.kv_type = n_kv;
-        max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, text_budget, 0) : -1;
+        max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, sized_budget, 0) : -1;
     }
-    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, text_budget, 0) : -1;
+    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, sized_budget, 0) : -1;
     char kv_name[24];
     snug_kvfmt_code_name(lim.kv_type, kv_name, sizeof kv_name);
     if (ctx_arg && !strcmp(ctx_arg, "max")) {
@@ -549,6 +581,9 @@ int cmd_plan(int argc, char **argv) {
         printf("vision (%s): images up to %lld pixels after the resize: %lld patches, %lld "
                "context tokens each (in the ctx above)\n",
                vis.what, max_img, (long long)vis.vp.max_patches, (long long)vis.vp.max_tokens);
+    if (cache_given)
+        printf("prefix cache (ram): %.2f GiB (%s)\n", (double)cache.ram_bytes / 1073741824.0,
+               cache_why);
     if (cache_disk)
         printf("prefix cache (disk): %.2f GiB in %s (disk, not memory)\n",
                (double)cache_disk / 1073741824.0, cache.disk_dir);

@@ -188,7 +188,7 @@ int cmd_serve(int argc, char **argv) {
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
     bool ctx_max = false;
-    struct snug_plan_cache_flags cache = {0};
+    struct snug_plan_cache_flags cache = {.ram_bytes = SNUG_CACHE_RAM_AUTO}; /* on by default */
     const char *render_path = NULL, *render_api = "chat";
     static char key_buf[4096];
     struct cli_backend bk = {0};

@@ -223,13 +223,13 @@ int32_t snug_ctx_n_past(const struct snug_ctx *ctx) {
     return ctx->n_past;
 }
 
-/* The prefix cache's access (model.h, src/model/ctx_prefix.h): the host caches of a CPU
- * context and, with speculative decoding, the MTP block's cache and its one pending hidden row
- * (every plain step settles the MTP step: rows [0, n_past - 1) of the MTP cache are written,
- * the row of position n_past - 1 waits for the next token). */
+/* The prefix cache's access (model.h, src/model/ctx_prefix.h): the caches of a context (host
+ * memory, or a device backend's: `dev`) and, with speculative decoding, the MTP block's cache
+ * and its one pending hidden row (every plain step settles the MTP step: rows [0, n_past - 1)
+ * of the MTP cache are written, the row of position n_past - 1 waits for the next token). */
 bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out) {
     memset(out, 0, sizeof *out);
-    if (ctx->device) return false;
+    out->dev = ctx->device ? ctx->be : NULL;
     out->kv = ctx->kv;
     out->n_past = ctx->n_past;
     out->rope_delta = &ctx->rope_delta;
@@ -254,7 +254,7 @@ int32_t snug_ctx_prefix_in_place(const struct snug_ctx *ctx) {
 
 int snug_ctx_prefix_set_past(struct snug_ctx *ctx, const snug_token *toks, int32_t n_past,
                              struct snug_err *err) {
-    if (ctx->device || n_past < 0 || n_past > ctx->p.n_ctx || (n_past > 0 && !toks))
+    if (n_past < 0 || n_past > ctx->p.n_ctx || (n_past > 0 && !toks))
         return snug_err_set(err, SNUG_ERR_INVALID, "prefix restore: %d positions", n_past);
     ctx->n_past = n_past;
     ctx->snap_n = 0; /* the rollback point is gone; rope_delta: the restore's */

@@ -1,8 +1,37 @@
-/* ctx_prefix.c — copy callbacks between a CPU context's caches and the prefix cache (see
- * ctx_prefix.h for the blob and row layouts). */
+/* ctx_prefix.c — copy callbacks between a context's caches and the prefix cache (see
+ * ctx_prefix.h for the blob and row layouts). Host caches (the CPU) are memcpy'd; a device
+ * context's go through its backend's download/upload: the state pieces one copy each, the KV
+ * rows of a call one copy per layer and K/V through the caller's staging buffer (a layer's rows
+ * are contiguous in the cache, interleaved per row in the store's layout), then one sync that
+ * reports the device's error. */
 #include "model/ctx_prefix.h"
 
+#include "backend/backend.h"
+
 #include <string.h>
+
+/* host <-> cache bytes: memcpy, or the device backend's download / upload */
+static void xfer(struct snug_be *dev, void *host, void *cache, size_t n, bool out) {
+    if (!dev) {
+        if (out)
+            memcpy(host, cache, n);
+        else
+            memcpy(cache, host, n);
+    } else if (out) {
+        dev->ops->download(dev, host, cache, n);
+    } else {
+        dev->ops->upload(dev, cache, host, n);
+    }
+}
+
+/* After a device context's copies: the backend's first error (SNUG_OK on the host). */
+static int xfer_done(struct snug_be *dev) {
+    if (!dev) return SNUG_OK;
+    struct snug_err err = {0};
+    int rc = dev->ops->sync(dev, &err);
+    if (rc) snug_log(SNUG_LOG_WARN, "prefix cache: device copy failed: %s\n", err.msg);
+    return rc;
+}
 
 static size_t conv_bytes(const struct snug_kv *kv) {
     return (size_t)kv->shape.n_rec * (size_t)kv->shape.conv_elems * sizeof(float);
@@ -43,15 +72,12 @@ static int state_copy(struct snug_ctx_prefix_state *st, uint64_t off, void *buf,
             src = (uint8_t *)st->mtp_row + (off - cb - db);
             m = n;
         }
-        if (out)
-            memcpy(b, src, m);
-        else
-            memcpy(src, b, m);
+        xfer(st->dev, b, src, m, out);
         b += m;
         off += m;
         n -= m;
     }
-    return SNUG_OK;
+    return xfer_done(st->dev);
 }
 
 static int state_out(void *user, uint64_t off, void *dst, size_t n) {
@@ -84,6 +110,47 @@ static size_t layers_copy(struct snug_kv *kv, int32_t r, uint8_t *buf, bool out)
     return (size_t)kv->shape.n_attn * (kb + vb);
 }
 
+/* A device context's rows [row0, row0 + n_rows) of every layer of kv, shifted by `shift`
+ * (the MTP cache: -1), to or from the packed rows at buf (row_bytes apart, this cache's part at
+ * byte `at` of each): per layer and K/V the rows that exist (>= 0) move in copies of as many
+ * as the staging buffer holds (one row straight into place without one); the row before 0
+ * reads as zeros. */
+static void layers_copy_dev(const struct snug_ctx_prefix_state *st, struct snug_kv *kv,
+                            int32_t row0, int32_t n_rows, int32_t shift, uint8_t *buf,
+                            size_t row_bytes, size_t at, bool out) {
+    size_t kb = snug_kv_row_bytes(&kv->shape, 0), vb = snug_kv_row_bytes(&kv->shape, 1);
+    int32_t skip = row0 + shift < 0 ? -(row0 + shift) : 0; /* leading rows before position 0 */
+    for (int32_t l = 0; l < kv->shape.n_attn; l++)
+        for (int part = 0; part < 2; part++) {
+            size_t pb = part ? vb : kb;
+            size_t col = at + (size_t)l * (kb + vb) + (part ? kb : 0);
+            uint8_t *base = part ? (uint8_t *)kv->views[l].v : (uint8_t *)kv->views[l].k;
+            if (out)
+                for (int32_t i = 0; i < skip && i < n_rows; i++)
+                    memset(buf + (size_t)i * row_bytes + col, 0, pb);
+            int32_t per = st->staging && pb
+                              ? (int32_t)SNUG_MIN(st->staging_bytes / pb, (size_t)INT32_MAX)
+                              : 1;
+            if (per < 1) per = 1;
+            for (int32_t i = skip; i < n_rows; i += per) {
+                int32_t k = SNUG_MIN(per, n_rows - i);
+                uint8_t *dev = base + (size_t)(row0 + shift + i) * pb;
+                uint8_t *row = buf + (size_t)i * row_bytes + col;
+                if (k == 1) { /* one row: straight between the cache and its place */
+                    xfer(st->dev, row, dev, pb, out);
+                    continue;
+                }
+                if (!out)
+                    for (int32_t j = 0; j < k; j++)
+                        memcpy(st->staging + (size_t)j * pb, row + (size_t)j * row_bytes, pb);
+                xfer(st->dev, st->staging, dev, (size_t)k * pb, out);
+                if (out)
+                    for (int32_t j = 0; j < k; j++)
+                        memcpy(row + (size_t)j * row_bytes, st->staging + (size_t)j * pb, pb);
+            }
+        }
+}
+
 static int rows_copy(struct snug_ctx_prefix_state *st, int32_t row0, int32_t n_rows, uint8_t *buf,
                      bool out) {
     struct snug_kv *kv = st->kv;
@@ -91,6 +158,14 @@ static int rows_copy(struct snug_ctx_prefix_state *st, int32_t row0, int32_t n_r
         (st->mtp_kv && row0 + n_rows - 1 > st->mtp_kv->shape.n_ctx))
         return SNUG_ERR_INVALID;
     if (out && st->mtp_kv && row0 + n_rows > st->n_past) return SNUG_ERR_INVALID; /* not written */
+    if (st->dev) {
+        size_t trunk = snug_kv_bytes_per_token(&kv->shape);
+        size_t row_bytes = (size_t)snug_ctx_prefix_row_bytes(st);
+        layers_copy_dev(st, kv, row0, n_rows, 0, buf, row_bytes, 0, out);
+        if (st->mtp_kv)
+            layers_copy_dev(st, st->mtp_kv, row0, n_rows, -1, buf, row_bytes, trunk, out);
+        return xfer_done(st->dev);
+    }
     for (int32_t r = row0; r < row0 + n_rows; r++) {
         buf += layers_copy(kv, r, buf, out);
         if (st->mtp_kv) buf += layers_copy(st->mtp_kv, r - 1, buf, out);

@@ -269,12 +269,16 @@ size_t snug_qwen35_mtp_work_bytes(const struct snug_hparams *hp, int32_t T, int3
 void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 
 /* The prefix cache's access to a context (context.c; the copy callbacks over it:
- * src/model/ctx_prefix.h). A CPU context's caches — its KV and recurrent state and, with
+ * src/model/ctx_prefix.h). A context's caches — its KV and recurrent state and, with
  * speculative decoding, the MTP block's KV cache and its pending hidden row ([n_embd] floats,
- * position n_past - 1) — or false for a device context. `exportable`: the state is a
- * checkpoint's (with MTP: exactly the row of n_past - 1 pending, which holds after every plain
- * snug_ctx_eval; not inside a speculative step). */
+ * position n_past - 1) — in host memory (CPU) or in a device backend's memory (`dev`: the
+ * callbacks copy through its upload/download). `exportable`: the state is a checkpoint's (with
+ * MTP: exactly the row of n_past - 1 pending, which holds after every plain snug_ctx_eval; not
+ * inside a speculative step). `staging`: a host buffer the caller may lend for a device
+ * context's KV rows (each layer's rows of a call move in one copy through it; NULL: row by
+ * row); snug_ctx_prefix_state leaves it NULL. */
 struct snug_kv;
+struct snug_be;
 struct snug_ctx_prefix_state {
     struct snug_kv *kv;
     struct snug_kv *mtp_kv; /* NULL without speculative decoding */
@@ -283,6 +287,9 @@ struct snug_ctx_prefix_state {
     int32_t n_past;
     int32_t *rope_delta; /* the context's rotary offset (the checkpoint carries it) */
     bool exportable;
+    struct snug_be *dev; /* NULL: the caches are host memory */
+    uint8_t *staging;
+    size_t staging_bytes;
 };
 bool snug_ctx_prefix_state(struct snug_ctx *ctx, struct snug_ctx_prefix_state *out);
 /* The longest prefix of the context's own sequence a checkpoint can be restored over by its

@@ -114,8 +114,19 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
                     : "cannot size the context: the physical memory is unknown; give --budget "
                       "SIZE (or --ctx N and a --kv format)");
     }
+    /* what the sized items may take: the budget less the caller's reserve */
+    uint64_t room = out->budget;
+    if (out->budget && req->reserve) {
+        if (req->reserve >= out->budget)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "the prefix cache's RAM tier (%.2f GiB) takes the whole budget "
+                                "(%.2f GiB): lower --cache-ram",
+                                (double)req->reserve / 1073741824.0,
+                                (double)out->budget / 1073741824.0);
+        room = out->budget - req->reserve;
+    }
     char have[32];
-    human(out->budget, have, sizeof have);
+    human(room, have, sizeof have);
 
     /* the format: given, or the least lossy one that reaches the target context */
     if (out->kv_auto) {
@@ -125,7 +136,7 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
         for (int i = 0; i < snug_plan_auto_kv_n; i++) {
             struct snug_plan_limits l = lim;
             l.kv_type = snug_plan_auto_kv_order[i];
-            int64_t reach = snug_plan_max_ctx(hp, w, &l, out->budget, want > 0 ? want : 0);
+            int64_t reach = snug_plan_max_ctx(hp, w, &l, room, want > 0 ? want : 0);
             if (target > 0 && reach >= target) {
                 best = i, best_reach = reach;
                 break;
@@ -150,7 +161,7 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
     out->kv_type = lim.kv_type;
 
     /* the context: given, or the largest that fits (capped at the trained length) */
-    if (out->budget) out->ctx_reach = snug_plan_max_ctx(hp, w, &lim, out->budget, 0);
+    if (room) out->ctx_reach = snug_plan_max_ctx(hp, w, &lim, room, 0);
     if (out->ctx_auto) {
         if (out->ctx_reach == 0)
             return snug_err_set(err, SNUG_ERR_BUDGET,
@@ -161,7 +172,7 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
     }
     out->n_ctx = lim.n_ctx;
     out->ctx_at_train = hp->n_ctx_train && (uint64_t)out->n_ctx == hp->n_ctx_train;
-    return snug_plan_check(hp, w, &lim, out->budget, &out->plan, err);
+    return snug_plan_check(hp, w, &lim, room, &out->plan, err);
 }
 
 size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n) {
@@ -182,6 +193,9 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
                        snug_plan_size_str(a->budget, size, sizeof size));
     if (l->n_slots > 1) snug_plan_putf(buf, n, &o, " --slots %d", l->n_slots);
     snug_plan_putf(buf, n, &o, " --spec-draft %d", l->n_draft);
+    if (a->has_cache)
+        snug_plan_putf(buf, n, &o, " --cache-ram %s",
+                       a->cache_ram ? snug_plan_size_str(a->cache_ram, size, sizeof size) : "0");
 
     /* why */
     human(a->budget, have, sizeof have);
@@ -205,6 +219,9 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
     else if (a->source == SNUG_PLAN_BUDGET_HOST)
         snug_plan_putf(buf, n, &o, "; budget = physical memory %s minus max(1/8, 1 GiB)",
                        human(a->machine_bytes, mem, sizeof mem));
+    if (a->has_cache && a->cache_ram && l->backend != SNUG_BACKEND_CUDA)
+        snug_plan_putf(buf, n, &o, "; %s of it for the prefix cache",
+                       human(a->cache_ram, mem, sizeof mem));
     snug_plan_putf(buf, n, &o, "; plan %s)", human(a->plan.device_total, size, sizeof size));
     return o;
 }

@@ -49,6 +49,10 @@ struct snug_plan_auto_req {
     uint64_t budget;      /* 0 = none given */
     uint64_t device_free; /* cuda without a budget: free device memory at start (the backend's) */
     uint64_t host_memory; /* cpu without a budget: physical memory; 0 = this machine's */
+    /* host bytes the plan holds beside the sized items (the prefix cache's RAM tier on the
+     * cpu): taken off the budget before the context and formats are chosen; the budget
+     * reported (and printed as a flag) stays whole */
+    uint64_t reserve;
 };
 
 struct snug_plan_auto {
@@ -62,6 +66,8 @@ struct snug_plan_auto {
     bool ctx_at_train;      /* the context is the trained length (more would fit) */
     int64_t ctx_reach;      /* the chosen format's largest context in the budget (uncapped by the
                                request; capped at the trained length); 0 without a budget */
+    bool has_cache;         /* the caller's prefix cache RAM tier, printed as --cache-ram (serve) */
+    uint64_t cache_ram;
     struct snug_plan plan;
 };
 

@@ -2,9 +2,52 @@
 #include "plan/plan_cache.h"
 
 #include "kv/kvfmt.h"
+#include "plan/plan_auto.h"
 
 #include <stdio.h>
 #include <string.h>
+
+uint64_t snug_plan_host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib ? (uint64_t)kib * 1024 : snug_plan_host_memory();
+}
+
+void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend backend,
+                          uint64_t cpu_budget, uint64_t weights, char *why, size_t n) {
+    const uint64_t mib = (uint64_t)1 << 20;
+    if (f->ram_bytes != SNUG_CACHE_RAM_AUTO) {
+        snprintf(why, n, "--cache-ram %s", f->ram_bytes ? "as given" : "0: off");
+        return;
+    }
+    char left[96];
+    uint64_t room;
+    if (backend == SNUG_BACKEND_CUDA) {
+        room = snug_plan_host_available();
+        snprintf(left, sizeof left, "the %.1f GiB of host memory available",
+                 (double)room / 1073741824.0);
+    } else {
+        uint64_t b = cpu_budget
+                         ? cpu_budget
+                         : snug_plan_default_budget(SNUG_BACKEND_CPU, 0, snug_plan_host_memory());
+        room = b > weights ? b - weights : 0;
+        snprintf(left, sizeof left, "the %.1f GiB %s leaves beside the weights",
+                 (double)room / 1073741824.0, cpu_budget ? "--budget" : "the default budget");
+    }
+    uint64_t ram = SNUG_MIN(room / 4, SNUG_CACHE_RAM_AUTO_CAP) / mib * mib;
+    if (ram < SNUG_CACHE_RAM_AUTO_MIN) ram = 0;
+    f->ram_bytes = ram;
+    if (ram)
+        snprintf(why, n, "auto: a quarter of %s, at most %.0f GiB; --cache-ram 0 turns it off",
+                 left, (double)SNUG_CACHE_RAM_AUTO_CAP / 1073741824.0);
+    else
+        snprintf(why, n, "auto: off, a quarter of %s is under %.0f MiB", left,
+                 (double)SNUG_CACHE_RAM_AUTO_MIN / 1048576.0);
+}
 
 int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p,
                         const struct snug_plan_cache_flags *f, struct snug_prefix_cfg *out,
@@ -26,6 +69,11 @@ int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p
     out->ram_bytes = f->ram_bytes;
     out->disk_dir = f->disk_dir;
     out->disk_bytes = f->disk_bytes;
+    out->device = p->lim.backend == SNUG_BACKEND_CUDA;
+    /* a device context's rows move in one copy per layer and page: pages of at least 256 rows
+     * (27B: about 9 MiB), so a 100K-token restore is hundreds of copies per layer, not
+     * thousands */
+    if (out->device && row * 256 > ((uint64_t)1 << 20)) out->page_bytes = row * 256;
     char kvn[24];
     snug_kvfmt_code_name(p->lim.kv_type, kvn, sizeof kvn);
     char lay[256] = {0};
@@ -34,6 +82,30 @@ int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p
              (long long)s->delta_elems, mtp ? 1 : 0);
     memcpy(out->layout, lay, sizeof out->layout - 1); /* the files' layout text (prefix_file.h) */
     return snug_prefix_cfg_resolve(out, err);
+}
+
+int snug_plan_cache_reserve(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                            const struct snug_plan_limits *lim,
+                            const struct snug_plan_cache_flags *f, uint64_t *out,
+                            struct snug_err *err) {
+    *out = 0;
+    if (!f->ram_bytes) return SNUG_OK;
+    struct snug_plan_limits l = *lim;
+    l.n_ctx = SNUG_MAX(SNUG_MAX(l.n_ctx, (int64_t)hp->n_ctx_train), 1);
+    /* --kv auto: the largest over the candidates (the row size rounds the pages) */
+    bool any = l.kv_type == SNUG_PLAN_KV_AUTO;
+    struct snug_plan *p = snug_malloc(sizeof *p);
+    if (!p) return snug_err_set(err, SNUG_ERR_NOMEM, "plan: out of memory");
+    int rc = SNUG_OK;
+    for (int i = 0; rc == SNUG_OK && i < (any ? snug_plan_auto_kv_n : 1); i++) {
+        if (any) l.kv_type = snug_plan_auto_kv_order[i];
+        struct snug_prefix_cfg c;
+        rc = snug_plan_make(hp, w, &l, p, err);
+        if (rc == SNUG_OK) rc = snug_plan_cache_cfg(hp, p, f, &c, err);
+        if (rc == SNUG_OK) *out = SNUG_MAX(*out, snug_prefix_bytes(&c));
+    }
+    snug_free(p);
+    return rc;
 }
 
 int snug_plan_add_cache(const struct snug_hparams *hp, struct snug_plan *p,

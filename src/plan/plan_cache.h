@@ -22,6 +22,25 @@ struct snug_plan_cache_flags {
 
 #define SNUG_CACHE_CHECKPOINT_EVERY_DEFAULT 4096
 
+/* --cache-ram auto (the server's default): a quarter of the host memory left for it, at most
+ * 16 GiB, in whole MiB; below 64 MiB no cache. "Left for it": on the cpu the budget (--budget,
+ * or the machine's default: physical memory minus max(1/8, 1 GiB)) less the weights — the
+ * tier is then part of the budget and the context is sized in the rest; on cuda the host
+ * memory available at boot (MemAvailable; the tier is host memory, outside the GPU budget).
+ * docs/prefix-cache.md says why. */
+#define SNUG_CACHE_RAM_AUTO     UINT64_MAX
+#define SNUG_CACHE_RAM_AUTO_CAP ((uint64_t)16 << 30)
+#define SNUG_CACHE_RAM_AUTO_MIN ((uint64_t)64 << 20)
+
+/* The host memory available now: /proc/meminfo's MemAvailable, else the physical memory; 0
+ * when neither is known. */
+uint64_t snug_plan_host_available(void);
+/* Resolve f->ram_bytes when it is SNUG_CACHE_RAM_AUTO (else leave it): cpu_budget is the cpu's
+ * budget (0: the machine's default), weights the weights' bytes (cpu); on cuda the host memory
+ * available. why[0..n): the rule with its numbers, for the boot line (always written). */
+void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend backend,
+                          uint64_t cpu_budget, uint64_t weights, char *why, size_t n);
+
 /* The store's config for a made plan: one checkpoint's state = every DeltaNet layer's conv +
  * delta state, plus (speculative decoding on an MTP model) one hidden row of the MTP block's
  * pending input; one KV row = every attention layer's K+V of a position, plus (MTP) the MTP
@@ -30,6 +49,14 @@ struct snug_plan_cache_flags {
 int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p,
                         const struct snug_plan_cache_flags *f, struct snug_prefix_cfg *out,
                         struct snug_err *err);
+
+/* The RAM tier's plan item at the largest context these limits may get (lim's n_ctx or the
+ * trained length, whichever is larger; its index grows with the context): what the cpu's
+ * context sizing reserves for it (snug_plan_auto_req.reserve). 0 without a RAM tier. */
+int snug_plan_cache_reserve(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                            const struct snug_plan_limits *lim,
+                            const struct snug_plan_cache_flags *f, uint64_t *out,
+                            struct snug_err *err);
 
 /* Add the RAM tier's item to the plan (no item when ram_bytes is 0). *disk_budget gets the disk
  * tier's bytes (0 without a dir). */

@@ -12,7 +12,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +69,7 @@ static uint64_t bookkeeping_bytes(const struct snug_prefix_cfg *c) {
     uint64_t np = n_pages_of(c);
     return SNUG_ALIGN_UP((uint64_t)c->max_entries * sizeof(struct pfx_entry), 64) +
            SNUG_ALIGN_UP(np * sizeof(int32_t), 64) + (c->disk_dir ? c->page_bytes : 0) +
+           (c->device ? c->page_bytes : 0) +
            SNUG_ALIGN_UP((uint64_t)c->n_ctx * sizeof(snug_token), 64) +
            SNUG_ALIGN_UP((uint64_t)c->max_entries * sizeof(int32_t), 64) + 6 * 64;
 }
@@ -89,10 +92,15 @@ static int32_t pages_for(const struct snug_prefix *pc, int32_t n_rows) {
     return state_pages(pc) + (n_rows + pc->rows_per_page - 1) / pc->rows_per_page;
 }
 
+/* KEY-POS.snugpfx, or while it is written KEY-POS.snugpfx.PID.tmp (the writer's process id:
+ * a later boot removes the temporaries of writers that are gone, load_dir). */
 static void file_path(const struct snug_prefix *pc, const struct pfx_entry *e, bool tmp, char *out,
                       size_t n) {
-    snprintf(out, n, "%s/%016llx-%d%s%s", pc->dir, (unsigned long long)e->key, e->pos, PFX_EXT,
-             tmp ? ".tmp" : "");
+    if (tmp)
+        snprintf(out, n, "%s/%016llx-%d%s.%ld.tmp", pc->dir, (unsigned long long)e->key, e->pos,
+                 PFX_EXT, (long)getpid());
+    else
+        snprintf(out, n, "%s/%016llx-%d%s", pc->dir, (unsigned long long)e->key, e->pos, PFX_EXT);
 }
 
 static void stats_sync(struct snug_prefix *pc) {
@@ -114,6 +122,7 @@ static void stats_sync(struct snug_prefix *pc) {
     pc->st.ram_bytes = rb;
     pc->st.disk_entries = de;
     pc->st.disk_bytes = db;
+    pc->st.disk_other_bytes = pc->disk_other;
     pc->st.index_evictions = pc->ix.n_evicted_nodes;
     pthread_mutex_unlock(&pc->mu);
 }
@@ -138,8 +147,9 @@ static void pages_release(struct snug_prefix *pc, struct pfx_entry *e) {
     e->n_pages = 0;
 }
 
+/* The folder's cache bytes: the entries' files and the other cache files counted at boot. */
 static uint64_t disk_used(const struct snug_prefix *pc) {
-    uint64_t b = 0;
+    uint64_t b = pc->disk_other;
     for (int32_t i = 0; i < pc->cfg.max_entries; i++)
         if (pc->entries[i].used && pc->entries[i].on_disk) b += pc->entries[i].disk_bytes;
     return b;
@@ -178,7 +188,15 @@ static void chain_touch(struct snug_prefix *pc, int32_t i, uint64_t now) {
     for (; i >= 0; i = pc->entries[i].parent) pc->entries[i].last_used = now;
 }
 
-/* The least recently used entry older than now, in RAM (ram) or on disk (!ram), or -1. */
+static bool has_child(const struct snug_prefix *pc, int32_t i) {
+    for (int32_t c = 0; c < pc->cfg.max_entries; c++)
+        if (pc->entries[c].used && pc->entries[c].parent == i) return true;
+    return false;
+}
+
+/* The least recently used entry older than now, in RAM (tier 0) or on disk (tier 1), or any
+ * (2); or -1. On disk, an entry held only there whose descendants live on is not a victim:
+ * dropping it would drop them (their KV rows start where its end), so its leaves go first. */
 static int32_t lru_victim(const struct snug_prefix *pc, uint64_t now, int tier) {
     int32_t v = -1;
     for (int32_t i = 0; i < pc->cfg.max_entries; i++) {
@@ -186,6 +204,9 @@ static int32_t lru_victim(const struct snug_prefix *pc, uint64_t now, int tier) 
         if (!e->used || e->last_used >= now) continue;
         if (tier == 0 && !e->n_pages) continue;
         if (tier == 1 && !e->on_disk) continue;
+        if (tier == 1 && !e->n_pages && (v < 0 || e->last_used < pc->entries[v].last_used) &&
+            has_child(pc, i))
+            continue;
         if (v < 0 || e->last_used < pc->entries[v].last_used) v = i;
     }
     return v;
@@ -257,6 +278,7 @@ int snug_prefix_init(struct snug_prefix *pc, const struct snug_prefix_cfg *cfg_i
     pc->chain = snug_arena_alloc(&pc->arena, (size_t)c->max_entries * sizeof(int32_t), 64);
     pc->tokbuf = snug_arena_alloc(&pc->arena, (size_t)c->n_ctx * sizeof(snug_token), 64);
     if (c->disk_dir) pc->staging = snug_arena_alloc(&pc->arena, pc->page_bytes, 64);
+    if (c->device) pc->device_staging = snug_arena_alloc(&pc->arena, pc->page_bytes, 64);
     for (int32_t i = 0; i < c->max_entries; i++) {
         memset(&pc->entries[i], 0, sizeof pc->entries[i]);
         pc->entries[i].parent = pc->entries[i].point = pc->entries[i].first_page = -1;
@@ -461,6 +483,52 @@ static int file_copy(struct snug_prefix *pc, int fd, uint64_t off, uint64_t n, b
     return SNUG_OK;
 }
 
+/* Whether `name` is a checkpoint file's temporary (file_path): 0 no; 1 its writer may still run
+ * (a live process id); -1 its writer is gone (a dead process id, or the name without one). */
+static int temporary_of(const char *name) {
+    const char *p = name;
+    for (int i = 0; i < 16; i++, p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
+    if (*p++ != '-' || *p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    if (strncmp(p, PFX_EXT, strlen(PFX_EXT))) return 0;
+    p += strlen(PFX_EXT);
+    if (!strcmp(p, ".tmp")) return -1;
+    if (*p++ != '.' || *p < '1' || *p > '9') return 0;
+    char *end;
+    long pid = strtol(p, &end, 10);
+    if (strcmp(end, ".tmp") || pid <= 0 || pid > INT32_MAX) return 0;
+    if (pid == (long)getpid()) return 1;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM ? 1 : -1;
+}
+
+/* At load: last_used orders the entries by their files' write times, and an entry is at least
+ * as recent as any descendant (as chain_touch keeps it), so the disk tier's least recently used
+ * victim is the oldest leaf (each entry's last_used holds its file's mtime in ns on entry). */
+static void rank_loaded(struct snug_prefix *pc) {
+    int32_t n = pc->cfg.max_entries;
+    for (;;) {
+        int32_t best = -1;
+        uint64_t bt = UINT64_MAX;
+        for (int32_t i = 0; i < n; i++) {
+            const struct pfx_entry *e = &pc->entries[i];
+            if (!e->used || e->point != -3) continue; /* ranked already, or not loaded */
+            if (best < 0 || e->last_used < bt ||
+                (e->last_used == bt && e->pos < pc->entries[best].pos))
+                best = i, bt = e->last_used;
+        }
+        if (best < 0) break;
+        pc->entries[best].point = -4; /* (restored below) */
+        pc->entries[best].last_used = ++pc->clock;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        struct pfx_entry *e = &pc->entries[i];
+        if (!e->used) continue;
+        for (int32_t p = e->parent; p >= 0; p = pc->entries[p].parent)
+            if (pc->entries[p].last_used < e->last_used) pc->entries[p].last_used = e->last_used;
+    }
+}
+
 /* Load every valid checkpoint file of the folder (see snug_prefix_init). */
 static int load_dir(struct snug_prefix *pc) {
     DIR *d = opendir(pc->dir);
@@ -470,9 +538,23 @@ static int load_dir(struct snug_prefix *pc) {
     int32_t n_loaded = 0;
     while ((de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
-        if (len <= ext || strcmp(de->d_name + len - ext, PFX_EXT)) continue;
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", pc->dir, de->d_name);
+        int tmp = temporary_of(de->d_name);
+        if (tmp < 0) { /* a write cut short (kill -9, power loss): its writer is gone */
+            if (unlink(path) == 0) {
+                snug_log(SNUG_LOG_INFO, "prefix cache: removed %s (an interrupted write)\n", path);
+                STAT_ADD(pc, stale_tmp_removed, 1);
+                continue;
+            }
+            snug_log(SNUG_LOG_WARN, "prefix cache: cannot remove %s: %s\n", path, strerror(errno));
+        }
+        if (tmp) { /* a live writer's (another server on this folder), or not removable */
+            struct stat ts;
+            if (stat(path, &ts) == 0) pc->disk_other += (uint64_t)ts.st_size;
+            continue;
+        }
+        if (len <= ext || strcmp(de->d_name + len - ext, PFX_EXT)) continue;
         struct snug_err err = {0};
         struct snug_prefix_file_header h;
         uint8_t hb[SNUG_PREFIX_HEADER_BYTES];
@@ -497,15 +579,18 @@ static int load_dir(struct snug_prefix *pc) {
         }
         int32_t i = ok ? entry_alloc(pc, 0) : -1;
         if (ok && i < 0) snprintf(err.msg, sizeof err.msg, "more files than --cache entries");
-        if (!ok || i < 0) {
+        if (!ok || i < 0) { /* left in place (it may be another server's), counted */
             snug_log(SNUG_LOG_WARN, "prefix cache: skipping %s: %s\n", path,
                      err.msg[0] ? err.msg : strerror(errno));
             STAT_ADD(pc, files_refused, 1);
+            struct stat rs;
+            if (stat(path, &rs) == 0) pc->disk_other += (uint64_t)rs.st_size;
             continue;
         }
         struct pfx_entry *e = &pc->entries[i];
         e->used = true;
         e->on_disk = true;
+        e->last_used = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
         e->pos = h.pos;
         e->base = h.base;
         e->key = h.key;
@@ -555,19 +640,44 @@ static int load_dir(struct snug_prefix *pc) {
             e->point = snug_prefix_index_add_point(&pc->ix, tb, e->pos, (uint64_t)best);
             if (e->point < 0) why = "the index is full";
         }
-        e->last_used = ++pc->clock;
         if (why) {
             snug_log(SNUG_LOG_WARN, "prefix cache: skipping %s: %s\n", path, why);
             STAT_ADD(pc, files_refused, 1);
+            pc->disk_other += e->disk_bytes; /* kept (it may be another run's) and counted */
             e->point = -1;
-            e->on_disk = false; /* keep the file: it may be another run's */
+            e->on_disk = false;
             entry_drop(pc, best);
             continue;
         }
         STAT_ADD(pc, files_loaded, 1);
         n_loaded++;
     }
-    snug_log(SNUG_LOG_INFO, "prefix cache: %d checkpoint files in %s\n", n_loaded, pc->dir);
+    /* rank by write time (points are >= 0 now: mark them, rank, put them back) */
+    int32_t *points = pc->chain; /* scratch of max_entries */
+    for (int32_t i = 0; i < pc->cfg.max_entries; i++) {
+        points[i] = pc->entries[i].point;
+        if (pc->entries[i].used) pc->entries[i].point = -3;
+    }
+    rank_loaded(pc);
+    for (int32_t i = 0; i < pc->cfg.max_entries; i++) pc->entries[i].point = points[i];
+    /* within the budget: every cache byte of the folder counts */
+    uint64_t now = ++pc->clock;
+    while (disk_used(pc) > pc->cfg.disk_bytes) {
+        int32_t v = lru_victim(pc, now, 1);
+        if (v < 0) break;
+        evict_disk(pc, v);
+    }
+    int32_t n_kept = 0;
+    for (int32_t i = 0; i < pc->cfg.max_entries; i++) n_kept += pc->entries[i].used;
+    snug_log(SNUG_LOG_INFO,
+             "prefix cache: %d checkpoint files in %s (%d removed to fit --cache-disk; %.1f MiB "
+             "of other cache files counted)\n",
+             n_kept, pc->dir, n_loaded - n_kept, (double)pc->disk_other / 1048576.0);
+    if (disk_used(pc) > pc->cfg.disk_bytes)
+        snug_log(SNUG_LOG_WARN,
+                 "prefix cache: the folder's other cache files (%.1f MiB: refused files, another "
+                 "server's) exceed --cache-disk; no checkpoint will be written to disk\n",
+                 (double)pc->disk_other / 1048576.0);
     return SNUG_OK;
 }
 

@@ -16,7 +16,8 @@
  * module depends on core alone.
  *
  * Owns: one arena sized at init (snug_prefix_bytes): the RAM tier's pages, the index, the
- * entry table and one staging page for the disk tier. Nothing is allocated after init.
+ * entry table, one staging page for the disk tier and (device contexts) one for the engine's
+ * device copies. Nothing is allocated after init.
  * Invariants: an entry's parent exists (in RAM or on disk); a RAM entry's pages hold the state
  * then the rows [base, pos); a disk entry's file passed the header check at load and passes
  * the payload check before any byte of it reaches a slot; the current chain is never evicted
@@ -47,6 +48,9 @@ struct snug_prefix_cfg {
     int64_t index_tokens;                   /* tokens the index holds (default 8 × n_ctx) */
     int32_t max_entries;                    /* checkpoints (default 1024) */
     uint64_t page_bytes;                    /* RAM page (default 1 MiB, rounded to whole KV rows) */
+    /* the engine's contexts keep their caches in device memory: one more page, `device_staging`,
+     * through which the engine moves a device context's KV rows (model/ctx_prefix.h) */
+    bool device;
 };
 
 /* How the engine's slot state moves in and out. Every callback returns 0 or a status. */
@@ -70,6 +74,9 @@ struct snug_prefix_stats {
     uint64_t stores, restores, restore_failures;
     uint64_t ram_entries, ram_bytes, ram_capacity;
     uint64_t disk_entries, disk_bytes, disk_capacity;
+    uint64_t disk_other_bytes;  /* the folder's other cache files (refused, another server's
+                                 * in-flight writes), counted against the disk budget */
+    uint64_t stale_tmp_removed; /* temporaries of dead writers removed at boot */
     uint64_t ram_evictions, disk_evictions, index_evictions;
     uint64_t disk_writes, disk_write_failures, files_loaded, files_refused;
 };
@@ -88,12 +95,14 @@ struct snug_prefix {
     struct snug_arena arena;
     struct snug_prefix_index ix;
     struct pfx_entry *entries;
-    uint8_t *pages;     /* [n_pages][page_bytes] */
-    int32_t *page_next; /* page chains; free pages chained from free_page */
-    uint8_t *staging;   /* one page, for the disk tier */
-    int32_t *chain;     /* [max_entries] scratch of a restore */
-    snug_token *tokbuf; /* [n_ctx] scratch of the folder load */
+    uint8_t *pages;          /* [n_pages][page_bytes] */
+    int32_t *page_next;      /* page chains; free pages chained from free_page */
+    uint8_t *staging;        /* one page, for the disk tier */
+    uint8_t *device_staging; /* one page for the engine's device copies (cfg.device), or NULL */
+    int32_t *chain;          /* [max_entries] scratch of a restore */
+    snug_token *tokbuf;      /* [n_ctx] scratch of the folder load */
     int32_t n_pages, free_page, n_free_pages;
+    uint64_t disk_other; /* bytes of the folder's cache files that are not entries (st) */
     int32_t rows_per_page;
     uint64_t page_bytes, clock;
     struct snug_prefix_file_expect expect;
@@ -107,7 +116,11 @@ int snug_prefix_cfg_resolve(struct snug_prefix_cfg *cfg, struct snug_err *err);
 uint64_t snug_prefix_bytes(const struct snug_prefix_cfg *cfg);
 
 /* Set up the tiers; with a disk folder, create it if needed and load every valid checkpoint
- * file in it (a corrupt, truncated, foreign or orphaned file is skipped with a log line). */
+ * file in it (a corrupt, truncated, foreign or orphaned file is skipped with a log line and
+ * left in place, its bytes counted against the disk budget). Temporaries whose writer is gone
+ * (`KEY-POS.snugpfx.PID.tmp` of a dead PID, or the older `KEY-POS.snugpfx.tmp`: a kill during a
+ * write) are removed; a live writer's are counted. Over the budget, the least recently written
+ * checkpoint files go until the folder's cache files fit it. */
 int snug_prefix_init(struct snug_prefix *pc, const struct snug_prefix_cfg *cfg,
                      struct snug_err *err);
 void snug_prefix_free(struct snug_prefix *pc);

@@ -1,8 +1,10 @@
 /* prefix_file.c — CRC-32C, the checkpoint file header (write + validating parse), the whole-file
  * check the fuzz target drives, and the model identity digest (see prefix_file.h).
- * The CRC is the table-driven byte-at-a-time form (slicing-by-8 over 8 tables): about 1-2 GB/s,
- * enough next to the disk. CRC-32C is the Castagnoli polynomial (RFC 3720, appendix B.4:
- * check value of "123456789" is 0xE3069283; tests/unit/test_prefix_file.c checks it).
+ * The CRC is the table-driven form (slicing-by-8 over 8 tables, about 1-2 GB/s) or, on x86-64
+ * CPUs with SSE4.2 (checked at run time), the CRC32 instruction, which computes this very
+ * polynomial (about 8 GB/s: a restore verifies every file of a 100K-token chain, gigabytes).
+ * CRC-32C is the Castagnoli polynomial (RFC 3720, appendix B.4: check value of "123456789" is
+ * 0xE3069283; tests/unit/test_prefix.c checks it and both forms against a bitwise reference).
  */
 #define _POSIX_C_SOURCE 200809L /* pread, strnlen, fsync */
 #include "prefix/prefix_file.h"
@@ -16,6 +18,27 @@
 
 static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static bool crc_hw; /* the CPU has SSE4.2's CRC32 instruction (set by crc_init) */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define SNUG_CRC_HW 1
+/* crc (already inverted) over n bytes with the CRC32 instruction. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                            size_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+#endif
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -26,9 +49,12 @@ static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#ifdef SNUG_CRC_HW
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
 }
 
-uint32_t snug_crc32c(uint32_t crc, const void *data, size_t n) {
+uint32_t snug_crc32c_table(uint32_t crc, const void *data, size_t n) {
     pthread_once(&crc_once, crc_init);
     const uint8_t *p = data;
     crc = ~crc;
@@ -43,6 +69,14 @@ uint32_t snug_crc32c(uint32_t crc, const void *data, size_t n) {
     }
     while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
     return ~crc;
+}
+
+uint32_t snug_crc32c(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&crc_once, crc_init);
+#ifdef SNUG_CRC_HW
+    if (crc_hw) return ~crc32c_hw(~crc, data, n);
+#endif
+    return snug_crc32c_table(crc, data, n);
 }
 
 uint64_t snug_prefix_tokens_key(const snug_token *toks, int32_t n) {

@@ -58,6 +58,8 @@ struct snug_prefix_file_header {
 
 /* CRC-32C (Castagnoli, reflected, polynomial 0x82F63B78), incremental: start with crc = 0. */
 uint32_t snug_crc32c(uint32_t crc, const void *data, size_t n);
+/* The same by tables alone (snug_crc32c uses the CPU's CRC32 instruction when it has one). */
+uint32_t snug_crc32c_table(uint32_t crc, const void *data, size_t n);
 
 /* 64-bit key of a token sequence (not cryptographic; names files, checked against tokens). */
 uint64_t snug_prefix_tokens_key(const snug_token *toks, int32_t n);

@@ -28,8 +28,8 @@ int32_t snug_prefix_chunk_end(const struct snug_prefix_sched *s, int32_t pos) {
         if (e_lo > lo) lo = e_lo;
         if (e_hi < hi) hi = (int32_t)e_hi;
     }
-    int32_t marks[2] = {s->system_end, s->last_end};
-    for (int i = 0; i < 2; i++) {
+    int32_t marks[3] = {s->system_end, s->last_end, s->user_end};
+    for (int i = 0; i < 3; i++) {
         if (marks[i] <= 0) continue;
         if (marks[i] <= pos && marks[i] > lo) lo = marks[i];
         if (marks[i] > pos && marks[i] < hi) hi = marks[i];
@@ -44,20 +44,20 @@ int32_t snug_prefix_chunk_end(const struct snug_prefix_sched *s, int32_t pos) {
 
 bool snug_prefix_checkpoint_at(const struct snug_prefix_sched *s, int32_t pos) {
     if (pos <= 0 || pos >= s->n_prompt) return false;
-    if (pos == s->system_end || pos == s->last_end) return true;
+    if (pos == s->system_end || pos == s->last_end || pos == s->user_end) return true;
     return s->every > 0 && pos % s->every == 0;
 }
 
 int32_t snug_prefix_checkpoints(const struct snug_prefix_sched *s, int32_t from, int32_t *out,
                                 int32_t cap) {
     int32_t n = 0;
-    int32_t cand[2] = {s->system_end, s->last_end};
+    int32_t cand[3] = {s->system_end, s->last_end, s->user_end};
     int32_t next_every = s->every > 0 ? (from / s->every + 1) * s->every : INT32_MAX;
     int32_t pos = from;
     for (;;) {
         /* the smallest candidate > pos */
         int32_t best = next_every;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3; i++)
             if (cand[i] > pos && cand[i] < best) best = cand[i];
         if (best >= s->n_prompt || best == INT32_MAX) break;
         if (n < cap) out[n] = best;

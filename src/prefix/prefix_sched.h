@@ -2,7 +2,9 @@
  *
  * Checkpoints go at: the end of the system prompt, the end of the last message before the
  * generation prompt (the next request of an agent re-renders the assistant turn, so the
- * divergence point is there, not at the prompt's end), and every `every` tokens (positions
+ * divergence point is there, not at the prompt's end), the end of the last user query (once a
+ * new user turn arrives the template re-renders the assistant turns after it without their
+ * reasoning, so the next turn's prompt diverges there), and every `every` tokens (positions
  * that are multiples of it, so two runs agree on them). The end of generation is the engine's
  * own (not a prefill position).
  *
@@ -34,6 +36,7 @@ struct snug_prefix_sched {
     int32_t n_msg_starts;
     int32_t system_end; /* end of the system prompt in tokens (0: none) */
     int32_t last_end;   /* end of the last message before the generation prompt (0: none) */
+    int32_t user_end;   /* end of the last user query (0: none): where a new user turn diverges */
 };
 
 /* The end of the chunk that starts at pos (pos < n_prompt): pos + 1 .. n_prompt. */

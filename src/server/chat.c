@@ -481,7 +481,7 @@ int snug_chat_render_ex(const json_t *messages, const json_t *tools,
                         const struct snug_chat_opts *opts, char **out_prompt, size_t *out_len,
                         struct snug_chat_marks *mk, struct snug_chat_spans *sp,
                         struct snug_err *err) {
-    if (mk) mk->n = mk->system_end = mk->last_end = 0;
+    if (mk) mk->n = mk->system_end = mk->last_end = mk->user_end = 0;
     *out_prompt = NULL;
     if (sp) memset(sp, 0, sizeof *sp);
     if (out_len) *out_len = 0;
@@ -561,6 +561,7 @@ int snug_chat_render_ex(const json_t *messages, const json_t *tools,
             snug_sbuf_puts(&b, "<|im_start|>user\n");
             put_plain(&b, sp, c.p, c.n);
             snug_sbuf_puts(&b, "<|im_end|>\n");
+            if (mk && i == last_query) mk->user_end = b.len;
         } else if (is_str(role, "assistant")) {
             bool keep = opts->preserve_thinking || i > last_query;
             bool open = opts->continue_final && i == n - 1;

@@ -67,11 +67,13 @@ int snug_chat_render(const json_t *messages, const json_t *tools, const struct s
  * an "<|im_start|>" special token, so it is a token boundary too. The caller provides
  * starts[0..cap); n counts every start (may exceed cap: only cap are written). Offset 0 is not
  * recorded. system_end: the end of the system turn (0 without one); last_end: the start of the
- * generation prompt (0 without one) = the end of the last message. */
+ * generation prompt (0 without one) = the end of the last message; user_end: the end of the last
+ * real user query (0 when it ends the prompt) — where the next request diverges once a new user
+ * turn arrives, as the template then renders the assistant turns after it without reasoning. */
 struct snug_chat_marks {
     size_t *starts;
     size_t cap, n;
-    size_t system_end, last_end;
+    size_t system_end, last_end, user_end;
 };
 
 /* snug_chat_render, also reporting the message starts into *marks (may be NULL). */

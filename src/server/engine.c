@@ -107,6 +107,8 @@ struct snug_engine {
     bool stop;
     struct snug_engine_stats stats; /* guarded by mu */
     struct snug_prefix *pc;         /* the prefix cache (engine thread), NULL when off */
+    uint8_t *pfx_staging; /* device contexts: the store's page for the KV row copies (or NULL) */
+    size_t pfx_staging_bytes;
     int32_t cache_every;
     uint64_t use_clock;
     /* the vision encoder (NULL: no tower) and which job's image its rows hold */
@@ -124,6 +126,39 @@ static uint64_t slots_forwards(const struct snug_engine *e) {
     uint64_t n = 0;
     for (int32_t i = 0; i < e->n_slots; i++) n += snug_ctx_n_forwards(e->slots[i].ctx);
     return n;
+}
+
+/* The copy callbacks over a slot's caches (st: filled here, must outlive the calls); a device
+ * context's KV rows move through the engine's staging page. */
+static struct snug_prefix_io slot_io(struct snug_engine *e, struct slot *s,
+                                     struct snug_ctx_prefix_state *st) {
+    snug_ctx_prefix_state(s->ctx, st);
+    if (st->dev) {
+        st->staging = e->pfx_staging;
+        st->staging_bytes = e->pfx_staging_bytes;
+    }
+    return snug_ctx_prefix_io(st);
+}
+
+/* The checkpoint at the end of generation (after the job was answered): the slot's whole
+ * sequence, prompt and generated tokens, so a later request that continues it verbatim — in
+ * another slot, after this one was reused, or after a restart — starts there. Not taken inside
+ * a speculative step's aftermath (not a checkpoint state) nor after images (the key of the
+ * generated part would be the prompt's), nor when no generated token was evaluated (the end of
+ * the prompt: its generation prompt is re-rendered next time). A restore from here continues
+ * from the state the decode computed token by token, as the slot's own reuse does; a cold
+ * prefill of the same tokens computes it in chunks (the same numbers up to rounding). */
+static void slot_store_end(struct snug_engine *e, struct slot *s, int32_t n_images,
+                           int32_t n_prompt) {
+    if (!e->pc || n_images > 0 || s->seq.n_toks <= n_prompt || s->seq.n_toks >= e->n_ctx) return;
+    struct snug_ctx_prefix_state st;
+    struct snug_prefix_io io = slot_io(e, s, &st);
+    if (!st.exportable || st.n_past != s->seq.n_toks) return;
+    struct snug_err err = {0};
+    bool stored;
+    if (snug_prefix_store(e->pc, s->seq.toks, s->seq.n_toks, &io, &stored, &err) != SNUG_OK)
+        snug_log(SNUG_LOG_WARN, "prefix cache: checkpoint at the end of generation (%d): %s\n",
+                 s->seq.n_toks, err.msg);
 }
 
 /* End the slot's job: flush the detokenizer, report usage, free the slot (its cache stays). */
@@ -154,7 +189,10 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
     s->state = SLOT_FREE;
     s->job = NULL;
     s->last_used = ++e->use_clock;
+    int32_t n_images = j->n_images, n_prompt = j->n_prompt; /* (the caller's after on_done) */
     j->on_done(j->user, fin, &s->usage, msg);
+    if (fin == SNUG_FINISH_STOP || fin == SNUG_FINISH_LENGTH)
+        slot_store_end(e, s, n_images, n_prompt);
 }
 
 /* The images a slot's sequence and a job's prompt hold before position n are the same (place,
@@ -215,6 +253,36 @@ static struct slot *pick_slot(struct snug_engine *e, const struct snug_engine_jo
     return pick;
 }
 
+/* Restore the checkpoint pick_slot chose (s->hit) into the slot; returns the positions restored
+ * (0: none, the caller prefills cold). A checkpoint whose file fails its check (payload
+ * checksum, tokens, header) is dropped by the store before any byte reaches the slot: then the
+ * prompt is looked up again and the next valid — shorter — checkpoint is tried, down to none.
+ * In place (the slot's own tokens, !hit_kv) every shorter checkpoint is in place too. */
+static int32_t slot_restore(struct snug_engine *e, struct slot *s,
+                            const struct snug_engine_job *j) {
+    const snug_token *key = j->key ? j->key : j->prompt;
+    struct snug_prefix_hit h = s->hit;
+    for (int attempt = 0; h.entry >= 0 && h.pos > 0 && attempt < 64; attempt++) {
+        struct snug_ctx_prefix_state st;
+        struct snug_prefix_io io = slot_io(e, s, &st);
+        struct snug_err rerr = {0};
+        if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, j->prompt, h.pos, &rerr); /* cut */
+        int rc = snug_prefix_restore(e->pc, key, &h, s->hit_kv, &io, &rerr);
+        if (rc == SNUG_OK && snug_ctx_prefix_set_past(s->ctx, j->prompt, h.pos, &rerr) == SNUG_OK)
+            return h.pos;
+        if (rc != SNUG_ERR_FORMAT) { /* a copy failed: the slot's state is unknown */
+            snug_log(SNUG_LOG_WARN, "prefix cache: restore at %d failed (%s): prefilling cold\n",
+                     h.pos, rerr.msg);
+            return 0;
+        }
+        int32_t was = h.pos;
+        snug_prefix_lookup(e->pc, key, j->n_prompt, &h);
+        snug_log(SNUG_LOG_WARN, "prefix cache: restore at %d failed (%s): %s\n", was, rerr.msg,
+                 h.entry >= 0 && h.pos > 0 ? "trying the checkpoint before it" : "prefilling cold");
+    }
+    return 0;
+}
+
 /* Start a job on a slot: reset or reuse its state, begin its generation loop. */
 static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine_job *j,
                        int32_t n_reuse) {
@@ -232,26 +300,16 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
                                           .msg_starts = j->msg_starts,
                                           .n_msg_starts = e->pc ? j->n_msg_starts : 0,
                                           .system_end = e->pc ? j->system_end : 0,
-                                          .last_end = e->pc ? j->last_end : 0};
+                                          .last_end = e->pc ? j->last_end : 0,
+                                          .user_end = e->pc ? j->user_end : 0};
     if (e->pc && s->hit.entry >= 0) {
-        struct snug_ctx_prefix_state st;
-        snug_ctx_prefix_state(s->ctx, &st);
-        struct snug_prefix_io io = snug_ctx_prefix_io(&st);
-        struct snug_err rerr = {0};
-        if (!s->hit_kv) snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr); /* cut */
-        if (snug_prefix_restore(e->pc, j->key ? j->key : j->prompt, &s->hit, s->hit_kv, &io,
-                                &rerr) == SNUG_OK &&
-            snug_ctx_prefix_set_past(s->ctx, j->prompt, s->hit.pos, &rerr) == SNUG_OK) {
-            n_reuse = s->hit.pos;
+        n_reuse = slot_restore(e, s, j);
+        if (n_reuse > 0) {
             snug_seq_set_past(&s->seq, j->prompt, n_reuse);
             s->usage.n_cached = n_reuse;
             pthread_mutex_lock(&e->mu);
             e->stats.cached_tokens += (uint64_t)n_reuse;
             pthread_mutex_unlock(&e->mu);
-        } else {
-            snug_log(SNUG_LOG_WARN, "prefix cache: restore at %d failed (%s): prefilling cold\n",
-                     s->hit.pos, rerr.msg);
-            n_reuse = 0;
         }
         s->hit.entry = -1;
     }
@@ -333,8 +391,7 @@ static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, doubl
     pthread_mutex_unlock(&e->mu);
     if (e->pc && snug_prefix_checkpoint_at(&s->sched, s->n_prefilled)) {
         struct snug_ctx_prefix_state st;
-        snug_ctx_prefix_state(s->ctx, &st);
-        struct snug_prefix_io io = snug_ctx_prefix_io(&st);
+        struct snug_prefix_io io = slot_io(e, s, &st);
         bool stored;
         if (snug_prefix_store(e->pc, j->key ? j->key : j->prompt, s->n_prefilled, &io, &stored,
                               &err) != SNUG_OK)
@@ -618,7 +675,8 @@ static void *engine_main(void *arg) {
         for (int32_t i = 0; i < e->n_slots; i++) {
             struct slot *s = &e->slots[i];
             if (s->state == SLOT_FREE) continue;
-            if (stopping || atomic_load(&s->job->cancel))
+            if (stopping || atomic_load(&s->job->cancel) ||
+                (s->job->client_gone && s->job->client_gone(s->job->user)))
                 slot_finish(e, s, SNUG_FINISH_CANCEL, NULL);
             else if (s->job->deadline_s > 0 && now > s->job->deadline_s)
                 slot_finish(e, s, SNUG_FINISH_TIMEOUT, NULL);
@@ -749,15 +807,20 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the step tables");
         goto fail;
     }
-    /* the prefix cache: CPU contexts (with their MTP state, if any), the store's layout theirs */
+    /* the prefix cache: host or device contexts (with their MTP state, if any), the store's
+     * layout theirs; a device context's rows move through one staging page */
     if (o->prefix) {
         struct snug_ctx_prefix_state st;
         if (snug_ctx_prefix_state(e->slots[0].ctx, &st) && snug_ctx_prefix_fits(o->prefix, &st)) {
             e->pc = o->prefix;
             e->cache_every = o->cache_every > 0 ? o->cache_every : 4096;
+            if (st.dev && o->prefix->device_staging) {
+                e->pfx_staging = o->prefix->device_staging;
+                e->pfx_staging_bytes = (size_t)o->prefix->page_bytes;
+            }
         } else {
-            snug_log(SNUG_LOG_WARN, "prefix cache: not used by this engine (a CUDA context: not "
-                                    "supported yet)\n");
+            snug_log(SNUG_LOG_WARN, "prefix cache: not used by this engine (its checkpoint "
+                                    "layout differs from the contexts')\n");
         }
     }
     e->stats.n_slots = e->n_slots;

@@ -90,10 +90,10 @@ struct snug_engine_job {
     const snug_token *script; /* when non-NULL, generation follows these ids, then stops */
     int32_t n_script;
     /* chat prompts: token positions where messages start (ascending, borrowed), the end of the
-     * system turn and of the last message (0: none) — the prefix cache's chunk boundaries and
-     * checkpoint positions (src/prefix/prefix_sched.h) */
+     * system turn, of the last message and of the last real user query (0: none) — the prefix
+     * cache's chunk boundaries and checkpoint positions (src/prefix/prefix_sched.h) */
     const int32_t *msg_starts;
-    int32_t n_msg_starts, system_end, last_end;
+    int32_t n_msg_starts, system_end, last_end, user_end;
     const struct snug_engine_constraint *constraint; /* NULL = none */
     /* images in the prompt (in order, not overlapping; at most SNUG_ENGINE_MAX_IMAGES; needs
      * opts.vision) and the prompt's key for the prefix cache and slot reuse: the prompt with
@@ -114,6 +114,10 @@ struct snug_engine_job {
      * prompt tokens in the context (the reused prefix included), the prompt length, the reused
      * prefix and the milliseconds since the job got its slot. */
     void (*on_progress)(void *user, int32_t processed, int32_t total, int32_t cached, double ms);
+    /* Optional (NULL = none): called on the engine thread before each step while the job holds
+     * a slot; true when its client is gone (a non-streaming request whose connection closed):
+     * the job is then cancelled and its slot freed, as for `cancel`. */
+    bool (*client_gone)(void *user);
     void *user;
     atomic_bool cancel;
     /* engine-private */

@@ -175,7 +175,7 @@ int snug_srv_images_collect(const json_t *messages, const struct snug_vision_enc
 
 int snug_srv_images_place(struct snug_srv_images *im, const struct snug_tokenizer *tok,
                           snug_token **prompt, int32_t *n_prompt, int32_t *marks, int32_t n_marks,
-                          int32_t *system_end, int32_t *last_end, struct snug_server_error *e) {
+                          int32_t *const *ends, int32_t n_ends, struct snug_server_error *e) {
     struct snug_err err = {0};
     struct snug_vision_tokens vt;
     struct snug_image_rows rows[SNUG_ENGINE_MAX_IMAGES];
@@ -210,9 +210,8 @@ int snug_srv_images_place(struct snug_srv_images *im, const struct snug_tokenize
         im->img[k].first = rows[k].first;
     }
     /* a position p of the old ids moves by the pads added at the places before it */
-    int32_t *fix[2] = {system_end, last_end};
-    for (int32_t i = 0; i < n_marks + 2; i++) {
-        int32_t *p = i < n_marks ? &marks[i] : fix[i - n_marks];
+    for (int32_t i = 0; i < n_marks + n_ends; i++) {
+        int32_t *p = i < n_marks ? &marks[i] : ends[i - n_marks];
         int32_t add = 0;
         for (int32_t k = 0; k < im->n; k++)
             if (old_first[k] < *p) add += grow[k];

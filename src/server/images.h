@@ -39,10 +39,11 @@ int snug_srv_data_url(const char *url, size_t len, uint8_t **out, size_t *n, cha
 int snug_srv_images_collect(const json_t *messages, const struct snug_vision_encoder *venc,
                             struct snug_srv_images *out, struct snug_server_error *e);
 /* After tokenizing: widen the pads in *prompt (replaced by a new counted buffer), shift the
- * marks (token positions, ascending) and system_end / last_end, make the key. */
+ * marks (token positions, ascending) and ends[0..n_ends) (system_end, last_end, user_end), make
+ * the key. */
 int snug_srv_images_place(struct snug_srv_images *im, const struct snug_tokenizer *tok,
                           snug_token **prompt, int32_t *n_prompt, int32_t *marks, int32_t n_marks,
-                          int32_t *system_end, int32_t *last_end, struct snug_server_error *e);
+                          int32_t *const *ends, int32_t n_ends, struct snug_server_error *e);
 void snug_srv_images_free(struct snug_srv_images *im);
 
 #endif /* SNUG_SERVER_IMAGES_H */

@@ -78,6 +78,14 @@ void snug_srv_metrics_prefix(struct snug_sbuf *b, struct snug_prefix *pc) {
     line(b, "snug_prefix_cache_files_refused_total", "counter",
          "Disk-tier files refused at boot (corrupt, truncated, another model or layout).", NULL, v,
          1);
+    v[0] = (double)st.disk_other_bytes;
+    line(b, "snug_prefix_cache_disk_other_bytes", "gauge",
+         "Other cache files in --cache-dir (refused, another server's), counted against "
+         "--cache-disk.",
+         NULL, v, 1);
+    v[0] = (double)st.stale_tmp_removed;
+    line(b, "snug_prefix_cache_stale_temporaries_removed_total", "counter",
+         "Temporaries of interrupted checkpoint writes removed at boot.", NULL, v, 1);
     v[0] = (double)st.disk_write_failures;
     line(b, "snug_prefix_cache_disk_write_failures_total", "counter",
          "Checkpoint files that could not be written.", NULL, v, 1);

@@ -44,7 +44,7 @@ int snug_prompt_encode_marked_spans(const struct snug_tokenizer *tok, const char
     size_t n_marks = marks ? SNUG_MIN(marks->n, marks->cap) : 0;
     size_t total = 0, from = 0;
     bool over = false;
-    if (out) out->n = out->system_end = out->last_end = 0;
+    if (out) out->n = out->system_end = out->last_end = out->user_end = 0;
     for (size_t k = 0; k <= n_marks; k++) {
         size_t to = k < n_marks ? marks->starts[k] : len;
         if (to < from || to > len) return snug_err_set(err, SNUG_ERR_INVALID, "bad prompt mark");
@@ -63,6 +63,7 @@ int snug_prompt_encode_marked_spans(const struct snug_tokenizer *tok, const char
             out->n++;
             if (to == marks->system_end) out->system_end = (int32_t)total;
             if (to == marks->last_end) out->last_end = (int32_t)total;
+            if (to == marks->user_end) out->user_end = (int32_t)total;
         }
         from = to;
     }

@@ -19,7 +19,7 @@
 struct snug_prompt_marks {
     int32_t *starts;
     int32_t cap, n;
-    int32_t system_end, last_end; /* 0 when absent */
+    int32_t system_end, last_end, user_end; /* 0 when absent (chat.h snug_chat_marks) */
 };
 
 /* Encode prompt[0..len) (special tokens parsed) into ids[0..cap) (*n_ids the count; as

@@ -584,6 +584,32 @@ static void cancel_locked(struct reply *r) {
     }
 }
 
+/* A client that half-closes its side right after sending the request (shutdown(SHUT_WR)) still
+ * gets its answer: an end of stream seen this soon after the request is taken as that. */
+#define HALF_CLOSE_WINDOW_S 0.25
+
+/* The engine's check between steps for a non-streaming request (engine.h client_gone): its
+ * connection is parked, so MHD would notice a client that left only at the answer. A peek at
+ * the socket tells: a reset, or an end of stream later than HALF_CLOSE_WINDOW_S after the
+ * request, means the client closed it (a close and a half-close look the same from here: the
+ * latter is only told apart by its timing; a half-close is then not watched any more). */
+static bool client_gone(void *user) {
+    struct reply *r = user;
+    pthread_mutex_lock(&r->mu);
+    bool gone = false;
+    if (r->poll_fd >= 0 && !r->done) {
+        char b;
+        ssize_t n = recv(r->poll_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 && snug_time_s() - r->poll_t0 < HALF_CLOSE_WINDOW_S)
+            r->poll_fd = -1; /* a half-close with the request: it waits for its answer */
+        else
+            gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        if (gone) r->poll_fd = -1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return gone;
+}
+
 /* MHD content reader for a stream: hands out pending SSE bytes, waiting for new ones. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     struct reply *r = cls;
@@ -883,10 +909,12 @@ static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *
     enum snug_api api = r->api;
     struct snug_server_error e;
     r->conn = NULL;
+    r->poll_fd = -1;
     if (r->finish == SNUG_FINISH_CANCEL) {
         reply_unref_locked(r);
         snug_server_error_set(&e, 503, "server_error", NULL,
-                              "the request was cancelled: the server is shutting down");
+                              "the request was cancelled: the server is shutting down (or the "
+                              "client went away)");
         return fail(s, c, route, api, &e);
     }
     if (r->finish == SNUG_FINISH_ERROR || r->oom) {
@@ -920,6 +948,7 @@ void snug_srv_generate_abandon(void *pending) {
     struct reply *r = pending;
     pthread_mutex_lock(&r->mu);
     r->conn = NULL;
+    r->poll_fd = -1;
     r->suspended = false;
     cancel_locked(r);
     reply_unref_locked(r);
@@ -984,6 +1013,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
         return fail(s, c, route, api, &e);
     }
+    r->poll_fd = -1;
     r->srv = s;
     r->refs = 1;
     r->api = api;
@@ -1094,8 +1124,9 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         snug_sbuf_free(&full);
         snug_chat_spans_free(&plain);
         if (rc == SNUG_OK && r->images.n > 0 &&
-            snug_srv_images_place(&r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens,
-                                  SNUG_MIN(pm.n, pm.cap), &pm.system_end, &pm.last_end, &e)) {
+            snug_srv_images_place(
+                &r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens, SNUG_MIN(pm.n, pm.cap),
+                (int32_t *const[]){&pm.system_end, &pm.last_end, &pm.user_end}, 3, &e)) {
             snug_sbuf_free(&force);
             goto reject;
         }
@@ -1103,6 +1134,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
         r->job.system_end = pm.system_end;
         r->job.last_end = pm.last_end;
+        r->job.user_end = pm.user_end;
         r->job.images = r->images.img;
         r->job.n_images = r->images.n;
         r->job.key = r->images.key;
@@ -1250,6 +1282,16 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     j->on_done = on_done;
     j->on_progress = q->stream && q->return_progress ? on_progress : NULL;
     j->user = r;
+    r->poll_fd = -1;
+    if (!q->stream) { /* its connection is parked while it runs: the engine polls it */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) {
+            r->poll_fd = ci->connect_fd;
+            r->poll_t0 = snug_time_s();
+            j->client_gone = client_gone;
+        }
+    }
     atomic_init(&j->cancel, false);
     r->refs = 2; /* this thread + the engine until on_done */
     if (snug_engine_submit(s->engine, j, &err) != SNUG_OK) {
@@ -1384,10 +1426,8 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
         snug_srv_images_free(&im);
         return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
     }
-    int32_t no_mark = 0, no_mark2 = 0;
-    rc = im.n > 0
-             ? snug_srv_images_place(&im, s->tok, &ids, n_tokens, NULL, 0, &no_mark, &no_mark2, e)
-             : SNUG_OK;
+    rc = im.n > 0 ? snug_srv_images_place(&im, s->tok, &ids, n_tokens, NULL, 0, NULL, 0, e)
+                  : SNUG_OK;
     snug_free(ids);
     snug_srv_images_free(&im);
     if (rc != SNUG_OK) return -1;

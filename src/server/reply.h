@@ -69,8 +69,10 @@ struct reply {
     struct snug_engine_constraint chain;
     char id[64];
     long created;
-    struct MHD_Connection *conn;         /* under mu; NULL once MHD let go of the connection */
-    bool suspended;                      /* under mu: the connection waits for the engine */
+    struct MHD_Connection *conn; /* under mu; NULL once MHD let go of the connection */
+    int poll_fd;    /* under mu: a non-streaming request's socket while it waits (else -1) */
+    double poll_t0; /* when it was submitted (snug_time_s) */
+    bool suspended; /* under mu: the connection waits for the engine */
     struct reply *live_prev, *live_next; /* srv->live list, under srv->live_mu */
     bool live;
 

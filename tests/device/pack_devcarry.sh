@@ -2,7 +2,7 @@
 # pack_devcarry.sh — what a device run needs, from a build made HERE (the device machine has
 # no -dev packages): D/lib.tar.xz holding snug, libsnug_cuda.so (the CUDA backend snug loads
 # at run time from its own directory), bench_cuda_ops, test_cuda_ops,
-# test_mtp_device and test_vision_spec (when built) and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
+# test_mtp_device, test_vision_spec and test_prefix_mtp (when built) and lib/ (the shared libraries `ldd` lists, minus libc/loader and the CUDA libraries the
 # device has; the device scripts unpack it into D), D/fx/{trained,moe} (fixture files for run_e2e_device.sh / run_mtp_device.sh),
 # D/fx/vision (the vision fixture and its references, tests/data/vision, and vision-mtp.gguf made
 # from it by tests/py/vision_mtp.py, which needs PyPI `gguf`: run_vision_device.sh).
@@ -15,7 +15,8 @@ D=${2:?carry dir}
 FX=${FX:-$(dirname "$0")/../../../shared/fixtures}
 set -e
 rm -rf "$D" && mkdir -p "$D/lib" "$D/fx"
-for t in snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device test_vision_spec; do
+for t in snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device test_vision_spec \
+  test_prefix_mtp; do
   f=$(find "$B" -maxdepth 3 -type f -name $t -perm -u+x | head -1)
   [ -n "$f" ] && cp "$f" "$D/" && strip --strip-unneeded "$D/$t"
 done
@@ -23,12 +24,15 @@ ldd "$D/snug" | awk '/=>/ {print $3}' |
   grep -v -E 'libc\.so|ld-linux|libm\.so|libpthread|libdl\.so|librt\.so|libcuda|libcublas|libcudart|libnvidia' |
   while read -r l; do cp -L "$l" "$D/lib/"; done
 # the binaries travel inside the archive too (their fatbins compress well; carry is 64 MiB)
-bins=$(cd "$D" && ls snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device test_vision_spec 2>/dev/null || true)
+bins=$(cd "$D" && ls snug libsnug_cuda.so bench_cuda_ops test_cuda_ops test_mtp_device test_vision_spec test_prefix_mtp 2>/dev/null || true)
 tar cJf "$D/lib.tar.xz" -C "$D" lib $bins && (cd "$D" && rm -rf lib $bins)
 [ "${NOFX:-0}" = 1 ] || for m in trained moe; do
   mkdir -p "$D/fx/$m"
   cp "$FX/$m"/*.gguf "$FX/$m"/*.json "$FX/$m"/*.f32 "$D/fx/$m/" 2>/dev/null || true
 done
+# the Qwen vocabulary, for `snug gen --vocab-from` (run_prefix_device.sh: a 27B that tokenizes chats)
+[ "${NOFX:-0}" = 1 ] || { mkdir -p "$D/fx/tokenizer" &&
+  cp "$FX/tokenizer/ggml-vocab-qwen35.gguf" "$D/fx/tokenizer/" 2>/dev/null || true; }
 [ "${NOFX:-0}" = 1 ] || { mkdir -p "$D/fx/vision" &&
   cp "$(dirname "$0")"/../data/vision/* "$D/fx/vision/" &&
   python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import vision_mtp; vision_mtp.make(sys.argv[2])' \

@@ -13,6 +13,12 @@
  *     own KV rows truncated) equals it too;
  *  4. after a restart the disk tier (file format 2) restores the same;
  *  5. the plan's checkpoint sizes (snug_plan_cache_cfg) are the context's.
+ * `test_prefix_mtp cuda` runs every context with backend 1 (`--backend cuda`): the callbacks'
+ * device path (the state through download/upload; the KV rows per layer through the store's
+ * staging page in the stores and restores, row by row in the cache comparisons). In CI over the
+ * test stand-in libsnug_fakedev.so (SNUG_CUDA_LIB: the CPU ops behind the device paths, so the
+ * caches are compared byte for byte with a CPU cold run's schedule); on a GPU with
+ * libsnug_cuda.so (tests/device/run_prefix_device.sh), where restored equals cold on the device.
  * Read next: src/model/ctx_prefix.h, docs/prefix-cache.md. */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #if defined(__GNUC__)
@@ -40,6 +46,7 @@
 
 static struct snug_model *M;
 static int32_t V;
+static int32_t BACKEND; /* 0 = CPU, 1 = CUDA (argv[1] "cuda") */
 static const int32_t CHECKPOINTS[] = {150, 278};
 
 static struct snug_ctx *mk_ctx(int kv_type) {
@@ -49,10 +56,25 @@ static struct snug_ctx *mk_ctx(int kv_type) {
     cp.n_chunk = CHUNK;
     cp.kv_type = kv_type;
     cp.n_draft = KDRAFT;
+    cp.backend = BACKEND;
     struct snug_ctx *c = NULL;
     int rc = snug_ctx_init(&c, M, &cp, &err);
-    CHECKF(rc == SNUG_OK, "ctx init: %s", err.msg);
+    CHECKF(rc == SNUG_OK, "ctx init (backend %s): %s", BACKEND ? "cuda" : "cpu", err.msg);
     return c;
+}
+
+/* The callbacks over c, a device context's rows through the store's staging page (as the
+ * server's engine lends it). */
+static struct snug_prefix_io io_of(struct snug_ctx *c, const struct snug_prefix *pc,
+                                   struct snug_ctx_prefix_state *st) {
+    CHECK(snug_ctx_prefix_state(c, st));
+    CHECK(!st->dev == !BACKEND);
+    if (st->dev) {
+        CHECK(pc->device_staging != NULL);
+        st->staging = pc->device_staging;
+        st->staging_bytes = pc->page_bytes;
+    }
+    return snug_ctx_prefix_io(st);
 }
 
 /* Prefill toks[from, to) in chunks of CHUNK counted from the last boundary, ending at every
@@ -73,8 +95,8 @@ static void prefill(struct snug_ctx *c, const snug_token *toks, int32_t from, in
             at_checkpoint |= CHECKPOINTS[i] == pos;
         if (pc && at_checkpoint) {
             struct snug_ctx_prefix_state st;
-            CHECK(snug_ctx_prefix_state(c, &st) && st.exportable && st.mtp_kv);
-            struct snug_prefix_io io = snug_ctx_prefix_io(&st);
+            struct snug_prefix_io io = io_of(c, pc, &st);
+            CHECK(st.exportable && st.mtp_kv);
             bool stored = false;
             rc = snug_prefix_store(pc, toks, pos, &io, &stored, &err);
             CHECKF(rc == SNUG_OK && stored, "store at %d: %s", pos, err.msg);
@@ -94,8 +116,7 @@ static int32_t restore(struct snug_prefix *pc, struct snug_ctx *c, const snug_to
         CHECK(snug_ctx_prefix_set_past(c, toks, hit.pos, &err) == SNUG_OK);
     }
     struct snug_ctx_prefix_state st;
-    CHECK(snug_ctx_prefix_state(c, &st));
-    struct snug_prefix_io io = snug_ctx_prefix_io(&st);
+    struct snug_prefix_io io = io_of(c, pc, &st);
     int rc = snug_prefix_restore(pc, toks, &hit, want_kv, &io, &err);
     CHECKF(rc == SNUG_OK, "restore at %d: %s", hit.pos, err.msg);
     rc = snug_ctx_prefix_set_past(c, toks, hit.pos, &err);
@@ -202,6 +223,7 @@ static void run(const snug_token *prompt, int kv_type) {
     lim.n_chunk = CHUNK;
     lim.n_draft = KDRAFT;
     lim.kv_type = kv_type;
+    lim.backend = BACKEND ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU;
     struct snug_plan *plan = malloc(sizeof *plan);
     CHECK(snug_plan_make(&M->hp, NULL, &lim, plan, &err) == SNUG_OK);
     char dir[] = "/tmp/snug_prefix_mtp_XXXXXX";
@@ -315,7 +337,13 @@ static void run(const snug_token *prompt, int kv_type) {
     remove_dir(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    BACKEND = argc > 1 && !strcmp(argv[1], "cuda");
+    if ((argc > 1 && !BACKEND && strcmp(argv[1], "cpu")) || argc > 2) {
+        fprintf(stderr, "usage: test_prefix_mtp [cpu|cuda]\n");
+        return 2;
+    }
+    printf("backend %s\n", BACKEND ? "cuda" : "cpu");
     const char *dir = test_fixtures_dir();
     if (!dir) return TEST_DONE();
     if (!(M = fx_load_trained(dir))) return 1;

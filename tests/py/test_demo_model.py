@@ -105,8 +105,9 @@ def sse_events(url, body):
 
 
 def test_progress(res, tmp):
-    """return_progress: prompt_progress events after each 512-token prompt chunk."""
-    p, url, log = serve(["-m", MODEL], tmp)
+    """return_progress: prompt_progress events after each 512-token prompt chunk (without the
+    prefix cache, whose schedule also ends chunks at message boundaries)."""
+    p, url, log = serve(["-m", MODEL, "--cache-ram", "0"], tmp)
     try:
         long_q = "Count the words: " + " ".join(f"w{i}" for i in range(900))
         body = {"messages": [{"role": "user", "content": long_q}], "stream": True,

@@ -4,7 +4,7 @@ Three servers on free ports: A (real sampling, --api-key, --kv f32, 2 slots) che
 the trained fixture's Hugging Face greedy continuation, the chat renderer and the tokenizer;
 B (--script: generation follows a scripted text through the real detokenizer, output parser and
 SSE path) for reasoning / tool-call splitting, stop strings, disconnects and 8 concurrent
-streams; C (1 slot, queue 1) for 503 + Retry-After. Runnable as a script; prints
+streams; C (1 slot, queue 1) for 503 + Retry-After and a dropped non-streaming request. Runnable as a script; prints
 "N passed, N failed". Model: ../shared/fixtures/trained/trained-f16.gguf (small, and its
 Hugging Face greedy continuation is the reference for the real-sampling checks); skipped
 visibly without fixtures, failed with SNUG_REQUIRE_FIXTURES=1.
@@ -426,6 +426,38 @@ def test_queue(res, C):
     res.check(idle, f"queued and running requests cancelled when their clients left ({dt:.2f} s)")
 
 
+def test_drop_nonstream(res, C):
+    """A non-streaming request whose client closes its socket while the engine generates frees
+    the slot within a step (the engine polls the parked connection between steps), is counted as
+    cancelled, and the next request is admitted and answered at once."""
+    very_long = " ".join(f"t{i}" for i in range(3000))
+
+    def cancelled():
+        txt = C.raw("GET", "/metrics")[1]
+        return float([ln for ln in txt.splitlines()
+                      if ln.startswith("snug_requests_cancelled_total ")][0].split()[1])
+
+    c0 = cancelled()
+    sock = socket.create_connection(("127.0.0.1", C.port))
+    body = json.dumps({"prompt": "x", "snug_script": very_long}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    t0 = time.time()
+    while time.time() - t0 < 5 and C.health()["slots"]["busy"] != 1:
+        time.sleep(0.01)
+    time.sleep(0.4)  # (an end of stream within 0.25 s of the request reads as a half-close)
+    busy_before = C.health()["slots"]["busy"]
+    sock.close()
+    idle, dt = wait_idle(C)
+    res.check(busy_before == 1 and idle and dt < 1.0,
+              f"a dropped non-streaming request frees its slot ({dt * 1e3:.0f} ms)")
+    res.check(cancelled() == c0 + 1, "the dropped non-streaming request counted as cancelled")
+    t1 = time.time()
+    st, b, _ = C.raw("POST", "/v1/completions", {"prompt": "x", "snug_script": "a b c"}, key=None)
+    res.check(st == 200 and b["choices"][0]["text"].strip() == "a b c" and time.time() - t1 < 5,
+              f"the next request is admitted and answered ({time.time() - t1:.2f} s)")
+
+
 def test_timeout(res, D):
     """--timeout 1: a generation that would run for many seconds ends after about 1 s."""
     very_long = " ".join(f"t{i}" for i in range(3000))
@@ -516,6 +548,7 @@ def main():
             test_real(res, A, fx, tmp)
             test_scripted(res, B)
             test_queue(res, C)
+            test_drop_nonstream(res, C)
             test_timeout(res, D)
         finally:
             stop_all(res, servers)

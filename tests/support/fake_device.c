@@ -2,11 +2,12 @@
  * SNUG_CUDA_LIB=PATH and `--backend cuda`): the CPU backend's instances, reporting their memory
  * as not the host's, so the engine takes every device path — positions and 3-D positions
  * uploaded, image rows uploaded into the step's input, logits staged and downloaded, the
- * contexts marked device — with the CPU ops' numbers. It lets CPU-only CI check those paths
- * against the plain CPU backend (tests/py/test_vision_fixture.py, test_server_vision.py); the
- * kernels themselves are checked on a GPU (tests/device/). Invariant: nothing but the
- * host_memory flag and the module's name differ from the CPU module. Test-only: never
- * installed. Read next: src/backend/backend.h (the module), src/backend/loader.c. */
+ * contexts marked device, the prefix cache's checkpoints copied through upload/download — with
+ * the CPU ops' numbers. It lets CPU-only CI check those paths against the plain CPU backend
+ * (tests/py/test_vision_fixture.py, test_server_vision.py, test_prefix_device.py,
+ * test_prefix_mtp cuda); the kernels themselves are checked on a GPU (tests/device/). Invariant:
+ * nothing but the host_memory flag and the module's name differ from the CPU module. Test-only:
+ * never installed. Read next: src/backend/backend.h (the module), src/backend/loader.c. */
 #include "backend/backend.h"
 
 static int fake_open(struct snug_be **out, const struct snug_gguf *g,

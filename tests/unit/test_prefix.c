@@ -3,8 +3,10 @@
  * every KV row byte-equal to what a slot at that position holds), two conversations sharing a
  * system prompt, RAM eviction (LRU, descendants dropped), the disk tier across a restart
  * (reuse, then a flipped byte, a truncated file, another model's file, another layout: each
- * refused, the slot untouched, the lookup falling back), no allocation per operation; then the
- * file format: the CRC-32C check value, header round trip, random corruption refused. */
+ * refused, the slot untouched, the lookup falling back), no allocation per operation; chains
+ * kept whole by the disk tier's eviction, the folder brought within budget at boot and stale
+ * temporaries removed; then the file format: the CRC-32C check value, header round trip, random
+ * corruption refused. */
 #define _DEFAULT_SOURCE /* mkdtemp, mkstemp, truncate, pwrite */
 #include "prefix/prefix.h"
 #include "test.h"
@@ -406,6 +408,28 @@ static void disk_tier(void) {
 
 static void file_format(void) {
     CHECK(snug_crc32c(0, "123456789", 9) == 0xE3069283u);
+    { /* the instruction form (when the CPU has it) and the table form = a bitwise reference */
+        static uint8_t buf[4096 + 64];
+        uint64_t x = 12345;
+        for (size_t i = 0; i < sizeof buf; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            buf[i] = (uint8_t)(x >> 56);
+        }
+        bool same = true;
+        for (size_t off = 0; off < 9; off++)
+            for (size_t n = 0; n < 300; n += 1 + n / 8) {
+                uint32_t c = ~0u;
+                for (size_t i = 0; i < n; i++) {
+                    c ^= buf[off + i];
+                    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+                }
+                c = ~c;
+                same &=
+                    snug_crc32c(0, buf + off, n) == c && snug_crc32c_table(0, buf + off, n) == c;
+            }
+        CHECK(same);
+        CHECK(snug_crc32c(7, buf, sizeof buf) == snug_crc32c_table(7, buf, sizeof buf));
+    }
     CHECK(snug_crc32c(snug_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u);
     /* an image: header + 10 tokens + state + 4 rows */
     struct snug_prefix_file_expect ex = {0};
@@ -468,10 +492,107 @@ static void file_format(void) {
     CHECK(snug_prefix_model_id("/nonexistent/model.gguf", 0, id3, &err) == SNUG_ERR_IO);
 }
 
+static uint64_t dir_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    uint64_t n = 0;
+    struct dirent *de;
+    char path[1200];
+    while (d && (de = readdir(d))) {
+        if (!strstr(de->d_name, ".snugpfx")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        fseek(f, 0, SEEK_END);
+        n += (uint64_t)ftell(f);
+        fclose(f);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* The disk tier keeps chains whole: a checkpoint restored from disk (held only there) whose
+ * descendants were then stored in RAM is not the disk tier's victim while they live (dropping
+ * it would drop them), so a third conversation's writes evict other files; at boot the folder
+ * is brought within --cache-disk (leaves first) and stale temporaries are removed. */
+static void disk_chains(void) {
+    char dir[] = "/tmp/snug_prefix_chain_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    struct snug_err err = {0};
+    struct snug_prefix pc;
+    struct snug_prefix_cfg cfg = base_cfg(4u << 20, dir);
+    cfg.disk_bytes = 100000; /* ~1.5 conversations of three checkpoints */
+    static snug_token conv_c[1200];
+    for (int i = 0; i < 1200; i++) conv_c[i] = 20000 + (i * 5) % 307;
+    struct snug_prefix_io ioa = io_of(&slot_a), iob = io_of(&slot_b);
+    bool stored;
+    CHECK(snug_prefix_init(&pc, &cfg, &err) == SNUG_OK);
+    slot_eval(&slot_a, conv_a, 300);
+    CHECK(snug_prefix_store(&pc, conv_a, 300, &ioa, &stored, &err) == SNUG_OK && stored);
+    snug_prefix_free(&pc);
+    /* restart: 300 is on disk only; restored, and 700 / 1000 stored after it */
+    CHECK(snug_prefix_init(&pc, &cfg, &err) == SNUG_OK);
+    struct snug_prefix_hit hit;
+    snug_prefix_lookup(&pc, conv_a, 1100, &hit);
+    CHECK(hit.pos == 300);
+    CHECK(snug_prefix_restore(&pc, conv_a, &hit, true, &iob, &err) == SNUG_OK);
+    int32_t pts[] = {700, 1000};
+    for (int k = 0; k < 2; k++) {
+        slot_eval(&slot_a, conv_a, pts[k]);
+        CHECK(snug_prefix_store(&pc, conv_a, pts[k], &ioa, &stored, &err) == SNUG_OK && stored);
+    }
+    int32_t cpts[] = {300, 700, 1000};
+    for (int k = 0; k < 3; k++) { /* another conversation: the disk tier must make room */
+        slot_eval(&slot_a, conv_c, cpts[k]);
+        CHECK(snug_prefix_store(&pc, conv_c, cpts[k], &ioa, &stored, &err) == SNUG_OK && stored);
+    }
+    struct snug_prefix_stats st;
+    snug_prefix_stats(&pc, &st);
+    CHECKF(st.disk_evictions > 0 && st.disk_bytes <= cfg.disk_bytes, "%llu evictions, %llu bytes",
+           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_bytes);
+    snug_prefix_lookup(&pc, conv_a, 1100, &hit);
+    CHECKF(hit.pos == 1000, "conversation A's chain survived the disk tier's evictions (hit %d)",
+           hit.pos);
+    memset(&slot_b, 0, sizeof slot_b);
+    CHECK(snug_prefix_restore(&pc, conv_a, &hit, true, &iob, &err) == SNUG_OK);
+    CHECK(slot_is(&slot_b, conv_a, 1000, true));
+    snug_prefix_free(&pc);
+    /* a smaller budget at boot, and two stale temporaries (the older name, a gone writer's) */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/0123456789abcdef-64.snugpfx.tmp", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s/0123456789abcdef-128.snugpfx.999999999.tmp", dir);
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(sys_, 1, sizeof sys_, f);
+        fclose(f);
+    }
+    cfg.disk_bytes = 45000;
+    CHECK(snug_prefix_init(&pc, &cfg, &err) == SNUG_OK);
+    snug_prefix_stats(&pc, &st);
+    CHECKF(st.stale_tmp_removed == 2 && dir_bytes(dir) <= cfg.disk_bytes && st.disk_entries > 0,
+           "%llu temporaries removed, %llu bytes in the folder, %llu files",
+           (unsigned long long)st.stale_tmp_removed, (unsigned long long)dir_bytes(dir),
+           (unsigned long long)st.disk_entries);
+    snug_prefix_free(&pc);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
 int main(void) {
     make_convs();
     ram_tier();
     disk_tier();
+    disk_chains();
     file_format();
     return TEST_DONE();
 }
