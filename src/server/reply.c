@@ -22,6 +22,7 @@
 #include "server/schema.h"
 #include "server/server_impl.h"
 #include "server/stopfilter.h"
+#include "server/toolpolicy.h"
 
 #include "core/core.h"
 #include "tokenizer/tokenizer.h"
@@ -755,40 +756,21 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
     const char *text = NULL, *param = "grammar";
     size_t tlen = 0;
     const char *trigger = NULL;
-    /* tool calls: tool_choice required / a named function (the prompt already ends with
-     * "<tool_call>\n", and "<function=NAME>\n" when named), or strict tools under "auto" (the
-     * grammar starts when the model writes "<tool_call>") */
-    bool forced_tools = q->kind == SNUG_REQ_CHAT && q->tools &&
-                        (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED);
-    bool strict_auto = false;
-    if (q->kind == SNUG_REQ_CHAT && q->tools && q->tool_choice == SNUG_TOOL_AUTO) {
-        size_t i;
-        json_t *t;
-        json_array_foreach(q->tools, i, t) if (json_is_true(json_object_get(
-                                                   json_object_get(t, "function"), "strict")))
-            strict_auto = true;
-    }
-    if ((forced_tools || strict_auto) && (q->grammar || q->format != SNUG_FORMAT_TEXT))
-        return snug_server_error_set(e, 400, "invalid_request_error", "tools",
-                                     "tool calls (tool_choice required / a named function, or "
-                                     "strict tools) cannot be combined with 'grammar' or a JSON "
-                                     "'response_format'");
-    if (forced_tools || strict_auto) {
-        param = "tools";
-        char *tj = json_dumps(q->tools, JSON_COMPACT);
-        int rc = tj ? snug_tools_to_gbnf(
-                          tj, strlen(tj), q->tool_choice == SNUG_TOOL_NAMED ? q->tool_name : NULL,
-                          strict_auto ? "\n" : NULL,
-                          q->parallel_tool_calls && q->tool_choice != SNUG_TOOL_NAMED, &owned,
-                          &tlen, &err)
-                    : snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
-        free(tj); /* jansson's allocation */
+    /* tool calls (toolpolicy.h): forced (the prompt already ends with "<tool_call>\n", and
+     * "<function=NAME>\n" when named) or, under "auto", from the moment the model writes
+     * "<tool_call>"; none allowed: that token is banned below */
+    struct snug_tool_policy tp = snug_tool_policy_of(q);
+    {
+        int rc = snug_tool_policy_grammar(&tp, q->grammar || q->format != SNUG_FORMAT_TEXT,
+                                          q->parallel_tool_calls, &owned, &tlen, &trigger, &err);
         if (rc != SNUG_OK)
             return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
-                                         "invalid_request_error", param, "%s", err.msg);
+                                         "invalid_request_error", "tools", "%s", err.msg);
+    }
+    if (owned) {
+        param = "tools";
         text = owned;
         in_reasoning = false; /* a forced call closed it; under "auto" the trigger decides */
-        if (strict_auto) trigger = "<tool_call>";
     } else if (q->grammar) {
         text = q->grammar;
         tlen = q->grammar_len;
@@ -807,8 +789,8 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
     }
     int32_t V = snug_tokenizer_n_vocab(s->tok);
     int32_t n_bias = q->logit_bias ? (int32_t)json_object_size(q->logit_bias) : 0;
-    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS];
-    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS];
+    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS + 4];
+    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS + 4];
     if (n_bias) {
         const char *k;
         json_t *v;
@@ -826,6 +808,9 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
             bias_vals[i++] = (float)json_number_value(v);
         }
     }
+    /* the tokens the policy bans (a -100 bias: never sampled, never forced) */
+    int n_ban = snug_tool_policy_banned(&tp, s->tok, bias_ids + n_bias, 4);
+    for (int k = 0; k < n_ban; k++) bias_vals[n_bias++] = -100.0f;
     if (!text && !n_bias) return 0;
     /* with thinking on, the grammar begins after the reasoning block: "</think>" then up to
      * four blanks, then the grammar's root */
@@ -1016,7 +1001,8 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         char *text = NULL;
         size_t tlen = 0;
         struct snug_chat_spans plain = {0};
-        const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
+        struct snug_tool_policy tp = snug_tool_policy_of(q); /* toolpolicy.h */
+        const json_t *tools = tp.shown;
         /* agent clients' per-request spans out before rendering (normalize.h); the request
          * owns its JSON, the messages array is edited in place */
         if (!s->opts.no_prompt_normalize && snug_prompt_normalize((json_t *)q->messages) < 0) {
@@ -1060,9 +1046,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
                                                              : s->opts.thinking_budget,
                                      .repeat_n = s->opts.repeat_n,
                                      .repeat_k = s->opts.repeat_k};
-        bool forced_call = tools && (q->tool_choice == SNUG_TOOL_REQUIRED ||
-                                     q->tool_choice == SNUG_TOOL_NAMED); /* closes it below */
-        if (snug_think_init(&r->think, s->tok, &to, in_reasoning && !forced_call, q->max_tokens,
+        if (snug_think_init(&r->think, s->tok, &to, in_reasoning && !tp.forced, q->max_tokens,
                             &err) != SNUG_OK) {
             snug_free(text);
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
@@ -1074,15 +1058,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
          * same text is fed to the output parser as if generated, so the response is a tool
          * call whatever the model continues with (the parser closes what it leaves open). */
         struct snug_sbuf full = {0}, force = {0};
-        if (tools && (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED)) {
-            if (in_reasoning) snug_sbuf_puts(&force, "\n</think>\n\n");
-            snug_sbuf_puts(&force, "<tool_call>\n");
-            if (q->tool_choice == SNUG_TOOL_NAMED) {
-                snug_sbuf_puts(&force, "<function=");
-                snug_sbuf_puts(&force, q->tool_name);
-                snug_sbuf_puts(&force, ">\n");
-            }
-        }
+        snug_tool_policy_opening(&tp, in_reasoning, &force);
         struct snug_prompt_marks pm = {.starts = r->mark_tokens, .cap = (int32_t)n_marks};
         snug_sbuf_append(&full, text, tlen);
         if (force.len) snug_sbuf_append(&full, force.data, force.len);
@@ -1108,6 +1084,7 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         r->job.key = r->images.key;
         if (rc == SNUG_OK)
             rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
+        if (rc == SNUG_OK && !tp.calls) snug_outparse_no_calls(r->parser);
         if (rc == SNUG_OK && force.len) {
             pthread_mutex_lock(&r->mu);
             rc = snug_outparse_feed(r->parser, force.data, force.len, &err);
@@ -1254,15 +1231,11 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     r->refs = 2; /* this thread + the engine until on_done */
     if (snug_engine_submit(s->engine, j, &err) != SNUG_OK) {
         r->refs = 1;
-        if (err.status == SNUG_ERR_BUDGET && api != SNUG_API_OPENAI) {
-            snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
-            goto reject;
-        }
-        if (err.status == SNUG_ERR_BUDGET) {
+        if (err.status == SNUG_ERR_BUDGET) { /* every API: 503 + Retry-After */
             snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
             snug_srv_count(s, route, 503);
             reply_unref(r);
-            return snug_srv_send_error_hdr(c, &e, "Retry-After", "1");
+            return snug_srv_send_api_error_hdr(c, api, &e, "Retry-After", "1");
         }
         snug_server_error_set(&e, 400, "invalid_request_error", NULL, "%s", err.msg);
         goto reject;
@@ -1328,7 +1301,7 @@ int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char
     if (snug_server_req_parse_json(&q, SNUG_REQ_CHAT, chat, e) != SNUG_OK) return -1;
     struct snug_chat_opts co =
         snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !o->no_think);
-    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
+    const json_t *tools = snug_tool_policy_of(&q).shown;
     int rc = snug_chat_opts_from_request(&co, q.root, &err);
     if (rc == SNUG_OK) rc = snug_chat_render(q.messages, tools, &co, prompt, len, &err);
     snug_server_req_free(&q);
@@ -1353,7 +1326,7 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
     }
     struct snug_chat_opts co =
         snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !s->opts.no_think);
-    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
+    const json_t *tools = snug_tool_policy_of(&q).shown;
     char *text = NULL;
     size_t tlen = 0;
     struct snug_chat_spans plain = {0};
