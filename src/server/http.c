@@ -139,6 +139,7 @@ static const char *route_name(enum snug_route r) {
                                              "/v1/messages/count_tokens",
                                              "/v1/responses",
                                              "/v1/models/{id}",
+                                             "/v1/responses/{id}",
                                              "other"};
     return names[r];
 }
@@ -599,6 +600,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return snug_resp_handle(s, c, body, len, &cc->pending);
     case ROUTE_MODEL:
         return snug_srv_model(s, c, url + 11);
+    case ROUTE_RESPONSE:
+        return snug_resp_stored(s, c, method, url + 14);
     default:
         return MHD_NO;
     }

@@ -198,7 +198,7 @@ enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, con
 enum MHD_Result snug_srv_preflight(struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     const char *want =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     MHD_add_response_header(r, "Access-Control-Allow-Headers",

@@ -881,8 +881,8 @@ static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *
         return fail(s, c, route, api, &e);
     }
     snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
-    if (api == SNUG_API_RESPONSES) snug_resp_finished(r);
     json_t *out = final_json(r);
+    if (api == SNUG_API_RESPONSES && out) snug_resp_finished(r, out);
     reply_unref_locked(r);
     snug_srv_count(s, route, 200);
     return snug_srv_send_json(c, 200, out);

@@ -109,8 +109,9 @@ json_t *snug_msgs_final(struct reply *r);
 void snug_msgs_stream(struct reply *r);
 json_t *snug_resp_final(struct reply *r);
 void snug_resp_stream(struct reply *r);
-/* Called once when a Responses job ended well (stores the conversation for
- * previous_response_id). */
-void snug_resp_finished(struct reply *r);
+/* Called once when a Responses job ended well with its final response object (borrowed):
+ * stores the conversation for previous_response_id, the response and its input items for
+ * GET /v1/responses/{id} (and /input_items), unless the request said store: false. */
+void snug_resp_finished(struct reply *r, const json_t *resp);
 
 #endif

@@ -162,6 +162,10 @@ enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection
                                        const char *body, size_t len);
 enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                  size_t len, void **pending);
+/* GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items (`path` = what follows
+ * "/v1/responses/") over the stored responses. */
+enum MHD_Result snug_resp_stored(struct snug_srv *s, struct MHD_Connection *c, const char *method,
+                                 const char *path);
 /* Convert a request body of the Anthropic Messages / OpenAI Responses API into the equivalent
  * chat-completions request (a new JSON object), or NULL with *e set. Also used by
  * `snug serve --render-only`. `store` may be NULL (no previous_response_id lookups). */
