@@ -48,7 +48,7 @@ static int tools_gbnf(const json_t *tools, const char *named, const char *lead, 
 }
 
 /* The tools with "strict": true on every function whose schema the grammar can express alone
- * (a forced call's parameters follow the schema); NULL when out of memory. */
+ * (a call's parameters follow the schema); NULL when out of memory. */
 static json_t *strict_copy(const json_t *tools) {
     json_t *all = json_deep_copy(tools);
     size_t i;
@@ -91,15 +91,17 @@ int snug_tool_policy_grammar(const struct snug_tool_policy *p, bool other, bool 
                             "tools) cannot be combined with 'grammar' or a JSON "
                             "'response_format'");
     if (other) return SNUG_OK; /* auto beside the request's own grammar: names left free */
+    json_t *all = strict_copy(p->shown);
+    if (!all) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    int rc;
     if (p->forced) {
-        json_t *all = strict_copy(p->shown);
-        if (!all) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
-        int rc = tools_gbnf(all, p->named, NULL, parallel && !p->named, gbnf, len, err);
-        json_decref(all);
-        return rc;
+        rc = tools_gbnf(all, p->named, NULL, parallel && !p->named, gbnf, len, err);
+    } else {
+        *trigger = "<tool_call>";
+        rc = tools_gbnf(all, NULL, "\n", parallel, gbnf, len, err);
     }
-    *trigger = "<tool_call>";
-    return tools_gbnf(p->shown, NULL, "\n", parallel, gbnf, len, err);
+    json_decref(all);
+    return rc;
 }
 
 int snug_tool_policy_banned(const struct snug_tool_policy *p, const struct snug_tokenizer *tok,

@@ -10,10 +10,12 @@
  *   - "required" / a named function: the assistant turn is begun with "<tool_call>\n" (and
  *     "<function=NAME>\n"), and a grammar takes the call from there: a declared name (the named
  *     one), its parameters by its JSON schema (every tool's, strict or not; a schema the
- *     grammar cannot express leaves that call's parameters free unless the tool is strict);
- *   - "auto" with tools: once the model writes "<tool_call>" a grammar holds the call to a
- *     declared name (parameters by the schema for strict tools, free otherwise); not combined
- *     with a request's own grammar or JSON response_format (strict tools there are a 400).
+ *     grammar cannot express leaves that tool's parameters free unless the tool is strict,
+ *     then it is a 400);
+ *   - "auto" with tools: once the model writes "<tool_call>" the same grammar holds the call
+ *     (a declared name, parameters by the schema); not combined with a request's own grammar
+ *     or JSON response_format (there the names and parameters are left free, and strict tools
+ *     are a 400).
  * Owns nothing (pointers borrow the request's JSON). Read next: reply.c (build_constraint,
  * where the grammar and the ban join the request's constraint), outparse.h.
  */
