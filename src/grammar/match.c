@@ -1326,6 +1326,22 @@ void snug_matcher_apply(struct snug_matcher *m, float *logits, int32_t n_vocab) 
     for (int32_t i = n; i < n_vocab; i++) logits[i] = -INFINITY;
 }
 
+/* Some token spells bytes[0..n) and at least one byte more. */
+static bool trie_goes_on(const struct snug_vocab_trie *t, const uint8_t *bytes, int n) {
+    int32_t node = 0;
+    for (int d = 0; d < n; d++) {
+        int32_t c = node + 1, child = -1;
+        for (; c < t->end[node]; c = t->end[c])
+            if (t->byte[c] == bytes[d]) {
+                child = c;
+                break;
+            }
+        if (child < 0) return false;
+        node = child;
+    }
+    return node + 1 < t->end[node];
+}
+
 snug_token snug_matcher_forced(struct snug_matcher *m) {
     if (m->cur < 0) return -1;
     if (m->failed) return m->n_end ? m->end_ids[0] : -1;
@@ -1350,6 +1366,11 @@ snug_token snug_matcher_forced(struct snug_matcher *m) {
         bool none = !(u[0] | u[1] | u[2] | u[3]);
         return none && m->st_accept[m->cur] && m->n_end ? m->end_ids[0] : -1;
     }
+    /* the forced bytes stop at a choice (or where the grammar may end): a token spelling all
+     * of them and going on may be allowed too, and forcing a shorter one would pick a
+     * tokenization the model does not write ("<" where it writes "<parameter" before a
+     * choice of "<parameter=" or "</function>"); then the mask and the sampler decide */
+    if (n < (int)sizeof forced && trie_goes_on(m->t, forced, n)) return -1;
     return snug_vocab_trie_longest_prefix(m->t, forced, n);
 }
 

@@ -201,3 +201,32 @@ bool snug_ctx_prefix_fits(const struct snug_prefix *pc, const struct snug_ctx_pr
            pc->cfg.kv_row_bytes == snug_ctx_prefix_row_bytes(st) &&
            pc->cfg.n_ctx >= st->kv->shape.n_ctx;
 }
+
+/* The KV rows [0, n) of every attention layer of src into dst (same shape). */
+static void rows_move(struct snug_kv *dst, const struct snug_kv *src, int32_t n) {
+    size_t kb = snug_kv_row_bytes(&src->shape, 0), vb = snug_kv_row_bytes(&src->shape, 1);
+    for (int32_t l = 0; l < src->shape.n_attn; l++) {
+        memcpy(dst->views[l].k, src->views[l].k, (size_t)n * kb);
+        memcpy(dst->views[l].v, src->views[l].v, (size_t)n * vb);
+    }
+}
+
+int snug_ctx_prefix_copy(struct snug_ctx_prefix_state *dst, const struct snug_ctx_prefix_state *src,
+                         int32_t n) {
+    if (!dst->kv || !src->kv || !src->exportable || n != src->n_past || n < 0 ||
+        n > dst->kv->shape.n_ctx || !dst->mtp_kv != !src->mtp_kv ||
+        snug_ctx_prefix_state_bytes(dst) != snug_ctx_prefix_state_bytes(src) ||
+        snug_ctx_prefix_row_bytes(dst) != snug_ctx_prefix_row_bytes(src) ||
+        (src->rope_delta && *src->rope_delta && !dst->rope_delta))
+        return SNUG_ERR_INVALID;
+    size_t cb = conv_bytes(src->kv), db = snug_kv_state_bytes(&src->kv->shape) - cb;
+    memcpy(dst->kv->conv, src->kv->conv, cb);
+    memcpy(dst->kv->delta, src->kv->delta, db);
+    rows_move(dst->kv, src->kv, n);
+    if (src->mtp_kv) { /* the MTP row of position r - 1 travels with row r: rows [0, n - 1) */
+        memcpy(dst->mtp_row, src->mtp_row, mtp_row_floats_bytes(src));
+        if (n > 1) rows_move(dst->mtp_kv, src->mtp_kv, n - 1);
+    }
+    if (dst->rope_delta) *dst->rope_delta = src->rope_delta ? *src->rope_delta : 0;
+    return SNUG_OK;
+}

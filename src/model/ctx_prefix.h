@@ -29,5 +29,13 @@ uint64_t snug_ctx_prefix_state_bytes(const struct snug_ctx_prefix_state *st);
 uint64_t snug_ctx_prefix_row_bytes(const struct snug_ctx_prefix_state *st);
 /* The store's state and row sizes are this context's. */
 bool snug_ctx_prefix_fits(const struct snug_prefix *pc, const struct snug_ctx_prefix_state *st);
+/* Copy src's checkpoint — its state blob and the KV rows [0, n) (the MTP rows before them too)
+ * — into dst, another context of the same shapes, and its rotary offset: afterwards
+ * snug_ctx_prefix_set_past(dst, toks, n) makes dst continue exactly as src would (the server
+ * runs the n choices of one request from one prefill this way). n = src's n_past;
+ * SNUG_ERR_INVALID (nothing copied) for other shapes, another n or a state inside a speculative
+ * step. */
+int snug_ctx_prefix_copy(struct snug_ctx_prefix_state *dst, const struct snug_ctx_prefix_state *src,
+                         int32_t n);
 
 #endif

@@ -28,13 +28,16 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* ==== the store (previous_response_id) ===================================================== */
+/* ==== the store (previous_response_id, GET / DELETE /v1/responses/{id}) ================= */
 
 struct stored {
     char id[64];
     json_t *messages; /* the chat messages of the conversation so far */
+    json_t *response; /* the response object as answered */
+    json_t *input;    /* this response's input items, each with an id */
     uint64_t used;
 };
 
@@ -60,16 +63,25 @@ int snug_responses_store_init(struct snug_responses_store **out, int32_t cap) {
     return SNUG_OK;
 }
 
+static void stored_clear(struct stored *e) {
+    json_decref(e->messages);
+    json_decref(e->response);
+    json_decref(e->input);
+    memset(e, 0, sizeof *e);
+}
+
 void snug_responses_store_free(struct snug_responses_store *st) {
     if (!st) return;
-    for (int32_t i = 0; i < st->n; i++) json_decref(st->v[i].messages);
+    for (int32_t i = 0; i < st->n; i++) stored_clear(&st->v[i]);
     pthread_mutex_destroy(&st->mu);
     snug_free(st->v);
     snug_free(st);
 }
 
-/* Keep `messages` (stolen) under id, evicting the least recently used entry when full. */
-static void store_put(struct snug_responses_store *st, const char *id, json_t *messages) {
+/* Keep a response (messages, response object, input items: stolen) under id, evicting the
+ * least recently used entry when full. */
+static void store_put(struct snug_responses_store *st, const char *id, json_t *messages,
+                      json_t *response, json_t *input) {
     pthread_mutex_lock(&st->mu);
     struct stored *slot = NULL;
     if (st->n < st->cap) {
@@ -78,26 +90,48 @@ static void store_put(struct snug_responses_store *st, const char *id, json_t *m
         slot = &st->v[0];
         for (int32_t i = 1; i < st->n; i++)
             if (st->v[i].used < slot->used) slot = &st->v[i];
-        json_decref(slot->messages);
+        stored_clear(slot);
     }
     snprintf(slot->id, sizeof slot->id, "%s", id);
     slot->messages = messages;
+    slot->response = response;
+    slot->input = input;
     slot->used = ++st->clock;
     pthread_mutex_unlock(&st->mu);
 }
 
-/* A deep copy of the stored messages of `id`, or NULL. */
-static json_t *store_get(struct snug_responses_store *st, const char *id) {
+enum stored_part { PART_MESSAGES, PART_RESPONSE, PART_INPUT };
+
+/* A deep copy of one part of the stored response `id`, or NULL (also when not stored). */
+static json_t *store_get(struct snug_responses_store *st, const char *id, enum stored_part part) {
     json_t *m = NULL;
     pthread_mutex_lock(&st->mu);
     for (int32_t i = 0; i < st->n; i++)
         if (!strcmp(st->v[i].id, id)) {
-            m = json_deep_copy(st->v[i].messages);
-            st->v[i].used = ++st->clock;
+            struct stored *e = &st->v[i];
+            m = json_deep_copy(part == PART_MESSAGES   ? e->messages
+                               : part == PART_RESPONSE ? e->response
+                                                       : e->input);
+            e->used = ++st->clock;
             break;
         }
     pthread_mutex_unlock(&st->mu);
     return m;
+}
+
+/* Forget the stored response `id`; false when there is none. */
+static bool store_delete(struct snug_responses_store *st, const char *id) {
+    bool found = false;
+    pthread_mutex_lock(&st->mu);
+    for (int32_t i = 0; i < st->n && !found; i++)
+        if (!strcmp(st->v[i].id, id)) {
+            stored_clear(&st->v[i]);
+            st->v[i] = st->v[--st->n];
+            memset(&st->v[st->n], 0, sizeof st->v[st->n]);
+            found = true;
+        }
+    pthread_mutex_unlock(&st->mu);
+    return found;
 }
 
 /* ==== request conversion ==================================================================== */
@@ -271,6 +305,41 @@ static int convert_item(json_t *msgs, const json_t *it, size_t idx, struct snug_
     return -1;
 }
 
+/* The request's input as Responses items (ids are added when the response is stored): a
+ * string is one user message; a message item's string content becomes one input_text part
+ * (output_text for the assistant's); other items are kept as they are. */
+static json_t *input_items(const json_t *input) {
+    json_t *out = json_array();
+    if (json_is_string(input)) {
+        json_array_append_new(out, json_pack("{s:s, s:s, s:[{s:s, s:O}], s:s}", "type", "message",
+                                             "role", "user", "content", "type", "input_text",
+                                             "text", input, "status", "completed"));
+        return out;
+    }
+    size_t i;
+    const json_t *it;
+    json_array_foreach(input, i, it) {
+        json_t *c = json_deep_copy(it);
+        const char *type = json_string_value(json_object_get(c, "type"));
+        const char *role = json_string_value(json_object_get(c, "role"));
+        if (c && (!type || !strcmp(type, "message")) && role) {
+            bool asst = !strcmp(role, "assistant");
+            const json_t *content = json_object_get(c, "content");
+            if (json_is_string(content))
+                json_object_set_new(
+                    c, "content",
+                    asst ? json_pack("[{s:s, s:O, s:[]}]", "type", "output_text", "text", content,
+                                     "annotations")
+                         : json_pack("[{s:s, s:O}]", "type", "input_text", "text", content));
+            json_object_set_new(c, "type", json_string("message"));
+            if (!json_object_get(c, "status"))
+                json_object_set_new(c, "status", json_string("completed"));
+        }
+        if (c) json_array_append_new(out, c);
+    }
+    return out;
+}
+
 json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body, json_t **extra,
                           struct snug_server_error *e) {
     *extra = NULL;
@@ -285,7 +354,7 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         json_object_set(chat, "max_tokens", (json_t *)v);
     const char *prev = json_string_value(json_object_get(body, "previous_response_id"));
     if (prev) {
-        msgs = store ? store_get(store, prev) : NULL;
+        msgs = store ? store_get(store, prev, PART_MESSAGES) : NULL;
         if (!msgs) {
             json_decref(chat);
             snug_server_error_set(e, 404, "invalid_request_error", "previous_response_id",
@@ -315,8 +384,9 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         json_decref(chat);
         return bad(e, "input", "'input' must be a string or an array of items%s", "");
     }
-    /* what a later previous_response_id continues from: the messages without instructions */
-    json_t *ex = json_pack("{s:O}", "messages", msgs);
+    /* what a later previous_response_id continues from: the messages without instructions;
+     * and the input as items, for GET /v1/responses/{id}/input_items */
+    json_t *ex = json_pack("{s:O, s:o}", "messages", msgs, "input_items", input_items(v));
     json_t *all = msgs;
     const json_t *ins = json_object_get(body, "instructions");
     if (json_is_string(ins) && json_string_length(ins)) {
@@ -612,10 +682,29 @@ json_t *snug_resp_final(struct reply *r) {
     return response(r, incomplete(r) ? "incomplete" : "completed", NULL, true);
 }
 
-void snug_resp_finished(struct reply *r) {
+void snug_resp_finished(struct reply *r, const json_t *resp) {
     if (!json_is_true(json_object_get(r->api_extra, "store")) || !r->srv->responses) return;
     json_t *msgs = json_deep_copy(json_object_get(r->api_extra, "messages"));
-    if (!msgs) return;
+    json_t *input = json_deep_copy(json_object_get(r->api_extra, "input_items"));
+    json_t *saved = json_deep_copy(resp);
+    if (!msgs || !input || !saved) {
+        json_decref(msgs);
+        json_decref(input);
+        json_decref(saved);
+        return;
+    }
+    /* each input item gets an id (its own when the client gave one) */
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it) {
+        if (json_is_string(json_object_get(it, "id"))) continue;
+        const char *type = json_string_value(json_object_get(it, "type"));
+        char id[112];
+        const char *tail = strchr(r->id, '_');
+        snprintf(id, sizeof id, "%s_%s_in%zu", type && !strcmp(type, "message") ? "msg" : "item",
+                 tail ? tail + 1 : r->id, i);
+        json_object_set_new(it, "id", json_string(id));
+    }
     json_t *m =
         json_pack("{s:s, s:o}", "role", "assistant", "content",
                   snug_srv_json_str(r->content.data ? r->content.data : "", r->content.len));
@@ -636,7 +725,88 @@ void snug_resp_finished(struct reply *r) {
         json_object_set_new(m, "tool_calls", calls);
     }
     json_array_append_new(msgs, m);
-    store_put(r->srv->responses, r->id, msgs);
+    store_put(r->srv->responses, r->id, msgs, saved, input);
+}
+
+/* GET /v1/responses/{id}/input_items: a list page (OpenAI's cursor list: data, first_id,
+ * last_id, has_more) of the stored input items, `order` desc (default) or asc, `limit`
+ * 1..100 (default 20), `after` an item id. */
+static json_t *items_page(json_t *items, struct MHD_Connection *c, struct snug_server_error *e) {
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    bool asc = order && !strcmp(order, "asc");
+    if (order && !asc && strcmp(order, "desc")) {
+        snug_server_error_set(e, 400, "invalid_request_error", "order",
+                              "'order' must be \"asc\" or \"desc\"");
+        return NULL;
+    }
+    char *end = NULL;
+    long limit = lim ? strtol(lim, &end, 10) : 20;
+    if (lim && (!*lim || *end || limit < 1 || limit > 100)) {
+        snug_server_error_set(e, 400, "invalid_request_error", "limit",
+                              "'limit' must be an integer in [1, 100]");
+        return NULL;
+    }
+    size_t n = json_array_size(items), start = 0;
+    if (after) {
+        start = n;
+        for (size_t k = 0; k < n; k++) {
+            const json_t *it = json_array_get(items, asc ? k : n - 1 - k);
+            const char *id = json_string_value(json_object_get(it, "id"));
+            if (id && !strcmp(id, after)) start = k + 1;
+        }
+    }
+    json_t *data = json_array();
+    for (size_t k = start; k < n && json_array_size(data) < (size_t)limit; k++)
+        json_array_append(data, json_array_get(items, asc ? k : n - 1 - k));
+    size_t got = json_array_size(data);
+    json_t *first = json_object_get(json_array_get(data, 0), "id");
+    json_t *last = json_object_get(json_array_get(data, got ? got - 1 : 0), "id");
+    return json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
+                     first ? first : json_null(), "last_id", last ? last : json_null(), "has_more",
+                     start + got < n);
+}
+
+enum MHD_Result snug_resp_stored(struct snug_srv *s, struct MHD_Connection *c, const char *method,
+                                 const char *path) {
+    struct snug_server_error e = {0};
+    char id[64];
+    const char *slash = strchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : strlen(path);
+    bool list = slash && !strcmp(slash, "/input_items");
+    json_t *out = NULL;
+    if (n == 0 || n >= sizeof id || (slash && !list)) {
+        snug_server_error_set(&e, 404, "invalid_request_error", NULL, "unknown endpoint '%s'",
+                              path);
+    } else {
+        memcpy(id, path, n);
+        id[n] = 0;
+        if (!strcmp(method, "DELETE")) {
+            if (store_delete(s->responses, id))
+                out = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
+        } else {
+            out = store_get(s->responses, id, list ? PART_INPUT : PART_RESPONSE);
+            if (out && list) {
+                json_t *page = items_page(out, c, &e);
+                json_decref(out);
+                out = page;
+                if (!out) goto fail;
+            }
+        }
+        if (!out)
+            snug_server_error_set(&e, 404, "invalid_request_error", NULL,
+                                  "Response with id '%s' not found (responses are kept in memory: "
+                                  "the last --responses-store answered with store true)",
+                                  id);
+    }
+    if (out) {
+        snug_srv_count(s, ROUTE_RESPONSE, 200);
+        return snug_srv_send_json(c, 200, out);
+    }
+fail:
+    snug_srv_count(s, ROUTE_RESPONSE, (unsigned)e.http_status);
+    return snug_srv_send_error(c, &e);
 }
 
 /* ---- streaming ---- */
@@ -781,12 +951,12 @@ void snug_resp_stream(struct reply *r) {
         } else {
             if (!r->reasoning.len && !r->content.len && !r->n_calls) item_open(r, 1);
             item_close(r);
-            snug_resp_finished(r);
             bool inc = incomplete(r);
+            json_t *resp =
+                response(r, inc ? "incomplete" : "completed", json_incref(r->as.items), true);
+            snug_resp_finished(r, resp);
             event(r, inc ? "response.incomplete" : "response.completed",
-                  json_pack("{s:o}", "response",
-                            response(r, inc ? "incomplete" : "completed", json_incref(r->as.items),
-                                     true)));
+                  json_pack("{s:o}", "response", resp));
         }
         r->final_sent = true;
     }

@@ -7,6 +7,9 @@
  * not fault them in one page at a time), plans and starts the engine. Then the socket is
  * handed to the real daemon (MHD_quiesce_daemon → MHD_OPTION_LISTEN_SOCKET): connections that
  * arrive during the switch wait in the kernel's backlog, none is refused.
+ * The listening socket is made here (listen_on): --host is a name or an IPv4 / IPv6 address,
+ * resolved with getaddrinfo; the first address that binds is used ("::" also takes IPv4
+ * clients: dual stack), and its numeric form names the server in the boot log.
  * Invariant: the progress fields are atomics written by the loading thread and read by the
  * daemon's thread; the socket belongs to exactly one daemon at a time.
  * Read next: http.c (snug_server_run), webui/index.html (shows the progress).
@@ -17,6 +20,9 @@
 #include "core/core.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +32,7 @@
 struct snug_boot {
     struct MHD_Daemon *daemon;
     int port;
+    char addr[INET6_ADDRSTRLEN + 2]; /* the bound address, numeric ("[::1]" for IPv6) */
     char model_id[256];
     _Atomic(const char *) phase;
     atomic_uint_least64_t done_bytes, total_bytes;
@@ -66,9 +73,77 @@ static enum MHD_Result on_loading_request(void *cls, struct MHD_Connection *c, c
                                      b->model_id, "loading", "phase", atomic_load(&b->phase),
                                      "done_bytes", (json_int_t)atomic_load(&b->done_bytes),
                                      "total_bytes", (json_int_t)atomic_load(&b->total_bytes)));
+    if (snug_srv_anthropic_route(url)) /* Anthropic's error shape on its routes */
+        return send_503(c, json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                                     snug_srv_anthropic_error_type(503), "message",
+                                     "the model is loading; retry when GET /health says ok"));
     return send_503(c, json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
                                  "the model is loading; retry when GET /health says ok", "type",
                                  "server_busy", "param", "code", "loading"));
+}
+
+/* A listening socket on host:port (host a name or a numeric IPv4 / IPv6 address): the first
+ * address getaddrinfo gives that binds. Its numeric address goes to addr ("[...]" for IPv6) and
+ * the bound port to *bound. -1 with err set when none binds. */
+static int listen_on(const char *host, int port, char *addr, size_t addr_n, int *bound,
+                     struct snug_err *err) {
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(host, serv, &hints, &res);
+    if (g != 0) {
+        snug_err_set(err, SNUG_ERR_INVALID,
+                     "--host %s: not an address or a name this machine resolves (%s)", host,
+                     gai_strerror(g));
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int on = 1, off = 0;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        /* "::" serves IPv4 clients too (dual stack); a specific IPv6 address is IPv6 only */
+        if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0 ||
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+            last_errno = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s port %d: %s", host, port,
+                     last_errno == EADDRINUSE ? "the port is in use"
+                     : last_errno             ? strerror(last_errno)
+                                              : "no IPv4 or IPv6 address");
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char num[INET6_ADDRSTRLEN] = "?";
+    *bound = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a6->sin6_addr, num, sizeof num);
+            *bound = ntohs(a6->sin6_port);
+        } else {
+            const struct sockaddr_in *a4 = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a4->sin_addr, num, sizeof num);
+            *bound = ntohs(a4->sin_port);
+        }
+    }
+    snprintf(addr, addr_n, ss.ss_family == AF_INET6 ? "[%s]" : "%s", num);
+    return fd;
 }
 
 int snug_boot_start(struct snug_boot **out, const struct snug_server_opts *opts,
@@ -78,28 +153,30 @@ int snug_boot_start(struct snug_boot **out, const struct snug_server_opts *opts,
     if (!b) return snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
     snprintf(b->model_id, sizeof b->model_id, "%s", model_id);
     atomic_init(&b->phase, "opening the model");
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)opts->port);
-    if (inet_pton(AF_INET, opts->host, &addr.sin_addr) != 1) {
+    int fd = listen_on(opts->host, opts->port, b->addr, sizeof b->addr, &b->port, err);
+    if (fd < 0) {
         snug_free(b);
-        return snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", opts->host);
+        return err->status;
     }
-    b->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0,
-                                 NULL, NULL, on_loading_request, b, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                                 MHD_OPTION_END);
+    b->daemon =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL,
+                         NULL, on_loading_request, b, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!b->daemon) {
+        close(fd);
         snug_free(b);
-        return snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", opts->host,
-                            opts->port);
+        return snug_err_set(err, SNUG_ERR_IO, "cannot serve on %s port %d", opts->host, opts->port);
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    b->port = di && di->port ? di->port : opts->port;
-    fprintf(stderr, "snug serve: port %d open; /health says \"loading\" until the model is ready\n",
-            b->port);
+    fprintf(stderr,
+            "snug serve: port %d open; /health says \"loading\" until the model is ready "
+            "(http://%s:%d)\n",
+            b->port, b->addr, b->port);
     *out = b;
     return SNUG_OK;
+}
+
+const char *snug_boot_addr(const struct snug_boot *b) {
+    return b ? b->addr : "";
 }
 
 int snug_boot_port(const struct snug_boot *b) {

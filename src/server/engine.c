@@ -23,6 +23,10 @@
  * snug_ctx_eval_images, each with at most one image. The prefix cache and slot reuse compare the
  * job's key (the prompt with each image's pads drawn from its bytes' hash) so a cached image is
  * not encoded again and a different image with the same text does not match.
+ * One prefill for several choices (a request's n > 1): a job whose prefill_from names a job
+ * admitted with it waits (SLOT_WAIT) until that job's prompt is in, then its slot gets a copy of
+ * that slot's state, KV rows and last logits (snug_ctx_prefix_copy; CPU contexts) and starts
+ * generating from them; if the copy is not possible it prefills itself.
  * Read next: http.c (the callbacks that turn tokens into responses).
  */
 #include "server/engine.h"
@@ -46,7 +50,7 @@
 #include <string.h>
 #include <time.h>
 
-enum slot_state { SLOT_FREE = 0, SLOT_PREFILL, SLOT_GEN };
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL, SLOT_GEN, SLOT_WAIT /* for wait_on's prefill */ };
 
 struct slot {
     int32_t index;
@@ -73,7 +77,8 @@ struct slot {
         int32_t first, count;
         uint64_t hash;
     } img[SNUG_ENGINE_MAX_IMAGES];
-    uint64_t serial; /* the job's number (the encoder's rows name it) */
+    uint64_t serial;      /* the job's number (the encoder's rows name it) */
+    struct slot *wait_on; /* SLOT_WAIT: the slot whose prefill this one copies */
 };
 
 struct snug_engine {
@@ -85,6 +90,7 @@ struct snug_engine {
     /* the engine thread's admission lists (n_slots each, allocated at init) */
     struct slot **started;
     struct snug_engine_job **started_job;
+    bool can_copy;           /* slots can take a copy of another's state (CPU contexts) */
     struct snug_slots *pool; /* the slots' sequences over one backend instance */
     /* the step's tables (engine_step; all allocated at init): the slots with decode or
      * verification rows (n_slots) and where their rows start and how many, the logits it
@@ -161,10 +167,23 @@ static void slot_store_end(struct snug_engine *e, struct slot *s, int32_t n_imag
                  s->seq.n_toks, err.msg);
 }
 
-/* End the slot's job: flush the detokenizer, report usage, free the slot (its cache stays). */
+/* Slot w stops waiting for another's prefill and prefills its own prompt from the start. */
+static void wait_give_up(struct slot *w) {
+    w->wait_on = NULL;
+    w->state = SLOT_PREFILL;
+    w->n_prefilled = 0;
+    snug_ctx_reset(w->ctx);
+    snug_seq_set_past(&w->seq, NULL, 0);
+}
+
+/* End the slot's job: flush the detokenizer, report usage, free the slot (its cache stays).
+ * Slots waiting for its prefill prefill themselves. */
 static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_finish fin,
                         const char *msg) {
     struct snug_engine_job *j = s->job;
+    for (int32_t i = 0; i < e->n_slots; i++)
+        if (e->slots[i].wait_on == s) wait_give_up(&e->slots[i]);
+    s->wait_on = NULL;
     snug_seq_flush(&s->seq, fin == SNUG_FINISH_CANCEL); /* the detokenizer's held bytes */
     double now = snug_time_s();
     s->usage.n_gen = s->seq.n_gen;
@@ -175,7 +194,7 @@ static void slot_finish(struct snug_engine *e, struct slot *s, enum snug_engine_
         s->usage.spec_drafted = st.n_drafted - s->spec0.n_drafted;
         s->usage.spec_accepted = st.n_accepted - s->spec0.n_accepted;
     }
-    if (s->state == SLOT_PREFILL) {
+    if (s->state != SLOT_GEN) { /* prefilling, or waiting for another's prefill */
         s->usage.prompt_ms = (now - s->t_admit) * 1e3;
     } else {
         s->usage.gen_ms = (now - s->t_prompt_done) * 1e3;
@@ -313,6 +332,10 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         }
         s->hit.entry = -1;
     }
+    /* a choice of a request whose first choice is prefilling now: wait for its prompt (the
+     * context is overwritten by the copy), unless that one is gone already */
+    struct slot *src = s->wait_on;
+    if (src && (src->state != SLOT_PREFILL || src->job != j->prefill_from)) s->wait_on = NULL;
     if (n_reuse == 0) {
         snug_ctx_reset(s->ctx);
         snug_seq_set_past(&s->seq, NULL, 0);
@@ -323,7 +346,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
     for (int32_t k = 0; k < s->n_img; k++)
         s->img[k] = (struct slot_image){j->images[k].first, j->images[k].rows * j->images[k].cols,
                                         j->images[k].hash};
-    s->state = SLOT_PREFILL;
+    s->state = s->wait_on ? SLOT_WAIT : SLOT_PREFILL;
     const struct snug_engine_constraint *c = j->constraint;
     if (c) s->con = (struct snug_spec_constraint){c->user, c->force, c->mask, c->accept};
     struct snug_seq_params sp = {
@@ -378,6 +401,39 @@ static int32_t prefill_len(const struct snug_engine *e, const struct slot *s) {
     return n > e->prompt_budget ? e->prompt_budget : n;
 }
 
+/* The slots waiting for s's prefill (just complete) get a copy of its state, KV rows and last
+ * logits and pick their first tokens; one whose copy fails prefills itself. */
+static void feed_waiters(struct snug_engine *e, struct slot *s, double t1) {
+    const struct snug_engine_job *j = s->job;
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct slot *w = &e->slots[i];
+        if (w->wait_on != s || w->state != SLOT_WAIT) continue;
+        struct snug_ctx_prefix_state from, to;
+        struct snug_err err = {0};
+        bool ok = snug_ctx_prefix_state(s->ctx, &from) && snug_ctx_prefix_state(w->ctx, &to) &&
+                  w->job->n_prompt == j->n_prompt &&
+                  snug_ctx_prefix_copy(&to, &from, j->n_prompt) == SNUG_OK &&
+                  snug_ctx_prefix_set_past(w->ctx, w->job->prompt, j->n_prompt, &err) == SNUG_OK;
+        if (!ok) {
+            wait_give_up(w);
+            continue;
+        }
+        w->wait_on = NULL;
+        snug_seq_set_past(&w->seq, w->job->prompt, j->n_prompt);
+        memcpy(w->logits, s->logits, (size_t)e->V * sizeof(float));
+        w->n_prefilled = j->n_prompt;
+        w->usage.n_cached = j->n_prompt;
+        w->state = SLOT_GEN;
+        w->t_prompt_done = t1;
+        w->usage.prompt_ms = (t1 - w->t_admit) * 1e3;
+        pthread_mutex_lock(&e->mu);
+        e->stats.cached_tokens += (uint64_t)j->n_prompt;
+        pthread_mutex_unlock(&e->mu);
+        int32_t n_gen0 = w->seq.n_gen;
+        slot_emitted(e, w, snug_seq_first(&w->seq, w->logits), n_gen0);
+    }
+}
+
 /* A prompt chunk of n tokens went into the slot's context (in the step t0..t1): its tokens,
  * the statistics, the prefix cache's checkpoint, progress, the switch to generating. */
 static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, double t0, double t1) {
@@ -407,6 +463,7 @@ static void prefill_done(struct snug_engine *e, struct slot *s, int32_t n, doubl
         s->state = SLOT_GEN;
         s->t_prompt_done = t1;
         s->usage.prompt_ms = (t1 - s->t_admit) * 1e3;
+        feed_waiters(e, s, t1);        /* (before its first pick edits the logits) */
         int32_t n_gen0 = s->seq.n_gen; /* the first token, from the prompt's last logits */
         slot_emitted(e, s, snug_seq_first(&s->seq, s->logits), n_gen0);
     }
@@ -607,6 +664,29 @@ static void sum_spec_stats_locked(struct snug_engine *e) {
     }
 }
 
+/* The slot where job p is prefilling (admitted in this round: started[0..n), or earlier), or
+ * NULL. */
+static struct slot *prefilling_slot(struct snug_engine *e, const struct snug_engine_job *p,
+                                    struct slot **started, struct snug_engine_job **started_job,
+                                    int32_t n) {
+    for (int32_t k = 0; k < n; k++)
+        if (started_job[k] == p) return started[k];
+    for (int32_t i = 0; i < e->n_slots; i++)
+        if (e->slots[i].job == p && e->slots[i].state == SLOT_PREFILL) return &e->slots[i];
+    return NULL;
+}
+
+/* The least recently used free slot (one exists). */
+static struct slot *lru_slot(struct snug_engine *e) {
+    struct slot *lru = NULL;
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE && (!lru || s->last_used < lru->last_used)) lru = s;
+    }
+    lru->hit.entry = -1;
+    return lru;
+}
+
 /* Move queued jobs into free slots; jobs cancelled while queued (or all of them once the engine
  * is stopping) are collected in *dead and
  * reported by the caller after the lock is released. Called with e->mu held. */
@@ -626,7 +706,12 @@ static void admit_locked(struct snug_engine *e, struct snug_engine_job **dead,
         }
         if (e->stats.slots_busy >= e->n_slots) break;
         int32_t n_reuse = 0;
-        struct slot *s = pick_slot(e, j, &n_reuse);
+        struct slot *src =
+            j->prefill_from && e->can_copy
+                ? prefilling_slot(e, j->prefill_from, started, started_job, *n_started)
+                : NULL;
+        struct slot *s = src ? lru_slot(e) : pick_slot(e, j, &n_reuse);
+        s->wait_on = src;
         e->q_head = j->next;
         if (!e->q_head) e->q_tail = NULL;
         e->q_len--;
@@ -807,6 +892,10 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
         rc = snug_err_set(err, SNUG_ERR_NOMEM, "engine: out of memory for the step tables");
         goto fail;
     }
+    { /* a slot's state copied straight into another (n > 1): host-memory contexts */
+        struct snug_ctx_prefix_state st;
+        e->can_copy = snug_ctx_prefix_state(e->slots[0].ctx, &st) && !st.dev;
+    }
     /* the prefix cache: host or device contexts (with their MTP state, if any), the store's
      * layout theirs; a device context's rows move through one staging page */
     if (o->prefix) {
@@ -873,34 +962,46 @@ void snug_engine_free(struct snug_engine *e) {
 }
 
 int snug_engine_submit(struct snug_engine *e, struct snug_engine_job *j, struct snug_err *err) {
-    if (j->n_images < 0 || j->n_images > SNUG_ENGINE_MAX_IMAGES || (j->n_images && !e->venc))
-        return snug_err_set(err, SNUG_ERR_INVALID,
-                            "%d images: this engine takes at most %d, and only with a vision "
-                            "tower (--mmproj)",
-                            j->n_images, e->venc ? SNUG_ENGINE_MAX_IMAGES : 0);
-    if (j->n_prompt < 1)
-        return snug_err_set(err, SNUG_ERR_INVALID, "the prompt is empty (no tokens)");
-    if (j->n_prompt >= e->n_ctx)
-        return snug_err_set(err, SNUG_ERR_INVALID,
-                            "the prompt has %d tokens but the context holds %d tokens per slot "
-                            "(leave room for at least one generated token)",
-                            j->n_prompt, e->n_ctx);
+    return snug_engine_submit_n(e, &j, 1, err);
+}
+
+int snug_engine_submit_n(struct snug_engine *e, struct snug_engine_job *const *jobs, int32_t n,
+                         struct snug_err *err) {
+    for (int32_t k = 0; k < n; k++) {
+        const struct snug_engine_job *j = jobs[k];
+        if (j->n_images < 0 || j->n_images > SNUG_ENGINE_MAX_IMAGES || (j->n_images && !e->venc))
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "%d images: this engine takes at most %d, and only with a vision "
+                                "tower (--mmproj)",
+                                j->n_images, e->venc ? SNUG_ENGINE_MAX_IMAGES : 0);
+        if (j->n_prompt < 1)
+            return snug_err_set(err, SNUG_ERR_INVALID, "the prompt is empty (no tokens)");
+        if (j->n_prompt >= e->n_ctx)
+            return snug_err_set(err, SNUG_ERR_INVALID,
+                                "the prompt has %d tokens but the context holds %d tokens per slot "
+                                "(leave room for at least one generated token)",
+                                j->n_prompt, e->n_ctx);
+    }
     pthread_mutex_lock(&e->mu);
     int32_t free_slots = e->n_slots - e->stats.slots_busy;
-    if (e->stop || e->q_len - free_slots >= e->q_cap) {
+    if (e->stop || n < 1 || e->q_len + n - 1 - free_slots >= e->q_cap) {
         pthread_mutex_unlock(&e->mu);
         return snug_err_set(err, SNUG_ERR_BUDGET,
                             "the server is busy: %d requests are already waiting (queue limit %d)",
                             e->q_len, e->q_cap);
     }
-    j->t_submit = snug_time_s();
-    j->next = NULL;
-    if (e->q_tail)
-        e->q_tail->next = j;
-    else
-        e->q_head = j;
-    e->q_tail = j;
-    e->q_len++;
+    double now = snug_time_s();
+    for (int32_t k = 0; k < n; k++) {
+        struct snug_engine_job *j = jobs[k];
+        j->t_submit = now;
+        j->next = NULL;
+        if (e->q_tail)
+            e->q_tail->next = j;
+        else
+            e->q_head = j;
+        e->q_tail = j;
+        e->q_len++;
+    }
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return SNUG_OK;

@@ -101,6 +101,13 @@ struct snug_engine_job {
     const struct snug_engine_image *images;
     int32_t n_images;
     const snug_token *key;
+    /* Another job of the same prompt (and images), submitted before this one in the same
+     * snug_engine_submit_n call (NULL = none): when both get slots together, this job waits
+     * for that one's prefill and starts from a copy of its slot's state and last logits (one
+     * prefill for the n choices of a request: snug_ctx_prefix_copy); otherwise (a device
+     * context, no slot free at the same time, that job ended first) it prefills itself. Either
+     * way its tokens are those of the same job submitted alone. */
+    const struct snug_engine_job *prefill_from;
     /* Called on the engine thread for each generated token with the text that became complete
      * (may be empty; id -1 = the detokenizer's flush at the end). lp is NULL unless logprobs.
      * Return true to stop generation now (finish STOP, e.g. a stop string matched). */
@@ -175,6 +182,10 @@ void snug_engine_free(struct snug_engine *e);
 /* Queue a job. SNUG_ERR_BUDGET when the queue is full (the caller answers 503),
  * SNUG_ERR_INVALID when the prompt does not fit the context. */
 int snug_engine_submit(struct snug_engine *e, struct snug_engine_job *job, struct snug_err *err);
+/* Queue n jobs at once, in order (all or none: SNUG_ERR_BUDGET when the queue cannot take
+ * them all). */
+int snug_engine_submit_n(struct snug_engine *e, struct snug_engine_job *const *jobs, int32_t n,
+                         struct snug_err *err);
 /* Wake the engine (after setting a job's cancel flag, so the slot is freed at once). */
 void snug_engine_wake(struct snug_engine *e);
 void snug_engine_get_stats(struct snug_engine *e, struct snug_engine_stats *out);

@@ -22,6 +22,7 @@ enum snug_route snug_gate_route(const char *url) {
         return ROUTE_COUNT_TOKENS;
     if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return ROUTE_RESPONSES;
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return ROUTE_MODEL;
+    if (!strncmp(url, "/v1/responses/", 14) && url[14]) return ROUTE_RESPONSE;
     return ROUTE_OTHER;
 }
 
@@ -93,10 +94,13 @@ int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_po
                      r == ROUTE_DETOKENIZE || r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS ||
                      r == ROUTE_RESPONSES;
     bool post = !strcmp(q->method, "POST"), get = !strcmp(q->method, "GET");
+    /* a stored response is read or deleted (its input_items only read) */
+    bool del_ok = r == ROUTE_RESPONSE && !strstr(q->url + 14, "/");
+    bool del = del_ok && !strcmp(q->method, "DELETE");
     if (r == ROUTE_OTHER)
         return refuse(e, 404, "invalid_request_error", "unknown endpoint '%s'", q->url);
-    if ((want_post && !post) || (!want_post && !get)) {
-        *allow = want_post ? "POST" : "GET";
+    if ((want_post && !post) || (!want_post && !get && !del)) {
+        *allow = want_post ? "POST" : del_ok ? "GET, DELETE" : "GET";
         return refuse(e, 405, "invalid_request_error", "this endpoint wants %s", *allow);
     }
     if (r != ROUTE_HEALTH && p->api_key && !key_ok(q, p->api_key))

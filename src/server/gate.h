@@ -28,6 +28,7 @@ enum snug_route {
     ROUTE_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
     ROUTE_RESPONSES,    /* POST /v1/responses (OpenAI Responses) */
     ROUTE_MODEL,        /* GET /v1/models/{id} */
+    ROUTE_RESPONSE,     /* GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items */
     ROUTE_OTHER,
     ROUTE_COUNT
 };
@@ -49,7 +50,8 @@ struct snug_gate_policy {
 enum snug_route snug_gate_route(const char *url);
 
 /* 0 when the request may go on (its body is then read); otherwise the HTTP status to answer
- * (401, 403, 404, 405, 415) with *e filled and *allow set for a 405 ("GET" / "POST"). */
+ * (401, 403, 404, 405, 415) with *e filled and *allow set for a 405 ("GET", "POST" or
+ * "GET, DELETE"). */
 int snug_gate_check(const struct snug_gate_request *q, const struct snug_gate_policy *p,
                     enum snug_route *route, struct snug_server_error *e, const char **allow);
 

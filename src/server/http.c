@@ -27,12 +27,10 @@
 #include "vision/vision.h"
 #include "tokenizer/tokenizer.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -117,6 +115,7 @@ enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_
 void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status) {
     if (status >= SNUG_SRV_N_STATUS) status = 0;
     atomic_fetch_add(&s->req_count[route][status], 1);
+    snug_srv_access_counted(route, status); /* a drop turns it into 499 (access log) */
 }
 
 /* The name of a KV cache format code (snug_kvfmt_code: one format, or a K/V pair such as
@@ -140,6 +139,7 @@ static const char *route_name(enum snug_route r) {
                                              "/v1/messages/count_tokens",
                                              "/v1/responses",
                                              "/v1/models/{id}",
+                                             "/v1/responses/{id}",
                                              "other"};
     return names[r];
 }
@@ -481,21 +481,20 @@ struct conn {
     void *pending; /* a non-streaming generation the (suspended) connection waits for */
 };
 
-/* An error answer in the shape of the route's API (Anthropic's for /v1/messages). */
-static enum MHD_Result reject_hdr(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
-                                  int status, const char *type, const char *hname, const char *hval,
-                                  const char *fmt, const char *arg) {
+/* The API whose error shape a request's errors take: Anthropic's for /v1/messages and
+ * everything under it (also the gate's 401 / 404 / 405 / 415), else OpenAI's. */
+static enum snug_api url_api(const char *url) {
+    return snug_srv_anthropic_route(url) ? SNUG_API_ANTHROPIC : SNUG_API_OPENAI;
+}
+
+/* An error answer in the shape of the route's API. */
+static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, const char *url,
+                              enum snug_route r, int status, const char *type, const char *fmt,
+                              const char *arg) {
     struct snug_server_error e;
     snug_server_error_set(&e, status, type, NULL, fmt, arg);
     snug_srv_count(s, r, (unsigned)status);
-    if (!hname && (r == ROUTE_MESSAGES || r == ROUTE_COUNT_TOKENS))
-        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
-    return snug_srv_send_error_hdr(c, &e, hname, hval);
-}
-
-static enum MHD_Result reject(struct snug_srv *s, struct MHD_Connection *c, enum snug_route r,
-                              int status, const char *type, const char *fmt, const char *arg) {
-    return reject_hdr(s, c, r, status, type, NULL, NULL, fmt, arg);
+    return snug_srv_send_api_error(c, url_api(url), &e);
 }
 
 static size_t body_limit(const struct snug_srv *s) {
@@ -524,7 +523,7 @@ static bool early_refusal(struct snug_srv *s, struct MHD_Connection *c, const ch
     int status = snug_gate_check(&q, &p, r, &e, &allow);
     if (!status) return false;
     snug_srv_count(s, *r, (unsigned)status);
-    *res = snug_srv_send_error_hdr(c, &e, allow ? "Allow" : NULL, allow);
+    *res = snug_srv_send_api_error_hdr(c, url_api(url), &e, allow ? "Allow" : NULL, allow);
     return true;
 }
 
@@ -554,6 +553,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return snug_webui_send(c);
         if (early_refusal(s, c, url, method, &r, &res)) return res;
         cc->route = r;
+        cc->log.route = r; /* a request dropped before its answer counts as 499 there */
+        cc->log.has_route = true;
         /* a body announced over the limit is dropped as it arrives, never kept (then 413) */
         cc->too_big = snug_gate_announced_over(
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"), body_limit(s));
@@ -570,10 +571,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "%zu bytes", body_limit(s));
-        return reject(s, c, r, 413, "invalid_request_error",
+        return reject(s, c, url, r, 413, "invalid_request_error",
                       "the request body is larger than the limit of %s", msg);
     }
-    if (cc->body.oom) return reject(s, c, r, 500, "server_error", "%s", "out of memory");
+    if (cc->body.oom) return reject(s, c, url, r, 500, "server_error", "%s", "out of memory");
     const char *body = cc->body.data ? cc->body.data : "";
     size_t len = cc->body.len;
     switch (r) {
@@ -599,6 +600,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return snug_resp_handle(s, c, body, len, &cc->pending);
     case ROUTE_MODEL:
         return snug_srv_model(s, c, url + 11);
+    case ROUTE_RESPONSE:
+        return snug_resp_stored(s, c, method, url + 14);
     default:
         return MHD_NO;
     }
@@ -789,26 +792,19 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         goto done;
     }
 
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)opts->port);
-    if (inet_pton(AF_INET, s->opts.host, &addr.sin_addr) != 1) {
-        rc = snug_err_set(err, SNUG_ERR_INVALID, "--host %s is not an IPv4 address", s->opts.host);
-        goto done;
-    }
     /* a few connection threads, each an epoll loop over many connections; generations
-     * suspend their connection while the engine works (reply.c), so no thread blocks on one */
+     * suspend their connection while the engine works (reply.c), so no thread blocks on one.
+     * The listening socket is the loading daemon's (boot.c: --host resolved and bound there). */
     s->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, on_accept, s,
         on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)snug_boot_handoff(boot),
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opts.http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->opts.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)s->opts.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->opts.idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)s->opts.http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opts.idle_timeout_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->daemon) {
-        rc = snug_err_set(err, SNUG_ERR_IO, "cannot listen on %s:%d (port in use?)", s->opts.host,
-                          opts->port);
+        rc = snug_err_set(err, SNUG_ERR_IO, "cannot serve on %s port %d", s->opts.host, opts->port);
         goto done;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -827,7 +823,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
             kv_name(opts->kv_type), st.queue_cap, opts->n_threads, st.n_draft,
             opts->no_think ? ", thinking off" : "",
             s->script_text ? ", SCRIPTED generation (test mode)" : "", snug_rss_bytes() / 1048576.0,
-            snug_engine_self_test(s->engine), s->opts.host, port,
+            snug_engine_self_test(s->engine), snug_boot_addr(boot), port,
             opts->api_key ? " (API key required)" : "");
     if (opts->port_file) {
         FILE *pf = fopen(opts->port_file, "w");

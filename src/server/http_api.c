@@ -48,13 +48,26 @@ void snug_srv_access_enter(struct snug_srv_access *a) {
     tl_access = a;
 }
 
+void snug_srv_access_counted(enum snug_route route, unsigned status) {
+    if (!tl_access) return;
+    tl_access->route = route;
+    tl_access->has_route = true;
+    tl_access->counted = status;
+}
+
 void snug_srv_access_end(struct snug_srv *s, struct snug_srv_access *a, struct MHD_Connection *c,
                          enum MHD_RequestTerminationCode toe) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+    unsigned status = ci ? ci->http_status : 0;
+    /* the client went away before the answer was complete (a dropped stream, a request given
+     * up while it waited): 499, nginx's "client closed request" */
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (status == 200 || status == 0)) status = 499;
+    if (status == 499 && a->has_route && a->counted != 499) {
+        if (a->counted) atomic_fetch_sub(&s->req_count[a->route][a->counted], 1);
+        snug_srv_count(s, a->route, 499);
+    }
     if (!s->opts.no_access_log) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
-        unsigned status = ci ? ci->http_status : 0;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
         char tokens[96] = "";
         if (a->has_tokens)
             snprintf(tokens, sizeof tokens, " prompt=%d gen=%d cached=%d", a->n_prompt, a->n_gen,
@@ -91,11 +104,12 @@ bool snug_srv_model_matches(const struct snug_srv *s, const char *m) {
            !strncmp(m, s->model_id, n - 5);
 }
 
-/* Anthropic's error types by HTTP status (docs.anthropic.com, "Errors"). */
-static const char *anthropic_error_type(int status) {
+/* Anthropic's error types by HTTP status (docs.anthropic.com, "Errors": 400
+ * invalid_request_error, 401 authentication_error, 403 permission_error, 404 not_found_error,
+ * 413 request_too_large, 429 rate_limit_error, 500 api_error, 529 overloaded_error; other 4xx
+ * — 405, 415 — are invalid requests, a 503 is the server being overloaded). */
+const char *snug_srv_anthropic_error_type(int status) {
     switch (status) {
-    case 400:
-        return "invalid_request_error";
     case 401:
         return "authentication_error";
     case 403:
@@ -110,16 +124,39 @@ static const char *anthropic_error_type(int status) {
     case 529:
         return "overloaded_error";
     default:
-        return "api_error";
+        return status >= 400 && status < 500 ? "invalid_request_error" : "api_error";
     }
+}
+
+bool snug_srv_anthropic_route(const char *url) {
+    return url && (!strncmp(url, "/v1/messages", 12) || !strncmp(url, "/messages", 9));
+}
+
+enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, enum snug_api api,
+                                            const struct snug_server_error *e, const char *hname,
+                                            const char *hval) {
+    if (api != SNUG_API_ANTHROPIC) return snug_srv_send_error_hdr(c, e, hname, hval);
+    json_t *b = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
+                          snug_srv_anthropic_error_type(e->http_status), "message",
+                          snug_srv_json_str(e->msg, strlen(e->msg)));
+    if (!b) { /* out of memory: a fixed body of the same shape */
+        static const char body[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                                   "\"message\":\"the server could not build its answer (out of "
+                                   "memory)\"}}";
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        enum MHD_Result res = snug_srv_queue(c, 500, r);
+        MHD_destroy_response(r);
+        return res;
+    }
+    return snug_srv_send_json_hdr(c, (unsigned)e->http_status, b, hname, hval);
 }
 
 enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
                                         const struct snug_server_error *e) {
-    if (api != SNUG_API_ANTHROPIC) return snug_srv_send_error(c, e);
-    json_t *b = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-                          anthropic_error_type(e->http_status), "message", e->msg);
-    return snug_srv_send_json(c, (unsigned)e->http_status, b);
+    return snug_srv_send_api_error_hdr(c, api, e, NULL, NULL);
 }
 
 /* The model object of /v1/models under the name `id`. */
@@ -161,7 +198,7 @@ enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, con
 enum MHD_Result snug_srv_preflight(struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     const char *want =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     MHD_add_response_header(r, "Access-Control-Allow-Headers",

@@ -30,6 +30,7 @@ enum state {
 
 struct snug_outparse {
     json_t *tools;
+    bool no_calls; /* the request allows no tool call: only "</think>" is a tag */
     snug_outparse_emit_fn emit;
     void *user;
     enum state st;
@@ -404,7 +405,8 @@ static void run(struct snug_outparse *p, bool eof) {
         enum state st0 = p->st;
         switch (p->st) {
         case ST_REASONING: {
-            int t = text_state(p, SNUG_OUTPARSE_REASONING, REASONING_TAGS, 2, eof);
+            int t =
+                text_state(p, SNUG_OUTPARSE_REASONING, REASONING_TAGS, p->no_calls ? 1 : 2, eof);
             if (t >= 0) p->at_start = false;
             if (t == 0) p->st = ST_CONTENT;
             if (t == 1) p->st = ST_TC_OPEN;
@@ -422,7 +424,7 @@ static void run(struct snug_outparse *p, bool eof) {
                     break;
                 }
             }
-            int t = text_state(p, SNUG_OUTPARSE_CONTENT, CONTENT_TAGS, 2, eof);
+            int t = text_state(p, SNUG_OUTPARSE_CONTENT, CONTENT_TAGS, p->no_calls ? 0 : 2, eof);
             if (t == 0) p->st = ST_TC_OPEN;
             if (t == 1) {
                 snug_sbuf_reset(&p->name);
@@ -596,6 +598,10 @@ int snug_outparse_finish(struct snug_outparse *p, struct snug_err *err) {
     end_run(p);
     emit(p, SNUG_OUTPARSE_END, -1, NULL, NULL, 0);
     return check_oom(p, err);
+}
+
+void snug_outparse_no_calls(struct snug_outparse *p) {
+    p->no_calls = true;
 }
 
 int snug_outparse_n_tool_calls(const struct snug_outparse *p) {

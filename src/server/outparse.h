@@ -64,6 +64,12 @@ struct snug_outparse;
 int snug_outparse_init(struct snug_outparse **out, const json_t *tools, bool in_reasoning,
                        snug_outparse_emit_fn emit, void *user, struct snug_err *err);
 
+/* The request allows no tool call (no tools, or tool_choice "none": src/server/toolpolicy.h):
+ * from now on only "</think>" is a tag, and text the model writes in the call format
+ * ("<tool_call>", "<function=...") stays reasoning or content — it never becomes a call. Call
+ * before the first feed. */
+void snug_outparse_no_calls(struct snug_outparse *p);
+
 /* Size the parser's buffers now (pending input, held whitespace, event scratch, names, the
  * open call's arguments) for `bytes` each, so feeds whose pending text stays under that
  * append without allocating (beyond it they grow, amortised). SNUG_ERR_NOMEM on failure. */

@@ -22,6 +22,7 @@
 #include "server/schema.h"
 #include "server/server_impl.h"
 #include "server/stopfilter.h"
+#include "server/toolpolicy.h"
 
 #include "core/core.h"
 #include "tokenizer/tokenizer.h"
@@ -63,21 +64,11 @@ static void live_remove(struct reply *r) {
     pthread_mutex_unlock(&s->live_mu);
 }
 
-static void reply_unref_locked(struct reply *r) {
-    if (--r->refs > 0) {
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    pthread_mutex_unlock(&r->mu);
-    live_remove(r);
+/* What one choice holds of its own (its job's constraint, parser, buffers, stream state). */
+static void choice_free(struct reply *r) {
     snug_outparse_free(r->parser);
     snug_srv_constraint_free(r->con);
     snug_server_req_free(&r->req);
-    snug_free(r->prompt);
-    snug_free(r->mark_bytes);
-    snug_free(r->mark_tokens);
-    snug_srv_images_free(&r->images);
-    snug_free(r->script);
     snug_stop_free(&r->stop);
     snug_sbuf_free(&r->content);
     snug_sbuf_free(&r->reasoning);
@@ -87,10 +78,32 @@ static void reply_unref_locked(struct reply *r) {
     }
     snug_free(r->lps);
     if (r->has_think) snug_think_free(&r->think);
-    json_decref(r->api_extra);
     json_decref(r->as.items);
     snug_sbuf_free(&r->out);
     snug_sbuf_free(&r->frame);
+}
+
+/* Drop a reference to the group r leads (r->mu held; released here). */
+static void reply_unref_locked(struct reply *r) {
+    if (--r->refs > 0) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    pthread_mutex_unlock(&r->mu);
+    live_remove(r);
+    for (int i = 0; i + 1 < r->n_choices; i++) {
+        if (!r->choices[i]) continue;
+        choice_free(r->choices[i]);
+        snug_free(r->choices[i]);
+    }
+    snug_free(r->choices);
+    choice_free(r);
+    snug_free(r->prompt);
+    snug_free(r->mark_bytes);
+    snug_free(r->mark_tokens);
+    snug_srv_images_free(&r->images);
+    snug_free(r->script);
+    json_decref(r->api_extra);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     snug_free(r);
@@ -99,6 +112,16 @@ static void reply_unref_locked(struct reply *r) {
 static void reply_unref(struct reply *r) {
     pthread_mutex_lock(&r->mu);
     reply_unref_locked(r);
+}
+
+/* Choice i of the group (0: grp itself). */
+static struct reply *choice_at(struct reply *g, int i) {
+    return i == 0 ? g : g->choices[i - 1];
+}
+
+/* Every choice's job has ended (g->mu held). */
+static bool group_done(const struct reply *g) {
+    return g->n_done >= g->n_choices;
 }
 
 /* Let MHD run the connection again when it waits for the engine (r->mu held). MHD allows
@@ -176,23 +199,23 @@ static void sink_cb(void *user, const char *s, size_t n) {
 /* Engine callback (requests with return_progress): a prompt chunk is done; the HTTP side
  * turns it into a prompt_progress event. */
 static void on_progress(void *user, int32_t processed, int32_t total, int32_t cached, double ms) {
-    struct reply *r = user;
-    pthread_mutex_lock(&r->mu);
+    struct reply *r = user, *g = r->grp;
+    pthread_mutex_lock(&g->mu);
     r->prog_processed = processed;
     r->prog_total = total;
     r->prog_cached = cached;
     r->prog_ms = ms;
-    pthread_cond_broadcast(&r->cv);
-    if (r->req.stream) wake_locked(r); /* the suspended stream sends the progress event */
-    pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&g->cv);
+    if (r->req.stream) wake_locked(g); /* the suspended stream sends the progress event */
+    pthread_mutex_unlock(&g->mu);
 }
 
 /* Engine callback: a token's text. Applies stop strings (holding back a possible beginning of
  * one), records logprobs, wakes the HTTP side. Returns true when a stop string matched. */
 static bool on_token(void *user, snug_token id, const char *text, size_t len,
                      const struct snug_seq_logprob *lp) {
-    struct reply *r = user;
-    pthread_mutex_lock(&r->mu);
+    struct reply *r = user, *g = r->grp;
+    pthread_mutex_lock(&g->mu);
     if (lp && id >= 0) {
         if (r->n_lps == r->cap_lps) {
             size_t cap = r->cap_lps ? r->cap_lps * 2 : 64;
@@ -207,17 +230,17 @@ static bool on_token(void *user, snug_token id, const char *text, size_t len,
         if (r->n_lps < r->cap_lps) r->lps[r->n_lps++] = (struct lp_entry){id, *lp};
     }
     bool stop = snug_stop_feed(&r->stop, text, len, sink_cb, r);
-    pthread_cond_broadcast(&r->cv);
-    if (r->req.stream) wake_locked(r); /* a waiting non-stream request only needs on_done */
-    pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&g->cv);
+    if (r->req.stream) wake_locked(g); /* a waiting non-stream request only needs on_done */
+    pthread_mutex_unlock(&g->mu);
     return stop;
 }
 
 /* Engine callback: the job ended. Releases what was held back, closes the parser. */
 static void on_done(void *user, enum snug_engine_finish fin, const struct snug_engine_usage *u,
                     const char *msg) {
-    struct reply *r = user;
-    pthread_mutex_lock(&r->mu);
+    struct reply *r = user, *g = r->grp;
+    pthread_mutex_lock(&g->mu);
     snug_stop_flush(&r->stop, sink_cb, r);
     if (r->parser) {
         struct snug_err err = {0};
@@ -227,9 +250,10 @@ static void on_done(void *user, enum snug_engine_finish fin, const struct snug_e
     r->usage = *u;
     if (msg) snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
     r->done = true;
-    pthread_cond_broadcast(&r->cv);
-    wake_locked(r);
-    reply_unref_locked(r);
+    g->n_done++;
+    pthread_cond_broadcast(&g->cv);
+    if (r->req.stream || group_done(g)) wake_locked(g);
+    reply_unref_locked(g);
 }
 
 /* ==== response building (HTTP side, r->mu held) ============================================= */
@@ -246,15 +270,22 @@ const char *snug_reply_finish(const struct reply *r) {
     }
 }
 
+/* The group's usage: the prompt once (choice 0's; the other choices start from a copy of its
+ * prefill), the generated tokens of every choice. */
 static json_t *usage_json(const struct reply *r) {
     const struct snug_engine_usage *u = &r->usage;
+    int32_t n_gen = 0, n_reasoning = 0;
+    for (int i = 0; i < r->n_choices; i++) {
+        const struct reply *c = choice_at((struct reply *)r, i);
+        n_gen += c->usage.n_gen;
+        n_reasoning += c->has_think ? c->think.n_reasoning : 0;
+    }
     json_t *d = json_pack("{s:i}", "cached_tokens", u->n_cached);
-    json_t *o =
-        json_pack("{s:i, s:i, s:i, s:o}", "prompt_tokens", u->n_prompt, "completion_tokens",
-                  u->n_gen, "total_tokens", u->n_prompt + u->n_gen, "prompt_tokens_details", d);
+    json_t *o = json_pack("{s:i, s:i, s:i, s:o}", "prompt_tokens", u->n_prompt, "completion_tokens",
+                          n_gen, "total_tokens", u->n_prompt + n_gen, "prompt_tokens_details", d);
     if (o && r->has_think)
         json_object_set_new(o, "completion_tokens_details",
-                            json_pack("{s:i}", "reasoning_tokens", r->think.n_reasoning));
+                            json_pack("{s:i}", "reasoning_tokens", n_reasoning));
     return o;
 }
 
@@ -344,10 +375,8 @@ static json_t *sbuf_json(const struct snug_sbuf *b, size_t from) {
     return snug_srv_json_str(b->data ? b->data + from : "", b->len - from);
 }
 
-/* The whole non-streaming response. */
-static json_t *final_json(struct reply *r) {
-    if (r->api == SNUG_API_ANTHROPIC) return snug_msgs_final(r);
-    if (r->api == SNUG_API_RESPONSES) return snug_resp_final(r);
+/* One choice of the non-streaming answer. */
+static json_t *choice_json(struct reply *r) {
     json_t *choice;
     if (r->req.kind == SNUG_REQ_CHAT) {
         json_t *msg = json_pack("{s:s}", "role", "assistant");
@@ -370,20 +399,30 @@ static json_t *final_json(struct reply *r) {
             }
             json_object_set_new(msg, "tool_calls", calls);
         }
-        choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
+        choice = json_pack("{s:i, s:o, s:s}", "index", r->index, "message", msg, "finish_reason",
                            snug_reply_finish(r));
     } else {
-        choice = json_pack("{s:i, s:o, s:s}", "index", 0, "text", sbuf_json(&r->content, 0),
+        choice = json_pack("{s:i, s:o, s:s}", "index", r->index, "text", sbuf_json(&r->content, 0),
                            "finish_reason", snug_reply_finish(r));
     }
     json_object_set_new(choice, "logprobs",
                         r->req.logprobs ? logprobs_json(r, 0, r->n_lps) : json_null());
     const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
     if (closed) json_object_set_new(choice, "reasoning_closed", json_string(closed));
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", r->id, "object",
+    return choice;
+}
+
+/* The whole non-streaming response (every choice of the group). */
+static json_t *final_json(struct reply *r) {
+    if (r->api == SNUG_API_ANTHROPIC) return snug_msgs_final(r);
+    if (r->api == SNUG_API_RESPONSES) return snug_resp_final(r);
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n_choices; i++)
+        json_array_append_new(choices, choice_json(choice_at(r, i)));
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", r->id, "object",
                      r->req.kind == SNUG_REQ_CHAT ? "chat.completion" : "text_completion",
                      "created", (json_int_t)r->created, "model", r->srv->model_id, "choices",
-                     choice, "usage", usage_json(r), "timings", timings_json(r));
+                     choices, "usage", usage_json(r), "timings", timings_json(r));
 }
 
 void snug_reply_sse(struct reply *r, const char *event, json_t *obj) {
@@ -412,9 +451,10 @@ static void sse_put(struct reply *r, json_t *obj) {
 static json_t *chunk(const struct reply *r, json_t *delta, const char *finish) {
     json_t *choice;
     if (r->req.kind == SNUG_REQ_CHAT)
-        choice = json_pack("{s:i, s:o}", "index", 0, "delta", delta ? delta : json_object());
+        choice = json_pack("{s:i, s:o}", "index", r->index, "delta", delta ? delta : json_object());
     else
-        choice = json_pack("{s:i, s:o}", "index", 0, "text", delta ? delta : json_string(""));
+        choice =
+            json_pack("{s:i, s:o}", "index", r->index, "text", delta ? delta : json_string(""));
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(choice, "logprobs", json_null());
     return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
@@ -434,7 +474,7 @@ static void chunk_set_logprobs(const struct reply *r, json_t *ch, size_t from, s
  * so a token costs no allocation. Same JSON as the jansson-built chunks (keys in the same
  * order, strings escaped as snug_json_dumps_str does). */
 
-/* The frame: everything of a chunk before the choice's payload (built once per reply). */
+/* The frame: everything of a chunk before the choice's payload (built once per choice). */
 static void frame_build(struct reply *r) {
     struct snug_sbuf *f = &r->frame;
     snug_sbuf_puts(f, "data: {\"id\":");
@@ -445,7 +485,8 @@ static void frame_build(struct reply *r) {
     snprintf(num, sizeof num, ",\"created\":%ld,\"model\":", r->created);
     snug_sbuf_puts(f, num);
     snug_json_dumps_str(f, r->srv->model_id, strlen(r->srv->model_id));
-    snug_sbuf_puts(f, ",\"choices\":[{\"index\":0,");
+    snprintf(num, sizeof num, ",\"choices\":[{\"index\":%d,", r->index);
+    snug_sbuf_puts(f, num);
 }
 static const char FRAME_END[] = ",\"finish_reason\":null,\"logprobs\":null}]}\n\n";
 
@@ -487,16 +528,9 @@ static void sse_tool_args(struct reply *r, int i, const struct snug_sbuf *b, siz
     snug_sbuf_append(&r->out, FRAME_END, sizeof FRAME_END - 1);
 }
 
-/* Turn everything new since the last call into SSE events in r->out (r->mu held). */
-static void stream_collect(struct reply *r) {
-    if (r->api == SNUG_API_ANTHROPIC) {
-        snug_msgs_stream(r);
-        return;
-    }
-    if (r->api == SNUG_API_RESPONSES) {
-        snug_resp_stream(r);
-        return;
-    }
+/* One choice's new events (OpenAI chat / completions) into its r->out; its last chunk (or an
+ * error event) once its job ended (choice_final). */
+static void collect_choice(struct reply *r) {
     bool chat = r->req.kind == SNUG_REQ_CHAT;
     if (r->prog_processed > r->prog_sent) { /* return_progress: as llama.cpp's prompt_progress */
         json_t *ev = chunk(r, chat ? json_object() : json_string(""), NULL);
@@ -541,7 +575,7 @@ static void stream_collect(struct reply *r) {
             t->args_sent = t->args.len;
         }
     }
-    if (r->done && !r->final_sent) {
+    if (r->done && !r->choice_final) {
         bool stopping = r->finish == SNUG_FINISH_CANCEL && atomic_load(&r->srv->stopping);
         if (r->finish == SNUG_FINISH_ERROR || stopping) {
             sse_put(r, json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
@@ -549,6 +583,7 @@ static void stream_collect(struct reply *r) {
                                  : r->errmsg[0] ? r->errmsg
                                                 : "generation failed",
                                  "type", "server_error", "code", stopping ? 503 : 500));
+            r->stream_failed = true;
         } else {
             json_t *ch = chunk(r, NULL, snug_reply_finish(r));
             const char *closed = r->has_think ? snug_think_end_name(&r->think) : NULL;
@@ -559,15 +594,8 @@ static void stream_collect(struct reply *r) {
                 chunk_set_logprobs(r, ch, r->lps_sent, r->n_lps), r->lps_sent = r->n_lps;
             json_object_set_new(ch, "timings", timings_json(r));
             sse_put(r, ch);
-            if (r->req.include_usage) {
-                sse_put(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
-                                     chat ? "chat.completion.chunk" : "text_completion", "created",
-                                     (json_int_t)r->created, "model", r->srv->model_id, "choices",
-                                     "usage", usage_json(r)));
-            }
         }
-        snug_sbuf_puts(&r->out, "data: [DONE]\n\n");
-        r->final_sent = true;
+        r->choice_final = true;
     } else if (lp_new && chat && r->n_lps > r->lps_sent) {
         json_t *ch = chunk(r, NULL, NULL);
         chunk_set_logprobs(r, ch, r->lps_sent, r->n_lps);
@@ -576,11 +604,50 @@ static void stream_collect(struct reply *r) {
     }
 }
 
-/* Cancel the job because the client is gone (r->mu held). */
-static void cancel_locked(struct reply *r) {
-    if (!r->done) {
-        atomic_store(&r->job.cancel, true);
-        snug_engine_wake(r->srv->engine);
+/* Turn everything new since the last call into SSE events in r->out (r->mu held): each
+ * choice's chunks (with its index), then once every choice ended the usage chunk and [DONE]. */
+static void stream_collect(struct reply *r) {
+    if (r->api == SNUG_API_ANTHROPIC) {
+        snug_msgs_stream(r);
+        return;
+    }
+    if (r->api == SNUG_API_RESPONSES) {
+        snug_resp_stream(r);
+        return;
+    }
+    bool all = true, failed = false;
+    for (int i = 0; i < r->n_choices; i++) {
+        struct reply *c = choice_at(r, i);
+        collect_choice(c);
+        if (c != r) { /* its chunks into the group's stream */
+            snug_sbuf_append(&r->out, c->out.data ? c->out.data : "", c->out.len);
+            snug_sbuf_reset(&c->out);
+            if (c->out.oom || c->oom) r->oom = true;
+        }
+        all = all && c->choice_final;
+        failed = failed || c->stream_failed;
+    }
+    if (all && !r->final_sent) {
+        if (!failed && r->req.include_usage) {
+            bool chat = r->req.kind == SNUG_REQ_CHAT;
+            sse_put(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
+                                 chat ? "chat.completion.chunk" : "text_completion", "created",
+                                 (json_int_t)r->created, "model", r->srv->model_id, "choices",
+                                 "usage", usage_json(r)));
+        }
+        snug_sbuf_puts(&r->out, "data: [DONE]\n\n");
+        r->final_sent = true;
+    }
+}
+
+/* Cancel the group's jobs because the client is gone (g->mu held). */
+static void cancel_locked(struct reply *g) {
+    for (int i = 0; i < g->n_choices; i++) {
+        struct reply *r = choice_at(g, i);
+        if (r && !r->done) {
+            atomic_store(&r->job.cancel, true);
+            snug_engine_wake(r->srv->engine);
+        }
     }
 }
 
@@ -594,10 +661,10 @@ static void cancel_locked(struct reply *r) {
  * request, means the client closed it (a close and a half-close look the same from here: the
  * latter is only told apart by its timing; a half-close is then not watched any more). */
 static bool client_gone(void *user) {
-    struct reply *r = user;
+    struct reply *r = ((struct reply *)user)->grp; /* the group holds the connection */
     pthread_mutex_lock(&r->mu);
     bool gone = false;
-    if (r->poll_fd >= 0 && !r->done) {
+    if (r->poll_fd >= 0 && !group_done(r)) {
         char b;
         ssize_t n = recv(r->poll_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0 && snug_time_s() - r->poll_t0 < HALF_CLOSE_WINDOW_S)
@@ -628,7 +695,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (r->final_sent) {
-            snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
+            int32_t n_gen = 0;
+            for (int i = 0; i < r->n_choices; i++) n_gen += choice_at(r, i)->usage.n_gen;
+            snug_srv_log_usage(r->usage.n_prompt, n_gen, r->usage.n_cached);
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
@@ -781,40 +850,21 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
     const char *text = NULL, *param = "grammar";
     size_t tlen = 0;
     const char *trigger = NULL;
-    /* tool calls: tool_choice required / a named function (the prompt already ends with
-     * "<tool_call>\n", and "<function=NAME>\n" when named), or strict tools under "auto" (the
-     * grammar starts when the model writes "<tool_call>") */
-    bool forced_tools = q->kind == SNUG_REQ_CHAT && q->tools &&
-                        (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED);
-    bool strict_auto = false;
-    if (q->kind == SNUG_REQ_CHAT && q->tools && q->tool_choice == SNUG_TOOL_AUTO) {
-        size_t i;
-        json_t *t;
-        json_array_foreach(q->tools, i, t) if (json_is_true(json_object_get(
-                                                   json_object_get(t, "function"), "strict")))
-            strict_auto = true;
-    }
-    if ((forced_tools || strict_auto) && (q->grammar || q->format != SNUG_FORMAT_TEXT))
-        return snug_server_error_set(e, 400, "invalid_request_error", "tools",
-                                     "tool calls (tool_choice required / a named function, or "
-                                     "strict tools) cannot be combined with 'grammar' or a JSON "
-                                     "'response_format'");
-    if (forced_tools || strict_auto) {
-        param = "tools";
-        char *tj = json_dumps(q->tools, JSON_COMPACT);
-        int rc = tj ? snug_tools_to_gbnf(
-                          tj, strlen(tj), q->tool_choice == SNUG_TOOL_NAMED ? q->tool_name : NULL,
-                          strict_auto ? "\n" : NULL,
-                          q->parallel_tool_calls && q->tool_choice != SNUG_TOOL_NAMED, &owned,
-                          &tlen, &err)
-                    : snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
-        free(tj); /* jansson's allocation */
+    /* tool calls (toolpolicy.h): forced (the prompt already ends with "<tool_call>\n", and
+     * "<function=NAME>\n" when named) or, under "auto", from the moment the model writes
+     * "<tool_call>"; none allowed: that token is banned below */
+    struct snug_tool_policy tp = snug_tool_policy_of(q);
+    {
+        int rc = snug_tool_policy_grammar(&tp, q->grammar || q->format != SNUG_FORMAT_TEXT,
+                                          q->parallel_tool_calls, &owned, &tlen, &trigger, &err);
         if (rc != SNUG_OK)
             return snug_server_error_set(e, rc == SNUG_ERR_NOMEM ? 500 : 400,
-                                         "invalid_request_error", param, "%s", err.msg);
+                                         "invalid_request_error", "tools", "%s", err.msg);
+    }
+    if (owned) {
+        param = "tools";
         text = owned;
         in_reasoning = false; /* a forced call closed it; under "auto" the trigger decides */
-        if (strict_auto) trigger = "<tool_call>";
     } else if (q->grammar) {
         text = q->grammar;
         tlen = q->grammar_len;
@@ -833,8 +883,8 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
     }
     int32_t V = snug_tokenizer_n_vocab(s->tok);
     int32_t n_bias = q->logit_bias ? (int32_t)json_object_size(q->logit_bias) : 0;
-    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS];
-    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS];
+    snug_token bias_ids[SNUG_REQ_MAX_LOGIT_BIAS + 4];
+    float bias_vals[SNUG_REQ_MAX_LOGIT_BIAS + 4];
     if (n_bias) {
         const char *k;
         json_t *v;
@@ -852,6 +902,9 @@ static int build_constraint(struct snug_srv *s, struct reply *r, bool in_reasoni
             bias_vals[i++] = (float)json_number_value(v);
         }
     }
+    /* the tokens the policy bans (a -100 bias: never sampled, never forced) */
+    int n_ban = snug_tool_policy_banned(&tp, s->tok, bias_ids + n_bias, 4);
+    for (int k = 0; k < n_ban; k++) bias_vals[n_bias++] = -100.0f;
     if (!text && !n_bias) return 0;
     /* with thinking on, the grammar begins after the reasoning block: "</think>" then up to
      * four blanks, then the grammar's root */
@@ -910,22 +963,27 @@ static enum MHD_Result finish_locked(struct snug_srv *s, struct MHD_Connection *
     struct snug_server_error e;
     r->conn = NULL;
     r->poll_fd = -1;
-    if (r->finish == SNUG_FINISH_CANCEL) {
-        reply_unref_locked(r);
-        snug_server_error_set(&e, 503, "server_error", NULL,
-                              "the request was cancelled: the server is shutting down (or the "
-                              "client went away)");
-        return fail(s, c, route, api, &e);
+    int32_t n_gen = 0;
+    for (int i = 0; i < r->n_choices; i++) { /* the first choice that did not end well decides */
+        struct reply *ch = choice_at(r, i);
+        n_gen += ch->usage.n_gen;
+        if (ch->finish == SNUG_FINISH_CANCEL) {
+            reply_unref_locked(r);
+            snug_server_error_set(&e, 503, "server_error", NULL,
+                                  "the request was cancelled: the server is shutting down (or "
+                                  "the client went away)");
+            return fail(s, c, route, api, &e);
+        }
+        if (ch->finish == SNUG_FINISH_ERROR || ch->oom) {
+            snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
+                                  ch->oom ? "out of memory" : ch->errmsg);
+            reply_unref_locked(r);
+            return fail(s, c, route, api, &e);
+        }
     }
-    if (r->finish == SNUG_FINISH_ERROR || r->oom) {
-        snug_server_error_set(&e, 500, "server_error", NULL, "generation failed: %s",
-                              r->oom ? "out of memory" : r->errmsg);
-        reply_unref_locked(r);
-        return fail(s, c, route, api, &e);
-    }
-    snug_srv_log_usage(r->usage.n_prompt, r->usage.n_gen, r->usage.n_cached);
-    if (api == SNUG_API_RESPONSES) snug_resp_finished(r);
+    snug_srv_log_usage(r->usage.n_prompt, n_gen, r->usage.n_cached);
     json_t *out = final_json(r);
+    if (api == SNUG_API_RESPONSES && out) snug_resp_finished(r, out);
     reply_unref_locked(r);
     snug_srv_count(s, route, 200);
     return snug_srv_send_json(c, 200, out);
@@ -935,7 +993,7 @@ enum MHD_Result snug_srv_generate_resume(struct snug_srv *s, struct MHD_Connecti
                                          void **pending) {
     struct reply *r = *pending;
     pthread_mutex_lock(&r->mu);
-    if (!r->done) { /* woken early (a token): park again until on_done */
+    if (!group_done(r)) { /* woken early (a token): park again until on_done */
         suspend_locked(r, c);
         pthread_mutex_unlock(&r->mu);
         return MHD_YES;
@@ -998,6 +1056,121 @@ static void script_turn(const struct snug_server_req *q, const char **text, size
     }
 }
 
+/* What every choice of a request is prepared from (generate). */
+struct choice_ctx {
+    const json_t *tools; /* the tools the parser types arguments by (toolpolicy.h: shown) */
+    bool calls;          /* tool calls allowed */
+    bool in_reasoning;   /* the prompt ends inside the reasoning block */
+    bool think;          /* bounded thinking watches that reasoning */
+    struct snug_think_opts to;
+    const char *force; /* a forced call's opening, fed to the parser as if generated */
+    size_t force_len;
+    int32_t n_prompt, budget; /* the prompt's tokens; the tokens a choice may generate */
+    uint64_t nid;             /* the request's number */
+};
+
+/* Choice r of the group g (r == g for the first): its thinking bound, output parser,
+ * constraint, text buffers, stream frame and engine job (the prompt, its marks and images and
+ * the script are g's; a seeded request's choice i samples with seed + i). 0, or -1 with *e. */
+static int choice_prepare(struct snug_srv *s, struct reply *g, struct reply *r,
+                          const struct choice_ctx *cc, struct snug_server_error *e) {
+    const struct snug_server_req *q = &r->req;
+    struct snug_err err = {0};
+    bool chat = q->kind == SNUG_REQ_CHAT;
+    if (chat) {
+        if (snug_think_init(&r->think, s->tok, &cc->to, cc->think, q->max_tokens, &err) != SNUG_OK)
+            return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+        r->has_think = true;
+        int rc =
+            snug_outparse_init(&r->parser, cc->tools, cc->in_reasoning, on_parse_event, r, &err);
+        if (rc == SNUG_OK && !cc->calls) snug_outparse_no_calls(r->parser);
+        if (rc == SNUG_OK && cc->force_len) {
+            pthread_mutex_lock(&g->mu);
+            rc = snug_outparse_feed(r->parser, cc->force, cc->force_len, &err);
+            pthread_mutex_unlock(&g->mu);
+        }
+        if (rc != SNUG_OK)
+            return snug_server_error_set(e, 500, "server_error", NULL, "%s", err.msg);
+    }
+    /* structured outputs: the grammar / schema / logit_bias constraint, compiled now */
+    if (build_constraint(s, r, cc->in_reasoning, cc->budget, e)) return -1;
+    /* the per-request text buffers, sized here from the limits so the per-token callbacks
+     * append without allocating: generated tokens <= max_tokens (or the context left) and
+     * bytes per token <= the vocabulary's longest token (+3 for a held-back UTF-8 sequence);
+     * the stop window holds at most the longest stop string + one token. Capped at 4 MiB
+     * per buffer (beyond that the buffers still grow, amortised). */
+    size_t tb = snug_tokenizer_max_token_bytes(s->tok) + 3;
+    {
+        size_t stop_max = 0;
+        for (int i = 0; i < q->n_stop; i++)
+            if (strlen(q->stop[i]) > stop_max) stop_max = strlen(q->stop[i]);
+        size_t text = (size_t)cc->budget * tb;
+        if (text > ((size_t)4 << 20)) text = (size_t)4 << 20;
+        if (!snug_sbuf_reserve(&r->content, text) ||
+            (chat && !snug_sbuf_reserve(&r->reasoning, text)) ||
+            !snug_sbuf_reserve(&r->stop.hold, stop_max + tb))
+            return snug_server_error_set(e, 503, "server_error", NULL,
+                                         "out of memory for the reply buffers (%zu bytes)", text);
+    }
+    /* streams: the chunk frame, the SSE buffer (a window of a few chunks: the reader drains
+     * it as it goes; beyond it grows, amortised) and the output parser's own buffers, all
+     * sized now so the per-token path appends without allocating */
+    if (q->stream) {
+        frame_build(r);
+        bool ok = !r->frame.oom && snug_sbuf_reserve(&r->out, 16384 + 64 * tb);
+        if (ok && r->parser) ok = snug_outparse_reserve(r->parser, 1024 + 8 * tb) == SNUG_OK;
+        if (!ok)
+            return snug_server_error_set(e, 503, "server_error", NULL,
+                                         "out of memory for the stream buffers");
+    }
+    struct snug_engine_job *j = &r->job;
+    if (r != g) { /* the group's prompt, marks, images and script */
+        j->msg_starts = g->job.msg_starts;
+        j->n_msg_starts = g->job.n_msg_starts;
+        j->system_end = g->job.system_end;
+        j->last_end = g->job.last_end;
+        j->user_end = g->job.user_end;
+        j->images = g->job.images;
+        j->n_images = g->job.n_images;
+        j->key = g->job.key;
+        j->script = g->job.script;
+        j->n_script = g->job.n_script;
+        j->prefill_from = &g->job;
+    }
+    j->prompt = g->prompt;
+    j->n_prompt = cc->n_prompt;
+    j->sampler = q->sampler;
+    if (q->has_seed)
+        j->sampler.seed = q->sampler.seed + (uint64_t)r->index;
+    else
+        j->sampler.seed = (uint64_t)snug_time_s() * 1000003u ^ (cc->nid << 20) ^
+                          (uint64_t)r->created ^ ((uint64_t)r->index << 40);
+    j->max_tokens = q->max_tokens;
+    j->logprobs = q->logprobs;
+    j->top_logprobs = q->top_logprobs;
+    j->deadline_s = snug_time_s() + (s->opts.timeout_s > 0 ? s->opts.timeout_s : 600);
+    /* the request's constraints: bounded thinking (think.h) and the grammar / logit_bias
+     * (constraint.h), chained when both are there */
+    const struct snug_engine_constraint *tc =
+        r->has_think ? snug_think_constraint(&r->think) : NULL;
+    /* a scripted job (the test seam) is not sampled: the grammar has nothing to constrain */
+    const struct snug_engine_constraint *gc =
+        r->con && !j->script ? snug_srv_constraint_hook(r->con) : NULL;
+    if (tc && gc) {
+        r->chain_parts[0] = tc;
+        r->chain_parts[1] = gc;
+        j->constraint = chain_constraint(r);
+    } else {
+        j->constraint = tc ? tc : gc;
+    }
+    j->on_token = on_token;
+    j->on_done = on_done;
+    j->on_progress = q->stream && q->return_progress && r == g ? on_progress : NULL;
+    j->user = r;
+    atomic_init(&j->cancel, false);
+    return 0;
+}
+
 /* The generation path shared by every API: `body` (len bytes) or an already converted `root`
  * (stolen) is parsed as a chat/completion request; `api` picks the answer's shape. */
 static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
@@ -1022,7 +1195,11 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     r->route = route;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
+    r->grp = r;
+    r->n_choices = 1;
     enum MHD_Result res;
+    struct snug_sbuf force = {0}; /* a forced call's opening (toolpolicy.h), fed to each parser */
+    struct choice_ctx cc = {0};
     if ((root ? snug_server_req_parse_json(&r->req, kind, root, &e)
               : snug_server_req_parse(&r->req, kind, body, len, &e)) != SNUG_OK)
         goto reject;
@@ -1036,6 +1213,13 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
                               s->model_id);
         goto reject;
     }
+    if (q->n > 1 && q->n > s->opts.n_slots) {
+        snug_server_error_set(&e, 400, "invalid_request_error", "n",
+                              "'n' = %d needs %d slots (its choices run side by side); this "
+                              "server has %d (--slots)",
+                              q->n, q->n, s->opts.n_slots);
+        goto reject;
+    }
 
     /* the prompt */
     int32_t n_prompt = 0;
@@ -1046,7 +1230,10 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         char *text = NULL;
         size_t tlen = 0;
         struct snug_chat_spans plain = {0};
-        const json_t *tools = q->tool_choice == SNUG_TOOL_NONE ? NULL : q->tools;
+        struct snug_tool_policy tp = snug_tool_policy_of(q); /* toolpolicy.h */
+        const json_t *tools = tp.shown;
+        cc.tools = tools;
+        cc.calls = tp.calls;
         /* agent clients' per-request spans out before rendering (normalize.h); the request
          * owns its JSON, the messages array is edited in place */
         if (!s->opts.no_prompt_normalize && snug_prompt_normalize((json_t *)q->messages) < 0) {
@@ -1086,33 +1273,17 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         }
         in_reasoning = snug_chat_prompt_in_reasoning(text, tlen);
         /* bounded thinking: the request's budget, else the server's; the guard is server-wide */
-        struct snug_think_opts to = {.budget = q->has_budget ? q->thinking_budget
-                                                             : s->opts.thinking_budget,
-                                     .repeat_n = s->opts.repeat_n,
-                                     .repeat_k = s->opts.repeat_k};
-        bool forced_call = tools && (q->tool_choice == SNUG_TOOL_REQUIRED ||
-                                     q->tool_choice == SNUG_TOOL_NAMED); /* closes it below */
-        if (snug_think_init(&r->think, s->tok, &to, in_reasoning && !forced_call, q->max_tokens,
-                            &err) != SNUG_OK) {
-            snug_free(text);
-            snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
-            goto reject;
-        }
-        r->has_think = true;
+        cc.to = (struct snug_think_opts){.budget = q->has_budget ? q->thinking_budget
+                                                                 : s->opts.thinking_budget,
+                                         .repeat_n = s->opts.repeat_n,
+                                         .repeat_k = s->opts.repeat_k};
+        cc.think = in_reasoning && !tp.forced; /* a forced call closes the reasoning */
         /* tool_choice "required" / a named function: the assistant turn is begun for the model
          * (reasoning closed, "<tool_call>" and, when named, "<function=NAME>" written), and the
          * same text is fed to the output parser as if generated, so the response is a tool
          * call whatever the model continues with (the parser closes what it leaves open). */
-        struct snug_sbuf full = {0}, force = {0};
-        if (tools && (q->tool_choice == SNUG_TOOL_REQUIRED || q->tool_choice == SNUG_TOOL_NAMED)) {
-            if (in_reasoning) snug_sbuf_puts(&force, "\n</think>\n\n");
-            snug_sbuf_puts(&force, "<tool_call>\n");
-            if (q->tool_choice == SNUG_TOOL_NAMED) {
-                snug_sbuf_puts(&force, "<function=");
-                snug_sbuf_puts(&force, q->tool_name);
-                snug_sbuf_puts(&force, ">\n");
-            }
-        }
+        struct snug_sbuf full = {0};
+        snug_tool_policy_opening(&tp, in_reasoning, &force);
         struct snug_prompt_marks pm = {.starts = r->mark_tokens, .cap = (int32_t)n_marks};
         snug_sbuf_append(&full, text, tlen);
         if (force.len) snug_sbuf_append(&full, force.data, force.len);
@@ -1126,10 +1297,8 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         if (rc == SNUG_OK && r->images.n > 0 &&
             snug_srv_images_place(
                 &r->images, s->tok, &r->prompt, &n_prompt, r->mark_tokens, SNUG_MIN(pm.n, pm.cap),
-                (int32_t *const[]){&pm.system_end, &pm.last_end, &pm.user_end}, 3, &e)) {
-            snug_sbuf_free(&force);
+                (int32_t *const[]){&pm.system_end, &pm.last_end, &pm.user_end}, 3, &e))
             goto reject;
-        }
         r->job.msg_starts = r->mark_tokens;
         r->job.n_msg_starts = SNUG_MIN(pm.n, pm.cap);
         r->job.system_end = pm.system_end;
@@ -1138,14 +1307,6 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         r->job.images = r->images.img;
         r->job.n_images = r->images.n;
         r->job.key = r->images.key;
-        if (rc == SNUG_OK)
-            rc = snug_outparse_init(&r->parser, tools, in_reasoning, on_parse_event, r, &err);
-        if (rc == SNUG_OK && force.len) {
-            pthread_mutex_lock(&r->mu);
-            rc = snug_outparse_feed(r->parser, force.data, force.len, &err);
-            pthread_mutex_unlock(&r->mu);
-        }
-        snug_sbuf_free(&force);
         if (rc != SNUG_OK) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
@@ -1189,14 +1350,16 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         goto reject;
     }
 
-    /* structured outputs: the grammar / schema / logit_bias constraint, compiled now */
+    cc.in_reasoning = in_reasoning;
+    cc.force = force.data;
+    cc.force_len = force.len;
+    cc.n_prompt = n_prompt;
     {
         int32_t left = (int32_t)n_ctx_left(s, n_prompt);
-        int32_t budget = q->max_tokens > 0 && q->max_tokens < left ? q->max_tokens : left;
-        if (build_constraint(s, r, in_reasoning, budget, &e)) goto reject;
+        cc.budget = q->max_tokens > 0 && q->max_tokens < left ? q->max_tokens : left;
     }
 
-    /* the test seam: scripted generation */
+    /* the test seam: scripted generation (every choice follows the same script) */
     if (s->script_text) {
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
@@ -1208,80 +1371,50 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         r->job.script = r->script;
     }
 
-    /* the per-request text buffers, sized here from the limits so the per-token callbacks
-     * append without allocating: generated tokens <= max_tokens (or the context left) and
-     * bytes per token <= the vocabulary's longest token (+3 for a held-back UTF-8 sequence);
-     * the stop window holds at most the longest stop string + one token. Capped at 4 MiB
-     * per buffer (beyond that the buffers still grow, amortised). */
-    {
-        size_t n_gen = (size_t)(q->max_tokens > 0 && q->max_tokens < n_ctx_left(s, n_prompt)
-                                    ? q->max_tokens
-                                    : n_ctx_left(s, n_prompt));
-        size_t tb = snug_tokenizer_max_token_bytes(s->tok) + 3, stop_max = 0;
-        for (int i = 0; i < q->n_stop; i++)
-            if (strlen(q->stop[i]) > stop_max) stop_max = strlen(q->stop[i]);
-        size_t text = n_gen * tb;
-        if (text > ((size_t)4 << 20)) text = (size_t)4 << 20;
-        if (!snug_sbuf_reserve(&r->content, text) ||
-            (kind == SNUG_REQ_CHAT && !snug_sbuf_reserve(&r->reasoning, text)) ||
-            !snug_sbuf_reserve(&r->stop.hold, stop_max + tb)) {
-            snug_server_error_set(&e, 503, "server_error", NULL,
-                                  "out of memory for the reply buffers (%zu bytes)", text);
-            goto reject;
-        }
-    }
-
-    /* the job */
-    uint64_t nid = atomic_fetch_add(&s->id_counter, 1);
+    /* the id, then every choice: its own constraint, parser, buffers and job */
+    cc.nid = atomic_fetch_add(&s->id_counter, 1);
     r->created = (long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s%lx%06llx",
              api == SNUG_API_ANTHROPIC   ? "msg_"
              : api == SNUG_API_RESPONSES ? "resp_"
              : kind == SNUG_REQ_CHAT     ? "chatcmpl-"
                                          : "cmpl-",
-             (unsigned long)r->created, (unsigned long long)nid);
-    /* streams: the chunk frame, the SSE buffer (a window of a few chunks: the reader drains
-     * it as it goes; beyond it grows, amortised) and the output parser's own buffers, all
-     * sized now so the per-token path appends without allocating */
-    if (q->stream) {
-        size_t tb = snug_tokenizer_max_token_bytes(s->tok) + 3;
-        frame_build(r);
-        bool ok = !r->frame.oom && snug_sbuf_reserve(&r->out, 16384 + 64 * tb);
-        if (ok && r->parser) ok = snug_outparse_reserve(r->parser, 1024 + 8 * tb) == SNUG_OK;
-        if (!ok) {
-            snug_server_error_set(&e, 503, "server_error", NULL,
-                                  "out of memory for the stream buffers");
+             (unsigned long)r->created, (unsigned long long)cc.nid);
+    if (choice_prepare(s, r, r, &cc, &e)) goto reject;
+    if (q->n > 1) {
+        r->choices = snug_calloc((size_t)q->n - 1, sizeof *r->choices);
+        if (!r->choices) {
+            snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
             goto reject;
         }
+        r->n_choices = q->n;
+        for (int i = 1; i < q->n; i++) {
+            struct reply *ch = snug_calloc(1, sizeof *ch);
+            if (!ch) {
+                snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
+                goto reject;
+            }
+            r->choices[i - 1] = ch;
+            ch->srv = s;
+            ch->grp = r;
+            ch->index = i;
+            ch->api = api;
+            ch->route = route;
+            ch->as.cur = -1;
+            ch->req = r->req; /* the same parsed request (its JSON shared by reference) */
+            json_incref(ch->req.root);
+            ch->stop.stop = q->stop;
+            ch->stop.n_stop = q->n_stop;
+            ch->created = r->created;
+            memcpy(ch->id, r->id, sizeof ch->id);
+            if (choice_prepare(s, r, ch, &cc, &e)) goto reject;
+        }
     }
-    struct snug_engine_job *j = &r->job;
-    j->prompt = r->prompt;
-    j->n_prompt = n_prompt;
-    j->sampler = q->sampler;
-    if (!q->has_seed)
-        j->sampler.seed = (uint64_t)snug_time_s() * 1000003u ^ (nid << 20) ^ (uint64_t)r->created;
-    j->max_tokens = q->max_tokens;
-    j->logprobs = q->logprobs;
-    j->top_logprobs = q->top_logprobs;
-    j->deadline_s = snug_time_s() + (s->opts.timeout_s > 0 ? s->opts.timeout_s : 600);
-    /* the request's constraints: bounded thinking (think.h) and the grammar / logit_bias
-     * (constraint.h), chained when both are there */
-    const struct snug_engine_constraint *tc =
-        r->has_think ? snug_think_constraint(&r->think) : NULL;
-    /* a scripted job (the test seam) is not sampled: the grammar has nothing to constrain */
-    const struct snug_engine_constraint *gc =
-        r->con && !r->job.script ? snug_srv_constraint_hook(r->con) : NULL;
-    if (tc && gc) {
-        r->chain_parts[0] = tc;
-        r->chain_parts[1] = gc;
-        j->constraint = chain_constraint(r);
-    } else {
-        j->constraint = tc ? tc : gc;
-    }
-    j->on_token = on_token;
-    j->on_done = on_done;
-    j->on_progress = q->stream && q->return_progress ? on_progress : NULL;
-    j->user = r;
+    snug_sbuf_free(&force);
+
+    /* the jobs: choice 0's prefill serves the others (engine.h, prefill_from) */
+    struct snug_engine_job *jobs[SNUG_REQ_MAX_N];
+    for (int i = 0; i < r->n_choices; i++) jobs[i] = &choice_at(r, i)->job;
     r->poll_fd = -1;
     if (!q->stream) { /* its connection is parked while it runs: the engine polls it */
         const union MHD_ConnectionInfo *ci =
@@ -1289,22 +1422,17 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         if (ci) {
             r->poll_fd = ci->connect_fd;
             r->poll_t0 = snug_time_s();
-            j->client_gone = client_gone;
+            for (int i = 0; i < r->n_choices; i++) jobs[i]->client_gone = client_gone;
         }
     }
-    atomic_init(&j->cancel, false);
-    r->refs = 2; /* this thread + the engine until on_done */
-    if (snug_engine_submit(s->engine, j, &err) != SNUG_OK) {
+    r->refs = 1 + r->n_choices; /* this thread + each job until its on_done */
+    if (snug_engine_submit_n(s->engine, jobs, r->n_choices, &err) != SNUG_OK) {
         r->refs = 1;
-        if (err.status == SNUG_ERR_BUDGET && api != SNUG_API_OPENAI) {
-            snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
-            goto reject;
-        }
-        if (err.status == SNUG_ERR_BUDGET) {
+        if (err.status == SNUG_ERR_BUDGET) { /* every API: 503 + Retry-After */
             snug_server_error_set(&e, 503, "server_busy", NULL, "%s; retry shortly", err.msg);
             snug_srv_count(s, route, 503);
             reply_unref(r);
-            return snug_srv_send_error_hdr(c, &e, "Retry-After", "1");
+            return snug_srv_send_api_error_hdr(c, api, &e, "Retry-After", "1");
         }
         snug_server_error_set(&e, 400, "invalid_request_error", NULL, "%s", err.msg);
         goto reject;
@@ -1337,13 +1465,14 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
     /* non-streaming: park the connection until on_done resumes it (the access handler is
      * then called again and answers through snug_srv_generate_resume) */
     pthread_mutex_lock(&r->mu);
-    if (r->done) return finish_locked(s, c, r);
+    if (group_done(r)) return finish_locked(s, c, r);
     suspend_locked(r, c);
     *pending = r;
     pthread_mutex_unlock(&r->mu);
     return MHD_YES;
 
 reject:
+    snug_sbuf_free(&force);
     reply_unref(r);
     return fail(s, c, route, api, &e);
 }
@@ -1370,7 +1499,7 @@ int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char
     if (snug_server_req_parse_json(&q, SNUG_REQ_CHAT, chat, e) != SNUG_OK) return -1;
     struct snug_chat_opts co =
         snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !o->no_think);
-    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
+    const json_t *tools = snug_tool_policy_of(&q).shown;
     int rc = snug_chat_opts_from_request(&co, q.root, &err);
     if (rc == SNUG_OK) rc = snug_chat_render(q.messages, tools, &co, prompt, len, &err);
     snug_server_req_free(&q);
@@ -1395,7 +1524,7 @@ int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_toke
     }
     struct snug_chat_opts co =
         snug_chat_default_opts(q.has_effort ? !q.effort_no_think : !s->opts.no_think);
-    const json_t *tools = q.tool_choice == SNUG_TOOL_NONE ? NULL : q.tools;
+    const json_t *tools = snug_tool_policy_of(&q).shown;
     char *text = NULL;
     size_t tlen = 0;
     struct snug_chat_spans plain = {0};

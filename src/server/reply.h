@@ -48,9 +48,19 @@ struct lp_entry {
 
 struct reply {
     struct snug_srv *srv;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* (of the group's first reply: every choice locks grp->mu) */
     pthread_cond_t cv;
-    int refs;
+    int refs; /* grp's: the connection, and one per choice until its job's on_done */
+    /* n > 1 (chat / completions): the request's choices 1..n-1 are replies of their own (each
+     * its job, constraint, parser, thinking bound, stop filter, buffers, SSE frame) that share
+     * choice 0's mutex, refs, connection and prompt: grp is choice 0 (itself when alone), which
+     * owns choices[0..n_choices-1) and answers for all of them */
+    struct reply *grp;
+    struct reply **choices;
+    int n_choices; /* on grp: n (>= 1) */
+    int index;     /* this choice's index */
+    int n_done;    /* on grp: choices whose job ended (all done: the answer can be built) */
+    bool choice_final, stream_failed; /* stream: this choice's last chunk written; an error */
     struct snug_engine_job job;
     struct snug_server_req req;
     enum snug_api api;     /* which API answers */
@@ -111,8 +121,9 @@ json_t *snug_msgs_final(struct reply *r);
 void snug_msgs_stream(struct reply *r);
 json_t *snug_resp_final(struct reply *r);
 void snug_resp_stream(struct reply *r);
-/* Called once when a Responses job ended well (stores the conversation for
- * previous_response_id). */
-void snug_resp_finished(struct reply *r);
+/* Called once when a Responses job ended well with its final response object (borrowed):
+ * stores the conversation for previous_response_id, the response and its input items for
+ * GET /v1/responses/{id} (and /input_items), unless the request said store: false. */
+void snug_resp_finished(struct reply *r, const json_t *resp);
 
 #endif

@@ -143,8 +143,9 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
     if (has) sp->top_k = (int32_t)x;
     if (get_int(o, "seed", INT64_MIN, INT64_MAX, &x, &r->has_seed, e)) return -1;
     if (r->has_seed) sp->seed = (uint64_t)x;
-    if (get_int(o, "n", INT64_MIN, INT64_MAX, &x, &has, e)) return -1;
-    if (has && x != 1) return bad(e, "n", "only n = 1 is supported, got %lld", x);
+    r->n = 1;
+    if (get_int(o, "n", 1, SNUG_REQ_MAX_N, &x, &has, e)) return -1;
+    if (has) r->n = (int32_t)x;
     r->max_tokens = 0;
     if (get_int(o, "max_tokens", 0, INT32_MAX, &x, &has, e)) return -1;
     if (has) r->max_tokens = (int32_t)x;

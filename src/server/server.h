@@ -110,6 +110,7 @@ enum snug_server_format {
 };
 
 #define SNUG_REQ_MAX_LOGIT_BIAS 1024
+#define SNUG_REQ_MAX_N          16 /* choices of one request (and at most the server's slots) */
 #define SNUG_REQ_MAX_STOP       16
 #define SNUG_REQ_MAX_STOP_BYTES 512 /* keeps the per-token stop-string check cheap */
 
@@ -128,6 +129,7 @@ struct snug_server_req {
     bool return_progress; /* stream prompt_progress events while the prompt is evaluated */
     struct snug_sampler_params sampler;
     bool has_seed;
+    int32_t n;          /* choices (1..SNUG_REQ_MAX_N): choice i samples with seed + i */
     int32_t max_tokens; /* 0 = until the context is full */
     const char *stop[SNUG_REQ_MAX_STOP];
     int n_stop;
@@ -165,8 +167,8 @@ struct snug_server_error {
 };
 
 /* Parse and validate a request body of `len` bytes (not necessarily NUL-terminated). Unknown
- * fields are ignored; a field of the wrong type or out of range is a 400 naming it; n other
- * than 1 is a 400. On success returns SNUG_OK and *r owns the parsed JSON; on failure *r is
+ * fields are ignored; a field of the wrong type or out of range is a 400 naming it (n outside
+ * 1..SNUG_REQ_MAX_N too). On success returns SNUG_OK and *r owns the parsed JSON; on failure *r is
  * empty and *e says why. Never crashes on any input (fuzzed by tests/fuzz/fuzz_server_request.c).
  */
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,

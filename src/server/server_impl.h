@@ -73,13 +73,18 @@ enum snug_api { SNUG_API_OPENAI = 0, SNUG_API_ANTHROPIC = 1, SNUG_API_RESPONSES 
 
 struct snug_responses_store; /* api_responses.c */
 
-/* The access-log record of one request (http_api.c). */
+/* The access-log record of one request (http_api.c), also what /metrics counted for it: a
+ * request the client dropped is logged as 499, and its /metrics count moves from 200 to 499
+ * when it ends, so both say the same. */
 struct snug_srv_access {
     double t0;
     int32_t n_prompt, n_gen, n_cached;
     bool has_tokens;
     char method[16];
     char url[160];
+    enum snug_route route; /* set once the gate let the request in (has_route) */
+    bool has_route;
+    unsigned counted; /* the status snug_srv_count recorded for it (0: none yet) */
 };
 void snug_srv_access_begin(struct snug_srv_access *a, const char *method, const char *url);
 /* The request this connection thread now answers (snug_srv_log_usage writes to it). */
@@ -96,6 +101,9 @@ enum MHD_Result snug_srv_model(struct snug_srv *s, struct MHD_Connection *c, con
 
 /* Queue a response, adding the CORS headers when --cors is on; returns MHD's result. */
 enum MHD_Result snug_srv_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
+/* The request being answered on this thread was counted in /metrics with this status
+ * (snug_srv_count calls it). */
+void snug_srv_access_counted(enum snug_route route, unsigned status);
 /* Record the token counts of the request being answered on this thread (access log). */
 void snug_srv_log_usage(int32_t n_prompt, int32_t n_gen, int32_t n_cached);
 /* Does `name` name the served model (its file name, the name without .gguf, an --alias, or
@@ -116,6 +124,14 @@ enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_
 /* The same in the shape of `api` (Anthropic: {"type":"error","error":{"type","message"}}). */
 enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
                                         const struct snug_server_error *e);
+enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, enum snug_api api,
+                                            const struct snug_server_error *e, const char *hname,
+                                            const char *hval);
+/* Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error", ...). */
+const char *snug_srv_anthropic_error_type(int status);
+/* Is url one of the Anthropic API's (/v1/messages, /v1/messages/count_tokens, anything under
+ * them)? Its errors, from the gate's on, are in Anthropic's shape. */
+bool snug_srv_anthropic_route(const char *url);
 enum MHD_Result snug_srv_send_error_hdr(struct MHD_Connection *c, const struct snug_server_error *e,
                                         const char *hname, const char *hval);
 /* Count a finished request in /metrics. */
@@ -146,6 +162,10 @@ enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection
                                        const char *body, size_t len);
 enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                  size_t len, void **pending);
+/* GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items (`path` = what follows
+ * "/v1/responses/") over the stored responses. */
+enum MHD_Result snug_resp_stored(struct snug_srv *s, struct MHD_Connection *c, const char *method,
+                                 const char *path);
 /* Convert a request body of the Anthropic Messages / OpenAI Responses API into the equivalent
  * chat-completions request (a new JSON object), or NULL with *e set. Also used by
  * `snug serve --render-only`. `store` may be NULL (no previous_response_id lookups). */
@@ -163,7 +183,8 @@ void snug_srv_generate_abandon(void *pending);
 int snug_srv_cancel_all(struct snug_srv *s);
 int snug_srv_live_count(struct snug_srv *s);
 
-/* The port before the model (boot.c): start a loading daemon on the server's address, read the
+/* The port before the model (boot.c): start a loading daemon on the server's address (--host:
+ * a name or an IPv4 / IPv6 address, resolved with getaddrinfo), read the
  * weights with progress, name the phase, hand the listening socket over (returns it; the loading
  * daemon is gone), free (stops it if still running). */
 struct snug_boot;
@@ -173,6 +194,8 @@ void snug_boot_read_weights(struct snug_boot *b, const char *path);
 void snug_boot_phase(struct snug_boot *b, const char *phase);
 int snug_boot_handoff(struct snug_boot *b);
 int snug_boot_port(const struct snug_boot *b);
+/* The bound address in numeric form ("127.0.0.1", "[::1]"), for the boot log. */
+const char *snug_boot_addr(const struct snug_boot *b);
 void snug_boot_free(struct snug_boot *b);
 
 /* The chat page (webui.c): whether url is its route, and queue the embedded page. */

@@ -1,9 +1,11 @@
 /* fuzz_server_outparse.c — libFuzzer target for the streaming output parser (outparse.c).
- * Input: byte 0 = flags (bit 0: start inside reasoning, bit 1: pass a tools schema), byte 1 =
+ * Input: byte 0 = flags (bit 0: start inside reasoning, bit 1: pass a tools schema, bit 2: a
+ * request that allows no tool call, snug_outparse_no_calls), byte 1 =
  * seed of the split points, the rest = generated text, where bytes 0xF8..0xFF expand to the
  * tags (so the fuzzer reaches deep states quickly). The text is parsed whole, one byte at a
  * time, and in seeded random pieces; the invariants: identical results, no "<tool_call>" or
- * "<function=" in the content, no "</think>" in reasoning, every arguments string a JSON
+ * "<function=" in the content (with calls allowed; without, no call at all), no "</think>" in
+ * reasoning, every arguments string a JSON
  * object equal to the concatenation of its deltas, nothing after END, no crash or leak.
  */
 #include "core/core.h"
@@ -22,6 +24,8 @@ static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"number\"},\"b\":{\"type\":"
     "\"boolean\"},\"o\":{\"type\":\"object\"}}}}}]";
+
+static bool g_no_calls; /* this input's parser allows no tool call */
 
 struct acc {
     struct snug_sbuf reasoning, content, calls; /* calls: "name\0args\0" records */
@@ -53,11 +57,12 @@ static void on_event(void *user, const struct snug_outparse_event *ev) {
         break;
     case SNUG_OUTPARSE_CONTENT:
         snug_sbuf_append(&a->content, ev->text, ev->len);
-        if (has(a->content.data, a->content.len, "<tool_call>") ||
-            has(a->content.data, a->content.len, "<function="))
+        if (!g_no_calls && (has(a->content.data, a->content.len, "<tool_call>") ||
+                            has(a->content.data, a->content.len, "<function=")))
             fail("tag in content");
         break;
     case SNUG_OUTPARSE_TOOL_START:
+        if (g_no_calls) fail("a call where none is allowed");
         if (ev->index != a->n_start || a->n_start != a->n_end) fail("bad start index");
         a->n_start++;
         snug_sbuf_reset(&a->args);
@@ -108,6 +113,7 @@ static void parse(const json_t *tools, bool in_reasoning, const char *text, size
     struct snug_outparse *p = NULL;
     struct snug_err err = {0};
     if (snug_outparse_init(&p, tools, in_reasoning, on_event, a, &err)) fail("init");
+    if (g_no_calls) snug_outparse_no_calls(p);
     size_t at = 0;
     while (at < n) {
         size_t k = n - at;
@@ -128,6 +134,7 @@ static void parse(const json_t *tools, bool in_reasoning, const char *text, size
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     bool in_reasoning = data[0] & 1;
+    g_no_calls = data[0] & 4;
     json_t *tools = NULL;
     if (data[0] & 2) {
         json_error_t jerr;

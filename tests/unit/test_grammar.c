@@ -317,6 +317,21 @@ static void test_masks(void) {
     CHECK(snug_alloc_count() == a0);
     drop(m);
 
+    /* the forced bytes stop at a choice: "h" before "el" | "ey" is not forced as the byte "h"
+     * while the tokens "he", "hel", "hello" spell it and go on (the model may write "hel");
+     * "q" before "a" | "b" is (no longer token starts with it) */
+    m = matcher("root ::= \"h\" (\"el\" | \"ey\")\n");
+    if (m) {
+        CHECK(snug_matcher_forced(m) == -1);
+        CHECK(snug_matcher_allows(m, tok_of("hel")) && snug_matcher_allows(m, tok_of("he")));
+        drop(m);
+    }
+    m = matcher("root ::= \"q\" (\"a\" | \"b\")\n");
+    if (m) {
+        CHECK(snug_matcher_forced(m) == tok_of("q"));
+        drop(m);
+    }
+
     /* an allow-everything grammar allows every non-control token, and the end at once */
     m = matcher("root ::= [\\x00-\\U0010FFFF]*\n");
     if (m) {

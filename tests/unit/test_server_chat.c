@@ -280,12 +280,15 @@ static const char *str0(const struct snug_sbuf *b) {
 }
 
 /* Parse text split at the given cut points (sorted, within the text). */
+static bool g_no_calls; /* parse as for a request that allows no tool call */
+
 static void parse_split(const json_t *tools, bool in_reasoning, const char *text,
                         const size_t *cuts, int n_cuts, struct got *g) {
     memset(g, 0, sizeof *g);
     struct snug_outparse *p = NULL;
     struct snug_err err = {0};
     SNUG_ASSERT(!snug_outparse_init(&p, tools, in_reasoning, got_emit, g, &err));
+    if (g_no_calls) snug_outparse_no_calls(p);
     size_t at = 0, n = strlen(text);
     for (int i = 0; i <= n_cuts; i++) {
         size_t end = i < n_cuts ? cuts[i] : n;
@@ -573,9 +576,51 @@ static void test_outparse(void) {
     snug_outparse_free(NULL);
 }
 
+/* A request that allows no tool call (toolpolicy.h): text in the call format stays reasoning or
+ * content, whole or split anywhere; "</think>" still ends the reasoning. */
+static void test_outparse_no_calls(void) {
+    static const struct {
+        bool in_reasoning;
+        const char *text, *reasoning, *content;
+    } C[] = {
+        {true,
+         "Call it.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+         "</parameter>\n</function>\n</tool_call>",
+         "Call it.",
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+         "</function>\n</tool_call>"},
+        {true, "I could write <tool_call> here.\n</think>\nNo.", "I could write <tool_call> here.",
+         "No."},
+        {false, "<function=get_time>\n</function> and <tool_call>{\"name\": \"f\"}</tool_call>", "",
+         "<function=get_time>\n</function> and <tool_call>{\"name\": \"f\"}</tool_call>"},
+    };
+    json_error_t jerr;
+    json_t *tools = json_loads(TOOLS_JSON, 0, &jerr);
+    g_no_calls = true;
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        size_t n = strlen(C[c].text);
+        for (int pass = 0; pass < 2; pass++) { /* whole, then a byte at a time */
+            size_t *cuts = snug_malloc((n + 1) * sizeof *cuts);
+            for (size_t i = 0; i + 1 < n; i++) cuts[i] = i + 1;
+            struct got g;
+            parse_split(pass ? NULL : tools, C[c].in_reasoning, C[c].text, cuts,
+                        pass && n > 1 ? (int)n - 1 : 0, &g);
+            CHECKF(g.n_calls == 0 && !strcmp(str0(&g.reasoning), C[c].reasoning) &&
+                       !strcmp(str0(&g.content), C[c].content),
+                   "no calls, case %zu pass %d: %d calls, reasoning [%s], content [%s]", c, pass,
+                   g.n_calls, str0(&g.reasoning), str0(&g.content));
+            got_free(&g);
+            snug_free(cuts);
+        }
+    }
+    g_no_calls = false;
+    json_decref(tools);
+}
+
 int main(void) {
     test_dumps();
     test_render();
     test_outparse();
+    test_outparse_no_calls();
     return TEST_DONE();
 }
