@@ -1,0 +1,438 @@
+/* regex.c — a regular-expression subset (ECMA-262 syntax, as JSON Schema's `pattern` uses it)
+ * → one GBNF expression.
+ *
+ * Owns: the regex parser and its translation, in three output modes: JSON (the characters of a
+ * JSON-encoded string: `"` and `\` written escaped, classes leave out `"`, `\` and the control
+ * characters), raw (Qwen's XML tool-call parameters: characters as themselves, classes leave out
+ * '<' and NUL) and text (Lark terminals and regex tool formats: only NUL is left out).
+ * Invariant: the expression matches a subset of what the regex matches (never more); a construct
+ * outside the subset is an error naming it.
+ * Read next: jschema.c (its user for `pattern`), lark.c (Lark terminals).
+ */
+#include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
+
+#include "core/core.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== pattern: a regular-expression subset → GBNF ========================================
+ * ECMA-262 syntax as JSON Schema uses it: literals and escapes (\d \w \s and their negations,
+ * \n \t \r, \uXXXX, escaped punctuation), classes with ranges and negation, `.`, groups (incl.
+ * `(?:`), `|`, quantifiers `* + ? {n} {n,} {n,m}` (a lazy `?` after them is ignored), `^` at the
+ * start and `$` at the end (a pattern without them may be preceded / followed by any text, as
+ * unanchored search semantics allow). The grammar spells the JSON-encoded string: `"` and `\`
+ * are written escaped, \n \t \r as their JSON escapes, and classes leave out `"`, `\` and the
+ * control characters (a subset of what the regex allows: still valid). In raw mode (tool-call
+ * parameters) classes leave out '<' and NUL instead. Back-references, look-around and \b are
+ * rejected (the 400 names `pattern` and the construct). */
+struct re {
+    const char *p, *end;
+    struct snug_sbuf *out;
+    bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
+    bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
+    bool whole; /* the regex must match the whole text (no implicit text around it) */
+    char why[120];
+};
+
+static int re_fail(struct re *r, const char *why) {
+    snprintf(r->why, sizeof r->why, "%s", why);
+    return -1;
+}
+
+/* Code point ranges of a class under construction. */
+struct re_class {
+    uint32_t lo[128], hi[128];
+    int n;
+};
+
+static void rc_add(struct re_class *k, uint32_t lo, uint32_t hi) {
+    if (k->n < 128) k->lo[k->n] = lo, k->hi[k->n++] = hi;
+}
+
+static void rc_shorthand(struct re_class *k, char e, bool *neg_only) {
+    *neg_only = false;
+    switch (e) {
+    case 'd':
+        rc_add(k, '0', '9');
+        break;
+    case 'w':
+        rc_add(k, '0', '9'), rc_add(k, 'a', 'z'), rc_add(k, 'A', 'Z'), rc_add(k, '_', '_');
+        break;
+    case 's':
+        rc_add(k, ' ', ' '), rc_add(k, '\t', '\r');
+        break;
+    default:
+        *neg_only = true;
+    }
+}
+
+/* Emit class k (negated or not) as a GBNF class, minus the characters the output cannot hold
+ * unescaped; -1 when nothing is left. */
+static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
+    if (k->n >= 128) return re_fail(r, "a character class of more than 127 ranges");
+    uint32_t lo[260], hi[260];
+    int n = 0;
+    for (int i = 0; i < k->n; i++) { /* insertion sort by lo */
+        int j = n++;
+        while (j > 0 && lo[j - 1] > k->lo[i]) lo[j] = lo[j - 1], hi[j] = hi[j - 1], j--;
+        lo[j] = k->lo[i], hi[j] = k->hi[i] > 0x10FFFF ? 0x10FFFF : k->hi[i];
+    }
+    int m = 0; /* merge */
+    for (int i = 0; i < n; i++) {
+        if (m && lo[i] <= hi[m - 1] + 1) {
+            if (hi[i] > hi[m - 1]) hi[m - 1] = hi[i];
+        } else {
+            lo[m] = lo[i], hi[m++] = hi[i];
+        }
+    }
+    n = m;
+    if (neg) { /* complement over 0..0x10FFFF */
+        uint32_t nlo[260], nhi[260], next = 0;
+        int c = 0;
+        for (int i = 0; i < n; i++) {
+            if (lo[i] > next) nlo[c] = next, nhi[c++] = lo[i] - 1;
+            next = hi[i] + 1;
+        }
+        if (next <= 0x10FFFF) nlo[c] = next, nhi[c++] = 0x10FFFF;
+        memcpy(lo, nlo, sizeof lo);
+        memcpy(hi, nhi, sizeof hi);
+        n = c;
+    }
+    /* the banned characters, sorted */
+    static const uint32_t json_ban[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}};
+    static const uint32_t raw_ban[][2] = {{0, 0}, {'<', '<'}};
+    const uint32_t(*ban)[2] = r->raw ? raw_ban : json_ban;
+    int n_ban = r->text ? 1 : r->raw ? 2 : 4;
+    bool any = false;
+    size_t mark = r->out->len;
+    snug_sbuf_puts(r->out, "[");
+    for (int i = 0; i < n; i++) {
+        uint32_t x = lo[i];
+        for (int b = 0; b <= n_ban && x <= hi[i]; b++) {
+            uint32_t stop = b < n_ban ? ban[b][0] : 0x110000; /* emit [x, min(hi, stop-1)] */
+            if (b < n_ban && ban[b][1] < x) continue;
+            uint32_t y = stop == 0 ? 0 : stop - 1;
+            if (y > hi[i]) y = hi[i];
+            if (stop > x && y >= x) {
+                snug_sbuf_printf(r->out, "\\U%08X", x);
+                if (y > x) snug_sbuf_printf(r->out, "-\\U%08X", y);
+                any = true;
+            }
+            if (b < n_ban && ban[b][1] + 1 > x) x = ban[b][1] + 1;
+        }
+    }
+    snug_sbuf_puts(r->out, "]");
+    if (!any) {
+        r->out->len = mark;
+        return re_fail(r, r->raw
+                              ? "a character class with nothing the output can hold"
+                              : "a character class with nothing a JSON string can hold unescaped");
+    }
+    return 0;
+}
+
+/* One literal character of the regex as GBNF. */
+static void re_emit_char(struct re *r, uint32_t cp) {
+    if (!r->raw && (cp == '"' || cp == '\\'))
+        snug_sbuf_puts(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
+    else if (!r->raw && cp == '\n')
+        snug_sbuf_puts(r->out, "\"\\\\n\"");
+    else if (!r->raw && cp == '\t')
+        snug_sbuf_puts(r->out, "\"\\\\t\"");
+    else if (!r->raw && cp == '\r')
+        snug_sbuf_puts(r->out, "\"\\\\r\"");
+    else
+        snug_sbuf_printf(r->out, "[\\U%08X]", cp);
+}
+
+static int re_alt(struct re *r, int depth, bool *nullable);
+
+/* An escape after '\' (r->p at the escaped char): into a class, or as an atom. */
+static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t *cp, bool *neg) {
+    if (r->p >= r->end) return re_fail(r, "a trailing backslash");
+    char e = *r->p++;
+    *is_class = false;
+    *neg = false;
+    bool neg_only;
+    if (e == 'd' || e == 'w' || e == 's') {
+        rc_shorthand(k, e, &neg_only);
+        *is_class = true;
+        return 0;
+    }
+    if (e == 'D' || e == 'W' || e == 'S') {
+        rc_shorthand(k, (char)(e + 32), &neg_only);
+        *is_class = *neg = true;
+        return 0;
+    }
+    if (e == 'n') return *cp = '\n', 0;
+    if (e == 't') return *cp = '\t', 0;
+    if (e == 'r') return *cp = '\r', 0;
+    if (e == 'u') {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; i++) {
+            if (r->p >= r->end) return re_fail(r, "\\u needs four hex digits");
+            char h = *r->p++;
+            int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
+            if (d < 0) return re_fail(r, "\\u needs four hex digits");
+            v = v * 16 + (uint32_t)d;
+        }
+        return *cp = v, 0;
+    }
+    if ((e >= '0' && e <= '9') || e == 'b' || e == 'B' || e == 'k')
+        return re_fail(r, "back-references and word boundaries");
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) return re_fail(r, "an unknown escape");
+    *cp = (unsigned char)e;
+    return 0;
+}
+
+/* Decode one UTF-8 code point of the pattern; RE_BAD_CP for malformed UTF-8 (a stray or
+ * invalid byte, a short or overlong sequence, a surrogate, past U+10FFFF). */
+#define RE_BAD_CP 0x110000u
+static uint32_t re_cp(struct re *r) {
+    const unsigned char *p = (const unsigned char *)r->p;
+    uint32_t c = p[0];
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || r->p + n > r->end) {
+        r->p++;
+        return RE_BAD_CP;
+    }
+    if (n > 1) {
+        c &= 0x7Fu >> n;
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xC0) != 0x80) {
+                r->p += i;
+                return RE_BAD_CP;
+            }
+            c = (c << 6) | (p[i] & 63);
+        }
+        static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (c < min_of[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = RE_BAD_CP;
+    }
+    r->p += n;
+    return c;
+}
+
+/* One atom; *nullable: whether it can match the empty text (only a group can). */
+static int re_atom(struct re *r, int depth, bool *nullable) {
+    char ch = *r->p;
+    *nullable = false;
+    if (ch == '(') {
+        r->p++;
+        if (r->p < r->end && *r->p == '?') {
+            if (r->end - r->p >= 2 && r->p[1] == ':')
+                r->p += 2;
+            else
+                return re_fail(r, "look-around and named groups");
+        }
+        snug_sbuf_puts(r->out, "(");
+        if (re_alt(r, depth + 1, nullable)) return -1;
+        if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
+        r->p++;
+        snug_sbuf_puts(r->out, ")");
+        return 0;
+    }
+    if (ch == '[') {
+        r->p++;
+        bool neg = false;
+        if (r->p < r->end && *r->p == '^') neg = true, r->p++;
+        struct re_class *k = snug_calloc(1, sizeof *k);
+        if (!k) return re_fail(r, "out of memory");
+        bool first = true;
+        while (r->p < r->end && (*r->p != ']' || first)) {
+            first = false;
+            uint32_t lo;
+            if (*r->p == '\\') {
+                r->p++;
+                bool is_class, eneg;
+                if (re_escape(r, k, &is_class, &lo, &eneg)) {
+                    snug_free(k);
+                    return -1;
+                }
+                if (is_class) {
+                    if (eneg) {
+                        snug_free(k);
+                        return re_fail(r, "\\D \\W \\S inside a class");
+                    }
+                    continue;
+                }
+            } else {
+                lo = re_cp(r);
+                if (lo == RE_BAD_CP) {
+                    snug_free(k);
+                    return re_fail(r, "malformed UTF-8");
+                }
+            }
+            uint32_t hi = lo;
+            if (r->end - r->p >= 2 && *r->p == '-' && r->p[1] != ']') {
+                r->p++;
+                if (*r->p == '\\') {
+                    r->p++;
+                    bool is_class, eneg;
+                    if (re_escape(r, k, &is_class, &hi, &eneg) || is_class) {
+                        snug_free(k);
+                        return r->why[0] ? -1 : re_fail(r, "a class shorthand as a range end");
+                    }
+                } else {
+                    hi = re_cp(r);
+                    if (hi == RE_BAD_CP) {
+                        snug_free(k);
+                        return re_fail(r, "malformed UTF-8");
+                    }
+                }
+                if (hi < lo) {
+                    snug_free(k);
+                    return re_fail(r, "a range out of order");
+                }
+            }
+            rc_add(k, lo, hi);
+        }
+        if (r->p >= r->end) {
+            snug_free(k);
+            return re_fail(r, "an unclosed class");
+        }
+        r->p++;
+        int rc = re_emit_class(r, k, neg);
+        snug_free(k);
+        return rc;
+    }
+    if (ch == '.') {
+        r->p++;
+        struct re_class k = {.n = 0};
+        rc_add(&k, '\n', '\n');
+        return re_emit_class(r, &k, true);
+    }
+    if (ch == '\\') {
+        r->p++;
+        struct re_class k = {.n = 0};
+        bool is_class, neg;
+        uint32_t cp = 0;
+        if (re_escape(r, &k, &is_class, &cp, &neg)) return -1;
+        if (is_class) return re_emit_class(r, &k, neg);
+        re_emit_char(r, cp);
+        return 0;
+    }
+    if (ch == '*' || ch == '+' || ch == '?' || ch == '{')
+        return re_fail(r, "a quantifier with nothing before it");
+    if (ch == '^' || ch == '$')
+        return re_fail(r, "anchors other than a leading ^ and a trailing $");
+    uint32_t cp = re_cp(r);
+    if (cp == RE_BAD_CP) return re_fail(r, "malformed UTF-8");
+    re_emit_char(r, cp);
+    return 0;
+}
+
+/* A sequence of quantified atoms; *nullable: whether all of them can match the empty text.
+ * An unbounded repetition (`*`, `+`, `{m,}`) of an atom that can match the empty text is
+ * refused: the grammar engine rejects it (its matcher could loop without consuming), and the
+ * language it means is rarely what was meant. */
+static int re_seq(struct re *r, int depth, bool *nullable) {
+    bool any = false;
+    *nullable = true;
+    while (r->p < r->end && *r->p != '|' && *r->p != ')') {
+        if (*r->p == '$' && r->p + 1 == r->end) break;
+        snug_sbuf_puts(r->out, " (");
+        bool empty_ok;
+        if (re_atom(r, depth, &empty_ok)) return -1;
+        snug_sbuf_puts(r->out, ")");
+        bool zero = false; /* the quantifier allows no repetition */
+        if (r->p < r->end) {
+            char q = *r->p;
+            if ((q == '*' || q == '+') && empty_ok)
+                return re_fail(r, "a repetition of a group that can match nothing");
+            if (q == '*' || q == '+' || q == '?') {
+                zero = q != '+';
+                snug_sbuf_append(r->out, &q, 1);
+                r->p++;
+            } else if (q == '{') {
+                const char *e = memchr(r->p, '}', (size_t)(r->end - r->p));
+                long m = -1, n = -1;
+                char tmp[32];
+                size_t L = e ? (size_t)(e - r->p - 1) : 0;
+                if (!e || L >= sizeof tmp) return re_fail(r, "an unfinished {m,n}");
+                memcpy(tmp, r->p + 1, L);
+                tmp[L] = 0;
+                char *comma = strchr(tmp, ',');
+                m = atol(tmp);
+                n = comma ? (comma[1] ? atol(comma + 1) : -1) : m;
+                if (m < 0 || m > 1000 || n > 1000 || (n >= 0 && n < m))
+                    return re_fail(r, "a {m,n} outside 0..1000 or with n < m");
+                if (n < 0 && empty_ok)
+                    return re_fail(r, "a repetition of a group that can match nothing");
+                zero = m == 0;
+                if (n < 0)
+                    snug_sbuf_printf(r->out, "{%ld,}", m);
+                else
+                    snug_sbuf_printf(r->out, "{%ld,%ld}", m, n);
+                r->p = e + 1;
+            }
+            if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
+        }
+        if (!empty_ok && !zero) *nullable = false;
+        any = true;
+    }
+    if (!any) snug_sbuf_puts(r->out, " \"\"");
+    return 0;
+}
+
+/* Alternatives; *nullable: whether one of them can match the empty text. */
+static int re_alt(struct re *r, int depth, bool *nullable) {
+    if (depth > 32) return re_fail(r, "groups nested deeper than 32");
+    bool e;
+    if (re_seq(r, depth, &e)) return -1;
+    *nullable = e;
+    while (r->p < r->end && *r->p == '|') {
+        r->p++;
+        snug_sbuf_puts(r->out, " |");
+        if (re_seq(r, depth, &e)) return -1;
+        *nullable = *nullable || e;
+    }
+    return 0;
+}
+
+static int re_top(struct re *r) {
+    bool head = r->p < r->end && *r->p == '^';
+    if (head) r->p++;
+    bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
+    const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
+    if (r->whole) head = tail = true;
+    if (!head) snug_sbuf_printf(r->out, "%s ", any);
+    snug_sbuf_puts(r->out, "(");
+    bool nullable;
+    if (re_alt(r, 0, &nullable)) return -1;
+    if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
+        return re_fail(r, "an unmatched ')'");
+    snug_sbuf_puts(r->out, ")");
+    if (!tail) snug_sbuf_printf(r->out, " %s", any);
+    return 0;
+}
+
+int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
+    struct snug_sbuf body = {0};
+    struct re r = {
+        .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
+    *out = NULL;
+    if (re_top(&r) || body.oom) {
+        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
+        snug_free(body.data);
+        return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
+    }
+    *out = body.data;
+    return SNUG_OK;
+}
+
+int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, char *why,
+                  size_t why_n) {
+    struct re r = {.p = pat, .end = pat + n, .out = out, .raw = raw};
+    if (re_top(&r) || out->oom) {
+        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
+        return -1;
+    }
+    return 0;
+}
