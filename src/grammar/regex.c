@@ -32,9 +32,10 @@
 struct re {
     const char *p, *end;
     struct snug_sbuf *out;
-    bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
-    bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
-    bool whole; /* the regex must match the whole text (no implicit text around it) */
+    bool raw;          /* raw or text mode: characters as themselves, not JSON-escaped */
+    bool text;         /* text mode (Lark terminals, regex tool formats): only NUL is left out */
+    bool whole;        /* the regex must match the whole text (no implicit text around it) */
+    bool in_neg_class; /* inside [^...]: shorthand classes take their wide sets */
     char why[120];
 };
 
@@ -53,17 +54,32 @@ static void rc_add(struct re_class *k, uint32_t lo, uint32_t hi) {
     if (k->n < 128) k->lo[k->n] = lo, k->hi[k->n++] = hi;
 }
 
-static void rc_shorthand(struct re_class *k, char e, bool *neg_only) {
+/* The code points of \d, \w or \s. ECMA-262 (JSON Schema's regex dialect) and Python (what
+ * many validators run) agree on them in ASCII and differ beyond it (Python's \d and \w take
+ * Unicode digits and letters, both take Unicode spaces). A class that is negated must leave out
+ * what either dialect counts, so `wide` adds the rest: every space either counts, and for \d /
+ * \w everything from the first non-ASCII digit / letter up. Un-negated, the ASCII sets are in
+ * both dialects' sets. */
+static void rc_shorthand(struct re_class *k, char e, bool wide, bool *neg_only) {
     *neg_only = false;
     switch (e) {
     case 'd':
         rc_add(k, '0', '9');
+        if (wide) rc_add(k, 0x660, 0x10FFFF);
         break;
     case 'w':
         rc_add(k, '0', '9'), rc_add(k, 'a', 'z'), rc_add(k, 'A', 'Z'), rc_add(k, '_', '_');
+        if (wide) rc_add(k, 0x80, 0x10FFFF);
         break;
     case 's':
         rc_add(k, ' ', ' '), rc_add(k, '\t', '\r');
+        if (wide) {
+            static const uint32_t sp[][2] = {{0x1C, 0x1F},     {0x85, 0x85},     {0xA0, 0xA0},
+                                             {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
+                                             {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
+                                             {0xFEFF, 0xFEFF}};
+            for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) rc_add(k, sp[i][0], sp[i][1]);
+        }
         break;
     default:
         *neg_only = true;
@@ -159,12 +175,12 @@ static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t 
     *neg = false;
     bool neg_only;
     if (e == 'd' || e == 'w' || e == 's') {
-        rc_shorthand(k, e, &neg_only);
+        rc_shorthand(k, e, r->in_neg_class, &neg_only);
         *is_class = true;
         return 0;
     }
     if (e == 'D' || e == 'W' || e == 'S') {
-        rc_shorthand(k, (char)(e + 32), &neg_only);
+        rc_shorthand(k, (char)(e + 32), true, &neg_only);
         *is_class = *neg = true;
         return 0;
     }
@@ -242,6 +258,7 @@ static int re_atom(struct re *r, int depth, bool *nullable) {
         r->p++;
         bool neg = false;
         if (r->p < r->end && *r->p == '^') neg = true, r->p++;
+        r->in_neg_class = neg;
         struct re_class *k = snug_calloc(1, sizeof *k);
         if (!k) return re_fail(r, "out of memory");
         bool first = true;
@@ -298,14 +315,17 @@ static int re_atom(struct re *r, int depth, bool *nullable) {
             return re_fail(r, "an unclosed class");
         }
         r->p++;
+        r->in_neg_class = false;
         int rc = re_emit_class(r, k, neg);
         snug_free(k);
         return rc;
     }
-    if (ch == '.') {
+    if (ch == '.') { /* any character but a line terminator: ECMA-262's four (Python's '.'
+                      * leaves out only '\n'); text mode follows Python */
         r->p++;
         struct re_class k = {.n = 0};
         rc_add(&k, '\n', '\n');
+        if (!r->text) rc_add(&k, '\r', '\r'), rc_add(&k, 0x2028, 0x2029);
         return re_emit_class(r, &k, true);
     }
     if (ch == '\\') {
