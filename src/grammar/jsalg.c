@@ -422,12 +422,93 @@ json_t *js_all(struct js_alg *a, json_t *x, json_t *y) {
     return lazy_all(a, x, y);
 }
 
-/* draft-04 forms → the 2020-12 ones (a new object when something changes). */
+static bool has_name(json_t *arr, const char *name);
+
+/* "not n" in keywords the converter writes, or NULL when that is not possible. Exact forms:
+ * not {} (nothing), not false (everything), not {type}, not {required} (an object without one
+ * of the names), not {anyOf} (none of them), not {allOf} (not all of them). */
+static json_t *negate(struct js_alg *a, json_t *n, int depth) {
+    if (depth > 4) return NULL;
+    if (trivial(n)) return json_false();
+    if (json_is_false(n)) return keep(a, json_object());
+    if (!json_is_object(n)) return NULL;
+    json_t *req = NULL, *ty = NULL, *list = NULL, *props = NULL;
+    bool any_list = false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(n, k, v) {
+        if (!js_is_translated(k) && !js_is_refused(k)) continue;
+        if (!strcmp(k, "required") && json_is_array(v))
+            req = v;
+        else if (!strcmp(k, "properties") && json_is_object(v))
+            props = v;
+        else if (!strcmp(k, "type"))
+            ty = v;
+        else if ((!strcmp(k, "anyOf") || !strcmp(k, "allOf")) && json_is_array(v) && !list)
+            list = v, any_list = k[1] == 'n';
+        else
+            return NULL;
+    }
+    if ((req != NULL) + (ty != NULL) + (list != NULL) != 1) return NULL;
+    if (props && !req) return NULL;
+    if (ty) {
+        if (props) return NULL;
+        unsigned m = JS_ALL & ~type_mask(n);
+        if ((m & (JS_INT | JS_FRAC)) == JS_FRAC) return NULL; /* "non-integer numbers" */
+        if (!m) return json_false();
+        return keep(a, json_pack("{s:o}", "type", type_json(m)));
+    }
+    if (req) {
+        /* properties may only restate required names with schemas that allow anything */
+        json_object_foreach(props, k, v) if (!has_name(req, k) || !trivial(v)) return NULL;
+        if (!json_array_size(req)) return json_false();
+        json_t *alts = json_array();
+        size_t i;
+        json_array_foreach(req, i, v) {
+            if (!json_is_string(v)) {
+                json_decref(alts);
+                return NULL;
+            }
+            json_array_append_new(alts,
+                                  json_pack("{s:{s:b}}", "properties", json_string_value(v), 0));
+        }
+        json_t *out = json_array_size(alts) == 1
+                          ? json_pack("{s:s,s:O}", "type", "object", "properties",
+                                      json_object_get(json_array_get(alts, 0), "properties"))
+                          : json_pack("{s:s,s:O}", "type", "object", "anyOf", alts);
+        json_decref(alts);
+        return keep(a, out);
+    }
+    /* not anyOf [A...] = allOf [not A...]; not allOf [A...] = anyOf [not A...] */
+    json_t *parts = json_array();
+    size_t i;
+    json_array_foreach(list, i, v) {
+        json_t *nv = negate(a, v, depth + 1);
+        if (!nv) {
+            json_decref(parts);
+            return NULL;
+        }
+        json_array_append(parts, nv);
+    }
+    return keep(a, json_pack("{s:o}", any_list ? "allOf" : "anyOf", parts));
+}
+
+/* draft-04 forms → the 2020-12 ones; `not` and dependencies → allOf pieces this converter
+ * writes (a new object when something changes):
+ *   dependencies / dependentRequired  a: [b, ...]  → anyOf [a absent, required [a, b, ...]]
+ *   dependencies / dependentSchemas   a: S         → anyOf [a absent, allOf [required [a], S]]
+ *   not n                                           → the negation of n (negate above)
+ * Each is exact; what cannot be rewritten stays and is refused by name. */
 static json_t *normalize(struct js_alg *a, json_t *s) {
     json_t *xmin = json_object_get(s, "exclusiveMinimum"),
            *xmax = json_object_get(s, "exclusiveMaximum"), *items = json_object_get(s, "items"),
-           *add = json_object_get(s, "additionalItems");
-    if (!json_is_boolean(xmin) && !json_is_boolean(xmax) && !json_is_array(items) && !add) return s;
+           *add = json_object_get(s, "additionalItems"), *nt = json_object_get(s, "not");
+    static const char *DEPS[3] = {"dependencies", "dependentRequired", "dependentSchemas"};
+    bool deps = false;
+    for (int i = 0; i < 3; i++) deps |= json_is_object(json_object_get(s, DEPS[i]));
+    if (!json_is_boolean(xmin) && !json_is_boolean(xmax) && !json_is_array(items) && !add && !nt &&
+        !deps)
+        return s;
     json_t *n = keep(a, json_copy(s));
     if (!n) return NULL;
     const char *pair[2][2] = {{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}};
@@ -450,6 +531,42 @@ static json_t *normalize(struct js_alg *a, json_t *s) {
             json_object_del(n, "items");
     }
     json_object_del(n, "additionalItems");
+    json_t *all = json_object_get(n, "allOf");
+    json_t *pieces = json_is_array(all) ? json_copy(all) : json_array();
+    if (nt) {
+        json_t *neg = negate(a, nt, 0);
+        if (neg) {
+            json_array_append(pieces, neg);
+            json_object_del(n, "not");
+        }
+    }
+    for (int d = 0; d < 3; d++) {
+        json_t *dep = json_object_get(n, DEPS[d]);
+        if (!json_is_object(dep) || json_object_size(dep) > 6) continue;
+        bool ok = true;
+        const char *k;
+        json_t *v;
+        json_object_foreach(dep, k, v) ok &= json_is_array(v) ? d != 2 : d != 1;
+        if (!ok) continue;
+        json_object_foreach(dep, k, v) {
+            json_t *absent = json_pack("{s:{s:b}}", "properties", k, 0);
+            json_t *present;
+            if (json_is_array(v)) {
+                json_t *req = json_array();
+                json_array_append_new(req, json_string(k));
+                json_array_extend(req, v);
+                present = json_pack("{s:o}", "required", req);
+            } else {
+                present = json_pack("{s:[{s:[s]},O]}", "allOf", "required", k, v);
+            }
+            json_array_append_new(pieces, json_pack("{s:[o,o]}", "anyOf", absent, present));
+        }
+        json_object_del(n, DEPS[d]);
+    }
+    if (json_array_size(pieces))
+        json_object_set_new(n, "allOf", pieces);
+    else
+        json_decref(pieces);
     return n;
 }
 
@@ -458,8 +575,10 @@ json_t *js_flatten(struct js_alg *a, json_t *s) {
     if (json_is_false(s)) return json_false();
     if (!json_is_object(s))
         return invalid(a, "(schema)", "a schema must be an object or a boolean");
+    s = normalize(a, s);
+    if (!s) return NULL;
     json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
-    if (!ref && !all) return normalize(a, s);
+    if (!ref && !all) return s;
     if (ref && !json_is_string(ref)) return invalid(a, "$ref", "must be a string");
     if (all && (!json_is_array(all) || !json_array_size(all)))
         return invalid(a, "allOf", "must be a non-empty array");
@@ -471,7 +590,6 @@ json_t *js_flatten(struct js_alg *a, json_t *s) {
     if (acc) {
         json_object_del(acc, "$ref");
         json_object_del(acc, "allOf");
-        acc = normalize(a, acc);
     }
     if (acc && ref) {
         json_t *t = js_resolve(a, json_string_value(ref));
@@ -722,6 +840,40 @@ json_t *js_merge(struct js_alg *a, json_t *x, json_t *y) {
     return m;
 }
 
+bool js_empty(struct js_alg *a, json_t *s) {
+    int status = a->status;
+    struct snug_err saved = *a->err;
+    json_t *f = js_flatten(a, s);
+    bool empty = false;
+    if (!f) { /* a question that cannot be answered: not proven empty */
+        *a->err = saved;
+        a->status = status;
+        return false;
+    }
+    if (json_is_false(f) || !js_sem_types(f)) return true;
+    if (!(js_gen_types(f) & ~(unsigned)JS_OBJ)) { /* objects only: a required name forbidden */
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(f, "required"), i,
+                           v) if (json_is_string(v) &&
+                                  json_is_false(json_object_get(json_object_get(f, "properties"),
+                                                                json_string_value(v)))) return true;
+    }
+    json_t *vals = value_set(f);
+    if (vals) {
+        json_t *rest = json_copy(f);
+        json_object_del(rest, "enum");
+        json_object_del(rest, "const");
+        empty = true;
+        size_t i;
+        json_t *v;
+        json_array_foreach(vals, i, v) if (js_validate(a, rest, v) != JS_NO) empty = false;
+        json_decref(rest);
+        json_decref(vals);
+    }
+    return empty;
+}
+
 /* ---- validation of a value ---------------------------------------------------------------- */
 
 static enum js_tri and3(enum js_tri x, enum js_tri y) {
@@ -784,7 +936,7 @@ static int pattern_accepts(struct js_alg *a, const char *pat, const char *s, siz
         struct snug_sbuf b = {0};
         char why[120];
         snug_sbuf_puts(&b, "root ::= \"\\\"\" ");
-        if (!gr_regex_emit(&b, pat, strlen(pat), false, why, sizeof why)) {
+        if (!gr_regex_emit(&b, pat, strlen(pat), false, 0, -1, why, sizeof why)) {
             snug_sbuf_puts(&b, " \"\\\"\"\n");
             struct snug_err err = {0};
             if (!b.oom && snug_grammar_parse(&p->g, b.data, b.len, NULL, NULL, &err) != SNUG_OK)

@@ -366,30 +366,52 @@ static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
 /* ---- strings ------------------------------------------------------------------------------ */
 
 /* The formats written by a grammar (each a subset of what the format's RFC allows, so every
- * output passes a validator that checks it). `rule`: its GBNF body, over the BASE rules. */
+ * output passes a validator that checks it), with the lengths of what the grammar writes.
+ * `body`: GBNF over the BASE rules. */
 static const struct {
     const char *name, *body;
+    long lo, hi;
 } FORMATS[] = {
-    {"date", "date"},
-    {"time", "time"},
-    {"date-time", "date \"T\" time"},
-    {"uuid", "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}"},
-    {"email", "email"},
-    {"idn-email", "email"},
-    {"ipv4", "octet \".\" octet \".\" octet \".\" octet"},
-    {"ipv6", "hex{1,4} (\":\" hex{1,4}){7}"},
-    {"hostname", "hostname"},
-    {"idn-hostname", "hostname"},
-    {"uri", "uri"},
-    {"url", "uri"},
-    {"uri-reference", "uri"},
-    {"iri", "uri"},
-    {"iri-reference", "uri"},
-    {"duration", "\"P\" ([1-9] [0-9]{0,3} [YMWD] | \"T\" [1-9] [0-9]{0,3} [HMS])"},
-    {"json-pointer", "(\"/\" ([a-zA-Z0-9._-] | \"~\" [01]){0,16}){0,8}"},
-    {"byte", "([A-Za-z0-9+/]{4}){0,64} ([A-Za-z0-9+/]{2} \"==\" | [A-Za-z0-9+/]{3} \"=\")?"},
-    {NULL, NULL},
+    {"date", "date", 10, 10},
+    {"time", "time", 9, 21},
+    {"date-time", "date \"T\" time", 20, 32},
+    {"uuid", "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}", 36, 36},
+    {"email", "email", 6, 206},
+    {"idn-email", "email", 6, 206},
+    {"ipv4", "octet \".\" octet \".\" octet \".\" octet", 7, 15},
+    {"ip-address", "octet \".\" octet \".\" octet \".\" octet", 7, 15}, /* draft 3 */
+    {"ipv6", "hex{1,4} (\":\" hex{1,4}){7}", 15, 39},
+    {"hostname", "hostname", 1, 91},
+    {"host-name", "hostname", 1, 91}, /* draft 3 */
+    {"idn-hostname", "hostname", 1, 91},
+    {"uri", "uri", 5, 253},
+    {"url", "uri", 5, 253},
+    {"uri-reference", "uri", 5, 253},
+    {"iri", "uri", 5, 253},
+    {"iri-reference", "uri", 5, 253},
+    {"duration", "\"P\" ([1-9] [0-9]{0,3} [YMWD] | \"T\" [1-9] [0-9]{0,3} [HMS])", 3, 7},
+    {"json-pointer", "(\"/\" ([a-zA-Z0-9._-] | \"~\" [01]){0,16}){0,8}", 0, 264},
+    {"byte", "([A-Za-z0-9+/]{4}){0,64} ([A-Za-z0-9+/]{2} \"==\" | [A-Za-z0-9+/]{3} \"=\")?", 0,
+     260},
+    {NULL, NULL, 0, 0},
 };
+
+/* Formats a validator may check that no grammar here writes: refused. Every other format
+ * name that is not in FORMATS is one no JSON Schema draft defines (semver, int32, ...):
+ * an annotation, which the specification says does not constrain the string. */
+static const char *FORMATS_REFUSED[] = {"uri-template", "relative-json-pointer",
+                                        "regex",        "color",
+                                        "utc-millisec", "phone",
+                                        "style",        NULL};
+
+static bool format_is_annotation(const char *f) {
+    if (!f) return false;
+    for (int i = 0; FORMATS[i].name; i++)
+        if (!strcmp(FORMATS[i].name, f)) return false;
+    for (int i = 0; FORMATS_REFUSED[i]; i++)
+        if (!strcmp(FORMATS_REFUSED[i], f)) return false;
+    return true;
+}
 
 /* A string: JSON-quoted, or `raw` (the bare text, for Qwen's XML tool-call parameters, where a
  * string value is written unquoted and ends at the next '<'). minLength / maxLength count
@@ -412,12 +434,12 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
     const char *q2 = raw ? "" : " \"\\\"\"";
     if (pat) {
         if (!json_is_string(pat)) return invalid(c, "pattern", "must be a string");
-        if (fmt || has_mn || has_mx)
-            return unsupported(c, "pattern", "together with format/minLength/maxLength");
+        if (fmt && !format_is_annotation(json_string_value(fmt)))
+            return unsupported(c, "pattern", "together with format");
         struct snug_sbuf body = {0};
-        char why[120];
-        if (gr_regex_emit(&body, json_string_value(pat), json_string_length(pat), raw, why,
-                          sizeof why)) {
+        char why[200];
+        if (gr_regex_emit(&body, json_string_value(pat), json_string_length(pat), raw, mn,
+                          has_mx ? mx : -1, why, sizeof why)) {
             snug_free(body.data);
             return unsupported(c, "pattern", why);
         }
@@ -429,14 +451,19 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         snug_free(body.data);
         return id;
     }
-    if (fmt) {
-        if (!json_is_string(fmt)) return invalid(c, "format", "must be a string");
-        if (has_mn || has_mx) return unsupported(c, "format", "together with minLength/maxLength");
-        const char *f = json_string_value(fmt);
-        const char *body = NULL;
-        for (int i = 0; FORMATS[i].name && !body; i++)
-            if (!strcmp(FORMATS[i].name, f)) body = FORMATS[i].body;
-        if (!body) return unsupported(c, "format", f);
+    if (fmt && !json_is_string(fmt)) return invalid(c, "format", "must be a string");
+    const char *body = NULL, *f = fmt ? json_string_value(fmt) : NULL;
+    for (int i = 0; f && FORMATS[i].name && !body; i++) {
+        if (strcmp(FORMATS[i].name, f)) continue;
+        body = FORMATS[i].body;
+        if ((has_mn && FORMATS[i].lo < mn) || (has_mx && FORMATS[i].hi > mx))
+            return unsupported(c, "format",
+                               "together with minLength/maxLength that not all of its strings "
+                               "meet");
+    }
+    for (int i = 0; f && !body && FORMATS_REFUSED[i]; i++)
+        if (!strcmp(FORMATS_REFUSED[i], f)) return unsupported(c, "format", f);
+    if (body) {
         int id = rule_begin(c);
         snug_sbuf_printf(&c->rules, "%s%s%s", q, body, q2);
         rule_end(c);
@@ -822,6 +849,8 @@ static int gen_object(struct ctx *c, json_t *s) {
             alg_failed(c);
             goto out;
         }
+        if (!json_is_false(sch[k]) && js_empty(alg(c), sch[k]))
+            sch[k] = json_false(); /* a property that can hold no value is never written */
         if (json_is_false(sch[k]) && isreq[k]) {
             size_t old = path_push(c, "required");
             unsupported(c, name[k], "a required property that no value can satisfy");
@@ -866,7 +895,7 @@ static int gen_object(struct ctx *c, json_t *s) {
             }
             struct snug_sbuf kb = {0};
             char why[120];
-            if (gr_regex_emit(&kb, pat, strlen(pat), false, why, sizeof why)) {
+            if (gr_regex_emit(&kb, pat, strlen(pat), false, 0, -1, why, sizeof why)) {
                 snug_free(kb.data);
                 unsupported(c, "patternProperties", why);
                 path_pop(c, old);
@@ -1150,6 +1179,14 @@ static int gen_array(struct ctx *c, json_t *s) {
     if (mn > COUNT_MAX || mx > COUNT_MAX)
         return unsupported(c, has_mx ? "maxItems" : "minItems", "counts above 1000");
     long long n_pre = (long long)json_array_size(prefix);
+    if (items && !json_is_false(items) && js_empty(alg(c), items))
+        items = json_false(); /* items that can hold no value: only the prefix */
+    for (long long i = 0; i < n_pre; i++)
+        if (js_empty(alg(c), json_array_get(prefix, (size_t)i))) { /* no item can be at i */
+            n_pre = i;
+            items = json_false();
+            break;
+        }
     if (json_is_false(items) && (mx < 0 || mx > n_pre)) mx = n_pre;
     if (mx >= 0 && mn > mx)
         return unsupported(c, "minItems", "more items than the items the schema allows");
@@ -1336,6 +1373,48 @@ static int gen_plain(struct ctx *c, json_t *s) {
 static int gen_flat(struct ctx *c, json_t *s);
 static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat);
 
+/* A copy of flattened schema s (kept) whose property `name` is false: never written. */
+static json_t *forbid(struct ctx *c, json_t *s, const char *name) {
+    json_t *n = js_keep(alg(c), json_copy(s));
+    if (!n) return NULL;
+    json_t *props = json_object_get(n, "properties");
+    json_t *np = js_keep(alg(c), props ? json_copy(props) : json_object());
+    if (!np) return NULL;
+    json_object_set(np, name, json_false());
+    json_object_set(n, "properties", np);
+    return n;
+}
+
+static bool requires(json_t *s, const char *name) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(s, "required"), i,
+                       v) if (json_is_string(v) && !strcmp(json_string_value(v), name)) return true;
+    return false;
+}
+
+/* Two oneOf branches not proven disjoint, made so for what is written: a document written
+ * for one must fail the other. When each requires a property the other does not, the other
+ * branch's documents leave that property out (a narrower set, still valid for its branch). */
+static bool separate(struct ctx *c, json_t **x, json_t **y, bool *cx, bool *cy) {
+    json_t *sides[2] = {*x, *y};
+    const char *pick[2] = {NULL, NULL}; /* pick[s]: required by side s, not by the other */
+    for (int s = 0; s < 2; s++) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(sides[s], "required"), i, v) {
+            if (!json_is_string(v) || requires(sides[1 - s], json_string_value(v))) continue;
+            pick[s] = json_string_value(v);
+            break;
+        }
+    }
+    if (!pick[0] || !pick[1]) return false;
+    json_t *nx = forbid(c, *x, pick[1]), *ny = forbid(c, *y, pick[0]);
+    if (!nx || !ny) return false;
+    *x = nx, *y = ny, *cx = *cy = true;
+    return true;
+}
+
 /* anyOf / oneOf: the keywords beside them are merged into every branch; a branch that can
  * hold no value is dropped; oneOf's branches must be proven pairwise disjoint. */
 static int gen_union(struct ctx *c, json_t *s) {
@@ -1377,17 +1456,25 @@ static int gen_union(struct ctx *c, json_t *s) {
             alg_failed(c);
             goto out;
         }
-        if (json_is_false(mi)) continue;
+        if (json_is_false(mi) || js_empty(alg(c), mi)) continue; /* a branch with no value */
         m[k] = mi, at[k++] = i;
     }
     if (!k) {
         unsupported(c, kw, "no branch can hold a value together with the keywords beside it");
         goto out;
     }
+    bool *changed = snug_calloc(k, sizeof *changed);
+    if (!changed) {
+        over_budget(c);
+        goto out;
+    }
     if (one)
         for (size_t i = 0; i < k; i++)
             for (size_t j = i + 1; j < k; j++)
-                if (!js_disjoint(alg(c), m[i], m[j])) {
+                if (!js_disjoint(alg(c), m[i], m[j]) &&
+                    !(separate(c, &m[i], &m[j], &changed[i], &changed[j]) &&
+                      js_disjoint(alg(c), m[i], m[j]))) {
+                    snug_free(changed);
                     char why[200];
                     snprintf(why, sizeof why,
                              "branches %zu and %zu may both match one document (oneOf needs "
@@ -1404,16 +1491,22 @@ static int gen_union(struct ctx *c, json_t *s) {
             c->depth--;
             path_pop(c, old);
             unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
+            snug_free(changed);
             goto out;
         }
         /* a branch is written as itself when nothing was merged into it (its $refs then name
          * their rules), else as the merged schema */
-        ids[i] = plain ? gen(c, json_array_get(list, at[i])) : gen_memo(c, m[i], m[i]);
+        ids[i] =
+            plain && !changed[i] ? gen(c, json_array_get(list, at[i])) : gen_memo(c, m[i], m[i]);
         c->depth--;
         path_pop(c, old);
-        if (ids[i] < 0) goto out;
+        if (ids[i] < 0) {
+            snug_free(changed);
+            goto out;
+        }
     }
     id = rule_union(c, ids, k);
+    snug_free(changed);
 out:
     snug_free(m);
     snug_free(ids);

@@ -98,6 +98,10 @@ json_t *js_all(struct js_alg *a, json_t *x, json_t *y);
 /* Keep x alive until the conversion ends; returns x, NULL (refusal set) when out of memory. */
 json_t *js_keep(struct js_alg *a, json_t *x);
 
+/* Can the schema hold no value at all (proven: its conjunction is empty, no type is left, or
+ * no enum value satisfies its other keywords)? */
+bool js_empty(struct js_alg *a, json_t *s);
+
 /* Types a schema's values can have (an upper bound): from type, enum / const. */
 unsigned js_sem_types(json_t *s);
 /* The types the generator writes for a flattened schema: type, enum / const, else those whose

@@ -36,6 +36,16 @@ struct re {
     bool text;         /* text mode (Lark terminals, regex tool formats): only NUL is left out */
     bool whole;        /* the regex must match the whole text (no implicit text around it) */
     bool in_neg_class; /* inside [^...]: shorthand classes take their wide sets */
+    /* the top level's atoms (one alternative only): where each quantifier was written and the
+     * lengths involved, so a length limit can be folded into one of them (gr_regex_emit) */
+    int n_top_alts;
+    bool anchored; /* the one top-level alternative has both ^ and $ */
+    struct re_atom_info {
+        size_t q_start, q_end;               /* the quantifier's text in the output */
+        long width_lo, width_hi, q_lo, q_hi; /* q_hi -1: unbounded */
+    } atoms[64];
+    int n_atoms;
+    bool too_many_atoms;
     char why[120];
 };
 
@@ -165,7 +175,9 @@ static void re_emit_char(struct re *r, uint32_t cp) {
         snug_sbuf_printf(r->out, "[\\U%08X]", cp);
 }
 
-static int re_alt(struct re *r, int depth, bool *nullable);
+#define RE_INF 1000000000L /* an unbounded length */
+
+static int re_alt(struct re *r, int depth, bool *nullable, long *lo, long *hi);
 
 /* An escape after '\' (r->p at the escaped char): into a class, or as an atom. */
 static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t *cp, bool *neg) {
@@ -235,10 +247,12 @@ static uint32_t re_cp(struct re *r) {
     return c;
 }
 
-/* One atom; *nullable: whether it can match the empty text (only a group can). */
-static int re_atom(struct re *r, int depth, bool *nullable) {
+/* One atom; *nullable: whether it can match the empty text (only a group can); [*lo, *hi]:
+ * the lengths (in characters) of its matches. */
+static int re_atom(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
     char ch = *r->p;
     *nullable = false;
+    *lo = *hi = 1;
     if (ch == '(') {
         r->p++;
         if (r->p < r->end && *r->p == '?') {
@@ -248,7 +262,7 @@ static int re_atom(struct re *r, int depth, bool *nullable) {
                 return re_fail(r, "look-around and named groups");
         }
         snug_sbuf_puts(r->out, "(");
-        if (re_alt(r, depth + 1, nullable)) return -1;
+        if (re_alt(r, depth + 1, nullable, lo, hi)) return -1;
         if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
         r->p++;
         snug_sbuf_puts(r->out, ")");
@@ -341,33 +355,52 @@ static int re_atom(struct re *r, int depth, bool *nullable) {
     if (ch == '*' || ch == '+' || ch == '?' || ch == '{')
         return re_fail(r, "a quantifier with nothing before it");
     if (ch == '^' || ch == '$')
-        return re_fail(r, "anchors other than a leading ^ and a trailing $");
+        return re_fail(r, "anchors other than ^ at the start and $ at the end of an alternative");
     uint32_t cp = re_cp(r);
     if (cp == RE_BAD_CP) return re_fail(r, "malformed UTF-8");
     re_emit_char(r, cp);
     return 0;
 }
 
-/* A sequence of quantified atoms; *nullable: whether all of them can match the empty text.
- * An unbounded repetition (`*`, `+`, `{m,}`) of an atom that can match the empty text is
- * refused: the grammar engine rejects it (its matcher could loop without consuming), and the
- * language it means is rarely what was meant. */
-static int re_seq(struct re *r, int depth, bool *nullable) {
-    bool any = false;
+/* A sequence of quantified atoms; *nullable: whether all of them can match the empty text;
+ * [*lo, *hi]: the lengths of its matches. At the top level (depth 0) a sequence is one
+ * alternative of the pattern and may start with '^' and end with '$'; without them any text
+ * may come before / after it (search semantics). An unbounded repetition (`*`, `+`, `{m,}`) of
+ * an atom that can match the empty text is refused: the grammar engine rejects it (its matcher
+ * could loop without consuming), and the language it means is rarely what was meant. */
+static int re_seq(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
+    bool any = false, head = false, tail = false;
+    const char *anytext = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
     *nullable = true;
+    *lo = *hi = 0;
+    if (depth == 0) {
+        head = r->whole;
+        if (r->p < r->end && *r->p == '^') head = true, r->p++;
+        if (!head) snug_sbuf_printf(r->out, " %s", anytext);
+        r->n_top_alts++;
+        r->n_atoms = 0;
+    }
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
-        if (*r->p == '$' && r->p + 1 == r->end) break;
+        if (depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
+            tail = true;
+            r->p++;
+            break;
+        }
         snug_sbuf_puts(r->out, " (");
         bool empty_ok;
-        if (re_atom(r, depth, &empty_ok)) return -1;
+        long alo, ahi;
+        if (re_atom(r, depth, &empty_ok, &alo, &ahi)) return -1;
         snug_sbuf_puts(r->out, ")");
         bool zero = false; /* the quantifier allows no repetition */
+        long qlo = 1, qhi = 1;
+        size_t q_start = r->out->len;
         if (r->p < r->end) {
             char q = *r->p;
             if ((q == '*' || q == '+') && empty_ok)
                 return re_fail(r, "a repetition of a group that can match nothing");
             if (q == '*' || q == '+' || q == '?') {
                 zero = q != '+';
+                qlo = q == '+', qhi = q == '?' ? 1 : -1;
                 snug_sbuf_append(r->out, &q, 1);
                 r->p++;
             } else if (q == '{') {
@@ -386,6 +419,7 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
                 if (n < 0 && empty_ok)
                     return re_fail(r, "a repetition of a group that can match nothing");
                 zero = m == 0;
+                qlo = m, qhi = n;
                 if (n < 0)
                     snug_sbuf_printf(r->out, "{%ld,}", m);
                 else
@@ -394,42 +428,55 @@ static int re_seq(struct re *r, int depth, bool *nullable) {
             }
             if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
         }
+        if (depth == 0) {
+            if (r->n_atoms < 64)
+                r->atoms[r->n_atoms++] =
+                    (struct re_atom_info){q_start, r->out->len, alo, ahi, qlo, qhi};
+            else
+                r->too_many_atoms = true;
+        }
+        *lo += alo * qlo;
+        if (*lo > RE_INF) *lo = RE_INF;
+        *hi = qhi < 0 || ahi >= RE_INF || *hi >= RE_INF ? RE_INF : *hi + ahi * qhi;
+        if (*hi > RE_INF) *hi = RE_INF;
         if (!empty_ok && !zero) *nullable = false;
         any = true;
     }
     if (!any) snug_sbuf_puts(r->out, " \"\"");
-    return 0;
-}
-
-/* Alternatives; *nullable: whether one of them can match the empty text. */
-static int re_alt(struct re *r, int depth, bool *nullable) {
-    if (depth > 32) return re_fail(r, "groups nested deeper than 32");
-    bool e;
-    if (re_seq(r, depth, &e)) return -1;
-    *nullable = e;
-    while (r->p < r->end && *r->p == '|') {
-        r->p++;
-        snug_sbuf_puts(r->out, " |");
-        if (re_seq(r, depth, &e)) return -1;
-        *nullable = *nullable || e;
+    if (depth == 0) {
+        if (!tail && r->whole) tail = true;
+        if (!tail) snug_sbuf_printf(r->out, " %s", anytext);
+        if (!head || !tail) *hi = RE_INF, *nullable = false;
+        r->anchored = head && tail;
     }
     return 0;
 }
 
-static int re_top(struct re *r) {
-    bool head = r->p < r->end && *r->p == '^';
-    if (head) r->p++;
-    bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
-    const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
-    if (r->whole) head = tail = true;
-    if (!head) snug_sbuf_printf(r->out, "%s ", any);
+/* Alternatives; *nullable: whether one of them can match the empty text; [*lo, *hi]: the
+ * lengths of the matches. */
+static int re_alt(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
+    if (depth > 32) return re_fail(r, "groups nested deeper than 32");
+    bool e;
+    long l2, h2;
+    if (re_seq(r, depth, &e, lo, hi)) return -1;
+    *nullable = e;
+    while (r->p < r->end && *r->p == '|') {
+        r->p++;
+        snug_sbuf_puts(r->out, " |");
+        if (re_seq(r, depth, &e, &l2, &h2)) return -1;
+        *nullable = *nullable || e;
+        if (l2 < *lo) *lo = l2;
+        if (h2 > *hi) *hi = h2;
+    }
+    return 0;
+}
+
+static int re_top(struct re *r, long *lo, long *hi) {
     snug_sbuf_puts(r->out, "(");
     bool nullable;
-    if (re_alt(r, 0, &nullable)) return -1;
-    if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
-        return re_fail(r, "an unmatched ')'");
+    if (re_alt(r, 0, &nullable, lo, hi)) return -1;
+    if (r->p < r->end) return re_fail(r, *r->p == ')' ? "an unmatched ')'" : "a misplaced anchor");
     snug_sbuf_puts(r->out, ")");
-    if (!tail) snug_sbuf_printf(r->out, " %s", any);
     return 0;
 }
 
@@ -438,7 +485,8 @@ int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t wh
     struct re r = {
         .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
     *out = NULL;
-    if (re_top(&r) || body.oom) {
+    long lo, hi;
+    if (re_top(&r, &lo, &hi) || body.oom) {
         snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
         snug_free(body.data);
         return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
@@ -447,12 +495,67 @@ int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t wh
     return SNUG_OK;
 }
 
-int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, char *why,
-                  size_t why_n) {
-    struct re r = {.p = pat, .end = pat + n, .out = out, .raw = raw};
-    if (re_top(&r) || out->oom) {
-        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
+int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, long min_len,
+                  long max_len, char *why, size_t why_n) {
+    struct re *r = snug_calloc(1, sizeof *r);
+    struct snug_sbuf body = {0};
+    if (!r) {
+        snprintf(why, why_n, "out of memory");
         return -1;
     }
-    return 0;
+    *r = (struct re){.p = pat, .end = pat + n, .out = &body, .raw = raw};
+    long lo, hi;
+    int rc = 0;
+    if (re_top(r, &lo, &hi) || body.oom) {
+        snprintf(why, why_n, "%s", r->why[0] ? r->why : "out of memory");
+        rc = -1;
+    } else if (lo >= min_len && (max_len < 0 || hi <= max_len)) {
+        snug_sbuf_append(out, body.data, body.len); /* the lengths hold for every match */
+    } else {
+        /* fold the lengths into the one repetition whose count varies: with the other atoms'
+         * lengths fixed at F and this atom's width w, the count k must give k*w + F inside
+         * [min_len, max_len] */
+        int var = -1;
+        long fixed = 0;
+        bool ok = r->n_top_alts == 1 && r->anchored && !r->too_many_atoms;
+        for (int i = 0; ok && i < r->n_atoms; i++) {
+            const struct re_atom_info *a = &r->atoms[i];
+            if (a->width_lo != a->width_hi) {
+                ok = false;
+            } else if (a->q_lo != a->q_hi) {
+                if (var >= 0) ok = false;
+                var = i;
+            } else {
+                fixed += a->width_lo * a->q_lo;
+            }
+        }
+        if (!ok || var < 0 || r->atoms[var].width_lo == 0) {
+            snprintf(why, why_n,
+                     "together with minLength/maxLength that its matches do not all meet "
+                     "(written exactly only for a pattern anchored by ^ and $ with one "
+                     "repetition whose count varies)");
+            rc = -1;
+        } else {
+            const struct re_atom_info *a = &r->atoms[var];
+            long w = a->width_lo;
+            long k0 = min_len > fixed ? (min_len - fixed + w - 1) / w : 0;
+            long k1 = max_len < 0 ? -1 : (max_len - fixed) / w;
+            if (k0 < a->q_lo) k0 = a->q_lo;
+            if (a->q_hi >= 0 && (k1 < 0 || k1 > a->q_hi)) k1 = a->q_hi;
+            if ((k1 >= 0 && k1 < k0) || (max_len >= 0 && max_len < fixed)) {
+                snprintf(why, why_n, "no match has a length inside minLength..maxLength");
+                rc = -1;
+            } else {
+                snug_sbuf_append(out, body.data, a->q_start);
+                if (k1 < 0)
+                    snug_sbuf_printf(out, "{%ld,}", k0);
+                else
+                    snug_sbuf_printf(out, "{%ld,%ld}", k0, k1);
+                snug_sbuf_append(out, body.data + a->q_end, body.len - a->q_end);
+            }
+        }
+    }
+    snug_free(body.data);
+    snug_free(r);
+    return rc;
 }

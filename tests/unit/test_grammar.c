@@ -453,7 +453,7 @@ static void test_schema(void) {
     schema_error("{\"type\":\"integer\",\"multipleOf\":257}", "multipleOf");
     schema_error("{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", "oneOf");
     schema_error("{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "pattern");
-    schema_error("{\"not\":{\"type\":\"string\"}}", "'not'");
+    schema_error("{\"type\":\"string\",\"not\":{\"pattern\":\"a\"}}", "'not'");
     schema_error("{\"type\":\"string\",\"enum\":[1,2]}", "enum");
     schema_error("{\"properties\":{\"a\":{\"if\":{}}}}", "'if' at #/properties/a");
     schema_error("{\"$ref\":\"http://example.com/s.json\"}", "$ref");
@@ -743,6 +743,36 @@ static void test_schema_keywords(void) {
     S_BAD("{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\u2000b\"");
     S_OK("{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\u00e9b\"");
     S_BAD("{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\u2028\"");
+    /* not: its exact forms (a type, required names, their anyOf / allOf) */
+    const char *nt = "{\"not\":{\"type\":[\"string\",\"object\",\"array\"]}}";
+    S_OK(nt, "12.5");
+    S_OK(nt, "null");
+    S_BAD(nt, "\"s\"");
+    const char *nr = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                     "\"type\":\"integer\"}},\"not\":{\"required\":[\"a\",\"b\"]}}";
+    S_OK(nr, "{\"a\":1}");
+    S_OK(nr, "{\"b\":1}");
+    S_BAD(nr, "{\"a\":1,\"b\":2}");
+    /* dependencies (draft-04) / dependentRequired: a name present brings the others */
+    const char *dep = "{\"type\":\"object\",\"properties\":{\"card\":{\"type\":\"string\"},"
+                      "\"cvv\":{\"type\":\"string\"}},\"dependencies\":{\"card\":[\"cvv\"]}}";
+    S_OK(dep, "{}");
+    S_OK(dep, "{\"cvv\":\"1\"}");
+    S_OK(dep, "{\"card\":\"x\",\"cvv\":\"1\"}");
+    S_BAD(dep, "{\"card\":\"x\"}");
+    const char *dsch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                       "\"type\":\"integer\"}},\"dependentSchemas\":{\"a\":{\"properties\":{\"b\":{"
+                       "\"minimum\":10}}}}}";
+    S_OK(dsch, "{\"a\":1,\"b\":10}");
+    S_BAD(dsch, "{\"a\":1,\"b\":9}");
+    S_OK(dsch, "{\"b\":9}");
+    /* oneOf branches that differ in what they require: each writes without the other's */
+    const char *sep = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"y\":{"
+                      "\"type\":\"integer\"}},\"oneOf\":[{\"required\":[\"x\"]},{\"required\":["
+                      "\"y\"]}]}";
+    S_OK(sep, "{\"x\":1}");
+    S_OK(sep, "{\"y\":1}");
+    S_BAD(sep, "{\"x\":1,\"y\":2}");
     /* a schema without finite documents is refused */
     schema_error(
         "{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#\"}},\"required\":[\"n\"]}",
