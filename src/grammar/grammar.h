@@ -127,6 +127,13 @@ void snug_matcher_stats(const struct snug_matcher *m, int64_t *walks, int64_t *h
                         int32_t *states);
 
 /* ---- JSON Schema → GBNF ------------------------------------------------------------------ */
+/* Cost before work: one pass over JSON text that is to become a grammar (a schema, a tools
+ * array), before anything is parsed or allocated: at most 1 MiB, 65536 values (objects, arrays
+ * and their members) and 256 levels of nesting. SNUG_ERR_BUDGET naming `what` and the limit.
+ * snug_json_schema_to_gbnf and snug_tools_to_gbnf run it first; the server runs it on the raw
+ * request body's members that become grammars, before the body is parsed. */
+int snug_json_schema_precheck(const char *text, size_t len, const char *what, struct snug_err *err);
+
 /* Write a GBNF grammar (root rule "root") for JSON documents valid under `schema_json`
  * (`len` bytes of JSON text). Supported: type (incl. arrays of types), enum, const,
  * properties/required (declared order; optional ones may be skipped), additionalProperties

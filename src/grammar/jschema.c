@@ -817,6 +817,7 @@ static int gen_object(struct ctx *c, json_t *s) {
     json_t **sch = snug_malloc(cap * sizeof *sch);
     bool *isreq = snug_calloc(cap, sizeof *isreq);
     int *pair = snug_malloc(cap * sizeof *pair);
+    json_t *req_set = NULL;
     int id = -1, n = 0, n_all = 0;
     if (!name || !sch || !isreq || !pair) {
         over_budget(c);
@@ -825,18 +826,23 @@ static int gen_object(struct ctx *c, json_t *s) {
     const char *key;
     json_t *sub;
     json_object_foreach(props, key, sub) name[n_all] = key, sch[n_all++] = sub;
+    /* the required names as a set (a hash: schemas with thousands of them stay linear) */
+    req_set = json_object();
+    if (!req_set) {
+        over_budget(c);
+        goto out;
+    }
     json_array_foreach(req, i, r) {
         const char *rn = json_string_value(r);
+        if (json_object_get(req_set, rn)) continue;
+        json_object_set(req_set, rn, json_true());
         if (json_object_get(props, rn)) continue;
-        bool dup = false;
-        for (int k = 0; k < n_all; k++) dup |= !strcmp(name[k], rn);
-        if (dup) continue;
         json_t *u = undeclared_schema(c, s, rn);
         if (!u) goto out;
         name[n_all] = rn, sch[n_all++] = u;
     }
     for (int k = 0; k < n_all; k++) {
-        json_array_foreach(req, i, r) if (!strcmp(json_string_value(r), name[k])) isreq[k] = true;
+        isreq[k] = json_object_get(req_set, name[k]) != NULL;
         /* a declared name that a pattern matches meets that pattern's schema too */
         const char *pat;
         json_t *psub;
@@ -948,7 +954,7 @@ static int gen_object(struct ctx *c, json_t *s) {
      * one another, so they count once toward minProperties (a duplicate key is one property);
      * every pair counts toward maxProperties. */
     long long K = has_max ? maxp : minp; /* counts past K behave alike (no maximum) */
-    if ((long long)(n + 1) * (K + 1) > OBJECT_STATES_MAX) {
+    if (K > 0 && (long long)(n + 1) * (K + 1) > OBJECT_STATES_MAX) {
         unsupported(c, has_max ? "maxProperties" : "minProperties",
                     "too many properties and counts to write out (more than 4096 states)");
         goto out;
@@ -1035,6 +1041,7 @@ static int gen_object(struct ctx *c, json_t *s) {
     }
     snug_free(req_after), snug_free(rest), snug_free(first);
 out:
+    json_decref(req_set);
     snug_free(name);
     snug_free(sch);
     snug_free(isreq);
@@ -1618,7 +1625,8 @@ static int gen(struct ctx *c, json_t *s) {
  * each against a limit; a 400 names the limit (SNUG_ERR_BUDGET). A schema past these would
  * compile to a grammar past the compiler's own limits anyway: this refuses it before any
  * allocation. */
-static int precheck(const char *text, size_t len, const char *what, struct snug_err *err) {
+int snug_json_schema_precheck(const char *text, size_t len, const char *what,
+                              struct snug_err *err) {
     if (len > SCHEMA_MAX_BYTES)
         return snug_err_set(err, SNUG_ERR_BUDGET, "%s: %zu bytes, more than the limit of %u", what,
                             len, SCHEMA_MAX_BYTES);
@@ -1869,7 +1877,7 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
                        bool many, char **out, size_t *out_len, struct snug_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
-    int pre = precheck(tools_json, len, "tools", err);
+    int pre = snug_json_schema_precheck(tools_json, len, "tools", err);
     if (pre) return pre;
     json_error_t je;
     json_t *tools = json_loadb(tools_json, len, 0, &je);
@@ -1945,7 +1953,7 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
                              struct snug_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
-    int rc = precheck(schema_json, len, "json schema", err);
+    int rc = snug_json_schema_precheck(schema_json, len, "json schema", err);
     if (rc) return rc;
     json_error_t je;
     json_t *root = json_loadb(schema_json, len, JSON_DECODE_ANY, &je);
@@ -1955,6 +1963,7 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
                             je.line, je.column);
     struct ctx c = {.root = root, .err = err, .path = "#"};
     int top = gen(&c, root);
+    if (top >= 0 && over(&c)) top = over_budget(&c);
     struct snug_sbuf o = {0};
     if (top < 0) {
         rc = c.status ? c.status : SNUG_ERR_INVALID;

@@ -39,7 +39,6 @@ struct re {
     /* the top level's atoms (one alternative only): where each quantifier was written and the
      * lengths involved, so a length limit can be folded into one of them (gr_regex_emit) */
     int n_top_alts;
-    bool anchored; /* the one top-level alternative has both ^ and $ */
     struct re_atom_info {
         size_t q_start, q_end;               /* the quantifier's text in the output */
         long width_lo, width_hi, q_lo, q_hi; /* q_hi -1: unbounded */
@@ -362,6 +361,18 @@ static int re_atom(struct re *r, int depth, bool *nullable, long *lo, long *hi) 
     return 0;
 }
 
+/* Any text, before or after an alternative without ^ / $ (search semantics): a repetition of
+ * one character, recorded as a top-level atom whose count varies. */
+static void any_text(struct re *r) {
+    snug_sbuf_puts(r->out, r->raw ? " rawchar" : " ([^\"\\\\\\x00-\\x1F\\x7F])");
+    size_t q = r->out->len;
+    snug_sbuf_puts(r->out, "*");
+    if (r->n_atoms < 64)
+        r->atoms[r->n_atoms++] = (struct re_atom_info){q, r->out->len, 1, 1, 0, -1};
+    else
+        r->too_many_atoms = true;
+}
+
 /* A sequence of quantified atoms; *nullable: whether all of them can match the empty text;
  * [*lo, *hi]: the lengths of its matches. At the top level (depth 0) a sequence is one
  * alternative of the pattern and may start with '^' and end with '$'; without them any text
@@ -370,15 +381,14 @@ static int re_atom(struct re *r, int depth, bool *nullable, long *lo, long *hi) 
  * could loop without consuming), and the language it means is rarely what was meant. */
 static int re_seq(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
     bool any = false, head = false, tail = false;
-    const char *anytext = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
     *nullable = true;
     *lo = *hi = 0;
     if (depth == 0) {
         head = r->whole;
         if (r->p < r->end && *r->p == '^') head = true, r->p++;
-        if (!head) snug_sbuf_printf(r->out, " %s", anytext);
         r->n_top_alts++;
         r->n_atoms = 0;
+        if (!head) any_text(r);
     }
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
@@ -445,9 +455,8 @@ static int re_seq(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
     if (!any) snug_sbuf_puts(r->out, " \"\"");
     if (depth == 0) {
         if (!tail && r->whole) tail = true;
-        if (!tail) snug_sbuf_printf(r->out, " %s", anytext);
+        if (!tail) any_text(r);
         if (!head || !tail) *hi = RE_INF, *nullable = false;
-        r->anchored = head && tail;
     }
     return 0;
 }
@@ -517,7 +526,7 @@ int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, lo
          * [min_len, max_len] */
         int var = -1;
         long fixed = 0;
-        bool ok = r->n_top_alts == 1 && r->anchored && !r->too_many_atoms;
+        bool ok = r->n_top_alts == 1 && !r->too_many_atoms;
         for (int i = 0; ok && i < r->n_atoms; i++) {
             const struct re_atom_info *a = &r->atoms[i];
             if (a->width_lo != a->width_hi) {
@@ -532,8 +541,8 @@ int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, lo
         if (!ok || var < 0 || r->atoms[var].width_lo == 0) {
             snprintf(why, why_n,
                      "together with minLength/maxLength that its matches do not all meet "
-                     "(written exactly only for a pattern anchored by ^ and $ with one "
-                     "repetition whose count varies)");
+                     "(written exactly only for a pattern with one repetition whose count "
+                     "varies, counting the text an unanchored start or end allows)");
             rc = -1;
         } else {
             const struct re_atom_info *a = &r->atoms[var];
