@@ -16,7 +16,11 @@ the run goes on after it). A compiled schema whose walk ran out of the matcher's
 shown apart ("limit").
 
   python3 bench/grammar_corpus.py CORPUS [--n 5] [--seed 1] [--limit N] [--json OUT]
-                                   [--sample build/schema_sample] [--show 20]
+                                   [--sample build/schema_sample] [--show 20] [--grammars DIR]
+
+--grammars DIR checks another converter's output instead of snug's: for each schema CORPUS/P,
+DIR/P.gbnf is the grammar it wrote (compiled by snug's GBNF parser and walked the same way) and
+DIR/P.err, when there is no grammar, the reason it gave (counted as refused).
 
 Prints the counts (also per top-level folder of CORPUS), the top refusal keywords, and the wrong
 schemas with the first failing document. docs/perf/grammar.md records runs.
@@ -55,11 +59,11 @@ def keyword_of(message):
     return m.group(1).strip() if m else message[:40]
 
 
-def run_sample(sample, files, n, seed):
+def run_sample(sample, files, n, seed, extra=()):
     """schema_sample's records by file; a crash marks the file it was on and goes on."""
     out, todo = {}, list(files)
     while todo:
-        proc = subprocess.run([sample, "--n", str(n), "--seed", str(seed)],
+        proc = subprocess.run([sample, "--n", str(n), "--seed", str(seed), *extra],
                               input="\n".join(todo) + "\n", capture_output=True, text=True,
                               errors="replace")
         for line in proc.stdout.splitlines():
@@ -92,6 +96,7 @@ def main():
     ap.add_argument("--sample", default=os.path.join(ROOT, "build", "schema_sample"))
     ap.add_argument("--json", help="write the per-schema results here")
     ap.add_argument("--show", type=int, default=20, help="wrong schemas to print")
+    ap.add_argument("--grammars", help="check another converter's grammars (see above)")
     a = ap.parse_args()
 
     t0 = time.time()
@@ -114,7 +119,20 @@ def main():
             skipped["invalid schema"] += 1
             continue
         schemas[f] = (s, cls)
-    recs = run_sample(a.sample, list(schemas), a.n, a.seed)
+    if a.grammars:
+        recs, by_gbnf = {}, {}
+        for f in schemas:
+            base = os.path.join(a.grammars, os.path.relpath(f, a.corpus))
+            if os.path.exists(base + ".gbnf"):
+                by_gbnf[base + ".gbnf"] = f
+            else:
+                why = open(base + ".err").read() if os.path.exists(base + ".err") else "no grammar"
+                recs[f] = {"file": f, "status": "refused", "message": why.strip()[:300]}
+        for g, rec in run_sample(a.sample, list(by_gbnf), a.n, a.seed, ["--gbnf"]).items():
+            rec["file"] = by_gbnf[g]
+            recs[by_gbnf[g]] = rec
+    else:
+        recs = run_sample(a.sample, list(schemas), a.n, a.seed)
 
     counts = collections.Counter()
     by_folder = collections.defaultdict(collections.Counter)

@@ -13,7 +13,10 @@
  *                      state with no allowed byte and no end (a dead branch: a converter bug);
  *                      then "stuck_at": the first such walk's bytes, hex-encoded
  *   {"file": F, "status": "refused", "code": C, "message": M, "convert_ms": T}
- * Usage: schema_sample [--n N] [--seed S] [--max-bytes B] FILE...   (no FILE: names on stdin)
+ * With --gbnf each file is GBNF text instead (a grammar another converter wrote): it is only
+ * compiled and walked, so bench/grammar_corpus.py can check that converter's output the same way.
+ * Usage: schema_sample [--n N] [--seed S] [--max-bytes B] [--gbnf] FILE...   (no FILE: names on
+ * stdin)
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "core/core.h"
@@ -159,6 +162,7 @@ static int walk(struct snug_matcher *m, struct snug_sbuf *doc, int max_bytes) {
 
 int main(int argc, char **argv) {
     int n_docs = 5, max_bytes = 2048;
+    bool gbnf_in = false;
     uint64_t seed = 1;
     int first_file = argc;
     for (int i = 1; i < argc; i++) {
@@ -168,6 +172,8 @@ int main(int argc, char **argv) {
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc)
             max_bytes = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gbnf"))
+            gbnf_in = true;
         else {
             first_file = i;
             break;
@@ -207,7 +213,11 @@ int main(int argc, char **argv) {
         size_t glen = 0;
         err = (struct snug_err){0};
         double t0 = now_ms();
-        int rc = snug_json_schema_to_gbnf(text, len, &gbnf, &glen, &err);
+        int rc = SNUG_OK;
+        if (gbnf_in)
+            gbnf = text, glen = len, text = NULL;
+        else
+            rc = snug_json_schema_to_gbnf(text, len, &gbnf, &glen, &err);
         struct snug_grammar *g = NULL;
         if (rc == SNUG_OK) rc = snug_grammar_parse(&g, gbnf, glen, NULL, NULL, &err);
         double ms = now_ms() - t0;
