@@ -885,19 +885,15 @@ static int gen_object(struct ctx *c, json_t *s) {
         json_t *psub;
         json_object_foreach(pats, pat, psub) {
             size_t old = path_push(c, "patternProperties");
-            for (int k = 0; k < n_all; k++) {
-                enum js_tri m = js_pattern_in_grammar(alg(c), pat, name[k], strlen(name[k]));
-                if (m != JS_NO) {
-                    char why[320];
-                    snprintf(why, sizeof why,
-                             "the declared property '%.60s' %s pattern '%.60s' (keys written for "
-                             "the pattern could repeat it)",
-                             name[k], m == JS_YES ? "matches" : "may match", pat);
-                    unsupported(c, "patternProperties", why);
-                    path_pop(c, old);
-                    snug_free(ids);
-                    goto out;
-                }
+            /* keys written for the pattern could repeat a declared name (whose own schema would
+             * then be bypassed): such a pattern's keys are not written (the declared properties
+             * still meet its schema) */
+            bool clash = false;
+            for (int k = 0; k < n_all && !clash; k++)
+                clash = js_pattern_in_grammar(alg(c), pat, name[k], strlen(name[k])) != JS_NO;
+            if (clash) {
+                path_pop(c, old);
+                continue;
             }
             struct snug_sbuf kb = {0};
             char why[120];
@@ -929,7 +925,7 @@ static int gen_object(struct ctx *c, json_t *s) {
             snug_free(kb.data);
             ids[n_ids++] = pid;
         }
-        extra = rule_union(c, ids, n_ids);
+        if (n_ids) extra = rule_union(c, ids, n_ids);
         snug_free(ids);
     } else if ((add && json_is_object(add) && !json_is_true(add)) ||
                (!n_all && (!add || json_is_true(add)))) {

@@ -406,9 +406,18 @@ static int re_seq(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
         size_t q_start = r->out->len;
         if (r->p < r->end) {
             char q = *r->p;
-            if ((q == '*' || q == '+') && empty_ok)
+            if ((q == '*' || q == '+') && empty_ok && r->text)
                 return re_fail(r, "a repetition of a group that can match nothing");
-            if (q == '*' || q == '+' || q == '?') {
+            if ((q == '*' || q == '+') && empty_ok) {
+                /* a pattern's unbounded repetition of something that can match nothing (the
+                 * grammar engine cannot run it): written once, optional for '*' — the same
+                 * strings when the group is itself a repetition, a subset otherwise (Lark and
+                 * tool formats refuse it instead, above) */
+                if (q == '*') snug_sbuf_puts(r->out, "?");
+                zero = true;
+                qlo = 0, qhi = 1;
+                r->p++;
+            } else if (q == '*' || q == '+' || q == '?') {
                 zero = q != '+';
                 qlo = q == '+', qhi = q == '?' ? 1 : -1;
                 snug_sbuf_append(r->out, &q, 1);
@@ -426,11 +435,13 @@ static int re_seq(struct re *r, int depth, bool *nullable, long *lo, long *hi) {
                 n = comma ? (comma[1] ? atol(comma + 1) : -1) : m;
                 if (m < 0 || m > 1000 || n > 1000 || (n >= 0 && n < m))
                     return re_fail(r, "a {m,n} outside 0..1000 or with n < m");
-                if (n < 0 && empty_ok)
+                if (n < 0 && empty_ok && r->text)
                     return re_fail(r, "a repetition of a group that can match nothing");
                 zero = m == 0;
                 qlo = m, qhi = n;
-                if (n < 0)
+                if (n < 0 && empty_ok) /* as for '*' above: once, optional when m is 0 */
+                    qlo = 0, qhi = 1, zero = true, snug_sbuf_puts(r->out, m ? "" : "?");
+                else if (n < 0)
                     snug_sbuf_printf(r->out, "{%ld,}", m);
                 else
                     snug_sbuf_printf(r->out, "{%ld,%ld}", m, n);
@@ -521,47 +532,67 @@ int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, lo
     } else if (lo >= min_len && (max_len < 0 || hi <= max_len)) {
         snug_sbuf_append(out, body.data, body.len); /* the lengths hold for every match */
     } else {
-        /* fold the lengths into the one repetition whose count varies: with the other atoms'
-         * lengths fixed at F and this atom's width w, the count k must give k*w + F inside
-         * [min_len, max_len] */
-        int var = -1;
-        long fixed = 0;
+        /* fold the lengths into the repetitions whose counts vary (fixed-width atoms only):
+         * the room maxLength leaves above the shortest match is split evenly between them,
+         * and so is what minLength adds to their minimum counts. Every count combination then
+         * gives a length inside [min_len, max_len]: a subset of the matches when there is more
+         * than one such repetition, all of them when there is one. */
+        long lo_n[64], hi_n[64]; /* the new counts (hi -1: unbounded) */
+        long base = 0;           /* the shortest match */
+        int n_var = 0;
         bool ok = r->n_top_alts == 1 && !r->too_many_atoms;
         for (int i = 0; ok && i < r->n_atoms; i++) {
             const struct re_atom_info *a = &r->atoms[i];
-            if (a->width_lo != a->width_hi) {
-                ok = false;
-            } else if (a->q_lo != a->q_hi) {
-                if (var >= 0) ok = false;
-                var = i;
-            } else {
-                fixed += a->width_lo * a->q_lo;
+            lo_n[i] = a->q_lo, hi_n[i] = a->q_hi;
+            if (a->width_lo != a->width_hi || (a->q_lo != a->q_hi && a->width_lo == 0)) ok = false;
+            base += a->width_lo * a->q_lo;
+            n_var += a->q_lo != a->q_hi;
+        }
+        if (ok && !n_var) ok = false; /* fixed length, and not in range */
+        if (ok && max_len >= 0) {
+            long slack = max_len - base;
+            if (slack < 0) ok = false;
+            for (int i = 0; ok && i < r->n_atoms; i++) {
+                const struct re_atom_info *a = &r->atoms[i];
+                if (a->q_lo == a->q_hi) continue;
+                long extra = slack / n_var / a->width_lo;
+                if (a->q_hi < 0 || a->q_lo + extra < a->q_hi) hi_n[i] = a->q_lo + extra;
             }
         }
-        if (!ok || var < 0 || r->atoms[var].width_lo == 0) {
+        long deficit = min_len - base;
+        for (int pass = 0; pass < 2; pass++) { /* an even share each, then what is left */
+            long share = pass == 0 && n_var ? (deficit + n_var - 1) / n_var : deficit;
+            for (int i = 0; ok && deficit > 0 && i < r->n_atoms; i++) {
+                const struct re_atom_info *a = &r->atoms[i];
+                if (a->q_lo == a->q_hi) continue;
+                long room = hi_n[i] < 0 ? deficit : hi_n[i] - lo_n[i];
+                long want = share < deficit ? share : deficit;
+                long need = (want + a->width_lo - 1) / a->width_lo;
+                long take = need < room ? need : room;
+                lo_n[i] += take;
+                deficit -= take * a->width_lo;
+            }
+        }
+        if (deficit > 0) ok = false;
+        if (!ok) {
             snprintf(why, why_n,
-                     "together with minLength/maxLength that its matches do not all meet "
-                     "(written exactly only for a pattern with one repetition whose count "
-                     "varies, counting the text an unanchored start or end allows)");
+                     "together with minLength/maxLength that its matches do not all meet (the "
+                     "lengths are written for one alternative whose varying repetitions have "
+                     "fixed-width atoms)");
             rc = -1;
         } else {
-            const struct re_atom_info *a = &r->atoms[var];
-            long w = a->width_lo;
-            long k0 = min_len > fixed ? (min_len - fixed + w - 1) / w : 0;
-            long k1 = max_len < 0 ? -1 : (max_len - fixed) / w;
-            if (k0 < a->q_lo) k0 = a->q_lo;
-            if (a->q_hi >= 0 && (k1 < 0 || k1 > a->q_hi)) k1 = a->q_hi;
-            if ((k1 >= 0 && k1 < k0) || (max_len >= 0 && max_len < fixed)) {
-                snprintf(why, why_n, "no match has a length inside minLength..maxLength");
-                rc = -1;
-            } else {
-                snug_sbuf_append(out, body.data, a->q_start);
-                if (k1 < 0)
-                    snug_sbuf_printf(out, "{%ld,}", k0);
+            size_t at = 0;
+            for (int i = 0; i < r->n_atoms; i++) {
+                const struct re_atom_info *a = &r->atoms[i];
+                if (a->q_lo == a->q_hi) continue;
+                snug_sbuf_append(out, body.data + at, a->q_start - at);
+                if (hi_n[i] < 0)
+                    snug_sbuf_printf(out, "{%ld,}", lo_n[i]);
                 else
-                    snug_sbuf_printf(out, "{%ld,%ld}", k0, k1);
-                snug_sbuf_append(out, body.data + a->q_end, body.len - a->q_end);
+                    snug_sbuf_printf(out, "{%ld,%ld}", lo_n[i], hi_n[i]);
+                at = a->q_end;
             }
+            snug_sbuf_append(out, body.data + at, body.len - at);
         }
     }
     snug_free(body.data);

@@ -675,8 +675,22 @@ static void test_schema_keywords(void) {
     S_OK(pp, "{\"x-ab\":1,\"x-c\":2}");
     S_BAD(pp, "{\"y-ab\":1}");
     S_BAD(pp, "{\"x-ab\":\"s\"}");
-    schema_error("{\"properties\":{\"x-a\":{}},\"patternProperties\":{\"^x-\":{}}}",
-                 "patternProperties");
+    /* a declared name a pattern matches meets the pattern's schema; that pattern's own keys are
+     * not written (they could repeat the declared name) */
+    const char *clash = "{\"type\":\"object\",\"properties\":{\"x-a\":{\"type\":\"integer\"}},"
+                        "\"patternProperties\":{\"^x-\":{\"minimum\":5}},\"additionalProperties\":"
+                        "false}";
+    S_OK(clash, "{\"x-a\":7}");
+    S_BAD(clash, "{\"x-a\":3}");
+    S_BAD(clash, "{\"x-b\":7}");
+    /* lengths over a pattern with two varying repetitions: split between them */
+    const char *two = "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\",\"minLength\":5,"
+                      "\"maxLength\":8}";
+    S_OK(two, "\"abc-123\"");
+    S_OK(two, "\"ab-12\"");
+    S_BAD(two, "\"a-1\"");
+    S_BAD(two, "\"abcdef-123\"");
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(ab|c)+$\",\"maxLength\":4}", "pattern");
     /* $ref siblings are merged with the target (draft 2019-09) */
     const char *sib =
         "{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":"
