@@ -28,50 +28,48 @@
 #define VALIDATE_DEPTH 48
 #define CROSS_MAX      64 /* anyOf / oneOf branches after multiplying lists out */
 
-static const char *REFUSED[] = {"not",
-                                "if",
-                                "dependencies",
-                                "dependentRequired",
-                                "dependentSchemas",
-                                "propertyNames",
-                                "contains",
-                                "minContains",
-                                "maxContains",
-                                "unevaluatedItems",
-                                "unevaluatedProperties",
-                                "$dynamicRef",
-                                "$recursiveRef",
-                                NULL};
+static const char *const REFUSED[] = {"$dynamicRef",
+                                      "$recursiveRef",
+                                      "contains",
+                                      "dependencies",
+                                      "dependentRequired",
+                                      "dependentSchemas",
+                                      "if",
+                                      "maxContains",
+                                      "minContains",
+                                      "not",
+                                      "propertyNames",
+                                      "unevaluatedItems",
+                                      "unevaluatedProperties"};
 
-static const char *TRANSLATED[] = {"type",
-                                   "enum",
-                                   "const",
-                                   "$ref",
-                                   "allOf",
-                                   "anyOf",
-                                   "oneOf",
-                                   "properties",
-                                   "required",
-                                   "additionalProperties",
-                                   "patternProperties",
-                                   "minProperties",
-                                   "maxProperties",
-                                   "items",
-                                   "prefixItems",
-                                   "additionalItems",
-                                   "minItems",
-                                   "maxItems",
-                                   "uniqueItems",
-                                   "minLength",
-                                   "maxLength",
-                                   "pattern",
-                                   "format",
-                                   "minimum",
-                                   "maximum",
-                                   "exclusiveMinimum",
-                                   "exclusiveMaximum",
-                                   "multipleOf",
-                                   NULL};
+static const char *const TRANSLATED[] = {"$ref",
+                                         "additionalItems",
+                                         "additionalProperties",
+                                         "allOf",
+                                         "anyOf",
+                                         "const",
+                                         "enum",
+                                         "exclusiveMaximum",
+                                         "exclusiveMinimum",
+                                         "format",
+                                         "items",
+                                         "maxItems",
+                                         "maxLength",
+                                         "maxProperties",
+                                         "maximum",
+                                         "minItems",
+                                         "minLength",
+                                         "minProperties",
+                                         "minimum",
+                                         "multipleOf",
+                                         "oneOf",
+                                         "pattern",
+                                         "patternProperties",
+                                         "prefixItems",
+                                         "properties",
+                                         "required",
+                                         "type",
+                                         "uniqueItems"};
 
 static bool in_list(const char *const *list, const char *k) {
     for (int i = 0; list[i]; i++)
@@ -79,12 +77,18 @@ static bool in_list(const char *const *list, const char *k) {
     return false;
 }
 
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* REFUSED and TRANSLATED are kept in strcmp order: looked up on every key of every schema. */
 bool js_is_refused(const char *k) {
-    return in_list(REFUSED, k);
+    return bsearch(&k, REFUSED, sizeof REFUSED / sizeof REFUSED[0], sizeof REFUSED[0], cmp_str);
 }
 
 bool js_is_translated(const char *k) {
-    return in_list(TRANSLATED, k);
+    return bsearch(&k, TRANSLATED, sizeof TRANSLATED / sizeof TRANSLATED[0], sizeof TRANSLATED[0],
+                   cmp_str);
 }
 
 struct js_pat {

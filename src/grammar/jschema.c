@@ -88,7 +88,10 @@ struct ctx {
     /* rules already written for a $ref ("$ref:" + the reference) or a folded schema (its
      * canonical text): a second visit (recursion) refers to the same rule */
     struct memo_entry *memo;
-    int n_refs, cap_refs;
+    int n_refs, cap_refs; /* the tools path empties the memo per tool: n_refs = 0 */
+    int *memo_index;
+    size_t memo_cap;
+    int memo_indexed; /* entries the index holds (more than n_refs: the memo was emptied) */
     struct snug_sbuf memo_keys;
     struct js_alg alg;
     bool alg_ready;
@@ -149,6 +152,9 @@ static int alg_failed(struct ctx *c) {
 
 static void ctx_free(struct ctx *c) {
     snug_free(c->memo);
+    snug_free(c->memo_index);
+    c->memo_index = NULL;
+    c->memo_cap = 0;
     snug_free(c->memo_keys.data);
     c->memo = NULL;
     c->memo_keys = (struct snug_sbuf){0};
@@ -212,29 +218,64 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h;
 }
 
+/* The memo's index: an open-addressing table of entry numbers + 1 (0 empty), a power of two in
+ * size, at least twice the entries. */
+static void memo_index_put(struct ctx *c, int entry);
+
+/* After the memo was emptied (n_refs set back), the index starts over. */
+static void memo_sync(struct ctx *c) {
+    if (c->memo_indexed <= c->n_refs) return;
+    memset(c->memo_index, 0, c->memo_cap * sizeof *c->memo_index);
+    c->memo_indexed = 0;
+    for (int i = 0; i < c->n_refs; i++) memo_index_put(c, i);
+}
+
 static int memo_find(struct ctx *c, const char *key, size_t n) {
+    if (!c->memo_cap) return -1;
+    memo_sync(c);
     uint64_t h = hash_bytes(key, n);
-    for (int i = 0; i < c->n_refs; i++) {
-        struct memo_entry *e = &c->memo[i];
+    for (size_t i = h & (c->memo_cap - 1);; i = (i + 1) & (c->memo_cap - 1)) {
+        int k = c->memo_index[i];
+        if (!k) return -1;
+        struct memo_entry *e = &c->memo[k - 1];
         if (e->hash == h && e->key_len == n && !memcmp(c->memo_keys.data + e->key, key, n))
             return e->rule;
     }
-    return -1;
+}
+
+static void memo_index_put(struct ctx *c, int entry) {
+    c->memo_indexed++;
+    for (size_t i = c->memo[entry].hash & (c->memo_cap - 1);; i = (i + 1) & (c->memo_cap - 1))
+        if (!c->memo_index[i]) {
+            c->memo_index[i] = entry + 1;
+            return;
+        }
 }
 
 static bool memo_add(struct ctx *c, const char *key, size_t n, int rule) {
+    if (c->memo_cap) memo_sync(c);
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? 2 * c->cap_refs : 32;
         struct memo_entry *m = snug_malloc((size_t)cap * sizeof *m);
-        if (!m) return false;
+        int *index = snug_calloc((size_t)cap * 2, sizeof *index);
+        if (!m || !index) {
+            snug_free(m);
+            snug_free(index);
+            return false;
+        }
         if (c->n_refs) memcpy(m, c->memo, (size_t)c->n_refs * sizeof *m);
         snug_free(c->memo);
+        snug_free(c->memo_index);
         c->memo = m, c->cap_refs = cap;
+        c->memo_index = index, c->memo_cap = (size_t)cap * 2;
+        c->memo_indexed = 0;
+        for (int i = 0; i < c->n_refs; i++) memo_index_put(c, i);
     }
     size_t off = c->memo_keys.len;
     snug_sbuf_append(&c->memo_keys, key, n);
     if (c->memo_keys.oom) return false;
-    c->memo[c->n_refs++] = (struct memo_entry){off, n, hash_bytes(key, n), rule};
+    c->memo[c->n_refs] = (struct memo_entry){off, n, hash_bytes(key, n), rule};
+    memo_index_put(c, c->n_refs++);
     return true;
 }
 
@@ -1288,7 +1329,7 @@ static int gen_enum(struct ctx *c, json_t *s) {
     json_object_del(rest, "enum");
     json_object_del(rest, "const");
     bool check = !only_annotations_besides(rest, "");
-    json_t *cand = json_array(), *keep_vals = json_array();
+    json_t *cand = json_array(), *keep_vals = json_array(), *seen = json_object();
     if (en) json_array_extend(cand, en);
     if (!en) json_array_append(cand, cn);
     char **texts = snug_calloc(json_array_size(cand) + 1, sizeof *texts);
@@ -1301,10 +1342,12 @@ static int gen_enum(struct ctx *c, json_t *s) {
     }
     json_array_foreach(cand, i, v) {
         if (en && cn && !js_equal(v, cn)) continue;
-        bool dup = false;
-        size_t j;
-        json_t *w;
-        json_array_foreach(keep_vals, j, w) dup |= js_equal(v, w);
+        /* a value seen before (same canonical text: a hash lookup, so long enums stay
+         * linear; equal values spelled apart, 1 and 1.0, may both be written: both valid) */
+        char *canon = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        bool dup = !canon || json_object_get(seen, canon);
+        if (canon && !dup) json_object_set(seen, canon, json_true());
+        free(canon); /* jansson's allocation */
         if (dup) continue;
         enum js_tri ok = check ? js_validate(alg(c), rest, v) : JS_YES;
         if (ok == JS_UNKNOWN) {
@@ -1333,6 +1376,7 @@ out:
     snug_free(texts);
     json_decref(cand);
     json_decref(keep_vals);
+    json_decref(seen);
     json_decref(rest);
     return id;
 }
