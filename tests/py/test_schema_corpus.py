@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from snugtest import SNUG, SRC, Results, fixtures_dir  # noqa: E402
-from test_server import Server  # noqa: E402
+from test_server import Server, stop_all  # noqa: E402
 
 import jsonschema  # noqa: E402
 from jsonschema.validators import validator_for  # noqa: E402
@@ -139,6 +139,12 @@ def rss_mb(pid):
     return 0.0
 
 
+def sanitized(pid):
+    """Does the server run with AddressSanitizer (its runtime mapped into the process)?"""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
 def big_schema(n_props):
     props = {f"field_{i:06d}": {"type": "string", "description": "a field"} for i in range(n_props)}
     return {"type": "object", "properties": props, "required": list(props)}
@@ -169,8 +175,12 @@ def test_cost(res, srv):
               f"RSS {start:.1f} -> {end:.1f} MB")
         res.check(len(msgs) == 1 and all(m.startswith("400 ") and expect in m for m in msgs),
                   f"{label}: the same 400 each time, {expect!r}: {sorted(msgs)[0][:160]!r}")
-        res.check(end - start < 10, f"{label}: RSS {start:.1f} -> {end:.1f} MB after ten "
-                                    f"refusals (within 10 MB)")
+        if sanitized(srv.proc.pid):
+            print(f"SKIP: {label}: RSS under AddressSanitizer (its allocator keeps freed memory "
+                  f"in quarantine); the plain build checks it")
+        else:
+            res.check(end - start < 10, f"{label}: RSS {start:.1f} -> {end:.1f} MB after ten "
+                                        f"refusals (within 10 MB)")
 
 
 def main():
@@ -189,7 +199,7 @@ def main():
                 test_server(res, srv, cases)
                 test_cost(res, srv)
             finally:
-                srv.stop()
+                stop_all(res, [srv])  # exits 0, no error or sanitizer report in its log
     res.done()
 
 
