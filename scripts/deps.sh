@@ -6,8 +6,9 @@
 # only: the chat page's headless browser test). Python packages (tests only): numpy, tokenizers,
 # gguf, jinja2, openai, pytest, pillow (the image-preprocessing reference), anthropic and
 # openai-agents and litellm (the agent-client SDKs the server's API and client-setup tests
-# drive), jsonschema + pydantic +
-# instructor + langchain-openai (structured outputs), selenium (drives chromium).
+# drive), jsonschema + pydantic + instructor + langchain-openai (structured outputs; jsonschema
+# with its format checkers' packages, so generated documents are held to their formats),
+# selenium (drives chromium).
 set -euo pipefail
 pkgs=(cmake ninja-build gcc clang clang-format libclang-rt-14-dev pkg-config libpcre2-dev
       libutf8proc-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev python3
@@ -26,8 +27,8 @@ if ((${#missing[@]})); then
 fi
 if [ "${1:-}" = "--python" ]; then
   python3 - <<'PY' 2>/dev/null || python3 -m pip install -q numpy tokenizers gguf jinja2 openai pytest \
-    pillow anthropic openai-agents litellm jsonschema pydantic instructor langchain-openai selenium \
-    lark >&2
-import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents, litellm, jsonschema, pydantic, instructor, langchain_openai, selenium, lark
+    pillow anthropic openai-agents litellm "jsonschema[format-nongpl]" pydantic instructor \
+    langchain-openai selenium lark >&2
+import numpy, tokenizers, gguf, jinja2, openai, pytest, PIL, anthropic, agents, litellm, jsonschema, pydantic, instructor, langchain_openai, selenium, lark, fqdn, rfc3986_validator, rfc3339_validator, isoduration
 PY
 fi

@@ -68,7 +68,9 @@ struct gb {
     int64_t n_elems; /* over all rules */
     uint64_t (*bs)[4];
     int32_t n_bs, cap_bs;
-    int32_t *bs_hash; /* [BS_HASH] byteset index + 1, 0 = empty */
+    int32_t *bs_hash;   /* [BS_HASH] byteset index + 1, 0 = empty */
+    int32_t *name_hash; /* [name_cap] named rule index + 1, 0 = empty (open addressing) */
+    uint32_t name_cap;  /* a power of two, at least twice the rule limit */
     struct snug_err *err;
     int status;
 };
@@ -154,12 +156,23 @@ static int32_t new_rule(struct gb *b, const char *name, size_t name_len) {
     return b->n_rules++;
 }
 
+/* The rule named name[0..len), created at its first mention; a hash table over the names, so
+ * a grammar of many rules (a large JSON schema's) compiles in linear time. */
 static int32_t rule_by_name(struct gb *b, const char *name, size_t len, const char *at) {
-    for (int32_t i = 0; i < b->n_rules; i++)
-        if (b->rules[i].name && b->rules[i].name_len == len && !memcmp(b->rules[i].name, name, len))
-            return i;
+    uint64_t hv = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) hv = (hv ^ (uint8_t)name[i]) * 0x100000001b3ull;
+    uint32_t h = (uint32_t)(hv ^ (hv >> 32)) & (b->name_cap - 1);
+    for (;; h = (h + 1) & (b->name_cap - 1)) {
+        int32_t k = b->name_hash[h];
+        if (!k) break;
+        const struct brule *r = &b->rules[k - 1];
+        if (r->name_len == len && !memcmp(r->name, name, len)) return k - 1;
+    }
     int32_t r = new_rule(b, name, len);
-    if (r >= 0) b->rules[r].first_ref = at;
+    if (r >= 0) {
+        b->rules[r].first_ref = at;
+        b->name_hash[h] = r + 1;
+    }
     return r;
 }
 
@@ -832,6 +845,7 @@ static void gb_free(struct gb *b) {
     snug_free(b->rules);
     snug_free(b->bs);
     snug_free(b->bs_hash);
+    snug_free(b->name_hash);
 }
 
 /* rule_min / rule_best_alt / rest_min by relaxation (lengths only shrink; a grammar without
@@ -899,7 +913,14 @@ int snug_grammar_parse(struct snug_grammar **out, const char *text, size_t len, 
                             len, b.lim.max_text_bytes);
     if (!root) root = "root";
     b.bs_hash = snug_calloc(BS_HASH, sizeof *b.bs_hash);
-    if (!b.bs_hash) return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory");
+    b.name_cap = 64;
+    while (b.name_cap < 2u * (uint32_t)b.lim.max_rules + 2) b.name_cap *= 2;
+    b.name_hash = snug_calloc(b.name_cap, sizeof *b.name_hash);
+    if (!b.bs_hash || !b.name_hash) {
+        snug_free(b.bs_hash);
+        snug_free(b.name_hash);
+        return snug_err_set(err, SNUG_ERR_NOMEM, "grammar: out of memory");
+    }
     int rc = parse_grammar(&b);
     int32_t root_id = -1;
     if (!rc) {

@@ -127,16 +127,24 @@ void snug_matcher_stats(const struct snug_matcher *m, int64_t *walks, int64_t *h
                         int32_t *states);
 
 /* ---- JSON Schema → GBNF ------------------------------------------------------------------ */
+/* Cost before work: one pass over JSON text that is to become a grammar (a schema, a tools
+ * array), before anything is parsed or allocated: at most 1 MiB, 65536 values (objects, arrays
+ * and their members) and 256 levels of nesting. SNUG_ERR_BUDGET naming `what` and the limit.
+ * snug_json_schema_to_gbnf and snug_tools_to_gbnf run it first; the server runs it on the raw
+ * request body's members that become grammars, before the body is parsed. */
+int snug_json_schema_precheck(const char *text, size_t len, const char *what, struct snug_err *err);
+
 /* Write a GBNF grammar (root rule "root") for JSON documents valid under `schema_json`
- * (`len` bytes of JSON text). Supported: type (incl. arrays of types), enum, const,
- * properties/required (declared order; optional ones may be skipped), additionalProperties
- * (false, true or a schema), items/prefixItems, minItems/maxItems, $ref to #/$defs/... or
- * #/definitions/..., anyOf/oneOf, allOf of one schema, string minLength/maxLength/format
- * (date, time, date-time, uuid, email, ipv4, uri)/pattern (a regex subset), integer
- * minimum/maximum (small ranges exactly, else by sign), nullable, and the annotation keywords
- * (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
- * writeOnly). Anything else is SNUG_ERR_UNSUPPORTED naming the keyword and its JSON path.
- * *out is a NUL-terminated snug_malloc'd string (free with snug_free). */
+ * (`len` bytes of JSON text). The grammar never accepts a document the schema rejects: every
+ * validation keyword is translated exactly (type, enum, const, $ref incl. siblings, allOf,
+ * anyOf, oneOf when its branches are proven disjoint, not and dependencies in their exact
+ * forms, properties / required / additionalProperties / patternProperties /
+ * min-maxProperties, items / prefixItems / min-maxItems / uniqueItems over finite item sets,
+ * min-maxLength / pattern / format, any integer range, decimal bounds, integer multipleOf;
+ * docs/grammar.md lists the details) or refused: SNUG_ERR_UNSUPPORTED naming the keyword and
+ * its JSON path. Keywords no draft defines are ignored, as the specification says. The text is
+ * size-checked first (snug_json_schema_precheck) and the grammar budgeted while written
+ * (SNUG_ERR_BUDGET). *out is a NUL-terminated snug_malloc'd string (free with snug_free). */
 int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, size_t *out_len,
                              struct snug_err *err);
 

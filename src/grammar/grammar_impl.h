@@ -44,11 +44,22 @@ struct snug_grammar {
 void snug_grammar_limits_fill(struct snug_grammar_limits *out,
                               const struct snug_grammar_limits *in);
 
-/* A regular expression (the JSON Schema `pattern` subset of jschema.c) matching a whole text,
+/* A regular expression (the JSON Schema `pattern` subset of regex.c) matching a whole text,
  * as one GBNF expression over the characters themselves (only NUL is left out): for Lark
  * regex terminals and regex tool formats. *out is snug_malloc'ed; on error `why` names the
  * construct (SNUG_ERR_INVALID). */
 int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n);
+
+/* The same regex as a JSON Schema `pattern` (unanchored search semantics: an alternative
+ * without a leading ^ / trailing $ may have any text before / after it), appended to `out`:
+ * the characters of the JSON-encoded string, or with `raw` the bare text of a tool-call
+ * parameter (no '<', no NUL). Matches are also held to lengths [min_len, max_len] (max_len -1:
+ * none; in characters): when every match already fits, or when the pattern is anchored with
+ * one repetition whose count varies (its count is then bounded to fit). -1 with `why` naming
+ * the construct when it is outside the subset or the lengths cannot be written (regex.c). */
+struct snug_sbuf;
+int gr_regex_emit(struct snug_sbuf *out, const char *pat, size_t n, bool raw, long min_len,
+                  long max_len, char *why, size_t why_n);
 
 static inline bool gr_byteset_has(const uint64_t *s, unsigned b) {
     return (s[b >> 6] >> (b & 63)) & 1;

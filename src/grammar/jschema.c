@@ -1,18 +1,32 @@
 /* jschema.c — JSON Schema → GBNF text (then compiled by gbnf.c like any grammar).
  *
  * Owns: the translation (keyword meanings from the JSON Schema 2020-12 core and validation
- * specifications, json-schema.org). The output is compact JSON with at most one optional space
- * after ',' and ':' (a small model cannot pad forever), numbers of at most 16 integer and 16
- * fraction digits, and object properties in the schema's declared order; optional properties may
- * be left out. Every schema keyword is either translated, listed as an annotation (ignored on
- * purpose), or rejected: SNUG_ERR_UNSUPPORTED naming the keyword and its JSON path, so a client
- * never gets silently unconstrained output.
- * Invariant: each generated rule is written once; $ref targets get their rule name before their
- * body is generated, so recursive schemas terminate.
- * Read next: gbnf.c.
+ * specifications, json-schema.org; draft-04..07 forms read as those drafts define them). The
+ * output is compact JSON with at most one optional space after ',' and ':' (a small model
+ * cannot pad forever), integers of at most 16 digits, numbers of at most 16 integer and 16
+ * fraction digits, and object properties in the schema's declared order; optional properties
+ * may be left out.
+ * How a schema is read: $ref siblings and allOf are folded into one schema first (jsalg.c: the
+ * draft 2019-09 reading, which also holds under older drafts since it only adds constraints);
+ * keywords beside anyOf / oneOf are merged into every branch; oneOf is written only when its
+ * branches are proven pairwise disjoint (so a document matches exactly one); enum / const
+ * values are kept only when they satisfy the keywords beside them; without `type`, the types
+ * whose keywords appear are written (`properties` → objects, `minLength` → strings, ...), all
+ * of them when none do. Number bounds and multipleOf are exact (jsnum.c). Every validation
+ * keyword is translated or refused: SNUG_ERR_UNSUPPORTED naming the keyword and its JSON path,
+ * so a client never gets output the schema rejects; keywords no draft defines (annotations,
+ * vendor extensions) have no effect on validity and are ignored, as the specification says.
+ * Cost before work: the schema text is measured (bytes, values, nesting) in one pass before it
+ * is parsed, and the generated rules and grammar text are budgeted while they are written.
+ * Invariant: the grammar's language is a subset of the documents valid under the schema (for
+ * every keyword it accepts); each generated rule is written once; $ref targets and folded
+ * schemas get their rule name before their body is generated, so recursive schemas terminate.
+ * Read next: jsalg.c (folding, disjointness, validation), jsnum.c (numbers), regex.c
+ * (`pattern`), gbnf.c.
  */
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h"
+#include "grammar/jschema_impl.h"
 
 #include "core/core.h"
 
@@ -47,16 +61,40 @@ static void blit(struct snug_sbuf *b, const char *s, size_t n) {
     snug_sbuf_puts(b, "\"");
 }
 
-#define MAX_REFS  256
 #define MAX_DEPTH 64
+/* Cost limits, checked before and while the grammar is written (each is a 400 naming it). */
+#define SCHEMA_MAX_BYTES   (1u << 20) /* the schema text (as large as a grammar may be) */
+#define SCHEMA_MAX_VALUES  65536      /* JSON values in the schema text */
+#define SCHEMA_MAX_NESTING 256        /* JSON nesting of the schema text */
+#define GRAMMAR_MAX_BYTES  (1u << 20) /* generated grammar text (the compiler's own limit) */
+#define RULES_MAX          30000      /* generated rules (the compiler allows 32768 in all) */
+#define ALG_WORK           200000     /* steps of the validity / disjointness questions */
+#define STRING_MAX_LEN     10000      /* a longer maxLength is written as this many characters */
+#define COUNT_MAX          1000       /* minItems / maxItems */
+#define OBJECT_STATES_MAX  4096       /* (property, count) states under min/maxProperties */
+#define UNIQUE_VALUES_MAX  32         /* uniqueItems: items drawn from at most this many values */
+
+struct memo_entry {
+    size_t key, key_len; /* into ctx.memo_keys */
+    uint64_t hash;
+    int rule;
+};
 
 struct ctx {
     json_t *root;
     struct snug_sbuf rules; /* generated rules, one per line */
     int n_rules;
-    const char *ref_name[MAX_REFS];
-    int ref_rule[MAX_REFS];
-    int n_refs;
+    int helper_rules; /* rules named rN-M (numbers) */
+    /* rules already written for a $ref ("$ref:" + the reference) or a folded schema (its
+     * canonical text): a second visit (recursion) refers to the same rule */
+    struct memo_entry *memo;
+    int n_refs, cap_refs; /* the tools path empties the memo per tool: n_refs = 0 */
+    int *memo_index;
+    size_t memo_cap;
+    int memo_indexed; /* entries the index holds (more than n_refs: the memo was emptied) */
+    struct snug_sbuf memo_keys;
+    struct js_alg alg;
+    bool alg_ready;
     struct snug_err *err;
     int status;
     char path[512];
@@ -76,6 +114,54 @@ static int invalid(struct ctx *c, const char *keyword, const char *why) {
     return -1;
 }
 
+static int over_budget(struct ctx *c) {
+    if (c->rules.oom) {
+        c->status = snug_err_set(c->err, SNUG_ERR_NOMEM, "json schema: out of memory");
+        return -1;
+    }
+    c->status = snug_err_set(c->err, SNUG_ERR_BUDGET,
+                             "json schema: the grammar for it would be larger than the limit "
+                             "(%u bytes of grammar text, %d rules); stopped at %s",
+                             GRAMMAR_MAX_BYTES, RULES_MAX, c->path);
+    return -1;
+}
+
+static bool over(struct ctx *c) {
+    return c->rules.oom || c->rules.len > GRAMMAR_MAX_BYTES ||
+           c->n_rules + c->helper_rules > RULES_MAX;
+}
+
+/* The algebra's context, in step with this one (the tools path changes c->root per tool). */
+static struct js_alg *alg(struct ctx *c) {
+    if (!c->alg_ready) {
+        c->alg.work = ALG_WORK;
+        c->alg_ready = true;
+    }
+    c->alg.root = c->root;
+    c->alg.err = c->err;
+    c->alg.path = c->path;
+    c->alg.status = SNUG_OK;
+    return &c->alg;
+}
+
+/* After an algebra call returned NULL: its refusal becomes ours. */
+static int alg_failed(struct ctx *c) {
+    c->status = c->alg.status ? c->alg.status : SNUG_ERR_INVALID;
+    return -1;
+}
+
+static void ctx_free(struct ctx *c) {
+    snug_free(c->memo);
+    snug_free(c->memo_index);
+    c->memo_index = NULL;
+    c->memo_cap = 0;
+    snug_free(c->memo_keys.data);
+    c->memo = NULL;
+    c->memo_keys = (struct snug_sbuf){0};
+    c->n_refs = c->cap_refs = 0;
+    js_alg_free(&c->alg);
+}
+
 /* Start rule r<id> ::= ...; returns the id. */
 static int rule_begin(struct ctx *c) {
     int id = c->n_rules++;
@@ -85,6 +171,23 @@ static int rule_begin(struct ctx *c) {
 
 static void rule_end(struct ctx *c) {
     snug_sbuf_puts(&c->rules, "\n");
+}
+
+/* A rule whose body is the given text. */
+static int rule_text(struct ctx *c, const char *body) {
+    int id = rule_begin(c);
+    snug_sbuf_puts(&c->rules, body);
+    rule_end(c);
+    return id;
+}
+
+/* A rule for the union of the rules ids[0..n). */
+static int rule_union(struct ctx *c, const int *ids, size_t n) {
+    if (n == 1) return ids[0];
+    int id = rule_begin(c);
+    for (size_t i = 0; i < n; i++) snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
+    rule_end(c);
+    return id;
 }
 
 static int gen(struct ctx *c, json_t *s);
@@ -107,6 +210,77 @@ static int gen_at(struct ctx *c, json_t *s, const char *seg) {
     return r;
 }
 
+/* ---- memo ------------------------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The memo's index: an open-addressing table of entry numbers + 1 (0 empty), a power of two in
+ * size, at least twice the entries. */
+static void memo_index_put(struct ctx *c, int entry);
+
+/* After the memo was emptied (n_refs set back), the index starts over. */
+static void memo_sync(struct ctx *c) {
+    if (c->memo_indexed <= c->n_refs) return;
+    memset(c->memo_index, 0, c->memo_cap * sizeof *c->memo_index);
+    c->memo_indexed = 0;
+    for (int i = 0; i < c->n_refs; i++) memo_index_put(c, i);
+}
+
+static int memo_find(struct ctx *c, const char *key, size_t n) {
+    if (!c->memo_cap) return -1;
+    memo_sync(c);
+    uint64_t h = hash_bytes(key, n);
+    for (size_t i = h & (c->memo_cap - 1);; i = (i + 1) & (c->memo_cap - 1)) {
+        int k = c->memo_index[i];
+        if (!k) return -1;
+        struct memo_entry *e = &c->memo[k - 1];
+        if (e->hash == h && e->key_len == n && !memcmp(c->memo_keys.data + e->key, key, n))
+            return e->rule;
+    }
+}
+
+static void memo_index_put(struct ctx *c, int entry) {
+    c->memo_indexed++;
+    for (size_t i = c->memo[entry].hash & (c->memo_cap - 1);; i = (i + 1) & (c->memo_cap - 1))
+        if (!c->memo_index[i]) {
+            c->memo_index[i] = entry + 1;
+            return;
+        }
+}
+
+static bool memo_add(struct ctx *c, const char *key, size_t n, int rule) {
+    if (c->memo_cap) memo_sync(c);
+    if (c->n_refs == c->cap_refs) {
+        int cap = c->cap_refs ? 2 * c->cap_refs : 32;
+        struct memo_entry *m = snug_malloc((size_t)cap * sizeof *m);
+        int *index = snug_calloc((size_t)cap * 2, sizeof *index);
+        if (!m || !index) {
+            snug_free(m);
+            snug_free(index);
+            return false;
+        }
+        if (c->n_refs) memcpy(m, c->memo, (size_t)c->n_refs * sizeof *m);
+        snug_free(c->memo);
+        snug_free(c->memo_index);
+        c->memo = m, c->cap_refs = cap;
+        c->memo_index = index, c->memo_cap = (size_t)cap * 2;
+        c->memo_indexed = 0;
+        for (int i = 0; i < c->n_refs; i++) memo_index_put(c, i);
+    }
+    size_t off = c->memo_keys.len;
+    snug_sbuf_append(&c->memo_keys, key, n);
+    if (c->memo_keys.oom) return false;
+    c->memo[c->n_refs] = (struct memo_entry){off, n, hash_bytes(key, n), rule};
+    memo_index_put(c, c->n_refs++);
+    return true;
+}
+
+/* ---- literals ----------------------------------------------------------------------------- */
+
 /* A rule matching exactly the JSON value v (serialised compactly). */
 static int gen_literal(struct ctx *c, const json_t *v) {
     char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -118,437 +292,172 @@ static int gen_literal(struct ctx *c, const json_t *v) {
     return id;
 }
 
-static const char *ANNOTATIONS[] = {
-    "title",    "description",   "default",          "examples",        "$schema", "$id",
-    "$comment", "deprecated",    "readOnly",         "writeOnly",       "$defs",   "definitions",
-    "strict",   "discriminator", "contentMediaType", "contentEncoding", "$anchor", NULL};
+/* The code point at *p (UTF-8, valid: jansson checked it); *p moves past it. */
+static uint32_t utf8_next(const char **p) {
+    const unsigned char *s = (const unsigned char *)*p;
+    uint32_t c = s[0];
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    if (n > 1) {
+        c &= 0x7Fu >> n;
+        for (int i = 1; i < n && s[i]; i++) c = (c << 6) | (s[i] & 63);
+    }
+    *p += n;
+    return c;
+}
 
-static bool is_annotation(const char *k) {
-    for (int i = 0; ANNOTATIONS[i]; i++)
-        if (!strcmp(ANNOTATIONS[i], k)) return true;
-    return false;
+/* A rule for the union of literal texts (distinct), written as a trie over their characters
+ * (whole UTF-8 sequences: GBNF literals are text) so that values sharing a prefix ("005-001",
+ * "005-002", ...) keep one parse alive, not one per value: a long enum would otherwise hold
+ * the matcher's stacks at once. */
+struct lit_node {
+    int child, next; /* first child, next sibling (-1: none) */
+    const char *ch;  /* the character's bytes (in one of the texts) */
+    int ch_len;
+    bool terminal;
+    int rule; /* the rule of this node, once written (-1: not yet) */
+};
+
+static int lit_rule(struct ctx *c, struct lit_node *t, int node) {
+    if (t[node].rule >= 0) return t[node].rule;
+    /* children's rules first (each written whole on its own line) */
+    for (int ch = t[node].child; ch >= 0; ch = t[ch].next) {
+        int end = ch;
+        while (!t[end].terminal && t[end].child >= 0 && t[t[end].child].next < 0)
+            end = t[end].child;
+        if (t[end].child >= 0) lit_rule(c, t, end);
+    }
+    int id = rule_begin(c);
+    t[node].rule = id;
+    bool first = true;
+    if (t[node].terminal) snug_sbuf_puts(&c->rules, "\"\""), first = false;
+    for (int ch = t[node].child; ch >= 0; ch = t[ch].next) {
+        snug_sbuf_puts(&c->rules, first ? "\"" : " | \"");
+        first = false;
+        int end = ch;
+        for (;;) {
+            blit_body(&c->rules, t[end].ch, (size_t)t[end].ch_len);
+            if (t[end].terminal || t[end].child < 0 || t[t[end].child].next >= 0) break;
+            end = t[end].child;
+        }
+        snug_sbuf_puts(&c->rules, "\"");
+        if (t[end].child >= 0) snug_sbuf_printf(&c->rules, " r%d", t[end].rule);
+    }
+    rule_end(c);
+    return id;
+}
+
+static int rule_literals(struct ctx *c, char *const *texts, size_t n) {
+    size_t cap = 1;
+    for (size_t i = 0; i < n; i++) cap += strlen(texts[i]);
+    struct lit_node *t = snug_malloc(cap * sizeof *t);
+    if (!t) return over_budget(c);
+    int nn = 1;
+    t[0] = (struct lit_node){-1, -1, "", 0, false, -1};
+    for (size_t i = 0; i < n; i++) {
+        int node = 0;
+        for (const char *p = texts[i]; *p;) {
+            const char *q = p;
+            utf8_next(&q);
+            int len = (int)(q - p);
+            int ch = t[node].child;
+            while (ch >= 0 && (t[ch].ch_len != len || memcmp(t[ch].ch, p, (size_t)len)))
+                ch = t[ch].next;
+            if (ch < 0) {
+                ch = nn++;
+                t[ch] = (struct lit_node){-1, t[node].child, p, len, false, -1};
+                t[node].child = ch;
+            }
+            node = ch;
+            p = q;
+        }
+        t[node].terminal = true;
+    }
+    int id = lit_rule(c, t, 0);
+    snug_free(t);
+    return id;
+}
+
+/* Non-annotation keywords other than `except`: does the schema constrain anything else? */
+static bool only_annotations_besides(json_t *s, const char *except) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        if (!strcmp(k, except)) continue;
+        if (js_is_translated(k) || js_is_refused(k)) return false;
+    }
+    return true;
 }
 
 static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
     json_t *v = json_object_get(s, k);
     *has = false;
     if (!v) return true;
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+        json_real_value(v) >= 0 && json_real_value(v) < 1e15) {
+        *out = (long long)json_real_value(v); /* 3.0: an integer written as a real */
+        *has = true;
+        return true;
+    }
     if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
     *out = json_integer_value(v);
     *has = true;
     return true;
 }
 
-/* ==== pattern: a regular-expression subset → GBNF ========================================
- * ECMA-262 syntax as JSON Schema uses it: literals and escapes (\d \w \s and their negations,
- * \n \t \r, \uXXXX, escaped punctuation), classes with ranges and negation, `.`, groups (incl.
- * `(?:`), `|`, quantifiers `* + ? {n} {n,} {n,m}` (a lazy `?` after them is ignored), `^` at the
- * start and `$` at the end (a pattern without them may be preceded / followed by any text, as
- * unanchored search semantics allow). The grammar spells the JSON-encoded string: `"` and `\`
- * are written escaped, \n \t \r as their JSON escapes, and classes leave out `"`, `\` and the
- * control characters (a subset of what the regex allows: still valid). In raw mode (tool-call
- * parameters) classes leave out '<' and NUL instead. Back-references, look-around and \b are
- * rejected (the 400 names `pattern` and the construct). */
-struct re {
-    const char *p, *end;
-    struct snug_sbuf *out;
-    bool raw;   /* raw or text mode: characters as themselves, not JSON-escaped */
-    bool text;  /* text mode (Lark terminals, regex tool formats): only NUL is left out */
-    bool whole; /* the regex must match the whole text (no implicit text around it) */
-    char why[120];
+/* ---- strings ------------------------------------------------------------------------------ */
+
+/* The formats written by a grammar (each a subset of what the format's RFC allows, so every
+ * output passes a validator that checks it), with the lengths of what the grammar writes.
+ * `body`: GBNF over the BASE rules. */
+static const struct {
+    const char *name, *body;
+    long lo, hi;
+} FORMATS[] = {
+    {"date", "date", 10, 10},
+    {"time", "time", 9, 21},
+    {"date-time", "date \"T\" time", 20, 32},
+    {"uuid", "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}", 36, 36},
+    {"email", "email", 6, 206},
+    {"idn-email", "email", 6, 206},
+    {"ipv4", "octet \".\" octet \".\" octet \".\" octet", 7, 15},
+    {"ip-address", "octet \".\" octet \".\" octet \".\" octet", 7, 15}, /* draft 3 */
+    {"ipv6", "hex{1,4} (\":\" hex{1,4}){7}", 15, 39},
+    {"hostname", "hostname", 1, 91},
+    {"host-name", "hostname", 1, 91}, /* draft 3 */
+    {"idn-hostname", "hostname", 1, 91},
+    {"uri", "uri", 5, 253},
+    {"url", "uri", 5, 253},
+    {"uri-reference", "uri", 5, 253},
+    {"iri", "uri", 5, 253},
+    {"iri-reference", "uri", 5, 253},
+    {"duration", "\"P\" ([1-9] [0-9]{0,3} [YMWD] | \"T\" [1-9] [0-9]{0,3} [HMS])", 3, 7},
+    {"json-pointer", "(\"/\" ([a-zA-Z0-9._-] | \"~\" [01]){0,16}){0,8}", 0, 264},
+    {"byte", "([A-Za-z0-9+/]{4}){0,64} ([A-Za-z0-9+/]{2} \"==\" | [A-Za-z0-9+/]{3} \"=\")?", 0,
+     260},
+    {NULL, NULL, 0, 0},
 };
 
-static int re_fail(struct re *r, const char *why) {
-    snprintf(r->why, sizeof r->why, "%s", why);
-    return -1;
-}
+/* Formats a validator may check that no grammar here writes: refused. Every other format
+ * name that is not in FORMATS is one no JSON Schema draft defines (semver, int32, ...):
+ * an annotation, which the specification says does not constrain the string. */
+static const char *FORMATS_REFUSED[] = {"uri-template", "relative-json-pointer",
+                                        "regex",        "color",
+                                        "utc-millisec", "phone",
+                                        "style",        NULL};
 
-/* Code point ranges of a class under construction. */
-struct re_class {
-    uint32_t lo[128], hi[128];
-    int n;
-};
-
-static void rc_add(struct re_class *k, uint32_t lo, uint32_t hi) {
-    if (k->n < 128) k->lo[k->n] = lo, k->hi[k->n++] = hi;
-}
-
-static void rc_shorthand(struct re_class *k, char e, bool *neg_only) {
-    *neg_only = false;
-    switch (e) {
-    case 'd':
-        rc_add(k, '0', '9');
-        break;
-    case 'w':
-        rc_add(k, '0', '9'), rc_add(k, 'a', 'z'), rc_add(k, 'A', 'Z'), rc_add(k, '_', '_');
-        break;
-    case 's':
-        rc_add(k, ' ', ' '), rc_add(k, '\t', '\r');
-        break;
-    default:
-        *neg_only = true;
-    }
-}
-
-/* Emit class k (negated or not) as a GBNF class, minus the characters the output cannot hold
- * unescaped; -1 when nothing is left. */
-static int re_emit_class(struct re *r, const struct re_class *k, bool neg) {
-    if (k->n >= 128) return re_fail(r, "a character class of more than 127 ranges");
-    uint32_t lo[260], hi[260];
-    int n = 0;
-    for (int i = 0; i < k->n; i++) { /* insertion sort by lo */
-        int j = n++;
-        while (j > 0 && lo[j - 1] > k->lo[i]) lo[j] = lo[j - 1], hi[j] = hi[j - 1], j--;
-        lo[j] = k->lo[i], hi[j] = k->hi[i] > 0x10FFFF ? 0x10FFFF : k->hi[i];
-    }
-    int m = 0; /* merge */
-    for (int i = 0; i < n; i++) {
-        if (m && lo[i] <= hi[m - 1] + 1) {
-            if (hi[i] > hi[m - 1]) hi[m - 1] = hi[i];
-        } else {
-            lo[m] = lo[i], hi[m++] = hi[i];
-        }
-    }
-    n = m;
-    if (neg) { /* complement over 0..0x10FFFF */
-        uint32_t nlo[260], nhi[260], next = 0;
-        int c = 0;
-        for (int i = 0; i < n; i++) {
-            if (lo[i] > next) nlo[c] = next, nhi[c++] = lo[i] - 1;
-            next = hi[i] + 1;
-        }
-        if (next <= 0x10FFFF) nlo[c] = next, nhi[c++] = 0x10FFFF;
-        memcpy(lo, nlo, sizeof lo);
-        memcpy(hi, nhi, sizeof hi);
-        n = c;
-    }
-    /* the banned characters, sorted */
-    static const uint32_t json_ban[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}};
-    static const uint32_t raw_ban[][2] = {{0, 0}, {'<', '<'}};
-    const uint32_t(*ban)[2] = r->raw ? raw_ban : json_ban;
-    int n_ban = r->text ? 1 : r->raw ? 2 : 4;
-    bool any = false;
-    size_t mark = r->out->len;
-    snug_sbuf_puts(r->out, "[");
-    for (int i = 0; i < n; i++) {
-        uint32_t x = lo[i];
-        for (int b = 0; b <= n_ban && x <= hi[i]; b++) {
-            uint32_t stop = b < n_ban ? ban[b][0] : 0x110000; /* emit [x, min(hi, stop-1)] */
-            if (b < n_ban && ban[b][1] < x) continue;
-            uint32_t y = stop == 0 ? 0 : stop - 1;
-            if (y > hi[i]) y = hi[i];
-            if (stop > x && y >= x) {
-                snug_sbuf_printf(r->out, "\\U%08X", x);
-                if (y > x) snug_sbuf_printf(r->out, "-\\U%08X", y);
-                any = true;
-            }
-            if (b < n_ban && ban[b][1] + 1 > x) x = ban[b][1] + 1;
-        }
-    }
-    snug_sbuf_puts(r->out, "]");
-    if (!any) {
-        r->out->len = mark;
-        return re_fail(r, r->raw
-                              ? "a character class with nothing the output can hold"
-                              : "a character class with nothing a JSON string can hold unescaped");
-    }
-    return 0;
-}
-
-/* One literal character of the regex as GBNF. */
-static void re_emit_char(struct re *r, uint32_t cp) {
-    if (!r->raw && (cp == '"' || cp == '\\'))
-        snug_sbuf_puts(r->out, cp == '"' ? "\"\\\\\\\"\"" : "\"\\\\\\\\\"");
-    else if (!r->raw && cp == '\n')
-        snug_sbuf_puts(r->out, "\"\\\\n\"");
-    else if (!r->raw && cp == '\t')
-        snug_sbuf_puts(r->out, "\"\\\\t\"");
-    else if (!r->raw && cp == '\r')
-        snug_sbuf_puts(r->out, "\"\\\\r\"");
-    else
-        snug_sbuf_printf(r->out, "[\\U%08X]", cp);
-}
-
-static int re_alt(struct re *r, int depth, bool *nullable);
-
-/* An escape after '\' (r->p at the escaped char): into a class, or as an atom. */
-static int re_escape(struct re *r, struct re_class *k, bool *is_class, uint32_t *cp, bool *neg) {
-    if (r->p >= r->end) return re_fail(r, "a trailing backslash");
-    char e = *r->p++;
-    *is_class = false;
-    *neg = false;
-    bool neg_only;
-    if (e == 'd' || e == 'w' || e == 's') {
-        rc_shorthand(k, e, &neg_only);
-        *is_class = true;
-        return 0;
-    }
-    if (e == 'D' || e == 'W' || e == 'S') {
-        rc_shorthand(k, (char)(e + 32), &neg_only);
-        *is_class = *neg = true;
-        return 0;
-    }
-    if (e == 'n') return *cp = '\n', 0;
-    if (e == 't') return *cp = '\t', 0;
-    if (e == 'r') return *cp = '\r', 0;
-    if (e == 'u') {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++) {
-            if (r->p >= r->end) return re_fail(r, "\\u needs four hex digits");
-            char h = *r->p++;
-            int d = h >= '0' && h <= '9'   ? h - '0'
-                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                           : -1;
-            if (d < 0) return re_fail(r, "\\u needs four hex digits");
-            v = v * 16 + (uint32_t)d;
-        }
-        return *cp = v, 0;
-    }
-    if ((e >= '0' && e <= '9') || e == 'b' || e == 'B' || e == 'k')
-        return re_fail(r, "back-references and word boundaries");
-    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) return re_fail(r, "an unknown escape");
-    *cp = (unsigned char)e;
-    return 0;
-}
-
-/* Decode one UTF-8 code point of the pattern; RE_BAD_CP for malformed UTF-8 (a stray or
- * invalid byte, a short or overlong sequence, a surrogate, past U+10FFFF). */
-#define RE_BAD_CP 0x110000u
-static uint32_t re_cp(struct re *r) {
-    const unsigned char *p = (const unsigned char *)r->p;
-    uint32_t c = p[0];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || r->p + n > r->end) {
-        r->p++;
-        return RE_BAD_CP;
-    }
-    if (n > 1) {
-        c &= 0x7Fu >> n;
-        for (int i = 1; i < n; i++) {
-            if ((p[i] & 0xC0) != 0x80) {
-                r->p += i;
-                return RE_BAD_CP;
-            }
-            c = (c << 6) | (p[i] & 63);
-        }
-        static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (c < min_of[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = RE_BAD_CP;
-    }
-    r->p += n;
-    return c;
-}
-
-/* One atom; *nullable: whether it can match the empty text (only a group can). */
-static int re_atom(struct re *r, int depth, bool *nullable) {
-    char ch = *r->p;
-    *nullable = false;
-    if (ch == '(') {
-        r->p++;
-        if (r->p < r->end && *r->p == '?') {
-            if (r->end - r->p >= 2 && r->p[1] == ':')
-                r->p += 2;
-            else
-                return re_fail(r, "look-around and named groups");
-        }
-        snug_sbuf_puts(r->out, "(");
-        if (re_alt(r, depth + 1, nullable)) return -1;
-        if (r->p >= r->end || *r->p != ')') return re_fail(r, "an unclosed group");
-        r->p++;
-        snug_sbuf_puts(r->out, ")");
-        return 0;
-    }
-    if (ch == '[') {
-        r->p++;
-        bool neg = false;
-        if (r->p < r->end && *r->p == '^') neg = true, r->p++;
-        struct re_class *k = snug_calloc(1, sizeof *k);
-        if (!k) return re_fail(r, "out of memory");
-        bool first = true;
-        while (r->p < r->end && (*r->p != ']' || first)) {
-            first = false;
-            uint32_t lo;
-            if (*r->p == '\\') {
-                r->p++;
-                bool is_class, eneg;
-                if (re_escape(r, k, &is_class, &lo, &eneg)) {
-                    snug_free(k);
-                    return -1;
-                }
-                if (is_class) {
-                    if (eneg) {
-                        snug_free(k);
-                        return re_fail(r, "\\D \\W \\S inside a class");
-                    }
-                    continue;
-                }
-            } else {
-                lo = re_cp(r);
-                if (lo == RE_BAD_CP) {
-                    snug_free(k);
-                    return re_fail(r, "malformed UTF-8");
-                }
-            }
-            uint32_t hi = lo;
-            if (r->end - r->p >= 2 && *r->p == '-' && r->p[1] != ']') {
-                r->p++;
-                if (*r->p == '\\') {
-                    r->p++;
-                    bool is_class, eneg;
-                    if (re_escape(r, k, &is_class, &hi, &eneg) || is_class) {
-                        snug_free(k);
-                        return r->why[0] ? -1 : re_fail(r, "a class shorthand as a range end");
-                    }
-                } else {
-                    hi = re_cp(r);
-                    if (hi == RE_BAD_CP) {
-                        snug_free(k);
-                        return re_fail(r, "malformed UTF-8");
-                    }
-                }
-                if (hi < lo) {
-                    snug_free(k);
-                    return re_fail(r, "a range out of order");
-                }
-            }
-            rc_add(k, lo, hi);
-        }
-        if (r->p >= r->end) {
-            snug_free(k);
-            return re_fail(r, "an unclosed class");
-        }
-        r->p++;
-        int rc = re_emit_class(r, k, neg);
-        snug_free(k);
-        return rc;
-    }
-    if (ch == '.') {
-        r->p++;
-        struct re_class k = {.n = 0};
-        rc_add(&k, '\n', '\n');
-        return re_emit_class(r, &k, true);
-    }
-    if (ch == '\\') {
-        r->p++;
-        struct re_class k = {.n = 0};
-        bool is_class, neg;
-        uint32_t cp = 0;
-        if (re_escape(r, &k, &is_class, &cp, &neg)) return -1;
-        if (is_class) return re_emit_class(r, &k, neg);
-        re_emit_char(r, cp);
-        return 0;
-    }
-    if (ch == '*' || ch == '+' || ch == '?' || ch == '{')
-        return re_fail(r, "a quantifier with nothing before it");
-    if (ch == '^' || ch == '$')
-        return re_fail(r, "anchors other than a leading ^ and a trailing $");
-    uint32_t cp = re_cp(r);
-    if (cp == RE_BAD_CP) return re_fail(r, "malformed UTF-8");
-    re_emit_char(r, cp);
-    return 0;
-}
-
-/* A sequence of quantified atoms; *nullable: whether all of them can match the empty text.
- * An unbounded repetition (`*`, `+`, `{m,}`) of an atom that can match the empty text is
- * refused: the grammar engine rejects it (its matcher could loop without consuming), and the
- * language it means is rarely what was meant. */
-static int re_seq(struct re *r, int depth, bool *nullable) {
-    bool any = false;
-    *nullable = true;
-    while (r->p < r->end && *r->p != '|' && *r->p != ')') {
-        if (*r->p == '$' && r->p + 1 == r->end) break;
-        snug_sbuf_puts(r->out, " (");
-        bool empty_ok;
-        if (re_atom(r, depth, &empty_ok)) return -1;
-        snug_sbuf_puts(r->out, ")");
-        bool zero = false; /* the quantifier allows no repetition */
-        if (r->p < r->end) {
-            char q = *r->p;
-            if ((q == '*' || q == '+') && empty_ok)
-                return re_fail(r, "a repetition of a group that can match nothing");
-            if (q == '*' || q == '+' || q == '?') {
-                zero = q != '+';
-                snug_sbuf_append(r->out, &q, 1);
-                r->p++;
-            } else if (q == '{') {
-                const char *e = memchr(r->p, '}', (size_t)(r->end - r->p));
-                long m = -1, n = -1;
-                char tmp[32];
-                size_t L = e ? (size_t)(e - r->p - 1) : 0;
-                if (!e || L >= sizeof tmp) return re_fail(r, "an unfinished {m,n}");
-                memcpy(tmp, r->p + 1, L);
-                tmp[L] = 0;
-                char *comma = strchr(tmp, ',');
-                m = atol(tmp);
-                n = comma ? (comma[1] ? atol(comma + 1) : -1) : m;
-                if (m < 0 || m > 1000 || n > 1000 || (n >= 0 && n < m))
-                    return re_fail(r, "a {m,n} outside 0..1000 or with n < m");
-                if (n < 0 && empty_ok)
-                    return re_fail(r, "a repetition of a group that can match nothing");
-                zero = m == 0;
-                if (n < 0)
-                    snug_sbuf_printf(r->out, "{%ld,}", m);
-                else
-                    snug_sbuf_printf(r->out, "{%ld,%ld}", m, n);
-                r->p = e + 1;
-            }
-            if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
-        }
-        if (!empty_ok && !zero) *nullable = false;
-        any = true;
-    }
-    if (!any) snug_sbuf_puts(r->out, " \"\"");
-    return 0;
-}
-
-/* Alternatives; *nullable: whether one of them can match the empty text. */
-static int re_alt(struct re *r, int depth, bool *nullable) {
-    if (depth > 32) return re_fail(r, "groups nested deeper than 32");
-    bool e;
-    if (re_seq(r, depth, &e)) return -1;
-    *nullable = e;
-    while (r->p < r->end && *r->p == '|') {
-        r->p++;
-        snug_sbuf_puts(r->out, " |");
-        if (re_seq(r, depth, &e)) return -1;
-        *nullable = *nullable || e;
-    }
-    return 0;
-}
-
-static int re_top(struct re *r) {
-    bool head = r->p < r->end && *r->p == '^';
-    if (head) r->p++;
-    bool tail = r->end > r->p && r->end[-1] == '$' && (r->end - r->p < 2 || r->end[-2] != '\\');
-    const char *any = r->raw ? "rawchar*" : "([^\"\\\\\\x00-\\x1F\\x7F])*";
-    if (r->whole) head = tail = true;
-    if (!head) snug_sbuf_printf(r->out, "%s ", any);
-    snug_sbuf_puts(r->out, "(");
-    bool nullable;
-    if (re_alt(r, 0, &nullable)) return -1;
-    if (r->p < r->end && !(*r->p == '$' && r->p + 1 == r->end))
-        return re_fail(r, "an unmatched ')'");
-    snug_sbuf_puts(r->out, ")");
-    if (!tail) snug_sbuf_printf(r->out, " %s", any);
-    return 0;
-}
-
-int gr_regex_to_gbnf(const char *pat, size_t n, char **out, char *why, size_t why_n) {
-    struct snug_sbuf body = {0};
-    struct re r = {
-        .p = pat, .end = pat + n, .out = &body, .raw = true, .text = true, .whole = true};
-    *out = NULL;
-    if (re_top(&r) || body.oom) {
-        snprintf(why, why_n, "%s", r.why[0] ? r.why : "out of memory");
-        snug_free(body.data);
-        return body.oom && !r.why[0] ? SNUG_ERR_NOMEM : SNUG_ERR_INVALID;
-    }
-    *out = body.data;
-    return SNUG_OK;
+static bool format_is_annotation(const char *f) {
+    if (!f) return false;
+    for (int i = 0; FORMATS[i].name; i++)
+        if (!strcmp(FORMATS[i].name, f)) return false;
+    for (int i = 0; FORMATS_REFUSED[i]; i++)
+        if (!strcmp(FORMATS_REFUSED[i], f)) return false;
+    return true;
 }
 
 /* A string: JSON-quoted, or `raw` (the bare text, for Qwen's XML tool-call parameters, where a
- * string value is written unquoted and ends at the next '<'). */
+ * string value is written unquoted and ends at the next '<'). minLength / maxLength count
+ * characters: a character is one code point or one escape (the grammar writes no surrogate
+ * escapes, so the two counts agree). */
 static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
     long long mn = 0, mx = -1;
     bool has_mn, has_mx;
@@ -558,24 +467,22 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         return invalid(c, "maxLength", "must be a non-negative integer");
     if (!has_mx) mx = -1;
     if (has_mx && mx < mn) return invalid(c, "maxLength", "is below minLength");
-    if (mn > 10000 || mx > 10000)
-        return unsupported(c, has_mx ? "maxLength" : "minLength", "lengths above 10000");
+    if (mn > STRING_MAX_LEN) return unsupported(c, "minLength", "lengths above 10000");
+    if (mx > STRING_MAX_LEN) mx = STRING_MAX_LEN; /* fewer characters: still valid */
     json_t *fmt = json_object_get(s, "format");
     json_t *pat = json_object_get(s, "pattern");
     const char *q = raw ? "" : "\"\\\"\" ";
     const char *q2 = raw ? "" : " \"\\\"\"";
     if (pat) {
         if (!json_is_string(pat)) return invalid(c, "pattern", "must be a string");
-        if (fmt || has_mn || has_mx)
-            return unsupported(c, "pattern", "together with format/minLength/maxLength");
+        if (fmt && !format_is_annotation(json_string_value(fmt)))
+            return unsupported(c, "pattern", "together with format");
         struct snug_sbuf body = {0};
-        struct re r = {.p = json_string_value(pat),
-                       .end = json_string_value(pat) + json_string_length(pat),
-                       .out = &body,
-                       .raw = raw};
-        if (re_top(&r) || body.oom) {
+        char why[200];
+        if (gr_regex_emit(&body, json_string_value(pat), json_string_length(pat), raw, mn,
+                          has_mx ? mx : -1, why, sizeof why)) {
             snug_free(body.data);
-            return unsupported(c, "pattern", r.why[0] ? r.why : "out of memory");
+            return unsupported(c, "pattern", why);
         }
         int id = rule_begin(c);
         snug_sbuf_printf(&c->rules, "%s", q);
@@ -585,28 +492,19 @@ static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
         snug_free(body.data);
         return id;
     }
-    if (fmt) {
-        if (!json_is_string(fmt)) return invalid(c, "format", "must be a string");
-        if (has_mn || has_mx) return unsupported(c, "format", "together with minLength/maxLength");
-        const char *f = json_string_value(fmt);
-        const char *body = NULL;
-        if (!strcmp(f, "date"))
-            body = "date";
-        else if (!strcmp(f, "time"))
-            body = "time";
-        else if (!strcmp(f, "date-time"))
-            body = "date \"T\" time";
-        else if (!strcmp(f, "uuid"))
-            body = "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}";
-        else if (!strcmp(f, "email"))
-            body = "[a-zA-Z0-9._+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" [a-zA-Z0-9-]{1,32}){0,3} "
-                   "\".\" [a-zA-Z]{2,8}";
-        else if (!strcmp(f, "ipv4"))
-            body = "octet \".\" octet \".\" octet \".\" octet";
-        else if (!strcmp(f, "uri") || !strcmp(f, "url"))
-            body = "[a-z] [a-z0-9+.-]{0,8} \"://\" [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{1,64}";
-        else
-            return unsupported(c, "format", f);
+    if (fmt && !json_is_string(fmt)) return invalid(c, "format", "must be a string");
+    const char *body = NULL, *f = fmt ? json_string_value(fmt) : NULL;
+    for (int i = 0; f && FORMATS[i].name && !body; i++) {
+        if (strcmp(FORMATS[i].name, f)) continue;
+        body = FORMATS[i].body;
+        if ((has_mn && FORMATS[i].lo < mn) || (has_mx && FORMATS[i].hi > mx))
+            return unsupported(c, "format",
+                               "together with minLength/maxLength that not all of its strings "
+                               "meet");
+    }
+    for (int i = 0; f && !body && FORMATS_REFUSED[i]; i++)
+        if (!strcmp(FORMATS_REFUSED[i], f)) return unsupported(c, "format", f);
+    if (body) {
         int id = rule_begin(c);
         snug_sbuf_printf(&c->rules, "%s%s%s", q, body, q2);
         rule_end(c);
@@ -628,83 +526,184 @@ static int gen_string(struct ctx *c, json_t *s) {
     return gen_string_as(c, s, false);
 }
 
-/* Read a numeric bound; *has false when absent. */
-static int get_bound(struct ctx *c, json_t *s, const char *k, double *out, bool *has) {
-    json_t *v = json_object_get(s, k);
-    *has = false;
-    if (!v) return 0;
-    if (!json_is_number(v)) return invalid(c, k, "must be a number");
-    *out = json_number_value(v);
-    *has = true;
-    return 0;
+/* ---- numbers ------------------------------------------------------------------------------ */
+
+/* A JSON number's exact decimal digits: sign, integer part, fraction without trailing zeros
+ * (a fraction longer than 17 digits is cut to 17, see struct gr_dec). false when the integer
+ * part has more than `max_digits` digits (*big: the magnitude is at least 10^max_digits). */
+static bool exact_decimal(double d, struct gr_dec *out, int max_digits, bool *big) {
+    char text[1500];
+    *big = false;
+    if (d == 0) d = 0; /* -0 → 0 */
+    snprintf(text, sizeof text, "%.1074f", d);
+    const char *p = text;
+    out->neg = *p == '-';
+    if (out->neg) p++;
+    const char *dot = strchr(p, '.');
+    size_t ni = dot ? (size_t)(dot - p) : strlen(p);
+    while (ni > 1 && *p == '0') p++, ni--;
+    if (ni > (size_t)max_digits) {
+        *big = true;
+        return false;
+    }
+    memcpy(out->ip, p, ni);
+    out->ip[ni] = 0;
+    size_t nf = 0;
+    if (dot) {
+        const char *f = dot + 1;
+        nf = strlen(f);
+        while (nf && f[nf - 1] == '0') nf--;
+        if (nf > sizeof out->fp - 1) nf = sizeof out->fp - 1;
+        memcpy(out->fp, f, nf);
+    }
+    out->fp[nf] = 0;
+    out->set = true;
+    if (!strcmp(out->ip, "0") && !nf) out->neg = false;
+    return true;
+}
+
+/* One side of a decimal range from JSON (inclusive bound x, or exclusive: the next double
+ * past it: a decimal text at or past that double reads back as a double past x). A bound
+ * beyond the written range (|x| >= 10^15) leaves that side open, or (*empty) nothing. */
+static void dec_bound(json_t *x, bool exclusive, bool lower, struct gr_dec *out, bool *empty) {
+    *empty = false;
+    out->set = false;
+    double d = json_is_integer(x) ? (double)json_integer_value(x) : json_real_value(x);
+    if (json_is_integer(x) && fabs(d) > 9007199254740992.0) {
+        /* beyond 2^53 (past every bounded decimal written): open or empty */
+        *empty = lower ? d > 0 : d < 0;
+        return;
+    }
+    if (exclusive) d = nextafter(d, lower ? INFINITY : -INFINITY);
+    if (!isfinite(d)) {
+        *empty = lower ? d > 0 : d < 0;
+        return;
+    }
+    bool big;
+    if (!exact_decimal(d, out, DEC_MAX_DIGITS, &big)) {
+        out->set = false;
+        *empty = lower ? d > 0 : d < 0; /* a bound past 10^15 on the far side: nothing fits */
+    }
+}
+
+/* An inclusive integer bound from a JSON number (ceil for a lower bound, floor for an upper
+ * one; exclusive ones move one further), clamped to ±(10^digits - 1). */
+static long long int_bound(json_t *x, bool exclusive, bool lower, int digits) {
+    long long lim = 1;
+    for (int i = 0; i < digits; i++) lim *= 10;
+    lim -= 1;
+    long long v;
+    if (json_is_integer(x)) {
+        json_int_t i = json_integer_value(x);
+        if (i > lim + 1)
+            v = lim + 2;
+        else if (i < -lim - 1)
+            v = -lim - 2;
+        else
+            v = i;
+        if (exclusive) v += lower ? 1 : -1;
+    } else {
+        double d = json_real_value(x);
+        double r =
+            lower ? (exclusive ? floor(d) + 1 : ceil(d)) : (exclusive ? ceil(d) - 1 : floor(d));
+        if (r > (double)lim + 1)
+            v = lim + 2;
+        else if (r < (double)(-lim - 1))
+            v = -lim - 2;
+        else
+            v = (long long)r;
+    }
+    return v;
+}
+
+/* The tighter of an inclusive and an exclusive bound on one side (NULL when neither is
+ * given); *excl tells which it is. */
+static json_t *pick_bound(json_t *incl, json_t *excl_b, bool lower, bool *excl) {
+    *excl = false;
+    if (!incl && !excl_b) return NULL;
+    if (!incl) return *excl = true, excl_b;
+    if (!excl_b) return incl;
+    int c = js_num_cmp(excl_b, incl);
+    if (lower ? c >= 0 : c <= 0) return *excl = true, excl_b;
+    return incl;
 }
 
 static int gen_number(struct ctx *c, json_t *s, bool integer) {
-    double lo = 0, hi = 0, xlo = 0, xhi = 0;
-    bool has_lo, has_hi, has_xlo, has_xhi;
-    if (get_bound(c, s, "minimum", &lo, &has_lo) || get_bound(c, s, "maximum", &hi, &has_hi) ||
-        get_bound(c, s, "exclusiveMinimum", &xlo, &has_xlo) ||
-        get_bound(c, s, "exclusiveMaximum", &xhi, &has_xhi))
-        return -1;
-    if (json_object_get(s, "multipleOf")) return unsupported(c, "multipleOf", NULL);
-    /* integer bounds as an inclusive integer range [a, b] */
-    bool has_a = has_lo || has_xlo, has_b = has_hi || has_xhi;
-    double a = -INFINITY, b = INFINITY;
-    if (has_lo) a = integer ? ceil(lo) : lo;
-    if (has_xlo) a = fmax(a, integer ? floor(xlo) + 1 : xlo);
-    if (has_hi) b = integer ? floor(hi) : hi;
-    if (has_xhi) b = fmin(b, integer ? ceil(xhi) - 1 : xhi);
-    const char *kw = has_lo    ? "minimum"
-                     : has_xlo ? "exclusiveMinimum"
-                     : has_hi  ? "maximum"
-                               : "exclusiveMaximum";
-    if (has_a && has_b && a > b) return invalid(c, kw, "the range is empty");
-    int id;
-    if (!has_a && !has_b) {
-        id = rule_begin(c);
-        snug_sbuf_puts(&c->rules, integer ? "integer" : "number");
-        rule_end(c);
-        return id;
+    static const char *keys[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    json_t *b[4];
+    bool any_bound = false;
+    for (int i = 0; i < 4; i++) {
+        b[i] = json_object_get(s, keys[i]);
+        if (b[i] && !json_is_number(b[i])) return invalid(c, keys[i], "must be a number");
+        any_bound |= b[i] != NULL;
     }
-    bool exact_ints = a == floor(a) && b == floor(b) && !has_xlo && !has_xhi;
-    if (has_a && has_b && (integer || exact_ints) && b - a <= 512 && fabs(a) < 1e9 &&
-        fabs(b) < 1e9) {
-        /* enumerate the integers; a number may also take a fraction where it stays inside */
-        id = rule_begin(c);
-        long long ia = (long long)ceil(a), ib = (long long)floor(b);
-        for (long long k = ia; k <= ib; k++) {
-            if (k > ia) snug_sbuf_puts(&c->rules, " | ");
-            snug_sbuf_printf(&c->rules, "\"%lld\"", k);
-            if (!integer && ((k >= 0 && k + 1 <= ib) || (k < 0 && k - 1 >= ia)))
-                snug_sbuf_puts(&c->rules, " frac?");
+    json_t *mo = json_object_get(s, "multipleOf");
+    unsigned long long mult = 0;
+    bool real_mult = false;
+    if (mo) {
+        if (!json_is_number(mo) || json_number_value(mo) <= 0)
+            return invalid(c, "multipleOf", "must be a number above 0");
+        if (json_is_integer(mo)) {
+            mult = (unsigned long long)json_integer_value(mo);
+        } else {
+            double d = json_real_value(mo);
+            if (d != floor(d) || d > 9007199254740992.0)
+                return unsupported(c, "multipleOf",
+                                   "a fractional multipleOf (whether a decimal is a multiple of "
+                                   "it depends on binary floating point, so it cannot be written "
+                                   "exactly)");
+            mult = (unsigned long long)d;
+            real_mult = true;
         }
-        rule_end(c);
-        return id;
     }
-    if (has_a && !has_b && a <= 1 && a >= 0 && (integer || a == 0)) {
-        id = rule_begin(c);
-        if (integer)
-            snug_sbuf_puts(&c->rules, a >= 1 ? "[1-9] [0-9]{0,15}" : "(\"0\" | [1-9] [0-9]{0,15})");
-        else
-            snug_sbuf_puts(&c->rules, "(\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
-        rule_end(c);
-        return id;
-    }
-    if (has_b && !has_a && b >= 0 && b <= 512 && (integer || b == floor(b))) {
-        id = rule_begin(c);
-        snug_sbuf_puts(&c->rules, integer ? "\"-\" [1-9] [0-9]{0,15}"
-                                          : "\"-\" (\"0\" | [1-9] [0-9]{0,15}) frac? exp?");
-        for (long long k = 0; k <= (long long)b; k++) {
-            snug_sbuf_printf(&c->rules, " | \"%lld\"", k);
-            if (!integer && k + 1 <= (long long)b) snug_sbuf_puts(&c->rules, " frac?");
+    if (!any_bound && (!mo || (mult == 1 && integer)))
+        return rule_text(c, integer ? "integer" : "number");
+    bool xlo, xhi;
+    json_t *lo_b = pick_bound(b[0], b[1], true, &xlo), *hi_b = pick_bound(b[2], b[3], false, &xhi);
+    const char *kw_lo = xlo ? keys[1] : keys[0], *kw_hi = xhi ? keys[3] : keys[2];
+    const char *kw = lo_b ? kw_lo : hi_b ? kw_hi : "multipleOf";
+    char name[32];
+    int id = c->n_rules++;
+    snprintf(name, sizeof name, "r%d", id);
+    int budget0 = RULES_MAX - c->n_rules - c->helper_rules, budget = budget0, rc;
+    if (integer || mo) {
+        /* integers only (a number with a multipleOf is written as integers: exact for any
+         * validator); with a number type or a real multipleOf, at most 15 digits (exact as
+         * doubles) */
+        int digits = real_mult || !integer ? DEC_MAX_DIGITS : INT_MAX_DIGITS;
+        long long lim = 1;
+        for (int i = 0; i < digits; i++) lim *= 10;
+        long long lo = -(lim - 1), hi = lim - 1;
+        if (lo_b) {
+            long long v = int_bound(lo_b, xlo, true, digits);
+            if (v > lo) lo = v;
         }
-        rule_end(c);
-        return id;
+        if (hi_b) {
+            long long v = int_bound(hi_b, xhi, false, digits);
+            if (v < hi) hi = v;
+        }
+        if (lo > hi) return invalid(c, kw, "the range holds no integer that can be written");
+        rc = gr_int_emit(&c->rules, name, lo, hi, mult, &budget);
+        if (rc == -2)
+            return unsupported(c, "multipleOf",
+                               "a multipleOf above 256 once its trailing zeros are taken off");
+        if (rc == 0) return invalid(c, mo ? "multipleOf" : kw, "no integer in the range qualifies");
+    } else {
+        struct gr_dec lo = {0}, hi = {0};
+        bool empty = false;
+        if (lo_b) dec_bound(lo_b, xlo, true, &lo, &empty);
+        if (empty) return unsupported(c, kw_lo, "a lower bound of 10^15 or more for a number");
+        if (hi_b) dec_bound(hi_b, xhi, false, &hi, &empty);
+        if (empty) return unsupported(c, kw_hi, "an upper bound of -10^15 or less for a number");
+        rc = gr_dec_emit(&c->rules, name, &lo, &hi, &budget);
+        if (rc == 0) return invalid(c, kw, "the range is empty");
     }
-    return unsupported(c, kw,
-                       "only ranges of at most 512 integers, a lower bound of 0 or 1, or an upper "
-                       "bound in 0..512");
+    c->helper_rules += budget0 - budget;
+    if (rc < 0 || budget < 0) return over_budget(c);
+    return id;
 }
+
+/* ---- objects ------------------------------------------------------------------------------ */
 
 /* One "key": value pair of a declared property. */
 static int gen_pair(struct ctx *c, const char *key, json_t *sub) {
@@ -725,112 +724,494 @@ static int gen_pair(struct ctx *c, const char *key, json_t *sub) {
     return id;
 }
 
+/* A key other than the declared names: a JSON string without escapes that is none of them
+ * (a trie over the names' code points; once a prefix leaves the trie, any characters follow).
+ * Names holding '"', '\' or a control character need no exclusion: such a key never spells
+ * them. */
+struct trie_node {
+    uint32_t cp;
+    int child, next; /* first child, next sibling (-1: none) */
+    bool terminal;
+};
+
+static int gen_other_key(struct ctx *c, const char *const *names, int n_names) {
+    int cap = 1;
+    for (int i = 0; i < n_names; i++) cap += (int)strlen(names[i]);
+    struct trie_node *t = snug_malloc((size_t)cap * sizeof *t);
+    if (!t) return over_budget(c);
+    int n = 1;
+    t[0] = (struct trie_node){0, -1, -1, false};
+    for (int i = 0; i < n_names; i++) {
+        bool plain = true;
+        for (const unsigned char *p = (const unsigned char *)names[i]; *p; p++)
+            if (*p < 0x20 || *p == 0x7F || *p == '"' || *p == '\\') plain = false;
+        if (!plain) continue;
+        int node = 0;
+        for (const char *p = names[i]; *p;) {
+            uint32_t cp = utf8_next(&p);
+            int ch = t[node].child;
+            while (ch >= 0 && t[ch].cp != cp) ch = t[ch].next;
+            if (ch < 0) {
+                ch = n++;
+                t[ch] = (struct trie_node){cp, -1, t[node].child, false};
+                t[node].child = ch;
+            }
+            node = ch;
+        }
+        t[node].terminal = true;
+    }
+    int base = c->n_rules;
+    c->n_rules += n;
+    for (int i = 0; i < n; i++) {
+        snug_sbuf_printf(&c->rules, "r%d ::= ", base + i);
+        bool first = true;
+        if (!t[i].terminal) snug_sbuf_puts(&c->rules, "\"\\\"\""), first = false;
+        snug_sbuf_printf(&c->rules, "%s[^\"\\\\\\x00-\\x1F\\x7F", first ? "" : " | ");
+        for (int ch = t[i].child; ch >= 0; ch = t[ch].next)
+            snug_sbuf_printf(&c->rules, "\\U%08X", t[ch].cp);
+        snug_sbuf_puts(&c->rules, "] keychar* \"\\\"\"");
+        for (int ch = t[i].child; ch >= 0; ch = t[ch].next)
+            snug_sbuf_printf(&c->rules, " | [\\U%08X] r%d", t[ch].cp, base + ch);
+        snug_sbuf_puts(&c->rules, "\n");
+    }
+    snug_free(t);
+    int id = rule_begin(c);
+    snug_sbuf_printf(&c->rules, "\"\\\"\" r%d", base);
+    rule_end(c);
+    return id;
+}
+
+/* A pattern's fixed start: after '^', the literal characters before the first special one
+ * (or one a quantifier applies to). */
+static size_t literal_head(const char *p, char *out, size_t cap) {
+    size_t n = 0;
+    if (*p != '^') return 0;
+    for (p++; *p && n + 1 < cap; p++) {
+        if (strchr("\\.[]()|*+?{}^$", *p)) break;
+        if (p[1] && strchr("*+?{", p[1])) break;
+        out[n++] = *p;
+    }
+    out[n] = 0;
+    return n;
+}
+
+/* Can no string match both patterns? (Their fixed starts differ.) */
+static bool patterns_apart(const char *p, const char *q) {
+    char a[64], b[64];
+    size_t na = literal_head(p, a, sizeof a), nb = literal_head(q, b, sizeof b);
+    for (size_t i = 0; i < na && i < nb; i++)
+        if (a[i] != b[i]) return true;
+    return false;
+}
+
+/* The schema a property name not in `properties` meets: its matching patternProperties, else
+ * additionalProperties. A pattern whose match cannot be decided counts as matching (its
+ * schema applies on top: stricter, never looser); NULL (refused) where that is impossible. */
+static json_t *undeclared_schema(struct ctx *c, json_t *s, const char *name) {
+    json_t *pats = json_object_get(s, "patternProperties");
+    json_t *add = json_object_get(s, "additionalProperties");
+    json_t *acc = NULL;
+    bool sure = false, maybe = false;
+    const char *pat;
+    json_t *sub;
+    json_object_foreach(pats, pat, sub) {
+        enum js_tri m = js_pattern_test(alg(c), pat, name, strlen(name));
+        if (m == JS_NO) continue;
+        sure |= m == JS_YES, maybe |= m == JS_UNKNOWN;
+        acc = js_all(alg(c), acc, sub);
+    }
+    if (sure) return acc;
+    if (!add) add = json_true();
+    if (maybe && json_is_false(add)) {
+        unsupported(c, "required",
+                    "cannot tell whether a required property's name matches patternProperties");
+        return NULL;
+    }
+    return js_all(alg(c), acc, add);
+}
+
 static int gen_object(struct ctx *c, json_t *s) {
     json_t *props = json_object_get(s, "properties");
     json_t *req = json_object_get(s, "required");
     json_t *add = json_object_get(s, "additionalProperties");
+    json_t *pats = json_object_get(s, "patternProperties");
     if (props && !json_is_object(props)) return invalid(c, "properties", "must be an object");
     if (req && !json_is_array(req)) return invalid(c, "required", "must be an array");
-    static const char *no[] = {"patternProperties",     "propertyNames",     "minProperties",
-                               "maxProperties",         "dependentRequired", "dependentSchemas",
-                               "unevaluatedProperties", "dependencies",      NULL};
-    for (int i = 0; no[i]; i++)
-        if (json_object_get(s, no[i])) return unsupported(c, no[i], NULL);
-    size_t n = props ? json_object_size(props) : 0;
-    if (req) {
-        size_t i;
-        json_t *r;
-        json_array_foreach(req, i, r) {
-            if (!json_is_string(r)) return invalid(c, "required", "must hold strings");
-            if (!props || !json_object_get(props, json_string_value(r))) {
-                /* a required property that is not declared: any value, but it must be there */
-                return unsupported(c, "required",
-                                   "a required property without a schema in 'properties'");
-            }
-        }
-    }
-    /* extra pairs: additionalProperties true/absent with no properties, or a schema */
-    int extra = -1;
+    if (pats && !json_is_object(pats)) return invalid(c, "patternProperties", "must be an object");
     if (add && !json_is_boolean(add) && !json_is_object(add))
         return invalid(c, "additionalProperties", "must be a boolean or a schema");
-    if ((add && json_is_object(add)) || (!n && (!add || json_is_true(add)))) {
-        int v = add && json_is_object(add) ? gen_at(c, add, "additionalProperties") : -1;
-        if (add && json_is_object(add) && v < 0) return -1;
-        extra = rule_begin(c);
-        if (v >= 0)
-            snug_sbuf_printf(&c->rules, "string ws \":\" ws r%d", v);
-        else
-            snug_sbuf_puts(&c->rules, "string ws \":\" ws value");
-        rule_end(c);
-    }
-    int *pair = snug_malloc((n ? n : 1) * sizeof *pair);
-    bool *isreq = snug_calloc(n ? n : 1, sizeof *isreq);
-    if (!pair || !isreq) {
-        snug_free(pair);
-        snug_free(isreq);
-        c->status = snug_err_set(c->err, SNUG_ERR_NOMEM, "json schema: out of memory");
-        return -1;
+    size_t i;
+    json_t *r;
+    json_array_foreach(req, i, r) if (!json_is_string(r)) return invalid(c, "required",
+                                                                         "must hold strings");
+    long long minp = 0, maxp = -1;
+    bool has_min, has_max;
+    if (!get_count(s, "minProperties", &minp, &has_min))
+        return invalid(c, "minProperties", "must be a non-negative integer");
+    if (!get_count(s, "maxProperties", &maxp, &has_max))
+        return invalid(c, "maxProperties", "must be a non-negative integer");
+    if (!has_max) maxp = -1;
+    if (has_max && maxp < minp) return invalid(c, "maxProperties", "is below minProperties");
+    /* the declared properties in order, then required names not declared */
+    size_t cap = json_object_size(props) + json_array_size(req) + 1;
+    const char **name = snug_malloc(cap * sizeof *name);
+    json_t **sch = snug_malloc(cap * sizeof *sch);
+    bool *isreq = snug_calloc(cap, sizeof *isreq);
+    int *pair = snug_malloc(cap * sizeof *pair);
+    json_t *req_set = NULL;
+    int id = -1, n = 0, n_all = 0;
+    if (!name || !sch || !isreq || !pair) {
+        over_budget(c);
+        goto out;
     }
     const char *key;
     json_t *sub;
-    size_t i = 0;
-    int rc = 0;
-    json_object_foreach(props, key, sub) {
-        pair[i] = gen_pair(c, key, sub);
-        if (pair[i] < 0) {
-            rc = -1;
+    json_object_foreach(props, key, sub) name[n_all] = key, sch[n_all++] = sub;
+    /* the required names as a set (a hash: schemas with thousands of them stay linear) */
+    req_set = json_object();
+    if (!req_set) {
+        over_budget(c);
+        goto out;
+    }
+    json_array_foreach(req, i, r) {
+        const char *rn = json_string_value(r);
+        if (json_object_get(req_set, rn)) continue;
+        json_object_set(req_set, rn, json_true());
+        if (json_object_get(props, rn)) continue;
+        json_t *u = undeclared_schema(c, s, rn);
+        if (!u) goto out;
+        name[n_all] = rn, sch[n_all++] = u;
+    }
+    for (int k = 0; k < n_all; k++) {
+        isreq[k] = json_object_get(req_set, name[k]) != NULL;
+        /* a declared name that a pattern matches meets that pattern's schema too */
+        const char *pat;
+        json_t *psub;
+        json_object_foreach(pats, pat, psub) {
+            if (!json_object_get(props, name[k])) break; /* undeclared: done above */
+            if (js_pattern_test(alg(c), pat, name[k], strlen(name[k])) != JS_NO)
+                sch[k] = js_all(alg(c), sch[k], psub);
+        }
+        if (!sch[k]) {
+            alg_failed(c);
+            goto out;
+        }
+        if (!json_is_false(sch[k]) && js_empty(alg(c), sch[k]))
+            sch[k] = json_false(); /* a property that can hold no value is never written */
+        if (json_is_false(sch[k]) && isreq[k]) {
+            size_t old = path_push(c, "required");
+            unsupported(c, name[k], "a required property that no value can satisfy");
+            path_pop(c, old);
+            goto out;
+        }
+    }
+    /* the pairs written (a property whose schema is false is never written) */
+    const char **all_names = name;
+    for (int k = 0; k < n_all; k++) {
+        if (json_is_false(sch[k])) continue;
+        int p = gen_pair(c, name[k], sch[k]);
+        if (p < 0) goto out;
+        pair[n] = p, isreq[n] = isreq[k], n++;
+    }
+    /* extra pairs: patternProperties, or additionalProperties */
+    int extra = -1;
+    if (pats && json_object_size(pats)) {
+        int *ids = snug_malloc(json_object_size(pats) * sizeof *ids);
+        size_t n_ids = 0;
+        if (!ids) {
+            over_budget(c);
+            goto out;
+        }
+        const char *pat;
+        json_t *psub;
+        json_object_foreach(pats, pat, psub) {
+            size_t old = path_push(c, "patternProperties");
+            /* keys written for the pattern could repeat a declared name (whose own schema would
+             * then be bypassed): such a pattern's keys are not written (the declared properties
+             * still meet its schema) */
+            bool clash = false;
+            for (int k = 0; k < n_all && !clash; k++)
+                clash = js_pattern_in_grammar(alg(c), pat, name[k], strlen(name[k])) != JS_NO;
+            if (clash) {
+                path_pop(c, old);
+                continue;
+            }
+            struct snug_sbuf kb = {0};
+            char why[120];
+            if (gr_regex_emit(&kb, pat, strlen(pat), false, 0, -1, why, sizeof why)) {
+                snug_free(kb.data);
+                unsupported(c, "patternProperties", why);
+                path_pop(c, old);
+                snug_free(ids);
+                goto out;
+            }
+            /* the value meets every pattern the key may also match */
+            json_t *v = psub;
+            const char *q;
+            json_t *qsub;
+            json_object_foreach(pats, q, qsub) if (strcmp(q, pat) && !patterns_apart(pat, q)) v =
+                js_all(alg(c), v, qsub);
+            int val = v ? gen_at(c, v, pat) : alg_failed(c);
+            path_pop(c, old);
+            if (val < 0) {
+                snug_free(kb.data);
+                snug_free(ids);
+                goto out;
+            }
+            int pid = rule_begin(c);
+            snug_sbuf_puts(&c->rules, "\"\\\"\" (");
+            snug_sbuf_append(&c->rules, kb.data, kb.len);
+            snug_sbuf_printf(&c->rules, ") \"\\\"\" ws \":\" ws r%d", val);
+            rule_end(c);
+            snug_free(kb.data);
+            ids[n_ids++] = pid;
+        }
+        if (n_ids) extra = rule_union(c, ids, n_ids);
+        snug_free(ids);
+    } else if ((add && json_is_object(add) && !json_is_true(add)) ||
+               (!n_all && (!add || json_is_true(add)))) {
+        int v = add && json_is_object(add) ? gen_at(c, add, "additionalProperties") : -2;
+        if (v == -1) goto out;
+        int kid = n_all ? gen_other_key(c, all_names, n_all) : -2;
+        if (kid == -1) goto out;
+        extra = rule_begin(c);
+        if (kid >= 0)
+            snug_sbuf_printf(&c->rules, "r%d", kid);
+        else
+            snug_sbuf_puts(&c->rules, "string");
+        if (v >= 0)
+            snug_sbuf_printf(&c->rules, " ws \":\" ws r%d", v);
+        else
+            snug_sbuf_puts(&c->rules, " ws \":\" ws value");
+        rule_end(c);
+    }
+    /* The pairs in order, each optional one skippable, then the extra pairs; with counts,
+     * the state is (next property, pairs written so far): rest(i, k) after something was
+     * written (each pair starts with ','), first(i) before anything was. Extra keys may repeat
+     * one another, so they count once toward minProperties (a duplicate key is one property);
+     * every pair counts toward maxProperties. */
+    long long K = has_max ? maxp : minp; /* counts past K behave alike (no maximum) */
+    if (K > 0 && (long long)(n + 1) * (K + 1) > OBJECT_STATES_MAX) {
+        unsupported(c, has_max ? "maxProperties" : "minProperties",
+                    "too many properties and counts to write out (more than 4096 states)");
+        goto out;
+    }
+    int W = (int)K + 1;
+    int *req_after = snug_calloc((size_t)n + 1, sizeof *req_after);
+    int *rest = snug_malloc((size_t)(n + 1) * (size_t)W * sizeof *rest);
+    int *first = snug_malloc(((size_t)n + 1) * sizeof *first);
+    if (!req_after || !rest || !first) {
+        snug_free(req_after), snug_free(rest), snug_free(first);
+        over_budget(c);
+        goto out;
+    }
+    for (int k = n - 1; k >= 0; k--) req_after[k] = req_after[k + 1] + isreq[k];
+#define LIVE(ii, kk)                                                                               \
+    ((!has_max || (kk) + req_after[ii] <= maxp) && (kk) + (n - (ii)) + (extra >= 0 ? 1 : 0) >= minp)
+#define SAT(kk) (has_max ? (kk) : ((kk) < minp ? (kk) : minp))
+    for (int ii = n; ii >= 0; ii--) {
+        for (int k = 0; k < W; k++) {
+            rest[ii * W + k] = -1;
+            if (!LIVE(ii, k)) continue;
+            int rid = rule_begin(c);
+            rest[ii * W + k] = rid;
+            if (ii == n) { /* the extra pairs */
+                long long e0 = k >= minp ? 0 : 1;
+                if (extra < 0 || (has_max && k >= maxp)) snug_sbuf_puts(&c->rules, "\"\"");
+                if (extra >= 0 && (!has_max || k < maxp)) {
+                    if (has_max)
+                        snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){%lld,%lld}", extra, e0,
+                                         maxp - k);
+                    else
+                        snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){%lld,}", extra, e0);
+                }
+            } else {
+                bool alt = false;
+                int k2 = (int)SAT(k + 1);
+                if (k2 < W && LIVE(ii + 1, k2)) {
+                    snug_sbuf_printf(&c->rules, "ws \",\" ws r%d r%d", pair[ii],
+                                     rest[(ii + 1) * W + k2]);
+                    alt = true;
+                }
+                if (!isreq[ii] && LIVE(ii + 1, k))
+                    snug_sbuf_printf(&c->rules, "%sr%d", alt ? " | " : "", rest[(ii + 1) * W + k]);
+            }
+            rule_end(c);
+        }
+        first[ii] = -1;
+        if (!LIVE(ii, 0)) continue;
+        int fid = rule_begin(c);
+        first[ii] = fid;
+        if (ii == n) {
+            bool need = minp > 0; /* k = 0 < minp: one extra pair is needed */
+            if (extra < 0 || (has_max && maxp == 0)) snug_sbuf_puts(&c->rules, "\"\"");
+            if (extra >= 0 && (!has_max || maxp > 0)) {
+                if (!need) snug_sbuf_puts(&c->rules, "(");
+                snug_sbuf_printf(&c->rules, "r%d ", extra);
+                if (has_max)
+                    snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){0,%lld}", extra, maxp - 1);
+                else
+                    snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
+                if (!need) snug_sbuf_puts(&c->rules, ")?");
+            }
+        } else {
+            bool alt = false;
+            int k1 = (int)SAT(1);
+            if (k1 < W && LIVE(ii + 1, k1)) {
+                snug_sbuf_printf(&c->rules, "r%d r%d", pair[ii], rest[(ii + 1) * W + k1]);
+                alt = true;
+            }
+            if (!isreq[ii] && LIVE(ii + 1, 0))
+                snug_sbuf_printf(&c->rules, "%sr%d", alt ? " | " : "", first[ii + 1]);
+        }
+        rule_end(c);
+    }
+#undef LIVE
+#undef SAT
+    if (first[0] < 0) {
+        unsupported(c, has_min ? "minProperties" : "maxProperties",
+                    "no object with these properties has that many / that few of them");
+    } else {
+        id = rule_begin(c);
+        snug_sbuf_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first[0]);
+        rule_end(c);
+    }
+    snug_free(req_after), snug_free(rest), snug_free(first);
+out:
+    json_decref(req_set);
+    snug_free(name);
+    snug_free(sch);
+    snug_free(isreq);
+    snug_free(pair);
+    return id;
+}
+
+/* ---- arrays ------------------------------------------------------------------------------- */
+
+/* The values an item schema allows when they are few (enum / const, boolean, null, a small
+ * integer range), each checked against the schema's other keywords; NULL when the set is not
+ * known to be finite and small (or a value cannot be checked). */
+static json_t *finite_values(struct ctx *c, json_t *items) {
+    json_t *f = js_flatten(alg(c), items);
+    if (!f || json_is_false(f) || !json_is_object(f)) {
+        c->alg.status = SNUG_OK;
+        return NULL;
+    }
+    if (json_object_get(f, "anyOf") || json_object_get(f, "oneOf")) return NULL;
+    json_t *cand = json_array();
+    json_t *en = json_object_get(f, "enum"), *cn = json_object_get(f, "const");
+    unsigned t = js_gen_types(f);
+    if (en || cn) {
+        if (json_is_array(en)) json_array_extend(cand, en);
+        if (cn) json_array_append(cand, cn);
+    } else if (!(t & ~(JS_BOOL | JS_NULL | JS_INT))) {
+        if (t & JS_NULL) json_array_append_new(cand, json_null());
+        if (t & JS_BOOL)
+            json_array_append_new(cand, json_true()), json_array_append_new(cand, json_false());
+        if (t & JS_INT) {
+            json_t *lo = json_object_get(f, "minimum"), *hi = json_object_get(f, "maximum");
+            if (!json_is_integer(lo) || !json_is_integer(hi) ||
+                json_integer_value(hi) - json_integer_value(lo) >= UNIQUE_VALUES_MAX) {
+                json_decref(cand);
+                return NULL;
+            }
+            for (json_int_t v = json_integer_value(lo); v <= json_integer_value(hi); v++)
+                json_array_append_new(cand, json_integer(v));
+        }
+    } else {
+        json_decref(cand);
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(cand, i, v) {
+        bool dup = false;
+        size_t j;
+        json_t *w;
+        json_array_foreach(out, j, w) dup |= js_equal(v, w);
+        if (dup) continue;
+        enum js_tri ok = js_validate(alg(c), f, v);
+        if (ok == JS_UNKNOWN || json_array_size(out) >= UNIQUE_VALUES_MAX) {
+            json_decref(out);
+            out = NULL;
             break;
         }
-        size_t k;
-        json_t *r;
-        json_array_foreach(req, k, r) if (!strcmp(json_string_value(r), key)) isreq[i] = true;
-        i++;
+        if (ok == JS_YES) json_array_append(out, v);
     }
+    json_decref(cand);
+    return out;
+}
+
+/* uniqueItems over a finite item set: the items are written in the order of that set, each at
+ * most once (distinct by construction), between mn and mx of them. C(j, k): after k items, the
+ * next one (if any) comes from index j on; S(j, k): the next item is the one at j or later. */
+static int gen_unique(struct ctx *c, json_t *vals, long long mn, long long mx) {
+    int m = (int)json_array_size(vals);
+    long long cap = mx < 0 || mx > m ? m : mx;
+    if (mn > cap) return unsupported(c, "minItems", "more distinct items than the items allow");
+    int *lit = snug_malloc((size_t)m * sizeof *lit);
+    int W = (int)cap + 1;
+    int *S = snug_malloc((size_t)(m + 1) * (size_t)W * sizeof *S);
+    int *C = snug_malloc((size_t)(m + 1) * (size_t)W * sizeof *C);
     int id = -1;
-    if (!rc) {
-        /* rest_i: the properties from i on, after something was written (each starts with ',');
-         * first_i: the same when nothing was written yet. Built from the end. */
-        int rest_next, first_next;
-        rest_next = rule_begin(c);
-        if (extra >= 0) snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
-        rule_end(c);
-        first_next = rule_begin(c);
-        if (extra >= 0) snug_sbuf_printf(&c->rules, "(r%d r%d)?", extra, rest_next);
-        rule_end(c);
-        for (size_t k = n; k-- > 0;) {
-            int rest = rule_begin(c);
-            if (isreq[k])
-                snug_sbuf_printf(&c->rules, "ws \",\" ws r%d r%d", pair[k], rest_next);
-            else
-                snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)? r%d", pair[k], rest_next);
-            rule_end(c);
-            int first = rule_begin(c);
-            if (isreq[k])
-                snug_sbuf_printf(&c->rules, "r%d r%d", pair[k], rest_next);
-            else
-                snug_sbuf_printf(&c->rules, "r%d r%d | r%d", pair[k], rest_next, first_next);
-            rule_end(c);
-            rest_next = rest;
-            first_next = first;
-        }
-        id = rule_begin(c);
-        snug_sbuf_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first_next);
-        rule_end(c);
+    if (!lit || !S || !C) {
+        over_budget(c);
+        goto out;
     }
-    snug_free(pair);
-    snug_free(isreq);
-    return rc ? -1 : id;
+    for (int j = 0; j < m; j++) {
+        lit[j] = gen_literal(c, json_array_get(vals, (size_t)j));
+        if (lit[j] < 0) goto out;
+    }
+    /* liveness and rules from the end: C(j, k) live when k >= mn or S(j, k) is; S(j, k) when
+     * some t >= j has C(t + 1, k + 1) live */
+    for (int j = m; j >= 0; j--) {
+        for (int k = W - 1; k >= 0; k--) {
+            int s_id = -1;
+            if (j < m && k < cap) {
+                bool take = C[(j + 1) * W + k + 1] >= 0;
+                bool later = S[(j + 1) * W + k] >= 0;
+                if (take || later) {
+                    s_id = rule_begin(c);
+                    if (take)
+                        snug_sbuf_printf(&c->rules, "r%d r%d", lit[j], C[(j + 1) * W + k + 1]);
+                    if (later)
+                        snug_sbuf_printf(&c->rules, "%sr%d", take ? " | " : "", S[(j + 1) * W + k]);
+                    rule_end(c);
+                }
+            }
+            S[j * W + k] = s_id;
+            int c_id = -1;
+            if (k >= mn || s_id >= 0) {
+                c_id = rule_begin(c);
+                if (k >= mn) snug_sbuf_puts(&c->rules, "\"\"");
+                if (s_id >= 0)
+                    snug_sbuf_printf(&c->rules, "%sws \",\" ws r%d", k >= mn ? " | " : "", s_id);
+                rule_end(c);
+            }
+            C[j * W + k] = c_id;
+        }
+    }
+    id = rule_begin(c);
+    if (S[0] < 0)
+        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\"");
+    else
+        snug_sbuf_printf(&c->rules, "\"[\" ws %sr%d%s ws \"]\"", mn == 0 ? "(" : "", S[0],
+                         mn == 0 ? ")?" : "");
+    rule_end(c);
+out:
+    snug_free(lit);
+    snug_free(S);
+    snug_free(C);
+    return id;
 }
 
 static int gen_array(struct ctx *c, json_t *s) {
     json_t *items = json_object_get(s, "items");
     json_t *prefix = json_object_get(s, "prefixItems");
-    static const char *no[] = {"contains", "minContains", "maxContains", "unevaluatedItems", NULL};
-    for (int i = 0; no[i]; i++)
-        if (json_object_get(s, no[i])) return unsupported(c, no[i], NULL);
-    json_t *uq = json_object_get(s, "uniqueItems");
-    if (uq && json_is_true(uq))
-        return unsupported(c, "uniqueItems", "a grammar cannot require distinct items");
+    if (prefix && !json_is_array(prefix)) return invalid(c, "prefixItems", "must be an array");
+    if (items && !json_is_boolean(items) && !json_is_object(items))
+        return invalid(c, "items", "must be a schema");
     long long mn = 0, mx = -1;
     bool has_mn, has_mx;
     if (!get_count(s, "minItems", &mn, &has_mn))
@@ -839,113 +1220,410 @@ static int gen_array(struct ctx *c, json_t *s) {
         return invalid(c, "maxItems", "must be a non-negative integer");
     if (!has_mx) mx = -1;
     if (has_mx && mx < mn) return invalid(c, "maxItems", "is below minItems");
-    if (mn > 1000 || mx > 1000)
+    if (mn > COUNT_MAX || mx > COUNT_MAX)
         return unsupported(c, has_mx ? "maxItems" : "minItems", "counts above 1000");
-    if (prefix) {
-        if (!json_is_array(prefix)) return invalid(c, "prefixItems", "must be an array");
-        if (has_mn || has_mx)
-            return unsupported(c, "prefixItems", "together with minItems/maxItems");
-        if (items && !json_is_false(items))
-            return unsupported(c, "items", "after prefixItems (only items: false)");
-        size_t n = json_array_size(prefix);
-        int *el = snug_malloc((n ? n : 1) * sizeof *el);
-        if (!el) return invalid(c, "prefixItems", "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            char seg[40];
-            snprintf(seg, sizeof seg, "prefixItems/%zu", i);
-            el[i] = gen_at(c, json_array_get(prefix, i), seg);
-            if (el[i] < 0) {
+    long long n_pre = (long long)json_array_size(prefix);
+    if (items && !json_is_false(items) && js_empty(alg(c), items))
+        items = json_false(); /* items that can hold no value: only the prefix */
+    for (long long i = 0; i < n_pre; i++)
+        if (js_empty(alg(c), json_array_get(prefix, (size_t)i))) { /* no item can be at i */
+            n_pre = i;
+            items = json_false();
+            break;
+        }
+    if (json_is_false(items) && (mx < 0 || mx > n_pre)) mx = n_pre;
+    if (mx >= 0 && mn > mx)
+        return unsupported(c, "minItems", "more items than the items the schema allows");
+    json_t *uq = json_object_get(s, "uniqueItems");
+    if (uq && !json_is_boolean(uq)) return invalid(c, "uniqueItems", "must be a boolean");
+    if (json_is_true(uq) && !(mx >= 0 && mx <= 1)) {
+        json_t *vals = prefix || !items ? NULL : finite_values(c, items);
+        if (!vals)
+            return unsupported(c, "uniqueItems",
+                               "distinct items can be written only when they come from a small "
+                               "finite set (an enum / const, booleans, null, or at most 32 "
+                               "integers) and without prefixItems");
+        int id = gen_unique(c, vals, mn, mx);
+        json_decref(vals);
+        return id;
+    }
+    if (mx == 0) return rule_text(c, "\"[\" ws \"]\"");
+    long long n_el = mx >= 0 && mx < n_pre ? mx : n_pre; /* prefix items that can appear */
+    int *el = snug_malloc(((size_t)n_el + 1) * sizeof *el);
+    if (!el) return over_budget(c);
+    for (long long i = 0; i < n_el; i++) {
+        char seg[40];
+        snprintf(seg, sizeof seg, "prefixItems/%lld", i);
+        el[i] = gen_at(c, json_array_get(prefix, (size_t)i), seg);
+        if (el[i] < 0) {
+            snug_free(el);
+            return -1;
+        }
+    }
+    /* the items after the prefix: their rule, or "value"; none when items is false or the
+     * maximum is reached by the prefix */
+    char rest_item[24] = "";
+    if (!json_is_false(items) && (mx < 0 || mx > n_pre)) {
+        if (items && json_is_object(items)) {
+            int v = gen_at(c, items, "items");
+            if (v < 0) {
                 snug_free(el);
                 return -1;
             }
+            snprintf(rest_item, sizeof rest_item, "r%d", v);
+        } else {
+            snprintf(rest_item, sizeof rest_item, "value");
         }
-        int id = rule_begin(c);
-        snug_sbuf_puts(&c->rules, "\"[\" ws");
-        for (size_t i = 0; i < n; i++)
-            snug_sbuf_printf(&c->rules, "%s r%d", i ? " ws \",\" ws" : "", el[i]);
-        snug_sbuf_puts(&c->rules, " ws \"]\"");
-        rule_end(c);
-        snug_free(el);
-        return id;
     }
-    int v;
-    if (items && json_is_object(items))
-        v = gen_at(c, items, "items");
-    else if (!items || json_is_true(items))
-        v = -2; /* any value */
-    else
-        return invalid(c, "items", "must be a schema");
-    if (v == -1) return -1;
-    char item[24];
-    if (v >= 0)
-        snprintf(item, sizeof item, "r%d", v);
-    else
-        snprintf(item, sizeof item, "value");
+    /* tail(i): after i items (i >= 1) */
+    int tail_next = -1; /* tail(i + 1) */
+    int first_id = -1;
+    for (long long i = n_el; i >= 1; i--) {
+        int t = rule_begin(c);
+        if (i == n_el && rest_item[0]) { /* the items after the prefix, as a repetition */
+            long long lo = mn > i ? mn - i : 0;
+            if (mx < 0)
+                snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,}", rest_item, lo);
+            else
+                snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,%lld}", rest_item, lo, mx - i);
+        } else {
+            if (i >= mn) snug_sbuf_puts(&c->rules, "\"\"");
+            if (i < n_el)
+                snug_sbuf_printf(&c->rules, "%sws \",\" ws r%d r%d", i >= mn ? " | " : "", el[i],
+                                 tail_next);
+        }
+        rule_end(c);
+        tail_next = t;
+    }
     int id = rule_begin(c);
-    if (has_mx && mx == 0) {
-        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\"");
-    } else if (mn == 0) {
+    if (n_el > 0) {
+        first_id = el[0];
+        snug_sbuf_printf(&c->rules, "\"[\" ws %sr%d r%d%s ws \"]\"", mn == 0 ? "(" : "", first_id,
+                         tail_next, mn == 0 ? ")?" : "");
+    } else if (rest_item[0]) {
+        long long lo = mn > 1 ? mn - 1 : 0;
+        snug_sbuf_printf(&c->rules, "\"[\" ws %s%s ", mn == 0 ? "(" : "", rest_item);
         if (mx < 0)
-            snug_sbuf_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s)*)? ws \"]\"", item, item);
+            snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,}", rest_item, lo);
         else
-            snug_sbuf_printf(&c->rules, "\"[\" ws (%s (ws \",\" ws %s){0,%lld})? ws \"]\"", item,
-                             item, mx - 1);
+            snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,%lld}", rest_item, lo, mx - 1);
+        snug_sbuf_printf(&c->rules, "%s ws \"]\"", mn == 0 ? ")?" : "");
     } else {
-        if (mx < 0)
-            snug_sbuf_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,} ws \"]\"", item, item,
-                             mn - 1);
-        else
-            snug_sbuf_printf(&c->rules, "\"[\" ws %s (ws \",\" ws %s){%lld,%lld} ws \"]\"", item,
-                             item, mn - 1, mx - 1);
+        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\""); /* mn == 0 here */
     }
     rule_end(c);
+    snug_free(el);
     return id;
 }
 
-/* The rule for one type name. */
-static int gen_type(struct ctx *c, json_t *s, const char *t) {
-    if (!strcmp(t, "object")) return gen_object(c, s);
-    if (!strcmp(t, "array")) return gen_array(c, s);
-    if (!strcmp(t, "string")) return gen_string(c, s);
-    if (!strcmp(t, "integer")) return gen_number(c, s, true);
-    if (!strcmp(t, "number")) return gen_number(c, s, false);
-    int id = rule_begin(c);
-    if (!strcmp(t, "boolean"))
-        snug_sbuf_puts(&c->rules, "\"true\" | \"false\"");
-    else if (!strcmp(t, "null"))
-        snug_sbuf_puts(&c->rules, "\"null\"");
-    else {
-        rule_end(c);
-        return unsupported(c, "type", t);
+/* ---- enum / const, types, unions ----------------------------------------------------------- */
+
+/* The values of enum / const that satisfy the schema's other keywords. */
+static int gen_enum(struct ctx *c, json_t *s) {
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    const char *kw = en ? "enum" : "const";
+    if (en && (!json_is_array(en) || !json_array_size(en)))
+        return invalid(c, "enum", "must be a non-empty array");
+    json_t *rest = json_copy(s);
+    if (!rest) return over_budget(c);
+    json_object_del(rest, "enum");
+    json_object_del(rest, "const");
+    bool check = !only_annotations_besides(rest, "");
+    json_t *cand = json_array(), *keep_vals = json_array(), *seen = json_object();
+    if (en) json_array_extend(cand, en);
+    if (!en) json_array_append(cand, cn);
+    char **texts = snug_calloc(json_array_size(cand) + 1, sizeof *texts);
+    size_t n = 0, i;
+    json_t *v;
+    int id = -1;
+    if (!texts) {
+        over_budget(c);
+        goto out;
     }
-    rule_end(c);
+    json_array_foreach(cand, i, v) {
+        if (en && cn && !js_equal(v, cn)) continue;
+        /* a value seen before (same canonical text: a hash lookup, so long enums stay
+         * linear; equal values spelled apart, 1 and 1.0, may both be written: both valid) */
+        char *canon = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        bool dup = !canon || json_object_get(seen, canon);
+        if (canon && !dup) json_object_set(seen, canon, json_true());
+        free(canon); /* jansson's allocation */
+        if (dup) continue;
+        enum js_tri ok = check ? js_validate(alg(c), rest, v) : JS_YES;
+        if (ok == JS_UNKNOWN) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "cannot tell whether value %zu satisfies the keywords beside it (a format, "
+                     "a fractional multipleOf, ...)",
+                     i);
+            unsupported(c, kw, why);
+            goto out;
+        }
+        if (ok == JS_NO) continue;
+        json_array_append(keep_vals, v);
+        texts[n] = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!texts[n++]) {
+            invalid(c, kw, "cannot serialise a value");
+            goto out;
+        }
+    }
+    if (!n)
+        unsupported(c, kw, "no value satisfies the keywords beside it");
+    else
+        id = rule_literals(c, texts, n);
+out:
+    for (size_t k = 0; texts && k < n; k++) free(texts[k]); /* jansson's allocations */
+    snug_free(texts);
+    json_decref(cand);
+    json_decref(keep_vals);
+    json_decref(seen);
+    json_decref(rest);
     return id;
 }
+
+static int gen_plain(struct ctx *c, json_t *s) {
+    json_t *ty = json_object_get(s, "type");
+    if (ty) {
+        bool ok = json_is_string(ty) || (json_is_array(ty) && json_array_size(ty));
+        size_t i;
+        json_t *t;
+        if (json_is_array(ty)) json_array_foreach(ty, i, t) ok &= json_is_string(t);
+        if (!ok) return invalid(c, "type", "must be a string or an array of strings");
+        const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+        json_t *list = json_is_string(ty) ? NULL : ty;
+        for (size_t k = 0; k < (list ? json_array_size(list) : 1); k++) {
+            const char *nm = json_string_value(list ? json_array_get(list, k) : ty);
+            bool known = false;
+            for (int q = 0; q < 7; q++) known |= !strcmp(names[q], nm);
+            if (!known) return unsupported(c, "type", nm);
+        }
+    }
+    if (json_object_get(s, "enum") || json_object_get(s, "const")) return gen_enum(c, s);
+    unsigned t = js_gen_types(s);
+    if (t == JS_ALL && !ty) return rule_text(c, "value");
+    int ids[6];
+    size_t n = 0;
+    if (t & JS_OBJ) ids[n++] = gen_object(c, s);
+    if (n && ids[n - 1] < 0) return -1;
+    if (t & JS_ARR) ids[n++] = gen_array(c, s);
+    if (n && ids[n - 1] < 0) return -1;
+    if (t & JS_STR) ids[n++] = gen_string(c, s);
+    if (n && ids[n - 1] < 0) return -1;
+    if (t & (JS_INT | JS_FRAC)) ids[n++] = gen_number(c, s, !(t & JS_FRAC));
+    if (n && ids[n - 1] < 0) return -1;
+    if (t & JS_BOOL) ids[n++] = rule_text(c, "\"true\" | \"false\"");
+    if (t & JS_NULL) ids[n++] = rule_text(c, "\"null\"");
+    if (!n) return unsupported(c, "type", "no type is left");
+    return rule_union(c, ids, n);
+}
+
+static int gen_flat(struct ctx *c, json_t *s);
+static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat);
+
+/* A copy of flattened schema s (kept) whose property `name` is false: never written. */
+static json_t *forbid(struct ctx *c, json_t *s, const char *name) {
+    json_t *n = js_keep(alg(c), json_copy(s));
+    if (!n) return NULL;
+    json_t *props = json_object_get(n, "properties");
+    json_t *np = js_keep(alg(c), props ? json_copy(props) : json_object());
+    if (!np) return NULL;
+    json_object_set(np, name, json_false());
+    json_object_set(n, "properties", np);
+    return n;
+}
+
+static bool requires(json_t *s, const char *name) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(s, "required"), i,
+                       v) if (json_is_string(v) && !strcmp(json_string_value(v), name)) return true;
+    return false;
+}
+
+/* Two oneOf branches not proven disjoint, made so for what is written: a document written
+ * for one must fail the other. When each requires a property the other does not, the other
+ * branch's documents leave that property out (a narrower set, still valid for its branch). */
+static bool separate(struct ctx *c, json_t **x, json_t **y, bool *cx, bool *cy) {
+    json_t *sides[2] = {*x, *y};
+    const char *pick[2] = {NULL, NULL}; /* pick[s]: required by side s, not by the other */
+    for (int s = 0; s < 2; s++) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(sides[s], "required"), i, v) {
+            if (!json_is_string(v) || requires(sides[1 - s], json_string_value(v))) continue;
+            pick[s] = json_string_value(v);
+            break;
+        }
+    }
+    if (!pick[0] || !pick[1]) return false;
+    json_t *nx = forbid(c, *x, pick[1]), *ny = forbid(c, *y, pick[0]);
+    if (!nx || !ny) return false;
+    *x = nx, *y = ny, *cx = *cy = true;
+    return true;
+}
+
+/* anyOf / oneOf: the keywords beside them are merged into every branch; a branch that can
+ * hold no value is dropped; oneOf's branches must be proven pairwise disjoint. */
+static int gen_union(struct ctx *c, json_t *s) {
+    json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
+    const char *kw = one ? "oneOf" : "anyOf";
+    json_t *list = one ? one : any;
+    if ((any && (!json_is_array(any) || !json_array_size(any))) ||
+        (one && (!json_is_array(one) || !json_array_size(one))))
+        return invalid(c, any && !json_is_array(any) ? "anyOf" : kw, "must be a non-empty array");
+    struct js_alg *a = alg(c);
+    json_t *sib = json_copy(s);
+    if (!sib) return over_budget(c);
+    json_object_del(sib, "anyOf");
+    json_object_del(sib, "oneOf");
+    if (!js_keep(a, sib)) return alg_failed(c);
+    if (any && one) { /* oneOf branches, each with the anyOf beside it */
+        sib = js_merge(a, sib, js_keep(a, json_pack("{s:O}", "anyOf", any)));
+        if (!sib) return alg_failed(c);
+    }
+    bool plain = only_annotations_besides(sib, "");
+    size_t n = json_array_size(list);
+    json_t **m = snug_malloc(n * sizeof *m);
+    int *ids = snug_malloc(n * sizeof *ids);
+    size_t *at = snug_malloc(n * sizeof *at);
+    int id = -1;
+    size_t k = 0;
+    if (!m || !ids || !at) {
+        over_budget(c);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char seg[40];
+        snprintf(seg, sizeof seg, "%s/%zu", kw, i);
+        size_t old = path_push(c, seg);
+        json_t *fb = js_flatten(alg(c), json_array_get(list, i));
+        json_t *mi = fb && !plain ? js_merge(alg(c), sib, fb) : fb;
+        path_pop(c, old);
+        if (!mi) {
+            alg_failed(c);
+            goto out;
+        }
+        if (json_is_false(mi) || js_empty(alg(c), mi)) continue; /* a branch with no value */
+        m[k] = mi, at[k++] = i;
+    }
+    if (!k) {
+        unsupported(c, kw, "no branch can hold a value together with the keywords beside it");
+        goto out;
+    }
+    bool *changed = snug_calloc(k, sizeof *changed);
+    if (!changed) {
+        over_budget(c);
+        goto out;
+    }
+    if (one)
+        for (size_t i = 0; i < k; i++)
+            for (size_t j = i + 1; j < k; j++)
+                if (!js_disjoint(alg(c), m[i], m[j]) &&
+                    !(separate(c, &m[i], &m[j], &changed[i], &changed[j]) &&
+                      js_disjoint(alg(c), m[i], m[j]))) {
+                    snug_free(changed);
+                    char why[200];
+                    snprintf(why, sizeof why,
+                             "branches %zu and %zu may both match one document (oneOf needs "
+                             "exactly one; no keyword was found that tells them apart)",
+                             at[i], at[j]);
+                    unsupported(c, "oneOf", why);
+                    goto out;
+                }
+    for (size_t i = 0; i < k; i++) {
+        char seg[40];
+        snprintf(seg, sizeof seg, "%s/%zu", kw, at[i]);
+        size_t old = path_push(c, seg);
+        if (++c->depth > MAX_DEPTH) {
+            c->depth--;
+            path_pop(c, old);
+            unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
+            snug_free(changed);
+            goto out;
+        }
+        /* a branch is written as itself when nothing was merged into it (its $refs then name
+         * their rules), else as the merged schema */
+        ids[i] =
+            plain && !changed[i] ? gen(c, json_array_get(list, at[i])) : gen_memo(c, m[i], m[i]);
+        c->depth--;
+        path_pop(c, old);
+        if (ids[i] < 0) {
+            snug_free(changed);
+            goto out;
+        }
+    }
+    id = rule_union(c, ids, k);
+    snug_free(changed);
+out:
+    snug_free(m);
+    snug_free(ids);
+    snug_free(at);
+    return id;
+}
+
+/* A flattened schema (no $ref / allOf at its top). */
+static int gen_flat(struct ctx *c, json_t *s) {
+    if (over(c)) return over_budget(c);
+    if (json_is_false(s)) return unsupported(c, "false", "a schema that allows nothing");
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (js_is_refused(k)) return unsupported(c, k, NULL);
+    if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) return gen_union(c, s);
+    return gen_plain(c, s);
+}
+
+/* ---- references and folding ---------------------------------------------------------------- */
 
 static int gen_ref(struct ctx *c, const char *ref) {
-    for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->ref_name[i], ref)) return c->ref_rule[i];
-    json_t *target = NULL;
-    if (!strcmp(ref, "#")) {
-        target = c->root;
-    } else if (!strncmp(ref, "#/$defs/", 8)) {
-        target = json_object_get(json_object_get(c->root, "$defs"), ref + 8);
-    } else if (!strncmp(ref, "#/definitions/", 14)) {
-        target = json_object_get(json_object_get(c->root, "definitions"), ref + 14);
-    } else {
-        return unsupported(c, "$ref",
-                           "only '#', '#/$defs/NAME' and '#/definitions/NAME' references");
+    struct snug_sbuf key = {0};
+    snug_sbuf_printf(&key, "$ref:%s", ref);
+    if (key.oom) return over_budget(c);
+    int id = memo_find(c, key.data, key.len);
+    if (id >= 0) {
+        snug_free(key.data);
+        return id;
     }
-    if (!target) return invalid(c, "$ref", "points at nothing");
-    if (c->n_refs >= MAX_REFS) return unsupported(c, "$ref", "more than 256 distinct references");
+    json_t *target = js_resolve(alg(c), ref);
+    if (!target) {
+        snug_free(key.data);
+        return alg_failed(c);
+    }
     /* name the target's rule now (a one-line forwarder), so recursion refers back to it */
-    int id = c->n_rules++;
-    c->ref_name[c->n_refs] = ref;
-    c->ref_rule[c->n_refs++] = id;
+    id = c->n_rules++;
+    bool ok = memo_add(c, key.data, key.len, id);
+    snug_free(key.data);
+    if (!ok) return over_budget(c);
     size_t old = strlen(c->path);
     snprintf(c->path + old, sizeof c->path - old, "(%s)", ref);
     int body = gen(c, target);
     c->path[old] = 0;
+    if (body < 0) return -1;
+    snug_sbuf_printf(&c->rules, "r%d ::= r%d\n", id, body);
+    return id;
+}
+
+/* A rule for schema `flat` remembered by the text of `key_schema` (its rule named first), so
+ * that a recursive schema, folded or merged again on the way down, meets its own rule.
+ * `flat` NULL: key_schema folded into one (its $ref siblings and allOf, jsalg.c). */
+static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat) {
+    char *key = json_dumps(key_schema, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!key) return over_budget(c);
+    size_t klen = strlen(key);
+    int id = memo_find(c, key, klen);
+    if (id >= 0) {
+        free(key); /* jansson's allocation */
+        return id;
+    }
+    id = c->n_rules++;
+    bool ok = memo_add(c, key, klen, id);
+    free(key);
+    if (!ok) return over_budget(c);
+    json_t *f = flat ? flat : js_flatten(alg(c), key_schema);
+    if (!f) return alg_failed(c);
+    if (json_is_false(f))
+        return unsupported(c, json_object_get(key_schema, "$ref") ? "$ref" : "allOf",
+                           "the schemas it joins allow no value together");
+    int body = gen_flat(c, f);
     if (body < 0) return -1;
     snug_sbuf_printf(&c->rules, "r%d ::= r%d\n", id, body);
     return id;
@@ -956,189 +1634,67 @@ static int gen(struct ctx *c, json_t *s) {
         c->depth--;
         return unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
     }
-    int id = -1;
-    if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
-        id = rule_begin(c);
-        snug_sbuf_puts(&c->rules, "value");
-        rule_end(c);
-        c->depth--;
-        return id;
-    }
-    if (json_is_false(s)) {
-        c->depth--;
-        return unsupported(c, "false", "a schema that allows nothing");
-    }
-    if (!json_is_object(s)) {
-        c->depth--;
-        return invalid(c, "(schema)", "a schema must be an object or a boolean");
-    }
-    /* every keyword must be known */
-    static const char *known[] = {"type",
-                                  "enum",
-                                  "const",
-                                  "$ref",
-                                  "anyOf",
-                                  "oneOf",
-                                  "allOf",
-                                  "properties",
-                                  "required",
-                                  "additionalProperties",
-                                  "items",
-                                  "prefixItems",
-                                  "minItems",
-                                  "maxItems",
-                                  "uniqueItems",
-                                  "minLength",
-                                  "maxLength",
-                                  "format",
-                                  "pattern",
-                                  "minimum",
-                                  "maximum",
-                                  "exclusiveMinimum",
-                                  "exclusiveMaximum",
-                                  "nullable",
-                                  NULL};
-    const char *key;
-    json_t *v;
-    json_object_foreach(s, key, v) {
-        bool ok = is_annotation(key);
-        for (int i = 0; !ok && known[i]; i++) ok = !strcmp(known[i], key);
-        if (!ok) {
-            c->depth--;
-            return unsupported(c, key, NULL);
-        }
-    }
-    json_t *ref = json_object_get(s, "$ref"), *en = json_object_get(s, "enum"),
-           *cn = json_object_get(s, "const"), *any = json_object_get(s, "anyOf"),
-           *one = json_object_get(s, "oneOf"), *all = json_object_get(s, "allOf"),
-           *ty = json_object_get(s, "type");
-    json_t *nullable = json_object_get(s, "nullable");
-    int inner = -1;
-    if (ref) {
-        if (!json_is_string(ref)) {
-            c->depth--;
-            return invalid(c, "$ref", "must be a string");
-        }
-        if (json_object_size(s) > 1) {
-            /* siblings of $ref other than annotations are not merged */
-            json_object_foreach(s, key, v) if (strcmp(key, "$ref") && !is_annotation(key)) {
-                c->depth--;
-                return unsupported(c, key, "next to $ref");
-            }
-        }
-        inner = gen_ref(c, json_string_value(ref));
-    } else if (cn) {
-        inner = gen_literal(c, cn);
-    } else if (en) {
-        if (!json_is_array(en) || !json_array_size(en)) {
-            c->depth--;
-            return invalid(c, "enum", "must be a non-empty array");
-        }
-        int *ids = snug_malloc(json_array_size(en) * sizeof *ids);
-        if (!ids) {
-            c->depth--;
-            return invalid(c, "enum", "out of memory");
-        }
-        size_t i;
-        json_array_foreach(en, i, v) {
-            ids[i] = gen_literal(c, v);
-            if (ids[i] < 0) break;
-        }
-        if (i == json_array_size(en)) {
-            inner = rule_begin(c);
-            for (i = 0; i < json_array_size(en); i++)
-                snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
-            rule_end(c);
-        }
-        snug_free(ids);
-    } else if (any || one) {
-        json_t *arr = any ? any : one;
-        const char *kw = any ? "anyOf" : "oneOf";
-        if (any && one) {
-            c->depth--;
-            return unsupported(c, "oneOf", "together with anyOf");
-        }
-        if (!json_is_array(arr) || !json_array_size(arr)) {
-            c->depth--;
-            return invalid(c, kw, "must be a non-empty array");
-        }
-        size_t n = json_array_size(arr);
-        int *ids = snug_malloc(n * sizeof *ids);
-        if (!ids) {
-            c->depth--;
-            return invalid(c, kw, "out of memory");
-        }
-        size_t i;
-        bool okk = true;
-        for (i = 0; i < n; i++) {
-            char seg[40];
-            snprintf(seg, sizeof seg, "%s/%zu", kw, i);
-            ids[i] = gen_at(c, json_array_get(arr, i), seg);
-            if (ids[i] < 0) {
-                okk = false;
-                break;
-            }
-        }
-        if (okk) {
-            inner = rule_begin(c);
-            for (i = 0; i < n; i++) snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
-            rule_end(c);
-        }
-        snug_free(ids);
-    } else if (all) {
-        if (!json_is_array(all) || json_array_size(all) != 1) {
-            c->depth--;
-            return unsupported(c, "allOf", "only allOf with exactly one schema");
-        }
-        inner = gen_at(c, json_array_get(all, 0), "allOf/0");
-    } else if (ty) {
-        if (json_is_string(ty)) {
-            inner = gen_type(c, s, json_string_value(ty));
-        } else if (json_is_array(ty) && json_array_size(ty)) {
-            size_t n = json_array_size(ty), i;
-            int ids[8];
-            if (n > 7) {
-                c->depth--;
-                return invalid(c, "type", "too many types");
-            }
-            for (i = 0; i < n; i++) {
-                json_t *t = json_array_get(ty, i);
-                if (!json_is_string(t)) {
-                    c->depth--;
-                    return invalid(c, "type", "must be a string or an array of strings");
-                }
-                ids[i] = gen_type(c, s, json_string_value(t));
-                if (ids[i] < 0) break;
-            }
-            if (i == n) {
-                inner = rule_begin(c);
-                for (i = 0; i < n; i++)
-                    snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
-                rule_end(c);
-            }
-        } else {
-            c->depth--;
-            return invalid(c, "type", "must be a string or an array of strings");
-        }
-    } else if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties") ||
-               json_object_get(s, "required")) {
-        inner = gen_object(c, s);
-    } else if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) {
-        inner = gen_array(c, s);
+    int id;
+    if (over(c)) {
+        id = over_budget(c);
+    } else if (json_is_true(s)) {
+        id = rule_text(c, "value");
+    } else if (json_is_false(s)) {
+        id = unsupported(c, "false", "a schema that allows nothing");
+    } else if (!json_is_object(s)) {
+        id = invalid(c, "(schema)", "a schema must be an object or a boolean");
     } else {
-        inner = rule_begin(c);
-        snug_sbuf_puts(&c->rules, "value");
-        rule_end(c);
+        json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+        if (ref && !json_is_string(ref)) {
+            id = invalid(c, "$ref", "must be a string");
+        } else if (ref && only_annotations_besides(s, "$ref")) {
+            id = gen_ref(c, json_string_value(ref));
+        } else if (ref || all) {
+            id = gen_memo(c, s, NULL);
+        } else {
+            json_t *f = js_flatten(alg(c), s);
+            id = f ? gen_flat(c, f) : alg_failed(c);
+        }
     }
     c->depth--;
-    if (inner < 0) return -1;
-    if (nullable && json_is_true(nullable)) {
-        id = rule_begin(c);
-        snug_sbuf_printf(&c->rules, "r%d | \"null\"", inner);
-        rule_end(c);
-        return id;
+    return id;
+}
+
+/* Cost before work: one pass over the text before it is parsed. Its size, its containers and
+ * members ('{', '[' and ',' outside strings: a bound on the values it holds) and its nesting,
+ * each against a limit; a 400 names the limit (SNUG_ERR_BUDGET). A schema past these would
+ * compile to a grammar past the compiler's own limits anyway: this refuses it before any
+ * allocation. */
+int snug_json_schema_precheck(const char *text, size_t len, const char *what,
+                              struct snug_err *err) {
+    if (len > SCHEMA_MAX_BYTES)
+        return snug_err_set(err, SNUG_ERR_BUDGET, "%s: %zu bytes, more than the limit of %u", what,
+                            len, SCHEMA_MAX_BYTES);
+    size_t items = 0;
+    int depth = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == '"') {
+            for (i++; i < len && text[i] != '"'; i++)
+                if (text[i] == '\\') i++;
+        } else if (ch == '{' || ch == '[') {
+            items++;
+            if (++depth > SCHEMA_MAX_NESTING)
+                return snug_err_set(err, SNUG_ERR_BUDGET,
+                                    "%s: nested more than %d levels deep (at byte %zu)", what,
+                                    SCHEMA_MAX_NESTING, i);
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        } else if (ch == ',') {
+            items++;
+        }
+        if (items > SCHEMA_MAX_VALUES)
+            return snug_err_set(err, SNUG_ERR_BUDGET,
+                                "%s: more than %d values (objects, arrays and their members; "
+                                "stopped at byte %zu)",
+                                what, SCHEMA_MAX_VALUES, i);
     }
-    return inner;
+    return SNUG_OK;
 }
 
 static const char *BASE =
@@ -1148,7 +1704,11 @@ static const char *BASE =
     "\"}\"\n"
     "array ::= \"[\" ws (value (ws \",\" ws value)*)? ws \"]\"\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" hex{4})\n"
+    /* one character: unescaped, or an escape other than a surrogate's \\uD800-\\uDFFF (so
+     * a character is one code point: minLength / maxLength count alike either way) */
+    "char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" nonsurrogate)\n"
+    "nonsurrogate ::= [0-9a-cA-Ce-fE-F] hex{3} | [dD] [0-7] hex{2}\n"
+    "keychar ::= [^\"\\\\\\x00-\\x1F\\x7F]\n"
     "hex ::= [0-9a-fA-F]\n"
     "rawchar ::= [^<\\x00]\n"
     "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
@@ -1164,7 +1724,17 @@ static const char *BASE =
     "d31 ::= d30 | \"31\"\n"
     "time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
-    "octet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n";
+    "octet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n"
+    "email ::= [a-zA-Z0-9._+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" [a-zA-Z0-9-]{1,32}){0,3} "
+    "\".\" [a-zA-Z]{2,8}\n"
+    /* RFC 1123 host names (the last label starts with a letter, as RFC 3696 asks of a TLD) */
+    "hostname ::= (label \".\"){0,3} [a-zA-Z] ([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])?\n"
+    "label ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])?\n"
+    /* RFC 3986: scheme "://" host path query fragment, without percent-escapes */
+    "uri ::= [a-z] [a-z0-9+.-]{0,8} \"://\" label (\".\" label){0,3} (\"/\" uripchar{0,20}){0,4} "
+    "(\"?\" uriqchar{0,32})? (\"#\" uriqchar{0,32})?\n"
+    "uripchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@-]\n"
+    "uriqchar ::= uripchar | [/?]\n";
 
 /* Does the schema take a JSON string as its value (so Qwen's tool-call format writes it raw)?
  * The rule of the output parser (src/server/outparse.h): type "string" or a list holding it,
@@ -1302,13 +1872,19 @@ static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
 /* A schema can refer to itself before any JSON text ({"$ref": "#"} at its root, two $defs that
  * only refer to each other, an anyOf whose branch refers back): its grammar is then
  * left-recursive, which no sampler can walk. The generated text is parsed once here so such a
- * schema is refused with its cause instead of handing the caller a grammar that fails later; a
+ * schema is refused with its cause instead of handing the caller a grammar that fails later; so
+ * is one whose every document would be infinite (its root's shortest sentence is unbounded). A
  * grammar over the parser's size budget is left for the caller to refuse. */
 static int check_parses(const char *gbnf, size_t n, struct snug_err *err) {
     struct snug_grammar *g = NULL;
     struct snug_err perr = {0};
     int rc = snug_grammar_parse(&g, gbnf, n, NULL, NULL, &perr);
+    bool endless = rc == SNUG_OK && g->rule_min[g->elems[0].arg] >= GR_INF;
     snug_grammar_free(g);
+    if (endless)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "json schema: no finite document satisfies it (a required property "
+                            "leads back to the object that holds it, on every path)");
     if (rc == SNUG_OK || rc == SNUG_ERR_BUDGET) return SNUG_OK;
     return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                         "json schema: it refers to itself before any JSON text (a $ref cycle "
@@ -1341,6 +1917,8 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
                        bool many, char **out, size_t *out_len, struct snug_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
+    int pre = snug_json_schema_precheck(tools_json, len, "tools", err);
+    if (pre) return pre;
     json_error_t je;
     json_t *tools = json_loadb(tools_json, len, 0, &je);
     if (!json_is_array(tools)) {
@@ -1406,6 +1984,7 @@ int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, co
     }
     snug_free(c.rules.data);
     snug_free(fn);
+    ctx_free(&c);
     json_decref(tools);
     return rc;
 }
@@ -1414,6 +1993,8 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
                              struct snug_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
+    int rc = snug_json_schema_precheck(schema_json, len, "json schema", err);
+    if (rc) return rc;
     json_error_t je;
     json_t *root = json_loadb(schema_json, len, JSON_DECODE_ANY, &je);
     if (!root)
@@ -1422,7 +2003,7 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
                             je.line, je.column);
     struct ctx c = {.root = root, .err = err, .path = "#"};
     int top = gen(&c, root);
-    int rc = SNUG_OK;
+    if (top >= 0 && over(&c)) top = over_budget(&c);
     struct snug_sbuf o = {0};
     if (top < 0) {
         rc = c.status ? c.status : SNUG_ERR_INVALID;
@@ -1436,6 +2017,7 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
             rc = check_parses(o.data, o.len, err);
     }
     snug_free(c.rules.data);
+    ctx_free(&c);
     json_decref(root);
     if (rc) {
         snug_free(o.data);

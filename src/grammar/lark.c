@@ -6,7 +6,7 @@
  * not change the language and are accepted), alternatives `|` (also on continuation lines),
  * `-> alias` (ignored: names the tree node only), string literals "..." with Python escapes,
  * literal ranges "a".."z", regular expressions /.../ (the JSON-Schema `pattern` subset of
- * jschema.c, matched as a whole; `.` is any character but a newline, as in Python), groups
+ * regex.c, matched as a whole; `.` is any character but a newline, as in Python), groups
  * ( ... ), optional [ ... ], `? * +`, `~ n` and `~ n..m`, `//` comments, `%import common.X`
  * (`-> Y`, or `common (A, B)`) for the common.lark terminals listed in COMMON, and `%ignore`
  * (ignored terminals may appear between the items of every rule, not inside terminals).
@@ -17,7 +17,7 @@
  * flags ("..."i, /.../x), look-around and back-references.
  * Invariant: every name of the output is PREFIX + a Lark name (Lark names never hold '-'), the
  * start rule is PREFIX "-root" (or "root" without a prefix), so a grammar can be embedded in a
- * larger GBNF text. Read next: jschema.c (the regex subset), docs/grammar.md.
+ * larger GBNF text. Read next: regex.c (the regex subset), docs/grammar.md.
  */
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h"

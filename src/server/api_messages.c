@@ -392,6 +392,7 @@ json_t *snug_msgs_to_chat(const json_t *body, struct snug_server_error *e) {
 }
 
 static json_t *load(const char *body, size_t len, struct snug_server_error *e) {
+    if (snug_server_body_precheck(body, len, e)) return NULL; /* before parsing it */
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)

@@ -534,8 +534,9 @@ enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, c
                                  size_t len, void **pending) {
     struct snug_server_error e = {0};
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *extra = NULL;
-    if (!root)
+    bool over = snug_server_body_precheck(body, len, &e) != 0; /* before parsing it */
+    json_t *root = over ? NULL : json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *extra = NULL;
+    if (!root && !over)
         snug_server_error_set(&e, 400, "invalid_request_error", NULL,
                               "the request body is not valid JSON: %s (line %d, column %d)",
                               je.text, je.line, je.column);

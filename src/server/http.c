@@ -607,6 +607,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
 }
 
+/* A large body (a big schema, a long conversation) is parsed into many small blocks, each
+ * below the mmap threshold (heap_policy below); once freed they stay in the connection thread's
+ * arena (a schema of 0.7 MB refused ten times left RSS 74 MB up). After such a request, the free
+ * pages of every arena go back to the system (malloc_trim(3)); a few milliseconds, only for bodies
+ * of 256 KiB or more. */
+#define HEAP_TRIM_BODY (256u * 1024)
+static void heap_trim(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)c, (void)toe;
@@ -614,9 +626,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!cc) return;
     snug_srv_access_end(cls, &cc->log, c, toe);
     if (cc->pending) snug_srv_generate_abandon(cc->pending);
+    bool large = cc->body.len >= HEAP_TRIM_BODY;
     snug_sbuf_free(&cc->body);
     snug_free(cc);
     *con_cls = NULL;
+    if (large) heap_trim();
 }
 
 /* ==== boot and shutdown ===================================================================== */

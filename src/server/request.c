@@ -9,6 +9,7 @@
 #include "server/server.h"
 
 #include "core/core.h"
+#include "grammar/grammar.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -447,10 +448,74 @@ bool snug_server_effort_budget(const char *effort, int32_t *budget, bool *no_thi
     return false;
 }
 
+/* ---- cost before work ------------------------------------------------------------------ */
+
+static size_t skip_ws(const char *b, size_t n, size_t i) {
+    while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r')) i++;
+    return i;
+}
+
+/* The end of the JSON string starting at b[i] == '"' (one past its closing quote). */
+static size_t skip_string(const char *b, size_t n, size_t i) {
+    for (i++; i < n && b[i] != '"'; i++)
+        if (b[i] == '\\') i++;
+    return i < n ? i + 1 : n;
+}
+
+/* The end of the JSON value starting at b[i] (not validated: the parser does that). */
+static size_t skip_value(const char *b, size_t n, size_t i) {
+    if (i >= n) return n;
+    if (b[i] == '"') return skip_string(b, n, i);
+    if (b[i] != '{' && b[i] != '[') {
+        while (i < n && !strchr(",}] \t\n\r", b[i])) i++;
+        return i;
+    }
+    size_t depth = 0;
+    for (; i < n; i++) {
+        if (b[i] == '"') {
+            i = skip_string(b, n, i) - 1;
+        } else if (b[i] == '{' || b[i] == '[') {
+            depth++;
+        } else if (b[i] == '}' || b[i] == ']') {
+            if (--depth == 0) return i + 1;
+        }
+    }
+    return n;
+}
+
+int snug_server_body_precheck(const char *body, size_t len, struct snug_server_error *e) {
+    static const char *GRAMMAR_MEMBERS[] = {"response_format", "tools", "text", "output_format",
+                                            NULL};
+    size_t i = skip_ws(body, len, 0);
+    if (i >= len || body[i] != '{') return 0;
+    for (i++;;) {
+        i = skip_ws(body, len, i);
+        if (i >= len || body[i] != '"') return 0; /* '}' or malformed: the parser's turn */
+        size_t k0 = i + 1, k1 = skip_string(body, len, i) - 1;
+        i = skip_ws(body, len, k1 + 1);
+        if (i >= len || body[i] != ':') return 0;
+        i = skip_ws(body, len, i + 1);
+        size_t v0 = i, v1 = skip_value(body, len, i);
+        for (int m = 0; GRAMMAR_MEMBERS[m]; m++) {
+            if (strlen(GRAMMAR_MEMBERS[m]) != k1 - k0 ||
+                memcmp(body + k0, GRAMMAR_MEMBERS[m], k1 - k0))
+                continue;
+            struct snug_err err = {0};
+            if (snug_json_schema_precheck(body + v0, v1 - v0, GRAMMAR_MEMBERS[m], &err))
+                return snug_server_error_set(e, 400, "invalid_request_error", GRAMMAR_MEMBERS[m],
+                                             "%s", err.msg);
+        }
+        i = skip_ws(body, len, v1);
+        if (i >= len || body[i] != ',') return 0;
+        i++;
+    }
+}
+
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,
                           size_t len, struct snug_server_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
+    if (snug_server_body_precheck(body, len, e)) return -1;
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)

@@ -166,6 +166,12 @@ struct snug_server_error {
     char msg[448];
 };
 
+/* Cost before work: the raw body's top-level members that become grammars (response_format,
+ * tools, text, output_format) measured with snug_json_schema_precheck before the body is
+ * parsed, so an oversized schema costs one pass over its bytes. A 400 naming the member; 0
+ * when within the limits (or not a JSON object: the parser then says why). */
+int snug_server_body_precheck(const char *body, size_t len, struct snug_server_error *e);
+
 /* Parse and validate a request body of `len` bytes (not necessarily NUL-terminated). Unknown
  * fields are ignored; a field of the wrong type or out of range is a 400 naming it (n outside
  * 1..SNUG_REQ_MAX_N too). On success returns SNUG_OK and *r owns the parsed JSON; on failure *r is

@@ -281,8 +281,8 @@ def test_errors(res, srv):
     res.check(st == 400 and "line 1, column 10" in r["error"]["message"] and
               "item" in r["error"]["message"], f"undefined rule -> 400: {r['error']['message']!r}")
     st, r, _ = chat(srv, {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer",
-                                                                      "multipleOf": 3}}}}}})
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "number",
+                                                                      "multipleOf": 0.01}}}}}})
     res.check(st == 400 and "multipleOf" in r["error"]["message"] and
               r["error"]["param"] == "response_format",
               f"unsupported schema keyword -> 400 naming it: {r['error']['message']!r}")

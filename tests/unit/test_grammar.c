@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- a small byte-level tokenizer: all 256 bytes plus a few longer tokens ----------------- */
@@ -458,12 +459,20 @@ static void test_schema(void) {
     S_BAD(quote, "\"a\\\"\\\"\\\\\""); /* the class leaves out a raw '"' */
     schema_error("{\"type\":\"string\",\"pattern\":\"^(?=a)a$\"}", "look-around");
     schema_error("{\"type\":\"string\",\"pattern\":\"^(a)\\\\1$\"}", "back-references");
-    schema_error("{\"type\":\"object\",\"minProperties\":1}", "minProperties");
+    /* keywords a grammar cannot hold exactly are refused, naming them */
+    schema_error("{\"type\":\"object\",\"minProperties\":2}", "minProperties");
     schema_error("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
-    schema_error("{\"type\":\"integer\",\"multipleOf\":3}", "multipleOf");
+    schema_error("{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}",
+                 "uniqueItems");
+    schema_error("{\"type\":\"number\",\"multipleOf\":0.01}", "multipleOf");
+    schema_error("{\"type\":\"integer\",\"multipleOf\":257}", "multipleOf");
+    schema_error("{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", "oneOf");
+    schema_error("{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "pattern");
+    schema_error("{\"type\":\"string\",\"not\":{\"pattern\":\"a\"}}", "'not'");
+    schema_error("{\"type\":\"string\",\"enum\":[1,2]}", "enum");
     schema_error("{\"properties\":{\"a\":{\"if\":{}}}}", "'if' at #/properties/a");
     schema_error("{\"$ref\":\"http://example.com/s.json\"}", "$ref");
-    schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", "hostname");
+    schema_error("{\"type\":\"string\",\"format\":\"uri-template\"}", "uri-template");
     /* a schema that refers to itself before any JSON text (found by fuzz_grammar_schema): its
      * grammar would be left-recursive; recursion inside an object still converts */
     schema_error("{\"$defs\":{\"n\":{}},\"$ref\":\"#\"}", "refers to itself");
@@ -474,6 +483,329 @@ static void test_schema(void) {
     S_OK("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/n\"}}}},"
          "\"$ref\":\"#/$defs/n\"}",
          "{\"c\":{\"c\":{}}}");
+}
+
+/* A schema compiled once, for judging many documents. */
+struct sj {
+    struct snug_grammar *g;
+    struct snug_matcher *m;
+};
+
+static bool sj_open(struct sj *j, const char *schema) {
+    char *gbnf = NULL;
+    struct snug_err err = {0};
+    *j = (struct sj){0};
+    int rc = snug_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL, &err);
+    if (rc == SNUG_OK) rc = snug_grammar_parse(&j->g, gbnf, strlen(gbnf), NULL, NULL, &err);
+    if (rc == SNUG_OK) rc = snug_matcher_init(&j->m, j->g, TRIE, &EOS, 1, NULL, &err);
+    snug_free(gbnf);
+    CHECKF(rc == SNUG_OK, "%s: %s", schema, err.msg);
+    return rc == SNUG_OK;
+}
+
+static bool sj_accepts(struct sj *j, const char *doc) {
+    struct snug_err err = {0};
+    snug_matcher_reset(j->m);
+    return snug_matcher_accept_bytes(j->m, doc, strlen(doc), &err) == SNUG_OK &&
+           snug_matcher_is_complete(j->m);
+}
+
+static void sj_close(struct sj *j) {
+    snug_matcher_free(j->m);
+    snug_grammar_free(j->g);
+}
+
+static uint64_t test_rng = 0x2545F4914F6CDD1Dull;
+static uint64_t test_rand(void) {
+    test_rng ^= test_rng << 13, test_rng ^= test_rng >> 7, test_rng ^= test_rng << 17;
+    return test_rng;
+}
+
+/* Integer ranges and multiples, exactly: every integer of a window around the bounds (and
+ * random far ones) is accepted iff it is in the range and a multiple; no leading zeros. */
+static void test_schema_integers(void) {
+    static const long long bounds[][2] = {{1, 65535},      {0, 9},         {-3, 5}, {-1000, -17},
+                                          {7, 7},          {99, 1001},     {-9, 0}, {123, 98765},
+                                          {-65536, 65535}, {10, 100000000}};
+    static const unsigned mults[] = {0, 2, 3, 7, 10, 12, 25, 100, 256, 3000};
+    int bad = 0, checks = 0;
+    for (size_t bi = 0; bi < sizeof bounds / sizeof bounds[0]; bi++) {
+        for (size_t mi = 0; mi < sizeof mults / sizeof mults[0]; mi++) {
+            for (int sides = 0; sides < 3; sides++) { /* both, lower only, upper only */
+                long long lo = bounds[bi][0], hi = bounds[bi][1];
+                unsigned m = mults[mi];
+                char schema[256];
+                int n = snprintf(schema, sizeof schema, "{\"type\":\"integer\"");
+                if (sides != 2)
+                    n += snprintf(schema + n, sizeof schema - n, ",\"minimum\":%lld", lo);
+                if (sides != 1)
+                    n += snprintf(schema + n, sizeof schema - n, ",\"maximum\":%lld", hi);
+                if (m) n += snprintf(schema + n, sizeof schema - n, ",\"multipleOf\":%u", m);
+                snprintf(schema + n, sizeof schema - n, "}");
+                bool has_lo = sides != 2, has_hi = sides != 1;
+                if (m && has_lo && has_hi) { /* a range without a multiple is refused */
+                    bool any = false;
+                    for (long long v = lo; v <= hi && !any; v++) any = v % (long long)m == 0;
+                    if (!any) continue;
+                }
+                struct sj j;
+                if (!sj_open(&j, schema)) continue;
+                long long probe[160];
+                int np = 0;
+                for (long long d = -30; d <= 30; d++) probe[np++] = lo + d, probe[np++] = hi + d;
+                for (int k = 0; k < 38; k++)
+                    probe[np++] = (long long)(test_rand() % 2000001) - 1000000;
+                for (int k = 0; k < np; k++) {
+                    long long v = probe[k];
+                    bool want = (!has_lo || v >= lo) && (!has_hi || v <= hi) &&
+                                (!m || v % (long long)m == 0);
+                    char doc[40];
+                    snprintf(doc, sizeof doc, "%lld", v);
+                    checks++;
+                    if (sj_accepts(&j, doc) != want && bad++ < 5)
+                        fprintf(stderr, "%s: %s %s\n", schema, doc, want ? "rejected" : "accepted");
+                    if (v > 0) { /* a leading zero is never JSON */
+                        snprintf(doc, sizeof doc, "0%lld", v);
+                        if (sj_accepts(&j, doc) && bad++ < 5)
+                            fprintf(stderr, "%s: %s accepted\n", schema, doc);
+                    }
+                }
+                sj_close(&j);
+            }
+        }
+    }
+    CHECKF(bad == 0, "%d of %d integer range checks wrong", bad, checks);
+    /* the port number of the issue report: accepted, 0 and 65536 not */
+    const char *port = "{\"type\":\"integer\",\"minimum\":1,\"maximum\":65535}";
+    S_OK(port, "8080");
+    S_OK(port, "65535");
+    S_BAD(port, "65536");
+    S_BAD(port, "0");
+    /* draft-04 exclusive bounds (booleans), draft-06 ones (numbers), real bounds on integers */
+    S_BAD("{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}", "0");
+    S_OK("{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}", "1");
+    S_BAD("{\"type\":\"integer\",\"exclusiveMaximum\":10}", "10");
+    S_OK("{\"type\":\"integer\",\"exclusiveMaximum\":10}", "-10");
+    S_OK("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":3.5}", "2");
+    S_BAD("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":3.5}", "1");
+    S_BAD("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":3.5}", "4");
+}
+
+/* Decimal ranges: on a grid of decimals, a text is accepted only if its value (read as a
+ * double, as a validator does) is inside the bounds, and every grid text inside is accepted. */
+static void test_schema_decimals(void) {
+    static const struct {
+        const char *lo, *hi;
+        bool xlo, xhi;
+    } cases[] = {{"0", "1", false, false},       {"0.5", "2.25", false, false},
+                 {"-1.25", "0.75", true, true},  {"0", NULL, true, false},
+                 {NULL, "-0.5", false, false},   {"-10", "10", true, false},
+                 {"0.001", "0.01", false, true}, {"-3.75", "-3.5", false, false},
+                 {"1e-3", "12.5", false, false}, {NULL, "100", false, true}};
+    int bad = 0, checks = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char schema[256];
+        int n = snprintf(schema, sizeof schema, "{\"type\":\"number\"");
+        if (cases[ci].lo)
+            n += snprintf(schema + n, sizeof schema - n, ",\"%s\":%s",
+                          cases[ci].xlo ? "exclusiveMinimum" : "minimum", cases[ci].lo);
+        if (cases[ci].hi)
+            n += snprintf(schema + n, sizeof schema - n, ",\"%s\":%s",
+                          cases[ci].xhi ? "exclusiveMaximum" : "maximum", cases[ci].hi);
+        snprintf(schema + n, sizeof schema - n, "}");
+        struct sj j;
+        if (!sj_open(&j, schema)) continue;
+        double lo = cases[ci].lo ? strtod(cases[ci].lo, NULL) : 0;
+        double hi = cases[ci].hi ? strtod(cases[ci].hi, NULL) : 0;
+        for (int ip = -12; ip <= 12; ip++) {
+            for (int f = -1; f < 1000; f += (f < 100 ? 1 : 7)) {
+                char doc[48];
+                if (f < 0)
+                    snprintf(doc, sizeof doc, "%d", ip);
+                else if (f < 10)
+                    snprintf(doc, sizeof doc, "%s%d.%d", ip == 0 && f % 2 ? "-" : "", ip, f);
+                else if (f < 100)
+                    snprintf(doc, sizeof doc, "%d.%02d", ip, f);
+                else
+                    snprintf(doc, sizeof doc, "%d.%03d", ip, f);
+                double v = strtod(doc, NULL);
+                bool want = (!cases[ci].lo || (cases[ci].xlo ? v > lo : v >= lo)) &&
+                            (!cases[ci].hi || (cases[ci].xhi ? v < hi : v <= hi));
+                checks++;
+                if (sj_accepts(&j, doc) != want && bad++ < 5)
+                    fprintf(stderr, "%s: %s %s\n", schema, doc, want ? "rejected" : "accepted");
+            }
+        }
+        /* texts right at an exclusive bound: equal values never pass, even spelled long */
+        if (cases[ci].lo && cases[ci].xlo) {
+            char doc[64];
+            snprintf(doc, sizeof doc, "%s%s0000000000000", cases[ci].lo,
+                     strchr(cases[ci].lo, '.') ? "" : ".");
+            if (sj_accepts(&j, doc) && bad++ < 5) fprintf(stderr, "%s: %s accepted\n", schema, doc);
+        }
+        sj_close(&j);
+    }
+    CHECKF(bad == 0, "%d of %d decimal range checks wrong", bad, checks);
+    /* a number just above an exclusive 0 must read back as more than 0 */
+    S_OK("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.0000000000000001");
+    S_BAD("{\"type\":\"number\",\"exclusiveMinimum\":0}", "0.0000000000000000");
+    S_BAD("{\"type\":\"number\",\"exclusiveMinimum\":0}", "-0");
+    /* a number with an integer multipleOf is written as integers */
+    S_OK("{\"type\":\"number\",\"multipleOf\":5,\"maximum\":20}", "-15");
+    S_BAD("{\"type\":\"number\",\"multipleOf\":5,\"maximum\":20}", "25");
+    S_BAD("{\"type\":\"number\",\"multipleOf\":5}", "5.5");
+}
+
+/* Objects, arrays, combinations: the new keywords, accepted and rejected. */
+static void test_schema_keywords(void) {
+    /* minProperties / maxProperties over declared properties and extra pairs */
+    const char *mm = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                     "\"type\":\"integer\"},\"c\":{\"type\":\"integer\"}},\"minProperties\":1,"
+                     "\"maxProperties\":2}";
+    S_BAD(mm, "{}");
+    S_OK(mm, "{\"b\":1}");
+    S_OK(mm, "{\"a\":1,\"c\":2}");
+    S_BAD(mm, "{\"a\":1,\"b\":2,\"c\":3}");
+    const char *extra = "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"},"
+                        "\"minProperties\":1,\"maxProperties\":3}";
+    S_BAD(extra, "{}");
+    S_OK(extra, "{\"x\":true}");
+    S_OK(extra, "{\"x\":true,\"y\":false,\"z\":true}");
+    S_BAD(extra, "{\"x\":true,\"y\":false,\"z\":true,\"w\":true}");
+    /* extra keys never repeat a declared name (its schema would apply instead) */
+    const char *addl = "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+                       "\"additionalProperties\":{\"type\":\"string\"}}";
+    S_OK(addl, "{\"id\":1,\"name\":\"x\"}");
+    S_OK(addl, "{\"idx\":\"x\",\"i\":\"y\"}");
+    S_BAD(addl, "{\"id\":\"x\"}");
+    /* a required property that is not declared takes additionalProperties' schema */
+    const char *rq = "{\"type\":\"object\",\"required\":[\"k\"],\"additionalProperties\":{\"type\":"
+                     "\"integer\"}}";
+    S_OK(rq, "{\"k\":3}");
+    S_BAD(rq, "{}");
+    S_BAD(rq, "{\"k\":\"x\"}");
+    /* patternProperties: keys from the pattern, values under its schema */
+    const char *pp = "{\"type\":\"object\",\"patternProperties\":{\"^x-[a-z]+$\":{\"type\":"
+                     "\"integer\"}},\"additionalProperties\":false}";
+    S_OK(pp, "{\"x-ab\":1,\"x-c\":2}");
+    S_BAD(pp, "{\"y-ab\":1}");
+    S_BAD(pp, "{\"x-ab\":\"s\"}");
+    /* a declared name a pattern matches meets the pattern's schema; that pattern's own keys are
+     * not written (they could repeat the declared name) */
+    const char *clash = "{\"type\":\"object\",\"properties\":{\"x-a\":{\"type\":\"integer\"}},"
+                        "\"patternProperties\":{\"^x-\":{\"minimum\":5}},\"additionalProperties\":"
+                        "false}";
+    S_OK(clash, "{\"x-a\":7}");
+    S_BAD(clash, "{\"x-a\":3}");
+    S_BAD(clash, "{\"x-b\":7}");
+    /* lengths over a pattern with two varying repetitions: split between them */
+    const char *two = "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\",\"minLength\":5,"
+                      "\"maxLength\":8}";
+    S_OK(two, "\"abc-123\"");
+    S_OK(two, "\"ab-12\"");
+    S_BAD(two, "\"a-1\"");
+    S_BAD(two, "\"abcdef-123\"");
+    schema_error("{\"type\":\"string\",\"pattern\":\"^(ab|c)+$\",\"maxLength\":4}", "pattern");
+    /* $ref siblings are merged with the target (draft 2019-09) */
+    const char *sib =
+        "{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":"
+        "2}";
+    S_OK(sib, "\"ab\"");
+    S_BAD(sib, "\"abc\"");
+    S_BAD(sib, "1");
+    /* allOf of several schemas */
+    const char *all =
+        "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+        "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"minimum\":5},\"b\":{\"type\":"
+        "\"string\"}}}]}";
+    S_OK(all, "{\"a\":5}");
+    S_OK(all, "{\"a\":7,\"b\":\"q\"}");
+    S_BAD(all, "{\"a\":4}");
+    S_BAD(all, "{\"b\":\"q\"}");
+    /* keywords beside anyOf apply to every branch; oneOf branches told apart by a const */
+    const char *one =
+        "{\"type\":\"object\",\"required\":[\"kind\"],\"oneOf\":[{\"properties\":{\"kind\":{"
+        "\"const\":\"a\"},\"x\":{\"type\":\"integer\"}}},{\"properties\":{\"kind\":{\"const\":"
+        "\"b\"},"
+        "\"y\":{\"type\":\"string\"}}}]}";
+    S_OK(one, "{\"kind\":\"a\",\"x\":1}");
+    S_OK(one, "{\"kind\":\"b\",\"y\":\"s\"}");
+    S_BAD(one, "{\"kind\":\"a\",\"y\":\"s\"}");
+    S_BAD(one, "{\"x\":1}");
+    /* enum values are kept only where the keywords beside them allow */
+    const char *en = "{\"type\":\"string\",\"maxLength\":3,\"enum\":[\"ab\",\"abcd\",1]}";
+    S_OK(en, "\"ab\"");
+    S_BAD(en, "\"abcd\"");
+    S_BAD(en, "1");
+    /* uniqueItems over a finite item set: each value at most once, in the set's order */
+    const char *uq = "{\"type\":\"array\",\"items\":{\"enum\":[\"r\",\"g\",\"b\"]},\"uniqueItems\":"
+                     "true,\"minItems\":1}";
+    S_OK(uq, "[\"r\",\"b\"]");
+    S_OK(uq, "[\"g\"]");
+    S_BAD(uq, "[\"r\",\"r\"]");
+    S_BAD(uq, "[]");
+    S_OK("{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}",
+         "[true,false]");
+    S_BAD("{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}",
+          "[true,true]");
+    S_OK("{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}", "[{\"a\":1}]");
+    /* prefixItems with counts; draft-04 array items with additionalItems */
+    const char *tup =
+        "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":"
+        "\"string\"}],\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":3}";
+    S_OK(tup, "[1]");
+    S_OK(tup, "[1,\"a\",true]");
+    S_BAD(tup, "[]");
+    S_BAD(tup, "[1,\"a\",true,false]");
+    S_BAD(tup, "[1,2]");
+    const char *d4 = "{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":"
+                     "false}";
+    S_OK(d4, "[3]");
+    S_BAD(d4, "[3,4]");
+    /* without a type, the types whose keywords appear */
+    S_OK("{\"minLength\":2}", "\"ab\"");
+    S_BAD("{\"minLength\":2}", "12");
+    /* strings never take surrogate escapes (one character = one code point) */
+    S_BAD("{\"type\":\"string\",\"minLength\":2}", "\"\\ud83d\\ude00\"");
+    S_OK("{\"type\":\"string\",\"minLength\":2}", "\"\\u00e9\\u00e8\"");
+    /* pattern classes leave out every space either regex dialect knows */
+    S_BAD("{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\u2000b\"");
+    S_OK("{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\u00e9b\"");
+    S_BAD("{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\u2028\"");
+    /* not: its exact forms (a type, required names, their anyOf / allOf) */
+    const char *nt = "{\"not\":{\"type\":[\"string\",\"object\",\"array\"]}}";
+    S_OK(nt, "12.5");
+    S_OK(nt, "null");
+    S_BAD(nt, "\"s\"");
+    const char *nr = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                     "\"type\":\"integer\"}},\"not\":{\"required\":[\"a\",\"b\"]}}";
+    S_OK(nr, "{\"a\":1}");
+    S_OK(nr, "{\"b\":1}");
+    S_BAD(nr, "{\"a\":1,\"b\":2}");
+    /* dependencies (draft-04) / dependentRequired: a name present brings the others */
+    const char *dep = "{\"type\":\"object\",\"properties\":{\"card\":{\"type\":\"string\"},"
+                      "\"cvv\":{\"type\":\"string\"}},\"dependencies\":{\"card\":[\"cvv\"]}}";
+    S_OK(dep, "{}");
+    S_OK(dep, "{\"cvv\":\"1\"}");
+    S_OK(dep, "{\"card\":\"x\",\"cvv\":\"1\"}");
+    S_BAD(dep, "{\"card\":\"x\"}");
+    const char *dsch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                       "\"type\":\"integer\"}},\"dependentSchemas\":{\"a\":{\"properties\":{\"b\":{"
+                       "\"minimum\":10}}}}}";
+    S_OK(dsch, "{\"a\":1,\"b\":10}");
+    S_BAD(dsch, "{\"a\":1,\"b\":9}");
+    S_OK(dsch, "{\"b\":9}");
+    /* oneOf branches that differ in what they require: each writes without the other's */
+    const char *sep = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"y\":{"
+                      "\"type\":\"integer\"}},\"oneOf\":[{\"required\":[\"x\"]},{\"required\":["
+                      "\"y\"]}]}";
+    S_OK(sep, "{\"x\":1}");
+    S_OK(sep, "{\"y\":1}");
+    S_BAD(sep, "{\"x\":1,\"y\":2}");
+    /* a schema without finite documents is refused */
+    schema_error(
+        "{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#\"}},\"required\":[\"n\"]}",
+        "no finite document");
 }
 
 /* A strict tool whose parameter names hold a newline, a quote, a backslash and a control byte:
@@ -952,6 +1284,9 @@ int main(void) {
     test_utf8_classes();
     test_masks();
     test_schema();
+    test_schema_integers();
+    test_schema_decimals();
+    test_schema_keywords();
     test_tool_param_names();
     test_schema_corpus();
     test_lark();
