@@ -4,6 +4,7 @@
 #ifndef SNUG_CLI_H
 #define SNUG_CLI_H
 
+#include "cli_args.h"
 #include "snug.h"
 #include "vision/vision.h"
 

@@ -1,4 +1,6 @@
-/* main.c — `snug <command> [args]`: dispatch to the subcommands declared in cli.h. */
+/* main.c — `snug <command> [args]`: dispatch to the subcommands, each declared once as a
+ * struct cli_command (cli_args.h) in its cmd_<name>.c; the list below is the order of
+ * `snug --help` and of the README's command table. Read next: cli_args.h. */
 #include "cli.h"
 
 #include "quant/quant.h"
@@ -8,37 +10,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct command {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-    const char *help;
-};
+/* Commands whose flags are not declared yet parse argv themselves (their own --help). */
+#define LEGACY(NAME, FN, USAGE, SUMMARY)                                                           \
+    static const struct cli_command legacy_##FN = {                                                \
+        .name = NAME, .run = FN, .usage = USAGE, .summary = SUMMARY, .about = SUMMARY}
+LEGACY("run", cmd_run, "-m M.gguf -p TEXT [flags]", "generate text: -m M.gguf -p TEXT [-n N]");
+LEGACY("info", cmd_info, "-m M.gguf", "architecture, hyper-parameters, tensor types and sizes");
+LEGACY("tokenize", cmd_tokenize, "-m M.gguf (--text S | --file F)", "print token ids as JSON");
+LEGACY("logits", cmd_logits, "-m M.gguf --ids IDS.json -o OUT.f32", "write [T][V] float32 logits");
+LEGACY("perplexity", cmd_perplexity, "-m M.gguf --ids IDS.json", "perplexity over windows");
+LEGACY("vision", cmd_vision, "-m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W)",
+       "the vision tower over an image or preprocessed patches");
+LEGACY("gen", cmd_gen, "--preset NAME --type TYPE -o OUT.gguf", "write a random-weight model");
+LEGACY("quantize", cmd_quantize, "IN.gguf OUT.gguf TYPE", "requantize a model");
+LEGACY("imatrix", cmd_imatrix, "-m M.gguf -f TEXT [-o OUT.gguf]", "importance matrix of a text");
+LEGACY("plan", cmd_plan, "-m M.gguf [--budget SIZE]", "memory plan and largest context");
+LEGACY("serve", cmd_serve, "-m M.gguf [flags]", "OpenAI-compatible server");
+LEGACY("verify", cmd_verify, "[--url U]", "functional checks of an OpenAI-compatible server");
+LEGACY("stress", cmd_stress, "[--url U]", "long-context boundary checks of a server");
+LEGACY("bench", cmd_bench, "[--url U]", "speed of a server");
+LEGACY("bench-local", cmd_bench_local, "-m M.gguf", "prompt/generation speed on this CPU");
 
-static const struct command COMMANDS[] = {
-    {"run", cmd_run, "generate text: -m M.gguf -p TEXT [-n N] [--temp T] [--seed S]"},
-    {"info", cmd_info, "architecture, hyper-parameters, tensor types and sizes: -m M.gguf"},
-    {"tokenize", cmd_tokenize, "print token ids as JSON: -m M.gguf (--text S | --file F)"},
-    {"logits", cmd_logits, "write [T][V] float32 logits: -m M.gguf --ids IDS.json -o OUT.f32"},
-    {"perplexity", cmd_perplexity, "perplexity over windows: -m M.gguf --ids IDS.json"},
-    {"vision", cmd_vision,
-     "the vision tower over preprocessed patches: -m MMPROJ.gguf --pixels P.f32 --grid H W -o F"},
-    {"gen", cmd_gen, "write a random-weight model: --preset NAME --type TYPE -o OUT.gguf"},
-    {"quantize", cmd_quantize, "requantize a model: IN.gguf OUT.gguf TYPE"},
-    {"imatrix", cmd_imatrix, "importance matrix of a text: -m M.gguf -f TEXT -o OUT.gguf"},
-    {"plan", cmd_plan, "memory plan and largest context for a budget: -m M.gguf [--budget SIZE]"},
-    {"serve", cmd_serve, "OpenAI-compatible server: -m M.gguf [--host H] [--port P]"},
-    {"verify", cmd_verify, "functional checks of an OpenAI-compatible server: [--url U]"},
-    {"stress", cmd_stress, "long-context boundary checks of a server: [--url U]"},
-    {"bench", cmd_bench, "speed of a server: [--url U] [--json] [--svg F]"},
-    {"bench-local", cmd_bench_local,
-     "prompt/generation speed on this CPU: -m M.gguf [-p 512] [-n 128] [-t 2]"},
+const struct cli_command *const cli_commands[] = {
+    &legacy_cmd_run,        &legacy_cmd_info,   &legacy_cmd_tokenize,    &legacy_cmd_logits,
+    &legacy_cmd_perplexity, &legacy_cmd_vision, &legacy_cmd_gen,         &legacy_cmd_quantize,
+    &legacy_cmd_imatrix,    &legacy_cmd_plan,   &legacy_cmd_serve,       &legacy_cmd_verify,
+    &legacy_cmd_stress,     &legacy_cmd_bench,  &legacy_cmd_bench_local,
 };
+const int cli_n_commands = (int)(sizeof cli_commands / sizeof cli_commands[0]);
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: snug <command> [options]   (snug --version: version and build)\n\n"
-               "commands:\n");
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        fprintf(f, "  %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+const struct cli_command *cli_command_find(const char *name) {
+    for (int k = 0; k < cli_n_commands; k++)
+        if (!strcmp(cli_commands[k]->name, name)) return cli_commands[k];
+    return NULL;
 }
 
 int cli_fail(const char *cmd, const struct snug_err *err) {
@@ -110,14 +114,18 @@ static int version(void) {
 int main(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")))
         return version();
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
-        !strcmp(argv[1], "help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        cli_help_usage(stderr);
+        return 2;
     }
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        cli_help_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "help")) return cli_help_main(argc - 1, argv + 1);
+    const struct cli_command *c = cli_command_find(argv[1]);
+    if (c) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "snug: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
+    cli_help_usage(stderr);
     return 2;
 }
