@@ -59,3 +59,10 @@ void cli_backend_report(const struct cli_backend *b, const char *when) {
     fprintf(stderr, "cuda: device memory used %.1f MiB of %.1f MiB %s\n", (tot - fr) / 1048576.0,
             tot / 1048576.0, when);
 }
+
+bool cli_backend_opt(int id, const struct cli_val *v, struct cli_backend *b) {
+    if (id == CLI_O_BACKEND) b->backend = v->choice; /* cpu|cuda: 0, 1 */
+    if (id == CLI_O_VRAM_BUDGET) b->vram_budget = v->size;
+    if (id == CLI_O_CUDA_PROFILE) b->profile = true;
+    return true;
+}

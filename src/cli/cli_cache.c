@@ -39,3 +39,11 @@ int cli_cache_flag(int argc, char **argv, int *i, const char *cmd,
     }
     return 0;
 }
+
+bool cli_cache_opt(int id, const struct cli_val *v, struct snug_plan_cache_flags *f) {
+    if (id == CLI_O_CACHE_RAM) f->ram_bytes = v->size;
+    if (id == CLI_O_CACHE_DISK) f->disk_bytes = v->size;
+    if (id == CLI_O_CACHE_DIR) f->disk_dir = v->s;
+    if (id == CLI_O_CACHE_EVERY) f->checkpoint_every = (int32_t)v->i;
+    return true;
+}

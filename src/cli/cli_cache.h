@@ -19,5 +19,8 @@
 /* 1: argv[*i] was a cache flag (consumed with its value); -1: a bad value (message printed);
  * 0: not a cache flag. */
 int cli_cache_flag(int argc, char **argv, int *i, const char *cmd, struct snug_plan_cache_flags *f);
+/* The new parser's form: applies the CLI_OPTS_CACHE flags (cli.h), ignores other ids. */
+struct cli_val;
+bool cli_cache_opt(int id, const struct cli_val *v, struct snug_plan_cache_flags *f);
 
 #endif

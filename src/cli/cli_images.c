@@ -55,6 +55,20 @@ int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_i
     return 1;
 }
 
+bool cli_images_opt(const struct cli_args *p, int id, const struct cli_val *v,
+                    struct cli_images *ci) {
+    if (id == CLI_O_MMPROJ) ci->mmproj = v->s;
+    if (id == CLI_O_VISION_BACKEND) ci->vision_backend = v->choice; /* cpu|cuda: 0, 1 */
+    if (id == CLI_O_MIN_PX) ci->min_px = v->i;
+    if (id == CLI_O_MAX_PX) ci->max_px = v->i;
+    if (id == CLI_O_IMAGE) {
+        if (ci->n >= CLI_MAX_IMAGES)
+            return cli_args_bad(p, v, "at most %d --image files", CLI_MAX_IMAGES), false;
+        ci->paths[ci->n++] = v->s;
+    }
+    return true;
+}
+
 int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,
                       struct snug_err *err) {
     if (ci->n == 0 && !ci->mmproj) return SNUG_OK;

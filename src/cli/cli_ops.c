@@ -34,3 +34,14 @@ void cli_progress(void *user, const char *label, int done, int total) {
     if (done == total) fprintf(stderr, "\r%*s\r", 64, "");
     fflush(stderr);
 }
+
+bool cli_conn_opt(const struct cli_args *p, int id, const struct cli_val *v, struct cli_conn *cc) {
+    if (id == CLI_O_URL) cc->url = v->s;
+    if (id == CLI_O_MODEL) cc->model = v->s;
+    if (id == CLI_O_API_KEY) cc->key = v->s;
+    if (id == CLI_O_TIMEOUT) {
+        if (!(v->f > 0)) return cli_args_bad(p, v, "expected a number of seconds > 0"), false;
+        cc->timeout_s = v->f;
+    }
+    return true;
+}
