@@ -15,6 +15,7 @@ int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 extern const struct cli_command cli_cmd_info;
 int cmd_tokenize(int argc, char **argv);
+extern const struct cli_command cli_cmd_tokenize;
 int cmd_logits(int argc, char **argv);
 int cmd_vision(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);

@@ -15,7 +15,6 @@
     static const struct cli_command legacy_##FN = {                                                \
         .name = NAME, .run = FN, .usage = USAGE, .summary = SUMMARY, .about = SUMMARY}
 LEGACY("run", cmd_run, "-m M.gguf -p TEXT [flags]", "generate text: -m M.gguf -p TEXT [-n N]");
-LEGACY("tokenize", cmd_tokenize, "-m M.gguf (--text S | --file F)", "print token ids as JSON");
 LEGACY("logits", cmd_logits, "-m M.gguf --ids IDS.json -o OUT.f32", "write [T][V] float32 logits");
 LEGACY("perplexity", cmd_perplexity, "-m M.gguf --ids IDS.json", "perplexity over windows");
 LEGACY("vision", cmd_vision, "-m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W)",
@@ -31,7 +30,7 @@ LEGACY("bench", cmd_bench, "[--url U]", "speed of a server");
 LEGACY("bench-local", cmd_bench_local, "-m M.gguf", "prompt/generation speed on this CPU");
 
 const struct cli_command *const cli_commands[] = {
-    &legacy_cmd_run,        &cli_cmd_info,      &legacy_cmd_tokenize,    &legacy_cmd_logits,
+    &legacy_cmd_run,        &cli_cmd_info,      &cli_cmd_tokenize,       &legacy_cmd_logits,
     &legacy_cmd_perplexity, &legacy_cmd_vision, &legacy_cmd_gen,         &legacy_cmd_quantize,
     &legacy_cmd_imatrix,    &legacy_cmd_plan,   &legacy_cmd_serve,       &legacy_cmd_verify,
     &legacy_cmd_stress,     &legacy_cmd_bench,  &legacy_cmd_bench_local,
