@@ -31,7 +31,9 @@ struct cli_backend;
 int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
                      const struct cli_backend *bk, double accept);
 int cmd_verify(int argc, char **argv);
+extern const struct cli_command cli_cmd_verify;
 int cmd_stress(int argc, char **argv);
+extern const struct cli_command cli_cmd_stress;
 int cmd_bench(int argc, char **argv);
 struct snug_suite_client;
 /* bench --agent-replay FILE (cmd_bench_replay.c) */

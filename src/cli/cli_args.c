@@ -285,7 +285,7 @@ void cli_args_help(const struct cli_command *cmd, FILE *f) {
         if (o->flags & CLI_REPEAT) wrap(f, "(repeatable)", col, HELP_COL);
         fprintf(f, "\n");
     }
-    fprintf(f, "  -h, --help                this help\n");
+    fprintf(f, "\n  -h, --help                this help\n");
     if (cmd->notes) {
         fprintf(f, "\n");
         wrap(f, cmd->notes, 0, 0);
