@@ -35,6 +35,7 @@ extern const struct cli_command cli_cmd_verify;
 int cmd_stress(int argc, char **argv);
 extern const struct cli_command cli_cmd_stress;
 int cmd_bench(int argc, char **argv);
+extern const struct cli_command cli_cmd_bench;
 struct snug_suite_client;
 /* bench --agent-replay FILE (cmd_bench_replay.c) */
 int cli_bench_replay(struct snug_suite_client *c, const char *file, bool as_json, const char *outp);
