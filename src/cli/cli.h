@@ -25,6 +25,7 @@ int cmd_imatrix(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
+extern const struct cli_command cli_cmd_bench_local;
 struct cli_backend;
 /* bench-local --verify (cmd_bench_verify.c): speculative verify/draft/rollback cost vs decode;
  * accept > 0 also prints the k = 3 speed-up at that many tokens per verification. */

@@ -24,13 +24,12 @@ LEGACY("quantize", cmd_quantize, "IN.gguf OUT.gguf TYPE", "requantize a model");
 LEGACY("imatrix", cmd_imatrix, "-m M.gguf -f TEXT [-o OUT.gguf]", "importance matrix of a text");
 LEGACY("plan", cmd_plan, "-m M.gguf [--budget SIZE]", "memory plan and largest context");
 LEGACY("serve", cmd_serve, "-m M.gguf [flags]", "OpenAI-compatible server");
-LEGACY("bench-local", cmd_bench_local, "-m M.gguf", "prompt/generation speed on this CPU");
 
 const struct cli_command *const cli_commands[] = {
-    &legacy_cmd_run,        &cli_cmd_info,      &cli_cmd_tokenize,       &legacy_cmd_logits,
-    &legacy_cmd_perplexity, &legacy_cmd_vision, &legacy_cmd_gen,         &legacy_cmd_quantize,
-    &legacy_cmd_imatrix,    &legacy_cmd_plan,   &legacy_cmd_serve,       &cli_cmd_verify,
-    &cli_cmd_stress,        &cli_cmd_bench,     &legacy_cmd_bench_local,
+    &legacy_cmd_run,        &cli_cmd_info,      &cli_cmd_tokenize,    &legacy_cmd_logits,
+    &legacy_cmd_perplexity, &legacy_cmd_vision, &legacy_cmd_gen,      &legacy_cmd_quantize,
+    &legacy_cmd_imatrix,    &legacy_cmd_plan,   &legacy_cmd_serve,    &cli_cmd_verify,
+    &cli_cmd_stress,        &cli_cmd_bench,     &cli_cmd_bench_local,
 };
 const int cli_n_commands = (int)(sizeof cli_commands / sizeof cli_commands[0]);
 
