@@ -45,9 +45,11 @@ void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp) {
 bool cli_kv_opt(const struct cli_args *p, int id, const struct cli_val *v, struct cli_kv *kv) {
     if (id != CLI_O_KV && id != CLI_O_KV_K && id != CLI_O_KV_V) return true;
     int which = id - CLI_O_KV; /* 0 both, 1 keys, 2 values */
-    int f = kv->allow_auto && !strcmp(v->s, "auto") ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(v->s);
-    if (f == SNUG_PLAN_KV_AUTO && which != 0) f = -2; /* auto chooses K and V together */
-    if (f < 0 && f != SNUG_PLAN_KV_AUTO) {
+    /* auto chooses K and V together; a name that is no format is an error (snug_kvfmt_parse's
+     * -1 is also SNUG_PLAN_KV_AUTO's value, so it is never taken for auto) */
+    bool is_auto = kv->allow_auto && which == 0 && !strcmp(v->s, "auto");
+    int f = is_auto ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(v->s);
+    if (!is_auto && f < 0) {
         fprintf(stderr, "snug %s: %s '%s': expected one of", p->cmd->name, p->flag, v->s);
         for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
         fprintf(stderr, "%s\n", kv->allow_auto && which == 0 ? " auto" : "");
