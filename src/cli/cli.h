@@ -17,6 +17,7 @@ extern const struct cli_command cli_cmd_info;
 int cmd_tokenize(int argc, char **argv);
 extern const struct cli_command cli_cmd_tokenize;
 int cmd_logits(int argc, char **argv);
+extern const struct cli_command cli_cmd_logits;
 int cmd_vision(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 extern const struct cli_command cli_cmd_perplexity;
