@@ -19,6 +19,7 @@ extern const struct cli_command cli_cmd_tokenize;
 int cmd_logits(int argc, char **argv);
 extern const struct cli_command cli_cmd_logits;
 int cmd_vision(int argc, char **argv);
+extern const struct cli_command cli_cmd_vision;
 int cmd_perplexity(int argc, char **argv);
 extern const struct cli_command cli_cmd_perplexity;
 int cmd_gen(int argc, char **argv);
