@@ -25,6 +25,7 @@ extern const struct cli_command cli_cmd_perplexity;
 int cmd_gen(int argc, char **argv);
 extern const struct cli_command cli_cmd_gen;
 int cmd_quantize(int argc, char **argv);
+extern const struct cli_command cli_cmd_quantize;
 int cmd_imatrix(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
