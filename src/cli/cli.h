@@ -27,6 +27,7 @@ extern const struct cli_command cli_cmd_gen;
 int cmd_quantize(int argc, char **argv);
 extern const struct cli_command cli_cmd_quantize;
 int cmd_imatrix(int argc, char **argv);
+extern const struct cli_command cli_cmd_imatrix;
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
