@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 int cmd_run(int argc, char **argv);
+extern const struct cli_command cli_cmd_run;
 int cmd_info(int argc, char **argv);
 extern const struct cli_command cli_cmd_info;
 int cmd_tokenize(int argc, char **argv);
