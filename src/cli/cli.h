@@ -32,6 +32,7 @@ extern const struct cli_command cli_cmd_imatrix;
 int cmd_plan(int argc, char **argv);
 extern const struct cli_command cli_cmd_plan;
 int cmd_serve(int argc, char **argv);
+extern const struct cli_command cli_cmd_serve;
 int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
 extern const struct cli_command cli_cmd_bench_local;
 struct cli_backend;

@@ -14,12 +14,11 @@
 #define LEGACY(NAME, FN, USAGE, SUMMARY)                                                           \
     static const struct cli_command legacy_##FN = {                                                \
         .name = NAME, .run = FN, .usage = USAGE, .summary = SUMMARY, .about = SUMMARY}
-LEGACY("serve", cmd_serve, "-m M.gguf [flags]", "OpenAI-compatible server");
 
 const struct cli_command *const cli_commands[] = {
-    &cli_cmd_run,      &cli_cmd_info,   &cli_cmd_tokenize, &cli_cmd_logits,  &cli_cmd_perplexity,
-    &cli_cmd_vision,   &cli_cmd_gen,    &cli_cmd_quantize, &cli_cmd_imatrix, &cli_cmd_plan,
-    &legacy_cmd_serve, &cli_cmd_verify, &cli_cmd_stress,   &cli_cmd_bench,   &cli_cmd_bench_local,
+    &cli_cmd_run,    &cli_cmd_info,   &cli_cmd_tokenize, &cli_cmd_logits,  &cli_cmd_perplexity,
+    &cli_cmd_vision, &cli_cmd_gen,    &cli_cmd_quantize, &cli_cmd_imatrix, &cli_cmd_plan,
+    &cli_cmd_serve,  &cli_cmd_verify, &cli_cmd_stress,   &cli_cmd_bench,   &cli_cmd_bench_local,
 };
 const int cli_n_commands = (int)(sizeof cli_commands / sizeof cli_commands[0]);
 
