@@ -105,10 +105,6 @@ int cli_help_main(int argc, char **argv) {
         help_usage(stderr);
         return 2;
     }
-    if (!c->opts) { /* a command that prints its own help */
-        char *av[] = {(char *)c->name, "--help", NULL};
-        return c->run(2, av);
-    }
     cli_args_help(c, stdout);
     return 0;
 }

@@ -11,26 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Consume argv[*i] if it is a KV flag (see cli.h). */
-int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *kv) {
-    const char *a = argv[*i];
-    int which = !strcmp(a, "--kv") ? 0 : !strcmp(a, "--kv-k") ? 1 : !strcmp(a, "--kv-v") ? 2 : -1;
-    if (which < 0) return 0;
-    const char *s = cli_value(argc, argv, i);
-    if (!s) return -1;
-    int f = kv->allow_auto && !strcmp(s, "auto") ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(s);
-    if (f == SNUG_PLAN_KV_AUTO && which != 0) f = -2; /* auto chooses K and V together */
-    if (f < 0 && f != SNUG_PLAN_KV_AUTO) {
-        fprintf(stderr, "snug %s: %s '%s': expected one of", cmd, a, s);
-        for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
-        fprintf(stderr, "%s\n", kv->allow_auto && which == 0 ? " auto" : "");
-        return -1;
-    }
-    if (which != 2) kv->k = f;
-    if (which != 1) kv->v = f;
-    return 1;
-}
-
 int32_t cli_kv_code(const struct cli_kv *kv) {
     if (kv->k == SNUG_PLAN_KV_AUTO || kv->v == SNUG_PLAN_KV_AUTO) return SNUG_PLAN_KV_AUTO;
     return snug_kvfmt_code(kv->k, kv->v);

@@ -5,20 +5,15 @@
 
 #include "quant/quant.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Commands whose flags are not declared yet parse argv themselves (their own --help). */
-#define LEGACY(NAME, FN, USAGE, SUMMARY)                                                           \
-    static const struct cli_command legacy_##FN = {                                                \
-        .name = NAME, .run = FN, .usage = USAGE, .summary = SUMMARY, .about = SUMMARY}
-
 const struct cli_command *const cli_commands[] = {
-    &cli_cmd_run,    &cli_cmd_info,   &cli_cmd_tokenize, &cli_cmd_logits,  &cli_cmd_perplexity,
-    &cli_cmd_vision, &cli_cmd_gen,    &cli_cmd_quantize, &cli_cmd_imatrix, &cli_cmd_plan,
-    &cli_cmd_serve,  &cli_cmd_verify, &cli_cmd_stress,   &cli_cmd_bench,   &cli_cmd_bench_local,
+    &cli_cmd_run,      &cli_cmd_serve,   &cli_cmd_plan,        &cli_cmd_verify,
+    &cli_cmd_stress,   &cli_cmd_bench,   &cli_cmd_bench_local, &cli_cmd_info,
+    &cli_cmd_tokenize, &cli_cmd_logits,  &cli_cmd_perplexity,  &cli_cmd_vision,
+    &cli_cmd_quantize, &cli_cmd_imatrix, &cli_cmd_gen,
 };
 const int cli_n_commands = (int)(sizeof cli_commands / sizeof cli_commands[0]);
 
@@ -30,42 +25,6 @@ const struct cli_command *cli_command_find(const char *name) {
 
 int cli_fail(const char *cmd, const struct snug_err *err) {
     fprintf(stderr, "snug %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
-    return 1;
-}
-
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "snug: option %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-int cli_int(int argc, char **argv, int *i, long *out) {
-    const char *v = cli_value(argc, argv, i);
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "snug: option %s wants an integer, got '%s'\n", argv[*i - 1], v);
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
-int cli_float(int argc, char **argv, int *i, double *out) {
-    const char *v = cli_value(argc, argv, i);
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "snug: option %s wants a number, got '%s'\n", argv[*i - 1], v);
-        return 0;
-    }
-    *out = x;
     return 1;
 }
 
