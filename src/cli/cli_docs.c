@@ -64,7 +64,7 @@ static void markdown_flags(FILE *f, const struct cli_command *c) {
         fprintf(f, " | ");
         cell(f, o->help);
         if (o->more) {
-            fprintf(f, " ");
+            fprintf(f, ". ");
             cell(f, o->more);
         }
         if (o->flags & CLI_REPEAT) fprintf(f, " Repeatable.");

@@ -156,7 +156,7 @@ static const struct cli_opt OPTS[] = {
      .def = "max",
      .help = "context per slot in tokens; max: the largest context whose plan fits the budget, "
              "capped at the model's trained length",
-     .more = "docs/memory.md, \"Sizing by itself\"; the boot log's `plan:` line repeats the "
+     .more = "How: docs/memory.md, \"Sizing by itself\"; the boot log's `plan:` line repeats the "
              "choice as flags that give the same plan."},
     {.id = O_SLOTS,
      .names = "--slots",

@@ -553,16 +553,20 @@ def test_cli(res, model, tmp):
     p = subprocess.run([SNUG, "--version"], capture_output=True, text=True)
     res.check(p.returncode == 0 and "commit" in p.stdout and "CUDA" in p.stdout and
               "SIMD" in p.stdout, f"snug --version: {p.stdout.strip()!r}")
-    h = subprocess.run([SNUG, "serve", "--help"], capture_output=True, text=True).stderr
+    hp = subprocess.run([SNUG, "serve", "--help"], capture_output=True, text=True)
+    h = hp.stdout
     src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "cli",
                             "cmd_serve.c")).read()
     import re
-    flags = sorted(set(re.findall(r'!strcmp\(a, "(--[a-z-]+)"\)', src)) - {"--help"})
-    flags += ["--kv", "--kv-k", "--kv-v"]
+    # every spelling declared in serve's flag table (src/cli/cmd_serve.c `.names = "..."`)
+    flags = sorted({f for names in re.findall(r'\.names = "([^"]+)"', src)
+                    for f in names.split(", ") if f.startswith("--")})
+    flags += ["--kv", "--kv-k", "--kv-v", "--cache-ram", "--cache-dir", "--cache-disk",
+              "--cache-checkpoint-every"]
     missing = [f for f in flags if not re.search(r"^\s+(-\w, )?" + re.escape(f) + r"\b", h, re.M)
                and not re.search(r", " + re.escape(f) + r"\b", h)]
-    res.check(not missing and len(flags) > 20, f"serve --help: a line for each of {len(flags)} "
-              f"flags (missing {missing})")
+    res.check(hp.returncode == 0 and not hp.stderr and not missing and len(flags) > 40,
+              f"serve --help on stdout: a line for each of {len(flags)} flags (missing {missing})")
     req = os.path.join(tmp, "r.json")
     json.dump({"messages": [{"role": "user", "content": "x"}]}, open(req, "w"))
     ok = subprocess.run([SNUG, "serve", "--render-only", req, "--no-think", "--ctx", "512"],
