@@ -2,7 +2,7 @@
  * check the fuzz target drives, and the model identity digest (see prefix_file.h).
  * The CRC is the table-driven byte-at-a-time form (slicing-by-8 over 8 tables): about 1-2 GB/s,
  * enough next to the disk. CRC-32C is the Castagnoli polynomial (RFC 3720, appendix B.4:
- * check value of "123456789" is 0xE3069283; tests/unit/test_prefix_file.c checks it).
+ * check value of "123456789" is 0xE3069283; tests/unit/test_prefix.c checks it).
  */
 #define _POSIX_C_SOURCE 200809L /* pread, strnlen, fsync */
 #include "prefix/prefix_file.h"

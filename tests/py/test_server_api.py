@@ -1,7 +1,7 @@
 """test_server_api.py — the agent-client APIs of `snug serve` through the official SDKs: the
 Anthropic Messages API (`anthropic`), the OpenAI Responses API (`openai` responses client) and an
 agent loop of the `openai-agents` SDK (its default Responses model), plus bounded thinking
-(thinking_budget, the repetition guard) and the small things of issue #20 (developer role,
+(thinking_budget, the repetition guard) and the small things (developer role,
 --alias / --any-model, CORS, access log, --version, seeded sampling with speculation,
 continue_final_message / prefill, /v1/models/{id}, echo / suffix, serve --help).
 
