@@ -103,10 +103,10 @@ static const struct cli_opt OPTS[] = {
      .names = "--chunks",
      .kind = CLI_INT,
      .meta = "N",
-     .lo = 1,
+     .lo = -1,
      .hi = 1LL << 40,
-     .def = "all of the text",
-     .help = "at most N chunks"},
+     .def = "-1, all of the text",
+     .help = "at most N chunks (-1 = all)"},
     {.id = O_THREADS,
      .names = "-t, --threads",
      .kind = CLI_INT,
@@ -163,6 +163,7 @@ int cmd_imatrix(int argc, char **argv) {
     if (r != CLI_END) return CLI_EXIT(r);
     if (!model || !text_path)
         return cli_usage_error(&cli_cmd_imatrix, "-m M.gguf and -f TEXT are required");
+    if (max_chunks == 0) return cli_usage_error(&cli_cmd_imatrix, "--chunks wants N >= 1, or -1");
 
     struct snug_err err = {0};
     struct snug_model *m = NULL;
