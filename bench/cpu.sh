@@ -13,7 +13,7 @@
 # large memcpy, both measured by snug bench-local in the same run).
 #
 # Environment: SNUG (default build/snug), LLAMA_BENCH (path to llama-bench, optional), MODELS
-# (default /tmp/snug-bench-models), THREADS (2), REPS (3), ROUNDS (2), ONLY (substring filter
+# (default $TMPDIR/snug-bench-models), THREADS (2), REPS (3), ROUNDS (2), ONLY (substring filter
 # on the model names, e.g. ONLY=dense-q8_0), P (512), N (128), TYPES (list of file types, default
 # "q8_0 q4_k_m"; e.g. TYPES="iq4_xs q3_k_m"), LLAMA_QUANTIZE (path to llama.cpp's llama-quantize,
 # needed for a type `snug gen` does not write), LLAMA_ARGS (extra llama-bench arguments, e.g.
@@ -22,7 +22,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SNUG=${SNUG:-$ROOT/build/snug}
-MODELS=${MODELS:-/tmp/snug-bench-models}
+MODELS=${MODELS:-${TMPDIR:-/tmp}/snug-bench-models}
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
 ROUNDS=${ROUNDS:-2}

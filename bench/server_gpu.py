@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# bench/server_gpu.py — `snug serve --backend cuda` with several slots (issue 15; not a test:
+# bench/server_gpu.py — `snug serve --backend cuda` with several slots (not a test:
 # results with their command lines go in docs/perf/server.md). Starts its own servers.
 #
 #   python3 bench/server_gpu.py SNUG MODEL.gguf [--slots 4] [--ctx 65536] [--kv q8_0]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """server_replay_rss.py — RSS of `snug serve` with the prefix cache over 1,000 agent requests,
-against the memory plan (issue 17, "Memory").
+against the memory plan.
 
 Replays the recorded agent conversation tests/data/agent_replay/sample.json (10 turns: tool
 calls, tool results, thinking on) the way an agent client sends it (the whole history each

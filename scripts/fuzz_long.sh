@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# fuzz_long.sh — long fuzzing runs measured in CPU time (issue 21: at least 10 CPU-minutes per
-# target). Each target runs alone on its seeds plus the scratch corpus of scripts/fuzz.sh
+# fuzz_long.sh — long fuzzing runs measured in CPU time (the bar: at least 10 CPU-minutes per
+# target; docs/perf/fuzz.md). Each target runs alone on its seeds plus the scratch corpus of scripts/fuzz.sh
 # (build-fuzz/corpus/<target>); its CPU time (utime + stime from /proc/PID/stat) is polled every
 # 5 s and the run is stopped with SIGINT once it reaches the budget, so libFuzzer prints its final
 # statistics. On a shared machine the wall time says little: the CPU time is the measure.

@@ -2,7 +2,8 @@
  * CHECK records a failure and goes on; the program ends with TEST_DONE(), which prints
  * "N passed, N failed" (the closing line CI reads) and returns the exit status.
  * Fixture-dependent tests call test_fixtures_dir(): it returns the fixtures folder, or NULL
- * after printing a visible SKIP; with SNUG_REQUIRE_FIXTURES=1 a missing folder is a failure. */
+ * after printing a visible SKIP; with SNUG_REQUIRE_FIXTURES=1 a missing folder is a failure.
+ * Temporary files and folders: test_tmp_template, under $TMPDIR. */
 #ifndef SNUG_TEST_H
 #define SNUG_TEST_H
 
@@ -13,6 +14,14 @@
 #include <sys/stat.h>
 
 static int test_passed, test_failed;
+
+/* A name template for mkstemp / mkdtemp in the temporary folder ($TMPDIR, else the system's):
+ * "<folder>/<name>_XXXXXX" into buf; returns buf. */
+static inline char *test_tmp_template(char *buf, size_t cap, const char *name) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/%s_XXXXXX", t && *t ? t : "/tmp", name);
+    return buf;
+}
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \

@@ -20,25 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-bool cli_ctx_value(int argc, char **argv, int *i, const char *cmd, long *n_ctx, bool *max) {
-    const char *v = cli_value(argc, argv, i);
-    if (!v) return false;
-    if (!strcmp(v, "max")) {
-        *max = true;
-        *n_ctx = 0;
-        return true;
-    }
-    char *end;
-    long long c = strtoll(v, &end, 10);
-    if (*end || end == v || c < 1 || c > (1LL << 30)) {
-        fprintf(stderr, "snug %s: --ctx '%s': expected 1..%d or max\n", cmd, v, 1 << 30);
-        return false;
-    }
-    *max = false;
-    *n_ctx = (long)c;
-    return true;
-}
-
 int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err *err) {
     struct snug_model *m = NULL;
     struct snug_model_params mp = {.path = o->model_path, .n_threads = o->n_threads};

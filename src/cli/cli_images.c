@@ -16,43 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_images_flag(int argc, char **argv, int *i, const char *cmd, struct cli_images *ci) {
-    const char *a = argv[*i];
-    long v = 0;
-    if (!strcmp(a, "--mmproj")) return (ci->mmproj = cli_value(argc, argv, i)) ? 1 : -1;
-    if (!strcmp(a, "--vision-backend")) {
-        const char *b = cli_value(argc, argv, i);
-        if (!b) return -1;
-        if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
-            fprintf(stderr, "snug %s: --vision-backend '%s': expected cpu or cuda\n", cmd, b);
-            return -1;
-        }
-        ci->vision_backend = !strcmp(b, "cuda");
-        return 1;
+bool cli_images_opt(const struct cli_args *p, int id, const struct cli_val *v,
+                    struct cli_images *ci) {
+    if (id == CLI_O_MMPROJ) ci->mmproj = v->s;
+    if (id == CLI_O_VISION_BACKEND) ci->vision_backend = v->choice; /* cpu|cuda: 0, 1 */
+    if (id == CLI_O_MIN_PX) ci->min_px = v->i;
+    if (id == CLI_O_MAX_PX) ci->max_px = v->i;
+    if (id == CLI_O_IMAGE) {
+        if (ci->n >= CLI_MAX_IMAGES)
+            return cli_args_bad(p, v, "at most %d --image files", CLI_MAX_IMAGES), false;
+        ci->paths[ci->n++] = v->s;
     }
-    if (!strcmp(a, "--image")) {
-        const char *p = cli_value(argc, argv, i);
-        if (!p) return -1;
-        if (ci->n >= CLI_MAX_IMAGES) {
-            fprintf(stderr, "snug %s: at most %d --image files\n", cmd, CLI_MAX_IMAGES);
-            return -1;
-        }
-        ci->paths[ci->n++] = p;
-        return 1;
-    }
-    bool is_min = !strcmp(a, "--min-image-pixels"), is_max = !strcmp(a, "--max-image-pixels");
-    if (!is_min && !is_max) return 0;
-    if (!cli_int(argc, argv, i, &v)) return -1;
-    if (v < 1 || v > SNUG_VISION_PIXELS_LIMIT) {
-        fprintf(stderr, "snug %s: %s %ld: expected 1..%lld\n", cmd, a, v,
-                (long long)SNUG_VISION_PIXELS_LIMIT);
-        return -1;
-    }
-    if (is_min)
-        ci->min_px = v;
-    else
-        ci->max_px = v;
-    return 1;
+    return true;
 }
 
 int cli_images_encode(struct cli_images *ci, const struct snug_model *m, int backend, int n_threads,

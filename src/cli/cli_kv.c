@@ -11,26 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Consume argv[*i] if it is a KV flag (see cli.h). */
-int cli_kv_flag(int argc, char **argv, int *i, const char *cmd, struct cli_kv *kv) {
-    const char *a = argv[*i];
-    int which = !strcmp(a, "--kv") ? 0 : !strcmp(a, "--kv-k") ? 1 : !strcmp(a, "--kv-v") ? 2 : -1;
-    if (which < 0) return 0;
-    const char *s = cli_value(argc, argv, i);
-    if (!s) return -1;
-    int f = kv->allow_auto && !strcmp(s, "auto") ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(s);
-    if (f == SNUG_PLAN_KV_AUTO && which != 0) f = -2; /* auto chooses K and V together */
-    if (f < 0 && f != SNUG_PLAN_KV_AUTO) {
-        fprintf(stderr, "snug %s: %s '%s': expected one of", cmd, a, s);
-        for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
-        fprintf(stderr, "%s\n", kv->allow_auto && which == 0 ? " auto" : "");
-        return -1;
-    }
-    if (which != 2) kv->k = f;
-    if (which != 1) kv->v = f;
-    return 1;
-}
-
 int32_t cli_kv_code(const struct cli_kv *kv) {
     if (kv->k == SNUG_PLAN_KV_AUTO || kv->v == SNUG_PLAN_KV_AUTO) return SNUG_PLAN_KV_AUTO;
     return snug_kvfmt_code(kv->k, kv->v);
@@ -40,4 +20,22 @@ void cli_kv_params(const struct cli_kv *kv, struct snug_ctx_params *cp) {
     cp->kv_type = kv->k == kv->v ? kv->k : SNUG_KV_F16;
     cp->kv_type_k = kv->k == kv->v ? SNUG_KV_F16 : kv->k;
     cp->kv_type_v = kv->k == kv->v ? SNUG_KV_F16 : kv->v;
+}
+
+bool cli_kv_opt(const struct cli_args *p, int id, const struct cli_val *v, struct cli_kv *kv) {
+    if (id != CLI_O_KV && id != CLI_O_KV_K && id != CLI_O_KV_V) return true;
+    int which = id - CLI_O_KV; /* 0 both, 1 keys, 2 values */
+    /* auto chooses K and V together; a name that is no format is an error (snug_kvfmt_parse's
+     * -1 is also SNUG_PLAN_KV_AUTO's value, so it is never taken for auto) */
+    bool is_auto = kv->allow_auto && which == 0 && !strcmp(v->s, "auto");
+    int f = is_auto ? SNUG_PLAN_KV_AUTO : snug_kvfmt_parse(v->s);
+    if (!is_auto && f < 0) {
+        fprintf(stderr, "snug %s: %s '%s': expected one of", p->cmd->name, p->flag, v->s);
+        for (int k = 0; k < SNUG_KVFMT_N; k++) fprintf(stderr, " %s", snug_kvfmt_name(k));
+        fprintf(stderr, "%s\n", kv->allow_auto && which == 0 ? " auto" : "");
+        return false;
+    }
+    if (which != 2) kv->k = f;
+    if (which != 1) kv->v = f;
+    return true;
 }

@@ -8,16 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int cli_conn_flag(int argc, char **argv, int *i, struct cli_conn *cc) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--url")) return (cc->url = cli_value(argc, argv, i)) ? 1 : -1;
-    if (!strcmp(a, "--model")) return (cc->model = cli_value(argc, argv, i)) ? 1 : -1;
-    if (!strcmp(a, "--api-key")) return (cc->key = cli_value(argc, argv, i)) ? 1 : -1;
-    if (!strcmp(a, "--timeout"))
-        return cli_float(argc, argv, i, &cc->timeout_s) && cc->timeout_s > 0 ? 1 : -1;
-    return 0;
-}
-
 int cli_conn_open(const struct cli_conn *cc, struct snug_suite_client *c, const char *cmd) {
     struct snug_err err = {0};
     if (snug_suite_client_init(c, cc->url, cc->model, cc->key, &err)) return cli_fail(cmd, &err);
@@ -33,4 +23,15 @@ void cli_progress(void *user, const char *label, int done, int total) {
             total, label);
     if (done == total) fprintf(stderr, "\r%*s\r", 64, "");
     fflush(stderr);
+}
+
+bool cli_conn_opt(const struct cli_args *p, int id, const struct cli_val *v, struct cli_conn *cc) {
+    if (id == CLI_O_URL) cc->url = v->s;
+    if (id == CLI_O_MODEL) cc->model = v->s;
+    if (id == CLI_O_API_KEY) cc->key = v->s;
+    if (id == CLI_O_TIMEOUT) {
+        if (!(v->f > 0)) return cli_args_bad(p, v, "expected a number of seconds > 0"), false;
+        cc->timeout_s = v->f;
+    }
+    return true;
 }

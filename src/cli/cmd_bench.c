@@ -14,24 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void bench_usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug bench [--url http://127.0.0.1:8080] [--model M] [--api-key K] [--json]\n"
-        "                  [--out F.json] [--svg F.svg] [--compare OTHER.json]\n"
-        "                  [--warmup 3] [--runs 5] [--max-tokens N] [--ctx N]\n"
-        "                  [--depths 10000,90000|none] [--prefill-warmup 1] [--prefill-runs 3]\n"
-        "  Narrative and code prompts (streamed, T 0.6, top_p 0.95, top_k 20): TTFT, wall and\n"
-        "  decode tokens/s with mean/std/CV/min/max; acceptance length from /metrics; prefill\n"
-        "  tokens/s on salted haystacks at 10K, 90K and deeper where the context allows.\n"
-        "  --json prints the results (--out writes them to a file); --compare prints ratios\n"
-        "  (this / other) against an earlier JSON.\n"
-        "       snug bench --agent-replay FILE [--url U] [--json] [--out F.json]\n"
-        "  Replays a recorded agent conversation (tests/data/agent_replay/sample.json) turn by\n"
-        "  turn, the history resent each time without reasoning: per turn TTFT, prompt and\n"
-        "  cached tokens (docs/prefix-cache.md).\n");
-}
-
 static double num(const json_t *o, const char *metric, const char *key) {
     return json_number_value(json_object_get(json_object_get(o, metric), key));
 }
@@ -91,66 +73,173 @@ static int parse_depths(const char *s, long *out, int cap, int *n) {
     return *n > 0;
 }
 
+enum {
+    O_JSON = 1,
+    O_REPLAY,
+    O_SVG,
+    O_OUT,
+    O_COMPARE,
+    O_WARMUP,
+    O_RUNS,
+    O_PREFILL_WARMUP,
+    O_PREFILL_RUNS,
+    O_MAX_TOKENS,
+    O_CTX,
+    O_DEPTHS,
+};
+static const struct cli_opt OPTS[] = {
+    CLI_OPTS_CONN,
+    {.id = O_WARMUP,
+     .names = "--warmup",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 10000000,
+     .def = "3",
+     .help = "unmeasured runs of each prompt first",
+     .group = "Protocol"},
+    {.id = O_RUNS,
+     .names = "--runs",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 10000000,
+     .def = "5",
+     .help = "measured runs of each prompt"},
+    {.id = O_MAX_TOKENS,
+     .names = "--max-tokens",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 10000000,
+     .def = "1000 (narrative), 800 (code)",
+     .help = "tokens each generation may produce"},
+    {.id = O_CTX,
+     .names = "--ctx",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 10000000,
+     .def = "the server's limit, from /health, /v1/models or /props",
+     .help = "the context the prefill depths are fitted into"},
+    {.id = O_DEPTHS,
+     .names = "--depths",
+     .kind = CLI_TEXT,
+     .meta = "N,N,...|none",
+     .def = "10000,90000 and 0.9 of the context when that is deeper",
+     .help = "prefill probe depths in tokens (each >= 16); none: no prefill probe"},
+    {.id = O_PREFILL_WARMUP,
+     .names = "--prefill-warmup",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 10000000,
+     .def = "1",
+     .help = "unmeasured prefill probes at each depth first"},
+    {.id = O_PREFILL_RUNS,
+     .names = "--prefill-runs",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 10000000,
+     .def = "3",
+     .help = "measured prefill probes at each depth"},
+    {.id = O_REPLAY,
+     .names = "--agent-replay",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "instead: replay a recorded agent conversation (tests/data/agent_replay/sample.json) "
+             "turn by turn, the history resent each time without reasoning; per turn TTFT, "
+             "prompt and cached tokens (docs/prefix-cache.md)"},
+    {.id = O_JSON,
+     .names = "--json",
+     .kind = CLI_SWITCH,
+     .help = "print the results as JSON (the report goes to stderr)",
+     .group = "Output"},
+    {.id = O_OUT,
+     .names = "--out",
+     .kind = CLI_TEXT,
+     .meta = "F.json",
+     .help = "write the JSON to F"},
+    {.id = O_SVG, .names = "--svg", .kind = CLI_TEXT, .meta = "F.svg", .help = "write a chart"},
+    {.id = O_COMPARE,
+     .names = "--compare",
+     .kind = CLI_TEXT,
+     .meta = "OTHER.json",
+     .help = "also print this run's ratios (this / other) against an earlier --json output"},
+    {0},
+};
+const struct cli_command cli_cmd_bench = {
+    .name = "bench",
+    .run = cmd_bench,
+    .usage = "[--url U] [--json] [--out F.json] [--svg F.svg] [--compare OTHER.json]\n"
+             "--agent-replay FILE [--url U] [--json] [--out F.json]",
+    .summary = "speed of a server, or an agent conversation replayed",
+    .about = "the speed of any OpenAI-compatible server: narrative and code prompts (streamed, "
+             "T 0.6, top_p 0.95, top_k 20) with TTFT, wall and decode tokens/s (mean, std, CV, "
+             "min, max), the acceptance length from /metrics, and prefill tokens/s on salted "
+             "haystacks at 10K, 90K and deeper where the context allows — docs/suite.md; "
+             "`--agent-replay` replays an agent conversation and reports per-turn TTFT and cached "
+             "tokens — docs/prefix-cache.md",
+    .opts = OPTS,
+};
+
 int cmd_bench(int argc, char **argv) {
     struct cli_conn cc = CLI_CONN_DEFAULT;
-    int cr;
     const char *svg = NULL, *cmp = NULL, *outp = NULL, *replay = NULL;
     bool as_json = false;
     long depths[32];
     struct snug_ops_bench_opts o = {.warmup = 3, .runs = 5, .prefill_warmup = 1, .prefill_runs = 3};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
-            if (cr < 0) return 2;
-        } else if (!strcmp(a, "--json")) {
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_bench, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_conn_opt(&args, r, &v, &cc)) return 2;
+        switch (r) {
+        case O_JSON:
             as_json = true;
-        } else if (!strcmp(a, "--agent-replay")) {
-            if (!(replay = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--svg")) {
-            if (!(svg = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--out")) {
-            if (!(outp = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--compare")) {
-            if (!(cmp = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--warmup") || !strcmp(a, "--runs") ||
-                   !strcmp(a, "--prefill-warmup") || !strcmp(a, "--prefill-runs") ||
-                   !strcmp(a, "--max-tokens") || !strcmp(a, "--ctx")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 10000000) return 2;
-            if (!strcmp(a, "--warmup"))
-                o.warmup = (int)v;
-            else if (!strcmp(a, "--runs"))
-                o.runs = (int)v;
-            else if (!strcmp(a, "--prefill-warmup"))
-                o.prefill_warmup = (int)v;
-            else if (!strcmp(a, "--prefill-runs"))
-                o.prefill_runs = (int)v;
-            else if (!strcmp(a, "--max-tokens"))
-                o.max_tokens = (int)v;
-            else
-                o.n_ctx = v;
-        } else if (!strcmp(a, "--depths")) {
-            const char *s = cli_value(argc, argv, &i);
-            if (!s) return 2;
-            if (!parse_depths(s, depths, 32, &o.n_depths)) {
-                fprintf(stderr, "snug bench: --depths wants token counts >= 16 separated by "
-                                "commas, or 'none'\n");
-                return 2;
-            }
+            break;
+        case O_REPLAY:
+            replay = v.s;
+            break;
+        case O_SVG:
+            svg = v.s;
+            break;
+        case O_OUT:
+            outp = v.s;
+            break;
+        case O_COMPARE:
+            cmp = v.s;
+            break;
+        case O_WARMUP:
+            o.warmup = (int)v.i;
+            break;
+        case O_RUNS:
+            o.runs = (int)v.i;
+            break;
+        case O_PREFILL_WARMUP:
+            o.prefill_warmup = (int)v.i;
+            break;
+        case O_PREFILL_RUNS:
+            o.prefill_runs = (int)v.i;
+            break;
+        case O_MAX_TOKENS:
+            o.max_tokens = (int)v.i;
+            break;
+        case O_CTX:
+            o.n_ctx = v.i;
+            break;
+        case O_DEPTHS:
+            if (!parse_depths(v.s, depths, 32, &o.n_depths))
+                return cli_args_bad(&args, &v,
+                                    "expected token counts >= 16 separated by commas, or none"),
+                       2;
             o.depths = o.n_depths > 0 ? depths : NULL;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bench_usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug bench: unknown option '%s'\n", a);
-            bench_usage();
-            return 2;
+            break;
         }
     }
-    if (o.runs < 1) {
-        fprintf(stderr, "snug bench: --runs must be at least 1\n");
-        return 2;
-    }
+    if (r != CLI_END) return CLI_EXIT(r);
     if (replay) {
         struct snug_suite_client rc_client;
         if (cli_conn_open(&cc, &rc_client, "bench")) return 1;

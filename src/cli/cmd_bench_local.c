@@ -109,55 +109,115 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: snug bench-local -m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5]\n"
-                    "                         [--verify [--accept L] [--backend cpu|cuda]]\n"
-                    "  prints pp<P> and tg<N> tokens/s (mean ± sd over reps), the weight bytes\n"
-                    "  read per generated token and the memcpy bandwidth of this machine.\n"
-                    "  SNUG_CPU=scalar|avx2|avx512 caps the kernel level.\n"
-                    "  --verify: speculative decoding's verify (k+1 tokens), rollback and MTP\n"
-                    "  draft times for k = 1..4 relative to one decode step, after a -p token\n"
-                    "  prompt (cmd_bench_verify.c); --accept L adds the k=3 speed-up at L.\n");
-    return 2;
-}
+enum { O_MODEL = 1, O_PROMPT, O_GEN, O_THREADS, O_REPS, O_VERIFY, O_ACCEPT, O_LOCAL };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the model"},
+    {.id = O_PROMPT,
+     .names = "-p",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "512",
+     .help = "pp<N>: a fresh sequence evaluates N random tokens in one call (0 = skip)"},
+    {.id = O_GEN,
+     .names = "-n",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "128",
+     .help = "tg<N>: a fresh sequence evaluates N tokens one at a time (0 = skip)"},
+    {.id = O_THREADS,
+     .names = "-t",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 4096,
+     .def = "2",
+     .help = "threads"},
+    {.id = O_REPS,
+     .names = "--reps, -r",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 100,
+     .def = "5",
+     .help = "measured repetitions after one warm-up (mean ± sd)"},
+    {.id = O_VERIFY,
+     .names = "--verify",
+     .kind = CLI_SWITCH,
+     .help = "instead: speculative decoding's verify (k+1 tokens), rollback and MTP draft times "
+             "for k = 1..4 relative to one decode step, after a -p token prompt",
+     .group = "Speculative decoding"},
+    {.id = O_ACCEPT,
+     .names = "--accept",
+     .kind = CLI_NUM,
+     .meta = "L",
+     .help = "--verify: also the k = 3 speed-up at L tokens per verification"},
+    CLI_OPTS_BACKEND,
+    {.id = O_LOCAL,
+     .names = "--local",
+     .kind = CLI_SWITCH,
+     .help = "accepted and ignored (the measurement is always on this machine)",
+     .group = "Compatibility"},
+    {0},
+};
+const struct cli_command cli_cmd_bench_local = {
+    .name = "bench-local",
+    .run = cmd_bench_local,
+    .usage = "-m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5]\n"
+             "-m M.gguf --verify [--accept L] [--backend cpu|cuda]",
+    .summary = "prompt and generation speed on this machine",
+    .about = "prompt and generation speed on this CPU in the shape of llama-bench's pp/tg tests "
+             "(tokens/s, mean ± sd over the repetitions), the weight bytes read per generated "
+             "token and this machine's memcpy bandwidth, hence the memory ceiling of generation "
+             "— docs/perf/cpu.md; `SNUG_CPU` caps the kernel level (docs/debugging.md)",
+    .opts = OPTS,
+};
 
 int cmd_bench_local(int argc, char **argv) {
     const char *path = NULL;
     long n_p = 512, n_g = 128, n_t = 2, reps = 5;
-    int verify = 0, r;
+    int verify = 0;
     double accept = 0;
     struct cli_backend bk = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if ((r = cli_backend_flag(argc, argv, &i, "bench-local", &bk)) != 0) {
-            if (r < 0) return 2;
-        } else if (!strcmp(a, "--verify")) {
+    struct cli_args args;
+    struct cli_val val;
+    int r;
+    cli_args_init(&args, &cli_cmd_bench_local, argc, argv);
+    while ((r = cli_args_next(&args, &val)) > 0) {
+        cli_backend_opt(r, &val, &bk);
+        switch (r) {
+        case O_MODEL:
+            path = val.s;
+            break;
+        case O_PROMPT:
+            n_p = (long)val.i;
+            break;
+        case O_GEN:
+            n_g = (long)val.i;
+            break;
+        case O_THREADS:
+            n_t = (long)val.i;
+            break;
+        case O_REPS:
+            reps = (long)val.i;
+            break;
+        case O_VERIFY:
             verify = 1;
-        } else if (!strcmp(a, "--accept")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v) return 2;
-            accept = atof(v);
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-p")) {
-            if (!cli_int(argc, argv, &i, &n_p)) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!cli_int(argc, argv, &i, &n_g)) return 2;
-        } else if (!strcmp(a, "-t")) {
-            if (!cli_int(argc, argv, &i, &n_t)) return 2;
-        } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
-            if (!cli_int(argc, argv, &i, &reps)) return 2;
-        } else if (!strcmp(a, "--local")) {
-            continue;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug bench-local: unknown option '%s'\n", a);
-            return usage();
+            break;
+        case O_ACCEPT:
+            accept = val.f;
+            break;
         }
     }
-    if (!path || n_p < 0 || n_g < 0 || n_t < 1 || reps < 1 || reps > 100) return usage();
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!path) return cli_usage_error(&cli_cmd_bench_local, "-m M.gguf is required");
     if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, &bk, accept);
     if (bk.backend)
         fprintf(stderr, "snug bench-local: --backend applies to --verify only; pp/tg run on "

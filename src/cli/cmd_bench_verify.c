@@ -3,7 +3,7 @@
  * one trunk forward over k+1 tokens with per-token state snapshots (the default rollback) and
  * without (the chunked rule of the recompute strategy), the rollback after rejecting the first
  * draft for each, and the k MTP drafting steps. Medians of --reps runs after a -p token prompt
- * of random ids (issue 6's benchmark; docs/spec-decode.md has the numbers).
+ * of random ids (docs/spec-decode.md has the numbers).
  * Owns nothing beyond one run; the model needs an MTP block (nextn_predict_layers > 0).
  * Read next: src/speculative/speculative.c (draft, verify, rollback), src/model/context.c. */
 #include "cli.h"

@@ -15,33 +15,101 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug gen --preset NAME --type TYPE -o OUT.gguf [--seed S]\n"
-        "                [--vocab-from F.gguf|tokenizer.json] [--set key=value ...]\n"
-        "                [--from-weights DIR] [--name NAME]\n"
-        "  --from-weights DIR: the tensor values from DIR/<tensor name>.f32 (float32, GGUF\n"
-        "    layout; tools/train/train.py writes them) instead of random ones\n"
-        "  presets: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b,\n"
-        "           qwen3.6-35b-a3b\n"
-        "  types:   " SNUG_RECIPES_WRITABLE "\n"
-        "  --set keys: arch n_vocab n_layer nextn_predict_layers context_length\n"
-        "    embedding_length feed_forward_length attention.head_count\n"
-        "    attention.head_count_kv attention.key_length rope.dimension_count\n"
-        "    rope.freq_base attention.layer_norm_rms_epsilon ssm.conv_kernel ssm.state_size\n"
-        "    ssm.group_count ssm.time_step_rank full_attention_interval expert_count\n"
-        "    expert_used_count expert_feed_forward_length expert_shared_feed_forward_length\n"
-        "\n"
-        "       snug gen --mmproj-preset qwen3.5 (--text-model M.gguf | --set projection_dim=N)\n"
-        "                -o MMPROJ.gguf [--type f16|bf16|f32] [--seed S] [--set key=value ...]\n"
-        "  a random-weight vision tower (an mmproj as llama.cpp's converter writes it) for\n"
-        "  `--mmproj`: qwen3.5 is the released Qwen3.5/3.6 tower (27 blocks, width 1152),\n"
-        "  projecting to the text model's embedding_length; default --type f16\n"
-        "  --set keys (clip.vision.*): block_count embedding_length feed_forward_length\n"
-        "    attention.head_count patch_size spatial_merge_size image_size projection_dim\n"
-        "    attention.layer_norm_epsilon\n");
-}
+enum {
+    O_PRESET = 1,
+    O_MMPROJ_PRESET,
+    O_TEXT_MODEL,
+    O_VISION_TOKENS,
+    O_TYPE,
+    O_OUT,
+    O_VOCAB,
+    O_WEIGHTS,
+    O_NAME,
+    O_SEED,
+    O_SET,
+};
+static const struct cli_opt OPTS[] = {
+    {.id = O_PRESET,
+     .names = "--preset",
+     .kind = CLI_TEXT,
+     .meta = "NAME",
+     .help = "the shape: demo (tiny, built-in byte vocabulary), demo-moe, qwen3.6-27b, "
+             "qwen3.6-35b-a3b",
+     .group = "Text model"},
+    {.id = O_TYPE,
+     .names = "--type",
+     .kind = CLI_TEXT,
+     .meta = "TYPE",
+     .def = "f16 for --mmproj-preset",
+     .help = "the weight recipe: " SNUG_RECIPES_WRITABLE},
+    {.id = O_OUT, .names = "-o, --out", .kind = CLI_TEXT, .meta = "OUT.gguf", .help = "the file"},
+    {.id = O_VOCAB,
+     .names = "--vocab-from",
+     .kind = CLI_TEXT,
+     .meta = "F.gguf|tokenizer.json",
+     .def = "the preset's",
+     .help = "the vocabulary of another model or of a Hugging Face tokenizer.json"},
+    {.id = O_WEIGHTS,
+     .names = "--from-weights",
+     .kind = CLI_TEXT,
+     .meta = "DIR",
+     .help = "the tensor values from DIR/<tensor name>.f32 (float32, GGUF layout; "
+             "tools/train/train.py writes them) instead of random ones"},
+    {.id = O_VISION_TOKENS,
+     .names = "--add-vision-tokens",
+     .kind = CLI_SWITCH,
+     .help = "append the vision tokens the vocabulary lacks"},
+    {.id = O_MMPROJ_PRESET,
+     .names = "--mmproj-preset",
+     .kind = CLI_TEXT,
+     .meta = "NAME",
+     .help = "instead: a random-weight vision tower (an mmproj as llama.cpp's converter writes "
+             "it) for --mmproj; qwen3.5 is the released Qwen3.5/3.6 tower (27 blocks, width 1152)",
+     .group = "Vision tower"},
+    {.id = O_TEXT_MODEL,
+     .names = "--text-model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "--mmproj-preset: project to this model's embedding_length (or --set "
+             "projection_dim=N)"},
+    {.id = O_SET,
+     .names = "--set",
+     .kind = CLI_TEXT,
+     .meta = "key=value",
+     .help = "override one hyper-parameter of the preset (the keys are listed below)",
+     .group = "Both",
+     .flags = CLI_REPEAT},
+    {.id = O_SEED,
+     .names = "--seed",
+     .kind = CLI_INT,
+     .meta = "S",
+     .def = "0",
+     .help = "the random weights' seed"},
+    {.id = O_NAME, .names = "--name", .kind = CLI_TEXT, .meta = "NAME", .help = "general.name"},
+    {0},
+};
+const struct cli_command cli_cmd_gen = {
+    .name = "gen",
+    .run = cmd_gen,
+    .usage = "--preset NAME --type TYPE -o OUT.gguf [--set key=value]... [--from-weights DIR]\n"
+             "--mmproj-preset qwen3.5 --text-model M.gguf -o MMPROJ.gguf [--type f16|bf16|f32]",
+    .summary = "write a random-weight model or vision tower",
+    .about = "a random-weight model: `demo`, `demo-moe`, `qwen3.6-27b`, `qwen3.6-35b-a3b`; with "
+             "`--from-weights` the values come from trained float32 files (how the demo model is "
+             "written). With `--mmproj-preset qwen3.5`: a random-weight vision tower of the "
+             "released size (27 blocks, width 1152) for `--mmproj`, projecting to the text "
+             "model's width, in the layout of llama.cpp's converter (docs/vision.md)",
+    .notes = "--set keys of a text model: arch n_vocab n_layer nextn_predict_layers "
+             "context_length embedding_length feed_forward_length attention.head_count "
+             "attention.head_count_kv attention.key_length rope.dimension_count rope.freq_base "
+             "attention.layer_norm_rms_epsilon ssm.conv_kernel ssm.state_size ssm.group_count "
+             "ssm.time_step_rank full_attention_interval expert_count expert_used_count "
+             "expert_feed_forward_length expert_shared_feed_forward_length\n\n"
+             "--set keys of a vision tower (clip.vision.*): block_count embedding_length "
+             "feed_forward_length attention.head_count patch_size spatial_merge_size image_size "
+             "projection_dim attention.layer_norm_epsilon",
+    .opts = OPTS,
+};
 
 struct progress {
     double t0, last;
@@ -91,63 +159,62 @@ int cmd_gen(int argc, char **argv) {
     const char *sets[64];
     int n_sets = 0;
     long seed = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--preset")) {
-            if (!(preset = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--mmproj-preset")) {
-            if (!(mmproj_preset = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--text-model")) {
-            if (!(text_model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--add-vision-tokens")) {
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_gen, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        switch (r) {
+        case O_PRESET:
+            preset = v.s;
+            break;
+        case O_MMPROJ_PRESET:
+            mmproj_preset = v.s;
+            break;
+        case O_TEXT_MODEL:
+            text_model = v.s;
+            break;
+        case O_VISION_TOKENS:
             vision_tokens = true;
-        } else if (!strcmp(a, "--type")) {
-            if (!(type = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(out = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vocab-from")) {
-            if (!(vocab = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--from-weights")) {
-            if (!(weights = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--name")) {
-            if (!(name = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (!cli_int(argc, argv, &i, &seed)) return 2;
-        } else if (!strcmp(a, "--set")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v) return 2;
-            if (n_sets == (int)(sizeof sets / sizeof sets[0])) {
-                fprintf(stderr, "snug gen: too many --set options\n");
-                return 2;
-            }
-            sets[n_sets++] = v;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug gen: unknown option '%s'\n", a);
-            usage();
-            return 2;
+            break;
+        case O_TYPE:
+            type = v.s;
+            break;
+        case O_OUT:
+            out = v.s;
+            break;
+        case O_VOCAB:
+            vocab = v.s;
+            break;
+        case O_WEIGHTS:
+            weights = v.s;
+            break;
+        case O_NAME:
+            name = v.s;
+            break;
+        case O_SEED:
+            seed = (long)v.i;
+            break;
+        case O_SET:
+            if (n_sets == (int)(sizeof sets / sizeof sets[0]))
+                return cli_args_bad(&args, &v, "at most %d --set options", n_sets), 2;
+            sets[n_sets++] = v.s;
+            break;
         }
     }
+    if (r != CLI_END) return CLI_EXIT(r);
     if (mmproj_preset) {
-        if (preset || vocab || weights || !out) {
-            fprintf(stderr, "snug gen: --mmproj-preset needs -o and takes no --preset, "
-                            "--vocab-from or --from-weights\n");
-            usage();
-            return 2;
-        }
+        if (preset || vocab || weights || !out)
+            return cli_usage_error(&cli_cmd_gen, "--mmproj-preset needs -o and takes no "
+                                                 "--preset, --vocab-from or --from-weights");
         return gen_mmproj(mmproj_preset, text_model, type, out, sets, n_sets, seed, name);
     }
     if (text_model) {
         fprintf(stderr, "snug gen: --text-model goes with --mmproj-preset\n");
         return 2;
     }
-    if (!preset || !type || !out) {
-        fprintf(stderr, "snug gen: --preset, --type and -o are required\n");
-        usage();
-        return 2;
-    }
+    if (!preset || !type || !out)
+        return cli_usage_error(&cli_cmd_gen, "--preset, --type and -o are required");
     struct snug_err err = {0};
     struct snug_gen_config c;
     if (snug_gen_preset(&c, preset, &err)) return cli_fail("gen", &err);

@@ -1,5 +1,5 @@
-/* cmd_imatrix.c — `snug imatrix -m M.gguf -f TEXT [-o imatrix.gguf] [--chunk 512] [--chunks N]
- * [--threads N] [--backend cpu]`: compute an importance matrix over a calibration text and
+/* cmd_imatrix.c — `snug imatrix -m M.gguf -f TEXT [-o imatrix.gguf] [--chunk 512] [--chunks N]`:
+ * compute an importance matrix over a calibration text and
  * write it in llama.cpp's GGUF imatrix form (src/imatrix/imatrix.h), for `snug quantize
  * --imatrix` or llama.cpp's llama-quantize.
  *
@@ -21,16 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int usage(void) {
-    fprintf(stderr,
-            "usage: snug imatrix -m M.gguf -f TEXT [-o FILE] [--chunk N] [--chunks N]\n"
-            "                    [--threads N] [--backend cpu]\n"
-            "  writes the importance matrix of the text (llama.cpp's GGUF imatrix format) to\n"
-            "  FILE (default imatrix.gguf); --chunk: tokens per chunk, each a fresh sequence\n"
-            "  (default 512); --chunks: at most N chunks (default: all of the text).\n");
-    return 2;
-}
 
 /* The text's ids as llama-imatrix tokenizes them (see the file comment). */
 static snug_token *tokenize_text(const char *model, const char *text, size_t len, size_t *n_out,
@@ -82,45 +72,98 @@ done:
     return ids;
 }
 
+enum { O_MODEL = 1, O_FILE, O_OUT, O_THREADS, O_CHUNK, O_CHUNKS };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the model"},
+    {.id = O_FILE,
+     .names = "-f, --file",
+     .kind = CLI_TEXT,
+     .meta = "TEXT",
+     .help = "the calibration text"},
+    {.id = O_OUT,
+     .names = "-o, --output",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .def = "imatrix.gguf",
+     .help = "the importance matrix, in llama.cpp's GGUF imatrix format"},
+    {.id = O_CHUNK,
+     .names = "-c, --chunk",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 16,
+     .hi = 1 << 20,
+     .def = "512",
+     .help = "tokens per chunk, each a fresh sequence (llama.cpp does not count products of "
+             "fewer than 16 rows)"},
+    {.id = O_CHUNKS,
+     .names = "--chunks",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = -1,
+     .hi = 1LL << 40,
+     .def = "-1, all of the text",
+     .help = "at most N chunks (-1 = all)"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 4096,
+     .def = "all CPUs",
+     .help = "threads"},
+    CLI_OPTS_BACKEND,
+    {0},
+};
+const struct cli_command cli_cmd_imatrix = {
+    .name = "imatrix",
+    .run = cmd_imatrix,
+    .usage = "-m M.gguf -f TEXT [-o FILE] [--chunk 512] [--chunks N]",
+    .summary = "importance matrix of a calibration text",
+    .about = "an importance matrix of a calibration text, llama-imatrix's procedure and GGUF file "
+             "(for `snug quantize --imatrix` or llama.cpp's `llama-quantize`; "
+             "docs/quantization.md)",
+    .opts = OPTS,
+};
+
 int cmd_imatrix(int argc, char **argv) {
     const char *model = NULL, *text_path = NULL, *out = "imatrix.gguf";
     struct cli_backend bk = {0};
     long threads = 0, chunk = 512, max_chunks = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(text_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(argc, argv, &i))) return 2;
-        } else if ((r = cli_backend_flag(argc, argv, &i, "imatrix", &bk)) != 0) {
-            if (r < 0) return 2;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!cli_int(argc, argv, &i, &threads)) return 2;
-        } else if (!strcmp(a, "--chunk") || !strcmp(a, "-c")) {
-            if (!cli_int(argc, argv, &i, &chunk)) return 2;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!cli_int(argc, argv, &i, &max_chunks)) return 2;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug imatrix: unknown option '%s'\n", a);
-            return usage();
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_imatrix, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        cli_backend_opt(r, &v, &bk);
+        switch (r) {
+        case O_MODEL:
+            model = v.s;
+            break;
+        case O_FILE:
+            text_path = v.s;
+            break;
+        case O_OUT:
+            out = v.s;
+            break;
+        case O_THREADS:
+            threads = (long)v.i;
+            break;
+        case O_CHUNK:
+            chunk = (long)v.i;
+            break;
+        case O_CHUNKS:
+            max_chunks = (long)v.i;
+            break;
         }
     }
-    if (!model || !text_path) return usage();
-    if (chunk < 16 || chunk > (1 << 20)) {
-        fprintf(stderr, "snug imatrix: --chunk must be in 16..1048576 (llama.cpp does not count "
-                        "products of fewer than 16 rows)\n");
-        return 2;
-    }
-    if (threads < 0 || max_chunks == 0 || max_chunks < -1) {
-        fprintf(stderr, "snug imatrix: --threads must be >= 0 and --chunks >= 1\n");
-        return 2;
-    }
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model || !text_path)
+        return cli_usage_error(&cli_cmd_imatrix, "-m M.gguf and -f TEXT are required");
+    if (max_chunks == 0) return cli_usage_error(&cli_cmd_imatrix, "--chunks wants N >= 1, or -1");
 
     struct snug_err err = {0};
     struct snug_model *m = NULL;

@@ -94,31 +94,43 @@ static void fmt_shape(const struct snug_gguf_tensor *t, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: snug info -m M.gguf [--no-tensors]\n"
-                    "  prints the architecture, metadata, tensor table and size totals\n");
-    return 2;
-}
+enum { O_MODEL = 1, O_NO_TENSORS };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the GGUF file (or give it as the argument); a split file's first part"},
+    {.id = O_NO_TENSORS,
+     .names = "--no-tensors",
+     .kind = CLI_SWITCH,
+     .help = "leave out the tensor table (the totals stay)"},
+    {0},
+};
+const struct cli_command cli_cmd_info = {
+    .name = "info",
+    .run = cmd_info,
+    .usage = "-m M.gguf [--no-tensors]",
+    .summary = "architecture, hyper-parameters, tensor types and sizes of a GGUF file",
+    .about = "architecture, every metadata key, the tensor table (name, type, shape, bytes, "
+             "file part) and the totals per tensor type, on stdout",
+    .opts = OPTS,
+    .max_positional = 1,
+};
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     bool tensors = true;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
-            if (!(path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--no-tensors")) {
-            tensors = false;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage();
-            return 0;
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "snug info: unknown option '%s'\n", argv[i]);
-            return usage();
-        }
+    struct cli_args p;
+    struct cli_val v;
+    int r;
+    cli_args_init(&p, &cli_cmd_info, argc, argv);
+    while ((r = cli_args_next(&p, &v)) > 0 || r == CLI_POSITIONAL) {
+        if (r == O_MODEL || r == CLI_POSITIONAL) path = v.s;
+        if (r == O_NO_TENSORS) tensors = false;
     }
-    if (!path) return usage();
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!path) return cli_usage_error(&cli_cmd_info, "-m M.gguf is required");
 
     struct snug_err err = {0};
     struct snug_gguf *g = NULL;

@@ -1,5 +1,4 @@
-/* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] [--chunk N]
- * [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE] [--ctx N] [--mtp] [--mmproj F --image IMG ...]`: one
+/* cmd_logits.c — `snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--mtp] [--greedy N]`: one
  * forward over a JSON array of token ids, writing the [T][V] float32 logits (little-endian,
  * row-major) — the format of the fixtures' logits.f32.
  * --mmproj/--image: the images' rows replace the ids' runs of <|image_pad|> (cli_images.c).
@@ -84,17 +83,89 @@ static int logits_tp(struct snug_model *m, long tp_n, const snug_token *ids, int
     return rc;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: snug logits -m M.gguf --ids IDS.json -o OUT.f32 [--threads N] "
-                    "[--chunk N] [--kv TYPE] "
-                    "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] "
-                    "[--kv-v TYPE] [--ctx N] [--mtp] [--greedy N] [--split N] [--tp N]\n"
-                    "                   [--mmproj F --image IMG... [--min-image-pixels N] "
-                    "[--max-image-pixels N] [--vision-backend cpu|cuda]]\n"
-                    "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format; --kv sets K "
-                    "and V)\n");
-    return 2;
-}
+enum { O_MODEL = 1, O_IDS, O_OUT, O_THREADS, O_CHUNK, O_MTP, O_SPLIT, O_GREEDY, O_TP, O_CTX };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the model"},
+    {.id = O_IDS,
+     .names = "--ids",
+     .kind = CLI_TEXT,
+     .meta = "IDS.json",
+     .help = "a JSON array of token ids: the prompt"},
+    {.id = O_OUT,
+     .names = "-o",
+     .kind = CLI_TEXT,
+     .meta = "OUT.f32",
+     .help = "the [T][V] float32 logits (little-endian, row-major)"},
+    {.id = O_MTP,
+     .names = "--mtp",
+     .kind = CLI_SWITCH,
+     .help = "write the [T-1][V] step-1 logits of the MTP block instead (row p predicts id p+2)"},
+    {.id = O_GREEDY,
+     .names = "--greedy",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 20,
+     .def = "0",
+     .help = "then N greedy tokens, one decode step each, printed as a JSON array on stdout"},
+    {.id = O_SPLIT,
+     .names = "--split",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = INT32_MAX,
+     .def = "all ids in one eval",
+     .help = "the ids in evals of N tokens (how a server feeds a prompt in pieces)"},
+    {.id = O_TP,
+     .names = "--tp, --tensor-parallel",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 16,
+     .help = "the forward split over N ranks, emulated on the CPU (docs/tensor-parallel.md)"},
+    {.id = O_CTX,
+     .names = "--ctx",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "the ids + --greedy",
+     .help = "the context's size in tokens"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 4096,
+     .def = "all CPUs",
+     .help = "threads"},
+    {.id = O_CHUNK,
+     .names = "--chunk",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "512",
+     .help = "prompt tokens per forward"},
+    CLI_OPTS_KV,
+    CLI_OPTS_BACKEND,
+    CLI_OPTS_IMAGES,
+    {0},
+};
+const struct cli_command cli_cmd_logits = {
+    .name = "logits",
+    .run = cmd_logits,
+    .usage = "-m M.gguf --ids IDS.json -o OUT.f32 [--mtp] [--greedy N]",
+    .summary = "the float32 logits of one forward pass",
+    .about = "`[T][V]` float32 logits of one forward pass over token ids (or the MTP block's "
+             "step-1 logits), the format of the reference fixtures' files; with `--image` the "
+             "images' rows replace the ids' `<|image_pad|>` runs",
+    .opts = OPTS,
+};
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
@@ -103,44 +174,50 @@ int cmd_logits(int argc, char **argv) {
     long threads = 0, chunk = 0, n_ctx = 0, greedy = 0, split = 0, tp_n = 0;
     int mtp = 0;
     struct cli_images ci = CLI_IMAGES_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids")) {
-            if (!(ids_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o")) {
-            if (!(out_path = cli_value(argc, argv, &i))) return 2;
-        } else if ((r = cli_kv_flag(argc, argv, &i, "logits", &kv)) != 0) {
-            if (r < 0) return 2;
-        } else if ((r = cli_backend_flag(argc, argv, &i, "logits", &bk)) != 0) {
-            if (r < 0) return 2;
-        } else if ((r = cli_images_flag(argc, argv, &i, "logits", &ci)) != 0) {
-            if (r < 0) return 2;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!cli_int(argc, argv, &i, &threads)) return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!cli_int(argc, argv, &i, &chunk)) return 2;
-        } else if (!strcmp(a, "--mtp")) {
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_logits, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_kv_opt(&args, r, &v, &kv) || !cli_images_opt(&args, r, &v, &ci)) return 2;
+        cli_backend_opt(r, &v, &bk);
+        switch (r) {
+        case O_MODEL:
+            model = v.s;
+            break;
+        case O_IDS:
+            ids_path = v.s;
+            break;
+        case O_OUT:
+            out_path = v.s;
+            break;
+        case O_THREADS:
+            threads = (long)v.i;
+            break;
+        case O_CHUNK:
+            chunk = (long)v.i;
+            break;
+        case O_MTP:
             mtp = 1;
-        } else if (!strcmp(a, "--split")) {
-            if (!cli_int(argc, argv, &i, &split)) return 2;
-            if (split < 1 || split > INT32_MAX) return usage();
-        } else if (!strcmp(a, "--greedy")) {
-            if (!cli_int(argc, argv, &i, &greedy)) return 2;
-            if (greedy < 0 || greedy > 1 << 20) return usage();
-        } else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel")) {
-            if (!cli_int(argc, argv, &i, &tp_n)) return 2;
-            if (tp_n < 1 || tp_n > 16) return usage();
-        } else if (!strcmp(a, "--ctx")) {
-            if (!cli_int(argc, argv, &i, &n_ctx)) return 2;
-        } else {
-            fprintf(stderr, "snug logits: unknown option '%s'\n", a);
-            return usage();
+            break;
+        case O_SPLIT:
+            split = (long)v.i;
+            break;
+        case O_GREEDY:
+            greedy = (long)v.i;
+            break;
+        case O_TP:
+            tp_n = (long)v.i;
+            break;
+        case O_CTX:
+            n_ctx = (long)v.i;
+            break;
         }
     }
-    if (!model || !ids_path || !out_path) return usage();
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model || !ids_path || !out_path)
+        return cli_usage_error(&cli_cmd_logits, "-m M.gguf, --ids IDS.json and -o OUT.f32 are "
+                                                "required");
     int32_t n = 0;
     snug_token *ids = cli_read_ids("logits", ids_path, &n);
     if (!ids) return 1;

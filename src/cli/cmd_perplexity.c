@@ -1,8 +1,8 @@
-/* cmd_perplexity.c — `snug perplexity -m M.gguf --ids IDS.json [--window 1024] [--threads N]
- * [--chunk N] [--kv TYPE] [--kv-k TYPE] [--kv-v TYPE]`: split the ids into independent windows of
- * `window` tokens (a shorter tail window is dropped, as fixtures/README.md defines for
- * ppl_ids.json), run each from an empty context, and print exp(mean NLL) over every prediction of
- * every window (window − 1 per window). */
+/* cmd_perplexity.c — `snug perplexity -m M.gguf --ids IDS.json [--window 1024]`: split the ids
+ * into independent windows of `window` tokens (a shorter tail window is dropped, the way the
+ * reference fixtures' held-out perplexity is defined: docs/testing.md), run each from an empty
+ * context, and print exp(mean NLL) over every prediction of every window (window − 1 per
+ * window). Read next: cmd_logits.c (cli_read_ids). */
 #include "cli.h"
 
 #include <math.h>
@@ -11,16 +11,6 @@
 #include <string.h>
 
 snug_token *cli_read_ids(const char *cmd, const char *path, int32_t *n_out);
-
-static int usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug perplexity -m M.gguf --ids IDS.json [--window 1024] "
-        "[--threads N] [--chunk N] [--kv TYPE] "
-        "[--backend cpu|cuda] [--vram-budget SIZE] [--cuda-profile] [--kv-k TYPE] [--kv-v TYPE]\n"
-        "  TYPE: f16 (default) f32 bf16 q8_0 fp8 tq4 tq3 (KV cache format)\n");
-    return 2;
-}
 
 /* −log softmax(row)[target], in double. */
 static double nll(const float *row, int64_t V, int32_t target) {
@@ -31,38 +21,89 @@ static double nll(const float *row, int64_t V, int32_t target) {
     return log(s) + mx - (double)row[target];
 }
 
+enum { O_MODEL = 1, O_IDS, O_THREADS, O_CHUNK, O_WINDOW };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the model"},
+    {.id = O_IDS,
+     .names = "--ids",
+     .kind = CLI_TEXT,
+     .meta = "IDS.json",
+     .help = "a JSON array of token ids"},
+    {.id = O_WINDOW,
+     .names = "--window",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 2,
+     .hi = 1 << 24,
+     .def = "1024",
+     .help = "tokens per independent window (a shorter tail is dropped)"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 4096,
+     .def = "all CPUs",
+     .help = "threads"},
+    {.id = O_CHUNK,
+     .names = "--chunk",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "512",
+     .help = "prompt tokens per forward"},
+    CLI_OPTS_KV,
+    CLI_OPTS_BACKEND,
+    {0},
+};
+const struct cli_command cli_cmd_perplexity = {
+    .name = "perplexity",
+    .run = cmd_perplexity,
+    .usage = "-m M.gguf --ids IDS.json [--window N]",
+    .summary = "perplexity of token ids over independent windows",
+    .about = "perplexity over independent windows of token ids: exp(mean NLL) of every "
+             "prediction of every window, each from an empty context",
+    .opts = OPTS,
+};
+
 int cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *ids_path = NULL;
     struct cli_kv kv = CLI_KV_DEFAULT;
     struct cli_backend bk = {0};
     long threads = 0, chunk = 0, window = 1024;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids")) {
-            if (!(ids_path = cli_value(argc, argv, &i))) return 2;
-        } else if ((r = cli_kv_flag(argc, argv, &i, "perplexity", &kv)) != 0) {
-            if (r < 0) return 2;
-        } else if ((r = cli_backend_flag(argc, argv, &i, "perplexity", &bk)) != 0) {
-            if (r < 0) return 2;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!cli_int(argc, argv, &i, &threads)) return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!cli_int(argc, argv, &i, &chunk)) return 2;
-        } else if (!strcmp(a, "--window")) {
-            if (!cli_int(argc, argv, &i, &window)) return 2;
-        } else {
-            fprintf(stderr, "snug perplexity: unknown option '%s'\n", a);
-            return usage();
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_perplexity, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_kv_opt(&args, r, &v, &kv)) return 2;
+        cli_backend_opt(r, &v, &bk);
+        switch (r) {
+        case O_MODEL:
+            model = v.s;
+            break;
+        case O_IDS:
+            ids_path = v.s;
+            break;
+        case O_THREADS:
+            threads = (long)v.i;
+            break;
+        case O_CHUNK:
+            chunk = (long)v.i;
+            break;
+        case O_WINDOW:
+            window = (long)v.i;
+            break;
         }
     }
-    if (!model || !ids_path) return usage();
-    if (window < 2 || window > (1 << 24)) {
-        fprintf(stderr, "snug perplexity: --window must be in 2..16777216\n");
-        return 2;
-    }
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model || !ids_path)
+        return cli_usage_error(&cli_cmd_perplexity, "-m M.gguf and --ids IDS.json are required");
     int32_t n = 0;
     snug_token *ids = cli_read_ids("perplexity", ids_path, &n);
     if (!ids) return 1;

@@ -16,43 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug plan (-m MODEL.gguf | --preset NAME --weights TYPE [--set key=value]...)\n"
-        "                 [--budget SIZE] [--ctx N|max] [--kv KV] [--kv-k KV] [--kv-v KV]\n"
-        "                 [--mtp N] [--slots N] [--chunk N] [--threads N] [--backend cpu|cuda]\n"
-        "                 [--tp N] [--json] [--table]\n"
-        "  presets: demo demo-moe qwen3.6-27b qwen3.6-35b-a3b; TYPE: a quantize recipe\n"
-        "  (q4_k_m q5_k_m q6_k q8_0 f16 ...); KV: the attention cache format, f16 f32 bf16\n"
-        "  q8_0 fp8 tq4 tq3 (--kv both, --kv-k / --kv-v each; docs/kv-formats.md);\n"
-        "  SIZE: 23.5GiB, 24G, 512M or bytes (binary units)\n"
-        "  --ctx max needs --budget and reports the largest context that fits (per KV type\n"
-        "  in --json: max_ctx_per_kv). Default --ctx 4096; the budget counts host memory on\n"
-        "  cpu and device memory on cuda (cuda overheads are estimates, marked ~).\n"
-        "  --kv auto (needs --budget): the least lossy format or K/V pair reaching --ctx (or,\n"
-        "  without --ctx, the trained length), as run and serve choose it; prints their flags.\n"
-        "  --table (needs --budget): the largest context for every KV format and mixed pair,\n"
-        "  MTP off and on (--mtp N drafts, default 3 when the model has an MTP block).\n"
-        "  --spec-draft N = --mtp N; --vram-budget SIZE = --backend cuda --budget SIZE, so the\n"
-        "  plan line of run/serve pastes here.\n"
-        "  --tp N (--tensor-parallel N): N devices, each with the budget; one table per rank\n"
-        "  (its slice of the weights, the KV and recurrent state of its heads, its buffers);\n"
-        "  --ctx max, --kv auto and --table answer for the fullest rank "
-        "(docs/tensor-parallel.md).\n"
-        "  --mmproj FILE | --vision-preset qwen3.5 [--vision-backend cpu|cuda]\n"
-        "  [--max-image-pixels N] [--max-source-pixels S]: with the vision tower (its weights,\n"
-        "  the encoder's work and buffers for the largest image of N pixels after the resize,\n"
-        "  default 16777216, and the decoded source of at most S pixels with its resize\n"
-        "  scratch, default 33554432): host items, and with the tower on the GPU\n"
-        "  (--vision-backend cuda, the default with --backend cuda) its weights and activations\n"
-        "  as device items; the contexts reported leave room for them (\"with vision\" in\n"
-        "  --table). The preset is the released Qwen3.5/3.6 tower projecting to the model's\n"
-        "  hidden size, as an f16 "
-        "mmproj.\n" CLI_CACHE_USAGE
-        "  (the RAM tier is a host item of the table; the disk tier is listed below it)\n");
-}
-
 /* A JSON string body (names here are plain ASCII, but escape the two that matter). */
 static void json_str(const char *s) {
     putchar('"');
@@ -170,6 +133,189 @@ static int plan_table(const char *what, const struct snug_hparams *hp,
     return 0;
 }
 
+enum {
+    O_MODEL = 1,
+    O_PRESET,
+    O_WEIGHTS,
+    O_SET,
+    O_CTX,
+    O_BUDGET,
+    O_VRAM_BUDGET,
+    O_BACKEND,
+    O_MTP,
+    O_SLOTS,
+    O_CHUNK,
+    O_THREADS,
+    O_TP,
+    O_MMPROJ,
+    O_VPRESET,
+    O_VBACKEND,
+    O_MAX_PX,
+    O_MAX_SRC,
+    O_JSON,
+    O_TABLE,
+};
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "the model file (its header and tensor table; no weight is read)",
+     .group = "Model"},
+    {.id = O_PRESET,
+     .names = "--preset",
+     .kind = CLI_TEXT,
+     .meta = "NAME",
+     .help = "instead of -m: a shape (demo, demo-moe, qwen3.6-27b, qwen3.6-35b-a3b) ..."},
+    {.id = O_WEIGHTS,
+     .names = "--weights",
+     .kind = CLI_TEXT,
+     .meta = "TYPE",
+     .help = "... with the weights of a quantize recipe (q4_k_m q5_k_m q6_k q8_0 f16 ...)"},
+    {.id = O_SET,
+     .names = "--set",
+     .kind = CLI_TEXT,
+     .meta = "key=value",
+     .help = "--preset: override one hyper-parameter (the keys of snug gen --set)",
+     .flags = CLI_REPEAT},
+    {.id = O_BUDGET,
+     .names = "--budget",
+     .kind = CLI_SIZE,
+     .meta = "SIZE",
+     .help = "the memory the plan must fit: host memory on cpu, device memory on cuda (cuda "
+             "overheads are estimates, marked ~); SIZE as 23.5GiB, 24G, 512M or bytes",
+     .group = "Budget and context"},
+    {.id = O_VRAM_BUDGET,
+     .names = "--vram-budget",
+     .kind = CLI_SIZE,
+     .meta = "SIZE",
+     .help = "= --backend cuda --budget SIZE (so the plan line of run and serve pastes here)"},
+    {.id = O_CTX,
+     .names = "-c, --ctx",
+     .kind = CLI_INT,
+     .meta = "N|max",
+     .lo = 1,
+     .hi = INT32_MAX,
+     .word = "max",
+     .def = "4096",
+     .help = "the context per slot; max (needs --budget): the largest that fits (per KV format "
+             "in --json: max_ctx_per_kv)"},
+    {.id = O_TABLE,
+     .names = "--table",
+     .kind = CLI_SWITCH,
+     .help = "(needs --budget) the largest context for every KV format and mixed pair, MTP off "
+             "and on"},
+    {.id = O_SLOTS,
+     .names = "--slots",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = INT32_MAX,
+     .def = "1",
+     .help = "contexts served at once"},
+    {.id = O_MTP,
+     .names = "--mtp, --spec-draft",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = INT32_MAX,
+     .def = "0; 3 in --table when the model has an MTP block",
+     .help = "MTP drafts per speculative step"},
+    {.id = O_CHUNK,
+     .names = "--chunk",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = INT32_MAX,
+     .def = "512",
+     .help = "prompt tokens per forward"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = INT32_MAX,
+     .def = "all CPUs",
+     .help = "threads (their scratch is in the plan)"},
+    CLI_OPTS_KV_AUTO,
+    {.id = O_BACKEND,
+     .names = "--backend",
+     .kind = CLI_CHOICE,
+     .meta = "cpu|cuda",
+     .def = "cpu",
+     .help = "the device the plan is for",
+     .group = "Devices"},
+    {.id = O_TP,
+     .names = "--tp, --tensor-parallel",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_TP_MAX_RANKS,
+     .def = "1",
+     .help = "N devices, each with the budget: one table per rank (its slice of the weights, "
+             "the KV and recurrent state of its heads, its buffers); --ctx max, --kv auto and "
+             "--table answer for the fullest rank (docs/tensor-parallel.md)"},
+    {.id = O_MMPROJ,
+     .names = "--mmproj",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "with the vision tower: its weights, the encoder's work and buffers for the largest "
+             "image, the decoded source and its resize scratch; the contexts reported leave "
+             "room for them (docs/vision.md)",
+     .group = "Images"},
+    {.id = O_VPRESET,
+     .names = "--vision-preset",
+     .kind = CLI_TEXT,
+     .meta = "qwen3.5",
+     .help = "instead of --mmproj: the released Qwen3.5/3.6 tower projecting to the model's "
+             "hidden size, as an f16 mmproj"},
+    {.id = O_VBACKEND,
+     .names = "--vision-backend",
+     .kind = CLI_CHOICE,
+     .meta = "cpu|cuda",
+     .def = "the --backend",
+     .help = "where the tower runs (on cuda its weights and activations are device items)"},
+    {.id = O_MAX_PX,
+     .names = "--max-image-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_VISION_PIXELS_LIMIT,
+     .def = "16777216",
+     .help = "the largest image after the resize"},
+    {.id = O_MAX_SRC,
+     .names = "--max-source-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_VISION_PIXELS_LIMIT,
+     .def = "33554432",
+     .help = "the largest decoded source image"},
+    CLI_OPTS_CACHE,
+    {.id = O_JSON,
+     .names = "--json",
+     .kind = CLI_SWITCH,
+     .help = "JSON instead of the table",
+     .group = "Output"},
+    {0},
+};
+const struct cli_command cli_cmd_plan = {
+    .name = "plan",
+    .run = cmd_plan,
+    .usage = "(-m M.gguf | --preset NAME --weights TYPE) [--budget SIZE] [--ctx N|max] "
+             "[--kv F|auto] [--mtp N] [--slots N] [--table] [--json]\n"
+             "... --tp N\n"
+             "... (--mmproj MMPROJ.gguf | --vision-preset qwen3.5) [--max-image-pixels N]",
+    .summary = "the memory plan and the largest context for a budget",
+    .about = "the memory plan: every buffer to the byte, the largest context that fits a budget, "
+             "`--kv auto` the choice run and serve make (with their flags), `--table` the "
+             "largest context per KV format and MTP off/on — docs/memory.md, docs/PICKER.md; "
+             "`--tp N`: one table per rank of N GPUs — docs/tensor-parallel.md; with the vision "
+             "tower, the contexts leave room for it — docs/vision.md; the prefix cache's tiers "
+             "— docs/prefix-cache.md",
+    .opts = OPTS,
+};
+
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *preset = NULL, *weights = NULL, *ctx_arg = NULL;
     const char *sets[64];
@@ -187,101 +333,82 @@ int cmd_plan(int argc, char **argv) {
     long tp = 1;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     lim.n_threads = threads > 0 ? (int32_t)threads : 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        int r;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--preset")) {
-            if (!(preset = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--weights")) {
-            if (!(weights = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--set")) {
-            if (n_sets == 64 || !(sets[n_sets++] = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            if (!(ctx_arg = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--budget") || !strcmp(a, "--vram-budget")) {
-            if (!strcmp(a, "--vram-budget")) lim.backend = SNUG_BACKEND_CUDA;
-            const char *s = cli_value(argc, argv, &i);
-            if (!s) return 2;
-            if (!snug_plan_parse_size(s, &budget) || budget == 0) {
-                fprintf(stderr,
-                        "snug plan: --budget '%s': expected a size like 23.5GiB, 24G or "
-                        "a byte count\n",
-                        s);
-                return 2;
-            }
-        } else if ((r = cli_cache_flag(argc, argv, &i, "plan", &cache)) != 0) {
-            if (r < 0) return 2;
-        } else if ((r = cli_kv_flag(argc, argv, &i, "plan", &kv)) != 0) {
-            if (r < 0) return 2;
-            lim.kv_type = cli_kv_code(&kv);
-        } else if (!strcmp(a, "--backend")) {
-            const char *s = cli_value(argc, argv, &i);
-            if (!s) return 2;
-            if (!strcmp(s, "cpu"))
-                lim.backend = SNUG_BACKEND_CPU;
-            else if (!strcmp(s, "cuda"))
-                lim.backend = SNUG_BACKEND_CUDA;
-            else {
-                fprintf(stderr, "snug plan: --backend '%s': expected cpu or cuda\n", s);
-                return 2;
-            }
-        } else if (!strcmp(a, "--mtp") || !strcmp(a, "--spec-draft") || !strcmp(a, "--slots") ||
-                   !strcmp(a, "--chunk") || !strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            bool mtp = !strcmp(a, "--mtp") || !strcmp(a, "--spec-draft");
-            if (!cli_int(argc, argv, &i, &v)) return 2;
-            if (v < 0 || v > INT32_MAX || (v == 0 && !mtp)) {
-                fprintf(stderr, "snug plan: %s %ld: out of range\n", a, v);
-                return 2;
-            }
-            if (mtp) lim.n_draft = (int32_t)v;
-            if (!strcmp(a, "--slots")) lim.n_slots = (int32_t)v;
-            if (!strcmp(a, "--chunk")) lim.n_chunk = (int32_t)v;
-            if (!strcmp(a, "--threads") || !strcmp(a, "-t")) lim.n_threads = (int32_t)v;
-        } else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel")) {
-            if (!cli_int(argc, argv, &i, &tp)) return 2;
-            if (tp < 1 || tp > SNUG_TP_MAX_RANKS) {
-                fprintf(stderr, "snug plan: %s %ld: expected 1..%d\n", a, tp, SNUG_TP_MAX_RANKS);
-                return 2;
-            }
-        } else if (!strcmp(a, "--mmproj")) {
-            if (!(mmproj = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vision-preset")) {
-            if (!(vpreset = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vision-backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!b) return 2;
-            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
-                fprintf(stderr, "snug plan: --vision-backend '%s': expected cpu or cuda\n", b);
-                return 2;
-            }
-            vbackend = !strcmp(b, "cuda");
-        } else if (!strcmp(a, "--max-image-pixels")) {
-            if (!cli_int(argc, argv, &i, &v)) return 2;
-            max_img = v;
-        } else if (!strcmp(a, "--max-source-pixels")) {
-            if (!cli_int(argc, argv, &i, &v)) return 2;
-            max_src = v;
-        } else if (!strcmp(a, "--json")) {
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_plan, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_kv_opt(&args, r, &v, &kv)) return 2;
+        if (r == CLI_O_KV || r == CLI_O_KV_K || r == CLI_O_KV_V) lim.kv_type = cli_kv_code(&kv);
+        if (!cli_cache_opt(r, &v, &cache)) return 2;
+        switch (r) {
+        case O_MODEL:
+            model = v.s;
+            break;
+        case O_PRESET:
+            preset = v.s;
+            break;
+        case O_WEIGHTS:
+            weights = v.s;
+            break;
+        case O_SET:
+            if (n_sets == 64) return cli_args_bad(&args, &v, "at most 64 --set options"), 2;
+            sets[n_sets++] = v.s;
+            break;
+        case O_CTX:
+            ctx_arg = v.s;
+            break; /* checked: 1..INT32_MAX or max */
+        case O_VRAM_BUDGET:
+            lim.backend = SNUG_BACKEND_CUDA; /* fall through */
+        case O_BUDGET:
+            if (!v.size) return cli_args_bad(&args, &v, "expected a size above 0"), 2;
+            budget = v.size;
+            break;
+        case O_BACKEND:
+            lim.backend = v.choice ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU;
+            break;
+        case O_MTP:
+            lim.n_draft = (int32_t)v.i;
+            break;
+        case O_SLOTS:
+            lim.n_slots = (int32_t)v.i;
+            break;
+        case O_CHUNK:
+            lim.n_chunk = (int32_t)v.i;
+            break;
+        case O_THREADS:
+            lim.n_threads = (int32_t)v.i;
+            break;
+        case O_TP:
+            tp = (long)v.i;
+            break;
+        case O_MMPROJ:
+            mmproj = v.s;
+            break;
+        case O_VPRESET:
+            vpreset = v.s;
+            break;
+        case O_VBACKEND:
+            vbackend = v.choice;
+            break;
+        case O_MAX_PX:
+            max_img = v.i;
+            break;
+        case O_MAX_SRC:
+            max_src = v.i;
+            break;
+        case O_JSON:
             json = true;
-        } else if (!strcmp(a, "--table")) {
+            break;
+        case O_TABLE:
             table = true;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug plan: unknown option '%s'\n", a);
-            usage();
-            return 2;
+            break;
         }
     }
-    if (!model == !preset || (preset && !weights) || (model && (weights || n_sets))) {
-        fprintf(stderr, "snug plan: give either -m MODEL.gguf, or --preset NAME --weights TYPE\n");
-        usage();
-        return 2;
-    }
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model == !preset || (preset && !weights) || (model && (weights || n_sets)))
+        return cli_usage_error(&cli_cmd_plan,
+                               "give either -m MODEL.gguf, or --preset NAME --weights TYPE");
 
     struct snug_err err = {0};
     struct snug_hparams hp;

@@ -102,23 +102,6 @@ static int arch_int(const struct snug_gguf *g, const char *arch, const char *suf
 
 #define TYPE_LIST SNUG_RECIPES_WRITABLE
 
-static int usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--tensor-type "
-        "PATTERN=TYPE]... [--threads N]\n"
-        "  TYPE: " TYPE_LIST "\n"
-        "  --imatrix FILE   importance matrix (llama.cpp's imatrix GGUF, or its legacy .dat, as\n"
-        "                   llama-imatrix writes them): tensors it covers are quantized with\n"
-        "                   the importance-weighted encoders, as llama-quantize does\n"
-        "  --tensor-type PATTERN=TYPE  store tensors whose name matches PATTERN as TYPE (a\n"
-        "                   ggml type name: q4_K, q6_K, iq4_nl, ...) instead of what the mix\n"
-        "                   picks; PATTERN is a regular expression (PCRE2, searched anywhere in\n"
-        "                   the name, lower-cased), e.g. 'blk\\.4\\.=q4_K' or 'ffn_down=q5_K';\n"
-        "                   repeatable, the first matching pattern wins\n");
-    return 2;
-}
-
 /* The --tensor-type overrides, compiled. */
 #define MAX_OVERRIDES 64
 struct overrides {
@@ -412,41 +395,73 @@ done:
     return rc;
 }
 
+enum { O_THREADS = 1, O_IMATRIX, O_TENSOR_TYPE };
+static const struct cli_opt OPTS[] = {
+    {.id = O_IMATRIX,
+     .names = "--imatrix",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "an importance matrix (llama.cpp's imatrix GGUF, or its legacy .dat, as "
+             "llama-imatrix or snug imatrix write them): the tensors it covers are quantized with "
+             "the importance-weighted encoders, as llama-quantize does"},
+    {.id = O_TENSOR_TYPE,
+     .names = "--tensor-type",
+     .kind = CLI_TEXT,
+     .meta = "PATTERN=TYPE",
+     .help = "store the tensors whose name matches PATTERN as TYPE (a ggml type name: q4_K, q6_K, "
+             "iq4_nl, ...) instead of what the mix picks; PATTERN is a regular expression (PCRE2, "
+             "searched anywhere in the lower-cased name), e.g. 'blk\\.4\\.=q4_K' or "
+             "'ffn_down=q5_K'; the first matching pattern wins",
+     .flags = CLI_REPEAT},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1024,
+     .def = "all CPUs",
+     .help = "threads"},
+    {0},
+};
+const struct cli_command cli_cmd_quantize = {
+    .name = "quantize",
+    .run = cmd_quantize,
+    .usage = "IN.gguf OUT.gguf TYPE [--imatrix FILE] [--tensor-type PATTERN=TYPE]...",
+    .summary = "requantize a model (llama.cpp's mixes, the same bytes)",
+    .about = "requantize to TYPE (" TYPE_LIST "), optionally with an importance matrix and "
+             "per-tensor overrides: the same bytes as llama.cpp's quantizer "
+             "(docs/quantization.md); the 1-3 bit mixes need an importance matrix "
+             "(docs/quant-types.md)",
+    .opts = OPTS,
+    .max_positional = 3,
+};
+
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3], *imatrix = NULL;
     int npos = 0;
     long threads = 0;
     struct overrides ov = {0};
     struct snug_err err = {0};
+    struct cli_args args;
+    struct cli_val v;
+    int r;
     ov.md = pcre2_match_data_create(4, NULL);
     if (!ov.md) return 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
-            if (!cli_int(argc, argv, &i, &threads)) return overrides_free(&ov), 2;
-        } else if (!strcmp(argv[i], "--imatrix") && i + 1 < argc) {
-            imatrix = argv[++i];
-        } else if (!strcmp(argv[i], "--tensor-type") && i + 1 < argc) {
-            if (override_add(&ov, argv[++i], &err) != SNUG_OK) {
-                overrides_free(&ov);
-                return cli_fail("quantize", &err);
-            }
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    cli_args_init(&args, &cli_cmd_quantize, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0 || r == CLI_POSITIONAL) {
+        if (r == CLI_POSITIONAL) pos[npos++] = v.s; /* at most 3: the parser counts */
+        if (r == O_THREADS) threads = (long)v.i;
+        if (r == O_IMATRIX) imatrix = v.s;
+        if (r == O_TENSOR_TYPE && override_add(&ov, v.s, &err) != SNUG_OK) {
             overrides_free(&ov);
-            usage();
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "snug quantize: unknown option %s (or its value is missing)\n",
-                    argv[i]);
-            overrides_free(&ov);
-            return usage();
-        } else if (npos < 3) {
-            pos[npos++] = argv[i];
-        } else {
-            overrides_free(&ov);
-            return usage();
+            return cli_fail("quantize", &err);
         }
     }
-    if (npos != 3 || threads < 0 || threads > 1024) return overrides_free(&ov), usage();
+    if (r != CLI_END) return overrides_free(&ov), CLI_EXIT(r);
+    if (npos != 3) {
+        overrides_free(&ov);
+        return cli_usage_error(&cli_cmd_quantize, "give IN.gguf OUT.gguf TYPE");
+    }
     int rc = quantize_file(pos[0], pos[1], pos[2], (int)threads, imatrix, &ov, &err);
     overrides_free(&ov);
     if (rc != SNUG_OK) return cli_fail("quantize", &err);

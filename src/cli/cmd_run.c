@@ -1,12 +1,6 @@
 /* cmd_run.c — `snug run`: tokenize a prompt, evaluate it, then generate with the generation
  * loop the server uses (src/engine/sequence.h: sampler, speculative steps, stops, detokenizer)
- * and stream the text.
- *   snug run -m M.gguf -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
- *            [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P]
- *            [--frequency-penalty F] [--seed S] [--threads N] [--ctx N|max] [-f FILE]
- *            [--spec-draft N]   (speculative decoding with the model's MTP block, N drafts)
- *            [--kv TYPE|auto] [--kv-k TYPE] [--kv-v TYPE]   (KV cache format, docs/kv-formats.md)
- *            [--mmproj F --image IMG...]   (images through the vision tower, docs/vision.md)
+ * and stream the text (the flags: the table below, `snug run --help`).
  * Text goes to stdout through the streaming detokenizer (whole UTF-8 characters only);
  * generation stops at an end-of-generation token (EOS, <|im_end|>, <|endoftext|>: the server's
  * set, snug_tokenizer_eog) or after N tokens. Timings and peak memory go to
@@ -26,35 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static void usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug run [-m M.gguf] (-p TEXT | -f FILE) [-n N] [--temp T] [--top-k K]\n"
-        "                [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-        "                [--presence-penalty P] [--frequency-penalty F] [--seed S]\n"
-        "                [--threads N] [--ctx N|max] [--spec-draft N] [--kv TYPE|auto]\n"
-        "                [--kv-k TYPE] [--kv-v TYPE] [--backend cpu|cuda] [--vram-budget SIZE] "
-        "[--cuda-profile]\n"
-        "                [--budget SIZE]   (host memory the plan must fit; the plan is printed)\n"
-        "                [--mmproj F --image IMG... [--min-image-pixels N] [--max-image-pixels "
-        "N] [--vision-backend cpu|cuda]]\n"
-        "  -m defaults to the demo model (data/demo/snug-demo-q8_0.gguf, docs/demo-model.md).\n"
-        "  defaults: -n 128, temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1\n"
-        "  (off), repeat-last-n 64, a time-based seed; --temp 0 is greedy.\n"
-        "  --ctx defaults to prompt + N tokens; --ctx max: the largest that fits the budget\n"
-        "  (--budget / --vram-budget, else the memory minus a margin; docs/memory.md).\n"
-        "  --spec-draft N: speculative decoding with the model's MTP block, N drafts per\n"
-        "  step (0 = off, the default).\n"
-        "  --kv: the attention cache format for K and V (--kv-k / --kv-v each): f16\n"
-        "  (default) f32 bf16 q8_0 fp8 tq4 tq3; auto: the least lossy reaching the context.\n"
-        "  The plan line on stderr repeats the choice as flags.\n"
-        "  --image (with the model's --mmproj): a PNG/JPEG/WebP file, in order, at each\n"
-        "  <|image_pad|> of the prompt (write <|vision_start|><|image_pad|><|vision_end|>),\n"
-        "  or in front of the prompt when it has none. Pixel bounds default to Qwen's\n"
-        "  65536 .. 16777216 (the image is resized into them). The vision tower runs where\n"
-        "  the model runs (--backend cpu or cuda) unless --vision-backend says otherwise.\n");
-}
 
 /* The prompt through the context. On a terminal (stderr is a TTY) a long prompt goes in slices
  * of n_chunk tokens (the chunks snug_ctx_eval makes anyway, so the numbers are the same) with
@@ -114,6 +79,164 @@ static void cli_prefetch_model(const char *path) {
     if (snug_file_prefetch(path, on_load_progress, &l)) fprintf(stderr, "\r\033[K");
 }
 
+enum {
+    O_MODEL = 1,
+    O_PROMPT,
+    O_FILE,
+    O_N,
+    O_TEMP,
+    O_TOP_K,
+    O_TOP_P,
+    O_MIN_P,
+    O_REPEAT,
+    O_REPEAT_N,
+    O_PRESENCE,
+    O_FREQUENCY,
+    O_SEED,
+    O_THREADS,
+    O_SPEC,
+    O_CTX,
+    O_BUDGET,
+};
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .def = "the demo model",
+     .help = "the model (the demo model: data/demo/snug-demo-q8_0.gguf, docs/demo-model.md)",
+     .group = "Input"},
+    {.id = O_PROMPT,
+     .names = "-p, --prompt",
+     .kind = CLI_TEXT,
+     .meta = "TEXT",
+     .help = "the prompt"},
+    {.id = O_FILE,
+     .names = "-f, --file",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "the prompt is FILE's contents"},
+    {.id = O_N,
+     .names = "-n, --n-predict",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "128",
+     .help = "tokens to generate at most (generation also stops at an end-of-generation token)",
+     .group = "Sampling"},
+    {.id = O_TEMP,
+     .names = "--temp",
+     .kind = CLI_NUM,
+     .meta = "T",
+     .def = "0.8",
+     .help = "temperature; 0 is greedy"},
+    {.id = O_TOP_K,
+     .names = "--top-k",
+     .kind = CLI_INT,
+     .meta = "K",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "40",
+     .help = "keep the K likeliest tokens (0 = all)"},
+    {.id = O_TOP_P,
+     .names = "--top-p",
+     .kind = CLI_NUM,
+     .meta = "P",
+     .def = "0.95",
+     .help = "nucleus"},
+    {.id = O_MIN_P,
+     .names = "--min-p",
+     .kind = CLI_NUM,
+     .meta = "P",
+     .def = "0.05",
+     .help = "drop tokens below P times the likeliest's probability"},
+    {.id = O_REPEAT,
+     .names = "--repeat-penalty",
+     .kind = CLI_NUM,
+     .meta = "R",
+     .def = "1, off",
+     .help = "the logits of recent tokens: positive ones divided by R, negative ones multiplied"},
+    {.id = O_REPEAT_N,
+     .names = "--repeat-last-n",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = -1,
+     .hi = 1 << 30,
+     .def = "64",
+     .help = "the recent tokens the penalties look at (-1 = all)"},
+    {.id = O_PRESENCE,
+     .names = "--presence-penalty",
+     .kind = CLI_NUM,
+     .meta = "P",
+     .def = "0",
+     .help = "subtract P from the logit of every recent token"},
+    {.id = O_FREQUENCY,
+     .names = "--frequency-penalty",
+     .kind = CLI_NUM,
+     .meta = "F",
+     .def = "0",
+     .help = "subtract F times its count from the logit of every recent token"},
+    {.id = O_SEED,
+     .names = "--seed",
+     .kind = CLI_INT,
+     .meta = "S",
+     .def = "the time",
+     .help = "the sampler's seed (printed at the end; a negative S is the time)"},
+    {.id = O_SPEC,
+     .names = "--spec-draft",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = SNUG_SPEC_MAX_DRAFT,
+     .def = "0, off",
+     .help = "speculative decoding with the model's MTP block: N drafts per step "
+             "(docs/spec-decode.md)"},
+    {.id = O_CTX,
+     .names = "-c, --ctx",
+     .kind = CLI_INT,
+     .meta = "N|max",
+     .lo = 1,
+     .hi = 1 << 30,
+     .word = "max",
+     .def = "the prompt + -n",
+     .help = "the context in tokens; max: the largest that fits the budget (docs/memory.md)",
+     .group = "Memory"},
+    {.id = O_BUDGET,
+     .names = "--budget",
+     .kind = CLI_SIZE,
+     .meta = "SIZE",
+     .def = "none; --ctx max sizes by the physical memory minus max(1/8, 1 GiB)",
+     .help = "host memory the plan must fit (--vram-budget on cuda); the plan is printed, with "
+             "its choices as flags to paste back"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 4096,
+     .def = "all CPUs",
+     .help = "threads"},
+    CLI_OPTS_KV_AUTO,
+    CLI_OPTS_BACKEND,
+    CLI_OPTS_IMAGES,
+    {0},
+};
+const struct cli_command cli_cmd_run = {
+    .name = "run",
+    .run = cmd_run,
+    .usage = "[-m M.gguf] (-p TEXT | -f FILE) [-n N] [--temp T] [--ctx N|max] [--kv F|auto] "
+             "[flags]\n"
+             "-m M.gguf --mmproj MMPROJ.gguf --image IMG -p TEXT [--max-image-pixels N]",
+    .summary = "generate text from a prompt",
+    .about = "generate with the server's generation loop: the text to stdout; the chosen plan as "
+             "paste-back flags, the memory plan, prompt and generation tokens/s and peak memory "
+             "to stderr. Images (PNG/JPEG/WebP, `--image`) go through the vision tower at the "
+             "prompt's `<|vision_start|><|image_pad|><|vision_end|>` (or in front) — "
+             "docs/vision.md",
+    .opts = OPTS,
+};
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     long n_predict = 128, top_k = 40, threads = 0, n_ctx = 0, last_n = 64, seed = -1;
@@ -125,78 +248,73 @@ int cmd_run(int argc, char **argv) {
     struct cli_backend bk = {0};
     uint64_t budget = 0; /* --budget: host bytes the whole plan must fit (0 = none) */
     struct cli_images ci = CLI_IMAGES_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int ok = 1, r;
-        if ((r = cli_kv_flag(argc, argv, &i, "run", &kv)) != 0)
-            ok = r > 0;
-        else if ((r = cli_backend_flag(argc, argv, &i, "run", &bk)) != 0)
-            ok = r > 0;
-        else if ((r = cli_images_flag(argc, argv, &i, "run", &ci)) != 0)
-            ok = r > 0;
-        else if (!strcmp(a, "--budget")) {
-            const char *v = cli_value(argc, argv, &i);
-            ok = v && snug_plan_parse_size(v, &budget);
-            if (v && !ok)
-                fprintf(stderr, "snug run: --budget '%s': expected a size such as 23.5GiB\n", v);
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            ok = !!(model_path = cli_value(argc, argv, &i));
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            ok = !!(prompt = cli_value(argc, argv, &i));
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
-            ok = !!(prompt_file = cli_value(argc, argv, &i));
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
-            ok = cli_int(argc, argv, &i, &n_predict);
-        else if (!strcmp(a, "--temp"))
-            ok = cli_float(argc, argv, &i, &temp);
-        else if (!strcmp(a, "--top-k"))
-            ok = cli_int(argc, argv, &i, &top_k);
-        else if (!strcmp(a, "--top-p"))
-            ok = cli_float(argc, argv, &i, &top_p);
-        else if (!strcmp(a, "--min-p"))
-            ok = cli_float(argc, argv, &i, &min_p);
-        else if (!strcmp(a, "--repeat-penalty"))
-            ok = cli_float(argc, argv, &i, &rep);
-        else if (!strcmp(a, "--repeat-last-n"))
-            ok = cli_int(argc, argv, &i, &last_n);
-        else if (!strcmp(a, "--presence-penalty"))
-            ok = cli_float(argc, argv, &i, &pres);
-        else if (!strcmp(a, "--frequency-penalty"))
-            ok = cli_float(argc, argv, &i, &freq);
-        else if (!strcmp(a, "--seed"))
-            ok = cli_int(argc, argv, &i, &seed);
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
-            ok = cli_int(argc, argv, &i, &threads);
-        else if (!strcmp(a, "--spec-draft"))
-            ok = cli_int(argc, argv, &i, &spec_draft);
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c"))
-            ok = cli_ctx_value(argc, argv, &i, "run", &n_ctx, &ctx_max);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug run: unknown option '%s'\n", a);
-            usage();
-            return 2;
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_run, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_kv_opt(&args, r, &v, &kv) || !cli_images_opt(&args, r, &v, &ci)) return 2;
+        cli_backend_opt(r, &v, &bk);
+        switch (r) {
+        case O_MODEL:
+            model_path = v.s;
+            break;
+        case O_PROMPT:
+            prompt = v.s;
+            break;
+        case O_FILE:
+            prompt_file = v.s;
+            break;
+        case O_N:
+            n_predict = (long)v.i;
+            break;
+        case O_TEMP:
+            temp = v.f;
+            break;
+        case O_TOP_K:
+            top_k = (long)v.i;
+            break;
+        case O_TOP_P:
+            top_p = v.f;
+            break;
+        case O_MIN_P:
+            min_p = v.f;
+            break;
+        case O_REPEAT:
+            rep = v.f;
+            break;
+        case O_REPEAT_N:
+            last_n = (long)v.i;
+            break;
+        case O_PRESENCE:
+            pres = v.f;
+            break;
+        case O_FREQUENCY:
+            freq = v.f;
+            break;
+        case O_SEED:
+            seed = (long)v.i;
+            break;
+        case O_THREADS:
+            threads = (long)v.i;
+            break;
+        case O_SPEC:
+            spec_draft = (long)v.i;
+            break;
+        case O_CTX:
+            n_ctx = (long)v.i, ctx_max = v.word;
+            break;
+        case O_BUDGET:
+            budget = v.size;
+            break;
         }
-        if (!ok) return 2;
     }
-    if (!prompt && !prompt_file) {
-        fprintf(stderr, "snug run: -p TEXT (or -f FILE) is required\n");
-        usage();
-        return 2;
-    }
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!prompt && !prompt_file)
+        return cli_usage_error(&cli_cmd_run, "-p TEXT (or -f FILE) is required");
     if (!model_path) {
         if (!(model_path = cli_default_model("run"))) return 1;
         fprintf(stderr, "snug run: no -m given: using the demo model %s\n", model_path);
-    }
-    if (n_predict < 0 || n_predict > (1L << 30) || threads < 0 || threads > 4096 || n_ctx < 0 ||
-        n_ctx > (1L << 30) || top_k < 0 || top_k > (1L << 30) || last_n < -1 ||
-        last_n > (1L << 30) || spec_draft < 0 || spec_draft > SNUG_SPEC_MAX_DRAFT) {
-        fprintf(stderr,
-                "snug run: -n, --threads, --ctx, --top-k, --repeat-last-n, --spec-draft out of "
-                "range\n");
-        return 2;
     }
     if (seed < 0) seed = (long)time(NULL);
 

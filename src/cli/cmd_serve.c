@@ -19,90 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void serve_usage(void) {
-    fprintf(
-        stderr,
-        "usage: snug serve -m M.gguf [flags]\n"
-        "       snug serve --render-only REQUEST.json [--render-api chat|messages|responses] "
-        "[flags]\n"
-        "  -m, --model FILE        the GGUF model to serve (default: the demo model,\n"
-        "                          docs/demo-model.md)\n"
-        "  --host ADDR             address or name to listen on: IPv4, IPv6 (::1, :: = all), "
-        "localhost (default 127.0.0.1)\n"
-        "  --port N                TCP port (default 8080; 0 = any free port)\n"
-        "  --port-file FILE        write the bound port to FILE once listening\n"
-        "  --ctx N|max             context per slot in tokens; default (or max): the largest the "
-        "budget\n"
-        "                          allows, capped at the trained length (docs/memory.md)\n"
-        "  --slots N               requests generated concurrently (default 1)\n"
-        "  --queue N               requests waiting beyond the free slots before 503 (default 4 x "
-        "slots)\n"
-        "  --kv F|auto             attention KV cache format for K and V: f16 f32 bf16 q8_0 fp8 "
-        "tq4 tq3;\n"
-        "                          auto: the least lossy format (or K/V pair) reaching the "
-        "context\n"
-        "  --kv-k F, --kv-v F      the KV format of the keys / of the values alone\n"
-        "  --threads N, -t N       threads per context (default: all CPUs)\n"
-        "  --spec-draft N          MTP drafts per speculative step (default 3 with an MTP block, "
-        "else 0)\n"
-        "  --step-prompt N         prompt tokens a new request adds per engine step, beside the "
-        "other\n"
-        "                          slots' decode rows (default 512, the chunk; smaller keeps their "
-        "streams\n"
-        "                          smoother while a long prompt is admitted)\n"
-        "  --backend cpu|cuda      where the model runs (cuda: libsnug_cuda.so, loaded at start)\n"
-        "  --vram-budget SIZE      --backend cuda: the GPU plan must fit SIZE\n"
-        "  --mmproj FILE           the vision tower (the model's mmproj GGUF): image parts as "
-        "data: URLs\n"
-        "                          (its memory is in the plan)\n"
-        "  --vision-backend cpu|cuda  where the tower runs (default: where the model runs)\n"
-        "  --min-image-pixels N, --max-image-pixels N\n"
-        "                          images are resized into [N, M] pixels (default 65536, "
-        "16777216)\n"
-        "  --max-source-pixels N   decoded images larger than N pixels get a 400 (default "
-        "33554432)\n"
-        "  --budget SIZE           the memory the plan must fit (e.g. 2GiB); default for sizing: "
-        "the\n"
-        "                          physical memory minus max(1/8, 1 GiB); the boot log's `plan:`\n"
-        "                          line repeats the choice as flags that give the same plan\n"
-        "  --api-key K             require 'Authorization: Bearer K' or 'x-api-key: K' (not on "
-        "/health)\n"
-        "  --timeout SECONDS       per-request time limit (default 600)\n"
-        "  --max-body BYTES        request body limit (default 8 MiB; larger bodies get 413)\n"
-        "  --alias NAME            also answer to model NAME (repeatable, up to 16)\n"
-        "  --any-model             accept any model name in requests\n"
-        "  --cors ORIGIN           allow browser clients from ORIGIN ('*' = any); off by default\n"
-        "  --no-think, --no-thinking  thinking off unless a request turns it on\n"
-        "  --thinking-budget N     default reasoning budget in tokens (then the server closes "
-        "the block)\n"
-        "  --reasoning-repeat-guard N,K  close a reasoning block once an N-token span occurred K "
-        "times\n"
-        "  --responses-store N     /v1/responses kept for previous_response_id (LRU, default 64)\n"
-        "  --no-access-log         no per-request line on stderr\n"
-        "  --no-webui              no chat page at / (by default the server answers / with it)\n"
-        "  --no-prompt-normalize   keep agent clients' per-request spans (the Claude Code billing "
-        "line)\n" CLI_CACHE_USAGE
-        "  --script FILE           TEST ONLY: generation follows FILE's text (or a request's "
-        "snug_script)\n"
-        "  --render-only FILE      print the prompt a request body renders to and exit ('-' = "
-        "stdin)\n"
-        "  --render-api API        the body's API for --render-only: chat (default), messages, "
-        "responses\n"
-        "  --api-key-file FILE     the key is FILE's first line (--api-key is visible in the "
-        "process list)\n"
-        "  --http-threads N        connection threads (default 4)\n"
-        "  --max-conns N           open connections in all (default 4096)\n"
-        "  --max-conns-per-ip N    open connections of one client address (default 256)\n"
-        "  --idle-timeout S        idle keep-alive connections closed after S seconds (default "
-        "30)\n"
-        "  --shutdown-grace S      on SIGTERM in-flight requests may finish for S seconds (default "
-        "5)\n"
-        "  --max-messages N, --max-parts N, --max-tools N, --max-prompt-bytes N  request-cost\n"
-        "                          limits (defaults 1024, 256, 128, 4194304; over them: 413)\n"
-        "  --special-tokens-in-content  parse special tokens (<|im_end|>, ...) inside message\n"
-        "                          text as the template's own (injectable; off by default)\n");
-}
-
 /* --render-only: the prompt of a request body, rendered as the server would. */
 static int render_only(const struct snug_server_opts *o, const char *path, const char *api) {
     json_error_t jerr;
@@ -170,16 +86,440 @@ static const char *read_key_file(const char *path, char *buf, size_t cap) {
     return buf;
 }
 
-/* A non-negative integer flag in [lo, hi] into *out (size_t or int32_t through a long). */
-static bool serve_int(int argc, char **argv, int *i, long lo, long hi, long *out) {
-    long v;
-    if (!cli_int(argc, argv, i, &v) || v < lo || v > hi) {
-        fprintf(stderr, "snug serve: %s wants %ld..%ld\n", argv[*i - 1 < 0 ? 0 : *i - 1], lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
+enum {
+    O_MODEL = 1,
+    O_HOST,
+    O_PORT,
+    O_PORT_FILE,
+    O_CTX,
+    O_SLOTS,
+    O_QUEUE,
+    O_BUDGET,
+    O_SPEC,
+    O_STEP_PROMPT,
+    O_THREADS,
+    O_BACKEND,
+    O_VRAM_BUDGET,
+    O_CUDA_PROFILE,
+    O_API_KEY,
+    O_API_KEY_FILE,
+    O_ALIAS,
+    O_ANY_MODEL,
+    O_CORS,
+    O_NO_WEBUI,
+    O_NO_ACCESS_LOG,
+    O_NO_THINK,
+    O_THINKING_BUDGET,
+    O_REPEAT_GUARD,
+    O_RESPONSES_STORE,
+    O_TIMEOUT,
+    O_SPECIAL_IN_CONTENT,
+    O_MAX_BODY,
+    O_MAX_MESSAGES,
+    O_MAX_PARTS,
+    O_MAX_TOOLS,
+    O_MAX_PROMPT_BYTES,
+    O_HTTP_THREADS,
+    O_MAX_CONNS,
+    O_MAX_CONNS_PER_IP,
+    O_IDLE_TIMEOUT,
+    O_SHUTDOWN_GRACE,
+    O_MMPROJ,
+    O_VISION_BACKEND,
+    O_MIN_PX,
+    O_MAX_PX,
+    O_MAX_SRC,
+    O_NO_PROMPT_NORMALIZE,
+    O_SCRIPT,
+    O_RENDER_ONLY,
+    O_RENDER_API,
+};
+static const struct cli_opt OPTS[] = {
+    /* ---- the model and its memory */
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .def = "the demo model",
+     .help = "the GGUF model to serve",
+     .more = "Without it: the demo model (`data/demo/snug-demo-q8_0.gguf`, next to the binary, "
+             "in the source tree or `<prefix>/share/snug`; docs/demo-model.md), and the boot log "
+             "says so.",
+     .group = "Model and memory"},
+    {.id = O_CTX,
+     .names = "--ctx",
+     .kind = CLI_INT,
+     .meta = "N|max",
+     .lo = 1,
+     .hi = 1 << 30,
+     .word = "max",
+     .def = "max",
+     .help = "context per slot in tokens; max: the largest context whose plan fits the budget, "
+             "capped at the model's trained length",
+     .more = "How: docs/memory.md, \"Sizing by itself\"; the boot log's `plan:` line repeats the "
+             "choice as flags that give the same plan."},
+    {.id = O_SLOTS,
+     .names = "--slots",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 256,
+     .def = "1",
+     .help = "requests generated concurrently",
+     .more = "Each slot has its own KV cache and DeltaNet state (and MTP state), all allocated at "
+             "boot; the slots share the model's one backend instance, work arena and thread pool "
+             "(`src/engine/slots.h`)."},
+    {.id = O_QUEUE,
+     .names = "--queue",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 100000,
+     .def = "4 x slots",
+     .help = "requests that may wait beyond the free slots; more get 503 with Retry-After: 1"},
+    {.id = O_BUDGET,
+     .names = "--budget",
+     .kind = CLI_SIZE,
+     .meta = "SIZE",
+     .def = "physical memory minus max(1/8, 1 GiB)",
+     .help = "host memory the boot plan must fit (e.g. 2GiB); over it the server refuses to "
+             "start and names the largest context that fits"},
+    {.id = O_SPEC,
+     .names = "--spec-draft",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = SNUG_SPEC_MAX_DRAFT,
+     .def = "3 with an MTP block and no --script, else 0",
+     .help = "speculative decoding with the model's MTP block: N drafts per step (0 = off)",
+     .more = "Greedy output is identical to plain decoding; sampled output follows the same "
+             "distribution (docs/spec-decode.md). Requests with `logprobs` decode plainly."},
+    {.id = O_STEP_PROMPT,
+     .names = "--step-prompt",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1 << 20,
+     .def = "512, the chunk",
+     .help = "prompt tokens a new request adds per engine step, beside the other slots' decode "
+             "rows; smaller keeps their streams smoother while a long prompt is admitted"},
+    {.id = O_THREADS,
+     .names = "-t, --threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1024,
+     .def = "all CPUs",
+     .help = "threads of the model's pool"},
+    CLI_OPTS_KV_AUTO,
+    /* ---- where it runs */
+    {.id = O_BACKEND,
+     .names = "--backend",
+     .kind = CLI_CHOICE,
+     .meta = "cpu|cuda",
+     .def = "cpu",
+     .help = "where the model runs",
+     .more = "`cuda` loads `libsnug_cuda.so` (built beside `snug` when nvcc was found; searched "
+             "next to the executable, then in the build directory; `SNUG_CUDA_LIB=PATH` "
+             "overrides, for debugging) and fails at boot, naming the flag, when the library, "
+             "the CUDA runtime or a GPU is missing.",
+     .group = "Backend"},
+    {.id = O_VRAM_BUDGET,
+     .names = "--vram-budget",
+     .kind = CLI_SIZE,
+     .meta = "SIZE",
+     .def = "the device's free memory",
+     .help = "--backend cuda: the GPU plan, weights included, must fit SIZE, else the server "
+             "refuses to start and names the largest context that fits"},
+    {.id = O_CUDA_PROFILE,
+     .names = "--cuda-profile",
+     .kind = CLI_SWITCH,
+     .help = "accepted for symmetry with run; the server prints no profile"},
+    /* ---- how clients reach it */
+    {.id = O_HOST,
+     .names = "--host",
+     .kind = CLI_TEXT,
+     .meta = "ADDR",
+     .def = "127.0.0.1",
+     .help = "address or name to listen on: IPv4, IPv6 (::1; :: = every address, IPv4 too), "
+             "localhost (the default: nothing outside the machine can reach it)",
+     .group = "Listening and access"},
+    {.id = O_PORT,
+     .names = "--port",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 65535,
+     .def = "8080",
+     .help = "TCP port; 0 = any free port"},
+    {.id = O_PORT_FILE,
+     .names = "--port-file",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "write the bound port to FILE once the server is ready"},
+    {.id = O_API_KEY,
+     .names = "--api-key",
+     .kind = CLI_TEXT,
+     .meta = "K",
+     .help = "every endpoint except /health requires 'Authorization: Bearer K' or 'x-api-key: K' "
+             "(else 401, answered from the headers before any body is read)",
+     .more = "The key is visible to every user of the machine in the process list "
+             "(`/proc/PID/cmdline`): prefer `--api-key-file`."},
+    {.id = O_API_KEY_FILE,
+     .names = "--api-key-file",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "the key is FILE's first line (trailing CR/LF and blanks dropped; at most 4094 "
+             "bytes)"},
+    {.id = O_ALIAS,
+     .names = "--alias",
+     .kind = CLI_TEXT,
+     .meta = "NAME",
+     .help = "also answer to model NAME (up to 16); /v1/models lists the file name, then each "
+             "alias",
+     .flags = CLI_REPEAT},
+    {.id = O_ANY_MODEL,
+     .names = "--any-model",
+     .kind = CLI_SWITCH,
+     .help = "accept any model name in requests (clients with a hard-coded name)"},
+    {.id = O_CORS,
+     .names = "--cors",
+     .kind = CLI_TEXT,
+     .meta = "ORIGIN",
+     .def = "off",
+     .help = "allow browser clients from ORIGIN ('*' = any)",
+     .more = "Every answer carries `Access-Control-Allow-Origin`, and `OPTIONS` preflights get "
+             "`204` with `Access-Control-Allow-Methods` / `-Headers` / `-Max-Age` (no key needed: "
+             "browsers send none). Without it `OPTIONS` is `404`/`405`."},
+    {.id = O_NO_WEBUI,
+     .names = "--no-webui",
+     .kind = CLI_SWITCH,
+     .help = "no chat page at / (it then answers 404)"},
+    {.id = O_NO_ACCESS_LOG,
+     .names = "--no-access-log",
+     .kind = CLI_SWITCH,
+     .help = "no per-request line on stderr"},
+    /* ---- requests */
+    {.id = O_NO_THINK,
+     .names = "--no-think, --no-thinking",
+     .kind = CLI_SWITCH,
+     .help = "thinking off unless a request turns it on (chat_template_kwargs.enable_thinking, "
+             "a reasoning effort)",
+     .group = "Requests"},
+    {.id = O_THINKING_BUDGET,
+     .names = "--thinking-budget",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = INT32_MAX,
+     .def = "none",
+     .help = "default reasoning budget in tokens for a request that leaves the model thinking; "
+             "then the server closes the block (a request's own budget wins)"},
+    {.id = O_REPEAT_GUARD,
+     .names = "--reasoning-repeat-guard",
+     .kind = CLI_TEXT,
+     .meta = "N,K",
+     .def = "off",
+     .help = "close a reasoning block once one N-token span has occurred K times in it (a "
+             "reasoning loop)"},
+    {.id = O_RESPONSES_STORE,
+     .names = "--responses-store",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1000000,
+     .def = "64",
+     .help = "/v1/responses kept for previous_response_id and GET /v1/responses/{id} (in "
+             "memory, least recently used out "
+             "first)"},
+    {.id = O_TIMEOUT,
+     .names = "--timeout",
+     .kind = CLI_NUM,
+     .meta = "SECONDS",
+     .def = "600",
+     .help = "per-request time limit; a request that hits it ends with finish_reason \"length\""},
+    {.id = O_SPECIAL_IN_CONTENT,
+     .names = "--special-tokens-in-content",
+     .kind = CLI_SWITCH,
+     .help = "parse special tokens (<|im_end|>, <|im_start|> ...) inside message text as the "
+             "template's own: open to prompt injection; off by default"},
+    /* ---- limits */
+    {.id = O_MAX_BODY,
+     .names = "--max-body",
+     .kind = CLI_INT,
+     .meta = "BYTES",
+     .lo = 1024,
+     .hi = 1LL << 40,
+     .def = "8 MiB",
+     .help = "request body limit; larger bodies get 413",
+     .more = "A body its `Content-Length` announces larger is never kept (read and dropped as it "
+             "arrives), and one without a length is dropped once past the limit.",
+     .group = "Limits and hardening"},
+    {.id = O_MAX_MESSAGES,
+     .names = "--max-messages",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1L << 30,
+     .def = "1024",
+     .help = "chat messages in one request; over it: 413 naming the flag"},
+    {.id = O_MAX_PARTS,
+     .names = "--max-parts",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1L << 30,
+     .def = "256",
+     .help = "content parts of one message; over it: 413"},
+    {.id = O_MAX_TOOLS,
+     .names = "--max-tools",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1L << 30,
+     .def = "128",
+     .help = "tools in one request; over it: 413"},
+    {.id = O_MAX_PROMPT_BYTES,
+     .names = "--max-prompt-bytes",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1024,
+     .hi = 1LL << 40,
+     .def = "4194304",
+     .help = "prompt text of the messages and of the rendered prompt (also the /tokenize "
+             "content limit); over it: 413",
+     .more = "These request-cost limits are checked before any rendering or tokenizing."},
+    {.id = O_HTTP_THREADS,
+     .names = "--http-threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 256,
+     .def = "4",
+     .help = "connection threads (each an epoll loop over many connections)"},
+    {.id = O_MAX_CONNS,
+     .names = "--max-conns",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1000000,
+     .def = "4096",
+     .help = "open connections in all; beyond it a new connection is closed at once"},
+    {.id = O_MAX_CONNS_PER_IP,
+     .names = "--max-conns-per-ip",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1000000,
+     .def = "256",
+     .help = "open connections of one client address (loopback clients share one address)"},
+    {.id = O_IDLE_TIMEOUT,
+     .names = "--idle-timeout",
+     .kind = CLI_INT,
+     .meta = "S",
+     .lo = 1,
+     .hi = 86400,
+     .def = "30",
+     .help = "an idle keep-alive connection is closed after S seconds"},
+    {.id = O_SHUTDOWN_GRACE,
+     .names = "--shutdown-grace",
+     .kind = CLI_NUM,
+     .meta = "S",
+     .def = "5",
+     .help = "on SIGTERM/SIGINT in-flight requests may finish for S seconds (0.01 to 3600); then "
+             "streams end with a final SSE error event and waiting requests get a 503"},
+    /* ---- images */
+    {.id = O_MMPROJ,
+     .names = "--mmproj",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "the vision tower (the model's mmproj GGUF): image parts as base64 data: URLs "
+             "(docs/vision.md)",
+     .more = "Its memory (weights, the encoder's work and buffers for the largest image, the "
+             "decoded source and its resize scratch; on the GPU its uploaded weights and "
+             "activations) is in the boot plan and comes out of the budget before the context "
+             "is sized; it works with `--spec-draft N` on either backend.",
+     .group = "Images"},
+    {.id = O_VISION_BACKEND,
+     .names = "--vision-backend",
+     .kind = CLI_CHOICE,
+     .meta = "cpu|cuda",
+     .def = "where the model runs",
+     .help = "where the tower runs (on cuda every block runs on the GPU)"},
+    {.id = O_MIN_PX,
+     .names = "--min-image-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_VISION_PIXELS_LIMIT,
+     .def = "65536",
+     .help = "images are resized to at least N pixels (the released processor's bound)"},
+    {.id = O_MAX_PX,
+     .names = "--max-image-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_VISION_PIXELS_LIMIT,
+     .def = "16777216",
+     .help = "images are resized to at most N pixels; N sizes the encoder's memory"},
+    {.id = O_MAX_SRC,
+     .names = "--max-source-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = SNUG_VISION_PIXELS_LIMIT,
+     .def = "33554432",
+     .help = "a decoded image over N pixels is a 400 naming the bound and its size (the source "
+             "buffer is 4 bytes a pixel of N)"},
+    /* ---- the prefix cache */
+    CLI_OPTS_CACHE,
+    {.id = O_NO_PROMPT_NORMALIZE,
+     .names = "--no-prompt-normalize",
+     .kind = CLI_SWITCH,
+     .help = "keep agent clients' per-request spans (the Claude Code billing line) instead of "
+             "dropping them, so their prompts differ in the cache"},
+    /* ---- testing */
+    {.id = O_SCRIPT,
+     .names = "--script",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "TEST ONLY: generation follows FILE's text (or a request's snug_script) instead of "
+             "sampling (\"Test seam\" below)",
+     .group = "Testing"},
+    {.id = O_RENDER_ONLY,
+     .names = "--render-only",
+     .kind = CLI_TEXT,
+     .meta = "FILE",
+     .help = "print the prompt a request body renders to and exit ('-' = stdin); takes serve's "
+             "flags (e.g. --no-think)"},
+    {.id = O_RENDER_API,
+     .names = "--render-api",
+     .kind = CLI_CHOICE,
+     .meta = "chat|messages|responses",
+     .def = "chat",
+     .help = "the API of the --render-only body (an Anthropic / Responses body is converted "
+             "first)"},
+    {0},
+};
+const struct cli_command cli_cmd_serve = {
+    .name = "serve",
+    .run = cmd_serve,
+    .usage = "[-m M.gguf] [--host H] [--port P] [--ctx N|max] [--slots N] [--kv F|auto] [flags]\n"
+             "--render-only REQUEST.json [--render-api chat|messages|responses] [flags]",
+    .summary = "the OpenAI- and Anthropic-compatible server",
+    .about =
+        "the server for the clients people use: OpenAI chat / completions / Responses "
+        "(`/v1/responses`: Codex, openai-agents) and Anthropic Messages (`/v1/messages`: Claude "
+        "Code), streaming, tool calls, reasoning split, bounded thinking, structured outputs "
+        "(JSON Schema, GBNF, Lark / regex custom tools), images with `--mmproj`, the prefix "
+        "cache (on by default: `--cache-ram`), every slot's decode row and a bounded chunk of a "
+        "new prompt "
+        "in one step, `/health`, `/metrics`, `/tokenize` and a chat page at `/`; hardened "
+        "against hostile clients; without `--ctx` it takes the largest context the budget "
+        "allows, `--kv auto` the least lossy format reaching it (docs/memory.md) — "
+        "docs/server.md, docs/grammar.md, docs/vision.md, docs/prefix-cache.md",
+    .opts = OPTS,
+};
 
 int cmd_serve(int argc, char **argv) {
     int vision_backend = -1; /* --vision-backend; unset: where the model runs */
@@ -188,188 +528,168 @@ int cmd_serve(int argc, char **argv) {
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
-    bool ctx_max = false;
     struct snug_plan_cache_flags cache = {.ram_bytes = SNUG_CACHE_RAM_AUTO}; /* on by default */
     const char *render_path = NULL, *render_api = "chat";
     static char key_buf[4096];
-    struct cli_backend bk = {0};
-    int kvr, bkr;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        double d;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o.model_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--host")) {
-            if (!(o.host = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--port")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 65535) return 2;
-            o.port = (int)v;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!cli_ctx_value(argc, argv, &i, "serve", &v, &ctx_max)) return 2;
-            o.n_ctx = (int32_t)v; /* 0 with max: sized by itself, as without --ctx */
-        } else if (!strcmp(a, "--slots")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 256) {
-                fprintf(stderr, "snug serve: --slots wants 1..256\n");
-                return 2;
-            }
-            o.n_slots = (int32_t)v;
-        } else if (!strcmp(a, "--budget")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!b || !snug_plan_parse_size(b, &o.budget)) {
-                fprintf(stderr, "snug serve: --budget wants a size such as 2GiB or 512MiB\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--spec-draft")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 16) {
-                fprintf(stderr, "snug serve: --spec-draft wants 0..16 (0 = off)\n");
-                return 2;
-            }
-            o.n_draft = (int32_t)v;
-        } else if (!strcmp(a, "--step-prompt")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1 << 20) {
-                fprintf(stderr, "snug serve: --step-prompt wants a token count >= 1\n");
-                return 2;
-            }
-            o.prompt_budget = (int32_t)v;
-        } else if (!strcmp(a, "--queue")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 100000) return 2;
-            o.queue_cap = (int32_t)v;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > 1024) return 2;
-            o.n_threads = (int32_t)v;
-        } else if ((kvr = cli_kv_flag(argc, argv, &i, "serve", &kv)) != 0) {
-            if (kvr < 0) return 2;
-            kv_code = cli_kv_code(&kv);
-        } else if ((bkr = cli_backend_flag(argc, argv, &i, "serve", &bk)) != 0) {
-            if (bkr < 0) return 2;
-            o.backend = bk.backend;
-            o.vram_budget = bk.vram_budget;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(o.api_key = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key-file")) {
-            const char *path = cli_value(argc, argv, &i);
-            if (!path || !(o.api_key = read_key_file(path, key_buf, sizeof key_buf))) return 2;
-        } else if (!strcmp(a, "--http-threads")) {
-            if (!serve_int(argc, argv, &i, 1, 256, &v)) return 2;
-            o.http_threads = (int32_t)v;
-        } else if (!strcmp(a, "--max-conns")) {
-            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
-            o.max_conns = (int32_t)v;
-        } else if (!strcmp(a, "--max-conns-per-ip")) {
-            if (!serve_int(argc, argv, &i, 1, 1000000, &v)) return 2;
-            o.max_conns_per_ip = (int32_t)v;
-        } else if (!strcmp(a, "--idle-timeout")) {
-            if (!serve_int(argc, argv, &i, 1, 86400, &v)) return 2;
-            o.idle_timeout_s = (int32_t)v;
-        } else if (!strcmp(a, "--shutdown-grace")) {
-            if (!cli_float(argc, argv, &i, &d) || d < 0.01 || d > 3600) return 2;
-            o.shutdown_grace_s = d;
-        } else if (!strcmp(a, "--max-messages")) {
-            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
-            o.limits.max_messages = (size_t)v;
-        } else if (!strcmp(a, "--max-parts")) {
-            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
-            o.limits.max_parts = (size_t)v;
-        } else if (!strcmp(a, "--max-tools")) {
-            if (!serve_int(argc, argv, &i, 1, 1L << 30, &v)) return 2;
-            o.limits.max_tools = (size_t)v;
-        } else if (!strcmp(a, "--max-prompt-bytes")) {
-            if (!serve_int(argc, argv, &i, 1024, 1L << 40, &v)) return 2;
-            o.limits.max_prompt_bytes = (size_t)v;
-        } else if (!strcmp(a, "--special-tokens-in-content")) {
+    struct cli_args args;
+    struct cli_val v;
+    int r;
+    cli_args_init(&args, &cli_cmd_serve, argc, argv);
+    while ((r = cli_args_next(&args, &v)) > 0) {
+        if (!cli_kv_opt(&args, r, &v, &kv)) return 2;
+        if (r == CLI_O_KV || r == CLI_O_KV_K || r == CLI_O_KV_V) kv_code = cli_kv_code(&kv);
+        if (!cli_cache_opt(r, &v, &cache)) return 2;
+        switch (r) {
+        case O_MODEL:
+            o.model_path = v.s;
+            break;
+        case O_HOST:
+            o.host = v.s;
+            break;
+        case O_PORT:
+            o.port = (int)v.i;
+            break;
+        case O_CTX:
+            o.n_ctx = (int32_t)v.i;
+            break; /* 0 with max: sized by itself */
+        case O_SLOTS:
+            o.n_slots = (int32_t)v.i;
+            break;
+        case O_BUDGET:
+            o.budget = v.size;
+            break;
+        case O_SPEC:
+            o.n_draft = (int32_t)v.i;
+            break;
+        case O_STEP_PROMPT:
+            o.prompt_budget = (int32_t)v.i;
+            break;
+        case O_QUEUE:
+            o.queue_cap = (int32_t)v.i;
+            break;
+        case O_THREADS:
+            o.n_threads = (int32_t)v.i;
+            break;
+        case O_BACKEND:
+            o.backend = v.choice;
+            break; /* cpu|cuda: 0, 1 */
+        case O_VRAM_BUDGET:
+            o.vram_budget = v.size;
+            break;
+        case O_CUDA_PROFILE:
+            break;
+        case O_API_KEY:
+            o.api_key = v.s;
+            break;
+        case O_API_KEY_FILE:
+            if (!(o.api_key = read_key_file(v.s, key_buf, sizeof key_buf))) return 2;
+            break;
+        case O_HTTP_THREADS:
+            o.http_threads = (int32_t)v.i;
+            break;
+        case O_MAX_CONNS:
+            o.max_conns = (int32_t)v.i;
+            break;
+        case O_MAX_CONNS_PER_IP:
+            o.max_conns_per_ip = (int32_t)v.i;
+            break;
+        case O_IDLE_TIMEOUT:
+            o.idle_timeout_s = (int32_t)v.i;
+            break;
+        case O_SHUTDOWN_GRACE:
+            if (!(v.f >= 0.01 && v.f <= 3600))
+                return cli_args_bad(&args, &v, "expected 0.01..3600 seconds"), 2;
+            o.shutdown_grace_s = v.f;
+            break;
+        case O_MAX_MESSAGES:
+            o.limits.max_messages = (size_t)v.i;
+            break;
+        case O_MAX_PARTS:
+            o.limits.max_parts = (size_t)v.i;
+            break;
+        case O_MAX_TOOLS:
+            o.limits.max_tools = (size_t)v.i;
+            break;
+        case O_MAX_PROMPT_BYTES:
+            o.limits.max_prompt_bytes = (size_t)v.i;
+            break;
+        case O_SPECIAL_IN_CONTENT:
             o.special_in_content = true;
-        } else if (!strcmp(a, "--no-think") || !strcmp(a, "--no-thinking")) {
+            break;
+        case O_NO_THINK:
             o.no_think = true;
-        } else if (!strcmp(a, "--no-prompt-normalize")) {
+            break;
+        case O_NO_PROMPT_NORMALIZE:
             o.no_prompt_normalize = true;
-        } else if ((kvr = cli_cache_flag(argc, argv, &i, "serve", &cache)) != 0) {
-            if (kvr < 0) return 2;
-        } else if (!strcmp(a, "--no-webui")) {
+            break;
+        case O_NO_WEBUI:
             o.no_webui = true;
-        } else if (!strcmp(a, "--mmproj")) {
-            if (!(o.mmproj = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vision-backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!b) return 2;
-            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
-                fprintf(stderr, "snug serve: --vision-backend '%s': expected cpu or cuda\n", b);
-                return 2;
-            }
-            vision_backend = !strcmp(b, "cuda");
-        } else if (!strcmp(a, "--min-image-pixels") || !strcmp(a, "--max-image-pixels") ||
-                   !strcmp(a, "--max-source-pixels")) {
-            long v = 0;
-            if (!cli_int(argc, argv, &i, &v)) return 2;
-            if (v < 1 || v > SNUG_VISION_PIXELS_LIMIT) {
-                fprintf(stderr, "snug serve: %s %ld: expected 1..%lld\n", a, v,
-                        (long long)SNUG_VISION_PIXELS_LIMIT);
-                return 2;
-            }
-            if (!strcmp(a, "--min-image-pixels"))
-                o.min_image_pixels = v;
-            else if (!strcmp(a, "--max-image-pixels"))
-                o.max_image_pixels = v;
-            else
-                o.max_source_pixels = v;
-        } else if (!strcmp(a, "--script")) {
-            if (!(o.script_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!cli_float(argc, argv, &i, &d) || d <= 0) return 2;
-            o.timeout_s = d;
-        } else if (!strcmp(a, "--max-body")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1024) return 2;
-            o.max_body_bytes = (size_t)v;
-        } else if (!strcmp(a, "--port-file")) {
-            if (!(o.port_file = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--alias")) {
-            const char *n = cli_value(argc, argv, &i);
-            if (!n) return 2;
-            if (o.n_aliases >= SNUG_SERVER_MAX_ALIASES) {
-                fprintf(stderr, "snug serve: at most %d --alias names\n", SNUG_SERVER_MAX_ALIASES);
-                return 2;
-            }
-            o.aliases[o.n_aliases++] = n;
-        } else if (!strcmp(a, "--any-model")) {
+            break;
+        case O_MMPROJ:
+            o.mmproj = v.s;
+            break;
+        case O_VISION_BACKEND:
+            vision_backend = v.choice;
+            break;
+        case O_MIN_PX:
+            o.min_image_pixels = v.i;
+            break;
+        case O_MAX_PX:
+            o.max_image_pixels = v.i;
+            break;
+        case O_MAX_SRC:
+            o.max_source_pixels = v.i;
+            break;
+        case O_SCRIPT:
+            o.script_path = v.s;
+            break;
+        case O_TIMEOUT:
+            if (!(v.f > 0)) return cli_args_bad(&args, &v, "expected a number of seconds > 0"), 2;
+            o.timeout_s = v.f;
+            break;
+        case O_MAX_BODY:
+            o.max_body_bytes = (size_t)v.i;
+            break;
+        case O_PORT_FILE:
+            o.port_file = v.s;
+            break;
+        case O_ALIAS:
+            if (o.n_aliases >= SNUG_SERVER_MAX_ALIASES)
+                return cli_args_bad(&args, &v, "at most %d --alias names", SNUG_SERVER_MAX_ALIASES),
+                       2;
+            o.aliases[o.n_aliases++] = v.s;
+            break;
+        case O_ANY_MODEL:
             o.any_model = true;
-        } else if (!strcmp(a, "--cors")) {
-            if (!(o.cors_origin = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--thinking-budget")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 0 || v > INT32_MAX) {
-                fprintf(stderr, "snug serve: --thinking-budget wants a token count >= 0\n");
-                return 2;
-            }
-            o.thinking_budget = (int32_t)v;
-        } else if (!strcmp(a, "--reasoning-repeat-guard")) {
-            const char *g = cli_value(argc, argv, &i);
-            if (!g || !snug_think_parse_guard(g, &o.repeat_n, &o.repeat_k)) {
-                fprintf(stderr, "snug serve: --reasoning-repeat-guard wants N,K (span of N in "
-                                "1..4096 tokens, K >= 2 occurrences), e.g. 16,4\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--responses-store")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1000000) return 2;
-            o.responses_store = (int32_t)v;
-        } else if (!strcmp(a, "--no-access-log")) {
+            break;
+        case O_CORS:
+            o.cors_origin = v.s;
+            break;
+        case O_THINKING_BUDGET:
+            o.thinking_budget = (int32_t)v.i;
+            break;
+        case O_REPEAT_GUARD:
+            if (!snug_think_parse_guard(v.s, &o.repeat_n, &o.repeat_k))
+                return cli_args_bad(&args, &v,
+                                    "expected N,K (a span of N in 1..4096 tokens, K >= 2 "
+                                    "occurrences), e.g. 16,4"),
+                       2;
+            break;
+        case O_RESPONSES_STORE:
+            o.responses_store = (int32_t)v.i;
+            break;
+        case O_NO_ACCESS_LOG:
             o.no_access_log = true;
-        } else if (!strcmp(a, "--render-only")) {
-            if (!(render_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--render-api")) {
-            if (!(render_api = cli_value(argc, argv, &i))) return 2;
-            if (strcmp(render_api, "chat") && strcmp(render_api, "messages") &&
-                strcmp(render_api, "responses")) {
-                fprintf(stderr, "snug serve: --render-api wants chat, messages or responses\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug serve: unknown option '%s'\n", a);
-            serve_usage();
-            return 2;
+            break;
+        case O_RENDER_ONLY:
+            render_path = v.s;
+            break;
+        case O_RENDER_API:
+            render_api = v.s;
+            break;
         }
     }
+    if (r != CLI_END) return CLI_EXIT(r);
     o.vision_backend = vision_backend >= 0 ? vision_backend : o.backend == 1;
     if (render_path) return render_only(&o, render_path, render_api);
     if (!o.model_path) {

@@ -12,18 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void stress_usage(void) {
-    fprintf(stderr,
-            "usage: snug stress [--url http://127.0.0.1:8080] [--model M] [--api-key K] [--json]\n"
-            "                   [--ctx N] [--fractions 0.1,0.5,0.95] [--no-over-limit]\n"
-            "                   [--needle 'teal otter 42'] [--max-tokens N] [--timeout S]\n"
-            "  Needle ladder at depths from the server's context limit (/health, /v1/models or\n"
-            "  /props; --ctx overrides) up to 0.95 of it plus one rung beyond it, salted\n"
-            "  haystacks counted by the server's /tokenize; tool-response prefill at 100K and\n"
-            "  130K characters; IDE-agent one-shot; multi-turn agent. Exit status = failed\n"
-            "  checks. --max-tokens caps the long answers (spec: 2000 / 500).\n");
-}
-
 /* Print one result row: status, name, detail, memory delta. */
 static void print_row(const json_t *r) {
     const char *st = json_string_value(json_object_get(r, "status"));
@@ -38,51 +26,106 @@ static void print_row(const json_t *r) {
     printf("\n");
 }
 
+enum { O_JSON = 1, O_CTX, O_MAX_TOKENS, O_NEEDLE, O_NO_OVER_LIMIT, O_FRACTIONS };
+static const struct cli_opt OPTS[] = {
+    CLI_OPTS_CONN,
+    {.id = O_CTX,
+     .names = "--ctx",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 64,
+     .hi = 1LL << 40,
+     .def = "the server's limit, from /health, /v1/models or /props",
+     .help = "the context limit the ladder climbs to",
+     .group = "Checks"},
+    {.id = O_FRACTIONS,
+     .names = "--fractions",
+     .kind = CLI_TEXT,
+     .meta = "F,F,...",
+     .def = "0.1,0.25,0.5,0.75,0.9,0.95",
+     .help = "the needle depths as fractions of the context, each in (0, 0.95]"},
+    {.id = O_NO_OVER_LIMIT,
+     .names = "--no-over-limit",
+     .kind = CLI_SWITCH,
+     .help = "no rung beyond the context limit"},
+    {.id = O_NEEDLE,
+     .names = "--needle",
+     .kind = CLI_TEXT,
+     .meta = "TEXT",
+     .def = "a random colour, animal and number",
+     .help = "the phrase hidden in the haystacks (its first three words are checked)"},
+    {.id = O_MAX_TOKENS,
+     .names = "--max-tokens",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1000000,
+     .def = "2000 (IDE agent), 500 (multi-turn)",
+     .help = "caps the long answers"},
+    {.id = O_JSON,
+     .names = "--json",
+     .kind = CLI_SWITCH,
+     .help = "print the results as JSON",
+     .group = "Output"},
+    {0},
+};
+const struct cli_command cli_cmd_stress = {
+    .name = "stress",
+    .run = cmd_stress,
+    .usage = "[--url U] [--ctx N] [--fractions F,...] [--json]",
+    .summary = "long-context boundary checks of a server",
+    .about = "long-context boundary checks of any OpenAI-compatible server: a needle ladder at "
+             "depths of the context limit up to 0.95 of it plus one rung beyond, on salted "
+             "haystacks counted by the server's /tokenize; tool-response prefill at 100K and 130K "
+             "characters; an IDE-agent one-shot; a multi-turn agent; the exit status is the "
+             "number of failed checks — docs/suite.md",
+    .opts = OPTS,
+};
+
 int cmd_stress(int argc, char **argv) {
     struct cli_conn cc = CLI_CONN_DEFAULT;
-    int cr;
     bool as_json = false;
     double fr[32];
     struct snug_ops_stress_opts o = {.over_limit = true, .fractions = fr};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
-            if (cr < 0) return 2;
-        } else if (!strcmp(a, "--json")) {
+    struct cli_args p;
+    struct cli_val v;
+    int r;
+    cli_args_init(&p, &cli_cmd_stress, argc, argv);
+    while ((r = cli_args_next(&p, &v)) > 0) {
+        if (!cli_conn_opt(&p, r, &v, &cc)) return 2;
+        switch (r) {
+        case O_JSON:
             as_json = true;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 64) return 2;
-            o.n_ctx = v;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!cli_int(argc, argv, &i, &v) || v < 1 || v > 1000000) return 2;
-            o.max_tokens = (int)v;
-        } else if (!strcmp(a, "--needle")) {
-            if (!(o.needle = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--no-over-limit")) {
+            break;
+        case O_CTX:
+            o.n_ctx = v.i;
+            break;
+        case O_MAX_TOKENS:
+            o.max_tokens = (int)v.i;
+            break;
+        case O_NEEDLE:
+            o.needle = v.s;
+            break;
+        case O_NO_OVER_LIMIT:
             o.over_limit = false;
-        } else if (!strcmp(a, "--fractions")) {
-            const char *s = cli_value(argc, argv, &i);
-            if (!s) return 2;
+            break;
+        case O_FRACTIONS:
             o.n_fractions = 0;
-            for (char *e; *s && o.n_fractions < 32; s = *e ? e + 1 : e) {
+            for (const char *s = v.s; *s && o.n_fractions < 32;) {
+                char *e;
                 double f = strtod(s, &e);
-                if (e == s || f <= 0 || f > 0.95 || (*e && *e != ',')) {
-                    fprintf(stderr, "snug stress: --fractions wants numbers in (0, 0.95] "
-                                    "separated by commas\n");
-                    return 2;
-                }
+                if (e == s || f <= 0 || f > 0.95 || (*e && *e != ','))
+                    return cli_args_bad(&p, &v,
+                                        "expected numbers in (0, 0.95] separated by "
+                                        "commas"),
+                           2;
                 fr[o.n_fractions++] = f;
+                s = *e ? e + 1 : e;
             }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            stress_usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug stress: unknown option '%s'\n", a);
-            stress_usage();
-            return 2;
+            break;
         }
     }
+    if (r != CLI_END) return CLI_EXIT(r);
     struct snug_err err = {0};
     struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "stress")) return 1;

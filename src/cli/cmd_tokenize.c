@@ -14,37 +14,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int usage(void) {
-    fprintf(stderr, "usage: snug tokenize -m M.gguf (--text S | --file F) [--no-special] "
-                    "[--no-nfc]\n");
-    return 2;
-}
+enum { O_MODEL = 1, O_TEXT, O_FILE, O_NO_SPECIAL, O_NO_NFC };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m, --model",
+     .kind = CLI_TEXT,
+     .meta = "M.gguf",
+     .help = "a model or a vocabulary-only GGUF"},
+    {.id = O_TEXT, .names = "-p, --text", .kind = CLI_TEXT, .meta = "S", .help = "the text"},
+    {.id = O_FILE,
+     .names = "-f, --file",
+     .kind = CLI_TEXT,
+     .meta = "F",
+     .help = "the text is F's contents"},
+    {.id = O_NO_SPECIAL,
+     .names = "--no-special",
+     .kind = CLI_SWITCH,
+     .help = "special tokens (<|im_start|>, ...) in the text are plain text"},
+    {.id = O_NO_NFC,
+     .names = "--no-nfc",
+     .kind = CLI_SWITCH,
+     .help = "no NFC normalisation first (llama.cpp's behaviour)"},
+    {0},
+};
+const struct cli_command cli_cmd_tokenize = {
+    .name = "tokenize",
+    .run = cmd_tokenize,
+    .usage = "-m M.gguf (--text S | --file F) [--no-special] [--no-nfc]",
+    .summary = "token ids of a text as a JSON array",
+    .about = "token ids as a JSON array (a vocabulary-only GGUF is enough)",
+    .opts = OPTS,
+};
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
     bool special = true, nfc = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--text") || !strcmp(a, "-p")) {
-            if (!(text = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--file") || !strcmp(a, "-f")) {
-            if (!(file = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--no-special")) {
-            special = false;
-        } else if (!strcmp(a, "--no-nfc")) {
-            nfc = false;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug tokenize: unknown option '%s'\n", a);
-            return usage();
-        }
+    struct cli_args p;
+    struct cli_val v;
+    int r;
+    cli_args_init(&p, &cli_cmd_tokenize, argc, argv);
+    while ((r = cli_args_next(&p, &v)) > 0) {
+        if (r == O_MODEL) model = v.s;
+        if (r == O_TEXT) text = v.s;
+        if (r == O_FILE) file = v.s;
+        if (r == O_NO_SPECIAL) special = false;
+        if (r == O_NO_NFC) nfc = false;
     }
-    if (!model || (!text == !file)) return usage();
-
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model || (!text == !file))
+        return cli_usage_error(&cli_cmd_tokenize, "give -m M.gguf and one of --text or --file");
     struct snug_err err = {0};
     struct snug_gguf *g = NULL;
     struct snug_tokenizer *tok = NULL;

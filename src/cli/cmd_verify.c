@@ -11,36 +11,40 @@
 #include <string.h>
 #include <unistd.h>
 
-static void verify_usage(void) {
-    fprintf(stderr,
-            "usage: snug verify [--url http://127.0.0.1:8080] [--model M] [--api-key K] [--json]\n"
-            "                   [--timeout SECONDS]\n"
-            "  Nine functional checks of an OpenAI-compatible server (snug, vLLM, llama.cpp):\n"
-            "  reachable, engine-self-check (/health), basic-answer, tool-call, streaming,\n"
-            "  thinking, quality, speculative (/metrics), stream-tool-thinking.\n"
-            "  Exit status = number of failed checks. --json prints\n"
-            "  {\"checks\": [{\"name\", \"status\": pass|fail|skip, \"detail\"}]}.\n");
-}
+enum { O_JSON = 1 };
+static const struct cli_opt OPTS[] = {
+    CLI_OPTS_CONN,
+    {.id = O_JSON,
+     .names = "--json",
+     .kind = CLI_SWITCH,
+     .help = "print {\"checks\": [{\"name\", \"status\": pass|fail|skip, \"detail\"}]}",
+     .group = "Output"},
+    {0},
+};
+const struct cli_command cli_cmd_verify = {
+    .name = "verify",
+    .run = cmd_verify,
+    .usage = "[--url U] [--model M] [--api-key K] [--json]",
+    .summary = "functional checks of an OpenAI-compatible server",
+    .about = "nine functional checks of any OpenAI-compatible server (snug, vLLM, llama.cpp): "
+             "reachable, engine-self-check (/health), basic-answer, tool-call, streaming, "
+             "thinking, quality, speculative (/metrics), stream-tool-thinking; the exit status is "
+             "the number of failed checks — docs/suite.md",
+    .opts = OPTS,
+};
 
 int cmd_verify(int argc, char **argv) {
     struct cli_conn cc = CLI_CONN_DEFAULT;
-    int cr;
     bool as_json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if ((cr = cli_conn_flag(argc, argv, &i, &cc)) != 0) {
-            if (cr < 0) return 2;
-        } else if (!strcmp(a, "--json")) {
-            as_json = true;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            verify_usage();
-            return 0;
-        } else {
-            fprintf(stderr, "snug verify: unknown option '%s'\n", a);
-            verify_usage();
-            return 2;
-        }
+    struct cli_args p;
+    struct cli_val v;
+    int r;
+    cli_args_init(&p, &cli_cmd_verify, argc, argv);
+    while ((r = cli_args_next(&p, &v)) > 0) {
+        if (r == O_JSON) as_json = true;
+        if (!cli_conn_opt(&p, r, &v, &cc)) return 2;
     }
+    if (r != CLI_END) return CLI_EXIT(r);
     struct snug_err err = {0};
     struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "verify")) return 1;

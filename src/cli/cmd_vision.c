@@ -1,9 +1,7 @@
 /* cmd_vision.c — `snug vision -m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W)
- * [-o OUT.f32] [--dump-pixels P.f32] [--min-image-pixels N] [--max-image-pixels N] [--threads N]
- * [--vision-backend cpu|cuda]`:
- * the vision tower (src/vision) over one image — a PNG/JPEG/WebP file, decoded, resized by the
- * smart-resize rule and laid out in patches (image.h), or already preprocessed patches (float32,
- * [H·W][3·2·P²] in merge-window-major order) — writing the projector's rows
+ * [-o OUT.f32]`: the vision tower (src/vision) over one image — a PNG/JPEG/WebP file, decoded,
+ * resized by the smart-resize rule and laid out in patches (image.h), or already preprocessed
+ * patches (float32, [H·W][3·2·P²] in merge-window-major order) — writing the projector's rows
  * [(H/merge)·(W/merge)][text hidden] as float32 (the layout of the vision fixture's
  * img*_features.f32, tests/data/vision, docs/vision.md). Prints the resized size and the image's
  * token count. A tool for checking the tower (and its CUDA form against the CPU's). */
@@ -23,61 +21,142 @@
 #define MIN_PIXELS SNUG_VISION_MIN_PIXELS
 #define MAX_PIXELS SNUG_VISION_MAX_PIXELS
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: snug vision -m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W) "
-            "[-o OUT.f32]\n"
-            "                   [--dump-pixels P.f32] [--min-image-pixels N] "
-            "[--max-image-pixels N] [--threads N] [--vision-backend cpu|cuda]\n"
-            "  --image F   a PNG, JPEG or WebP file: decoded, resized (Qwen2-VL smart resize,\n"
-            "              Pillow's bicubic) and cut into patches as the Hugging Face processor\n"
-            "  --pixels/--grid  preprocessed patches and their patch rows and columns\n"
-            "  --min-image-pixels / --max-image-pixels  the resize bounds (default %d / %d)\n"
-            "  --vision-backend cuda  the whole tower on the GPU (weights uploaded, every\n"
-            "              block there; the host cuts frames and positions)\n",
-            MIN_PIXELS, MAX_PIXELS);
-    return 2;
-}
+enum { O_MODEL = 1, O_PIXELS, O_IMAGE, O_DUMP, O_OUT, O_GRID, O_MIN_PX, O_MAX_PX, O_THREADS, O_VB };
+static const struct cli_opt OPTS[] = {
+    {.id = O_MODEL,
+     .names = "-m",
+     .kind = CLI_TEXT,
+     .meta = "MMPROJ.gguf",
+     .help = "the vision tower (a model's mmproj GGUF)"},
+    {.id = O_IMAGE,
+     .names = "--image",
+     .kind = CLI_TEXT,
+     .meta = "F",
+     .help = "a PNG, JPEG or WebP file: decoded, resized (Qwen2-VL smart resize, Pillow's "
+             "bicubic) and cut into patches as the Hugging Face processor does",
+     .group = "Input"},
+    {.id = O_PIXELS,
+     .names = "--pixels",
+     .kind = CLI_TEXT,
+     .meta = "P.f32",
+     .help = "instead: preprocessed patches, float32 [H·W][3·2·P²] in merge-window-major order"},
+    {.id = O_GRID,
+     .names = "--grid",
+     .kind = CLI_INT,
+     .meta = "H W",
+     .lo = 1,
+     .hi = 4096,
+     .n_values = 2,
+     .help = "--pixels: the patch rows and columns"},
+    {.id = O_MIN_PX,
+     .names = "--min-image-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1LL << 28,
+     .def = "65536",
+     .help = "--image is resized to at least N pixels"},
+    {.id = O_MAX_PX,
+     .names = "--max-image-pixels",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1LL << 28,
+     .def = "16777216",
+     .help = "--image is resized to at most N pixels"},
+    {.id = O_OUT,
+     .names = "-o",
+     .kind = CLI_TEXT,
+     .meta = "OUT.f32",
+     .help = "the projector's rows, float32 [(H/merge)·(W/merge)][text hidden]",
+     .group = "Output"},
+    {.id = O_DUMP,
+     .names = "--dump-pixels",
+     .kind = CLI_TEXT,
+     .meta = "P.f32",
+     .help = "also write the patches the tower reads"},
+    {.id = O_THREADS,
+     .names = "--threads",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 256,
+     .def = "1",
+     .help = "threads",
+     .group = "Where it runs"},
+    {.id = O_VB,
+     .names = "--vision-backend",
+     .kind = CLI_CHOICE,
+     .meta = "cpu|cuda",
+     .def = "cpu",
+     .help = "cuda: the whole tower on the GPU (weights uploaded, every block there; the host "
+             "cuts frames and positions)"},
+    {0},
+};
+const struct cli_command cli_cmd_vision = {
+    .name = "vision",
+    .run = cmd_vision,
+    .usage = "-m MMPROJ.gguf (--image F | --pixels P.f32 --grid H W) [-o OUT.f32]",
+    .summary = "the vision tower over an image or preprocessed patches",
+    .about = "an image (PNG/JPEG/WebP) or preprocessed patches through the vision tower: the "
+             "resized size, the token count, the projector rows (a checking tool) — "
+             "docs/vision.md",
+    .opts = OPTS,
+};
 
 int cmd_vision(int argc, char **argv) {
     const char *model = NULL, *pix = NULL, *outp = NULL, *image = NULL, *dump = NULL;
     long gh = 0, gw = 0, threads = 1;
     int vbackend = 0; /* --vision-backend: 0 cpu, 1 cuda */
     long long min_px = MIN_PIXELS, max_px = MAX_PIXELS;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") && i + 1 < argc)
-            model = argv[++i];
-        else if (!strcmp(a, "--pixels") && i + 1 < argc)
-            pix = argv[++i];
-        else if (!strcmp(a, "--image") && i + 1 < argc)
-            image = argv[++i];
-        else if (!strcmp(a, "--dump-pixels") && i + 1 < argc)
-            dump = argv[++i];
-        else if (!strcmp(a, "-o") && i + 1 < argc)
-            outp = argv[++i];
-        else if (!strcmp(a, "--grid") && i + 2 < argc) {
-            gh = strtol(argv[++i], NULL, 10);
-            gw = strtol(argv[++i], NULL, 10);
-        } else if (!strcmp(a, "--min-image-pixels") && i + 1 < argc)
-            min_px = strtoll(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--max-image-pixels") && i + 1 < argc)
-            max_px = strtoll(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--threads") && i + 1 < argc)
-            threads = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--vision-backend") && i + 1 < argc) {
-            const char *b = argv[++i];
-            if (strcmp(b, "cpu") && strcmp(b, "cuda")) {
-                fprintf(stderr, "snug vision: --vision-backend '%s': expected cpu or cuda\n", b);
-                return 2;
-            }
-            vbackend = !strcmp(b, "cuda");
-        } else
-            return usage();
+    struct cli_args args;
+    struct cli_val val;
+    int r;
+    cli_args_init(&args, &cli_cmd_vision, argc, argv);
+    while ((r = cli_args_next(&args, &val)) > 0) {
+        switch (r) {
+        case O_MODEL:
+            model = val.s;
+            break;
+        case O_PIXELS:
+            pix = val.s;
+            break;
+        case O_IMAGE:
+            image = val.s;
+            break;
+        case O_DUMP:
+            dump = val.s;
+            break;
+        case O_OUT:
+            outp = val.s;
+            break;
+        case O_GRID:
+            gh = (long)val.i, gw = (long)val.i2;
+            break;
+        case O_MIN_PX:
+            min_px = val.i;
+            break;
+        case O_MAX_PX:
+            max_px = val.i;
+            break;
+        case O_THREADS:
+            threads = (long)val.i;
+            break;
+        case O_VB:
+            vbackend = val.choice;
+            break;
+        }
     }
-    if (!model || !!pix == !!image || (pix && (gh <= 0 || gw <= 0 || gh > 4096 || gw > 4096)) ||
-        threads < 1 || threads > 256 || min_px < 1 || max_px < min_px || max_px > (1LL << 28))
-        return usage();
+    if (r != CLI_END) return CLI_EXIT(r);
+    if (!model || !!pix == !!image || (pix && (gh <= 0 || gw <= 0)))
+        return cli_usage_error(&cli_cmd_vision,
+                               "give -m MMPROJ.gguf and either --image F or --pixels P.f32 "
+                               "--grid H W");
+    if (max_px < min_px)
+        return cli_usage_error(&cli_cmd_vision,
+                               "--max-image-pixels %lld is below "
+                               "--min-image-pixels %lld",
+                               max_px, min_px);
     struct snug_err err = {0};
     struct snug_vision *v = NULL;
     if (snug_vision_load(&v, model, &err)) return cli_fail("vision", &err);

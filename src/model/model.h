@@ -225,7 +225,7 @@ int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m, const struct
                        struct snug_pool *pool, struct snug_be *be, int32_t slot,
                        const struct snug_plan *plan, struct snug_err *err);
 
-/* Arch helpers shared between registry entries (src/model/tensors.c). */
+/* Arch helpers shared between registry entries (src/model/model.c). */
 /* Find a tensor and check its shape: n_dims dims with ne[0..n_dims) equal to the given values
  * (extra dims must be 1). required=false: absent → *out = NULL, OK. `f32_only` demands F32
  * (vectors read directly as floats); otherwise the type must be computable. */

@@ -38,10 +38,11 @@ int snug_preset_find(const char *name, struct snug_hparams *hp, struct snug_err 
     hp->full_attn_interval = 4;
     hp->n_nextn = 1;
     if (!strcmp(name, "demo") || !strcmp(name, "demo-moe")) {
-        /* fixtures/README.md: hidden 256, 4 layers, 4/2 heads of 64, rotary 16, FFN 512,
-         * DeltaNet 2 key / 6 value heads of 64; the MoE fixture has 4 value heads, 16 experts
-         * (4 used) of width 64, a shared expert of 64 and no MTP block. Vocabulary: the
-         * built-in 265 tokens of snug_vocab_builtin (what `snug gen` writes by default). */
+        /* the reference fixtures' shapes (docs/testing.md): hidden 256, 4 layers, 4/2 heads of 64,
+         * rotary 16, FFN 512, DeltaNet 2 key / 6 value heads of 64; the MoE fixture has 4 value
+         * heads, 16 experts (4 used) of width 64, a shared expert of 64 and no MTP block.
+         * Vocabulary: the built-in 265 tokens of snug_vocab_builtin (what `snug gen` writes by
+         * default). */
         hp->n_vocab = 265;
         hp->n_embd = 256;
         hp->n_layer = 4;

@@ -1,4 +1,4 @@
-/* plan_cache.h — the prefix cache's tiers in the memory plan (issue 17): from a made plan and
+/* plan_cache.h — the prefix cache's tiers in the memory plan: from a made plan and
  * the cache flags, the checkpoint layout (state bytes, KV row bytes: what the store and the
  * disk files are sized by) and the plan items "prefix cache (ram)" (host: the RAM tier's pages
  * plus its index and bookkeeping, snug_prefix_bytes) and the disk tier's budget (not memory:

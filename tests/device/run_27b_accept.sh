@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_27b_accept.sh — issue 9's acceptance run for qwen3.6-27b (random Q4_K_M weights) on the
+# run_27b_accept.sh — the acceptance run for qwen3.6-27b (random Q4_K_M weights) on the
 # GPU under a 23.5 GiB device budget at the full native context:
 #   snug gen --preset qwen3.6-27b --type q4_k_m (on the device's local disk, once per machine);
 #   snug plan ... --budget 23.5GiB --ctx 262144 --backend cuda --kv KV (the plan's device total);
@@ -12,8 +12,9 @@
 # and -DSNUG_NATIVE=OFF and carried: D/snug, D/bench_cuda_ops, D/lib.tar.xz (ldd minus libc and
 # CUDA). Results go in docs/perf/cuda.md.
 # Usage on the device: KV=tq4 (or KVARGS="--kv-k q8_0 --kv-v tq4") G=32 CEIL=1 sh tests/device/run_27b_accept.sh D OUTDIR 4096 8192 ...
-D=${1:-devcarry/lead}
-O=${2:-${OUT:-/tmp/27b}}
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
+D=${1:-devcarry}
+O=${2:-${OUT:-$T/27b}}
 shift 2 2>/dev/null
 SIZES=${*:-4096 8192}
 KV=${KV:-tq4}
@@ -21,7 +22,7 @@ KVARGS=${KVARGS:---kv $KV} # or e.g. "--kv-k q8_0 --kv-v tq4"
 G=${G:-32}
 CTX=${CTX:-262144}
 BUDGET=${BUDGET:-23.5GiB}
-M=/tmp/27b.gguf
+M=$T/27b.gguf
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
@@ -41,17 +42,17 @@ fi
 python3 -c "
 import random; random.seed(1)
 w=[''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2,8))) for _ in range(4000)]
-open('/tmp/words.txt','w').write(' '.join(random.choice(w) for _ in range(240000)))"
+open('$T/words.txt','w').write(' '.join(random.choice(w) for _ in range(240000)))"
 base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
 echo "device memory used before any snug process: $base MiB"
 for n in $SIZES; do
   python3 - "$S" "$M" "$n" <<'PY'
-import json, subprocess, sys
+import os, json, subprocess, sys
 s, m, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-words = open('/tmp/words.txt').read().split()
+words = open(os.path.join(os.environ['T'], 'words.txt')).read().split()
 def count(k):
-    open('/tmp/p.txt', 'w').write(' '.join(words[:k]))
-    out = subprocess.run([s, 'tokenize', '-m', m, '--file', '/tmp/p.txt'], capture_output=True,
+    open(os.path.join(os.environ['T'], 'p.txt'), 'w').write(' '.join(words[:k]))
+    out = subprocess.run([s, 'tokenize', '-m', m, '--file', os.path.join(os.environ['T'], 'p.txt')], capture_output=True,
                          text=True).stdout
     return len(json.loads(out))
 k = n // 2
@@ -67,7 +68,7 @@ PY
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > $O/smi_$n.txt &
   SMI=$!
   timeout ${RUN_TIMEOUT:-400} $S run --backend cuda --vram-budget $BUDGET --ctx $CTX $KVARGS \
-    -m $M -f /tmp/p.txt -n $G --temp 0 > $O/run_$n.out 2> $O/run_$n.err
+    -m $M -f $T/p.txt -n $G --temp 0 > $O/run_$n.out 2> $O/run_$n.err
   echo "rc=$?"
   kill $SMI 2>/dev/null
   grep -E "cuda:|snug run:|plan|error|rror" $O/run_$n.err | tail -n 12

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_27b_quant_speed.sh — issue #25's speed line on the device: the qwen3.6-27b preset as IQ4_XS
+# run_27b_quant_speed.sh — the low-bit speed line on the device: the qwen3.6-27b preset as IQ4_XS
 # next to Q4_K_M, prompt and decode tokens/s on the GPU.
 #   snug gen --preset $PRESET --type q4_k_m / iq4_xs (random weights, on the device's local
 #   disk; gen quantizes 32 rows per tensor and draws the rest from those blocks: q4_k_m took
@@ -15,22 +15,23 @@
 # libsnug_cuda.so). Results go in docs/perf/cuda-kernels.md.
 # Usage on the device: [PROMPT_WORDS=700 G=128 ROUNDS=2 CTX=8192 KVARGS="--kv q8_0"] sh tests/device/run_27b_quant_speed.sh D OUTDIR
 # Success: a table with both rows filled (rc=0 on every run), last line "run_27b_quant_speed: done".
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/27bq}}
+O=${2:-${OUT:-$T/27bq}}
 WORDS=${PROMPT_WORDS:-700} # ~5.9 tokens per random word: ~4100 tokens
 G=${G:-128}
 ROUNDS=${ROUNDS:-2}
 CTX=${CTX:-8192}
 KVARGS=${KVARGS:---kv q8_0}
 PRESET=${PRESET:-qwen3.6-27b} # another preset (demo) only to try the script out
-W=/tmp/27bq-work # logs of every run (OUTDIR keeps only lines.txt and table.txt)
+W=$T/27bq-work # logs of every run (OUTDIR keeps only lines.txt and table.txt)
 mkdir -p "$O" "$W"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
 S="$D/snug"
 el() { echo "[$(date -u +%T)] $*"; }
 for t in q4_k_m iq4_xs; do
-  M=/tmp/$PRESET-$t.gguf
+  M=$T/$PRESET-$t.gguf
   el "gen $t"
   [ -f $M ] || timeout 200 $S gen --preset $PRESET --type $t -o $M 2> $W/gen-$t.err ||
     { echo "gen $t failed rc=$?"; tail -n 3 $W/gen-$t.err; }
@@ -40,14 +41,14 @@ done
 python3 -c "
 import random; random.seed(1)
 w=[''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2,8))) for _ in range(4000)]
-open('/tmp/27bq-prompt.txt','w').write(' '.join(random.choice(w) for _ in range($WORDS)))"
+open('$T/27bq-prompt.txt','w').write(' '.join(random.choice(w) for _ in range($WORDS)))"
 : > $O/lines.txt
 r=0
 while [ $r -lt $ROUNDS ]; do
   for t in q4_k_m iq4_xs; do
     el "round $r: $t"
-    timeout 200 $S run --backend cuda --ctx $CTX $KVARGS -m /tmp/$PRESET-$t.gguf \
-      -f /tmp/27bq-prompt.txt -n $G --temp 0 > $W/run-$t-$r.out 2> $W/run-$t-$r.err
+    timeout 200 $S run --backend cuda --ctx $CTX $KVARGS -m $T/$PRESET-$t.gguf \
+      -f $T/27bq-prompt.txt -n $G --temp 0 > $W/run-$t-$r.out 2> $W/run-$t-$r.err
     rc=$?
     line=$(grep "snug run: load" $W/run-$t-$r.err | tail -1)
     echo "rc=$rc $line"
@@ -70,7 +71,7 @@ print("|---|---|---|---|---|")
 best = {}
 for t in ("q4_k_m", "iq4_xs"):
     r = rows.get(t)
-    f = f"/tmp/{sys.argv[2]}-{t}.gguf"
+    f = os.path.join(os.environ['T'], f"{sys.argv[2]}-{t}.gguf")
     size = os.path.getsize(f) / 2**30 if os.path.exists(f) else 0
     if not r:
         print(f"| {t} | {size:.2f} | - | no run | no run |")

@@ -7,8 +7,9 @@
 # (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
 #   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
 # Usage on the device: sh tests/device/run_e2e_device.sh [devcarry] [outdir]
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/e2e}}
+O=${2:-${OUT:-$T/e2e}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"

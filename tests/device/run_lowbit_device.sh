@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_lowbit_device.sh — the low-bit quant types on the GPU (issue #25): every type llama.cpp's
+# run_lowbit_device.sh — the low-bit quant types on the GPU: every type llama.cpp's
 # 1-4 bit mixes hold (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
 # IQ1_M) runs through `snug logits --backend cuda` on the prompt path and the decode path
 # (--chunk 1), and for each file
@@ -16,8 +16,9 @@
 # D/lib/*.so, D/fx/trained/{trained-f16.gguf,ids.json,logits.f32}.
 # Usage on the device: sh tests/device/run_lowbit_device.sh [devcarry] [outdir]
 # Success: the last line is "run_lowbit_device: PASS" (every check prints PASS/FAIL on its line).
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/lowbit}}
+O=${2:-${OUT:-$T/lowbit}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"

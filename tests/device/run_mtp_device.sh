@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_mtp_device.sh — speculative decoding with the MTP block on the GPU (issue 6): on the trained
+# run_mtp_device.sh — speculative decoding with the MTP block on the GPU: on the trained
 # fixture with --backend cuda, test_mtp_device (MTP logits vs mtp_logits.f32, greedy output with
 # 3 drafts == plain greedy for 256 tokens on 5 ppl_ids.json prompts, k = 1/4/recompute, mean
 # acceptance length, two contexts sharing the device weights, a generated MoE with MTP), `snug logits --mtp --backend cuda` vs mtp_logits.f32 (compare_logits.py),
@@ -11,10 +11,11 @@
 # Built here (cmake -DSNUG_NATIVE=OFF, nvcc present; targets snug test_mtp_device) and carried
 # by tests/device/pack_devcarry.sh: D/lib.tar.xz (snug, test_mtp_device, lib/), D/fx/trained/.
 # Usage on the device: sh tests/device/run_mtp_device.sh [D] [outdir] [skip27b]
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/mtp}}
+O=${2:-${OUT:-$T/mtp}}
 SKIP27=${3:-}
-M27=/tmp/27b.gguf
+M27=$T/27b.gguf
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_mv_device.sh — one device call for the decode matvec work (issue 9): the op tests
+# run_mv_device.sh — one device call for the decode matvec work: the op tests
 # (test_cuda_ops: every kernel vs the CPU, the int8 matvec vs the exact product of the rounded
 # x), the ceilings and matvec rates (bench_cuda_ops), the fixtures' KL gate
 # (run_e2e_device.sh), a quantised fixture decoded on the GPU vs the CPU backend's logits made
@@ -8,14 +8,15 @@
 # SNUG_CUDA_PROFILE=1 (per-op device times on stderr). Not in ctest (needs a GPU).
 # D holds snug, test_cuda_ops, bench_cuda_ops, lib.tar.xz, fx/ (tests/device/pack_devcarry.sh).
 # Usage on the device: sh tests/device/run_mv_device.sh [D] [outdir] [prompt tokens]
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry/mv}
-O=${2:-${OUT:-/tmp/mv}}
+O=${2:-${OUT:-$T/mv}}
 N=${3:-4096}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
 S="$D/snug"
-M=/tmp/27b.gguf
+M=$T/27b.gguf
 T0=$(date +%s)
 el() { echo "[t+$(($(date +%s) - T0))s] $*"; }
 el "test_cuda_ops"
@@ -47,16 +48,16 @@ ls -la $M
 python3 -c "
 import random; random.seed(1)
 w=[''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2,8))) for _ in range(4000)]
-open('/tmp/p.txt','w').write(' '.join(random.choice(w) for _ in range($N * 10 // 59)))"
-echo "prompt tokens: $($S tokenize -m $M --file /tmp/p.txt | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+open('$T/p.txt','w').write(' '.join(random.choice(w) for _ in range($N * 10 // 59)))"
+echo "prompt tokens: $($S tokenize -m $M --file $T/p.txt | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 el "27b decode"
-timeout 90 $S run --backend cuda -m $M -f /tmp/p.txt -n 64 --temp 0 2>&1 | grep -E "snug run|memory"
+timeout 90 $S run --backend cuda -m $M -f $T/p.txt -n 64 --temp 0 2>&1 | grep -E "snug run|memory"
 for v in SNUG_MVQ_ROWS=1 SNUG_MVQ_ROWS=4 SNUG_CUDA_MATVEC_F32=1; do
   el "27b decode with $v"
-  env $v timeout 60 $S run --backend cuda -m $M -f /tmp/p.txt -n 64 --temp 0 2>&1 | grep "snug run"
+  env $v timeout 60 $S run --backend cuda -m $M -f $T/p.txt -n 64 --temp 0 2>&1 | grep "snug run"
 done
 el "27b decode, SNUG_CUDA_PROFILE=1 (short prompt: the steps are decode steps)"
-head -c 200 /tmp/p.txt >/tmp/p0.txt
-SNUG_CUDA_PROFILE=1 timeout 90 $S run --backend cuda -m $M -f /tmp/p0.txt -n 48 --temp 0 \
+head -c 200 $T/p.txt >$T/p0.txt
+SNUG_CUDA_PROFILE=1 timeout 90 $S run --backend cuda -m $M -f $T/p0.txt -n 48 --temp 0 \
   2>&1 | grep -E "profile|tok/s" | head -60
 el "done"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_serve_device.sh — issue 15's device acceptance for `snug serve --backend cuda` (not in
+# run_serve_device.sh — the device acceptance run for `snug serve --backend cuda` (not in
 # ctest: needs a GPU). Carried like run_e2e_device.sh (tests/device/pack_devcarry.sh: D/lib.tar.xz
 # with snug + libsnug_cuda.so + shared libraries, D/fx/trained), plus bench/server_gpu.py.
 #   1. trained fixture, --slots 4: greedy 16 tokens of CPU serve == CUDA serve, plain and
@@ -9,8 +9,9 @@
 #      and while a 4th request prefills about 32K tokens (with the default --step-prompt 512,
 #      then 128: the streams' decode rows share each step with a prompt chunk, snug_step).
 # Usage on the device: sh tests/device/run_serve_device.sh D [OUTDIR]   (SKIP27=1: fixture only)
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry/engine}
-O=${2:-${OUT:-/tmp/serve}}
+O=${2:-${OUT:-$T/serve}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"
@@ -26,7 +27,7 @@ for k in 0 3; do
     --compare --tokens 32 --skip-itl 2>&1 | tee "$O/trained_spec$k.txt"
 done
 [ "${SKIP27:-0}" = 1 ] && exit 0
-M=/tmp/27b.gguf
+M=$T/27b.gguf
 el "gen 27b"
 [ -f $M ] || timeout 200 "$S" gen --preset qwen3.6-27b --type q4_k_m -o $M
 el "27b serve --backend cuda --vram-budget 23.5GiB --slots 4"

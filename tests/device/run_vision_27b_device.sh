@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_vision_27b_device.sh — issue 23's device acceptance (not in ctest: needs a GPU): the
+# run_vision_27b_device.sh — the vision device acceptance run (not in ctest: needs a GPU): the
 # qwen3.6-27b preset (random Q4_K_M weights) with a random-weight vision tower of the released
 # size (`snug gen --mmproj-preset qwen3.5`: 27 blocks, width 1152, projecting to 5120; 0.93 GB
 # f16), `--vram-budget 23.5GiB`:
@@ -28,7 +28,7 @@
 # KVARGS="--kv auto", TARGET=100000 (prompt tokens), SIDE=1024 (image side), PORT=18093,
 # MMPROJ_SET (extra `--set k=v` for the mmproj, e.g. a small tower for a CPU rehearsal),
 # TEXT_SET (extra `--set k=v` for the text model), LIMIT=570 (seconds the whole script may take:
-# the chat's timeout is what is left of it), WORK=/tmp/vision27b (the generated files).
+# the chat's timeout is what is left of it), WORK=$T/vision27b (the generated files).
 # A CPU rehearsal (no GPU, no nvidia-smi; the memory check is skipped):
 #   BACKEND=cpu BUDGET=8GiB PRESET=demo TYPE=q8_0 TARGET=3000 MMPROJ_SET="--set block_count=2
 #   --set embedding_length=64 --set feed_forward_length=128 --set attention.head_count=4"
@@ -36,8 +36,9 @@
 # and its CUDA paths with the test stand-in module (tests/support/fake_device.c) and any script
 # named nvidia-smi on PATH printing a number: the same with BACKEND=cuda
 # SNUG_CUDA_LIB=build/libsnug_fakedev.so.
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/vision27b-out}}
+O=${2:-${OUT:-$T/vision27b-out}}
 VOCAB=${3:?usage: run_vision_27b_device.sh D OUTDIR VOCAB.gguf}
 BACKEND=${BACKEND:-cuda}
 BUDGET=${BUDGET:-23.5GiB}
@@ -48,7 +49,7 @@ TARGET=${TARGET:-100000}
 SIDE=${SIDE:-1024}
 PORT=${PORT:-18093}
 LIMIT=${LIMIT:-570}
-WORK=${WORK:-/tmp/vision27b}
+WORK=${WORK:-$T/vision27b}
 mkdir -p "$O" "$WORK"
 O=$(cd "$O" && pwd)
 if [ -f "$D/lib.tar.xz" ]; then

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_vision_device.sh — images on the GPU (issue 23; not in ctest: needs a GPU): the vision
+# run_vision_device.sh — images on the GPU (not in ctest: needs a GPU): the vision
 # tower (every block: cuda_encoder.cu's ops + bf16 products) and the text model (the image rows,
 # the 3-D rotary positions: interleaved M-RoPE kernel). Checks, each printed PASS/FAIL:
 #   0. test_cuda_ops (when carried): `test_cuda_ops encoder` (the tower's ops against the CPU
@@ -25,8 +25,9 @@
 # About two minutes.
 # Usage on the device: sh tests/device/run_vision_device.sh [devcarry] [outdir]
 # Success: the last line is "run_vision_device: PASS".
+export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/vision}}
+O=${2:-${OUT:-$T/vision}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"

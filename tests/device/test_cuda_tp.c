@@ -1,6 +1,6 @@
 /* test_cuda_tp.c — tensor parallelism's communication on GPUs (src/backend/cuda/cuda_tp.c):
  *   - one rank: a communicator over device 0; the all-reduce of one rank leaves the buffer as it
- *     was (the single-GPU run issue 24 asks for before two GPUs are lent);
+ *     was (the single-GPU check, runnable before two GPUs are at hand);
  *   - every visible device as a rank (2 on nvidia-h200-x2): rank r's buffer holds
  *     (r + 1)·(i mod 97); after the all-reduce every rank holds Σ_r (r + 1)·(i mod 97),
  *     exactly (small integers in float32);

@@ -1,5 +1,5 @@
 /* test_mtp_device.c — speculative decoding with the MTP block on the CUDA backend, on the
- * trained fixture (issue 6's GPU items); run by tests/device/run_mtp_device.sh on the device:
+ * trained fixture (the GPU's MTP paths); run by tests/device/run_mtp_device.sh on the device:
  *  1. step-1 MTP logits (snug_ctx_eval_mtp, --backend cuda) vs mtp_logits.f32, through the
  *     prompt path (chunk 512: bf16 GEMMs) and the decode path (chunk 4: f32 matvec); PASS at
  *     the GPU bound (median KL <= 1e-4, the e2e device bound), and says whether the CPU bound

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""vision_27b_client.py — the client half of tests/device/run_vision_27b_device.sh (issue 23's
-device acceptance): against a running `snug serve --mmproj`, one chat with a 1-megapixel image
+"""vision_27b_client.py — the client half of tests/device/run_vision_27b_device.sh (the vision
+device acceptance run): against a running `snug serve --mmproj`, one chat with a 1-megapixel image
 and about 100,000 prompt tokens of text, greedy, 16 tokens.
 
 1. waits for /health to say "ok" (printing the loading progress);

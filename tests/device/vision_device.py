@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""vision_device.py — images on the GPU (issue 23; run by run_vision_device.sh, which says how
+"""vision_device.py — images on the GPU (run by run_vision_device.sh, which says how
 to carry it): the vision tower and the text model on the device (image rows uploaded into the
 step's input, interleaved M-RoPE, decode after the image with 3-D positions).
 
 0. `snug vision --vision-backend cuda` over the fixture's three preprocessed images
    (img*_pixels.f32): the whole tower on the GPU (bf16 tensor-core products, the encoder ops of
    cuda_encoder.cu); median relative error of the features to transformers' (img*_features.f32)
-   <= 1e-2 (the issue's bound), and the CPU tower's <= 1e-4 next to it.
+   <= 1e-2 (the acceptance bound), and the CPU tower's <= 1e-4 next to it.
 1. `snug logits --backend cuda --mmproj --image img0.png --greedy 16` over the fixture's image
    prompt (prompt_ids.json), in one step, in steps of 7 rows (the image's rows split across
    steps) and in evals of 10 ids (the image passed to each eval it overlaps), the tower on the

@@ -1,6 +1,6 @@
 /* test_fixtures_common.h — helpers for the fixture tests (test_fixtures_*.c): read the
  * fixtures' .f32 and .json files, and compare logits with the per-position KL divergence
- * KL(reference ‖ snug) and top-1 agreement that fixtures/README.md defines the tolerances on.
+ * KL(reference ‖ snug) and top-1 agreement that docs/testing.md states the tolerances on.
  * Header-only (each test is one translation unit). */
 #ifndef SNUG_TEST_FIXTURES_COMMON_H
 #define SNUG_TEST_FIXTURES_COMMON_H

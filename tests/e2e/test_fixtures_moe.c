@@ -1,4 +1,4 @@
-/* test_fixtures_moe.c — the `qwen35moe` engine against the MoE fixture (fixtures/README.md):
+/* test_fixtures_moe.c — the `qwen35moe` engine against the MoE fixture (docs/testing.md):
  * logits of the 235-token prompt (chunk 1/7/64/300, threads 1/2, KV f32/f16), the 1,536-token
  * input at long_pos, and 48 greedy decode steps; snug_ctx_eval must not allocate. Bounds are
  * the README's MoE ones (p95 instead of p99, top-1 ≥ 97%): near-tie routings may flip. */

@@ -1,5 +1,5 @@
 /* test_fixtures_trained.c — the dense `qwen35` engine against the trained fixture
- * (fixtures/README.md): logits of a 300-token prompt for chunk sizes 1/7/64/300, threads 1/2
+ * (docs/testing.md): logits of a 300-token prompt for chunk sizes 1/7/64/300, threads 1/2
  * and KV f32/f16; per-layer hidden states; 48 greedy decode steps; held-out perplexity through
  * `snug perplexity`; `snug logits` through the CLI; the context-budget error; and that
  * snug_ctx_eval allocates nothing. Prints every measured number. */

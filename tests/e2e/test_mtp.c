@@ -3,7 +3,7 @@
  *  2. greedy output with speculation (k = 3, snapshot and recompute rollback) equals plain
  *     greedy decoding, 256 tokens, several prompts from ppl_ids.json;
  *  3. mean tokens per verification with 3 greedy drafts over held-out prompts (reference 3.05);
- *     the MTP block's cache in the trunk's format (f16, q8_0, tq4, q8_0/tq4: issue 16) keeps
+ *     the MTP block's cache in the trunk's format (f16, q8_0, tq4, q8_0/tq4) keeps
  *     greedy exactness and the acceptance length within noise of f16's;
  *  4. rollback exactness: after a rejected draft, the next logits equal those of a context that
  *     decoded the same tokens one at a time;
@@ -198,7 +198,7 @@ static void test_greedy(const int32_t *ppl, int32_t nppl) {
     free(b);
 }
 
-/* Issue 16: the MTP block's cache is stored in the trunk's format. For f16, q8_0 and tq4 (and
+/* The MTP block's cache is stored in the trunk's format. For f16, q8_0 and tq4 (and
  * the q8_0/tq4 K/V pair): the MTP cache's view has the trunk's formats, speculative greedy
  * equals plain greedy of the same format, and the acceptance length stays within noise of
  * f16's (the drafts read a quantized cache like every trunk attention layer). */

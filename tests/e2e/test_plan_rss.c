@@ -1,4 +1,4 @@
-/* test_plan_rss.c — the memory plan holds at run time (issue 3 acceptance): for a
+/* test_plan_rss.c — the memory plan holds at run time: for a
  * fixture-shaped model on the CPU — the demo/trained fixture's layer layout (3 Gated DeltaNet
  * + 1 gated attention layer, built-in vocabulary) written by `snug gen` with shrunk widths
  * (H 64, one 16-dim attention head) so a 32K-token causal prefill stays within the time

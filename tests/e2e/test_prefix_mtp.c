@@ -1,7 +1,7 @@
 /* test_prefix_mtp.c — prefix-cache checkpoints of contexts with speculative decoding (MTP, k = 3)
  * on the trained fixture, through the engine's own copy callbacks (src/model/ctx_prefix.h) and
  * the real store (src/prefix), for the f32 and q8_0 caches (q8_0: the MTP block's cache is in
- * the trunk's format too, issue 16):
+ * the trunk's format too):
  *  1. a cold prefill stores checkpoints at 150 and 278 (chunks of 64 ending there, as the
  *     server's schedule cuts them); a fresh context restored at 278 (KV rows and all) and
  *     prefilled to the end holds byte for byte the cold context's caches — trunk KV, DeltaNet
@@ -226,7 +226,8 @@ static void run(const snug_token *prompt, int kv_type) {
     lim.backend = BACKEND ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU;
     struct snug_plan *plan = malloc(sizeof *plan);
     CHECK(snug_plan_make(&M->hp, NULL, &lim, plan, &err) == SNUG_OK);
-    char dir[] = "/tmp/snug_prefix_mtp_XXXXXX";
+    char dir[512];
+    test_tmp_template(dir, sizeof dir, "snug_prefix_mtp");
     CHECK(mkdtemp(dir) != NULL);
     struct snug_plan_cache_flags fl = {.ram_bytes = 64u << 20, .disk_dir = dir};
     struct snug_prefix_cfg cfg;

@@ -3,7 +3,7 @@
  *   - one rank through the emulation = snug_ctx_eval bit for bit (the harness adds nothing);
  *   - two ranks (heads, DeltaNet value heads, FFN / expert columns and the LM head split, two
  *     all-reduces per layer): logits of the whole prompt with median KL ≤ 1e-5 against the
- *     one-device run (issue 24's acceptance, here on the CPU), and within the fixtures' bounds
+ *     one-device run (here on the CPU), and within the fixtures' bounds
  *     against the Hugging Face reference; 32 greedy decode steps pick the same tokens;
  *   - an eval step allocates nothing; 3 ranks are refused, naming the query heads;
  *   - the CLI: `snug logits --tp 2 --greedy 32` prints the engine's greedy tokens.

@@ -1,4 +1,4 @@
-"""test_backend_load.py — the CUDA backend is a run-time plug-in (issue 15).
+"""test_backend_load.py — the CUDA backend is a run-time plug-in.
 
 1. The `snug` binary links no CUDA library (ldd): cudart / cuBLAS are mapped only by
    libsnug_cuda.so, which src/backend/loader.c dlopen's when `--backend cuda` is asked.

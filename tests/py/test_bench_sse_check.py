@@ -1,7 +1,7 @@
 """test_bench_sse_check.py — the stream check of bench/server_load.py (and
 bench/server_replay_rss.py): what counts as a failed stream.
 
-Regression for the "truncated stream" of issue 21: one stream in a few hundred under the load
+Regression for a "truncated stream" report: one stream in a few hundred under the load
 bench was reported as ending after its finish chunk without `data: [DONE]`. Recorded whole, the
 stream was complete; the trained model had generated the token `error`, so one delta read
 `{"reasoning_content":"error","reasoning":"error"}` and the bench's substring test for an

@@ -8,6 +8,16 @@ that exists, and nothing sends a reader to files the project does not ship.
    citing a missing section must be reported (so the scanner is not vacuous).
 2. No `spec §` / `spec/...md` / `kvquant.md` references remain (the private notes they named
    are not part of the project), and `../shared` appears only as the fixtures' location.
+3. The tree reads as a product, not a journal: no numbered work sessions ("session 9",
+   "session cuda3"), no people of the process ("the lead", "other helpers' builds"), no issue
+   numbers ("issue 17", "#25") in docs/, src/, tests/, bench/, scripts/, tools/ (history is in
+   git); and no machine paths (`/work/`, `/root/`, `/home/`, and `/tmp/` as a fixed place:
+   tests make temporary folders with tempfile / mkdtemp under $TMPDIR). Self-check: each
+   pattern must catch a synthetic line and pass its legitimate neighbours ("bytes that lead
+   to", "small helpers", "UAX #15", "a chat session").
+4. File references resolve: a path into one of the tree's folders (`src/model/x.c`,
+   `tests/unit/test_y.c`, `docs/z.md`) names a file or folder that exists, unless the line says
+   it is another project's (llama.cpp, ggml, transformers, ...).
 Runnable as a script; prints "N passed, N failed".
 """
 import os
@@ -96,6 +106,80 @@ def unresolved(pairs, cache):
     return bad
 
 
+# Journal words: (pattern, what it is). Case-insensitive.
+JOURNAL = [
+    (r"\bsession\s+(?:\d|[a-z]+\d|tq\b|fa\b|mv\b|start\b|note\b)", "a numbered work session"),
+    (r"\b(?:this|that|same|earlier|previous|first|second|next)\s+session\b", "a work session"),
+    (r"\bsessions'|\bsession's\b", "a work session"),
+    (r"\bthe issue(?:'s|\s+asks)\b|\bthis branch\b|\bthe brief\b", "the work's process"),
+    (r"\bissues?\s*#?\d+", "an issue number"),
+    (r"(?<![\w&/#'\"])(?<!UAX )#\d+\b", "an issue number"),
+    (r"\((?:the\s+)?lead,|,\s*lead\)|\blead's\b|\bthe lead\b(?!\s+(?:byte|bytes|to|back)\b)"
+     r"|/lead\b", "the lead (a person)"),
+    (r"\bhelpers?'(?!\w)|\bhelper's\s+(?:build|builds|ctest|run|branch|session)\b"
+     r"|\b(?:six|two|three|several)\s+helpers\b|\(helper\)|,\s*helper\)", "helpers (people)"),
+]
+MACHINE_PATHS = (r"(?<![\w.$}])/(?:work|root|home)/", r"(?<![\w.$}])/tmp/")
+JOURNAL_DIRS = ("docs/", "src/", "tests/", "bench/", "scripts/", "tools/", "README.md",
+                "ARCHITECTURE.md")
+NOT_PROSE = ("tests/data/", "tests/fuzz/corpus")  # test inputs: text as found
+
+
+# another project's tracker cited as a source ("anthropics/claude-code issue 68900") is a fact
+EXTERNAL_REF = re.compile(r"[\w.-]+/[\w.-]+\s+(?:issue|pull|PR)\s*#?\d+", re.I)
+
+
+def journal_hits(text):
+    """(line number, what) of every journal word or machine path in text."""
+    hits = []
+    for i, line in enumerate(text.splitlines(), 1):
+        line = EXTERNAL_REF.sub("", line)
+        for pat, what in JOURNAL:
+            if re.search(pat, line, re.I):
+                hits.append((i, what))
+        for pat in MACHINE_PATHS:
+            if re.search(pat, line):
+                hits.append((i, "a machine path"))
+    return hits
+
+
+PATH_REF = re.compile(r"(?<![\w./-])((?:src|tests|docs|tools|scripts|bench|include|data)/[\w./-]*\w)")
+OTHER_PROJECT = re.compile(r"llama\.cpp|llama-|llama\.h|ggml|transformers|Pillow|vLLM|vllm|sglang|#include|"
+                           r"tools/imatrix|tools/mtmd|tools/quantize", re.I)
+
+
+def missing_refs(rel, text, have, folders):
+    """line: path for every reference in text into the tree's folders that names nothing."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if OTHER_PROJECT.search(line):
+            continue
+        for m in PATH_REF.finditer(line):
+            nxt = line[m.end():m.end() + 2]
+            if (nxt[:1] in ("{", "<", "*", "[", "$", "\\") or line[m.end() - 1] == "_"
+                    or (nxt[:1] in ".-_" and nxt[1:2] in ("{", "<", "*", "$"))):
+                continue  # a pattern (`src/x/y.{h,c}`, `fuzz_<name>.c`), not one file
+            if rel.endswith((".c", ".h")) and line[:m.start()].count('"') % 2:
+                continue  # text inside a C string (test data)
+            path = m.group(1).rstrip(".")
+            parent = path.rsplit("/", 1)[0]
+            if path in have or path in folders or parent not in folders:
+                continue  # exists, or not a path into a folder of this tree
+            out.append(f"{i}: {path}")
+    return out
+
+
+def dangling_refs(files):
+    """rel:line: path for every reference of the tree that names nothing."""
+    have = set(files)
+    folders = {f.rsplit("/", k)[0] for f in files for k in range(1, f.count("/") + 1)}
+    out = []
+    for rel, text in text_files():
+        if rel != "tests/py/test_doc_citations.py" and not rel.startswith(NOT_PROSE):
+            out += [f"{rel}:{m}" for m in missing_refs(rel, text, have, folders)]
+    return out, have, folders
+
+
 def main():
     r = Results()
 
@@ -136,6 +220,42 @@ def main():
                              f"{line.strip()[:100]}")
     r.check(not stale, "no citations of files the project does not ship"
             + "".join("\n  " + s for s in stale))
+
+    # 3. no journal words, no machine paths; the patterns catch what they should and only that
+    bad_lines = ["(lead, session 9)", "Session 4 (2026-12-01): tq", "session cuda3 at 8K",
+                 "the lead re-measures", "other helpers' builds", "issue 17's acceptance",
+                 "issue #25", "and #20's small things", "this session had no GPU",
+                 "LLAMA=/work/ref/build", "cp x /tmp/27b.gguf", "open('/home/u/x')",
+                 "devcarry/lead", "the session's end", "the issue's acceptance",
+                 "the new one (this branch)"]
+    good_lines = ["bytes that lead to one state", "all lead bytes in [lo, hi]", "small helpers",
+                  "the helpers below", "the shared header's other helpers", "if (lead && *lead)", "UAX #15", "a recorded coding-agent session",
+                  "4 sessions at a time", "mkdtemp under ${TMPDIR:-/tmp}", "src/core/x.h",
+                  "A/B in one session", "sessionStorage",
+                  "reported in anthropics/claude-code issue 68900; vllm-mlx pull 277"]
+    missed = [b for b in bad_lines if not journal_hits(b)]
+    wrong = [g for g in good_lines if journal_hits(g)]
+    r.check(not missed and not wrong,
+            f"journal patterns: every bad line caught (missed {missed}), no good one (hit {wrong})")
+    journal = []
+    for rel, text in text_files():
+        if (rel == "tests/py/test_doc_citations.py" or not rel.startswith(JOURNAL_DIRS)
+                or rel.startswith(NOT_PROSE)):
+            continue
+        lines = text.splitlines()
+        journal += [f"{rel}:{i}: {what}: {lines[i - 1].strip()[:90]}"
+                    for i, what in journal_hits(text)]
+    r.check(not journal, f"no journal words or machine paths in {', '.join(JOURNAL_DIRS)}"
+            + "".join("\n  " + j for j in journal))
+
+    # 4. file references resolve
+    dangling, have, folders = dangling_refs(tracked_files())
+    synth = missing_refs("x.md", "see src/model/tensors.c, src/model/model.c, src/x/y.{h,c},\n"
+                         "tests/fuzz/fuzz_<name>.c and llama.cpp's src/llama-vocab.cpp", have,
+                         folders)
+    r.check(synth == ["1: src/model/tensors.c"], f"the reference check finds a missing file: {synth}")
+    r.check(not dangling, "every reference to a file of the tree names one that exists"
+            + "".join("\n  " + d for d in dangling))
     return r.done()
 
 

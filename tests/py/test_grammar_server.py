@@ -316,7 +316,7 @@ def test_greedy_equal(res, srv):
 
 
 def test_spec_constrained(res, A, B):
-    """Speculative decoding under a grammar (issue 19 item 4): B drafts 3 tokens per step, every
+    """Speculative decoding under a grammar: B drafts 3 tokens per step, every
     draft checked against the grammar at its position. Greedy: the same text as A (no drafts),
     valid, and more than one token per verification (the drafts are not switched off)."""
     cases = []

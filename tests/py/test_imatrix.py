@@ -14,7 +14,7 @@ tokens and chunks; the checks:
     (relative 2^-11 = 4.9e-4 per element), snug keeps f32. Summed over thousands of rows these
     errors average out (the measured worst is 1.3e-4); 2e-3 is four f16 rounding units, far
     below the differences a wrong row, chunk or tensor would make (whole percent);
-  * the issue's acceptance: the trained fixture quantized with snug's imatrix is within 1.1x
+  * the acceptance: the trained fixture quantized with snug's imatrix is within 1.1x
     of the median KL (to the Hugging Face reference logits) of the file quantized with
     llama.cpp's imatrix, for iq4_xs and q3_k_m. Both files are quantized by `snug quantize`:
     it writes the same bytes as llama-quantize given the same imatrix

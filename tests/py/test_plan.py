@@ -1,4 +1,4 @@
-"""test_plan.py — `snug plan` against independent references (issue 3 acceptance).
+"""test_plan.py — `snug plan` against independent references.
 
 1. Weight bytes: for shrunk overrides of the qwen3.6-27b and qwen3.6-35b-a3b presets, the
    plan's weight bytes (--preset ... --weights T) equal the tensor bytes of the `snug gen` file
@@ -7,7 +7,7 @@
 3. qwen3.6-27b, Q4_K_M, budget 23.5 GiB: `--ctx max` per KV format (printed); the plan at the
    maximum fits, one more position does not; f32 KV gives a smaller maximum than f16.
 4. Sizes: 23.5GiB, 24G, plain bytes; errors for bad input.
-5. Tensor parallelism (--tp 2, issue 24): the ranks' items add up to the one-device items plus
+5. Tensor parallelism (--tp 2): the ranks' items add up to the one-device items plus
    the copies each rank holds (weights, KV, recurrent state), to the byte; the ranks' work
    arenas are no larger; the 27B Q4_K_M on two 23.5 GiB cards reaches the trained context with
    q8_0 KV; --kv auto and --table answer per rank; a rank count that does not divide the heads
@@ -110,7 +110,7 @@ def test_formulas():
     _, d, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--mtp", "3")
     check(d["items"]["state snapshots (mtp)"] == 4 * 48 * (3 * 10240 + 48 * 128 * 128) * 4,
           "mtp snapshots")
-    # the MTP block's cache is one more attention layer in the trunk's format (issue 16): going
+    # the MTP block's cache is one more attention layer in the trunk's format: going
     # from f16 to a smaller format saves 1/16 of what the 16 trunk layers save
     mtp = {}
     for kv in ("f16", "q8_0", "tq4"):
@@ -132,7 +132,7 @@ def test_formulas():
 
 
 def test_slots_share_the_model():
-    """Issue 15: per-model buffers once, per-slot buffers per slot, to the byte."""
+    """Slots: per-model buffers once, per-slot buffers per slot, to the byte."""
     base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "65536", "--kv", "q8_0",
             "--backend", "cuda"]
     for extra in ([], ["--mtp", "3"]):

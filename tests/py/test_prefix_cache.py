@@ -1,6 +1,6 @@
 """test_prefix_cache.py — the prefix cache end to end on the trained fixture (CPU, greedy,
 --spec-draft 0; test_prefix_cache_spec.py runs the same with --spec-draft 3, the checkpoints then
-carrying the MTP block's state), issue 17's acceptance:
+carrying the MTP block's state):
 
 1. The 10-turn agent replay (tests/data/agent_replay/sample.json: tool calls and results,
    thinking on, the client never sends reasoning back) against a cold server (--cache-ram 0) and

@@ -5,18 +5,20 @@
    test_quant_io helper built next to the snug binary) and by gguf-py's gguf.quants.dequantize;
    the floats must be identical bit for bit.
 2. Encoding: snug's quantizer output is compared byte for byte with gguf-py's quantize (the
-   types it implements: F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and, when the reference
-   llama.cpp build exists (/work/ref/build/bin/libggml-base.so), with ggml_quantize_chunk for
-   every type including the K-quants; its RMSE is printed next to the reference's.
+   types it implements: F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and, when a llama.cpp build is
+   given ($SNUG_LLAMA_LIB_DIR/libggml-base.so), with ggml_quantize_chunk for every type
+   including the K-quants; its RMSE is printed next to the reference's.
 3. `snug quantize`: an F32 GGUF written with gguf-py's GGUFWriter is converted to several
    recipes; the output is read back with gguf-py's GGUFReader: metadata copied, file_type set,
    per-tensor types as the recipe says, data equal to quantizing the source with snug's own
    row quantizer, and a q4_k_m output requantized to q8_0 (dequantize -> quantize path).
-4. Against llama.cpp itself, when the reference libllama.so exists: the trained and MoE fixture
+4. Against llama.cpp itself, when $SNUG_LLAMA_LIB_DIR/libllama.so exists: the trained and MoE fixture
    GGUFs are quantized by `snug quantize` and by llama_model_quantize (through ctypes) for
    several recipes; tensor order, types, bytes and metadata keys must be identical.
    Fixtures missing -> visible SKIP, or FAIL when SNUG_REQUIRE_FIXTURES=1.
-Env: SNUG_BIN (the snug binary; the helper is test_quant_io in the same folder).
+Env: SNUG_BIN (the snug binary; the helper is test_quant_io in the same folder);
+SNUG_LLAMA_LIB_DIR (the folder of a llama.cpp build's libggml-base.so and libllama.so; without
+it parts 2's K-quant check and 4 print SKIP).
 Prints "N passed, N failed"; exits non-zero on failure.
 """
 import ctypes
@@ -147,10 +149,16 @@ def test_decode_llama_files():
     print(f"  llama.cpp files: decoded tensors of types {sorted(seen)} bit-identical to gguf-py", file=sys.stderr)
 
 
+def llama_lib(name):
+    """$SNUG_LLAMA_LIB_DIR/name, or None when the variable is unset."""
+    d = os.environ.get("SNUG_LLAMA_LIB_DIR")
+    return os.path.join(d, name) if d else None
+
+
 def load_ggml():
-    path = "/work/ref/build/bin/libggml-base.so"
-    if not os.path.exists(path):
-        print("SKIP: reference libggml-base.so not built; K-quant encoders not byte-checked", file=sys.stderr)
+    path = llama_lib("libggml-base.so")
+    if not path or not os.path.exists(path):
+        print("SKIP: no llama.cpp libggml-base.so (set SNUG_LLAMA_LIB_DIR); K-quant encoders not byte-checked", file=sys.stderr)
         return None
     lib = ctypes.CDLL(path)
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
@@ -335,11 +343,11 @@ def fixtures_dir():
 
 def test_vs_llama():
     fx = fixtures_dir()
-    lib_path = "/work/ref/build/bin/libllama.so"
+    lib_path = llama_lib("libllama.so")
     if fx is None:
         return
-    if not os.path.exists(lib_path):
-        print("SKIP: reference libllama.so not built; no comparison with llama.cpp's quantizer", file=sys.stderr)
+    if not lib_path or not os.path.exists(lib_path):
+        print("SKIP: no llama.cpp libllama.so (set SNUG_LLAMA_LIB_DIR); no comparison with its quantizer", file=sys.stderr)
         return
     lib = ctypes.CDLL(lib_path)
     lib.llama_model_quantize_default_params.restype = QuantParams

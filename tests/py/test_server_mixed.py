@@ -1,5 +1,5 @@
 """test_server_mixed.py — mixed engine steps in `snug serve`: while one slot prefills a long
-prompt, the other slot keeps streaming (issue 15 item 4).
+prompt, the other slot keeps streaming.
 
 Two servers on the trained fixture with 2 slots: S with --step-prompt 16 (a prefilling slot adds
 at most 16 prompt tokens to each step, beside the other slot's decode row) and W with the default

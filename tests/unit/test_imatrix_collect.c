@@ -166,7 +166,8 @@ static void check_moe(const char *fx) {
     CHECK(snug_imatrix_collector_counts(col, "output.weight", NULL) == NULL);
 
     /* written, then read back through our reader: importance = sum2 / counts per expert */
-    char path[] = "/tmp/snug_imatrix_XXXXXX";
+    char path[512];
+    test_tmp_template(path, sizeof path, "snug_imatrix");
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     if (fd >= 0) close(fd);

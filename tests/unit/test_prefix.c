@@ -209,7 +209,7 @@ static void ram_tier(void) {
     CHECK(hit.entry < 0 && hit.n_common == 0);
     CHECK(snug_prefix_store(&pc, conv_a, 300, &ioa, &stored, &err) == SNUG_OK && !stored);
     snug_prefix_free(&pc);
-    cfg = base_cfg(0, "/tmp/x");
+    cfg = base_cfg(0, "cache-dir");
     CHECK(snug_prefix_init(&pc, &cfg, &err) == SNUG_ERR_INVALID);
     CHECK(strstr(err.msg, "--cache-ram") != NULL);
 }
@@ -239,7 +239,8 @@ static void file_of(const char *dir, int32_t pos, char *out, size_t n) {
 }
 
 static void disk_tier(void) {
-    char dir[] = "/tmp/snug_prefix_test_XXXXXX";
+    char dir[512];
+    test_tmp_template(dir, sizeof dir, "snug_prefix_test");
     CHECK(mkdtemp(dir) != NULL);
     struct snug_err err = {0};
     struct snug_prefix pc;
@@ -474,7 +475,8 @@ static void file_format(void) {
     CHECKF(accepted == 0, "%d flipped images accepted", accepted);
     CHECK(snug_prefix_file_check(img, sizeof img, &ex, &got, &err) == SNUG_OK);
     /* model identity: stable, and sensitive to the content */
-    char path[] = "/tmp/snug_prefix_model_XXXXXX";
+    char path[512];
+    test_tmp_template(path, sizeof path, "snug_prefix_model");
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     static uint8_t blob[3 << 20];

@@ -64,7 +64,8 @@ static void test_builtin(void) {
     struct snug_err err = {0};
     CHECK(snug_vocab_builtin(&v, &err) == SNUG_OK);
     CHECK(v.n_tokens == 265 && v.n_merges == 0 && v.eos_id == 258);
-    char path[] = "/tmp/snug_vocab_builtin_XXXXXX";
+    char path[512];
+    test_tmp_template(path, sizeof path, "snug_vocab_builtin");
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     close(fd);
@@ -122,7 +123,8 @@ static void test_hf_vs_gguf(const char *fx) {
     }
 
     /* GGUF -> vocab -> GGUF: identical vocabulary */
-    char path[] = "/tmp/snug_vocab_rt_XXXXXX";
+    char path[512];
+    test_tmp_template(path, sizeof path, "snug_vocab_rt");
     int fd = mkstemp(path);
     close(fd);
     CHECK(write_and_reload(&gg, path, &back, NULL));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_fixture.py — the tiny Qwen3.5 vision-language fixture (issue 23): a random-weight
+"""make_fixture.py — the tiny Qwen3.5 vision-language fixture: a random-weight
 `Qwen3_5ForConditionalGeneration` built with Hugging Face transformers (small sizes, the real
 patch / merge / rotary layout), its float32 reference outputs, and the files llama.cpp's converter
 needs to turn it into a text GGUF + an "mmproj" GGUF exactly as community files are made.
