@@ -21,6 +21,7 @@
 #   MODEL=PATH (an existing GGUF instead of `snug gen`)
 # Needs: nvidia-smi, python3; for llama.cpp: cmake, a C++ compiler and nvcc.
 # Success: the last line is "gpu.sh: done" after the table; every row has a number.
+T=${TMPDIR:-/tmp} # scratch files
 set -u
 C=${1:?carry folder}
 O=${2:?output folder}
@@ -35,7 +36,7 @@ REPS=${REPS:-2}
 DRAFTS=${DRAFTS:-"1 2 3"}
 SNUG_KVS=${SNUG_KVS:-"tq4 tq3 q8_0/tq4"}
 ARCH=${CUDA_ARCH:-90a}
-W=/tmp/gpu-bench
+W=$T/gpu-bench
 mkdir -p "$O" "$W"
 el() { echo "[$(date -u +%T)] $*"; }
 [ -d "$C/lib" ] || tar xJf "$C/lib.tar.xz" -C "$C"
@@ -52,13 +53,13 @@ if [ -n "$LSRC" ] && [ "${NO_LLAMA:-0}" != 1 ]; then
   (
     set -e
     if [ -d "$LSRC" ]; then SRC="$LSRC"; else
-      mkdir -p /tmp/llama-src && tar xJf "$LSRC" -C /tmp/llama-src
+      mkdir -p $T/llama-src && tar xJf "$LSRC" -C $T/llama-src
 X
     fi
-    cmake -S "$SRC" -B /tmp/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    cmake -S "$SRC" -B $T/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > "$W/llama-cmake.log" 2>&1
-    cmake --build /tmp/llama-build -j "$(nproc)" --target llama-bench > "$W/llama-build.log" 2>&1
+    cmake --build $T/llama-build -j "$(nproc)" --target llama-bench > "$W/llama-build.log" 2>&1
   ) &
   BUILD_PID=$!
 fi
@@ -68,7 +69,7 @@ el "ceilings"
 "$C/bench_cuda_ops" ceilings 2>&1 | tee "$W/ceilings.txt" | grep -E "device:|ceiling" | sed 's/^/ceil /' >> "$LINES"
 
 # 3. the model
-M=${MODEL:-/tmp/$PRESET-$TYPE.gguf}
+M=${MODEL:-$T/$PRESET-$TYPE.gguf}
 if [ ! -f "$M" ]; then
   el "snug gen $PRESET $TYPE"
   VOC=""
@@ -126,7 +127,7 @@ kvargs() { case "$1" in */*) echo "--kv-k ${1%/*} --kv-v ${1#*/}" ;; *) echo "--
 
 if [ -n "${BUILD_PID:-}" ]; then
   el "waiting for llama-bench's build"
-  wait $BUILD_PID && LB=/tmp/llama-build/bin/llama-bench
+  wait $BUILD_PID && LB=$T/llama-build/bin/llama-bench
   [ -x "$LB" ] || { echo "gpu.sh: llama-bench did not build"; tail -20 "$W/llama-build.log"; LB=""; }
 fi
 llama_run() { # tag args...

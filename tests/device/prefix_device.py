@@ -165,7 +165,7 @@ def part_agent27b(snug, out, model, hist, ctx, kv, budget, cold):
                                    + words(rng, 300)}]
     turn_b = turn_prev + [answer, {"role": "user", "content": "Now check part 9 instead. "
                                    + words(rng, 300)}]
-    pfx = "/tmp/pfx27"
+    pfx = os.path.join(tempfile.gettempdir(), "pfx27")
     subprocess.run(["rm", "-rf", pfx])
     common = ["--backend", "cuda", "--vram-budget", budget, "--ctx", str(ctx), "--kv", kv]
     disk = ["--cache-dir", pfx, "--cache-disk", "24GiB"]

@@ -8,13 +8,14 @@
 # Not in ctest (needs a GPU and ncu). Carry: D/lib.tar.xz (snug, libsnug_cuda.so, lib/).
 # Usage on the device: [MODEL=PATH] [KV=q8_0] [STEPS=3] sh tests/device/run_decode_profile.sh D OUTDIR
 # Prints a table (kernel, calls per step, µs per step, share) and "decode profile: done".
+T=${TMPDIR:-/tmp} # scratch files
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/prof}}
+O=${2:-${OUT:-$T/prof}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:${LD_LIBRARY_PATH:-}"
 S="$D/snug"
-M=${MODEL:-/tmp/27b.gguf}
+M=${MODEL:-$T/27b.gguf}
 KV=${KV:-q8_0}
 STEPS=${STEPS:-3}
 [ -f "$M" ] || timeout 200 $S gen --preset qwen3.6-27b --type q4_k_m -o "$M" > /dev/null 2>&1

@@ -11,8 +11,9 @@
 # D/lib.tar.xz with snug, libsnug_cuda.so, test_cuda_ops, test_mtp_device and lib/; D/fx/trained/.
 # Usage on the device: [SKIP27=1] sh tests/device/run_graphs_device.sh D OUTDIR
 # Success: the last line is "graphs device: PASS".
+T=${TMPDIR:-/tmp} # scratch files
 D=${1:-devcarry}
-O=${2:-${OUT:-/tmp/graphs}}
+O=${2:-${OUT:-$T/graphs}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:${LD_LIBRARY_PATH:-}"
@@ -80,19 +81,19 @@ grep -q "mtp device: PASS" "$O/mtp.txt" || fail=1
 
 if [ "${SKIP27:-0}" != 1 ]; then
   el "== 5. qwen3.6-27b Q4_K_M decode: graphs on / off, interleaved =="
-  M=/tmp/27b.gguf
+  M=$T/27b.gguf
   [ -f $M ] || timeout 200 $S gen --preset qwen3.6-27b --type q4_k_m -o $M > /dev/null 2>&1
   python3 -c "
 import random; random.seed(1)
 w=[''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2,8))) for _ in range(4000)]
-open('/tmp/p4k.txt','w').write(' '.join(random.choice(w) for _ in range(700)))"
+open('$T/p4k.txt','w').write(' '.join(random.choice(w) for _ in range(700)))"
   for r in 0 1; do
     for g in 1 0; do
-      SNUG_CUDA_GRAPHS=$g timeout 200 $S run --backend cuda --ctx 8192 --kv q8_0 -m $M -f /tmp/p4k.txt \
+      SNUG_CUDA_GRAPHS=$g timeout 200 $S run --backend cuda --ctx 8192 --kv q8_0 -m $M -f $T/p4k.txt \
         -n 128 --temp 0 > $O/r27-$g-$r.out 2> $O/r27-$g-$r.err
       echo "graphs=$g round $r: $(grep 'snug run: load' $O/r27-$g-$r.err | tail -1) $(grep 'cuda graphs' $O/r27-$g-$r.err)"
     done
-    SNUG_CUDA_GRAPHS=1 timeout 200 $S run --backend cuda --ctx 8192 --kv q8_0 -m $M -f /tmp/p4k.txt \
+    SNUG_CUDA_GRAPHS=1 timeout 200 $S run --backend cuda --ctx 8192 --kv q8_0 -m $M -f $T/p4k.txt \
       -n 128 --temp 0 --spec-draft 3 > $O/r27-s3-$r.out 2> $O/r27-s3-$r.err
     echo "graphs=1 draft=3 round $r: $(grep 'snug run: load' $O/r27-s3-$r.err | tail -1)"
     grep "speculative" $O/r27-s3-$r.err

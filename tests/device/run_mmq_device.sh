@@ -18,8 +18,9 @@
 #   mkdir -p devcarry/mmq/fx/trained && cp $SNUG_FIXTURES/trained/{ids.json,logits.f32} devcarry/mmq/fx/trained/
 # Usage on the device: sh tests/device/run_mmq_device.sh devcarry/mmq $OUT
 # Success: every check line says PASS and the last line is "run_mmq_device: PASS".
+T=${TMPDIR:-/tmp} # scratch files
 D=${1:-devcarry/mmq}
-O=${2:-${OUT:-/tmp/mmq}}
+O=${2:-${OUT:-$T/mmq}}
 mkdir -p "$O"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib:$LD_LIBRARY_PATH"

@@ -21,8 +21,9 @@
 # Prints a PASS/FAIL table at the end (OUTDIR/results.txt). About 4-5 minutes of device time
 # (a: ~30 s; the 27B file ~30 s; b: ~160 s; c: ~60 s); SKIP27=1 runs part a alone.
 # Usage on the device: sh tests/device/run_prefix_device.sh D [OUTDIR]
+T=${TMPDIR:-/tmp} # scratch files
 D=${1:-devcarry/prefix}
-O=${2:-${OUT:-/tmp/prefix}}
+O=${2:-${OUT:-$T/prefix}}
 mkdir -p "$O"
 : > "$O/results.txt"
 [ -d "$D/lib" ] || tar xJf "$D/lib.tar.xz" -C "$D"
@@ -46,7 +47,7 @@ if [ -x "$D/test_prefix_mtp" ]; then
 fi
 
 if [ "${SKIP27:-0}" != 1 ]; then
-  M=/tmp/27b-qwenvocab.gguf
+  M=$T/27b-qwenvocab.gguf
   el "gen qwen3.6-27b q4_k_m with the Qwen vocabulary"
   [ -f $M ] || timeout 240 "$S" gen --preset qwen3.6-27b --type q4_k_m \
     --vocab-from "$D/fx/tokenizer/ggml-vocab-qwen35.gguf" -o $M || echo "gen failed rc=$?"

@@ -74,7 +74,7 @@ def cc_body(messages, model=CC_MODEL, **kw):
 
 
 # ---- Codex -----------------------------------------------------------------------------------
-# Shape: github.com/openai/codex docs/config.md (model_providers: base_url ending in /v1,
+# Shape: the Codex repository's configuration doc, github.com/openai/codex (model_providers: base_url ending in /v1,
 # env_key, wire_api = "responses") and codex-rs (client_common.rs, codex-api's
 # ResponsesApiRequest): POST {base_url}/responses with model, instructions, input items
 # (developer / user messages of input_text parts; later the previous turn's reasoning and

@@ -517,7 +517,8 @@ static uint64_t dir_bytes(const char *dir) {
  * it would drop them), so a third conversation's writes evict other files; at boot the folder
  * is brought within --cache-disk (leaves first) and stale temporaries are removed. */
 static void disk_chains(void) {
-    char dir[] = "/tmp/snug_prefix_chain_XXXXXX";
+    char dir[512];
+    test_tmp_template(dir, sizeof dir, "snug_prefix_chain");
     CHECK(mkdtemp(dir) != NULL);
     struct snug_err err = {0};
     struct snug_prefix pc;
