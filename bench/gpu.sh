@@ -1,7 +1,7 @@
 #!/bin/sh
 # gpu.sh — snug next to llama.cpp on one GPU, in one device call: the same GGUF, the same KV
-# cache format, prompt speed at 512 / 4096 tokens and decode speed at depths 0 / 4K / 32K,
-# interleaved (snug, llama.cpp, snug, llama.cpp ...) so that drift hits both alike; snug alone
+# cache format, prompt speed at 512 / 4096 tokens and decode speed at depths 0 / 4K / 32K, per
+# repetition snug's runs then llama.cpp's (REPS > 1 alternates them, so drift hits both); snug alone
 # with TurboQuant caches and with 1 / 2 / 3 MTP drafts; the card's ceilings measured in the same
 # call (copy bandwidth, cuBLAS bf16 and int8 matrix rates: bench_cuda_ops ceilings). The table at
 # the end gives every figure, its ratio to llama.cpp, and its share of its ceiling
@@ -54,7 +54,7 @@ if [ -n "$LSRC" ] && [ "${NO_LLAMA:-0}" != 1 ]; then
     set -e
     if [ -d "$LSRC" ]; then SRC="$LSRC"; else
       mkdir -p $T/llama-src && tar xJf "$LSRC" -C $T/llama-src
-X
+      SRC=$(dirname "$(ls -d $T/llama-src/*/CMakeLists.txt | head -1)")
     fi
     cmake -S "$SRC" -B $T/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
@@ -86,7 +86,7 @@ for kv in $KVS $SNUG_KVS; do
 done
 
 # 4. prompts: random words cut to the token counts (the same text for both engines)
-python3 - "$S" "$M" "$W" $PROMPTS $DEPTHS <<'PY'
+python3 - "$S" "$M" "$W" $PROMPTS $DEPTHS 4096 <<'PY'
 import random, subprocess, sys, json
 snug, model, w, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sorted({int(a) for a in sys.argv[4:]})
 random.seed(7)
@@ -125,11 +125,6 @@ snug_run() { # tag kvargs size n [flags]
 }
 kvargs() { case "$1" in */*) echo "--kv-k ${1%/*} --kv-v ${1#*/}" ;; *) echo "--kv $1" ;; esac; }
 
-if [ -n "${BUILD_PID:-}" ]; then
-  el "waiting for llama-bench's build"
-  wait $BUILD_PID && LB=$T/llama-build/bin/llama-bench
-  [ -x "$LB" ] || { echo "gpu.sh: llama-bench did not build"; tail -20 "$W/llama-build.log"; LB=""; }
-fi
 llama_run() { # tag args...
   tag=$1
   shift
@@ -140,7 +135,14 @@ llama_run() { # tag args...
   echo "  llama $tag: $(wc -l < "$W/lb.out") results"
 }
 
-# 5. the comparison, interleaved per repetition
+# 5. snug alone first (while llama-bench builds): compressed caches (decode at 4K), MTP drafts
+# (every draft is rejected on random weights: the step's cost per emitted token is the
+# speculative step's own); then, per repetition, snug's side and llama.cpp's for each KV format
+for kv in $SNUG_KVS; do snug_run "kv=$kv depth=4096" "$(kvargs "$kv")" 4096 "$G"; done
+first_kv=$(echo $KVS | cut -d' ' -f1)
+for k in 0 $DRAFTS; do
+  snug_run "kv=$first_kv depth=4096 draft=$k" "$(kvargs "$first_kv")" 4096 "$G" --spec-draft "$k"
+done
 r=0
 while [ $r -lt "$REPS" ]; do
   for kv in $KVS; do
@@ -148,6 +150,14 @@ while [ $r -lt "$REPS" ]; do
     el "rep $r kv $kv: snug"
     for p in $PROMPTS; do snug_run "kv=$kv prompt=$p" "$ka" "$p" 16; done
     for d in $DEPTHS; do snug_run "kv=$kv depth=$d" "$ka" "$d" "$G"; done
+  done
+  if [ -n "${BUILD_PID:-}" ]; then
+    el "waiting for llama-bench's build"
+    wait $BUILD_PID && LB=$T/llama-build/bin/llama-bench
+    [ -x "$LB" ] || { echo "gpu.sh: llama-bench did not build"; tail -20 "$W/llama-build.log"; LB=""; }
+    BUILD_PID=""
+  fi
+  for kv in $KVS; do
     if [ -n "$LB" ]; then
       el "rep $r kv $kv: llama.cpp"
       pl=$(echo $PROMPTS | tr ' ' ',')
@@ -157,14 +167,6 @@ while [ $r -lt "$REPS" ]; do
     fi
   done
   r=$((r + 1))
-done
-
-# 6. snug alone: compressed caches (decode at 4K), MTP drafts (every draft is rejected on random
-# weights: the step's cost per emitted token is the speculative step's own)
-for kv in $SNUG_KVS; do snug_run "kv=$kv depth=4096" "$(kvargs "$kv")" 4096 "$G"; done
-first_kv=$(echo $KVS | cut -d' ' -f1)
-for k in 0 $DRAFTS; do
-  snug_run "kv=$first_kv depth=4096 draft=$k" "$(kvargs "$first_kv")" 4096 "$G" --spec-draft "$k"
 done
 
 python3 "$(dirname "$0")/gpu_table.py" "$LINES" "$W" | tee "$O/table.txt"

@@ -22,7 +22,7 @@ STEPS=${STEPS:-3}
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
 SNUG_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-  --log-file "$O/ncu.log" "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "hello there" \
+  "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "hello there" \
   -n "$STEPS" --temp 0 > "$O/ncu.csv" 2> "$O/run.err"
 echo "ncu rc=$? ($(wc -l < "$O/ncu.csv") lines)"
 python3 - "$O/ncu.csv" <<'PY'

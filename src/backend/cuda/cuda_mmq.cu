@@ -136,12 +136,12 @@ template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(cons
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* Where the kernel runs by default: prompt chunks of at most this many tokens, per type. These
- * are predictions (docs/perf/cuda-kernels.md, "Prompt products on int8 tensor cores": q4_K
- * ahead of dequantise + cuBLAS at T = 512, behind at 2048; q6_K, with twice the integer work per
- * input, behind at the 27B's shapes) until `bench_cuda_ops mmq` has measured both paths on the
- * card; set them from its int8/bf16 column. */
-#define MMQ_MAX_T_Q4K 1024
+/* Where the kernel runs by default: prompt chunks of at most this many tokens, per type. Off:
+ * measured on an H100 (`bench_cuda_ops mmq`, docs/perf/cuda-kernels.md "Prompt products on int8
+ * tensor cores"), the kernel ran at 0.62-0.79x of dequantise + cuBLAS for q4_K at T = 512 and
+ * 0.41-0.63x at 2048, q6_K at 0.23-0.54x: the bf16 path stays the default until a version beats
+ * it (SNUG_CUDA_MMQ=1 follows this table, 2 forces the kernel). */
+#define MMQ_MAX_T_Q4K 0
 #define MMQ_MAX_T_Q6K 0
 /* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 the table above; 2 every
  * product the kernel can take; 3 the same with every row's super-blocks split over two blocks
