@@ -1364,7 +1364,30 @@ static enum MHD_Result generate(struct snug_srv *s, struct MHD_Connection *c,
         const char *st_text = q->script ? q->script : s->script_text;
         size_t st_len = q->script ? strlen(q->script) : s->script_len;
         if (!q->script) script_turn(q, &st_text, &st_len);
-        if (tokenize_alloc(s->tok, st_text, st_len, NULL, &r->script, &r->job.n_script, &err)) {
+        /* a request that allows no call: the script's calls are left out (a script is not
+         * sampled, so the policy's ban of the opening token cannot act on it; a model under the
+         * ban writes the text around them) */
+        struct snug_tool_policy stp = snug_tool_policy_of(q);
+        struct snug_sbuf kept = {0};
+        if (!stp.calls && memmem(st_text, st_len, "<tool_call>", 11)) {
+            const char *p = st_text, *end = st_text + st_len, *open;
+            while ((open = memmem(p, (size_t)(end - p), "<tool_call>", 11)) != NULL) {
+                snug_sbuf_append(&kept, p, (size_t)(open - p));
+                const char *close = memmem(open, (size_t)(end - open), "</tool_call>", 12);
+                p = close ? close + 12 : end;
+                if (p < end && *p == '\n') p++;
+            }
+            snug_sbuf_append(&kept, p, (size_t)(end - p));
+            if (kept.oom) {
+                snug_server_error_set(&e, 500, "server_error", NULL, "out of memory");
+                goto reject;
+            }
+            st_text = kept.data ? kept.data : "";
+            st_len = kept.len;
+        }
+        int trc = tokenize_alloc(s->tok, st_text, st_len, NULL, &r->script, &r->job.n_script, &err);
+        snug_sbuf_free(&kept);
+        if (trc) {
             snug_server_error_set(&e, 500, "server_error", NULL, "%s", err.msg);
             goto reject;
         }
