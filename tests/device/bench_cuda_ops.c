@@ -289,11 +289,13 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 5; v++) { /* int8 T=1 rows 2, T=8, f32 T=1, rows 1, rows 4 */
-                int T = v == 1 ? 8 : 1;
+            for (int v = 0; v < 8; v++) { /* int8 T=1 rows 2, T=8, f32 T=1, rows 1, rows 4;
+                                             T=4 (a verification of 3 drafts) rows 1, 2, 4 */
+                int T = v == 1 ? 8 : v >= 5 ? 4 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
-                snug_cuda_matvec_tune(v == 3 ? 1 : v == 4 ? 4 : 2);
+                int rows = v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
+                snug_cuda_matvec_tune(rows);
                 for (int i = 0; i < NCOPY; i++)
                     OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, wk, &err));
                 for (int i = 0; i < REP; i++) {
@@ -305,10 +307,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
                 printf("matvec %-5s %-4s r%d n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
-                       v == 3   ? 1
-                       : v == 4 ? 4
-                                : 2,
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", rows,
                        (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }

@@ -891,6 +891,49 @@ static void test_add_rmsnorm(int64_t T, int64_t n) {
     snug_cuda_dfree(dn), snug_cuda_dfree(dn2);
 }
 
+/* The norms that also round their output to int8 (snug_cuda_*_q8) followed by the product that
+ * reuses that rounding: the bits of the norm and then the product rounding x itself. */
+static void test_norm_q8(int add, uint32_t type, int64_t T, int64_t n, int64_t n_out) {
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n);
+    uint8_t *w = snug_malloc(rb * (size_t)n_out);
+    float *src = rnd(n, 1.0f);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n; i++) src[i] = frand();
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n, NULL));
+    }
+    float *x = rnd(T * n, 3.0f), *y = rnd(T * n, 2.0f), *g = rnd(n, 1.0f);
+    float *dx = dup_dev(x, T * n * 4), *dx2 = dup_dev(x, T * n * 4), *dy = dup_dev(y, T * n * 4);
+    float *dg = dup_dev(g, n * 4), *dn = dev_poison(T * n * 4), *dn2 = dev_poison(T * n * 4);
+    void *dw = dup_dev(w, rb * (size_t)n_out);
+    size_t wb = snug_cuda_matmul_work_bytes(n, n_out, T);
+    void *wk = dup_dev(NULL, wb), *wk2 = dup_dev(NULL, wb);
+    float *o1 = dev_poison((size_t)(T * n_out) * 4), *o2 = dev_poison((size_t)(T * n_out) * 4);
+    CHECK(snug_cuda_norm_q8_fits(T, n));
+    if (add) {
+        OK(snug_cuda_add_rmsnorm(&cu, dx, dy, dg, 1e-6f, T, n, dn, &err));
+        OK(snug_cuda_add_rmsnorm_q8(&cu, dx2, dy, dg, 1e-6f, T, n, dn2, wk2, &err));
+    } else {
+        OK(snug_cuda_rmsnorm(&cu, dx, dg, 1e-6f, T, n, dn, &err));
+        OK(snug_cuda_rmsnorm_q8(&cu, dx2, dg, 1e-6f, T, n, dn2, wk2, &err));
+    }
+    OK(snug_cuda_matmul(&cu, type, dw, n, n_out, dn, T, o1, wk, &err));
+    OK(snug_cuda_matvec_int8_again(&cu, type, dw, n, n_out, T, o2, wk2, &err));
+    float *a = get(dn, T * n), *b = get(dn2, T * n), *ya = get(o1, T * n_out),
+          *yb = get(o2, T * n_out);
+    char name[96];
+    snprintf(name, sizeof name, "%s rounding its output, %s %lldx%lld -> %lld",
+             add ? "add_rmsnorm" : "rmsnorm", snug_dtype_info(type)->name, (long long)T,
+             (long long)n, (long long)n_out);
+    same_bits(name, a, b, (size_t)(T * n) * 4);
+    same_bits("  the product after it (no rounding of its own)", ya, yb,
+              (size_t)(T * n_out) * 4);
+    snug_free(w), snug_free(src), snug_free(x), snug_free(y), snug_free(g);
+    snug_free(a), snug_free(b), snug_free(ya), snug_free(yb);
+    snug_cuda_dfree(dx), snug_cuda_dfree(dx2), snug_cuda_dfree(dy), snug_cuda_dfree(dg);
+    snug_cuda_dfree(dn), snug_cuda_dfree(dn2), snug_cuda_dfree(dw), snug_cuda_dfree(wk);
+    snug_cuda_dfree(wk2), snug_cuda_dfree(o1), snug_cuda_dfree(o2);
+}
+
 /* The token-embedding gather on the device: the reference decoder's values bit for bit. */
 static void test_embed(uint32_t type, int64_t V, int64_t H, int64_t T) {
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)H);
@@ -1086,6 +1129,11 @@ static void test_step(void) {
     test_add_rmsnorm(1, 5120);
     test_add_rmsnorm(7, 2048);
     test_add_rmsnorm(3, 1000);
+    test_norm_q8(1, SNUG_DTYPE_Q4_K, 1, 5120, 301);
+    test_norm_q8(1, SNUG_DTYPE_Q6_K, 4, 5120, 45);
+    test_norm_q8(0, SNUG_DTYPE_Q8_0, 3, 2048, 77);
+    test_norm_q8(0, SNUG_DTYPE_Q4_K, 8, 8192, 33);
+    test_norm_q8(1, SNUG_DTYPE_Q8_0, 2, 96, 7);
     uint32_t et[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q8_0,
                      SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof et / sizeof et[0]; i++) {
@@ -1118,12 +1166,30 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    /* `test_cuda_ops encoder` / `mmq` / `step`: only those cases (the whole program takes
+    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode`: only those cases (the whole program takes
      * several minutes) */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
+    if (only && !strcmp(only, "decode")) { /* what a decode step runs: products, norms, delta */
+        uint32_t dt[] = {SNUG_DTYPE_F16, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0,
+                         SNUG_DTYPE_IQ4_XS};
+        for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
+            test_matmul(dt[i], 768, 37, 1); /* few rows: the one-row-per-block f32 kernel */
+            test_matmul(dt[i], 512, 45, 3);
+            test_matmul(dt[i], 5120, 48, 1);
+            test_matmul(dt[i], 5120, 301, 4);
+            test_matmul_f32x(dt[i], 5120, 48, 1);
+            test_matmul_f32x(dt[i], 5120, 1031, 2);
+        }
+        test_basic();
+        test_step();
+        test_delta(0, 1, 2, 6, 128, 128);
+        test_delta(0, 5, 3, 3, 64, 96);
+        test_delta(0, 8, 2, 4, 32, 40);
+        test_delta(1, 133, 2, 6, 128, 128);
+    }
     if (only) {
         snug_cuda_free(&cu);
         return TEST_DONE();

@@ -233,13 +233,32 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
     if (int8) c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
     if (c->prof) c->prof->ptag = NULL;
 }
+/* A decode-sized norm also rounds its output to int8 in the op scratch (snug_cuda_*_q8), where
+ * the product that follows would round it: that product then skips its rounding launch (the
+ * qx_* bookkeeping above, as for consecutive products of one input). */
+static bool norm_rounds(struct cuda_be *c, int64_t T, int64_t n) {
+    return !c->mv_f32 && snug_cuda_norm_q8_fits(T, n) &&
+           snug_cuda_matmul_work_bytes(n, 1, T) <= c->scratch_bytes;
+}
 static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                        int64_t n, float *y) {
-    CK(snug_cuda_rmsnorm(&CB(be)->cu, x, w, eps, T, n, y, err));
+    struct cuda_be *c = CB(be);
+    if (!norm_rounds(c, T, n)) {
+        CK(snug_cuda_rmsnorm(&c->cu, x, w, eps, T, n, y, err));
+        return;
+    }
+    CK(snug_cuda_rmsnorm_q8(&c->cu, x, w, eps, T, n, y, c->scratch, err));
+    c->qx_x = y, c->qx_in = n, c->qx_T = T, c->qx_ops = c->n_ops;
 }
 static void cb_add_rmsnorm(struct snug_be *be, float *x, const float *y, const float *w, float eps,
                            int64_t T, int64_t n, float *xn) {
-    CK(snug_cuda_add_rmsnorm(&CB(be)->cu, x, y, w, eps, T, n, xn, err));
+    struct cuda_be *c = CB(be);
+    if (!norm_rounds(c, T, n)) {
+        CK(snug_cuda_add_rmsnorm(&c->cu, x, y, w, eps, T, n, xn, err));
+        return;
+    }
+    CK(snug_cuda_add_rmsnorm_q8(&c->cu, x, y, w, eps, T, n, xn, c->scratch, err));
+    c->qx_x = xn, c->qx_in = n, c->qx_T = T, c->qx_ops = c->n_ops;
 }
 static void cb_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
     CK(snug_cuda_l2norm(&CB(be)->cu, x, rows, n, eps, err));

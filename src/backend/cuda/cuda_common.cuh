@@ -29,6 +29,9 @@ extern "C" {
  * holds x rounded by the previous call over the same x, n_in and T). */
 extern "C" bool snug_cu_mvq_supported(uint32_t type);
 extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T);
+/* Where x rounded to int8 lies in that work memory: qx [T][n_in], then ds [T][n_in / 32] (d,
+ * d·Σq) per block of 32 (written by k_quant_x8, or by a norm that rounds its own output). */
+extern "C" void snug_cu_mvq_x(void *work, int64_t n_in, int64_t T, int8_t **qx, float2 **ds);
 extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                            int64_t n_out, const float *x, int T, float *y, void *work,
                            struct snug_err *err);
@@ -39,6 +42,51 @@ static inline int snug_cu_launched(struct snug_err *err, const char *kernel) {
     if (e == cudaSuccess) return SNUG_OK;
     return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda: launching %s failed: %s", kernel,
                         cudaGetErrorString(e));
+}
+
+/* Programmatic dependent launch (sm_90+): a kernel launched with cu_launch_pdl may start while
+ * the kernel before it in the stream is still running (once every block of that one has
+ * started, or called pdl_trigger); it must call pdl_wait() before it reads anything the kernel
+ * before it wrote (pdl_wait returns when that kernel has finished and its writes are visible),
+ * and may do independent work (prefetching its weights) before. Without the launch attribute
+ * both are no-ops. On older cards they compile to nothing. */
+__device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* The L2 prefetch of n bytes from p, spread over the block's threads (one request per 128-byte
+ * line; addresses stay inside [p, p + n)). */
+__device__ __forceinline__ void prefetch_l2(const uint8_t *p, size_t n) {
+    for (size_t off = (size_t)threadIdx.x * 128; off < n; off += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
+/* Whether kernels launched by cu_launch_pdl get the programmatic-serialization attribute:
+ * cuda_matvec.cu's switch (snug_cuda_pdl_tune; env SNUG_CUDA_PDL, read once; only on sm_90+). */
+extern "C" bool snug_cu_pdl_on(const struct snug_cuda *cu);
+
+/* Launch kernel k (grid, block, dynamic shared memory) on stream s as a programmatic dependent
+ * of the stream's previous kernel when pdl is true, else as a plain launch. */
+template <typename... KArgs, typename... Args>
+static inline void cu_launch_pdl(bool pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

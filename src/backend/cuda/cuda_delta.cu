@@ -9,6 +9,8 @@
  * Read next: cuda_ops.h (the chunked entry point's status), docs/perf/cuda-kernels.md. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <stdlib.h>
+
 #define DN_WARPS 4
 #define DN_WCOLS 8
 #define DN_BCOLS (DN_WARPS * DN_WCOLS)
@@ -136,6 +138,119 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
             if (cw + c < dv) S[(int64_t)(lane + 32 * r) * dv + cw + c] = st[c][r];
 }
 
+/* The small-T form (decode, verification, MTP steps: T <= DS_MAXT), one thread per (column,
+ * DS_RPT rows): lane l of a block holds column c0 + l and warp w rows DS_RPT·w .. DS_RPT·w +
+ * DS_RPT − 1, so each load of the state is one 128-byte row piece per warp (k_delta's lanes run
+ * down a column: 32 rows dv floats apart per load, 20 µs per 27B layer under ncu against a
+ * 1.5 µs floor). Per token the column sums Σ_i S[i][c] k_i and Σ_i S[i][c] q_i meet across the
+ * warps in shared memory (double-buffered by token parity: one barrier per token). All T
+ * tokens' q, k (L2-normed and scaled with PREP), gates and k·q are staged first. The sums run
+ * in another order than k_delta's, so the two agree to rounding, not bits. */
+#define DS_MAXT 8
+#define DS_RPT  16
+template <int DK, bool PREP>
+__global__ void __launch_bounds__(DK / DS_RPT * 32)
+    k_delta_small(int T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+                  const float *__restrict__ k, const float *__restrict__ v,
+                  const float *__restrict__ g, const float *__restrict__ beta, float *state,
+                  float *out, int64_t qs, int64_t vs, delta_prep pp) {
+    constexpr int W = DK / DS_RPT;
+    __shared__ float sk[DS_MAXT][DK], sq[DS_MAXT][DK];
+    __shared__ float sg[DS_MAXT], sb[DS_MAXT], skq[DS_MAXT];
+    __shared__ float pa[2][W][32], pb[2][W][32];
+    int64_t j = blockIdx.x, kh = j % Nk;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int64_t c = (int64_t)blockIdx.y * 32 + lane;
+    bool cin = c < dv;
+    int row0 = w * DS_RPT;
+    float *S = state + j * DK * dv;
+    float st[DS_RPT];
+#pragma unroll
+    for (int r = 0; r < DS_RPT; r++) st[r] = cin ? S[(int64_t)(row0 + r) * dv + c] : 0.0f;
+    for (int i = threadIdx.x; i < T * DK; i += blockDim.x) {
+        int tt = i / DK, e = i - tt * DK;
+        sk[tt][e] = k[tt * qs + kh * DK + e];
+        sq[tt][e] = q[tt * qs + kh * DK + e];
+    }
+    if (threadIdx.x < T) {
+        int64_t gi = (int64_t)threadIdx.x * Nv + j;
+        float gv = g[gi], bv = beta[gi];
+        if (PREP) { /* k_delta_gates' arithmetic */
+            bv = 1.0f / (1.0f + expf(-bv));
+            float x = gv + pp.dt[j];
+            gv = pp.a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+        }
+        sg[threadIdx.x] = __expf(gv);
+        sb[threadIdx.x] = bv;
+    }
+    __syncthreads();
+    for (int tt = w; tt < T; tt += W) { /* warp w: tokens w, w + W, ...: norms and k·q */
+        constexpr int RPL = DK / 32;
+        float ik = 1.0f, iq = 1.0f;
+        if (PREP) {
+            float a2 = 0.0f, b2 = 0.0f;
+#pragma unroll
+            for (int r = 0; r < RPL; r++) {
+                float kv_ = sk[tt][lane + 32 * r], qv_ = sq[tt][lane + 32 * r];
+                a2 = fmaf(kv_, kv_, a2);
+                b2 = fmaf(qv_, qv_, b2);
+            }
+            ik = rsqrtf(warp_sum(a2) + pp.eps), iq = rsqrtf(warp_sum(b2) + pp.eps) * pp.qscale;
+        }
+        float kq = 0.0f;
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+            float kv_ = sk[tt][lane + 32 * r] * ik, qv_ = sq[tt][lane + 32 * r] * iq;
+            sk[tt][lane + 32 * r] = kv_;
+            sq[tt][lane + 32 * r] = qv_;
+            kq = fmaf(kv_, qv_, kq);
+        }
+        kq = warp_sum(kq);
+        if (lane == 0) skq[tt] = kq;
+    }
+    __syncthreads();
+    for (int tt = 0; tt < T; tt++) {
+        int par = tt & 1;
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int r = 0; r < DS_RPT; r++) {
+            a = fmaf(st[r], sk[tt][row0 + r], a);
+            b = fmaf(st[r], sq[tt][row0 + r], b);
+        }
+        pa[par][w][lane] = a;
+        pb[par][w][lane] = b;
+        float vv = cin ? v[tt * vs + j * dv + c] : 0.0f;
+        __syncthreads();
+        float A = 0.0f, B = 0.0f;
+#pragma unroll
+        for (int x = 0; x < W; x++) A += pa[par][x][lane], B += pb[par][x][lane];
+        float decay = sg[tt];
+        float delta = sb[tt] * (vv - decay * A);
+        if (w == 0 && cin) out[((int64_t)tt * Nv + j) * dv + c] = decay * B + skq[tt] * delta;
+#pragma unroll
+        for (int r = 0; r < DS_RPT; r++) st[r] = fmaf(decay, st[r], sk[tt][row0 + r] * delta);
+        if (pp.snap && cin) { /* the rollback point after this token */
+            float *P = pp.snap + tt * pp.snap_stride + j * DK * dv;
+#pragma unroll
+            for (int r = 0; r < DS_RPT; r++) P[(int64_t)(row0 + r) * dv + c] = st[r];
+        }
+    }
+    if (cin)
+#pragma unroll
+        for (int r = 0; r < DS_RPT; r++) S[(int64_t)(row0 + r) * dv + c] = st[r];
+}
+
+/* Whether the small-T form runs (env SNUG_CUDA_DELTA_SMALL=0 keeps k_delta for every T: the
+ * comparison in docs/perf/cuda-kernels.md). */
+static int g_delta_small = -1;
+static bool delta_small_on(void) {
+    if (g_delta_small < 0) {
+        const char *e = getenv("SNUG_CUDA_DELTA_SMALL");
+        g_delta_small = e && e[0] == '0' ? 0 : 1;
+    }
+    return g_delta_small == 1;
+}
+
 static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                         int64_t dv, const float *q, const float *k, const float *v, const float *g,
                         const float *beta, float *state, float *out, int64_t qs, int64_t vs,
@@ -146,8 +261,29 @@ static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
                             "be positive",
                             (long long)Nk, (long long)Nv, (long long)dv);
     if (T <= 0) return SNUG_OK;
-    dim3 grid((unsigned)Nv, (unsigned)((dv + DN_BCOLS - 1) / DN_BCOLS));
     cudaStream_t s = SNUG_CU_STREAM(cu);
+    if (T <= DS_MAXT && (dk == 32 || dk == 64 || dk == 128) && delta_small_on()) {
+        dim3 gs((unsigned)Nv, (unsigned)((dv + 31) / 32));
+        int t = (int)T;
+#define DS_GO(DK)                                                                                  \
+    do {                                                                                           \
+        if (pp.a)                                                                                  \
+            k_delta_small<DK, true><<<gs, DK / DS_RPT * 32, 0, s>>>(t, Nk, Nv, dv, q, k, v, g,     \
+                                                                    beta, state, out, qs, vs, pp); \
+        else                                                                                       \
+            k_delta_small<DK, false><<<gs, DK / DS_RPT * 32, 0, s>>>(                              \
+                t, Nk, Nv, dv, q, k, v, g, beta, state, out, qs, vs, pp);                          \
+    } while (0)
+        if (dk == 32)
+            DS_GO(32);
+        else if (dk == 64)
+            DS_GO(64);
+        else
+            DS_GO(128);
+#undef DS_GO
+        return snug_cu_launched(err, "gated_delta_small");
+    }
+    dim3 grid((unsigned)Nv, (unsigned)((dv + DN_BCOLS - 1) / DN_BCOLS));
 #define DN_GO(RPL)                                                                                 \
     do {                                                                                           \
         if (pp.a)                                                                                  \

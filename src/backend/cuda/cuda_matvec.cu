@@ -24,6 +24,8 @@
  * d = max|x| / 127, q = round(x / d), ds = (d, d · Σq). */
 __global__ void k_quant_x8(const float *__restrict__ x, int64_t nblk, int8_t *__restrict__ qx,
                            float2 *__restrict__ ds) {
+    pdl_trigger();
+    pdl_wait();
     int64_t b = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (b >= nblk) return; /* whole warps leave together */
     int lane = threadIdx.x & 31;
@@ -330,8 +332,15 @@ template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
           const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-          float *__restrict__ y) {
-    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
+          float *__restrict__ y, int prefetch) {
+    int64_t row0 = (int64_t)blockIdx.x * R;
+    pdl_trigger();
+    if (prefetch) { /* launched early (PDL): the block's rows into L2 while the x is made */
+        int64_t nr = n_out - row0 < R ? n_out - row0 : R;
+        prefetch_l2(w + (size_t)row0 * row_bytes, (size_t)nr * row_bytes);
+    }
+    pdl_wait();
+    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, row0);
 }
 
 /* The MoE expert products: blockIdx.y is a tile of the table moe_route wrote (expert e, first
@@ -378,6 +387,12 @@ extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T) {
     return al256((size_t)(T * n_in)) + al256((size_t)(T * (n_in / 32)) * sizeof(float2)) + 256;
 }
 
+extern "C" void snug_cu_mvq_x(void *work, int64_t n_in, int64_t T, int8_t **qx, float2 **ds) {
+    uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
+    *qx = (int8_t *)wk;
+    *ds = (float2 *)(wk + al256((size_t)(T * n_in)));
+}
+
 /* Warps per block for a row of nu units: the count in 2..8 that leaves the fewest idle thread
  * slots in the last pass over the row (q6_K 5120 → 160 units → 5 warps; q4_K 5120 → 80
  * units → 3 warps, 17408 → 272 → 3). */
@@ -391,17 +406,19 @@ static int mvq_warps(int nu) {
 }
 
 template <int TYPE, int R>
-static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
-                         int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
-    unsigned blocks = (unsigned)((n_out + R - 1) / R);
+static void mvq_launch_r(bool pdl, int threads, cudaStream_t s, const uint8_t *w, size_t rb,
+                         int n_in, int64_t n_out, const int8_t *qx, const float2 *ds, int T,
+                         float *y) {
+    dim3 g((unsigned)((n_out + R - 1) / R)), b(threads);
+    int pf = pdl ? 1 : 0;
     if (T == 1)
-        k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
+        cu_launch_pdl(pdl, k_mvq<TYPE, 1, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, 1, y, pf);
     else if (T == 2)
-        k_mvq<TYPE, 2, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 2, y);
+        cu_launch_pdl(pdl, k_mvq<TYPE, 2, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, 2, y, pf);
     else if (T <= 4)
-        k_mvq<TYPE, 4, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        cu_launch_pdl(pdl, k_mvq<TYPE, 4, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, T, y, pf);
     else
-        k_mvq<TYPE, 8, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        cu_launch_pdl(pdl, k_mvq<TYPE, 8, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, T, y, pf);
 }
 
 /* Rows per block: 1, 2 or 4 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
@@ -412,17 +429,31 @@ extern "C" void snug_cuda_matvec_tune(int rows) {
     g_mvq_rows = rows == 1 || rows == 2 || rows == 4 ? rows : MVQ_ROWS;
 }
 
+/* Programmatic dependent launch of the matvec and its x rounding (snug_cuda_pdl_tune): -1 until
+ * set or read from env SNUG_CUDA_PDL at the first call. */
+static int g_pdl = -1;
+extern "C" void snug_cuda_pdl_tune(int on) {
+    g_pdl = on == 0 || on == 1 ? on : SNUG_CUDA_PDL_DEFAULT;
+}
+extern "C" bool snug_cu_pdl_on(const struct snug_cuda *cu) {
+    if (g_pdl < 0) {
+        const char *e = getenv("SNUG_CUDA_PDL");
+        snug_cuda_pdl_tune(e ? atoi(e) : -1);
+    }
+    return g_pdl == 1 && cu->cc_major >= 9;
+}
+
 template <int TYPE>
-static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+static void mvq_launch(bool pdl, int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
     int r = g_mvq_rows;
     if (r == 4 && T > 4) r = 2;
     if (r == 1)
-        mvq_launch_r<TYPE, 1>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 1>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
     else if (r == 4)
-        mvq_launch_r<TYPE, 4>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 4>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
     else
-        mvq_launch_r<TYPE, 2>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 2>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec. The caller has
@@ -435,12 +466,14 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         return snug_err_set(err, SNUG_ERR_INVALID, "cuda matvec: n_in %lld too large",
                             (long long)n_in);
     cudaStream_t s = SNUG_CU_STREAM(cu);
-    uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
-    int8_t *qx = (int8_t *)wk;
-    float2 *ds = (float2 *)(wk + al256((size_t)(T * n_in)));
+    int8_t *qx;
+    float2 *ds;
+    snug_cu_mvq_x(work, n_in, T, &qx, &ds);
     int64_t nblk = (int64_t)T * (n_in / 32);
+    bool pdl = snug_cu_pdl_on(cu);
     if (x) { /* (NULL: work already holds this x rounded, snug_cuda_matvec_int8_again) */
-        k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
+        cu_launch_pdl(pdl, k_quant_x8, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, s, x, nblk,
+                      qx, ds);
         int st = snug_cu_launched(err, "quant_x8");
         if (st) return st;
     }
@@ -453,16 +486,20 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     int ni = (int)n_in;
     switch (type) {
     case SNUG_DTYPE_Q4_K:
-        mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q4_K>(pdl, 32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T,
+                                    y);
         break;
     case SNUG_DTYPE_Q6_K:
-        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q6_K>(pdl, 32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T,
+                                    y);
         break;
     case SNUG_DTYPE_IQ4_XS:
-        mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_IQ4_XS>(pdl, 32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T,
+                                      y);
         break;
     default:
-        mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q8_0>(pdl, 32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T,
+                                    y);
         break;
     }
     return snug_cu_launched(err, "matvec_q8");

@@ -61,6 +61,12 @@ bool snug_cuda_matvec_int8(uint32_t type);
 /* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
+/* Programmatic dependent launch of the decode matvec and its x rounding (sm_90+: a product's
+ * blocks start, and prefetch their weight rows into L2, while the kernel before it finishes):
+ * 1 on, 0 off, anything else the default (SNUG_CUDA_PDL_DEFAULT). Env SNUG_CUDA_PDL sets it at
+ * the first call (docs/debugging.md). */
+#define SNUG_CUDA_PDL_DEFAULT 0
+void snug_cuda_pdl_tune(int on);
 /* The same kind of knobs for the decode attention (1 = grouped per KV head, 0 = per query
  * head) and the prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the
  * choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
@@ -121,6 +127,17 @@ int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const float *w, floa
  * pass (xn must not overlap x or y). */
 int snug_cuda_add_rmsnorm(struct snug_cuda *cu, float *x, const float *y, const float *w, float eps,
                           int64_t T, int64_t n, float *xn, struct snug_err *err);
+/* The same two with their output also rounded to int8 into `work` exactly as snug_cuda_matmul's
+ * int8 matvec would round it (the layout of its work memory), so a product of that output can
+ * skip the rounding (snug_cuda_matvec_int8_again). Only where snug_cuda_norm_q8_fits(T, n):
+ * 1 <= T <= SNUG_CUDA_MATVEC_MAX_T, n % 32 == 0, n <= 8192; work as snug_cuda_matmul_work_bytes
+ * (n, ·, T) asks. */
+bool snug_cuda_norm_q8_fits(int64_t T, int64_t n);
+int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const float *w, float eps,
+                         int64_t T, int64_t n, float *y, void *work, struct snug_err *err);
+int snug_cuda_add_rmsnorm_q8(struct snug_cuda *cu, float *x, const float *y, const float *w,
+                             float eps, int64_t T, int64_t n, float *xn, void *work,
+                             struct snug_err *err);
 int snug_cuda_l2norm(struct snug_cuda *cu, float *x, int64_t rows, int64_t n, float eps,
                      struct snug_err *err);
 /* pos: device int32[T]. */
