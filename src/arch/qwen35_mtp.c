@@ -14,8 +14,9 @@
  * MTP step of n_chunk positions.
  * Read next: src/speculative/speculative.c (drafting and verification), qwen35.c (the trunk).
  */
-#include "model/model.h"
+#include "arch/qwen35.h"
 
+#include "backend/cpu/ops.h"
 #include "quant/quant.h"
 
 #include <math.h>
