@@ -292,9 +292,7 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T, cons
 
 /* FNV-1a over the bytes of v, into h. */
 static uint64_t hash_mix(uint64_t h, const void *v, size_t n) {
-    const uint8_t *p = v;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
+    return snug_fnv1a(h, v, n);
 }
 #define HASH(h, x) ((h) = hash_mix((h), &(x), sizeof(x)))
 
