@@ -16,7 +16,7 @@ piece of code and its interfaces; every other file (a header without a source of
    it; a file in a folder the order does not list is an error. An include from a lower layer to
    a higher one is an upward include.
 3. Modules: every folder of the order is one line of the module map and one CMake library:
-   the map's rows (`| `src/x/` | ...`) and the layer names must match one to one, and each
+   the map's rows (`| `src/<folder>/` | ...`) and the layer names must match one to one, and each
    `snug_module(NAME DIRS ... DEPS ...)` of CMakeLists.txt may link only modules below it.
 
 Allowed exceptions are listed in scripts/layers_allow.txt, one a line, with a reason after `#`:
@@ -155,7 +155,7 @@ def module_of(path, order):
 
 
 def module_map_rows(arch_text):
-    """Folders named by the module map's first column: | `src/x/` | ... (plus include/)."""
+    """Folders named by the module map's first column: | `src/<folder>/` | ... (plus include/)."""
     m = re.search(r"^## Module map.*?\n(.*?)(?=^## |\Z)", arch_text, re.M | re.S)
     rows = []
     for line in (m.group(1) if m else "").splitlines():
