@@ -6,8 +6,9 @@
  * work arena planned at context init always holds a step of n_chunk tokens.
  * Read next: qwen35moe.c, src/backend/cpu/ops.h (the ops called here), docs/qwen35.md §2.
  */
-#include "model/model.h"
+#include "arch/qwen35.h"
 
+#include "backend/cpu/ops.h"
 #include "quant/quant.h"
 
 #include <math.h>

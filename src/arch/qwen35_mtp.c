@@ -12,10 +12,12 @@
  * f->logits on the host. Invariant: scratch comes from mtp_buffers, which
  * snug_qwen35_mtp_work_bytes (the plan) also runs, so a planned work arena always holds an
  * MTP step of n_chunk positions.
- * Read next: src/speculative/speculative.c (drafting and verification), qwen35.c (the trunk).
+ * Read next: src/model/mtp.c (drafting), src/speculative/speculative.c (verification), qwen35.c
+ * (the trunk).
  */
-#include "model/model.h"
+#include "arch/qwen35.h"
 
+#include "backend/cpu/ops.h"
 #include "quant/quant.h"
 
 #include <math.h>

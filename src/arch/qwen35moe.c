@@ -5,7 +5,7 @@
  * read once per step. Invariant: the FFN scratch comes from moe_buffers, which the plan uses.
  * Read next: qwen35.c (the trunk).
  */
-#include "model/model.h"
+#include "arch/qwen35.h"
 
 #include "backend/backend.h"
 #include "quant/quant.h"

@@ -17,7 +17,7 @@
 #ifndef SNUG_BACKEND_H
 #define SNUG_BACKEND_H
 
-#include "backend/kv_view.h"
+#include "kv/kv_view.h"
 #include "core/core.h"
 #include "core/threadpool.h"
 #include "gguf/gguf.h"
@@ -26,6 +26,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The most ranks of tensor parallelism (the plan's split, src/plan/shard.h; the CUDA
+ * communicators, src/backend/cuda/cuda_tp.c). */
+#define SNUG_TP_MAX_RANKS 16
+/* The most rotary pairs (n_rot / 2) of the interleaved M-RoPE op (rope_mrope, every backend). */
+#define SNUG_ROPE_MAX_PAIRS 256
 
 struct snug_be;
 

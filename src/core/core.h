@@ -18,8 +18,16 @@
     } while (0)
 _Noreturn void snug_assert_fail(const char *cond, const char *file, int line);
 
-#define SNUG_MIN(a, b)      ((a) < (b) ? (a) : (b))
-#define SNUG_MAX(a, b)      ((a) > (b) ? (a) : (b))
+#define SNUG_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SNUG_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* FNV-1a, 64 bits, over n bytes, continuing from h (a new hash starts from SNUG_FNV_OFFSET):
+ * the one byte hash of the tree's tables, cache keys and seeds. */
+#define SNUG_FNV_OFFSET 14695981039346656037ull
+static inline uint64_t snug_fnv1a(uint64_t h, const void *v, size_t n) {
+    const uint8_t *p = v;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
 #define SNUG_ALIGN_UP(x, a) ((((x) + (a)-1) / (a)) * (a))
 
 /* ---- counted heap allocation ------------------------------------------------------------- */

@@ -4,7 +4,7 @@
  * the detokenizer, and the stopping conditions.
  * Invariant: toks[0..n_toks) are the context's tokens, toks[n_toks] the pending one while
  * running; nothing here allocates after snug_seq_begin.
- * Read next: src/server/engine.c and src/cli/cmd_run.c (the two drivers).
+ * Read next: src/engine/engine.c and src/cli/cmd_run.c (the two drivers).
  */
 #include "engine/sequence.h"
 

@@ -10,7 +10,7 @@
  *     n = snug_seq_rows(seq, rows, cap, &err);     // the pending token (+ its MTP drafts)
  *     ... snug_step over these rows and other sequences' rows ...
  *     snug_seq_take(seq, logits_of_these_rows, &err);   // pick / accept, emit, stop?
- * until seq->state is no longer SNUG_SEQ_RUNNING. The server's engine (src/server/engine.c)
+ * until seq->state is no longer SNUG_SEQ_RUNNING. The engine (src/engine/engine.c)
  * batches every slot's rows (so the verifications of N speculative slots are one forward);
  * `snug run` (src/cli/cmd_run.c) steps its one sequence.
  *

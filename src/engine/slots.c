@@ -1,12 +1,13 @@
 /* slots.c — the model's sequence slots over one backend instance (slots.h): the plan for n
  * slots, the instance that allocates it, one thread pool, and one context handle per slot.
  * Invariant: the instance's sizes are the plan's, nothing else computes a size; all allocation
- * happens in snug_slots_init. Read next: slots.h, src/model/context.c, src/plan/plan.c.
+ * happens in snug_slots_init (and snug_ctx_init, a context over a one-slot instance of its own).
+ * Read next: slots.h, src/model/context.c, src/plan/plan.c.
  */
 #include "engine/slots.h"
 
 #include "model/model.h"
-#include "speculative/speculative.h"
+#include "model/mtp.h"
 
 #include <string.h>
 
@@ -106,13 +107,43 @@ int snug_slots_init(struct snug_slots **out, struct snug_model *m, const struct 
     if ((rc = snug_pool_init(&s->pool, rp.n_threads ? rp.n_threads : m->n_threads, err))) goto fail;
     if ((rc = snug_slots_open_backend(m, &rp, n_slots, s->pool, &s->be, &s->plan, err))) goto fail;
     for (int32_t i = 0; i < n_slots; i++)
-        if ((rc = snug_ctx_init_slot(&s->ctx[i], m, &rp, s->pool, s->be, i, &s->plan, err)))
+        if ((rc = snug_ctx_init_slot(&s->ctx[i], m, &rp, s->pool, s->be, i, s->plan.lim.n_chunk,
+                                     s->plan.pos_bytes, err)))
             goto fail;
     *out = s;
     return SNUG_OK;
 fail:
     snug_slots_free(s);
     return rc;
+}
+
+/* snug_ctx_init (snug.h): a context over a one-slot backend instance and a thread pool of its
+ * own — a pool of one slot, made here because the instance is sized by the plan (src/plan);
+ * snug_ctx_free closes both (snug_ctx_own_instance). */
+int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *params,
+                  struct snug_err *err) {
+    *out = NULL;
+    struct snug_ctx_params p = params ? *params : snug_ctx_default_params();
+    int rc = snug_ctx_params_resolve(m, &p, err);
+    if (rc) return rc;
+    struct snug_plan *plan = snug_malloc(sizeof *plan);
+    if (!plan) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
+    struct snug_pool *pool = NULL;
+    struct snug_be *be = NULL;
+    struct snug_ctx *c = NULL;
+    rc = snug_pool_init(&pool, p.n_threads ? p.n_threads : m->n_threads, err);
+    if (!rc) rc = snug_slots_open_backend(m, &p, 1, pool, &be, plan, err);
+    if (!rc)
+        rc = snug_ctx_init_slot(&c, m, &p, pool, be, 0, plan->lim.n_chunk, plan->pos_bytes, err);
+    snug_free(plan);
+    if (rc) {
+        snug_backend_close(be);
+        snug_pool_free(pool);
+        return rc;
+    }
+    snug_ctx_own_instance(c);
+    *out = c;
+    return SNUG_OK;
 }
 
 void snug_slots_free(struct snug_slots *s) {

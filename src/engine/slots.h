@@ -6,7 +6,7 @@
  * instance), so everything written for contexts runs on a slot; the slots of one pool share
  * the work arena, so only one thread at a time may evaluate any of them (the server's engine
  * thread). Invariant: after snug_slots_init nothing is allocated until snug_slots_free.
- * Read next: src/model/context.c (the per-sequence handle), src/server/engine.c (the user).
+ * Read next: src/model/context.c (the per-sequence handle), src/engine/engine.c (the user).
  */
 #ifndef SNUG_ENGINE_SLOTS_H
 #define SNUG_ENGINE_SLOTS_H

@@ -109,9 +109,7 @@ static uint64_t rd_u64(const uint8_t *p) {
 }
 
 static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
+    return snug_fnv1a(1469598103934665603ull, s, n); /* FNV-1a from this file's own start */
 }
 
 /* Size the index for n entries. */

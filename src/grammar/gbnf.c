@@ -159,8 +159,7 @@ static int32_t new_rule(struct gb *b, const char *name, size_t name_len) {
 /* The rule named name[0..len), created at its first mention; a hash table over the names, so
  * a grammar of many rules (a large JSON schema's) compiles in linear time. */
 static int32_t rule_by_name(struct gb *b, const char *name, size_t len, const char *at) {
-    uint64_t hv = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) hv = (hv ^ (uint8_t)name[i]) * 0x100000001b3ull;
+    uint64_t hv = snug_fnv1a(SNUG_FNV_OFFSET, name, len);
     uint32_t h = (uint32_t)(hv ^ (hv >> 32)) & (b->name_cap - 1);
     for (;; h = (h + 1) & (b->name_cap - 1)) {
         int32_t k = b->name_hash[h];

@@ -213,9 +213,7 @@ static int gen_at(struct ctx *c, json_t *s, const char *seg) {
 /* ---- memo ------------------------------------------------------------------------------- */
 
 static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-    return h;
+    return snug_fnv1a(SNUG_FNV_OFFSET, s, n);
 }
 
 /* The memo's index: an open-addressing table of entry numbers + 1 (0 empty), a power of two in

@@ -34,14 +34,12 @@ struct snug_grammar_memo {
 };
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    return snug_fnv1a(h, p, n);
 }
 
 static uint64_t key_hash(const char *text, size_t len, const char *root, const snug_token *end_ids,
                          int n_end) {
-    uint64_t h = fnv1a(14695981039346656037ull, text, len);
+    uint64_t h = fnv1a(SNUG_FNV_OFFSET, text, len);
     h = fnv1a(h, "\0", 1);
     if (root) h = fnv1a(h, root, strlen(root));
     return fnv1a(h, end_ids, (size_t)n_end * sizeof *end_ids);

@@ -1,6 +1,6 @@
 /* kv.h — the per-sequence caches of the hybrid models: the attention KV cache of every gated
  * attention layer (F32 or F16 rows, or the compressed formats of kvfmt.h, chosen separately for
- * K and V; exposed as struct snug_kv_view, src/backend/kv_view.h) and the recurrent state of every
+ * K and V; exposed as struct snug_kv_view, src/kv/kv_view.h) and the recurrent state of every
  * Gated DeltaNet layer (conv state [K-1][conv_dim] + delta state [Nv][dk][dv], float32).
  * Owns one arena holding all of it, sized exactly by snug_kv_bytes at init.
  * Invariant: nothing is allocated after snug_kv_init; reset only zeroes the recurrent state
@@ -14,7 +14,7 @@
 #ifndef SNUG_KV_H
 #define SNUG_KV_H
 
-#include "backend/kv_view.h"
+#include "kv/kv_view.h"
 #include "core/core.h"
 
 #include <stdbool.h>

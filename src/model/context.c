@@ -1,13 +1,14 @@
 /* context.c — struct snug_ctx: one sequence over a loaded model, and the step. A context is a
  * slot of a backend instance (src/backend/backend.h: the KV/state caches and the work arena, in
  * host or device memory), its own one-slot instance (snug_ctx_init) or a slot of a pool
- * (src/engine/slots.c), all sized by the memory planner (src/plan/plan.h); no line here
+ * (both opened by src/engine/slots.c), all sized by the memory planner (src/plan/plan.h), which
+ * hands a context only its step's row count and row-table bytes (snug_ctx_init_slot); no line here
  * depends on which backend it is. The step (step_forward) is one forward over rows of several
  * sequences grouped into runs (model.h struct snug_fwd_run): snug_step takes any mix of prompt
  * chunks, decode rows and speculative verification rows; snug_ctx_eval is one run per chunk of
  * at most n_chunk tokens, snug_ctx_eval_batch one run of one row per context;
  * snug_ctx_eval_images also feeds images' rows with 3-D rotary positions (mm_fill, rope_delta).
- * With n_draft > 0 a context also owns the MTP state (src/speculative) and the rollback
+ * With n_draft > 0 a context also owns the MTP state (mtp.h) and the rollback
  * snapshots; see snug_ctx_truncate; after every plain run the MTP step is settled (one pending
  * row), so the state between prompt chunks is a prefix-cache checkpoint (snug_ctx_prefix_state,
  * model.h; the copy callbacks: ctx_prefix.c). Invariant: a step allocates nothing (tests check
@@ -16,9 +17,7 @@
 #include "model.h"
 
 #include "kv/kvfmt.h"
-#include "engine/slots.h"
-#include "plan/plan.h"
-#include "speculative/speculative.h"
+#include "model/mtp.h"
 #include "quant/quant.h"
 
 #include <stdatomic.h>
@@ -73,17 +72,16 @@ struct snug_ctx_params snug_ctx_default_params(void) {
 /* Attach a context to slot `slot` of an opened backend instance: its caches, the shared work
  * arena, its own host row table and (n_draft > 0) its MTP state — in the backend's memory when
  * the backend holds the MTP cache (CUDA), else allocated on the host by src/speculative. */
-static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct snug_err *err) {
+static int ctx_attach(struct snug_ctx *c, int32_t nc, size_t pos_bytes, struct snug_err *err) {
     struct snug_be *be = c->be;
     const struct snug_ctx_params *p = &c->p;
     c->device = !be->host_memory;
     c->kv = be->ops->slot_kv(be, c->slot);
     c->work = be->ops->work(be);
-    int32_t nc = plan->lim.n_chunk;
     c->be_chunk = nc;
-    SNUG_ASSERT(plan->pos_bytes >=
+    SNUG_ASSERT(pos_bytes >=
                 (size_t)nc * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) + sizeof(void *)));
-    c->runs = snug_malloc(plan->pos_bytes);
+    c->runs = snug_malloc(pos_bytes);
     if (!c->runs) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
     c->run_ctx = (struct snug_ctx **)(c->runs + nc);
     c->pos = (int32_t *)(c->run_ctx + nc);
@@ -93,10 +91,10 @@ static int ctx_attach(struct snug_ctx *c, const struct snug_plan *plan, struct s
     if (p->n_draft > 0) {
         struct snug_kv *mtp_kv = be->ops->slot_mtp_kv(be, c->slot);
         if (mtp_kv) /* the MTP cache and rows in the backend's memory */
-            return snug_spec_init_on(&c->spec, c->m, p->n_ctx, plan->lim.n_chunk, p->n_draft,
+            return snug_spec_init_on(&c->spec, c->m, p->n_ctx, nc, p->n_draft,
                                      (enum snug_kv_type)p->kv_type, be, mtp_kv,
                                      be->ops->slot_spec_mem(be, c->slot), err);
-        return snug_spec_init(&c->spec, c->m, p->n_ctx, plan->lim.n_chunk, p->n_draft,
+        return snug_spec_init(&c->spec, c->m, p->n_ctx, nc, p->n_draft,
                               (enum snug_kv_type)p->kv_type, err);
     }
     return SNUG_OK;
@@ -146,7 +144,7 @@ int snug_ctx_params_resolve(const struct snug_model *m, struct snug_ctx_params *
 
 int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m,
                        const struct snug_ctx_params *resolved, struct snug_pool *pool,
-                       struct snug_be *be, int32_t slot, const struct snug_plan *plan,
+                       struct snug_be *be, int32_t slot, int32_t n_chunk, size_t pos_bytes,
                        struct snug_err *err) {
     *out = NULL;
     struct snug_ctx *c = snug_calloc(1, sizeof *c);
@@ -157,7 +155,7 @@ int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m,
     c->n_threads = snug_pool_size(pool);
     c->be = be;
     c->slot = slot;
-    int rc = ctx_attach(c, plan, err);
+    int rc = ctx_attach(c, n_chunk, pos_bytes, err);
     if (rc) {
         snug_ctx_free(c);
         return rc;
@@ -166,38 +164,8 @@ int snug_ctx_init_slot(struct snug_ctx **out, struct snug_model *m,
     return SNUG_OK;
 }
 
-/* Build the context: resolve defaults, plan, open a one-slot backend instance that allocates
- * the caches and the work arena once (src/engine/slots.c), attach to its slot 0. */
-int snug_ctx_init(struct snug_ctx **out, struct snug_model *m, const struct snug_ctx_params *params,
-                  struct snug_err *err) {
-    *out = NULL;
-    struct snug_ctx_params p = params ? *params : snug_ctx_default_params();
-    int rc = snug_ctx_params_resolve(m, &p, err);
-    if (rc) return rc;
-    struct snug_ctx *c = snug_calloc(1, sizeof *c);
-    if (!c) return snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-    c->m = m;
-    c->p = p;
-    c->owns = true;
-    struct snug_plan *plan = snug_malloc(sizeof *plan);
-    if (!plan) {
-        rc = snug_err_set(err, SNUG_ERR_NOMEM, "context: out of memory");
-        goto fail;
-    }
-    rc = snug_pool_init(&c->pool, p.n_threads ? p.n_threads : m->n_threads, err);
-    if (rc) goto fail;
-    c->n_threads = snug_pool_size(c->pool);
-    rc = snug_slots_open_backend(m, &p, 1, c->pool, &c->be, plan, err);
-    if (rc) goto fail;
-    rc = ctx_attach(c, plan, err);
-    if (rc) goto fail;
-    snug_free(plan);
-    *out = c;
-    return SNUG_OK;
-fail:
-    snug_free(plan);
-    snug_ctx_free(c);
-    return rc;
+void snug_ctx_own_instance(struct snug_ctx *ctx) {
+    ctx->owns = true;
 }
 
 void snug_ctx_free(struct snug_ctx *ctx) {
@@ -324,9 +292,7 @@ static void ctx_fwd_be(struct snug_ctx *ctx, struct snug_fwd *f, int32_t T, cons
 
 /* FNV-1a over the bytes of v, into h. */
 static uint64_t hash_mix(uint64_t h, const void *v, size_t n) {
-    const uint8_t *p = v;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
+    return snug_fnv1a(h, v, n);
 }
 #define HASH(h, x) ((h) = hash_mix((h), &(x), sizeof(x)))
 

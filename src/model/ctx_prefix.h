@@ -1,7 +1,7 @@
 /* ctx_prefix.h — a context's side of the prefix cache: the copy callbacks between its caches
  * (snug_ctx_prefix_state, model.h: host memory, or a device backend's, copied through its
  * download/upload) and the checkpoint store (src/prefix/prefix.h), and the check that the
- * store's layout is the context's. The engine (src/server/engine.c) and the tests call these;
+ * store's layout is the context's. The engine (src/engine/engine.c) and the tests call these;
  * the store never sees a context. The bytes are the same on every backend (a file written from
  * a CPU context restores into a device one).
  * State blob: every DeltaNet layer's conv state, then every layer's delta state (float32, the

@@ -10,7 +10,7 @@
 #include "kv/kvfmt.h"
 #include "model/presets.h"
 #include "plan/shard.h"
-#include "speculative/speculative.h"
+#include "model/mtp.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -267,7 +267,7 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
             (size_t)(lim.n_draft + 1) * SNUG_ALIGN_UP(snug_kv_state_bytes(&s), (size_t)64);
         slot_item(out, "state snapshots (mtp)", out->snapshot_bytes, dev);
         /* the MTP block's own one-layer KV cache and the draft/verify buffers, exactly what
-         * snug_spec_init allocates (src/speculative/speculative.c) */
+         * snug_spec_init allocates (src/model/mtp.c) */
         if (hp->n_nextn > 0)
             slot_item(out, "mtp kv cache + draft buffers",
                       snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,

@@ -2,7 +2,7 @@
  * Owns nothing: every answer is computed from the hyper-parameters and the rank.
  * Invariant: snug_shard_tensor's owned slices (not copies) of a tensor over ranks 0..R−1 cover
  * it once; the ranges are the ones snug_shard_rank reports.
- * Read next: src/plan/plan.c (the plan per rank), tests/unit/test_model_shard.c.
+ * Read next: src/plan/plan.c (the plan per rank), tests/unit/test_plan_shard.c.
  */
 #include "plan/shard.h"
 

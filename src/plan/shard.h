@@ -28,7 +28,7 @@
  * Invariant: for every tensor the slices of the ranks that own them (struct snug_shard_slice
  * .copy false) cover it exactly once; the other slices are copies (whole tensors on ranks 1..,
  * replicated KV heads): Σ_r bytes_r = bytes + Σ_r copied bytes_r, to the byte
- * (tests/unit/test_model_shard.c checks it on the presets and odd shapes).
+ * (tests/unit/test_plan_shard.c checks it on the presets and odd shapes).
  * Read next: shard.c, src/plan/plan.c (the plan per rank), docs/tensor-parallel.md.
  */
 #ifndef SNUG_PLAN_SHARD_H
@@ -38,7 +38,6 @@
 
 #include <stdint.h>
 
-#define SNUG_TP_MAX_RANKS 16
 /* The most DeltaNet value-head ranges a rank holds: Nv/Nk (3 for the 27B, 2 for the 35B). */
 #define SNUG_SHARD_MAX_VRANGES 8
 /* The most ranges one tensor's slice has: attn_qkv's Q and K ranges plus the value ranges. */

@@ -13,7 +13,7 @@
 #define SNUG_SERVER_CONSTRAINT_H
 
 #include "grammar/grammar.h"
-#include "server/engine.h"
+#include "engine/engine.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
  * parts are the ones the chat renderer writes a vision placeholder for (chat.c render_content:
  * an object with an "image" or "image_url" key, or type "image"), in message and part order —
  * the order of the <|image_pad|> runs in the tokenized prompt, checked when placing.
- * Read next: src/vision/place.c, src/server/engine.c (slot_prefill_image). */
+ * Read next: src/vision/place.c, src/engine/engine.c (slot_prefill_image). */
 #include "server/images.h"
 
 #include "core/core.h"
@@ -81,9 +81,7 @@ int snug_srv_data_url(const char *url, size_t len, uint8_t **out, size_t *n, cha
 
 /* FNV-1a, 64 bits: the image's identity in the prefix cache's key (with its grid). */
 static uint64_t bytes_hash(const uint8_t *b, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h ^ n;
+    return snug_fnv1a(SNUG_FNV_OFFSET, b, n) ^ n;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */

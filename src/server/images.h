@@ -11,7 +11,7 @@
 #ifndef SNUG_SERVER_IMAGES_H
 #define SNUG_SERVER_IMAGES_H
 
-#include "server/engine.h"
+#include "engine/engine.h"
 #include "server/server.h"
 
 #include <jansson.h>

@@ -8,7 +8,7 @@
 #define SNUG_SERVER_IMPL_H
 
 #include "grammar/grammar.h"
-#include "server/engine.h"
+#include "engine/engine.h"
 #include "server/gate.h"
 #include "server/schema.h"
 #include "server/server.h"

@@ -11,7 +11,7 @@
 #ifndef SNUG_SERVER_THINK_H
 #define SNUG_SERVER_THINK_H
 
-#include "server/engine.h"
+#include "engine/engine.h"
 #include "snug.h"
 
 #include <stdbool.h>

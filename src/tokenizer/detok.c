@@ -4,7 +4,7 @@
  * UTF-8 prefix; everything returned is valid UTF-8.
  * Read next: tokenizer.h (the contract).
  */
-#include "tok_impl.h"
+#include "tokenizer_impl.h"
 
 #include "core/core.h"
 

@@ -5,7 +5,7 @@
  * Invariant: every input byte ends up in exactly one emitted token (lossless up to NFC).
  * Read next: detok.c.
  */
-#include "tok_impl.h"
+#include "tokenizer_impl.h"
 
 #include "core/core.h"
 

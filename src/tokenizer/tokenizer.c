@@ -1,11 +1,11 @@
 /* tokenizer.c — building a byte-level BPE tokenizer: the GPT-2 byte<->unicode map, the token
  * and merge hash tables, the added-token index, the pre-tokenizer regex, GGUF loading, and the
  * simple lookups (token bytes, ids, decode).
- * Owns: every table in struct snug_tokenizer (tok_impl.h). Invariant: built once, then read-only.
- * Loading is O(n_tokens + n_merges) with hashing (151K tokens + 151K merges: ~0.1 s).
+ * Owns: every table in struct snug_tokenizer (tokenizer_impl.h). Invariant: built once, then
+ * read-only. Loading is O(n_tokens + n_merges) with hashing (151K tokens + 151K merges: ~0.1 s).
  * Read next: encode.c (how text becomes ids), detok.c (ids back to text).
  */
-#include "tok_impl.h"
+#include "tokenizer_impl.h"
 
 #include "core/core.h"
 

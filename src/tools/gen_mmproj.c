@@ -221,8 +221,7 @@ static size_t build_list(const struct snug_vision_hparams *hp, struct mm_tensor 
 #define OUT_BUFFER_SIZE (4u << 20)
 
 static uint64_t tensor_seed(uint64_t seed, const char *name) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name, mixed with the seed */
-    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    uint64_t h = snug_fnv1a(SNUG_FNV_OFFSET, name, strlen(name)); /* mixed with the seed */
     return h ^ (seed * 0x9E3779B97F4A7C15ull);
 }
 

@@ -10,7 +10,7 @@
  *    the verifications of all three sequences;
  *  - max_tokens ends a sequence in the middle of a verification's emitted tokens, exactly;
  *  - no allocation while stepping.
- * Read next: src/engine/sequence.c, src/server/engine.c (the same loop over the server's slots). */
+ * Read next: src/engine/sequence.c, src/engine/engine.c (the same loop over the server's slots). */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-function" /* the shared header's other helpers */
 #endif

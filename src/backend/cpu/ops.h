@@ -14,8 +14,9 @@
 #ifndef SNUG_OPS_H
 #define SNUG_OPS_H
 
-#include "backend/kv_view.h"
+#include "backend/backend.h"
 #include "core/threadpool.h"
+#include "kv/kv_view.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -56,8 +57,7 @@ void snug_op_rope_neox(struct snug_pool *pool, float *x, int64_t T, int64_t n_he
 /* The same rotation with three positions per token (multimodal rows, docs/vision.md step 6):
  * pos3 [T][3] = (t, h, w); pair i takes one of them by the interleaved M-RoPE rule over
  * `sections` (the GGUF's rope.dimension_sections). With t = h = w: snug_op_rope_neox's result
- * bit for bit. n_rot/2 <= SNUG_ROPE_MAX_PAIRS. */
-#define SNUG_ROPE_MAX_PAIRS 256
+ * bit for bit. n_rot/2 <= SNUG_ROPE_MAX_PAIRS (backend.h). */
 void snug_op_rope_mrope(struct snug_pool *pool, float *x, int64_t T, int64_t n_heads,
                         int64_t head_dim, int64_t n_rot, const int32_t *pos3,
                         const uint32_t sections[3], float base);
@@ -86,7 +86,7 @@ void snug_op_add_gated(struct snug_pool *pool, float *y, const float *d, const f
                        int64_t H);
 
 /* ---- attention (full-attention layers) ---------------------------------------------------- */
-/* Caches are struct snug_kv_view (src/backend/kv_view.h). */
+/* Caches are struct snug_kv_view (src/kv/kv_view.h). */
 /* Store k, v rows ([T][Hkv][D] float32) at positions pos0 .. pos0+T-1 (converted to the
  * cache dtype). Caller guarantees pos0 + T <= n_ctx. */
 void snug_op_kv_store(struct snug_kv_view *kv, int64_t Hkv, int64_t D, int64_t pos0, int64_t T,

@@ -167,7 +167,7 @@ int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t
  * in that dtype), or SNUG_CUDA_KV_FMT with K and V in the kvfmt formats k_fmt / v_fmt (enum
  * snug_kv_type: f16 f32 bf16 q8_0 fp8 tq4 tq3 run on the device; a position holds Hkv stored
  * vectors of snug_kvfmt_vec_bytes each). */
-#define SNUG_CUDA_KV_FMT 0x4b56u /* = SNUG_KV_VIEW_FMT of src/backend/kv_view.h */
+#define SNUG_CUDA_KV_FMT 0x4b56u /* = SNUG_KV_VIEW_FMT of src/kv/kv_view.h */
 struct snug_cuda_kv {
     uint32_t type;
     void *k, *v;

@@ -7,8 +7,8 @@
  */
 #include "backend/cuda/cuda_tp.h"
 
+#include "backend/backend.h"
 #include "core/core.h"
-#include "plan/shard.h"
 
 #if SNUG_NCCL
 #include <cuda_runtime.h>

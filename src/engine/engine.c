@@ -27,9 +27,9 @@
  * admitted with it waits (SLOT_WAIT) until that job's prompt is in, then its slot gets a copy of
  * that slot's state, KV rows and last logits (snug_ctx_prefix_copy; CPU contexts) and starts
  * generating from them; if the copy is not possible it prefills itself.
- * Read next: http.c (the callbacks that turn tokens into responses).
+ * Read next: src/server/http.c (a front end: the callbacks that turn tokens into responses).
  */
-#include "server/engine.h"
+#include "engine/engine.h"
 
 #include "model/ctx_prefix.h"
 #include "model/model.h"

@@ -1,10 +1,10 @@
-/* tok_impl.h — the inside of struct snug_tokenizer, shared by tokenizer.c (building the tables),
- * encode.c (pre-tokenizer + BPE) and detok.c. Not part of the API: include tokenizer.h instead.
- * Invariant: after snug_tokenizer_init every table below is complete and never changes, so
+/* tokenizer_impl.h — the inside of struct snug_tokenizer, shared by tokenizer.c (building the
+ * tables), encode.c (pre-tokenizer + BPE) and detok.c. Not part of the API: include tokenizer.h
+ * instead. Invariant: after snug_tokenizer_init every table below is complete and never changes, so
  * readers need no locks. Hash tables use open addressing with power-of-two sizes, load <= 1/2.
  */
-#ifndef SNUG_TOK_IMPL_H
-#define SNUG_TOK_IMPL_H
+#ifndef SNUG_TOKENIZER_IMPL_H
+#define SNUG_TOKENIZER_IMPL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
@@ -87,4 +87,4 @@ int32_t tok_lookup(const struct snug_tokenizer *t, const int32_t *slots, uint64_
  * rejects overlong forms, surrogates and code points above U+10FFFF. */
 size_t tok_utf8_seq(const uint8_t *s, size_t n, bool *incomplete);
 
-#endif /* SNUG_TOK_IMPL_H */
+#endif /* SNUG_TOKENIZER_IMPL_H */

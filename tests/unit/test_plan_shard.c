@@ -1,4 +1,4 @@
-/* test_model_shard.c — tensor parallelism's arithmetic (src/plan/shard.c) on the real presets'
+/* test_plan_shard.c — tensor parallelism's arithmetic (src/plan/shard.c) on the real presets'
  * shapes (qwen3.6-27b, qwen3.6-35b-a3b, the fixtures' demo shapes) and odd ones:
  *   - the heads each rank owns, written out by hand for the 27B over 2 ranks (query, KV,
  *     DeltaNet key heads and the three value-head ranges that GGUF's tiled value order gives);

@@ -1,5 +1,6 @@
-/* engine.h — the serving engine: one thread that owns the model's contexts (one per slot) and
- * runs steps, and a bounded queue through which HTTP threads hand it jobs.
+/* engine.h — the engine: one thread that owns the model's contexts (one per slot) and runs
+ * steps, and a bounded queue through which any front end's threads hand it jobs (the server's
+ * HTTP threads: src/server/http.c).
  *
  * A step: admit queued jobs to free slots (reusing a slot whose cached tokens are a strict
  * prefix of the new prompt), then one snug_step over a prompt chunk of each prefilling slot
@@ -8,11 +9,12 @@
  * one `snug run` uses too) picks or accepts its tokens, detokenizes and calls on_token.
  * Invariant: only the engine thread touches contexts, samplers and detokenizers; a job is
  * borrowed by the engine from submit until its on_done call returns, and never after.
- * JSON never enters here: the callbacks (http.c) turn tokens into responses.
- * Read next: engine.c, then http.c.
+ * JSON never enters here: a front end's callbacks (the server's: src/server/http.c) turn tokens
+ * into responses; nothing here includes a front end's header.
+ * Read next: engine.c, slots.h, sequence.h, then src/server/http.c (a front end).
  */
-#ifndef SNUG_SERVER_ENGINE_H
-#define SNUG_SERVER_ENGINE_H
+#ifndef SNUG_ENGINE_ENGINE_H
+#define SNUG_ENGINE_ENGINE_H
 
 #include "engine/sequence.h"
 #include "sample/sample.h"
@@ -47,10 +49,10 @@ struct snug_engine_usage {
     int64_t spec_steps, spec_drafted, spec_accepted;
 };
 
-/* A per-job constraint on the tokens the engine picks (grammars, logit_bias: src/server/
- * constraint.h builds one). All members optional; called on the engine thread only. At each
- * pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask() edits
- * the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
+/* A per-job constraint on the tokens the engine picks (grammars, logit_bias: the server's
+ * src/server/constraint.h builds one). All members optional; called on the engine thread only. At
+ * each pick: force() may name a token to emit without sampling (-1 = sample); otherwise mask()
+ * edits the logits row (disallowed tokens -> -INFINITY) before the sampler runs; accept() is told
  * every committed token (end tokens too), in order. With speculative decoding the same calls
  * happen per verification row (src/speculative/speculative.h snug_spec_accept: row i
  * is masked in the state after the drafts before it, so a rejected draft is cut there);
@@ -194,4 +196,4 @@ void snug_engine_get_stats(struct snug_engine *e, struct snug_engine_stats *out)
  * twice and checks the logits are finite and identical (a reset really resets). Borrowed. */
 const char *snug_engine_self_test(const struct snug_engine *e);
 
-#endif /* SNUG_SERVER_ENGINE_H */
+#endif /* SNUG_ENGINE_ENGINE_H */

@@ -1,4 +1,4 @@
-/* test_model_plan_auto.c — sizing by itself (src/plan/plan_auto.c) on the 27B and 35B preset
+/* test_plan_auto.c — sizing by itself (src/plan/plan_auto.c) on the 27B and 35B preset
  * shapes with recipe weights, no file and no device needed:
  *   - an automatic context is the plan's maximum for the chosen format (snug_plan_max_ctx,
  *     re-derived here by probing n_ctx and n_ctx + 1 with snug_plan_make), capped at the

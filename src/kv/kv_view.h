@@ -1,6 +1,6 @@
 /* kv_view.h — the one type every backend and the cache module share for an attention layer's
  * cache of one sequence: where its K and V rows live (host or device memory) and in which
- * format. Owned by no one: src/kv lays the views out over its arena, the backends read and
+ * format. Owned by src/kv (which lays the views out over its arena); the backends read and
  * write through them. Invariant: position p of a plain F32/F16 view is at k + p·Hkv·D
  * elements; a SNUG_KV_VIEW_FMT view holds Hkv stored vectors of k_fmt / v_fmt per position
  * (src/kv/kvfmt.h). Read next: src/kv/kv.h (the caches), src/backend/backend.h (the ops).
