@@ -44,10 +44,14 @@ static int render_only(const struct snug_server_opts *o, const char *path, const
         if (rc) snprintf(e.msg, sizeof e.msg, "%.*s", (int)sizeof e.msg - 1, err.msg);
         json_decref(req);
     } else {
-        json_t *chat = !strcmp(api, "messages") ? snug_server_messages_to_chat(req, &e)
-                                                : snug_server_responses_to_chat(req, &e);
+        struct snug_server_req q;
+        rc = !strcmp(api, "messages") ? snug_server_messages_parse(&q, req, &e)
+                                      : snug_server_responses_parse(&q, req, &e);
         json_decref(req);
-        rc = !chat || snug_server_render_chat(o, chat, &prompt, &len, &e);
+        if (!rc) {
+            rc = snug_server_render_req(o, &q, &prompt, &len, &e);
+            snug_server_req_free(&q);
+        }
     }
     if (rc) {
         fprintf(stderr, "error: %s\n", e.msg);

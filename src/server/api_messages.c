@@ -1,11 +1,13 @@
 /* api_messages.c — the Anthropic Messages API (POST /v1/messages, /v1/messages/count_tokens) as
- * a front end over the chat path: a request body is converted into the equivalent
- * chat-completions request (system → a system message; content blocks: text, tool_use →
- * tool_calls, tool_result → tool messages, thinking → reasoning_content; tools with input_schema
- * → function tools; tool_choice; thinking → enable_thinking + thinking_budget; stop_sequences;
- * a final assistant message → continue_final_message, Anthropic's prefill), which then runs
- * through the same validation, rendering and engine job as /v1/chat/completions; the answer is
- * built from the same reply state in Anthropic's shapes (a message with thinking / text /
+ * a front end over the generation core: a request body is read into the internal request
+ * (struct snug_server_req) directly: its messages become the renderer's (system → a system
+ * message; content blocks: text, tool_use → tool_calls, tool_result → tool messages, thinking →
+ * reasoning_content), tools with input_schema its function tools, tool_choice its tool choice,
+ * and the scalar fields are read from the body under their chat names by request.c's checks
+ * (stop_sequences as stop; thinking → the thinking switch + thinking_budget; a final assistant
+ * message → continue_final_message, Anthropic's prefill); then the same rendering and engine
+ * job as /v1/chat/completions (submit.c). Its formatter (fmt.h) answers from the same reply
+ * state in Anthropic's shapes (a message with thinking / text /
  * tool_use blocks, or the SSE event sequence message_start, content_block_start / delta / stop,
  * message_delta, message_stop, ping). Field semantics: Anthropic's API reference (Messages,
  * Streaming Messages, Errors). Image and document blocks get a 400 until vision exists.
@@ -14,6 +16,8 @@
  * Read next: reply.h (the state answered from), api_responses.c (the other front end).
  */
 #include "server/reply.h"
+
+#include "server/server_impl.h"
 
 #include "core/core.h"
 
@@ -236,50 +240,68 @@ static int convert_message(json_t *out, const json_t *m, size_t idx, struct snug
     return rc;
 }
 
-/* The converter shared by /v1/messages (max_tokens required) and count_tokens (not). */
-static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_server_error *e) {
-    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object%s", "");
-    json_t *chat = json_object();
-    json_t *msgs = json_array();
-    json_object_set_new(chat, "messages", msgs);
-    const json_t *v;
-    /* copied as they are (same meaning, checked by the chat parser) */
+/* What the chat fields of an Anthropic request stand for: the body's own values (read under
+ * their chat names) and what the conversion built (the renderer's messages and tools). */
+struct view {
+    const json_t *body;
+    json_t *messages, *tools, *tool_choice; /* built (owned until handed to the request) */
+    const json_t *thinking_budget;          /* the body's budget_tokens when thinking is on */
+    int think;                              /* thinking on / off as asked; -1 = the default */
+    bool prefill;                           /* a final assistant message: continued */
+};
+
+static const json_t *view_get(void *ctx, const char *k) {
+    const struct view *v = ctx;
     static const char *same[] = {"model", "stream",      "temperature", "top_p",
-                                 "top_k", "snug_script", "seed"};
+                                 "top_k", "snug_script", "seed",        "max_tokens"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if ((v = json_object_get(body, same[i]))) json_object_set(chat, same[i], (json_t *)v);
-    v = json_object_get(body, "max_tokens");
-    if (v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1) {
-            json_decref(chat);
-            return bad(e, "max_tokens", "'max_tokens' must be an integer >= 1%s", "");
-        }
-        json_object_set(chat, "max_tokens", (json_t *)v);
+        if (!strcmp(k, same[i])) return json_object_get(v->body, k);
+    if (!strcmp(k, "stop")) return json_object_get(v->body, "stop_sequences");
+    if (!strcmp(k, "messages")) return v->messages;
+    if (!strcmp(k, "tools")) return v->tools;
+    if (!strcmp(k, "tool_choice")) return v->tool_choice;
+    if (!strcmp(k, "thinking_budget")) return v->thinking_budget;
+    if (!strcmp(k, "continue_final_message")) return v->prefill ? json_true() : NULL;
+    return NULL;
+}
+
+static void view_free(struct view *v) {
+    json_decref(v->messages);
+    json_decref(v->tools);
+    json_decref(v->tool_choice);
+}
+
+/* The conversion shared by /v1/messages (max_tokens required) and count_tokens (not): the body
+ * checked and its messages, tools and tool choice built into *v; -1 with *e on a bad body. */
+static int convert(struct view *v, const json_t *body, bool need_max_tokens,
+                   struct snug_server_error *e) {
+    *v = (struct view){.body = body, .think = -1};
+    if (!json_is_object(body))
+        return bad(e, NULL, "the request body must be a JSON object%s", ""), -1;
+    const json_t *x = json_object_get(body, "max_tokens");
+    if (x) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1)
+            return bad(e, "max_tokens", "'max_tokens' must be an integer >= 1%s", ""), -1;
     } else if (need_max_tokens) {
-        json_decref(chat);
-        return bad(e, "max_tokens", "'max_tokens' is required%s", "");
+        return bad(e, "max_tokens", "'max_tokens' is required%s", ""), -1;
     }
-    if ((v = json_object_get(body, "stop_sequences")) && !json_is_null(v))
-        json_object_set(chat, "stop", (json_t *)v);
-    if ((v = json_object_get(body, "metadata")) && !json_is_null(v) && !json_is_object(v)) {
-        json_decref(chat);
-        return bad(e, "metadata", "'metadata' must be an object%s", "");
-    }
+    if ((x = json_object_get(body, "metadata")) && !json_is_null(x) && !json_is_object(x))
+        return bad(e, "metadata", "'metadata' must be an object%s", ""), -1;
+    json_t *msgs = v->messages = json_array();
     /* system: a string or text blocks */
-    if ((v = json_object_get(body, "system")) && !json_is_null(v)) {
+    if ((x = json_object_get(body, "system")) && !json_is_null(x)) {
         json_t *sys = NULL;
-        if (json_is_string(v)) {
-            sys = json_incref((json_t *)v);
-        } else if (json_is_array(v)) {
+        if (json_is_string(x)) {
+            sys = json_incref((json_t *)x);
+        } else if (json_is_array(x)) {
             struct snug_sbuf b = {0};
             size_t i;
             json_t *blk;
-            json_array_foreach(v, i, blk) {
+            json_array_foreach(x, i, blk) {
                 const char *t = block_text(blk);
                 if (!t) {
                     snug_sbuf_free(&b);
-                    json_decref(chat);
-                    return bad(e, "system", "'system' blocks must be text blocks%s", "");
+                    return bad(e, "system", "'system' blocks must be text blocks%s", ""), -1;
                 }
                 if (i) snug_sbuf_putc(&b, '\n');
                 snug_sbuf_puts(&b, t);
@@ -287,55 +309,41 @@ static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_ser
             sys = json_stringn(b.data ? b.data : "", b.len);
             snug_sbuf_free(&b);
         } else {
-            json_decref(chat);
-            return bad(e, "system", "'system' must be a string or an array of text blocks%s", "");
+            return bad(e, "system", "'system' must be a string or an array of text blocks%s", ""),
+                   -1;
         }
         json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", sys));
     }
-    v = json_object_get(body, "messages");
-    if (!json_is_array(v) || json_array_size(v) == 0) {
-        json_decref(chat);
-        return bad(e, "messages", "'messages' must be a non-empty array%s", "");
-    }
+    x = json_object_get(body, "messages");
+    if (!json_is_array(x) || json_array_size(x) == 0)
+        return bad(e, "messages", "'messages' must be a non-empty array%s", ""), -1;
     size_t i;
     json_t *m;
-    json_array_foreach(v, i, m) {
-        if (convert_message(msgs, m, i, e)) {
-            json_decref(chat);
-            return NULL;
-        }
+    json_array_foreach(x, i, m) {
+        if (convert_message(msgs, m, i, e)) return -1;
     }
     /* the assistant prefill: a final assistant message is continued */
     const char *last =
-        json_string_value(json_object_get(json_array_get(v, json_array_size(v) - 1), "role"));
-    if (last && !strcmp(last, "assistant"))
-        json_object_set_new(chat, "continue_final_message", json_true());
+        json_string_value(json_object_get(json_array_get(x, json_array_size(x) - 1), "role"));
+    v->prefill = last && !strcmp(last, "assistant");
     /* tools: client tools (input_schema) become function tools */
-    if ((v = json_object_get(body, "tools")) && !json_is_null(v)) {
-        if (!json_is_array(v)) {
-            json_decref(chat);
-            return bad(e, "tools", "'tools' must be an array%s", "");
-        }
-        json_t *tools = json_array();
-        json_object_set_new(chat, "tools", tools);
+    if ((x = json_object_get(body, "tools")) && !json_is_null(x)) {
+        if (!json_is_array(x)) return bad(e, "tools", "'tools' must be an array%s", ""), -1;
+        json_t *tools = v->tools = json_array();
         json_t *t;
-        json_array_foreach(v, i, t) {
+        json_array_foreach(x, i, t) {
             const char *name = json_string_value(json_object_get(t, "name"));
             const char *type = json_string_value(json_object_get(t, "type"));
             const json_t *schema = json_object_get(t, "input_schema");
-            if (type && strcmp(type, "custom")) {
-                snug_server_error_set(e, 400, "invalid_request_error", "tools",
-                                      "tool '%s' has type '%s': only client tools (a name and an "
-                                      "input_schema) are supported",
-                                      name ? name : "?", type);
-                json_decref(chat);
-                return NULL;
-            }
-            if (!name || !json_is_object(schema)) {
-                json_decref(chat);
+            if (type && strcmp(type, "custom"))
+                return snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                             "tool '%s' has type '%s': only client tools (a name "
+                                             "and an input_schema) are supported",
+                                             name ? name : "?", type);
+            if (!name || !json_is_object(schema))
                 return bad(e, "tools",
-                           "each tool needs a \"name\" and an object \"input_schema\"%s", "");
-            }
+                           "each tool needs a \"name\" and an object \"input_schema\"%s", ""),
+                       -1;
             /* OpenAI's key order (name, description, parameters): the template prints it */
             json_t *fn = json_pack("{s:s}", "name", name);
             const json_t *d = json_object_get(t, "description");
@@ -345,8 +353,8 @@ static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_ser
                                   json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
     }
-    if ((v = json_object_get(body, "tool_choice")) && !json_is_null(v)) {
-        const char *type = json_string_value(json_object_get(v, "type"));
+    if ((x = json_object_get(body, "tool_choice")) && !json_is_null(x)) {
+        const char *type = json_string_value(json_object_get(x, "type"));
         json_t *tc = NULL;
         if (type && !strcmp(type, "auto"))
             tc = json_string("auto");
@@ -354,41 +362,64 @@ static json_t *to_chat(const json_t *body, bool need_max_tokens, struct snug_ser
             tc = json_string("required");
         else if (type && !strcmp(type, "none"))
             tc = json_string("none");
-        else if (type && !strcmp(type, "tool") && json_is_string(json_object_get(v, "name")))
+        else if (type && !strcmp(type, "tool") && json_is_string(json_object_get(x, "name")))
             tc = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
-                           json_object_get(v, "name"));
-        if (!tc) {
-            json_decref(chat);
+                           json_object_get(x, "name"));
+        if (!tc)
             return bad(e, "tool_choice",
                        "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or "
                        "{\"type\": \"tool\", \"name\": ...}%s",
-                       "");
-        }
-        json_object_set_new(chat, "tool_choice", tc);
+                       ""),
+                   -1;
+        v->tool_choice = tc;
     }
     /* thinking: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"}; absent = the
      * server's default */
-    if ((v = json_object_get(body, "thinking")) && !json_is_null(v)) {
-        const char *type = json_string_value(json_object_get(v, "type"));
-        const json_t *bt = json_object_get(v, "budget_tokens");
+    if ((x = json_object_get(body, "thinking")) && !json_is_null(x)) {
+        const char *type = json_string_value(json_object_get(x, "type"));
+        const json_t *bt = json_object_get(x, "budget_tokens");
         bool on = type && (!strcmp(type, "enabled") || !strcmp(type, "adaptive"));
         if (!type || (!on && strcmp(type, "disabled")) ||
-            (bt && (!json_is_integer(bt) || json_integer_value(bt) < 0))) {
-            json_decref(chat);
+            (bt && (!json_is_integer(bt) || json_integer_value(bt) < 0)))
             return bad(e, "thinking",
                        "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N >= 0} or "
                        "{\"type\": \"disabled\"}%s",
-                       "");
-        }
-        json_object_set_new(chat, "chat_template_kwargs",
-                            json_pack("{s:b}", "enable_thinking", on));
-        if (on && bt) json_object_set(chat, "thinking_budget", (json_t *)bt);
+                       ""),
+                   -1;
+        v->think = on;
+        if (on && bt) v->thinking_budget = bt;
     }
-    return chat;
+    return 0;
 }
 
-json_t *snug_msgs_to_chat(const json_t *body, struct snug_server_error *e) {
-    return to_chat(body, true, e);
+/* Read an Anthropic body into *r (a chat request); -1 with *e set on a bad one. */
+static int parse(struct snug_server_req *r, const json_t *body, bool need_max_tokens,
+                 struct snug_server_error *e) {
+    struct view v;
+    memset(r, 0, sizeof *r);
+    if (convert(&v, body, need_max_tokens, e)) {
+        view_free(&v);
+        return -1;
+    }
+    /* what the request's values borrow from: the body and what was built */
+    json_t *keep = json_array();
+    json_t *held[] = {(json_t *)body, v.messages, v.tools, v.tool_choice};
+    size_t want = 0;
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+        if (held[i]) want++, json_array_append(keep, held[i]);
+    view_free(&v); /* keep holds them now; v's pointers stay valid through it */
+    if (json_array_size(keep) != want) {
+        json_decref(keep);
+        return snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+    }
+    if (snug_server_req_from_fields(r, view_get, &v, keep, e)) return -1;
+    r->think_switch = (int8_t)v.think;
+    return 0;
+}
+
+int snug_server_messages_parse(struct snug_server_req *r, const json_t *body,
+                               struct snug_server_error *e) {
+    return parse(r, body, true, e);
 }
 
 static json_t *load(const char *body, size_t len, struct snug_server_error *e) {
@@ -405,27 +436,27 @@ static json_t *load(const char *body, size_t len, struct snug_server_error *e) {
 enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                  size_t len, void **pending) {
     struct snug_server_error e = {0};
+    struct snug_server_req q;
     json_t *root = load(body, len, &e);
-    json_t *chat = root ? snug_msgs_to_chat(root, &e) : NULL;
+    int rc = root ? parse(&q, root, true, &e) : -1;
     json_decref(root);
-    if (!chat) {
-        snug_srv_count(s, ROUTE_MESSAGES, (unsigned)e.http_status);
-        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
-    }
-    return snug_srv_generate_api(s, c, SNUG_API_ANTHROPIC, ROUTE_MESSAGES, chat, NULL, pending);
+    if (rc) return snug_reply_fail(s, c, ROUTE_MESSAGES, &snug_fmt_messages, &e);
+    return snug_srv_submit(s, c, &snug_fmt_messages, ROUTE_MESSAGES, &q, NULL, pending);
 }
 
 enum MHD_Result snug_msgs_count_tokens(struct snug_srv *s, struct MHD_Connection *c,
                                        const char *body, size_t len) {
     struct snug_server_error e = {0};
+    struct snug_server_req q;
     json_t *root = load(body, len, &e);
-    json_t *chat = root ? to_chat(root, false, &e) : NULL;
+    int rc = root ? parse(&q, root, false, &e) : -1;
     json_decref(root);
     int32_t n = 0;
-    if (!chat || snug_srv_count_chat_tokens(s, chat, &n, &e)) {
-        snug_srv_count(s, ROUTE_COUNT_TOKENS, (unsigned)e.http_status);
-        return snug_srv_send_api_error(c, SNUG_API_ANTHROPIC, &e);
+    if (!rc) {
+        rc = snug_srv_count_req_tokens(s, &q, &n, &e);
+        snug_server_req_free(&q);
     }
+    if (rc) return snug_reply_fail(s, c, ROUTE_COUNT_TOKENS, &snug_fmt_messages, &e);
     snug_srv_count(s, ROUTE_COUNT_TOKENS, 200);
     return snug_srv_send_json(c, 200, json_pack("{s:i}", "input_tokens", n));
 }
@@ -478,7 +509,7 @@ static json_t *message(struct reply *r, json_t *content, bool final) {
     return m;
 }
 
-json_t *snug_msgs_final(struct reply *r) {
+static json_t *msgs_final(struct reply *r) {
     json_t *content = json_array();
     if (r->reasoning.len)
         json_array_append_new(content,
@@ -540,7 +571,7 @@ static void delta(struct reply *r, const char *type, const char *key, const stru
                     snug_srv_json_str(b->data ? b->data + from : "", b->len - from)));
 }
 
-void snug_msgs_stream(struct reply *r) {
+static void msgs_stream(struct reply *r) {
     if (!r->as.started) {
         event(r, "message_start", json_pack("{s:o}", "message", message(r, json_array(), false)));
         event(r, "ping", json_object());
@@ -567,7 +598,7 @@ void snug_msgs_stream(struct reply *r) {
             t->args_sent = t->args.len;
         }
     }
-    if (r->done && !r->final_sent) {
+    if (r->ended && !r->final_sent) {
         block_stop(r);
         if (r->finish == SNUG_FINISH_ERROR || r->oom) {
             event(r, "error",
@@ -587,6 +618,18 @@ void snug_msgs_stream(struct reply *r) {
     }
 }
 
-json_t *snug_server_messages_to_chat(const json_t *body, struct snug_server_error *e) {
-    return snug_msgs_to_chat(body, e);
+/* An error answer's body: {"type": "error", "error": {"type", "message"}}. */
+static json_t *error_body(const struct snug_server_error *e) {
+    return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
+                     snug_srv_anthropic_error_type(e->http_status), "message",
+                     snug_srv_json_str(e->msg, strlen(e->msg)));
 }
+
+const struct snug_fmt snug_fmt_messages = {
+    .id_prefix = "msg_",
+    .stream = msgs_stream,
+    .final = msgs_final,
+    .error_body = error_body,
+    .error_oom_body = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the "
+                      "server could not build its answer (out of memory)\"}}",
+};

@@ -1,9 +1,11 @@
 /* api_responses.c — the OpenAI Responses API (POST /v1/responses) as a front end over the chat
  * path: `input` (a string, or items: messages, function_call, function_call_output, reasoning),
  * `instructions`, function tools, tool_choice, max_output_tokens and reasoning.effort (→ thinking
- * off / a thinking budget, snug_server_effort_budget) are converted into the equivalent
- * chat-completions request, which runs through the same validation, rendering and engine job as
- * /v1/chat/completions; the answer is a response object (output items: reasoning, message,
+ * off / a thinking budget, snug_server_effort_budget) are read into the internal request
+ * (struct snug_server_req) directly: the renderer's messages and tools are built, the scalar
+ * fields read from the body under their chat names by request.c's checks; then the same
+ * rendering and engine job as /v1/chat/completions (submit.c). Its formatter (fmt.h) answers
+ * with a response object (output items: reasoning, message,
  * function_call) or the Responses SSE event sequence (response.created, response.in_progress,
  * response.output_item.added / done, response.content_part.added / done,
  * response.reasoning_text.delta / done, response.output_text.delta / done,
@@ -16,13 +18,15 @@
  * one raw string parameter `input` whose value the grammar constrains (src/grammar/lark.c);
  * their calls come back as custom_tool_call items (streamed as
  * response.custom_tool_call_input.delta / done, the input in one delta when the call ends).
- * Built-in tools are a 400 naming them. text.format json_schema / json_object become the chat
+ * Built-in tools are a 400 naming them. text.format json_schema / json_object become the
  * request's response_format (grammar-constrained output).
  * Invariant: the stream's output items and the final response's output are the same items (ids
  * included): the final event carries the items the stream closed.
  * Read next: api_messages.c (the Anthropic front end), reply.h.
  */
 #include "server/reply.h"
+
+#include "server/server_impl.h"
 
 #include "core/core.h"
 
@@ -340,53 +344,78 @@ static json_t *input_items(const json_t *input) {
     return out;
 }
 
-json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body, json_t **extra,
-                          struct snug_server_error *e) {
-    *extra = NULL;
-    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object%s", "");
-    json_t *chat = json_object(), *msgs = NULL;
-    const json_t *v;
+/* What the chat fields of a Responses request stand for: the body's own values (read under
+ * their chat names) and what the conversion built (the renderer's messages and tools, the tool
+ * choice and response_format in the chat's form). */
+struct view {
+    const json_t *body;
+    json_t *messages, *tools, *tool_choice, *response_format; /* built (owned) */
+    const json_t *effort;                                     /* reasoning.effort */
+};
+
+static const json_t *view_get(void *ctx, const char *k) {
+    const struct view *v = ctx;
     static const char *same[] = {"model",       "stream", "temperature",    "top_p",
                                  "snug_script", "seed",   "thinking_budget"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if ((v = json_object_get(body, same[i]))) json_object_set(chat, same[i], (json_t *)v);
-    if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v))
-        json_object_set(chat, "max_tokens", (json_t *)v);
+        if (!strcmp(k, same[i])) return json_object_get(v->body, k);
+    if (!strcmp(k, "max_tokens")) return json_object_get(v->body, "max_output_tokens");
+    if (!strcmp(k, "messages")) return v->messages;
+    if (!strcmp(k, "tools")) return v->tools;
+    if (!strcmp(k, "tool_choice")) return v->tool_choice;
+    if (!strcmp(k, "reasoning_effort")) return v->effort;
+    if (!strcmp(k, "response_format")) return v->response_format;
+    return NULL;
+}
+
+static void view_free(struct view *v) {
+    json_decref(v->messages);
+    json_decref(v->tools);
+    json_decref(v->tool_choice);
+    json_decref(v->response_format);
+}
+
+/* The body checked and its messages (a stored conversation first), tools, tool choice and
+ * response format built into *v, the answer's context into *extra; -1 with *e on a bad body. */
+static int convert(struct view *v, struct snug_responses_store *store, const json_t *body,
+                   json_t **extra, struct snug_server_error *e) {
+    *v = (struct view){.body = body};
+    *extra = NULL;
+    if (!json_is_object(body))
+        return bad(e, NULL, "the request body must be a JSON object%s", ""), -1;
+    json_t *msgs = NULL;
+    const json_t *x;
     const char *prev = json_string_value(json_object_get(body, "previous_response_id"));
     if (prev) {
         msgs = store ? store_get(store, prev, PART_MESSAGES) : NULL;
-        if (!msgs) {
-            json_decref(chat);
-            snug_server_error_set(e, 404, "invalid_request_error", "previous_response_id",
-                                  "Previous response with id '%s' not found (responses are kept "
-                                  "in memory: the last --responses-store of this server's run)",
-                                  prev);
-            return NULL;
-        }
+        if (!msgs)
+            return snug_server_error_set(e, 404, "invalid_request_error", "previous_response_id",
+                                         "Previous response with id '%s' not found (responses "
+                                         "are kept in memory: the last --responses-store of "
+                                         "this server's run)",
+                                         prev);
     } else {
         msgs = json_array();
     }
-    v = json_object_get(body, "input");
-    if (json_is_string(v)) {
-        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", v));
-    } else if (json_is_array(v)) {
+    x = json_object_get(body, "input");
+    if (json_is_string(x)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", x));
+    } else if (json_is_array(x)) {
         size_t i;
         json_t *it;
-        json_array_foreach(v, i, it) {
+        json_array_foreach(x, i, it) {
             if (convert_item(msgs, it, i, e)) {
                 json_decref(msgs);
-                json_decref(chat);
-                return NULL;
+                return -1;
             }
         }
-    } else if (v || !prev) {
+    } else if (x || !prev) {
         json_decref(msgs);
-        json_decref(chat);
-        return bad(e, "input", "'input' must be a string or an array of items%s", "");
+        return bad(e, "input", "'input' must be a string or an array of items%s", ""), -1;
     }
     /* what a later previous_response_id continues from: the messages without instructions;
      * and the input as items, for GET /v1/responses/{id}/input_items */
-    json_t *ex = json_pack("{s:O, s:o}", "messages", msgs, "input_items", input_items(v));
+    json_t *ex = json_pack("{s:O, s:o}", "messages", msgs, "input_items", input_items(x));
     json_t *all = msgs;
     const json_t *ins = json_object_get(body, "instructions");
     if (json_is_string(ins) && json_string_length(ins)) {
@@ -409,21 +438,20 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
     } else if (ins && !json_is_null(ins) && !json_is_string(ins)) {
         json_decref(ex);
         json_decref(msgs);
-        json_decref(chat);
-        return bad(e, "instructions", "'instructions' must be a string%s", "");
+        return bad(e, "instructions", "'instructions' must be a string%s", ""), -1;
     }
-    json_object_set_new(chat, "messages", all);
+    v->messages = all;
+    *extra = ex; /* released by the caller on failure too */
     /* tools: function tools, and custom tools (free-form input, optionally under a grammar)
      * as functions of one raw string parameter `input`; the grammar (Lark or regex) constrains
      * that parameter (snug_tools_to_gbnf reads function.format), and the answer turns their
      * calls back into custom_tool_call items (the names are kept in extra.custom_tools). */
-    if ((v = json_object_get(body, "tools")) && json_is_array(v) && json_array_size(v)) {
-        json_t *tools = json_array(), *custom = json_array();
-        json_object_set_new(chat, "tools", tools);
+    if ((x = json_object_get(body, "tools")) && json_is_array(x) && json_array_size(x)) {
+        json_t *tools = v->tools = json_array(), *custom = json_array();
         json_object_set_new(ex, "custom_tools", custom);
         size_t i;
         json_t *t;
-        json_array_foreach(v, i, t) {
+        json_array_foreach(x, i, t) {
             const char *type = json_string_value(json_object_get(t, "type"));
             const char *name = json_string_value(json_object_get(t, "name"));
             bool is_custom = type && !strcmp(type, "custom");
@@ -441,14 +469,10 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
                      (!json_is_string(json_object_get(fmt, "syntax")) ||
                       !json_is_string(json_object_get(fmt, "definition"))))
                 why = "a grammar format needs \"syntax\" and \"definition\" strings";
-            if (why) {
-                snug_server_error_set(e, 400, "invalid_request_error", "tools",
-                                      "tools[%zu] ('%s', type '%s') is not supported: %s", i,
-                                      name ? name : "?", type ? type : "?", why);
-                json_decref(ex);
-                json_decref(chat);
-                return NULL;
-            }
+            if (why)
+                return snug_server_error_set(e, 400, "invalid_request_error", "tools",
+                                             "tools[%zu] ('%s', type '%s') is not supported: %s", i,
+                                             name ? name : "?", type ? type : "?", why);
             /* the chat tool's key order (name, description, parameters): the template prints it */
             json_t *fn = json_pack("{s:s}", "name", name);
             const json_t *d = json_object_get(t, "description");
@@ -471,28 +495,26 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
                                   json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
     }
-    if ((v = json_object_get(body, "tool_choice")) && !json_is_null(v)) {
+    if ((x = json_object_get(body, "tool_choice")) && !json_is_null(x)) {
         json_t *tc = NULL;
-        const char *type = json_string_value(json_object_get(v, "type"));
-        if (json_is_string(v))
-            tc = json_incref((json_t *)v);
+        const char *type = json_string_value(json_object_get(x, "type"));
+        if (json_is_string(x))
+            tc = json_incref((json_t *)x);
         else if (type && (!strcmp(type, "function") || !strcmp(type, "custom")) &&
-                 json_is_string(json_object_get(v, "name")))
+                 json_is_string(json_object_get(x, "name")))
             tc = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
-                           json_object_get(v, "name"));
-        if (!tc) {
-            json_decref(ex);
-            json_decref(chat);
+                           json_object_get(x, "name"));
+        if (!tc)
             return bad(e, "tool_choice",
                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
                        "\"function\" | \"custom\", \"name\": ...}%s",
-                       "");
-        }
-        json_object_set_new(chat, "tool_choice", tc);
+                       ""),
+                   -1;
+        v->tool_choice = tc;
     }
-    if ((v = json_object_get(body, "reasoning")) && json_is_object(v)) {
-        const json_t *eff = json_object_get(v, "effort");
-        if (eff && !json_is_null(eff)) json_object_set(chat, "reasoning_effort", (json_t *)eff);
+    if ((x = json_object_get(body, "reasoning")) && json_is_object(x)) {
+        const json_t *eff = json_object_get(x, "effort");
+        if (eff && !json_is_null(eff)) v->effort = eff;
     }
     /* text.format: the chat request's response_format (json_schema: name, schema, strict,
      * description; json_object), which request.c validates and the grammar engine enforces */
@@ -505,17 +527,15 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
             json_t *kv = json_object_get(fmt, keys[i]);
             if (kv) json_object_set(js, keys[i], kv);
         }
-        json_object_set_new(chat, "response_format",
-                            json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+        v->response_format = json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js);
     } else if (ft && !strcmp(ft, "json_object")) {
-        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+        v->response_format = json_pack("{s:s}", "type", "json_object");
     } else if (fmt && (!ft || strcmp(ft, "text"))) {
-        json_decref(ex);
-        json_decref(chat);
         return bad(e, "text.format",
                    "text.format must be {\"type\": \"text\" | \"json_object\" | "
                    "\"json_schema\", ...}%s",
-                   "");
+                   ""),
+               -1;
     }
     if (fmt) json_object_set(ex, "text_format", (json_t *)fmt);
     const json_t *st = json_object_get(body, "store");
@@ -525,28 +545,63 @@ json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body
         "metadata",     "temperature",          "top_p", "max_output_tokens",
         "reasoning"};
     for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++)
-        if ((v = json_object_get(body, echo[i]))) json_object_set(ex, echo[i], (json_t *)v);
-    *extra = ex;
-    return chat;
+        if ((x = json_object_get(body, echo[i]))) json_object_set(ex, echo[i], (json_t *)x);
+    return 0;
+}
+
+/* Read a Responses body into *r (a chat request) and *ctx (the answer's context); -1 with *e
+ * set on a bad one. `store` may be NULL (no previous_response_id lookups). */
+static int parse(struct snug_server_req *r, struct snug_responses_store *store, const json_t *body,
+                 json_t **ctx, struct snug_server_error *e) {
+    struct view v;
+    memset(r, 0, sizeof *r);
+    if (convert(&v, store, body, ctx, e)) {
+        view_free(&v);
+        json_decref(*ctx);
+        *ctx = NULL;
+        return -1;
+    }
+    /* what the request's values borrow from: the body and what was built */
+    json_t *keep = json_array();
+    json_t *held[] = {(json_t *)body, v.messages, v.tools, v.tool_choice, v.response_format};
+    size_t want = 0;
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+        if (held[i]) want++, json_array_append(keep, held[i]);
+    view_free(&v); /* keep holds them now; v's pointers stay valid through it */
+    if (json_array_size(keep) != want) {
+        json_decref(keep);
+        snug_server_error_set(e, 500, "server_error", NULL, "out of memory");
+    } else if (snug_server_req_from_fields(r, view_get, &v, keep, e) == SNUG_OK) {
+        return 0;
+    }
+    json_decref(*ctx);
+    *ctx = NULL;
+    return -1;
+}
+
+int snug_server_responses_parse(struct snug_server_req *r, const json_t *body,
+                                struct snug_server_error *e) {
+    json_t *ctx = NULL;
+    int rc = parse(r, NULL, body, &ctx, e);
+    json_decref(ctx);
+    return rc;
 }
 
 enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
                                  size_t len, void **pending) {
     struct snug_server_error e = {0};
+    struct snug_server_req q;
     json_error_t je;
     bool over = snug_server_body_precheck(body, len, &e) != 0; /* before parsing it */
-    json_t *root = over ? NULL : json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *extra = NULL;
+    json_t *root = over ? NULL : json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *ctx = NULL;
     if (!root && !over)
         snug_server_error_set(&e, 400, "invalid_request_error", NULL,
                               "the request body is not valid JSON: %s (line %d, column %d)",
                               je.text, je.line, je.column);
-    json_t *chat = root ? snug_resp_to_chat(s->responses, root, &extra, &e) : NULL;
+    int rc = root ? parse(&q, s->responses, root, &ctx, &e) : -1;
     json_decref(root);
-    if (!chat) {
-        snug_srv_count(s, ROUTE_RESPONSES, (unsigned)e.http_status);
-        return snug_srv_send_error(c, &e);
-    }
-    return snug_srv_generate_api(s, c, SNUG_API_RESPONSES, ROUTE_RESPONSES, chat, extra, pending);
+    if (rc) return snug_reply_fail(s, c, ROUTE_RESPONSES, &snug_fmt_responses, &e);
+    return snug_srv_submit(s, c, &snug_fmt_responses, ROUTE_RESPONSES, &q, ctx, pending);
 }
 
 /* ==== the answer ============================================================================ */
@@ -582,7 +637,7 @@ static json_t *message_item(const char *id, json_t *text, const char *status) {
 static bool is_custom_call(const struct reply *r, const struct tool_call *t) {
     size_t i;
     json_t *n;
-    json_array_foreach(json_object_get(r->api_extra, "custom_tools"), i, n) {
+    json_array_foreach(json_object_get(r->fmt_ctx, "custom_tools"), i, n) {
         if (json_string_length(n) == t->name.len &&
             !memcmp(json_string_value(n), t->name.data ? t->name.data : "", t->name.len))
             return true;
@@ -638,7 +693,7 @@ static json_t *response(struct reply *r, const char *status, json_t *output, boo
             json_array_append_new(output, call_item(r, id, &r->calls[i], true, "completed"));
         }
     }
-    const json_t *x = r->api_extra;
+    const json_t *x = r->fmt_ctx;
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:b, s:s}", "id", r->id, "object",
                           "response", "created_at", (json_int_t)r->created, "status", status,
                           "model", r->req.model ? r->req.model : r->srv->model_id, "output", output,
@@ -679,14 +734,17 @@ static json_t *response(struct reply *r, const char *status, json_t *output, boo
     return o;
 }
 
-json_t *snug_resp_final(struct reply *r) {
+static json_t *resp_final(struct reply *r) {
     return response(r, incomplete(r) ? "incomplete" : "completed", NULL, true);
 }
 
-void snug_resp_finished(struct reply *r, const json_t *resp) {
-    if (!json_is_true(json_object_get(r->api_extra, "store")) || !r->srv->responses) return;
-    json_t *msgs = json_deep_copy(json_object_get(r->api_extra, "messages"));
-    json_t *input = json_deep_copy(json_object_get(r->api_extra, "input_items"));
+/* Once a response ended well (resp, its final response object, borrowed): the conversation for
+ * previous_response_id, the response and its input items for GET /v1/responses/{id} (and
+ * /input_items) are stored, unless the request said store: false. */
+static void resp_finished(struct reply *r, const json_t *resp) {
+    if (!json_is_true(json_object_get(r->fmt_ctx, "store")) || !r->srv->responses) return;
+    json_t *msgs = json_deep_copy(json_object_get(r->fmt_ctx, "messages"));
+    json_t *input = json_deep_copy(json_object_get(r->fmt_ctx, "input_items"));
     json_t *saved = json_deep_copy(resp);
     if (!msgs || !input || !saved) {
         json_decref(msgs);
@@ -902,7 +960,7 @@ static void item_open(struct reply *r, int kind) {
                         0, "part", text_part(json_string(""))));
 }
 
-void snug_resp_stream(struct reply *r) {
+static void resp_stream(struct reply *r) {
     if (!r->as.started) {
         r->as.items = json_array();
         event(r, "response.created",
@@ -940,7 +998,7 @@ void snug_resp_stream(struct reply *r) {
             t->args_sent = t->args.len;
         }
     }
-    if (r->done && !r->final_sent) {
+    if (r->ended && !r->final_sent) {
         if (r->finish == SNUG_FINISH_ERROR || r->oom) {
             json_t *resp = response(r, "failed", json_incref(r->as.items), false);
             json_object_set_new(resp, "error",
@@ -955,7 +1013,7 @@ void snug_resp_stream(struct reply *r) {
             bool inc = incomplete(r);
             json_t *resp =
                 response(r, inc ? "incomplete" : "completed", json_incref(r->as.items), true);
-            snug_resp_finished(r, resp);
+            resp_finished(r, resp);
             event(r, inc ? "response.incomplete" : "response.completed",
                   json_pack("{s:o}", "response", resp));
         }
@@ -963,9 +1021,9 @@ void snug_resp_stream(struct reply *r) {
     }
 }
 
-json_t *snug_server_responses_to_chat(const json_t *body, struct snug_server_error *e) {
-    json_t *extra = NULL;
-    json_t *chat = snug_resp_to_chat(NULL, body, &extra, e);
-    json_decref(extra);
-    return chat;
-}
+const struct snug_fmt snug_fmt_responses = {
+    .id_prefix = "resp_",
+    .stream = resp_stream,
+    .final = resp_final,
+    .finished = resp_finished,
+};

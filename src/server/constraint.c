@@ -1,6 +1,6 @@
 /* constraint.c — the per-request engine constraint (see constraint.h): logit_bias, then the
  * grammar mask; forced tokens; the trigger that starts the grammar after "</think>".
- * Read next: reply.c.
+ * Read next: submit.c.
  */
 #include "server/constraint.h"
 

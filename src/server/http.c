@@ -10,9 +10,10 @@
  * request gets an answer (errors in OpenAI's {"error": {...}} shape, a fixed 500 body when
  * even that cannot be built) except /metrics (Prometheus text) and streams (SSE, reply.c).
  * Nothing here prints to stdout.
- * Read next: gate.c, reply.c (generation requests), engine.c.
+ * Read next: gate.c, submit.c and reply.c (generation requests), engine.c.
  */
 #define _GNU_SOURCE
+#include "server/fmt.h"
 #include "server/gate.h"
 #include "server/schema.h"
 #include "server/server_impl.h"
@@ -483,8 +484,8 @@ struct conn {
 
 /* The API whose error shape a request's errors take: Anthropic's for /v1/messages and
  * everything under it (also the gate's 401 / 404 / 405 / 415), else OpenAI's. */
-static enum snug_api url_api(const char *url) {
-    return snug_srv_anthropic_route(url) ? SNUG_API_ANTHROPIC : SNUG_API_OPENAI;
+static const struct snug_fmt *url_api(const char *url) {
+    return snug_srv_anthropic_route(url) ? &snug_fmt_messages : &snug_fmt_chat;
 }
 
 /* An error answer in the shape of the route's API. */

@@ -1,11 +1,12 @@
 /* http_api.c — the HTTP pieces the agent-client APIs added around http.c: CORS (--cors: the
  * allow-origin header on every answer, the OPTIONS preflight), the access log (one line per
  * request on stderr: method, route, status, token counts, time; never a header, so never the API
- * key), the model's names (--alias, --any-model; GET /v1/models and /v1/models/{id}) and
- * Anthropic's error shape.
+ * key), the model's names (--alias, --any-model; GET /v1/models and /v1/models/{id}), an error
+ * answer in a front end's shape (its formatter's error_body, fmt.h) and Anthropic's error types.
  * Owns: the CORS origin (set once at boot) and each connection thread's pointer to the request
  * it is answering (MHD runs one thread per connection). Read next: http.c, api_messages.c.
  */
+#include "server/fmt.h"
 #include "server/server_impl.h"
 
 #include "core/core.h"
@@ -132,19 +133,15 @@ bool snug_srv_anthropic_route(const char *url) {
     return url && (!strncmp(url, "/v1/messages", 12) || !strncmp(url, "/messages", 9));
 }
 
-enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, enum snug_api api,
+enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, const struct snug_fmt *fmt,
                                             const struct snug_server_error *e, const char *hname,
                                             const char *hval) {
-    if (api != SNUG_API_ANTHROPIC) return snug_srv_send_error_hdr(c, e, hname, hval);
-    json_t *b = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
-                          snug_srv_anthropic_error_type(e->http_status), "message",
-                          snug_srv_json_str(e->msg, strlen(e->msg)));
+    if (!fmt->error_body) return snug_srv_send_error_hdr(c, e, hname, hval);
+    json_t *b = fmt->error_body(e);
     if (!b) { /* out of memory: a fixed body of the same shape */
-        static const char body[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                                   "\"message\":\"the server could not build its answer (out of "
-                                   "memory)\"}}";
+        const char *body = fmt->error_oom_body;
         struct MHD_Response *r =
-            MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+            MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, "Content-Type", "application/json");
         enum MHD_Result res = snug_srv_queue(c, 500, r);
@@ -154,9 +151,9 @@ enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, enum snug_
     return snug_srv_send_json_hdr(c, (unsigned)e->http_status, b, hname, hval);
 }
 
-enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
+enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, const struct snug_fmt *fmt,
                                         const struct snug_server_error *e) {
-    return snug_srv_send_api_error_hdr(c, api, e, NULL, NULL);
+    return snug_srv_send_api_error_hdr(c, fmt, e, NULL, NULL);
 }
 
 /* The model object of /v1/models under the name `id`. */

@@ -12,7 +12,7 @@
  * only when the server runs with normalisation on (default; --no-prompt-normalize turns it
  * off).
  * Owns: nothing; edits the request's JSON in place.
- * Read next: reply.c (the caller, before snug_chat_render), normalize.c.
+ * Read next: submit.c (the caller, before snug_chat_render), normalize.c.
  */
 #ifndef SNUG_SERVER_NORMALIZE_H
 #define SNUG_SERVER_NORMALIZE_H

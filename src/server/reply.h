@@ -1,15 +1,17 @@
-/* reply.h — struct reply: one generation request from admission to its last byte, shared by
- * reply.c (the OpenAI chat/completions answers and the engine callbacks) and the other API front
- * ends that answer from the same state: api_messages.c (Anthropic Messages) and api_responses.c
- * (OpenAI Responses).
- * Invariant: the engine side writes under mu; the HTTP side reads under mu and owns the stream
- * state; the API builders are called with mu held and only read the engine-side fields.
- * Read next: reply.c, api_messages.c, api_responses.c.
+/* reply.h — struct reply: one generation request from admission to its last byte, and the
+ * functions the request core (submit.c), the result core (reply.c, reply_engine.c) and the
+ * formatters (fmt.h: fmt_openai.c, api_messages.c, api_responses.c) share over it.
+ * Invariant: the engine thread (reply_engine.c) only appends the text that passed the stop
+ * filter, logprobs and progress under mu and signals; the HTTP thread answering the request
+ * owns everything after that: it moves the text through the output parser (snug_reply_pull)
+ * and formats it, reading the engine's fields under mu.
+ * Read next: reply.c (the result core), submit.c (the request core), fmt.h.
  */
 #ifndef SNUG_SERVER_REPLY_H
 #define SNUG_SERVER_REPLY_H
 
 #include "server/constraint.h"
+#include "server/fmt.h"
 #include "server/images.h"
 #include "server/outparse.h"
 #include "server/schema.h"
@@ -63,18 +65,18 @@ struct reply {
     bool choice_final, stream_failed; /* stream: this choice's last chunk written; an error */
     struct snug_engine_job job;
     struct snug_server_req req;
-    enum snug_api api;     /* which API answers */
-    enum snug_route route; /* the route counted in /metrics */
-    json_t *api_extra;     /* the front end's context for the answer (owned), or NULL */
+    const struct snug_fmt *fmt; /* the front end's formatter (fmt.h): the answer's shape */
+    enum snug_route route;      /* the route counted in /metrics */
+    json_t *fmt_ctx;            /* the front end's context for the answer (owned), or NULL */
     struct snug_think think;
     bool has_think;
     snug_token *prompt, *script;
     size_t *mark_bytes;   /* chat: message starts of the rendered prompt (bytes) */
     int32_t *mark_tokens; /* and in tokens (the job's msg_starts: the prefix cache's chunks) */
     struct snug_srv_images images;   /* chat: the image parts (images.h), the job's images */
-    struct snug_outparse *parser;    /* chat only */
+    struct snug_outparse *parser;    /* chat only; HTTP side (snug_reply_pull) */
     struct snug_srv_constraint *con; /* grammar / logit_bias (constraint.h), or NULL */
-    /* the job's constraint when bounded thinking and a grammar both apply (reply.c chain) */
+    /* the job's constraint when bounded thinking and a grammar both apply (submit.c chain) */
     const struct snug_engine_constraint *chain_parts[2];
     struct snug_engine_constraint chain;
     char id[64];
@@ -90,16 +92,22 @@ struct reply {
     struct snug_stop_filter stop; /* stop strings (holds back a possible beginning of one) */
     int32_t prog_processed, prog_total, prog_cached, prog_sent; /* return_progress */
     double prog_ms;
-    struct snug_sbuf content, reasoning;
-    struct tool_call calls[MAX_TOOL_CALLS];
-    int n_calls;
+    struct snug_sbuf text; /* text that passed the stop filter, not yet pulled */
     struct lp_entry *lps;
     size_t n_lps, cap_lps;
-    bool oom;
     bool done;
     enum snug_engine_finish finish;
     struct snug_engine_usage usage;
     char errmsg[512];
+
+    /* HTTP side: the parsed output (snug_reply_pull), read by the formatters */
+    struct snug_sbuf taken; /* a stream's text being parsed (swapped with `text`) */
+    struct snug_sbuf content, reasoning;
+    struct tool_call calls[MAX_TOOL_CALLS];
+    int n_calls;
+    size_t n_lps_in; /* the logprobs of the text pulled so far (of lps[]) */
+    bool ended;      /* the job ended and all of its text went through the parser */
+    bool oom;
 
     /* HTTP side (stream) */
     size_t content_sent, reasoning_sent, lps_sent;
@@ -115,15 +123,54 @@ struct reply {
 void snug_reply_sse(struct reply *r, const char *event, json_t *obj);
 /* "stop", "length", "tool_calls" (the OpenAI finish reason of the ended job). */
 const char *snug_reply_finish(const struct reply *r);
+/* Choice i of the group g (0: g itself). */
+struct reply *snug_reply_choice(struct reply *g, int i);
 
-/* ---- the front ends (each answers from a reply whose job ran; r->mu held) ---- */
-json_t *snug_msgs_final(struct reply *r);
-void snug_msgs_stream(struct reply *r);
-json_t *snug_resp_final(struct reply *r);
-void snug_resp_stream(struct reply *r);
-/* Called once when a Responses job ended well with its final response object (borrowed):
- * stores the conversation for previous_response_id, the response and its input items for
- * GET /v1/responses/{id} (and /input_items), unless the request said store: false. */
-void snug_resp_finished(struct reply *r, const json_t *resp);
+/* ---- the result core (reply.c), HTTP side ---- */
+/* Move the text each choice's job produced since the last call through its output parser
+ * (chat) or into its content (completions); a choice whose job ended and whose text is all in
+ * becomes `ended`. Called with g->mu held; the parsing runs with it released. */
+void snug_reply_pull(struct reply *g);
+/* The output parser's events (outparse.h; user: the choice): appended to its content,
+ * reasoning and tool calls. */
+void snug_reply_on_parse(void *user, const struct snug_outparse_event *ev);
+/* Drop a reference to the group r leads (r->mu held; released here). */
+void snug_reply_unref_locked(struct reply *r);
+void snug_reply_unref(struct reply *r);
+/* Let MHD run the connection again when it waits for the engine (r->mu held). */
+void snug_reply_wake_locked(struct reply *r);
+/* Every choice's job has ended (g->mu held). */
+bool snug_reply_group_done(const struct reply *g);
+/* Cancel the group's jobs (g->mu held). */
+void snug_reply_cancel_locked(struct reply *g);
+/* A new group (one choice, one reference: the connection) answering in fmt's shape; the
+ * request is read into r->req by the caller. NULL when out of memory (ctx then released). */
+struct reply *snug_reply_new(struct snug_srv *s, const struct snug_fmt *fmt, enum snug_route route,
+                             json_t *ctx);
+/* Answer through MHD: a stream (the result core reads it out as events arrive) or a parked
+ * connection answered once every choice ended. r's jobs are submitted; takes over the
+ * connection's reference. */
+enum MHD_Result snug_reply_answer(struct snug_srv *s, struct MHD_Connection *c, struct reply *r,
+                                  void **pending);
+/* An error answer in fmt's shape, counted in /metrics under route. */
+enum MHD_Result snug_reply_fail(struct snug_srv *s, struct MHD_Connection *c, enum snug_route route,
+                                const struct snug_fmt *fmt, const struct snug_server_error *e);
+
+/* ---- the engine side (reply_engine.c) ---- */
+/* Point the job's callbacks at choice r (progress events only when `progress`). */
+void snug_reply_engine_hooks(struct reply *r, bool progress);
+/* The engine's check between steps for a parked non-streaming request (engine.h). */
+bool snug_reply_client_gone(void *user);
+
+/* ---- the request core (submit.c) ---- */
+/* Generate for a parsed request (moved into the answer: *q is left empty) answered in fmt's
+ * shape; `ctx` (stolen, may be NULL) is the front end's context for its answer. */
+enum MHD_Result snug_srv_submit(struct snug_srv *s, struct MHD_Connection *c,
+                                const struct snug_fmt *fmt, enum snug_route route,
+                                struct snug_server_req *q, json_t *ctx, void **pending);
+/* Count the prompt tokens of a parsed chat request (borrowed) as the generation path would
+ * render and tokenize it. Returns 0 or fills *e. */
+int snug_srv_count_req_tokens(struct snug_srv *s, const struct snug_server_req *q,
+                              int32_t *n_tokens, struct snug_server_error *e);
 
 #endif

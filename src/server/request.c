@@ -80,10 +80,24 @@ static json_t *field(const json_t *o, const char *k) {
     return json_is_null(v) ? NULL : v;
 }
 
+/* Where a request's top-level fields come from: the body itself (chat, completions) or a front
+ * end's getter that names its own value for each chat field (snug_server_req_from_fields). */
+struct src {
+    const json_t *obj;
+    snug_server_field_fn get;
+    void *ctx;
+};
+
+/* A top-level field, or NULL when absent or null. */
+static json_t *top(const struct src *o, const char *k) {
+    json_t *v = o->get ? (json_t *)o->get(o->ctx, k) : json_object_get(o->obj, k);
+    return json_is_null(v) ? NULL : v;
+}
+
 /* Optional number field in [lo, hi]; returns 0 when absent or valid, -1 after bad(). */
-static int get_num(const json_t *o, const char *k, double lo, double hi, float *out,
+static int get_num(const struct src *o, const char *k, double lo, double hi, float *out,
                    struct snug_server_error *e) {
-    json_t *v = field(o, k);
+    json_t *v = top(o, k);
     if (!v) return 0;
     if (!json_is_number(v)) return bad(e, k, "'%s' must be a number", k);
     double x = json_number_value(v);
@@ -93,9 +107,9 @@ static int get_num(const json_t *o, const char *k, double lo, double hi, float *
 }
 
 /* Optional integer field in [lo, hi]. */
-static int get_int(const json_t *o, const char *k, long long lo, long long hi, long long *out,
+static int get_int(const struct src *o, const char *k, long long lo, long long hi, long long *out,
                    bool *present, struct snug_server_error *e) {
-    json_t *v = field(o, k);
+    json_t *v = top(o, k);
     if (present) *present = v != NULL;
     if (!v) return 0;
     if (!json_is_integer(v)) return bad(e, k, "'%s' must be an integer", k);
@@ -105,8 +119,8 @@ static int get_int(const json_t *o, const char *k, long long lo, long long hi, l
     return 0;
 }
 
-static int get_bool(const json_t *o, const char *k, bool *out, struct snug_server_error *e) {
-    json_t *v = field(o, k);
+static int get_bool(const struct src *o, const char *k, bool *out, struct snug_server_error *e) {
+    json_t *v = top(o, k);
     if (!v) return 0;
     if (!json_is_boolean(v)) return bad(e, k, "'%s' must be a boolean", k);
     *out = json_is_true(v);
@@ -114,14 +128,15 @@ static int get_bool(const json_t *o, const char *k, bool *out, struct snug_serve
 }
 
 /* Sampling, length, stop and logprob fields shared by both endpoints. */
-static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_server_error *e) {
+static int parse_common(struct snug_server_req *r, const struct src *o,
+                        struct snug_server_error *e) {
     struct snug_sampler_params *sp = &r->sampler;
     json_t *v;
-    if ((v = field(o, "model")) && !json_is_string(v))
+    if ((v = top(o, "model")) && !json_is_string(v))
         return bad(e, "model", "'model' must be a string");
     r->model = v ? json_string_value(v) : NULL;
     if (get_bool(o, "stream", &r->stream, e)) return -1;
-    if ((v = field(o, "stream_options"))) {
+    if ((v = top(o, "stream_options"))) {
         if (!json_is_object(v))
             return bad(e, "stream_options", "'stream_options' must be an object");
         json_t *iu = field(v, "include_usage");
@@ -152,7 +167,7 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
     if (has) r->max_tokens = (int32_t)x;
     if (get_int(o, "max_completion_tokens", 0, INT32_MAX, &x, &has, e)) return -1;
     if (has) r->max_tokens = (int32_t)x;
-    if ((v = field(o, "stop"))) {
+    if ((v = top(o, "stop"))) {
         if (json_is_string(v)) {
             if (json_string_length(v) > SNUG_REQ_MAX_STOP_BYTES)
                 return bad(e, "stop", "'stop' is longer than %d bytes", SNUG_REQ_MAX_STOP_BYTES);
@@ -174,12 +189,12 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
             return bad(e, "stop", "'stop' must be a string or an array of strings");
         }
     }
-    if ((v = field(o, "grammar"))) {
+    if ((v = top(o, "grammar"))) {
         if (!json_is_string(v)) return bad(e, "grammar", "'grammar' must be a string (GBNF)");
         r->grammar = json_string_value(v);
         r->grammar_len = json_string_length(v);
     }
-    if ((v = field(o, "response_format"))) {
+    if ((v = top(o, "response_format"))) {
         json_t *t = json_is_object(v) ? field(v, "type") : NULL;
         if (!json_is_string(t))
             return bad(e, "response_format",
@@ -213,7 +228,7 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
         if (r->format != SNUG_FORMAT_TEXT && r->grammar)
             return bad(e, "grammar", "give either 'grammar' or a JSON 'response_format', not both");
     }
-    if ((v = field(o, "logit_bias"))) {
+    if ((v = top(o, "logit_bias"))) {
         if (!json_is_object(v))
             return bad(e, "logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
         if (json_object_size(v) > SNUG_REQ_MAX_LOGIT_BIAS)
@@ -233,7 +248,7 @@ static int parse_common(struct snug_server_req *r, const json_t *o, struct snug_
         }
         r->logit_bias = v;
     }
-    if ((v = field(o, "snug_script"))) {
+    if ((v = top(o, "snug_script"))) {
         if (!json_is_string(v)) return bad(e, "snug_script", "'snug_script' must be a string");
         r->script = json_string_value(v);
     }
@@ -254,7 +269,7 @@ bool snug_server_tool_name_ok(const char *name) {
 
 /* A video part of a chat message (the chat template's "video" key or type): snug has no video
  * input, so these are refused instead of rendered as markers with no frames behind them. Image
- * parts pass: reply.c checks them against the server's vision tower (images.c), and answers a
+ * parts pass: submit.c checks them against the server's vision tower (images.c), and answers a
  * 400 there when it has none. */
 static int refuse_video_parts(const json_t *content, size_t i, struct snug_server_error *e) {
     if (!json_is_array(content)) return SNUG_OK;
@@ -274,8 +289,8 @@ static int refuse_video_parts(const json_t *content, size_t i, struct snug_serve
 }
 
 /* Chat-only fields: messages, tools, tool_choice, logprobs/top_logprobs. */
-static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_server_error *e) {
-    json_t *v = field(o, "messages");
+static int parse_chat(struct snug_server_req *r, const struct src *o, struct snug_server_error *e) {
+    json_t *v = top(o, "messages");
     if (!v) return bad(e, "messages", "'messages' is required");
     if (!json_is_array(v)) return bad(e, "messages", "'messages' must be an array");
     if (json_array_size(v) == 0) return bad(e, "messages", "'messages' must not be empty");
@@ -290,7 +305,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
         if (rc) return rc;
     }
     r->messages = v;
-    if ((v = field(o, "tools"))) {
+    if ((v = top(o, "tools"))) {
         if (!json_is_array(v)) return bad(e, "tools", "'tools' must be an array");
         json_array_foreach(v, i, m) {
             json_t *fn = json_is_object(m) ? json_object_get(m, "function") : NULL;
@@ -323,7 +338,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
         }
         r->tools = v;
     }
-    if ((v = field(o, "tool_choice"))) {
+    if ((v = top(o, "tool_choice"))) {
         if (json_is_string(v)) {
             const char *s = json_string_value(v);
             if (!strcmp(s, "auto"))
@@ -370,7 +385,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
     if (get_bool(o, "continue_final_message", &r->continue_final, e)) return -1;
     if (get_int(o, "thinking_budget", -1, INT32_MAX, &x, &has, e)) return -1;
     if (has) r->thinking_budget = (int32_t)x, r->has_budget = true;
-    if ((v = field(o, "reasoning_effort"))) {
+    if ((v = top(o, "reasoning_effort"))) {
         int32_t eb = -1;
         if (!json_is_string(v) ||
             !snug_server_effort_budget(json_string_value(v), &eb, &r->effort_no_think))
@@ -380,7 +395,7 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
         r->has_effort = true;
         if (!has) r->thinking_budget = eb, r->has_budget = true;
     }
-    if ((v = field(o, "chat_template_kwargs")) && !json_is_object(v))
+    if ((v = top(o, "chat_template_kwargs")) && !json_is_object(v))
         return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (v && field(v, "enable_thinking") && !json_is_boolean(field(v, "enable_thinking")))
         return bad(e, "chat_template_kwargs.enable_thinking",
@@ -389,9 +404,9 @@ static int parse_chat(struct snug_server_req *r, const json_t *o, struct snug_se
 }
 
 /* Completion-only fields: prompt (string, [string] or [ids]), logprobs (an integer here). */
-static int parse_completion(struct snug_server_req *r, const json_t *o,
+static int parse_completion(struct snug_server_req *r, const struct src *o,
                             struct snug_server_error *e) {
-    json_t *v = field(o, "prompt");
+    json_t *v = top(o, "prompt");
     if (!v) return bad(e, "prompt", "'prompt' is required");
     if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
         v = json_array_get(v, 0);
@@ -418,7 +433,7 @@ static int parse_completion(struct snug_server_req *r, const json_t *o,
     bool echo = false;
     if (get_bool(o, "echo", &echo, e)) return -1;
     if (echo) return bad(e, "echo", "'echo': true is not supported (the prompt is not repeated)");
-    if ((v = field(o, "suffix")) && (!json_is_string(v) || json_string_length(v) > 0))
+    if ((v = top(o, "suffix")) && (!json_is_string(v) || json_string_length(v) > 0))
         return bad(e, "suffix",
                    "'suffix' is not supported: the served models have no fill-in-the-middle "
                    "format");
@@ -525,26 +540,48 @@ int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind,
     return snug_server_req_parse_json(r, kind, root, e);
 }
 
-int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind kind, json_t *root,
-                               struct snug_server_error *e) {
+/* The request's defaults, before any field is read. */
+static void req_init(struct snug_server_req *r, enum snug_server_kind kind,
+                     struct snug_server_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
     r->sampler = snug_sampler_params_default();
+    r->think_switch = -1;
+}
+
+/* Read every field from o into r (which owns `keep` from here: released on failure). */
+static int req_fill(struct snug_server_req *r, const struct src *o, json_t *keep,
+                    struct snug_server_error *e) {
+    r->root = keep;
+    int rc = parse_common(r, o, e);
+    if (!rc) rc = r->kind == SNUG_REQ_CHAT ? parse_chat(r, o, e) : parse_completion(r, o, e);
+    if (rc) {
+        json_decref(keep);
+        memset(r, 0, sizeof *r);
+        return -1;
+    }
+    return SNUG_OK;
+}
+
+int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind kind, json_t *root,
+                               struct snug_server_error *e) {
+    req_init(r, kind, e);
     if (!json_is_object(root)) {
         json_decref(root);
         return snug_server_error_set(e, 400, "invalid_request_error", NULL,
                                      "the request body must be a JSON object");
     }
-    r->root = root;
-    int rc = parse_common(r, root, e);
-    if (!rc) rc = kind == SNUG_REQ_CHAT ? parse_chat(r, root, e) : parse_completion(r, root, e);
-    if (rc) {
-        json_decref(root);
-        memset(r, 0, sizeof *r);
-        return -1;
-    }
-    return SNUG_OK;
+    r->template_src = root;
+    struct src o = {.obj = root};
+    return req_fill(r, &o, root, e);
+}
+
+int snug_server_req_from_fields(struct snug_server_req *r, snug_server_field_fn get, void *ctx,
+                                json_t *keep, struct snug_server_error *e) {
+    req_init(r, SNUG_REQ_CHAT, e);
+    struct src o = {.get = get, .ctx = ctx};
+    return req_fill(r, &o, keep, e);
 }
 
 struct snug_server_limits snug_server_limits_default(void) {

@@ -114,11 +114,17 @@ enum snug_server_format {
 #define SNUG_REQ_MAX_STOP       16
 #define SNUG_REQ_MAX_STOP_BYTES 512 /* keeps the per-token stop-string check cheap */
 
-/* A validated request. Strings and JSON values are borrowed from `root`, which the struct
- * owns (one reference) until snug_server_req_free. */
+/* A validated request, whichever API it came in through (the chat and completions bodies are
+ * read as they are; the Anthropic Messages and Responses front ends fill it through
+ * snug_server_req_from_fields). Strings and JSON values are borrowed from `root`, which the
+ * struct owns (one reference) until snug_server_req_free. */
 struct snug_server_req {
     enum snug_server_kind kind;
-    json_t *root;
+    json_t *root; /* the body, or what a front end's values borrow from */
+    /* the object the chat template's switches are read from (add_generation_prompt,
+     * continue_final_message, chat_template_kwargs: chat.h); NULL = none given */
+    const json_t *template_src;
+    int8_t think_switch;    /* thinking on (1) / off (0) as a front end asked; -1 = not set */
     const char *model;      /* NULL when absent */
     const json_t *messages; /* chat: the non-empty messages array */
     const json_t *tools;    /* chat: the tools array or NULL */
@@ -179,21 +185,30 @@ int snug_server_body_precheck(const char *body, size_t len, struct snug_server_e
  */
 int snug_server_req_parse(struct snug_server_req *r, enum snug_server_kind kind, const char *body,
                           size_t len, struct snug_server_error *e);
-/* The same from a parsed JSON object (stolen: owned by *r on success, released on failure);
- * the Anthropic and Responses front ends convert their bodies to a chat request and call this. */
+/* The same from a parsed JSON object (stolen: owned by *r on success, released on failure). */
 int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind kind, json_t *root,
                                struct snug_server_error *e);
+/* A front end's fields under the chat API's names: the value standing for chat field `key`, or
+ * NULL when there is none. Values are borrowed from what the front end hands over as `keep`. */
+typedef const json_t *(*snug_server_field_fn)(void *ctx, const char *key);
+/* Fill *r (a chat request) from a front end's fields with the chat API's checks, in its order
+ * and with its messages. `keep` (stolen) owns what the values borrow from: *r owns it on
+ * success, it is released on failure. */
+int snug_server_req_from_fields(struct snug_server_req *r, snug_server_field_fn get, void *ctx,
+                                json_t *keep, struct snug_server_error *e);
 void snug_server_req_free(struct snug_server_req *r);
 
-/* Render a chat request (`chat` stolen) to its prompt text the way the server does (request
- * validation, the thinking default of `o`, reasoning_effort, continue_final_message, tools).
- * *prompt is snug_malloc'd on success; on failure returns -1 with *e set. */
-int snug_server_render_chat(const struct snug_server_opts *o, json_t *chat, char **prompt,
-                            size_t *len, struct snug_server_error *e);
-/* Convert a body of the Anthropic Messages / OpenAI Responses API (no stored responses) into
- * the equivalent chat request; NULL with *e set on a bad body. */
-json_t *snug_server_messages_to_chat(const json_t *body, struct snug_server_error *e);
-json_t *snug_server_responses_to_chat(const json_t *body, struct snug_server_error *e);
+/* Render a parsed chat request (borrowed) to its prompt text the way the server does (the
+ * thinking default of `o`, reasoning_effort, continue_final_message, tools). *prompt is
+ * snug_malloc'd on success; on failure returns -1 with *e set. */
+int snug_server_render_req(const struct snug_server_opts *o, const struct snug_server_req *q,
+                           char **prompt, size_t *len, struct snug_server_error *e);
+/* Parse a body of the Anthropic Messages / OpenAI Responses API (no stored responses) into a
+ * chat request; -1 with *e set on a bad body (a 4xx naming the field). */
+int snug_server_messages_parse(struct snug_server_req *r, const json_t *body,
+                               struct snug_server_error *e);
+int snug_server_responses_parse(struct snug_server_req *r, const json_t *body,
+                                struct snug_server_error *e);
 /* POST /tokenize {"content": str, "parse_special": bool = true, "with_pieces": bool}: on
  * success q->root owns the JSON (json_decref it) and content/len borrow from it; 400 for a
  * wrong type, 413 for content over max_bytes (0 = no limit). Fuzzed (fuzz_server_tokenize). */

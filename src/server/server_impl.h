@@ -1,8 +1,9 @@
-/* server_impl.h — what http.c (daemon, routes, metrics) and reply.c (generation requests:
- * engine callbacks, SSE chunks, final responses) share inside the server module.
+/* server_impl.h — what http.c (daemon, routes, metrics), the front ends (fmt_openai.c,
+ * api_messages.c, api_responses.c) and the generation core (submit.c, reply.c) share inside the
+ * server module.
  * Owns: the declaration of struct snug_srv, the process-wide server state. Invariant: fields
  * other than the atomics are written once at boot and only read afterwards.
- * Read next: http.c, reply.c.
+ * Read next: http.c, submit.c, reply.c.
  */
 #ifndef SNUG_SERVER_IMPL_H
 #define SNUG_SERVER_IMPL_H
@@ -68,9 +69,7 @@ int snug_srv_vision_boot(struct snug_srv *s, int32_t threads, struct snug_plan *
 /* The prefix cache's /metrics lines (metrics_prefix.c); nothing when pc is NULL. */
 void snug_srv_metrics_prefix(struct snug_sbuf *b, struct snug_prefix *pc);
 
-/* Which API a generation request came in through (its answer and error shapes). */
-enum snug_api { SNUG_API_OPENAI = 0, SNUG_API_ANTHROPIC = 1, SNUG_API_RESPONSES = 2 };
-
+struct snug_fmt;             /* fmt.h: an API's answer and error shapes */
 struct snug_responses_store; /* api_responses.c */
 
 /* The access-log record of one request (http_api.c), also what /metrics counted for it: a
@@ -121,10 +120,11 @@ enum MHD_Result snug_srv_send_json_hdr(struct MHD_Connection *c, unsigned status
                                        const char *hname, const char *hval);
 /* Queue an OpenAI-style error response (always sendable: invalid UTF-8 becomes U+FFFD). */
 enum MHD_Result snug_srv_send_error(struct MHD_Connection *c, const struct snug_server_error *e);
-/* The same in the shape of `api` (Anthropic: {"type":"error","error":{"type","message"}}). */
-enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, enum snug_api api,
+/* The same in the shape of `fmt`'s API (fmt.h error_body; Anthropic:
+ * {"type":"error","error":{"type","message"}}). */
+enum MHD_Result snug_srv_send_api_error(struct MHD_Connection *c, const struct snug_fmt *fmt,
                                         const struct snug_server_error *e);
-enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, enum snug_api api,
+enum MHD_Result snug_srv_send_api_error_hdr(struct MHD_Connection *c, const struct snug_fmt *fmt,
                                             const struct snug_server_error *e, const char *hname,
                                             const char *hval);
 /* Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error", ...). */
@@ -139,21 +139,13 @@ void snug_srv_count(struct snug_srv *s, enum snug_route route, unsigned status);
 /* May a browser page of this Origin drive the server? (false while CORS is off) */
 bool snug_srv_origin_allowed(const struct snug_srv *s, const char *origin);
 
-/* Handle POST /v1/chat/completions or /v1/completions with the complete body. A non-streaming
- * request suspends the connection while the engine works and sets *pending; MHD calls the
- * access handler again once it is resumed, which then calls snug_srv_generate_resume. */
+/* Handle POST /v1/chat/completions or /v1/completions with the complete body (fmt_openai.c). A
+ * non-streaming request suspends the connection while the engine works and sets *pending; MHD
+ * calls the access handler again once it is resumed, which then calls
+ * snug_srv_generate_resume. */
 enum MHD_Result snug_srv_generate(struct snug_srv *s, struct MHD_Connection *c,
                                   enum snug_server_kind kind, const char *body, size_t len,
                                   void **pending);
-/* Generate for a request of another API already converted to a chat request (`chat` stolen);
- * `extra` (stolen, may be NULL) is the front end's context for building the answer. */
-enum MHD_Result snug_srv_generate_api(struct snug_srv *s, struct MHD_Connection *c,
-                                      enum snug_api api, enum snug_route route, json_t *chat,
-                                      json_t *extra, void **pending);
-/* Render a chat request (as the generation path does) and tokenize it: *n_tokens. For
- * count_tokens and the golden render tests. Returns 0 or fills *e. */
-int snug_srv_count_chat_tokens(struct snug_srv *s, json_t *chat, int32_t *n_tokens,
-                               struct snug_server_error *e);
 
 /* The front ends: POST /v1/messages, /v1/messages/count_tokens, /v1/responses (whole body). */
 enum MHD_Result snug_msgs_handle(struct snug_srv *s, struct MHD_Connection *c, const char *body,
@@ -166,12 +158,6 @@ enum MHD_Result snug_resp_handle(struct snug_srv *s, struct MHD_Connection *c, c
  * "/v1/responses/") over the stored responses. */
 enum MHD_Result snug_resp_stored(struct snug_srv *s, struct MHD_Connection *c, const char *method,
                                  const char *path);
-/* Convert a request body of the Anthropic Messages / OpenAI Responses API into the equivalent
- * chat-completions request (a new JSON object), or NULL with *e set. Also used by
- * `snug serve --render-only`. `store` may be NULL (no previous_response_id lookups). */
-json_t *snug_msgs_to_chat(const json_t *body, struct snug_server_error *e);
-json_t *snug_resp_to_chat(struct snug_responses_store *store, const json_t *body, json_t **extra,
-                          struct snug_server_error *e);
 int snug_responses_store_init(struct snug_responses_store **out, int32_t cap);
 void snug_responses_store_free(struct snug_responses_store *st);
 enum MHD_Result snug_srv_generate_resume(struct snug_srv *s, struct MHD_Connection *c,

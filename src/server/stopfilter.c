@@ -1,5 +1,5 @@
 /* stopfilter.c — stop strings over text that arrives in pieces (see stopfilter.h).
- * Read next: reply.c.
+ * Read next: reply_engine.c.
  */
 #define _GNU_SOURCE
 #include "server/stopfilter.h"

@@ -6,7 +6,7 @@
  * stop string occurs in the text received so far, cut before the leftmost such occurrence (the
  * whole input when none occurs). Splits matter only when stop strings overlap ("b" completes
  * inside "abc": the one complete first wins, as generation would stop there).
- * Read next: reply.c (the user: engine callbacks), tests/fuzz/fuzz_server_stop.c.
+ * Read next: reply_engine.c (the user: engine callbacks), tests/fuzz/fuzz_server_stop.c.
  */
 #ifndef SNUG_SERVER_STOPFILTER_H
 #define SNUG_SERVER_STOPFILTER_H

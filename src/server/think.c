@@ -1,6 +1,6 @@
 /* think.c — bounded thinking (see think.h): the reasoning budget, the repetition guard and the
  * forced closing separator. Called on the engine thread through the constraint hook.
- * Read next: reply.c (where a request's think guard is made and reported).
+ * Read next: submit.c (where a request's think guard is made and reported).
  */
 #include "server/think.h"
 

@@ -6,7 +6,7 @@
  * Owns: its n-gram table (snug_malloc'd at init, sized from the request's limits, so the token
  * path allocates nothing). Invariant: once the block is closed (by the model, or by the forced
  * tokens) nothing more is forced; the forced tokens are exactly the template's separator.
- * Read next: engine.h (where force/accept are called), reply.c (who attaches it).
+ * Read next: engine.h (where force/accept are called), submit.c (who attaches it).
  */
 #ifndef SNUG_SERVER_THINK_H
 #define SNUG_SERVER_THINK_H

@@ -1,5 +1,5 @@
 /* toolpolicy.c — a request's tool-call policy and its enforcement (see toolpolicy.h).
- * Read next: reply.c (build_constraint), src/grammar/jschema.c (snug_tools_to_gbnf).
+ * Read next: submit.c (build_constraint), src/grammar/jschema.c (snug_tools_to_gbnf).
  */
 #include "server/toolpolicy.h"
 

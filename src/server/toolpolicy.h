@@ -1,6 +1,6 @@
 /* toolpolicy.h — which tool calls a chat request allows, decided once from its `tools` and
  * `tool_choice`, and what enforces it. Every API reaches it: /v1/messages and /v1/responses are
- * converted to a chat request first (api_messages.c: tool_choice {"type": "none" | "any" |
+ * read into the same request first (api_messages.c: tool_choice {"type": "none" | "any" |
  * "tool"}; api_responses.c: "none" | "required" | {"type": "function" | "custom"}), so the
  * three share these rules:
  *   - no tools, or tool_choice "none": no call. The tools are left out of the prompt, the
@@ -16,7 +16,7 @@
  *     (a declared name, parameters by the schema); not combined with a request's own grammar
  *     or JSON response_format (there the names and parameters are left free, and strict tools
  *     are a 400).
- * Owns nothing (pointers borrow the request's JSON). Read next: reply.c (build_constraint,
+ * Owns nothing (pointers borrow the request's JSON). Read next: submit.c (build_constraint,
  * where the grammar and the ban join the request's constraint), outparse.h.
  */
 #ifndef SNUG_SERVER_TOOLPOLICY_H

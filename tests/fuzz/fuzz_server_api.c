@@ -1,8 +1,8 @@
 /* fuzz_server_api.c — libFuzzer target for the Anthropic Messages and OpenAI Responses front
- * ends: every input is parsed as JSON and converted by both (snug_server_messages_to_chat,
- * snug_server_responses_to_chat); a converted request is then validated and rendered as the
- * server does (snug_server_render_chat). A rejection must be a 4xx with a message; a conversion
- * must yield an object with a messages array. Seeds: tests/fuzz/corpus-server-api/.
+ * ends: every input is parsed as JSON and read by both (snug_server_messages_parse,
+ * snug_server_responses_parse); a parsed request is then rendered as the server does
+ * (snug_server_render_req). A rejection must be a 4xx with a message; a parsed request must hold
+ * a messages array. Seeds: tests/fuzz/corpus-server-api/.
  * Build: CC=clang cmake -B build-fuzz -DSNUG_FUZZ=ON && cmake --build build-fuzz --target
  * fuzz_server_api; run: build-fuzz/fuzz_server_api tests/fuzz/corpus-server-api.
  * Read next: src/server/api_messages.c, src/server/api_responses.c. */
@@ -22,22 +22,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct snug_server_opts o = {.thinking_budget = -1};
     for (int api = 0; api < 2; api++) {
         struct snug_server_error e = {0};
-        json_t *chat = api == 0 ? snug_server_messages_to_chat(body, &e)
-                                : snug_server_responses_to_chat(body, &e);
-        if (!chat) {
+        struct snug_server_req q;
+        int rc = api == 0 ? snug_server_messages_parse(&q, body, &e)
+                          : snug_server_responses_parse(&q, body, &e);
+        if (rc) {
             check_error(&e);
             continue;
         }
-        if (!json_is_object(chat) || !json_is_array(json_object_get(chat, "messages")))
-            __builtin_trap();
+        if (!json_is_array(q.messages)) __builtin_trap();
         char *prompt = NULL;
         size_t n = 0;
-        if (snug_server_render_chat(&o, chat, &prompt, &n, &e) == 0) {
+        if (snug_server_render_req(&o, &q, &prompt, &n, &e) == 0) {
             if (!prompt) __builtin_trap();
             snug_free(prompt);
         } else {
             if (prompt || !e.msg[0]) __builtin_trap();
         }
+        snug_server_req_free(&q);
     }
     json_decref(body);
     return 0;

@@ -1,5 +1,5 @@
 /* fuzz_server_stop.c — libFuzzer target for stop strings over text that arrives in pieces
- * (stopfilter.c, used by reply.c on every generated token): input = a byte n (0..4 stop
+ * (stopfilter.c, used by reply_engine.c on every generated token): input = a byte n (0..4 stop
  * strings), n NUL-terminated stop strings, then the text; piece lengths come from the text's
  * own bytes. The released text must equal what a second, obvious implementation gives (after
  * each piece, search all text received so far; at the first piece where a stop string occurs,

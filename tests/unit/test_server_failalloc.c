@@ -35,7 +35,7 @@ static void on_event(void *user, const struct snug_outparse_event *ev) {
     (void)ev;
 }
 
-/* The request path of reply.c up to the engine; returns SNUG_OK or the first error. */
+/* The request path of submit.c up to the engine; returns SNUG_OK or the first error. */
 static int request_path(const struct snug_tokenizer *tok, int *n_tokens) {
     struct snug_server_req q;
     struct snug_server_error e;
