@@ -307,8 +307,8 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
                 printf("matvec %-5s %-4s r%d n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", rows,
-                       (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", rows, (long long)n_in,
+                       (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }
             snug_cuda_matvec_tune(0);

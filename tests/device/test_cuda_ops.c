@@ -925,8 +925,7 @@ static void test_norm_q8(int add, uint32_t type, int64_t T, int64_t n, int64_t n
              add ? "add_rmsnorm" : "rmsnorm", snug_dtype_info(type)->name, (long long)T,
              (long long)n, (long long)n_out);
     same_bits(name, a, b, (size_t)(T * n) * 4);
-    same_bits("  the product after it (no rounding of its own)", ya, yb,
-              (size_t)(T * n_out) * 4);
+    same_bits("  the product after it (no rounding of its own)", ya, yb, (size_t)(T * n_out) * 4);
     snug_free(w), snug_free(src), snug_free(x), snug_free(y), snug_free(g);
     snug_free(a), snug_free(b), snug_free(ya), snug_free(yb);
     snug_cuda_dfree(dx), snug_cuda_dfree(dx2), snug_cuda_dfree(dy), snug_cuda_dfree(dg);
@@ -1166,8 +1165,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode`: only those cases (the whole program takes
-     * several minutes) */
+    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode`: only those cases (the whole program
+     * takes several minutes) */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();

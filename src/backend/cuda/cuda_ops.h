@@ -133,8 +133,8 @@ int snug_cuda_add_rmsnorm(struct snug_cuda *cu, float *x, const float *y, const 
  * 1 <= T <= SNUG_CUDA_MATVEC_MAX_T, n % 32 == 0, n <= 8192; work as snug_cuda_matmul_work_bytes
  * (n, ·, T) asks. */
 bool snug_cuda_norm_q8_fits(int64_t T, int64_t n);
-int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const float *w, float eps,
-                         int64_t T, int64_t n, float *y, void *work, struct snug_err *err);
+int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const float *w, float eps, int64_t T,
+                         int64_t n, float *y, void *work, struct snug_err *err);
 int snug_cuda_add_rmsnorm_q8(struct snug_cuda *cu, float *x, const float *y, const float *w,
                              float eps, int64_t T, int64_t n, float *xn, void *work,
                              struct snug_err *err);
