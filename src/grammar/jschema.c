@@ -21,8 +21,12 @@
  * Invariant: the grammar's language is a subset of the documents valid under the schema (for
  * every keyword it accepts); each generated rule is written once; $ref targets and folded
  * schemas get their rule name before their body is generated, so recursive schemas terminate.
+ * Files: this one holds the generator's core (rules, memo, budgets, $ref), literals, strings,
+ * numbers, enum / const, types and unions, and the schema entry point; jscontainer.c objects
+ * and arrays; jstools.c the tool-call grammars (snug_tools_to_gbnf). They share struct js_gen
+ * and the jg_* calls of jschema_impl.h.
  * Read next: jsalg.c (folding, disjointness, validation), jsnum.c (numbers), regex.c
- * (`pattern`), gbnf.c.
+ * (`pattern`), jscontainer.c, jstools.c, gbnf.c.
  */
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h"
@@ -40,7 +44,7 @@
 
 /* The inside of a GBNF string literal spelling the bytes s[0..n): quotes and backslashes
  * escaped, control bytes as \xNN (a raw newline would end the rule). */
-static void blit_body(struct snug_sbuf *b, const char *s, size_t n) {
+void jg_blit_body(struct snug_sbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
@@ -55,9 +59,9 @@ static void blit_body(struct snug_sbuf *b, const char *s, size_t n) {
 }
 
 /* A GBNF string literal spelling the bytes s[0..n). */
-static void blit(struct snug_sbuf *b, const char *s, size_t n) {
+void jg_blit(struct snug_sbuf *b, const char *s, size_t n) {
     snug_sbuf_puts(b, "\"");
-    blit_body(b, s, n);
+    jg_blit_body(b, s, n);
     snug_sbuf_puts(b, "\"");
 }
 
@@ -70,51 +74,21 @@ static void blit(struct snug_sbuf *b, const char *s, size_t n) {
 #define RULES_MAX          30000      /* generated rules (the compiler allows 32768 in all) */
 #define ALG_WORK           200000     /* steps of the validity / disjointness questions */
 #define STRING_MAX_LEN     10000      /* a longer maxLength is written as this many characters */
-#define COUNT_MAX          1000       /* minItems / maxItems */
-#define OBJECT_STATES_MAX  4096       /* (property, count) states under min/maxProperties */
-#define UNIQUE_VALUES_MAX  32         /* uniqueItems: items drawn from at most this many values */
 
-struct memo_entry {
-    size_t key, key_len; /* into ctx.memo_keys */
-    uint64_t hash;
-    int rule;
-};
-
-struct ctx {
-    json_t *root;
-    struct snug_sbuf rules; /* generated rules, one per line */
-    int n_rules;
-    int helper_rules; /* rules named rN-M (numbers) */
-    /* rules already written for a $ref ("$ref:" + the reference) or a folded schema (its
-     * canonical text): a second visit (recursion) refers to the same rule */
-    struct memo_entry *memo;
-    int n_refs, cap_refs; /* the tools path empties the memo per tool: n_refs = 0 */
-    int *memo_index;
-    size_t memo_cap;
-    int memo_indexed; /* entries the index holds (more than n_refs: the memo was emptied) */
-    struct snug_sbuf memo_keys;
-    struct js_alg alg;
-    bool alg_ready;
-    struct snug_err *err;
-    int status;
-    char path[512];
-    int depth;
-};
-
-static int unsupported(struct ctx *c, const char *keyword, const char *why) {
+int jg_unsupported(struct js_gen *c, const char *keyword, const char *why) {
     c->status =
         snug_err_set(c->err, SNUG_ERR_UNSUPPORTED, "json schema: '%s' at %s is not supported%s%s",
                      keyword, c->path, why ? ": " : "", why ? why : "");
     return -1;
 }
 
-static int invalid(struct ctx *c, const char *keyword, const char *why) {
+int jg_invalid(struct js_gen *c, const char *keyword, const char *why) {
     c->status = snug_err_set(c->err, SNUG_ERR_INVALID, "json schema: '%s' at %s: %s", keyword,
                              c->path, why);
     return -1;
 }
 
-static int over_budget(struct ctx *c) {
+int jg_over_budget(struct js_gen *c) {
     if (c->rules.oom) {
         c->status = snug_err_set(c->err, SNUG_ERR_NOMEM, "json schema: out of memory");
         return -1;
@@ -126,13 +100,13 @@ static int over_budget(struct ctx *c) {
     return -1;
 }
 
-static bool over(struct ctx *c) {
+static bool over(struct js_gen *c) {
     return c->rules.oom || c->rules.len > GRAMMAR_MAX_BYTES ||
            c->n_rules + c->helper_rules > RULES_MAX;
 }
 
 /* The algebra's context, in step with this one (the tools path changes c->root per tool). */
-static struct js_alg *alg(struct ctx *c) {
+struct js_alg *jg_alg(struct js_gen *c) {
     if (!c->alg_ready) {
         c->alg.work = ALG_WORK;
         c->alg_ready = true;
@@ -145,12 +119,12 @@ static struct js_alg *alg(struct ctx *c) {
 }
 
 /* After an algebra call returned NULL: its refusal becomes ours. */
-static int alg_failed(struct ctx *c) {
+int jg_alg_failed(struct js_gen *c) {
     c->status = c->alg.status ? c->alg.status : SNUG_ERR_INVALID;
     return -1;
 }
 
-static void ctx_free(struct ctx *c) {
+void jg_ctx_free(struct js_gen *c) {
     snug_free(c->memo);
     snug_free(c->memo_index);
     c->memo_index = NULL;
@@ -163,50 +137,48 @@ static void ctx_free(struct ctx *c) {
 }
 
 /* Start rule r<id> ::= ...; returns the id. */
-static int rule_begin(struct ctx *c) {
+int jg_rule_begin(struct js_gen *c) {
     int id = c->n_rules++;
     snug_sbuf_printf(&c->rules, "r%d ::= ", id);
     return id;
 }
 
-static void rule_end(struct ctx *c) {
+void jg_rule_end(struct js_gen *c) {
     snug_sbuf_puts(&c->rules, "\n");
 }
 
 /* A rule whose body is the given text. */
-static int rule_text(struct ctx *c, const char *body) {
-    int id = rule_begin(c);
+int jg_rule_text(struct js_gen *c, const char *body) {
+    int id = jg_rule_begin(c);
     snug_sbuf_puts(&c->rules, body);
-    rule_end(c);
+    jg_rule_end(c);
     return id;
 }
 
 /* A rule for the union of the rules ids[0..n). */
-static int rule_union(struct ctx *c, const int *ids, size_t n) {
+int jg_rule_union(struct js_gen *c, const int *ids, size_t n) {
     if (n == 1) return ids[0];
-    int id = rule_begin(c);
+    int id = jg_rule_begin(c);
     for (size_t i = 0; i < n; i++) snug_sbuf_printf(&c->rules, "%sr%d", i ? " | " : "", ids[i]);
-    rule_end(c);
+    jg_rule_end(c);
     return id;
 }
 
-static int gen(struct ctx *c, json_t *s);
-
 /* Push a path segment for error messages; returns the old length. */
-static size_t path_push(struct ctx *c, const char *seg) {
+size_t jg_path_push(struct js_gen *c, const char *seg) {
     size_t old = strlen(c->path);
     snprintf(c->path + old, sizeof c->path - old, "/%s", seg);
     return old;
 }
 
-static void path_pop(struct ctx *c, size_t old) {
+void jg_path_pop(struct js_gen *c, size_t old) {
     c->path[old] = 0;
 }
 
-static int gen_at(struct ctx *c, json_t *s, const char *seg) {
-    size_t old = path_push(c, seg);
-    int r = gen(c, s);
-    path_pop(c, old);
+int jg_gen_at(struct js_gen *c, json_t *s, const char *seg) {
+    size_t old = jg_path_push(c, seg);
+    int r = jg_gen(c, s);
+    jg_path_pop(c, old);
     return r;
 }
 
@@ -218,17 +190,17 @@ static uint64_t hash_bytes(const char *s, size_t n) {
 
 /* The memo's index: an open-addressing table of entry numbers + 1 (0 empty), a power of two in
  * size, at least twice the entries. */
-static void memo_index_put(struct ctx *c, int entry);
+static void memo_index_put(struct js_gen *c, int entry);
 
 /* After the memo was emptied (n_refs set back), the index starts over. */
-static void memo_sync(struct ctx *c) {
+static void memo_sync(struct js_gen *c) {
     if (c->memo_indexed <= c->n_refs) return;
     memset(c->memo_index, 0, c->memo_cap * sizeof *c->memo_index);
     c->memo_indexed = 0;
     for (int i = 0; i < c->n_refs; i++) memo_index_put(c, i);
 }
 
-static int memo_find(struct ctx *c, const char *key, size_t n) {
+static int memo_find(struct js_gen *c, const char *key, size_t n) {
     if (!c->memo_cap) return -1;
     memo_sync(c);
     uint64_t h = hash_bytes(key, n);
@@ -241,7 +213,7 @@ static int memo_find(struct ctx *c, const char *key, size_t n) {
     }
 }
 
-static void memo_index_put(struct ctx *c, int entry) {
+static void memo_index_put(struct js_gen *c, int entry) {
     c->memo_indexed++;
     for (size_t i = c->memo[entry].hash & (c->memo_cap - 1);; i = (i + 1) & (c->memo_cap - 1))
         if (!c->memo_index[i]) {
@@ -250,7 +222,7 @@ static void memo_index_put(struct ctx *c, int entry) {
         }
 }
 
-static bool memo_add(struct ctx *c, const char *key, size_t n, int rule) {
+static bool memo_add(struct js_gen *c, const char *key, size_t n, int rule) {
     if (c->memo_cap) memo_sync(c);
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? 2 * c->cap_refs : 32;
@@ -280,18 +252,18 @@ static bool memo_add(struct ctx *c, const char *key, size_t n, int rule) {
 /* ---- literals ----------------------------------------------------------------------------- */
 
 /* A rule matching exactly the JSON value v (serialised compactly). */
-static int gen_literal(struct ctx *c, const json_t *v) {
+int jg_gen_literal(struct js_gen *c, const json_t *v) {
     char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!txt) return invalid(c, "const", "cannot serialise the value");
-    int id = rule_begin(c);
-    blit(&c->rules, txt, strlen(txt));
-    rule_end(c);
+    if (!txt) return jg_invalid(c, "const", "cannot serialise the value");
+    int id = jg_rule_begin(c);
+    jg_blit(&c->rules, txt, strlen(txt));
+    jg_rule_end(c);
     free(txt); /* jansson's allocation */
     return id;
 }
 
 /* The code point at *p (UTF-8, valid: jansson checked it); *p moves past it. */
-static uint32_t utf8_next(const char **p) {
+uint32_t jg_utf8_next(const char **p) {
     const unsigned char *s = (const unsigned char *)*p;
     uint32_t c = s[0];
     int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
@@ -315,7 +287,7 @@ struct lit_node {
     int rule; /* the rule of this node, once written (-1: not yet) */
 };
 
-static int lit_rule(struct ctx *c, struct lit_node *t, int node) {
+static int lit_rule(struct js_gen *c, struct lit_node *t, int node) {
     if (t[node].rule >= 0) return t[node].rule;
     /* children's rules first (each written whole on its own line) */
     for (int ch = t[node].child; ch >= 0; ch = t[ch].next) {
@@ -324,7 +296,7 @@ static int lit_rule(struct ctx *c, struct lit_node *t, int node) {
             end = t[end].child;
         if (t[end].child >= 0) lit_rule(c, t, end);
     }
-    int id = rule_begin(c);
+    int id = jg_rule_begin(c);
     t[node].rule = id;
     bool first = true;
     if (t[node].terminal) snug_sbuf_puts(&c->rules, "\"\""), first = false;
@@ -333,29 +305,29 @@ static int lit_rule(struct ctx *c, struct lit_node *t, int node) {
         first = false;
         int end = ch;
         for (;;) {
-            blit_body(&c->rules, t[end].ch, (size_t)t[end].ch_len);
+            jg_blit_body(&c->rules, t[end].ch, (size_t)t[end].ch_len);
             if (t[end].terminal || t[end].child < 0 || t[t[end].child].next >= 0) break;
             end = t[end].child;
         }
         snug_sbuf_puts(&c->rules, "\"");
         if (t[end].child >= 0) snug_sbuf_printf(&c->rules, " r%d", t[end].rule);
     }
-    rule_end(c);
+    jg_rule_end(c);
     return id;
 }
 
-static int rule_literals(struct ctx *c, char *const *texts, size_t n) {
+static int rule_literals(struct js_gen *c, char *const *texts, size_t n) {
     size_t cap = 1;
     for (size_t i = 0; i < n; i++) cap += strlen(texts[i]);
     struct lit_node *t = snug_malloc(cap * sizeof *t);
-    if (!t) return over_budget(c);
+    if (!t) return jg_over_budget(c);
     int nn = 1;
     t[0] = (struct lit_node){-1, -1, "", 0, false, -1};
     for (size_t i = 0; i < n; i++) {
         int node = 0;
         for (const char *p = texts[i]; *p;) {
             const char *q = p;
-            utf8_next(&q);
+            jg_utf8_next(&q);
             int len = (int)(q - p);
             int ch = t[node].child;
             while (ch >= 0 && (t[ch].ch_len != len || memcmp(t[ch].ch, p, (size_t)len)))
@@ -386,7 +358,7 @@ static bool only_annotations_besides(json_t *s, const char *except) {
     return true;
 }
 
-static bool get_count(json_t *s, const char *k, long long *out, bool *has) {
+bool jg_get_count(json_t *s, const char *k, long long *out, bool *has) {
     json_t *v = json_object_get(s, k);
     *has = false;
     if (!v) return true;
@@ -456,72 +428,72 @@ static bool format_is_annotation(const char *f) {
  * string value is written unquoted and ends at the next '<'). minLength / maxLength count
  * characters: a character is one code point or one escape (the grammar writes no surrogate
  * escapes, so the two counts agree). */
-static int gen_string_as(struct ctx *c, json_t *s, bool raw) {
+int jg_gen_string_as(struct js_gen *c, json_t *s, bool raw) {
     long long mn = 0, mx = -1;
     bool has_mn, has_mx;
-    if (!get_count(s, "minLength", &mn, &has_mn))
-        return invalid(c, "minLength", "must be a non-negative integer");
-    if (!get_count(s, "maxLength", &mx, &has_mx))
-        return invalid(c, "maxLength", "must be a non-negative integer");
+    if (!jg_get_count(s, "minLength", &mn, &has_mn))
+        return jg_invalid(c, "minLength", "must be a non-negative integer");
+    if (!jg_get_count(s, "maxLength", &mx, &has_mx))
+        return jg_invalid(c, "maxLength", "must be a non-negative integer");
     if (!has_mx) mx = -1;
-    if (has_mx && mx < mn) return invalid(c, "maxLength", "is below minLength");
-    if (mn > STRING_MAX_LEN) return unsupported(c, "minLength", "lengths above 10000");
+    if (has_mx && mx < mn) return jg_invalid(c, "maxLength", "is below minLength");
+    if (mn > STRING_MAX_LEN) return jg_unsupported(c, "minLength", "lengths above 10000");
     if (mx > STRING_MAX_LEN) mx = STRING_MAX_LEN; /* fewer characters: still valid */
     json_t *fmt = json_object_get(s, "format");
     json_t *pat = json_object_get(s, "pattern");
     const char *q = raw ? "" : "\"\\\"\" ";
     const char *q2 = raw ? "" : " \"\\\"\"";
     if (pat) {
-        if (!json_is_string(pat)) return invalid(c, "pattern", "must be a string");
+        if (!json_is_string(pat)) return jg_invalid(c, "pattern", "must be a string");
         if (fmt && !format_is_annotation(json_string_value(fmt)))
-            return unsupported(c, "pattern", "together with format");
+            return jg_unsupported(c, "pattern", "together with format");
         struct snug_sbuf body = {0};
         char why[200];
         if (gr_regex_emit(&body, json_string_value(pat), json_string_length(pat), raw, mn,
                           has_mx ? mx : -1, why, sizeof why)) {
             snug_free(body.data);
-            return unsupported(c, "pattern", why);
+            return jg_unsupported(c, "pattern", why);
         }
-        int id = rule_begin(c);
+        int id = jg_rule_begin(c);
         snug_sbuf_printf(&c->rules, "%s", q);
         snug_sbuf_append(&c->rules, body.data, body.len);
         snug_sbuf_printf(&c->rules, "%s", q2);
-        rule_end(c);
+        jg_rule_end(c);
         snug_free(body.data);
         return id;
     }
-    if (fmt && !json_is_string(fmt)) return invalid(c, "format", "must be a string");
+    if (fmt && !json_is_string(fmt)) return jg_invalid(c, "format", "must be a string");
     const char *body = NULL, *f = fmt ? json_string_value(fmt) : NULL;
     for (int i = 0; f && FORMATS[i].name && !body; i++) {
         if (strcmp(FORMATS[i].name, f)) continue;
         body = FORMATS[i].body;
         if ((has_mn && FORMATS[i].lo < mn) || (has_mx && FORMATS[i].hi > mx))
-            return unsupported(c, "format",
-                               "together with minLength/maxLength that not all of its strings "
-                               "meet");
+            return jg_unsupported(c, "format",
+                                  "together with minLength/maxLength that not all of its strings "
+                                  "meet");
     }
     for (int i = 0; f && !body && FORMATS_REFUSED[i]; i++)
-        if (!strcmp(FORMATS_REFUSED[i], f)) return unsupported(c, "format", f);
+        if (!strcmp(FORMATS_REFUSED[i], f)) return jg_unsupported(c, "format", f);
     if (body) {
-        int id = rule_begin(c);
+        int id = jg_rule_begin(c);
         snug_sbuf_printf(&c->rules, "%s%s%s", q, body, q2);
-        rule_end(c);
+        jg_rule_end(c);
         return id;
     }
     const char *ch = raw ? "rawchar" : "char";
-    int id = rule_begin(c);
+    int id = jg_rule_begin(c);
     if (!has_mn && !has_mx)
         snug_sbuf_printf(&c->rules, "%s%s*%s", q, ch, q2);
     else if (mx < 0)
         snug_sbuf_printf(&c->rules, "%s%s{%lld,}%s", q, ch, mn, q2);
     else
         snug_sbuf_printf(&c->rules, "%s%s{%lld,%lld}%s", q, ch, mn, mx, q2);
-    rule_end(c);
+    jg_rule_end(c);
     return id;
 }
 
-static int gen_string(struct ctx *c, json_t *s) {
-    return gen_string_as(c, s, false);
+static int gen_string(struct js_gen *c, json_t *s) {
+    return jg_gen_string_as(c, s, false);
 }
 
 /* ---- numbers ------------------------------------------------------------------------------ */
@@ -626,13 +598,13 @@ static json_t *pick_bound(json_t *incl, json_t *excl_b, bool lower, bool *excl) 
     return incl;
 }
 
-static int gen_number(struct ctx *c, json_t *s, bool integer) {
+static int gen_number(struct js_gen *c, json_t *s, bool integer) {
     static const char *keys[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     json_t *b[4];
     bool any_bound = false;
     for (int i = 0; i < 4; i++) {
         b[i] = json_object_get(s, keys[i]);
-        if (b[i] && !json_is_number(b[i])) return invalid(c, keys[i], "must be a number");
+        if (b[i] && !json_is_number(b[i])) return jg_invalid(c, keys[i], "must be a number");
         any_bound |= b[i] != NULL;
     }
     json_t *mo = json_object_get(s, "multipleOf");
@@ -640,22 +612,23 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
     bool real_mult = false;
     if (mo) {
         if (!json_is_number(mo) || json_number_value(mo) <= 0)
-            return invalid(c, "multipleOf", "must be a number above 0");
+            return jg_invalid(c, "multipleOf", "must be a number above 0");
         if (json_is_integer(mo)) {
             mult = (unsigned long long)json_integer_value(mo);
         } else {
             double d = json_real_value(mo);
             if (d != floor(d) || d > 9007199254740992.0)
-                return unsupported(c, "multipleOf",
-                                   "a fractional multipleOf (whether a decimal is a multiple of "
-                                   "it depends on binary floating point, so it cannot be written "
-                                   "exactly)");
+                return jg_unsupported(
+                    c, "multipleOf",
+                    "a fractional multipleOf (whether a decimal is a multiple of "
+                    "it depends on binary floating point, so it cannot be written "
+                    "exactly)");
             mult = (unsigned long long)d;
             real_mult = true;
         }
     }
     if (!any_bound && (!mo || (mult == 1 && integer)))
-        return rule_text(c, integer ? "integer" : "number");
+        return jg_rule_text(c, integer ? "integer" : "number");
     bool xlo, xhi;
     json_t *lo_b = pick_bound(b[0], b[1], true, &xlo), *hi_b = pick_bound(b[2], b[3], false, &xhi);
     const char *kw_lo = xlo ? keys[1] : keys[0], *kw_hi = xhi ? keys[3] : keys[2];
@@ -680,650 +653,38 @@ static int gen_number(struct ctx *c, json_t *s, bool integer) {
             long long v = int_bound(hi_b, xhi, false, digits);
             if (v < hi) hi = v;
         }
-        if (lo > hi) return invalid(c, kw, "the range holds no integer that can be written");
+        if (lo > hi) return jg_invalid(c, kw, "the range holds no integer that can be written");
         rc = gr_int_emit(&c->rules, name, lo, hi, mult, &budget);
         if (rc == -2)
-            return unsupported(c, "multipleOf",
-                               "a multipleOf above 256 once its trailing zeros are taken off");
-        if (rc == 0) return invalid(c, mo ? "multipleOf" : kw, "no integer in the range qualifies");
+            return jg_unsupported(c, "multipleOf",
+                                  "a multipleOf above 256 once its trailing zeros are taken off");
+        if (rc == 0)
+            return jg_invalid(c, mo ? "multipleOf" : kw, "no integer in the range qualifies");
     } else {
         struct gr_dec lo = {0}, hi = {0};
         bool empty = false;
         if (lo_b) dec_bound(lo_b, xlo, true, &lo, &empty);
-        if (empty) return unsupported(c, kw_lo, "a lower bound of 10^15 or more for a number");
+        if (empty) return jg_unsupported(c, kw_lo, "a lower bound of 10^15 or more for a number");
         if (hi_b) dec_bound(hi_b, xhi, false, &hi, &empty);
-        if (empty) return unsupported(c, kw_hi, "an upper bound of -10^15 or less for a number");
+        if (empty) return jg_unsupported(c, kw_hi, "an upper bound of -10^15 or less for a number");
         rc = gr_dec_emit(&c->rules, name, &lo, &hi, &budget);
-        if (rc == 0) return invalid(c, kw, "the range is empty");
+        if (rc == 0) return jg_invalid(c, kw, "the range is empty");
     }
     c->helper_rules += budget0 - budget;
-    if (rc < 0 || budget < 0) return over_budget(c);
-    return id;
-}
-
-/* ---- objects ------------------------------------------------------------------------------ */
-
-/* One "key": value pair of a declared property. */
-static int gen_pair(struct ctx *c, const char *key, json_t *sub) {
-    size_t old = path_push(c, "properties");
-    int v = gen_at(c, sub, key);
-    path_pop(c, old);
-    if (v < 0) return -1;
-    json_t *js = json_string(key);
-    if (!js) return invalid(c, "properties", "a property name is not valid UTF-8");
-    char *txt = json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(js);
-    if (!txt) return invalid(c, "properties", "cannot serialise a property name");
-    int id = rule_begin(c);
-    blit(&c->rules, txt, strlen(txt));
-    snug_sbuf_printf(&c->rules, " ws \":\" ws r%d", v);
-    rule_end(c);
-    free(txt);
-    return id;
-}
-
-/* A key other than the declared names: a JSON string without escapes that is none of them
- * (a trie over the names' code points; once a prefix leaves the trie, any characters follow).
- * Names holding '"', '\' or a control character need no exclusion: such a key never spells
- * them. */
-struct trie_node {
-    uint32_t cp;
-    int child, next; /* first child, next sibling (-1: none) */
-    bool terminal;
-};
-
-static int gen_other_key(struct ctx *c, const char *const *names, int n_names) {
-    int cap = 1;
-    for (int i = 0; i < n_names; i++) cap += (int)strlen(names[i]);
-    struct trie_node *t = snug_malloc((size_t)cap * sizeof *t);
-    if (!t) return over_budget(c);
-    int n = 1;
-    t[0] = (struct trie_node){0, -1, -1, false};
-    for (int i = 0; i < n_names; i++) {
-        bool plain = true;
-        for (const unsigned char *p = (const unsigned char *)names[i]; *p; p++)
-            if (*p < 0x20 || *p == 0x7F || *p == '"' || *p == '\\') plain = false;
-        if (!plain) continue;
-        int node = 0;
-        for (const char *p = names[i]; *p;) {
-            uint32_t cp = utf8_next(&p);
-            int ch = t[node].child;
-            while (ch >= 0 && t[ch].cp != cp) ch = t[ch].next;
-            if (ch < 0) {
-                ch = n++;
-                t[ch] = (struct trie_node){cp, -1, t[node].child, false};
-                t[node].child = ch;
-            }
-            node = ch;
-        }
-        t[node].terminal = true;
-    }
-    int base = c->n_rules;
-    c->n_rules += n;
-    for (int i = 0; i < n; i++) {
-        snug_sbuf_printf(&c->rules, "r%d ::= ", base + i);
-        bool first = true;
-        if (!t[i].terminal) snug_sbuf_puts(&c->rules, "\"\\\"\""), first = false;
-        snug_sbuf_printf(&c->rules, "%s[^\"\\\\\\x00-\\x1F\\x7F", first ? "" : " | ");
-        for (int ch = t[i].child; ch >= 0; ch = t[ch].next)
-            snug_sbuf_printf(&c->rules, "\\U%08X", t[ch].cp);
-        snug_sbuf_puts(&c->rules, "] keychar* \"\\\"\"");
-        for (int ch = t[i].child; ch >= 0; ch = t[ch].next)
-            snug_sbuf_printf(&c->rules, " | [\\U%08X] r%d", t[ch].cp, base + ch);
-        snug_sbuf_puts(&c->rules, "\n");
-    }
-    snug_free(t);
-    int id = rule_begin(c);
-    snug_sbuf_printf(&c->rules, "\"\\\"\" r%d", base);
-    rule_end(c);
-    return id;
-}
-
-/* A pattern's fixed start: after '^', the literal characters before the first special one
- * (or one a quantifier applies to). */
-static size_t literal_head(const char *p, char *out, size_t cap) {
-    size_t n = 0;
-    if (*p != '^') return 0;
-    for (p++; *p && n + 1 < cap; p++) {
-        if (strchr("\\.[]()|*+?{}^$", *p)) break;
-        if (p[1] && strchr("*+?{", p[1])) break;
-        out[n++] = *p;
-    }
-    out[n] = 0;
-    return n;
-}
-
-/* Can no string match both patterns? (Their fixed starts differ.) */
-static bool patterns_apart(const char *p, const char *q) {
-    char a[64], b[64];
-    size_t na = literal_head(p, a, sizeof a), nb = literal_head(q, b, sizeof b);
-    for (size_t i = 0; i < na && i < nb; i++)
-        if (a[i] != b[i]) return true;
-    return false;
-}
-
-/* The schema a property name not in `properties` meets: its matching patternProperties, else
- * additionalProperties. A pattern whose match cannot be decided counts as matching (its
- * schema applies on top: stricter, never looser); NULL (refused) where that is impossible. */
-static json_t *undeclared_schema(struct ctx *c, json_t *s, const char *name) {
-    json_t *pats = json_object_get(s, "patternProperties");
-    json_t *add = json_object_get(s, "additionalProperties");
-    json_t *acc = NULL;
-    bool sure = false, maybe = false;
-    const char *pat;
-    json_t *sub;
-    json_object_foreach(pats, pat, sub) {
-        enum js_tri m = js_pattern_test(alg(c), pat, name, strlen(name));
-        if (m == JS_NO) continue;
-        sure |= m == JS_YES, maybe |= m == JS_UNKNOWN;
-        acc = js_all(alg(c), acc, sub);
-    }
-    if (sure) return acc;
-    if (!add) add = json_true();
-    if (maybe && json_is_false(add)) {
-        unsupported(c, "required",
-                    "cannot tell whether a required property's name matches patternProperties");
-        return NULL;
-    }
-    return js_all(alg(c), acc, add);
-}
-
-static int gen_object(struct ctx *c, json_t *s) {
-    json_t *props = json_object_get(s, "properties");
-    json_t *req = json_object_get(s, "required");
-    json_t *add = json_object_get(s, "additionalProperties");
-    json_t *pats = json_object_get(s, "patternProperties");
-    if (props && !json_is_object(props)) return invalid(c, "properties", "must be an object");
-    if (req && !json_is_array(req)) return invalid(c, "required", "must be an array");
-    if (pats && !json_is_object(pats)) return invalid(c, "patternProperties", "must be an object");
-    if (add && !json_is_boolean(add) && !json_is_object(add))
-        return invalid(c, "additionalProperties", "must be a boolean or a schema");
-    size_t i;
-    json_t *r;
-    json_array_foreach(req, i, r) if (!json_is_string(r)) return invalid(c, "required",
-                                                                         "must hold strings");
-    long long minp = 0, maxp = -1;
-    bool has_min, has_max;
-    if (!get_count(s, "minProperties", &minp, &has_min))
-        return invalid(c, "minProperties", "must be a non-negative integer");
-    if (!get_count(s, "maxProperties", &maxp, &has_max))
-        return invalid(c, "maxProperties", "must be a non-negative integer");
-    if (!has_max) maxp = -1;
-    if (has_max && maxp < minp) return invalid(c, "maxProperties", "is below minProperties");
-    /* the declared properties in order, then required names not declared */
-    size_t cap = json_object_size(props) + json_array_size(req) + 1;
-    const char **name = snug_malloc(cap * sizeof *name);
-    json_t **sch = snug_malloc(cap * sizeof *sch);
-    bool *isreq = snug_calloc(cap, sizeof *isreq);
-    int *pair = snug_malloc(cap * sizeof *pair);
-    json_t *req_set = NULL;
-    int id = -1, n = 0, n_all = 0;
-    if (!name || !sch || !isreq || !pair) {
-        over_budget(c);
-        goto out;
-    }
-    const char *key;
-    json_t *sub;
-    json_object_foreach(props, key, sub) name[n_all] = key, sch[n_all++] = sub;
-    /* the required names as a set (a hash: schemas with thousands of them stay linear) */
-    req_set = json_object();
-    if (!req_set) {
-        over_budget(c);
-        goto out;
-    }
-    json_array_foreach(req, i, r) {
-        const char *rn = json_string_value(r);
-        if (json_object_get(req_set, rn)) continue;
-        json_object_set(req_set, rn, json_true());
-        if (json_object_get(props, rn)) continue;
-        json_t *u = undeclared_schema(c, s, rn);
-        if (!u) goto out;
-        name[n_all] = rn, sch[n_all++] = u;
-    }
-    for (int k = 0; k < n_all; k++) {
-        isreq[k] = json_object_get(req_set, name[k]) != NULL;
-        /* a declared name that a pattern matches meets that pattern's schema too */
-        const char *pat;
-        json_t *psub;
-        json_object_foreach(pats, pat, psub) {
-            if (!json_object_get(props, name[k])) break; /* undeclared: done above */
-            if (js_pattern_test(alg(c), pat, name[k], strlen(name[k])) != JS_NO)
-                sch[k] = js_all(alg(c), sch[k], psub);
-        }
-        if (!sch[k]) {
-            alg_failed(c);
-            goto out;
-        }
-        if (!json_is_false(sch[k]) && js_empty(alg(c), sch[k]))
-            sch[k] = json_false(); /* a property that can hold no value is never written */
-        if (json_is_false(sch[k]) && isreq[k]) {
-            size_t old = path_push(c, "required");
-            unsupported(c, name[k], "a required property that no value can satisfy");
-            path_pop(c, old);
-            goto out;
-        }
-    }
-    /* the pairs written (a property whose schema is false is never written) */
-    const char **all_names = name;
-    for (int k = 0; k < n_all; k++) {
-        if (json_is_false(sch[k])) continue;
-        int p = gen_pair(c, name[k], sch[k]);
-        if (p < 0) goto out;
-        pair[n] = p, isreq[n] = isreq[k], n++;
-    }
-    /* extra pairs: patternProperties, or additionalProperties */
-    int extra = -1;
-    if (pats && json_object_size(pats)) {
-        int *ids = snug_malloc(json_object_size(pats) * sizeof *ids);
-        size_t n_ids = 0;
-        if (!ids) {
-            over_budget(c);
-            goto out;
-        }
-        const char *pat;
-        json_t *psub;
-        json_object_foreach(pats, pat, psub) {
-            size_t old = path_push(c, "patternProperties");
-            /* keys written for the pattern could repeat a declared name (whose own schema would
-             * then be bypassed): such a pattern's keys are not written (the declared properties
-             * still meet its schema) */
-            bool clash = false;
-            for (int k = 0; k < n_all && !clash; k++)
-                clash = js_pattern_in_grammar(alg(c), pat, name[k], strlen(name[k])) != JS_NO;
-            if (clash) {
-                path_pop(c, old);
-                continue;
-            }
-            struct snug_sbuf kb = {0};
-            char why[120];
-            if (gr_regex_emit(&kb, pat, strlen(pat), false, 0, -1, why, sizeof why)) {
-                snug_free(kb.data);
-                unsupported(c, "patternProperties", why);
-                path_pop(c, old);
-                snug_free(ids);
-                goto out;
-            }
-            /* the value meets every pattern the key may also match */
-            json_t *v = psub;
-            const char *q;
-            json_t *qsub;
-            json_object_foreach(pats, q, qsub) if (strcmp(q, pat) && !patterns_apart(pat, q)) v =
-                js_all(alg(c), v, qsub);
-            int val = v ? gen_at(c, v, pat) : alg_failed(c);
-            path_pop(c, old);
-            if (val < 0) {
-                snug_free(kb.data);
-                snug_free(ids);
-                goto out;
-            }
-            int pid = rule_begin(c);
-            snug_sbuf_puts(&c->rules, "\"\\\"\" (");
-            snug_sbuf_append(&c->rules, kb.data, kb.len);
-            snug_sbuf_printf(&c->rules, ") \"\\\"\" ws \":\" ws r%d", val);
-            rule_end(c);
-            snug_free(kb.data);
-            ids[n_ids++] = pid;
-        }
-        if (n_ids) extra = rule_union(c, ids, n_ids);
-        snug_free(ids);
-    } else if ((add && json_is_object(add) && !json_is_true(add)) ||
-               (!n_all && (!add || json_is_true(add)))) {
-        int v = add && json_is_object(add) ? gen_at(c, add, "additionalProperties") : -2;
-        if (v == -1) goto out;
-        int kid = n_all ? gen_other_key(c, all_names, n_all) : -2;
-        if (kid == -1) goto out;
-        extra = rule_begin(c);
-        if (kid >= 0)
-            snug_sbuf_printf(&c->rules, "r%d", kid);
-        else
-            snug_sbuf_puts(&c->rules, "string");
-        if (v >= 0)
-            snug_sbuf_printf(&c->rules, " ws \":\" ws r%d", v);
-        else
-            snug_sbuf_puts(&c->rules, " ws \":\" ws value");
-        rule_end(c);
-    }
-    /* The pairs in order, each optional one skippable, then the extra pairs; with counts,
-     * the state is (next property, pairs written so far): rest(i, k) after something was
-     * written (each pair starts with ','), first(i) before anything was. Extra keys may repeat
-     * one another, so they count once toward minProperties (a duplicate key is one property);
-     * every pair counts toward maxProperties. */
-    long long K = has_max ? maxp : minp; /* counts past K behave alike (no maximum) */
-    if (K > 0 && (long long)(n + 1) * (K + 1) > OBJECT_STATES_MAX) {
-        unsupported(c, has_max ? "maxProperties" : "minProperties",
-                    "too many properties and counts to write out (more than 4096 states)");
-        goto out;
-    }
-    int W = (int)K + 1;
-    int *req_after = snug_calloc((size_t)n + 1, sizeof *req_after);
-    int *rest = snug_malloc((size_t)(n + 1) * (size_t)W * sizeof *rest);
-    int *first = snug_malloc(((size_t)n + 1) * sizeof *first);
-    if (!req_after || !rest || !first) {
-        snug_free(req_after), snug_free(rest), snug_free(first);
-        over_budget(c);
-        goto out;
-    }
-    for (int k = n - 1; k >= 0; k--) req_after[k] = req_after[k + 1] + isreq[k];
-#define LIVE(ii, kk)                                                                               \
-    ((!has_max || (kk) + req_after[ii] <= maxp) && (kk) + (n - (ii)) + (extra >= 0 ? 1 : 0) >= minp)
-#define SAT(kk) (has_max ? (kk) : ((kk) < minp ? (kk) : minp))
-    for (int ii = n; ii >= 0; ii--) {
-        for (int k = 0; k < W; k++) {
-            rest[ii * W + k] = -1;
-            if (!LIVE(ii, k)) continue;
-            int rid = rule_begin(c);
-            rest[ii * W + k] = rid;
-            if (ii == n) { /* the extra pairs */
-                long long e0 = k >= minp ? 0 : 1;
-                if (extra < 0 || (has_max && k >= maxp)) snug_sbuf_puts(&c->rules, "\"\"");
-                if (extra >= 0 && (!has_max || k < maxp)) {
-                    if (has_max)
-                        snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){%lld,%lld}", extra, e0,
-                                         maxp - k);
-                    else
-                        snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){%lld,}", extra, e0);
-                }
-            } else {
-                bool alt = false;
-                int k2 = (int)SAT(k + 1);
-                if (k2 < W && LIVE(ii + 1, k2)) {
-                    snug_sbuf_printf(&c->rules, "ws \",\" ws r%d r%d", pair[ii],
-                                     rest[(ii + 1) * W + k2]);
-                    alt = true;
-                }
-                if (!isreq[ii] && LIVE(ii + 1, k))
-                    snug_sbuf_printf(&c->rules, "%sr%d", alt ? " | " : "", rest[(ii + 1) * W + k]);
-            }
-            rule_end(c);
-        }
-        first[ii] = -1;
-        if (!LIVE(ii, 0)) continue;
-        int fid = rule_begin(c);
-        first[ii] = fid;
-        if (ii == n) {
-            bool need = minp > 0; /* k = 0 < minp: one extra pair is needed */
-            if (extra < 0 || (has_max && maxp == 0)) snug_sbuf_puts(&c->rules, "\"\"");
-            if (extra >= 0 && (!has_max || maxp > 0)) {
-                if (!need) snug_sbuf_puts(&c->rules, "(");
-                snug_sbuf_printf(&c->rules, "r%d ", extra);
-                if (has_max)
-                    snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d){0,%lld}", extra, maxp - 1);
-                else
-                    snug_sbuf_printf(&c->rules, "(ws \",\" ws r%d)*", extra);
-                if (!need) snug_sbuf_puts(&c->rules, ")?");
-            }
-        } else {
-            bool alt = false;
-            int k1 = (int)SAT(1);
-            if (k1 < W && LIVE(ii + 1, k1)) {
-                snug_sbuf_printf(&c->rules, "r%d r%d", pair[ii], rest[(ii + 1) * W + k1]);
-                alt = true;
-            }
-            if (!isreq[ii] && LIVE(ii + 1, 0))
-                snug_sbuf_printf(&c->rules, "%sr%d", alt ? " | " : "", first[ii + 1]);
-        }
-        rule_end(c);
-    }
-#undef LIVE
-#undef SAT
-    if (first[0] < 0) {
-        unsupported(c, has_min ? "minProperties" : "maxProperties",
-                    "no object with these properties has that many / that few of them");
-    } else {
-        id = rule_begin(c);
-        snug_sbuf_printf(&c->rules, "\"{\" ws r%d ws \"}\"", first[0]);
-        rule_end(c);
-    }
-    snug_free(req_after), snug_free(rest), snug_free(first);
-out:
-    json_decref(req_set);
-    snug_free(name);
-    snug_free(sch);
-    snug_free(isreq);
-    snug_free(pair);
-    return id;
-}
-
-/* ---- arrays ------------------------------------------------------------------------------- */
-
-/* The values an item schema allows when they are few (enum / const, boolean, null, a small
- * integer range), each checked against the schema's other keywords; NULL when the set is not
- * known to be finite and small (or a value cannot be checked). */
-static json_t *finite_values(struct ctx *c, json_t *items) {
-    json_t *f = js_flatten(alg(c), items);
-    if (!f || json_is_false(f) || !json_is_object(f)) {
-        c->alg.status = SNUG_OK;
-        return NULL;
-    }
-    if (json_object_get(f, "anyOf") || json_object_get(f, "oneOf")) return NULL;
-    json_t *cand = json_array();
-    json_t *en = json_object_get(f, "enum"), *cn = json_object_get(f, "const");
-    unsigned t = js_gen_types(f);
-    if (en || cn) {
-        if (json_is_array(en)) json_array_extend(cand, en);
-        if (cn) json_array_append(cand, cn);
-    } else if (!(t & ~(JS_BOOL | JS_NULL | JS_INT))) {
-        if (t & JS_NULL) json_array_append_new(cand, json_null());
-        if (t & JS_BOOL)
-            json_array_append_new(cand, json_true()), json_array_append_new(cand, json_false());
-        if (t & JS_INT) {
-            json_t *lo = json_object_get(f, "minimum"), *hi = json_object_get(f, "maximum");
-            if (!json_is_integer(lo) || !json_is_integer(hi) ||
-                json_integer_value(hi) - json_integer_value(lo) >= UNIQUE_VALUES_MAX) {
-                json_decref(cand);
-                return NULL;
-            }
-            for (json_int_t v = json_integer_value(lo); v <= json_integer_value(hi); v++)
-                json_array_append_new(cand, json_integer(v));
-        }
-    } else {
-        json_decref(cand);
-        return NULL;
-    }
-    json_t *out = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(cand, i, v) {
-        bool dup = false;
-        size_t j;
-        json_t *w;
-        json_array_foreach(out, j, w) dup |= js_equal(v, w);
-        if (dup) continue;
-        enum js_tri ok = js_validate(alg(c), f, v);
-        if (ok == JS_UNKNOWN || json_array_size(out) >= UNIQUE_VALUES_MAX) {
-            json_decref(out);
-            out = NULL;
-            break;
-        }
-        if (ok == JS_YES) json_array_append(out, v);
-    }
-    json_decref(cand);
-    return out;
-}
-
-/* uniqueItems over a finite item set: the items are written in the order of that set, each at
- * most once (distinct by construction), between mn and mx of them. C(j, k): after k items, the
- * next one (if any) comes from index j on; S(j, k): the next item is the one at j or later. */
-static int gen_unique(struct ctx *c, json_t *vals, long long mn, long long mx) {
-    int m = (int)json_array_size(vals);
-    long long cap = mx < 0 || mx > m ? m : mx;
-    if (mn > cap) return unsupported(c, "minItems", "more distinct items than the items allow");
-    int *lit = snug_malloc((size_t)m * sizeof *lit);
-    int W = (int)cap + 1;
-    int *S = snug_malloc((size_t)(m + 1) * (size_t)W * sizeof *S);
-    int *C = snug_malloc((size_t)(m + 1) * (size_t)W * sizeof *C);
-    int id = -1;
-    if (!lit || !S || !C) {
-        over_budget(c);
-        goto out;
-    }
-    for (int j = 0; j < m; j++) {
-        lit[j] = gen_literal(c, json_array_get(vals, (size_t)j));
-        if (lit[j] < 0) goto out;
-    }
-    /* liveness and rules from the end: C(j, k) live when k >= mn or S(j, k) is; S(j, k) when
-     * some t >= j has C(t + 1, k + 1) live */
-    for (int j = m; j >= 0; j--) {
-        for (int k = W - 1; k >= 0; k--) {
-            int s_id = -1;
-            if (j < m && k < cap) {
-                bool take = C[(j + 1) * W + k + 1] >= 0;
-                bool later = S[(j + 1) * W + k] >= 0;
-                if (take || later) {
-                    s_id = rule_begin(c);
-                    if (take)
-                        snug_sbuf_printf(&c->rules, "r%d r%d", lit[j], C[(j + 1) * W + k + 1]);
-                    if (later)
-                        snug_sbuf_printf(&c->rules, "%sr%d", take ? " | " : "", S[(j + 1) * W + k]);
-                    rule_end(c);
-                }
-            }
-            S[j * W + k] = s_id;
-            int c_id = -1;
-            if (k >= mn || s_id >= 0) {
-                c_id = rule_begin(c);
-                if (k >= mn) snug_sbuf_puts(&c->rules, "\"\"");
-                if (s_id >= 0)
-                    snug_sbuf_printf(&c->rules, "%sws \",\" ws r%d", k >= mn ? " | " : "", s_id);
-                rule_end(c);
-            }
-            C[j * W + k] = c_id;
-        }
-    }
-    id = rule_begin(c);
-    if (S[0] < 0)
-        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\"");
-    else
-        snug_sbuf_printf(&c->rules, "\"[\" ws %sr%d%s ws \"]\"", mn == 0 ? "(" : "", S[0],
-                         mn == 0 ? ")?" : "");
-    rule_end(c);
-out:
-    snug_free(lit);
-    snug_free(S);
-    snug_free(C);
-    return id;
-}
-
-static int gen_array(struct ctx *c, json_t *s) {
-    json_t *items = json_object_get(s, "items");
-    json_t *prefix = json_object_get(s, "prefixItems");
-    if (prefix && !json_is_array(prefix)) return invalid(c, "prefixItems", "must be an array");
-    if (items && !json_is_boolean(items) && !json_is_object(items))
-        return invalid(c, "items", "must be a schema");
-    long long mn = 0, mx = -1;
-    bool has_mn, has_mx;
-    if (!get_count(s, "minItems", &mn, &has_mn))
-        return invalid(c, "minItems", "must be a non-negative integer");
-    if (!get_count(s, "maxItems", &mx, &has_mx))
-        return invalid(c, "maxItems", "must be a non-negative integer");
-    if (!has_mx) mx = -1;
-    if (has_mx && mx < mn) return invalid(c, "maxItems", "is below minItems");
-    if (mn > COUNT_MAX || mx > COUNT_MAX)
-        return unsupported(c, has_mx ? "maxItems" : "minItems", "counts above 1000");
-    long long n_pre = (long long)json_array_size(prefix);
-    if (items && !json_is_false(items) && js_empty(alg(c), items))
-        items = json_false(); /* items that can hold no value: only the prefix */
-    for (long long i = 0; i < n_pre; i++)
-        if (js_empty(alg(c), json_array_get(prefix, (size_t)i))) { /* no item can be at i */
-            n_pre = i;
-            items = json_false();
-            break;
-        }
-    if (json_is_false(items) && (mx < 0 || mx > n_pre)) mx = n_pre;
-    if (mx >= 0 && mn > mx)
-        return unsupported(c, "minItems", "more items than the items the schema allows");
-    json_t *uq = json_object_get(s, "uniqueItems");
-    if (uq && !json_is_boolean(uq)) return invalid(c, "uniqueItems", "must be a boolean");
-    if (json_is_true(uq) && !(mx >= 0 && mx <= 1)) {
-        json_t *vals = prefix || !items ? NULL : finite_values(c, items);
-        if (!vals)
-            return unsupported(c, "uniqueItems",
-                               "distinct items can be written only when they come from a small "
-                               "finite set (an enum / const, booleans, null, or at most 32 "
-                               "integers) and without prefixItems");
-        int id = gen_unique(c, vals, mn, mx);
-        json_decref(vals);
-        return id;
-    }
-    if (mx == 0) return rule_text(c, "\"[\" ws \"]\"");
-    long long n_el = mx >= 0 && mx < n_pre ? mx : n_pre; /* prefix items that can appear */
-    int *el = snug_malloc(((size_t)n_el + 1) * sizeof *el);
-    if (!el) return over_budget(c);
-    for (long long i = 0; i < n_el; i++) {
-        char seg[40];
-        snprintf(seg, sizeof seg, "prefixItems/%lld", i);
-        el[i] = gen_at(c, json_array_get(prefix, (size_t)i), seg);
-        if (el[i] < 0) {
-            snug_free(el);
-            return -1;
-        }
-    }
-    /* the items after the prefix: their rule, or "value"; none when items is false or the
-     * maximum is reached by the prefix */
-    char rest_item[24] = "";
-    if (!json_is_false(items) && (mx < 0 || mx > n_pre)) {
-        if (items && json_is_object(items)) {
-            int v = gen_at(c, items, "items");
-            if (v < 0) {
-                snug_free(el);
-                return -1;
-            }
-            snprintf(rest_item, sizeof rest_item, "r%d", v);
-        } else {
-            snprintf(rest_item, sizeof rest_item, "value");
-        }
-    }
-    /* tail(i): after i items (i >= 1) */
-    int tail_next = -1; /* tail(i + 1) */
-    int first_id = -1;
-    for (long long i = n_el; i >= 1; i--) {
-        int t = rule_begin(c);
-        if (i == n_el && rest_item[0]) { /* the items after the prefix, as a repetition */
-            long long lo = mn > i ? mn - i : 0;
-            if (mx < 0)
-                snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,}", rest_item, lo);
-            else
-                snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,%lld}", rest_item, lo, mx - i);
-        } else {
-            if (i >= mn) snug_sbuf_puts(&c->rules, "\"\"");
-            if (i < n_el)
-                snug_sbuf_printf(&c->rules, "%sws \",\" ws r%d r%d", i >= mn ? " | " : "", el[i],
-                                 tail_next);
-        }
-        rule_end(c);
-        tail_next = t;
-    }
-    int id = rule_begin(c);
-    if (n_el > 0) {
-        first_id = el[0];
-        snug_sbuf_printf(&c->rules, "\"[\" ws %sr%d r%d%s ws \"]\"", mn == 0 ? "(" : "", first_id,
-                         tail_next, mn == 0 ? ")?" : "");
-    } else if (rest_item[0]) {
-        long long lo = mn > 1 ? mn - 1 : 0;
-        snug_sbuf_printf(&c->rules, "\"[\" ws %s%s ", mn == 0 ? "(" : "", rest_item);
-        if (mx < 0)
-            snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,}", rest_item, lo);
-        else
-            snug_sbuf_printf(&c->rules, "(ws \",\" ws %s){%lld,%lld}", rest_item, lo, mx - 1);
-        snug_sbuf_printf(&c->rules, "%s ws \"]\"", mn == 0 ? ")?" : "");
-    } else {
-        snug_sbuf_puts(&c->rules, "\"[\" ws \"]\""); /* mn == 0 here */
-    }
-    rule_end(c);
-    snug_free(el);
+    if (rc < 0 || budget < 0) return jg_over_budget(c);
     return id;
 }
 
 /* ---- enum / const, types, unions ----------------------------------------------------------- */
 
 /* The values of enum / const that satisfy the schema's other keywords. */
-static int gen_enum(struct ctx *c, json_t *s) {
+static int gen_enum(struct js_gen *c, json_t *s) {
     json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     const char *kw = en ? "enum" : "const";
     if (en && (!json_is_array(en) || !json_array_size(en)))
-        return invalid(c, "enum", "must be a non-empty array");
+        return jg_invalid(c, "enum", "must be a non-empty array");
     json_t *rest = json_copy(s);
-    if (!rest) return over_budget(c);
+    if (!rest) return jg_over_budget(c);
     json_object_del(rest, "enum");
     json_object_del(rest, "const");
     bool check = !only_annotations_besides(rest, "");
@@ -1335,7 +696,7 @@ static int gen_enum(struct ctx *c, json_t *s) {
     json_t *v;
     int id = -1;
     if (!texts) {
-        over_budget(c);
+        jg_over_budget(c);
         goto out;
     }
     json_array_foreach(cand, i, v) {
@@ -1347,26 +708,26 @@ static int gen_enum(struct ctx *c, json_t *s) {
         if (canon && !dup) json_object_set(seen, canon, json_true());
         free(canon); /* jansson's allocation */
         if (dup) continue;
-        enum js_tri ok = check ? js_validate(alg(c), rest, v) : JS_YES;
+        enum js_tri ok = check ? js_validate(jg_alg(c), rest, v) : JS_YES;
         if (ok == JS_UNKNOWN) {
             char why[160];
             snprintf(why, sizeof why,
                      "cannot tell whether value %zu satisfies the keywords beside it (a format, "
                      "a fractional multipleOf, ...)",
                      i);
-            unsupported(c, kw, why);
+            jg_unsupported(c, kw, why);
             goto out;
         }
         if (ok == JS_NO) continue;
         json_array_append(keep_vals, v);
         texts[n] = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!texts[n++]) {
-            invalid(c, kw, "cannot serialise a value");
+            jg_invalid(c, kw, "cannot serialise a value");
             goto out;
         }
     }
     if (!n)
-        unsupported(c, kw, "no value satisfies the keywords beside it");
+        jg_unsupported(c, kw, "no value satisfies the keywords beside it");
     else
         id = rule_literals(c, texts, n);
 out:
@@ -1379,51 +740,51 @@ out:
     return id;
 }
 
-static int gen_plain(struct ctx *c, json_t *s) {
+static int gen_plain(struct js_gen *c, json_t *s) {
     json_t *ty = json_object_get(s, "type");
     if (ty) {
         bool ok = json_is_string(ty) || (json_is_array(ty) && json_array_size(ty));
         size_t i;
         json_t *t;
         if (json_is_array(ty)) json_array_foreach(ty, i, t) ok &= json_is_string(t);
-        if (!ok) return invalid(c, "type", "must be a string or an array of strings");
+        if (!ok) return jg_invalid(c, "type", "must be a string or an array of strings");
         const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
         json_t *list = json_is_string(ty) ? NULL : ty;
         for (size_t k = 0; k < (list ? json_array_size(list) : 1); k++) {
             const char *nm = json_string_value(list ? json_array_get(list, k) : ty);
             bool known = false;
             for (int q = 0; q < 7; q++) known |= !strcmp(names[q], nm);
-            if (!known) return unsupported(c, "type", nm);
+            if (!known) return jg_unsupported(c, "type", nm);
         }
     }
     if (json_object_get(s, "enum") || json_object_get(s, "const")) return gen_enum(c, s);
     unsigned t = js_gen_types(s);
-    if (t == JS_ALL && !ty) return rule_text(c, "value");
+    if (t == JS_ALL && !ty) return jg_rule_text(c, "value");
     int ids[6];
     size_t n = 0;
-    if (t & JS_OBJ) ids[n++] = gen_object(c, s);
+    if (t & JS_OBJ) ids[n++] = jg_gen_object(c, s);
     if (n && ids[n - 1] < 0) return -1;
-    if (t & JS_ARR) ids[n++] = gen_array(c, s);
+    if (t & JS_ARR) ids[n++] = jg_gen_array(c, s);
     if (n && ids[n - 1] < 0) return -1;
     if (t & JS_STR) ids[n++] = gen_string(c, s);
     if (n && ids[n - 1] < 0) return -1;
     if (t & (JS_INT | JS_FRAC)) ids[n++] = gen_number(c, s, !(t & JS_FRAC));
     if (n && ids[n - 1] < 0) return -1;
-    if (t & JS_BOOL) ids[n++] = rule_text(c, "\"true\" | \"false\"");
-    if (t & JS_NULL) ids[n++] = rule_text(c, "\"null\"");
-    if (!n) return unsupported(c, "type", "no type is left");
-    return rule_union(c, ids, n);
+    if (t & JS_BOOL) ids[n++] = jg_rule_text(c, "\"true\" | \"false\"");
+    if (t & JS_NULL) ids[n++] = jg_rule_text(c, "\"null\"");
+    if (!n) return jg_unsupported(c, "type", "no type is left");
+    return jg_rule_union(c, ids, n);
 }
 
-static int gen_flat(struct ctx *c, json_t *s);
-static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat);
+static int gen_flat(struct js_gen *c, json_t *s);
+static int gen_memo(struct js_gen *c, json_t *key_schema, json_t *flat);
 
 /* A copy of flattened schema s (kept) whose property `name` is false: never written. */
-static json_t *forbid(struct ctx *c, json_t *s, const char *name) {
-    json_t *n = js_keep(alg(c), json_copy(s));
+static json_t *forbid(struct js_gen *c, json_t *s, const char *name) {
+    json_t *n = js_keep(jg_alg(c), json_copy(s));
     if (!n) return NULL;
     json_t *props = json_object_get(n, "properties");
-    json_t *np = js_keep(alg(c), props ? json_copy(props) : json_object());
+    json_t *np = js_keep(jg_alg(c), props ? json_copy(props) : json_object());
     if (!np) return NULL;
     json_object_set(np, name, json_false());
     json_object_set(n, "properties", np);
@@ -1441,7 +802,7 @@ static bool requires(json_t *s, const char *name) {
 /* Two oneOf branches not proven disjoint, made so for what is written: a document written
  * for one must fail the other. When each requires a property the other does not, the other
  * branch's documents leave that property out (a narrower set, still valid for its branch). */
-static bool separate(struct ctx *c, json_t **x, json_t **y, bool *cx, bool *cy) {
+static bool separate(struct js_gen *c, json_t **x, json_t **y, bool *cx, bool *cy) {
     json_t *sides[2] = {*x, *y};
     const char *pick[2] = {NULL, NULL}; /* pick[s]: required by side s, not by the other */
     for (int s = 0; s < 2; s++) {
@@ -1462,22 +823,23 @@ static bool separate(struct ctx *c, json_t **x, json_t **y, bool *cx, bool *cy) 
 
 /* anyOf / oneOf: the keywords beside them are merged into every branch; a branch that can
  * hold no value is dropped; oneOf's branches must be proven pairwise disjoint. */
-static int gen_union(struct ctx *c, json_t *s) {
+static int gen_union(struct js_gen *c, json_t *s) {
     json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
     const char *kw = one ? "oneOf" : "anyOf";
     json_t *list = one ? one : any;
     if ((any && (!json_is_array(any) || !json_array_size(any))) ||
         (one && (!json_is_array(one) || !json_array_size(one))))
-        return invalid(c, any && !json_is_array(any) ? "anyOf" : kw, "must be a non-empty array");
-    struct js_alg *a = alg(c);
+        return jg_invalid(c, any && !json_is_array(any) ? "anyOf" : kw,
+                          "must be a non-empty array");
+    struct js_alg *a = jg_alg(c);
     json_t *sib = json_copy(s);
-    if (!sib) return over_budget(c);
+    if (!sib) return jg_over_budget(c);
     json_object_del(sib, "anyOf");
     json_object_del(sib, "oneOf");
-    if (!js_keep(a, sib)) return alg_failed(c);
+    if (!js_keep(a, sib)) return jg_alg_failed(c);
     if (any && one) { /* oneOf branches, each with the anyOf beside it */
         sib = js_merge(a, sib, js_keep(a, json_pack("{s:O}", "anyOf", any)));
-        if (!sib) return alg_failed(c);
+        if (!sib) return jg_alg_failed(c);
     }
     bool plain = only_annotations_besides(sib, "");
     size_t n = json_array_size(list);
@@ -1487,70 +849,70 @@ static int gen_union(struct ctx *c, json_t *s) {
     int id = -1;
     size_t k = 0;
     if (!m || !ids || !at) {
-        over_budget(c);
+        jg_over_budget(c);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         char seg[40];
         snprintf(seg, sizeof seg, "%s/%zu", kw, i);
-        size_t old = path_push(c, seg);
-        json_t *fb = js_flatten(alg(c), json_array_get(list, i));
-        json_t *mi = fb && !plain ? js_merge(alg(c), sib, fb) : fb;
-        path_pop(c, old);
+        size_t old = jg_path_push(c, seg);
+        json_t *fb = js_flatten(jg_alg(c), json_array_get(list, i));
+        json_t *mi = fb && !plain ? js_merge(jg_alg(c), sib, fb) : fb;
+        jg_path_pop(c, old);
         if (!mi) {
-            alg_failed(c);
+            jg_alg_failed(c);
             goto out;
         }
-        if (json_is_false(mi) || js_empty(alg(c), mi)) continue; /* a branch with no value */
+        if (json_is_false(mi) || js_empty(jg_alg(c), mi)) continue; /* a branch with no value */
         m[k] = mi, at[k++] = i;
     }
     if (!k) {
-        unsupported(c, kw, "no branch can hold a value together with the keywords beside it");
+        jg_unsupported(c, kw, "no branch can hold a value together with the keywords beside it");
         goto out;
     }
     bool *changed = snug_calloc(k, sizeof *changed);
     if (!changed) {
-        over_budget(c);
+        jg_over_budget(c);
         goto out;
     }
     if (one)
         for (size_t i = 0; i < k; i++)
             for (size_t j = i + 1; j < k; j++)
-                if (!js_disjoint(alg(c), m[i], m[j]) &&
+                if (!js_disjoint(jg_alg(c), m[i], m[j]) &&
                     !(separate(c, &m[i], &m[j], &changed[i], &changed[j]) &&
-                      js_disjoint(alg(c), m[i], m[j]))) {
+                      js_disjoint(jg_alg(c), m[i], m[j]))) {
                     snug_free(changed);
                     char why[200];
                     snprintf(why, sizeof why,
                              "branches %zu and %zu may both match one document (oneOf needs "
                              "exactly one; no keyword was found that tells them apart)",
                              at[i], at[j]);
-                    unsupported(c, "oneOf", why);
+                    jg_unsupported(c, "oneOf", why);
                     goto out;
                 }
     for (size_t i = 0; i < k; i++) {
         char seg[40];
         snprintf(seg, sizeof seg, "%s/%zu", kw, at[i]);
-        size_t old = path_push(c, seg);
+        size_t old = jg_path_push(c, seg);
         if (++c->depth > MAX_DEPTH) {
             c->depth--;
-            path_pop(c, old);
-            unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
+            jg_path_pop(c, old);
+            jg_unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
             snug_free(changed);
             goto out;
         }
         /* a branch is written as itself when nothing was merged into it (its $refs then name
          * their rules), else as the merged schema */
         ids[i] =
-            plain && !changed[i] ? gen(c, json_array_get(list, at[i])) : gen_memo(c, m[i], m[i]);
+            plain && !changed[i] ? jg_gen(c, json_array_get(list, at[i])) : gen_memo(c, m[i], m[i]);
         c->depth--;
-        path_pop(c, old);
+        jg_path_pop(c, old);
         if (ids[i] < 0) {
             snug_free(changed);
             goto out;
         }
     }
-    id = rule_union(c, ids, k);
+    id = jg_rule_union(c, ids, k);
     snug_free(changed);
 out:
     snug_free(m);
@@ -1560,40 +922,40 @@ out:
 }
 
 /* A flattened schema (no $ref / allOf at its top). */
-static int gen_flat(struct ctx *c, json_t *s) {
-    if (over(c)) return over_budget(c);
-    if (json_is_false(s)) return unsupported(c, "false", "a schema that allows nothing");
+static int gen_flat(struct js_gen *c, json_t *s) {
+    if (over(c)) return jg_over_budget(c);
+    if (json_is_false(s)) return jg_unsupported(c, "false", "a schema that allows nothing");
     const char *k;
     json_t *v;
-    json_object_foreach(s, k, v) if (js_is_refused(k)) return unsupported(c, k, NULL);
+    json_object_foreach(s, k, v) if (js_is_refused(k)) return jg_unsupported(c, k, NULL);
     if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) return gen_union(c, s);
     return gen_plain(c, s);
 }
 
 /* ---- references and folding ---------------------------------------------------------------- */
 
-static int gen_ref(struct ctx *c, const char *ref) {
+static int gen_ref(struct js_gen *c, const char *ref) {
     struct snug_sbuf key = {0};
     snug_sbuf_printf(&key, "$ref:%s", ref);
-    if (key.oom) return over_budget(c);
+    if (key.oom) return jg_over_budget(c);
     int id = memo_find(c, key.data, key.len);
     if (id >= 0) {
         snug_free(key.data);
         return id;
     }
-    json_t *target = js_resolve(alg(c), ref);
+    json_t *target = js_resolve(jg_alg(c), ref);
     if (!target) {
         snug_free(key.data);
-        return alg_failed(c);
+        return jg_alg_failed(c);
     }
     /* name the target's rule now (a one-line forwarder), so recursion refers back to it */
     id = c->n_rules++;
     bool ok = memo_add(c, key.data, key.len, id);
     snug_free(key.data);
-    if (!ok) return over_budget(c);
+    if (!ok) return jg_over_budget(c);
     size_t old = strlen(c->path);
     snprintf(c->path + old, sizeof c->path - old, "(%s)", ref);
-    int body = gen(c, target);
+    int body = jg_gen(c, target);
     c->path[old] = 0;
     if (body < 0) return -1;
     snug_sbuf_printf(&c->rules, "r%d ::= r%d\n", id, body);
@@ -1603,9 +965,9 @@ static int gen_ref(struct ctx *c, const char *ref) {
 /* A rule for schema `flat` remembered by the text of `key_schema` (its rule named first), so
  * that a recursive schema, folded or merged again on the way down, meets its own rule.
  * `flat` NULL: key_schema folded into one (its $ref siblings and allOf, jsalg.c). */
-static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat) {
+static int gen_memo(struct js_gen *c, json_t *key_schema, json_t *flat) {
     char *key = json_dumps(key_schema, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!key) return over_budget(c);
+    if (!key) return jg_over_budget(c);
     size_t klen = strlen(key);
     int id = memo_find(c, key, klen);
     if (id >= 0) {
@@ -1615,43 +977,43 @@ static int gen_memo(struct ctx *c, json_t *key_schema, json_t *flat) {
     id = c->n_rules++;
     bool ok = memo_add(c, key, klen, id);
     free(key);
-    if (!ok) return over_budget(c);
-    json_t *f = flat ? flat : js_flatten(alg(c), key_schema);
-    if (!f) return alg_failed(c);
+    if (!ok) return jg_over_budget(c);
+    json_t *f = flat ? flat : js_flatten(jg_alg(c), key_schema);
+    if (!f) return jg_alg_failed(c);
     if (json_is_false(f))
-        return unsupported(c, json_object_get(key_schema, "$ref") ? "$ref" : "allOf",
-                           "the schemas it joins allow no value together");
+        return jg_unsupported(c, json_object_get(key_schema, "$ref") ? "$ref" : "allOf",
+                              "the schemas it joins allow no value together");
     int body = gen_flat(c, f);
     if (body < 0) return -1;
     snug_sbuf_printf(&c->rules, "r%d ::= r%d\n", id, body);
     return id;
 }
 
-static int gen(struct ctx *c, json_t *s) {
+int jg_gen(struct js_gen *c, json_t *s) {
     if (++c->depth > MAX_DEPTH) {
         c->depth--;
-        return unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
+        return jg_unsupported(c, "(nesting)", "schemas nested deeper than 64 levels");
     }
     int id;
     if (over(c)) {
-        id = over_budget(c);
+        id = jg_over_budget(c);
     } else if (json_is_true(s)) {
-        id = rule_text(c, "value");
+        id = jg_rule_text(c, "value");
     } else if (json_is_false(s)) {
-        id = unsupported(c, "false", "a schema that allows nothing");
+        id = jg_unsupported(c, "false", "a schema that allows nothing");
     } else if (!json_is_object(s)) {
-        id = invalid(c, "(schema)", "a schema must be an object or a boolean");
+        id = jg_invalid(c, "(schema)", "a schema must be an object or a boolean");
     } else {
         json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
         if (ref && !json_is_string(ref)) {
-            id = invalid(c, "$ref", "must be a string");
+            id = jg_invalid(c, "$ref", "must be a string");
         } else if (ref && only_annotations_besides(s, "$ref")) {
             id = gen_ref(c, json_string_value(ref));
         } else if (ref || all) {
             id = gen_memo(c, s, NULL);
         } else {
-            json_t *f = js_flatten(alg(c), s);
-            id = f ? gen_flat(c, f) : alg_failed(c);
+            json_t *f = js_flatten(jg_alg(c), s);
+            id = f ? gen_flat(c, f) : jg_alg_failed(c);
         }
     }
     c->depth--;
@@ -1733,146 +1095,6 @@ static const char *BASE =
     "(\"?\" uriqchar{0,32})? (\"#\" uriqchar{0,32})?\n"
     "uripchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@-]\n"
     "uriqchar ::= uripchar | [/?]\n";
-
-/* Does the schema take a JSON string as its value (so Qwen's tool-call format writes it raw)?
- * The rule of the output parser (src/server/outparse.h): type "string" or a list holding it,
- * an anyOf/oneOf alternative that does, or an all-string enum without a type. */
-static bool admits_string(json_t *s) {
-    json_t *t = json_object_get(s, "type");
-    if (json_is_string(t)) return !strcmp(json_string_value(t), "string");
-    if (json_is_array(t)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(t, i, x) if (json_is_string(x) &&
-                                        !strcmp(json_string_value(x), "string")) return true;
-        return false;
-    }
-    const char *alts[2] = {"anyOf", "oneOf"};
-    for (int k = 0; k < 2; k++) {
-        json_t *a = json_object_get(s, alts[k]);
-        size_t i;
-        json_t *x;
-        json_array_foreach(a, i, x) if (json_is_object(x) && admits_string(x)) return true;
-    }
-    json_t *en = json_object_get(s, "enum");
-    if (json_is_array(en) && json_array_size(en) && !t) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(en, i, x) if (!json_is_string(x)) return false;
-        return true;
-    }
-    return false;
-}
-
-/* The value of one tool parameter: raw text for strings, compact JSON otherwise. */
-static int gen_param_value(struct ctx *c, json_t *s) {
-    if (!json_is_object(s)) return gen(c, s);
-    if (!admits_string(s)) return gen(c, s);
-    json_t *t = json_object_get(s, "type");
-    json_t *en = json_object_get(s, "enum");
-    if (json_is_array(en) && json_array_size(en)) { /* raw enum values */
-        int id = rule_begin(c);
-        size_t i;
-        json_t *x;
-        json_array_foreach(en, i, x) {
-            if (!json_is_string(x)) continue;
-            if (i) snug_sbuf_puts(&c->rules, " | ");
-            blit(&c->rules, json_string_value(x), json_string_length(x));
-        }
-        rule_end(c);
-        return id;
-    }
-    if (json_is_string(t)) return gen_string_as(c, s, true);
-    int id = rule_begin(c); /* a union admitting any string: any raw text */
-    snug_sbuf_puts(&c->rules, "rawchar*");
-    rule_end(c);
-    return id;
-}
-
-/* One function's parameters in Qwen's XML form: "<parameter=K>\nV\n</parameter>\n" for the
- * schema's properties in declared order, optional ones skippable; a non-strict tool (or one
- * without properties) takes any parameters. */
-static int gen_tool_params(struct ctx *c, json_t *params, bool strict) {
-    json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
-    if (!strict || !json_is_object(props)) {
-        int id = rule_begin(c);
-        snug_sbuf_puts(
-            &c->rules,
-            "(\"<parameter=\" [a-zA-Z0-9_.-]{1,64} \">\\n\" rawchar* \"\\n</parameter>\\n\")*");
-        rule_end(c);
-        return id;
-    }
-    /* validate the object keywords as gen_object would (additionalProperties is implied false) */
-    json_t *req = json_object_get(params, "required");
-    size_t n = json_object_size(props);
-    int *val = snug_malloc((n ? n : 1) * sizeof *val);
-    if (!val) return invalid(c, "parameters", "out of memory");
-    const char *key;
-    json_t *sub;
-    size_t i = 0;
-    json_object_foreach(props, key, sub) {
-        size_t old = path_push(c, "properties");
-        size_t old2 = path_push(c, key);
-        val[i] = gen_param_value(c, sub);
-        path_pop(c, old2);
-        path_pop(c, old);
-        if (val[i] < 0) {
-            snug_free(val);
-            return -1;
-        }
-        i++;
-    }
-    int id = rule_begin(c);
-    i = 0;
-    json_object_foreach(props, key, sub) {
-        bool is_req = false;
-        size_t k;
-        json_t *r;
-        json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key))
-            is_req = true;
-        snug_sbuf_puts(&c->rules, is_req ? " (" : " (");
-        snug_sbuf_puts(&c->rules, "\"<parameter=");
-        blit_body(&c->rules, key, strlen(key)); /* the key inside the literal */
-        snug_sbuf_printf(&c->rules, ">\\n\" r%d \"\\n</parameter>\\n\")%s", val[i],
-                         is_req ? "" : "?");
-        i++;
-    }
-    if (!n) snug_sbuf_puts(&c->rules, "\"\"");
-    rule_end(c);
-    snug_free(val);
-    return id;
-}
-
-/* A custom tool's input (function.format: {type: "grammar", syntax, definition}, set by the
- * Responses front end) as its one raw parameter `input`: the format's grammar, its names
- * prefixed with "ct<i>-" so that they stay apart from the other rules. */
-static int gen_custom_input(struct ctx *c, json_t *fmt, size_t i) {
-    json_t *def = json_object_get(fmt, "definition");
-    const char *syntax = json_string_value(json_object_get(fmt, "syntax"));
-    if (!json_is_string(def)) return invalid(c, "format", "needs a 'definition' string");
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "ct%zu-", i);
-    char *g = NULL;
-    int rc = snug_tool_format_to_gbnf(syntax, json_string_value(def), json_string_length(def),
-                                      prefix, &g, NULL, c->err);
-    if (rc != SNUG_OK) {
-        c->status = rc;
-        return -1;
-    }
-    snug_sbuf_puts(&c->rules, g);
-    snug_free(g);
-    int id = rule_begin(c);
-    snug_sbuf_printf(&c->rules, "\"<parameter=input>\\n\" %s-root \"\\n</parameter>\\n\"", prefix);
-    rule_end(c);
-    return id;
-}
-
-/* A schema can refer to itself before any JSON text ({"$ref": "#"} at its root, two $defs that
- * only refer to each other, an anyOf whose branch refers back): its grammar is then
- * left-recursive, which no sampler can walk. The generated text is parsed once here so such a
- * schema is refused with its cause instead of handing the caller a grammar that fails later; so
- * is one whose every document would be infinite (its root's shortest sentence is unbounded). A
- * grammar over the parser's size budget is left for the caller to refuse. */
 static int check_parses(const char *gbnf, size_t n, struct snug_err *err) {
     struct snug_grammar *g = NULL;
     struct snug_err perr = {0};
@@ -1890,8 +1112,8 @@ static int check_parses(const char *gbnf, size_t n, struct snug_err *err) {
                         perr.msg);
 }
 
-static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_len,
-                  struct snug_err *err) {
+int jg_finish(struct js_gen *c, const char *root_body, char **out, size_t *out_len,
+              struct snug_err *err) {
     struct snug_sbuf o = {0};
     snug_sbuf_printf(&o, "root ::= %s\n", root_body);
     snug_sbuf_puts(&o, BASE);
@@ -1911,82 +1133,6 @@ static int finish(struct ctx *c, const char *root_body, char **out, size_t *out_
     return SNUG_OK;
 }
 
-int snug_tools_to_gbnf(const char *tools_json, size_t len, const char *named, const char *lead,
-                       bool many, char **out, size_t *out_len, struct snug_err *err) {
-    *out = NULL;
-    if (out_len) *out_len = 0;
-    int pre = snug_json_schema_precheck(tools_json, len, "tools", err);
-    if (pre) return pre;
-    json_error_t je;
-    json_t *tools = json_loadb(tools_json, len, 0, &je);
-    if (!json_is_array(tools)) {
-        json_decref(tools);
-        return snug_err_set(err, SNUG_ERR_INVALID, "tools: not a JSON array");
-    }
-    struct ctx c = {.err = err, .path = "#"};
-    size_t n = json_array_size(tools), i;
-    int *fn = snug_malloc((n ? n : 1) * sizeof *fn);
-    int rc = fn ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory");
-    int named_fn = -1, n_fn = 0;
-    for (i = 0; i < n && rc == SNUG_OK; i++) {
-        json_t *f = json_object_get(json_array_get(tools, i), "function");
-        const char *name = json_string_value(json_object_get(f, "name"));
-        if (!name) continue;
-        json_t *params = json_object_get(f, "parameters");
-        bool strict = json_is_true(json_object_get(f, "strict"));
-        c.root = params; /* $ref inside a tool's parameters resolve against them */
-        c.n_refs = 0;
-        snprintf(c.path, sizeof c.path, "#/tools/%zu/function/parameters", i);
-        json_t *fmt = json_object_get(f, "format");
-        const char *ft = json_string_value(json_object_get(fmt, "type"));
-        int p = ft && !strcmp(ft, "grammar") ? gen_custom_input(&c, fmt, i)
-                                             : gen_tool_params(&c, params, strict);
-        if (p < 0) {
-            rc = c.status ? c.status : SNUG_ERR_INVALID;
-            break;
-        }
-        /* fn_i ::= NAME ">\n" params "</function>\n</tool_call>" */
-        fn[n_fn] = rule_begin(&c);
-        size_t nl = strlen(name);
-        blit(&c.rules, name, nl);
-        snug_sbuf_printf(&c.rules, " \">\\n\" r%d \"</function>\\n</tool_call>\"", p);
-        rule_end(&c);
-        if (named && !strcmp(named, name)) {
-            named_fn = p;
-            /* named: the prompt already holds "<function=NAME>\n" */
-            int k = rule_begin(&c);
-            snug_sbuf_printf(&c.rules, "r%d \"</function>\\n</tool_call>\"", p);
-            rule_end(&c);
-            named_fn = k;
-        }
-        n_fn++;
-    }
-    if (rc == SNUG_OK && (!n_fn || (named && named_fn < 0)))
-        rc = snug_err_set(err, SNUG_ERR_INVALID, "tools: %s",
-                          named ? "the named function is not among the tools" : "no functions");
-    if (rc == SNUG_OK) {
-        int any = rule_begin(&c);
-        for (int k = 0; k < n_fn; k++) snug_sbuf_printf(&c.rules, "%sr%d", k ? " | " : "", fn[k]);
-        rule_end(&c);
-        struct snug_sbuf root = {0};
-        if (lead && *lead) blit(&root, lead, strlen(lead)), snug_sbuf_puts(&root, " ");
-        if (named)
-            snug_sbuf_printf(&root, "r%d", named_fn);
-        else
-            snug_sbuf_printf(&root, "\"<function=\" r%d", any);
-        if (many) snug_sbuf_printf(&root, " (\"\\n<tool_call>\\n<function=\" r%d)*", any);
-        rc = root.oom ? snug_err_set(err, SNUG_ERR_NOMEM, "tools: out of memory")
-                      : finish(&c, root.data, out, out_len, err);
-        snug_free(root.data);
-        c.rules.data = NULL; /* finish freed it */
-    }
-    snug_free(c.rules.data);
-    snug_free(fn);
-    ctx_free(&c);
-    json_decref(tools);
-    return rc;
-}
-
 int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, size_t *out_len,
                              struct snug_err *err) {
     *out = NULL;
@@ -1999,29 +1145,18 @@ int snug_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, si
         return snug_err_set(err, SNUG_ERR_INVALID,
                             "json schema: not valid JSON: %s (line %d, column %d)", je.text,
                             je.line, je.column);
-    struct ctx c = {.root = root, .err = err, .path = "#"};
-    int top = gen(&c, root);
-    if (top >= 0 && over(&c)) top = over_budget(&c);
-    struct snug_sbuf o = {0};
+    struct js_gen c = {.root = root, .err = err, .path = "#"};
+    int top = jg_gen(&c, root);
+    if (top >= 0 && over(&c)) top = jg_over_budget(&c);
     if (top < 0) {
         rc = c.status ? c.status : SNUG_ERR_INVALID;
+        snug_free(c.rules.data);
     } else {
-        snug_sbuf_printf(&o, "root ::= r%d\n", top);
-        snug_sbuf_puts(&o, BASE);
-        if (c.rules.data) snug_sbuf_append(&o, c.rules.data, c.rules.len);
-        if (o.oom || c.rules.oom)
-            rc = snug_err_set(err, SNUG_ERR_NOMEM, "json schema: out of memory");
-        else
-            rc = check_parses(o.data, o.len, err);
+        char root_body[24];
+        snprintf(root_body, sizeof root_body, "r%d", top);
+        rc = jg_finish(&c, root_body, out, out_len, err);
     }
-    snug_free(c.rules.data);
-    ctx_free(&c);
+    jg_ctx_free(&c);
     json_decref(root);
-    if (rc) {
-        snug_free(o.data);
-        return rc;
-    }
-    *out = o.data;
-    if (out_len) *out_len = o.len;
-    return SNUG_OK;
+    return rc;
 }

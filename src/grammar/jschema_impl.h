@@ -1,7 +1,8 @@
 /* jschema_impl.h — the pieces of the JSON Schema converter shared between its files:
  * jsnum.c (numbers in bounds), jsalg.c (schema algebra: flattening $ref/allOf, merging,
  * disjointness, validating a value), recognize.c (whole-text membership in a compiled grammar)
- * and jschema.c (the generator, which uses them all).
+ * and the generator (jschema.c, jscontainer.c, jstools.c: struct js_gen and its jg_* calls,
+ * below), which uses them all.
  * Invariant: every function here is exact in the direction the generator relies on — a
  * "yes" (valid, disjoint, matches) is certain; when a question cannot be decided the answer
  * is "unknown" (or "not proven"), never a guess.
@@ -126,5 +127,72 @@ enum js_tri js_pattern_in_grammar(struct js_alg *a, const char *pat, const char 
 /* Keyword classes. */
 bool js_is_refused(const char *k);    /* validation keywords the converter does not translate */
 bool js_is_translated(const char *k); /* keywords the converter translates */
+
+/* ---- the generator: jschema.c (core, scalars, unions), jscontainer.c (objects, arrays),
+ * jstools.c (tool-call grammars) -------------------------------------------------------- */
+struct memo_entry {
+    size_t key, key_len; /* into ctx.memo_keys */
+    uint64_t hash;
+    int rule;
+};
+
+struct js_gen {
+    json_t *root;
+    struct snug_sbuf rules; /* generated rules, one per line */
+    int n_rules;
+    int helper_rules; /* rules named rN-M (numbers) */
+    /* rules already written for a $ref ("$ref:" + the reference) or a folded schema (its
+     * canonical text): a second visit (recursion) refers to the same rule */
+    struct memo_entry *memo;
+    int n_refs, cap_refs; /* the tools path empties the memo per tool: n_refs = 0 */
+    int *memo_index;
+    size_t memo_cap;
+    int memo_indexed; /* entries the index holds (more than n_refs: the memo was emptied) */
+    struct snug_sbuf memo_keys;
+    struct js_alg alg;
+    bool alg_ready;
+    struct snug_err *err;
+    int status;
+    char path[512];
+    int depth;
+};
+
+/* Errors: a refusal naming the keyword and the JSON path (SNUG_ERR_UNSUPPORTED / _INVALID) or
+ * the cost budget's; each returns -1 for the generator to pass up. */
+int jg_unsupported(struct js_gen *c, const char *keyword, const char *why);
+int jg_invalid(struct js_gen *c, const char *keyword, const char *why);
+int jg_over_budget(struct js_gen *c);
+/* The schema algebra over c's document (made on first use); jg_alg_failed passes its refusal up. */
+struct js_alg *jg_alg(struct js_gen *c);
+int jg_alg_failed(struct js_gen *c);
+void jg_ctx_free(struct js_gen *c);
+/* A GBNF string literal spelling s[0..n) (jg_blit), or its inside without the quotes. */
+void jg_blit(struct snug_sbuf *b, const char *s, size_t n);
+void jg_blit_body(struct snug_sbuf *b, const char *s, size_t n);
+/* Rules: jg_rule_begin starts "rN ::= " and returns N (-1 over budget), jg_rule_end ends the
+ * line; jg_rule_text writes a whole rule of that body, jg_rule_union one of alternatives. */
+int jg_rule_begin(struct js_gen *c);
+void jg_rule_end(struct js_gen *c);
+int jg_rule_text(struct js_gen *c, const char *body);
+int jg_rule_union(struct js_gen *c, const int *ids, size_t n);
+/* The JSON path of messages: push a segment (returns the old length to pop back to). */
+size_t jg_path_push(struct js_gen *c, const char *seg);
+void jg_path_pop(struct js_gen *c, size_t old);
+/* The rule of a schema (its id, or -1 with c->status set), at a path segment, of a literal
+ * value, of a string schema (raw: without the quotes, as a tool call's string parameter). */
+int jg_gen(struct js_gen *c, json_t *s);
+int jg_gen_at(struct js_gen *c, json_t *s, const char *seg);
+int jg_gen_literal(struct js_gen *c, const json_t *v);
+int jg_gen_string_as(struct js_gen *c, json_t *s, bool raw);
+int jg_gen_object(struct js_gen *c, json_t *s);
+int jg_gen_array(struct js_gen *c, json_t *s);
+/* The code point of the UTF-8 sequence at *p (input already valid), *p moved past it. */
+uint32_t jg_utf8_next(const char **p);
+/* A count keyword (minItems, ...): false when present but not a non-negative integer. */
+bool jg_get_count(json_t *s, const char *k, long long *out, bool *has);
+/* The whole grammar: "root ::= root_body", the shared base rules, the generated ones (freed
+ * here), parsed once to refuse left-recursive or endless schemas; *out on success. */
+int jg_finish(struct js_gen *c, const char *root_body, char **out, size_t *out_len,
+              struct snug_err *err);
 
 #endif /* SNUG_JSCHEMA_IMPL_H */
