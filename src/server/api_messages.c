@@ -250,13 +250,17 @@ struct view {
     bool prefill;                           /* a final assistant message: continued */
 };
 
+static const struct snug_field_alias body_fields[] = {
+    {"model", NULL}, {"stream", NULL},     {"temperature", NULL},
+    {"top_p", NULL}, {"top_k", NULL},      {"snug_script", NULL},
+    {"seed", NULL},  {"max_tokens", NULL}, {"stop", "stop_sequences"}};
+
 static const json_t *view_get(void *ctx, const char *k) {
     const struct view *v = ctx;
-    static const char *same[] = {"model", "stream",      "temperature", "top_p",
-                                 "top_k", "snug_script", "seed",        "max_tokens"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (!strcmp(k, same[i])) return json_object_get(v->body, k);
-    if (!strcmp(k, "stop")) return json_object_get(v->body, "stop_sequences");
+    const json_t *f;
+    if (snug_server_field_alias(v->body, k, body_fields, sizeof body_fields / sizeof *body_fields,
+                                &f))
+        return f;
     if (!strcmp(k, "messages")) return v->messages;
     if (!strcmp(k, "tools")) return v->tools;
     if (!strcmp(k, "tool_choice")) return v->tool_choice;

@@ -353,13 +353,18 @@ struct view {
     const json_t *effort;                                     /* reasoning.effort */
 };
 
+static const struct snug_field_alias body_fields[] = {
+    {"model", NULL},           {"stream", NULL},
+    {"temperature", NULL},     {"top_p", NULL},
+    {"snug_script", NULL},     {"seed", NULL},
+    {"thinking_budget", NULL}, {"max_tokens", "max_output_tokens"}};
+
 static const json_t *view_get(void *ctx, const char *k) {
     const struct view *v = ctx;
-    static const char *same[] = {"model",       "stream", "temperature",    "top_p",
-                                 "snug_script", "seed",   "thinking_budget"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (!strcmp(k, same[i])) return json_object_get(v->body, k);
-    if (!strcmp(k, "max_tokens")) return json_object_get(v->body, "max_output_tokens");
+    const json_t *f;
+    if (snug_server_field_alias(v->body, k, body_fields, sizeof body_fields / sizeof *body_fields,
+                                &f))
+        return f;
     if (!strcmp(k, "messages")) return v->messages;
     if (!strcmp(k, "tools")) return v->tools;
     if (!strcmp(k, "tool_choice")) return v->tool_choice;

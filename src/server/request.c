@@ -577,6 +577,16 @@ int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind 
     return req_fill(r, &o, root, e);
 }
 
+bool snug_server_field_alias(const json_t *body, const char *key,
+                             const struct snug_field_alias *map, size_t n, const json_t **out) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, map[i].chat)) {
+            *out = json_object_get(body, map[i].body ? map[i].body : map[i].chat);
+            return true;
+        }
+    return false;
+}
+
 int snug_server_req_from_fields(struct snug_server_req *r, snug_server_field_fn get, void *ctx,
                                 json_t *keep, struct snug_server_error *e) {
     req_init(r, SNUG_REQ_CHAT, e);

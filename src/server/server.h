@@ -191,6 +191,14 @@ int snug_server_req_parse_json(struct snug_server_req *r, enum snug_server_kind 
 /* A front end's fields under the chat API's names: the value standing for chat field `key`, or
  * NULL when there is none. Values are borrowed from what the front end hands over as `keep`. */
 typedef const json_t *(*snug_server_field_fn)(void *ctx, const char *key);
+/* A front end's body members that stand for chat fields as they are: chat field `chat` is the
+ * body's member `body` (the same name when NULL). */
+struct snug_field_alias {
+    const char *chat, *body;
+};
+/* Whether map[0..n) names chat field `key`; then *out is the body's member (NULL: absent). */
+bool snug_server_field_alias(const json_t *body, const char *key,
+                             const struct snug_field_alias *map, size_t n, const json_t **out);
 /* Fill *r (a chat request) from a front end's fields with the chat API's checks, in its order
  * and with its messages. `keep` (stolen) owns what the values borrow from: *r owns it on
  * success, it is released on failure. */
