@@ -1,7 +1,7 @@
 #!/bin/sh
 # run_decode_profile.sh — where a decode step's device time goes, in one device call:
 #  1. decode speed with each setting of AB (environment assignments, e.g.
-#     AB="SNUG_CUDA_PDL=0 SNUG_CUDA_PDL=1", or SNUG_CUDA_LIB=another build's libsnug_cuda.so),
+#     AB="SNUG_MVQ_ROWS=2 SNUG_MVQ_ROWS=4", or SNUG_CUDA_LIB=another build's libsnug_cuda.so),
 #     interleaved over REPS rounds, for each draft count of DRAFTS (default 0), recorded steps on;
 #     the text of every setting compared with the first's;
 #  2. every kernel of a few decode steps timed alone by Nsight Compute (`ncu`, one metric:

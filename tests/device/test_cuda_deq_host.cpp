@@ -33,6 +33,12 @@ static inline float __uint_as_float(unsigned u) {
 static inline float __shfl_xor_sync(unsigned, float v, int) { /* unused here (warp sums) */
     return v;
 }
+static inline int __shfl_xor_sync(unsigned, int v, int) { /* unused here */
+    return v;
+}
+static inline int __float2int_rn(float v) { /* unused here (x rounding) */
+    return (int)nearbyintf(v);
+}
 static inline void __syncthreads() {}
 static struct { unsigned x; } threadIdx, blockDim;
 

@@ -12,9 +12,7 @@
 /* The norms below hold up to NORM_PER elements per thread in registers: every load of a row is
  * issued before the first use (a strided loop that writes as it goes waits one memory latency
  * per pass: 17.9 µs for the 27B's 5120-wide add + norm under ncu, against ~2 µs of traffic).
- * Rows longer than NORM_PER · 1024 take the strided loop. Both kernels use norm_threads(n)
- * threads and the same partition and order over the sums, so add + norm has the bits of add then
- * norm. */
+ * Rows longer than NORM_PER · 1024 take the strided loop. */
 #define NORM_PER 8
 static unsigned norm_threads(int64_t n) {
     int64_t t = (n + NORM_PER - 1) / NORM_PER;
@@ -22,83 +20,33 @@ static unsigned norm_threads(int64_t n) {
     return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
 }
 
-/* Q8 forms: the output o of element i is also rounded to int8 as k_quant_x8 rounds it (per
- * block of 32: d = max|o| / 127, q = round-half-even(o / d), ds = (d, d·Σq)) into the int8
- * matvec's x layout, so the product that follows skips its rounding launch. A warp's 32 lanes
- * hold one whole block (blockDim and n multiples of 32), so the block's max and sum are warp
- * reductions. Only the register path (n <= NORM_PER · blockDim: the host checks). */
-__device__ __forceinline__ void round_q8(float o, int64_t gi, bool warp_in, int8_t *qx,
-                                         float2 *ds) {
-    if (!warp_in) return; /* warp-uniform */
-    float amax = warp_max(fabsf(o));
-    float d = amax / 127.0f;
-    int q = amax > 0.0f ? __float2int_rn(o / d) : 0;
-    int sum = q;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    qx[gi] = (int8_t)q;
-    if ((threadIdx.x & 31) == 0) ds[gi >> 5] = make_float2(d, d * (float)sum);
-}
-
-/* y = x · rsqrt(mean(x²) + eps) · w, one block per row (y may be x). */
-template <bool Q8>
+/* y = x · rsqrt(mean(x²) + eps) · w into out, one block per row (out may be x). ADD: x += y
+ * first (x written back; out must not overlap x or y), with the partition and order over the
+ * sums of the plain norm (each thread re-reads only the elements it wrote), so add + norm has
+ * the bits of add then norm. Q8: each output is also rounded to int8 as k_quant_x8 rounds it,
+ * into the int8 matvec's x layout (qx, qd), so the product that follows skips its rounding
+ * launch; a warp's 32 lanes hold one whole block of 32 (blockDim and n multiples of 32; the
+ * register path only, n <= NORM_PER · blockDim: the host checks). */
+template <bool ADD, bool Q8>
 __global__ void __launch_bounds__(1024)
-    k_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y, int8_t *qx,
-              float2 *qd) {
-    __shared__ float sh[32];
-    const float *xr = x + blockIdx.x * n;
-    float *yr = y + blockIdx.x * n;
-    float ss = 0.0f;
-    if (n <= (int64_t)NORM_PER * blockDim.x) {
-        float v[NORM_PER];
-#pragma unroll
-        for (int k = 0; k < NORM_PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            v[k] = i < n ? xr[i] : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < NORM_PER; k++) ss = fmaf(v[k], v[k], ss);
-        ss = block_sum(ss, sh);
-        float s = rsqrtf(ss / (float)n + eps);
-#pragma unroll
-        for (int k = 0; k < NORM_PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            float o = i < n ? v[k] * s * (w ? w[i] : 1.0f) : 0.0f;
-            if (i < n) yr[i] = o;
-            if (Q8)
-                round_q8(o, blockIdx.x * n + i,
-                         (int64_t)k * blockDim.x + (threadIdx.x & ~31u) < n, qx, qd);
-        }
-        return;
-    }
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss, sh);
-    float s = rsqrtf(ss / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * s * (w ? w[i] : 1.0f);
-}
-
-/* x += y, then y' = rmsnorm(x) · w into xn: k_rmsnorm's partition and order over the sums
- * (each thread re-reads only the elements it wrote), so the bits of add then rmsnorm. */
-template <bool Q8>
-__global__ void __launch_bounds__(1024)
-    k_add_rmsnorm(float *x, const float *y, const float *w, float eps, int64_t n, float *xn,
-                  int8_t *qx, float2 *qd) {
+    k_rmsnorm(float *x, const float *y, const float *w, float eps, int64_t n, float *out,
+              int8_t *qx, float2 *qd) {
     __shared__ float sh[32];
     float *xr = x + blockIdx.x * n;
-    const float *yr = y + blockIdx.x * n;
-    float *or_ = xn + blockIdx.x * n;
+    const float *yr = ADD ? y + blockIdx.x * n : NULL;
+    float *or_ = out + blockIdx.x * n;
     float ss = 0.0f;
     if (n <= (int64_t)NORM_PER * blockDim.x) {
         float v[NORM_PER];
 #pragma unroll
         for (int k = 0; k < NORM_PER; k++) {
             int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            v[k] = i < n ? xr[i] + yr[i] : 0.0f;
+            v[k] = i < n ? (ADD ? xr[i] + yr[i] : xr[i]) : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < NORM_PER; k++) {
             int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i < n) xr[i] = v[k];
+            if (ADD && i < n) xr[i] = v[k];
             ss = fmaf(v[k], v[k], ss);
         }
         ss = block_sum(ss, sh);
@@ -108,15 +56,15 @@ __global__ void __launch_bounds__(1024)
             int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
             float o = i < n ? v[k] * s * (w ? w[i] : 1.0f) : 0.0f;
             if (i < n) or_[i] = o;
-            if (Q8)
-                round_q8(o, blockIdx.x * n + i,
-                         (int64_t)k * blockDim.x + (threadIdx.x & ~31u) < n, qx, qd);
+            int64_t warp0 = (int64_t)k * blockDim.x + (threadIdx.x & ~31u); /* warp-uniform */
+            if (Q8 && warp0 < n)
+                warp_round_q8(o, qx + blockIdx.x * n + i, qd + ((blockIdx.x * n + i) >> 5));
         }
         return;
     }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i] + yr[i];
-        xr[i] = v;
+        float v = ADD ? xr[i] + yr[i] : xr[i];
+        if (ADD) xr[i] = v;
         ss = fmaf(v, v, ss);
     }
     ss = block_sum(ss, sh);
@@ -230,8 +178,8 @@ static unsigned nblk(int64_t n, int b) {
 extern "C" int snug_cuda_rmsnorm(struct snug_cuda *cu, const float *x, const float *w, float eps,
                                  int64_t T, int64_t n, float *y, struct snug_err *err) {
     if (T <= 0) return SNUG_OK;
-    k_rmsnorm<false>
-        <<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(x, w, eps, n, y, NULL, NULL);
+    k_rmsnorm<false, false><<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(
+        (float *)x, NULL, w, eps, n, y, NULL, NULL);
     return snug_cu_launched(err, "rmsnorm");
 }
 
@@ -239,8 +187,8 @@ extern "C" bool snug_cuda_norm_q8_fits(int64_t T, int64_t n) {
     return T >= 1 && T <= SNUG_CUDA_MATVEC_MAX_T && n % 32 == 0 && n <= (int64_t)NORM_PER * 1024;
 }
 
-extern "C" int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const float *w,
-                                    float eps, int64_t T, int64_t n, float *y, void *work,
+extern "C" int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const float *w, float eps,
+                                    int64_t T, int64_t n, float *y, void *work,
                                     struct snug_err *err) {
     if (!snug_cuda_norm_q8_fits(T, n))
         return snug_err_set(err, SNUG_ERR_INVALID, "cuda rmsnorm_q8: T %lld, n %lld", (long long)T,
@@ -248,8 +196,8 @@ extern "C" int snug_cuda_rmsnorm_q8(struct snug_cuda *cu, const float *x, const 
     int8_t *qx;
     float2 *qd;
     snug_cu_mvq_x(work, n, T, &qx, &qd);
-    k_rmsnorm<true>
-        <<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(x, w, eps, n, y, qx, qd);
+    k_rmsnorm<false, true><<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(
+        (float *)x, NULL, w, eps, n, y, qx, qd);
     return snug_cu_launched(err, "rmsnorm_q8");
 }
 
@@ -257,7 +205,7 @@ extern "C" int snug_cuda_add_rmsnorm(struct snug_cuda *cu, float *x, const float
                                      float eps, int64_t T, int64_t n, float *xn,
                                      struct snug_err *err) {
     if (T <= 0) return SNUG_OK;
-    k_add_rmsnorm<false>
+    k_rmsnorm<true, false>
         <<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(x, y, w, eps, n, xn, NULL, NULL);
     return snug_cu_launched(err, "add_rmsnorm");
 }
@@ -271,7 +219,7 @@ extern "C" int snug_cuda_add_rmsnorm_q8(struct snug_cuda *cu, float *x, const fl
     int8_t *qx;
     float2 *qd;
     snug_cu_mvq_x(work, n, T, &qx, &qd);
-    k_add_rmsnorm<true>
+    k_rmsnorm<true, true>
         <<<(unsigned)T, norm_threads(n), 0, SNUG_CU_STREAM(cu)>>>(x, y, w, eps, n, xn, qx, qd);
     return snug_cu_launched(err, "add_rmsnorm_q8");
 }

@@ -44,51 +44,6 @@ static inline int snug_cu_launched(struct snug_err *err, const char *kernel) {
                         cudaGetErrorString(e));
 }
 
-/* Programmatic dependent launch (sm_90+): a kernel launched with cu_launch_pdl may start while
- * the kernel before it in the stream is still running (once every block of that one has
- * started, or called pdl_trigger); it must call pdl_wait() before it reads anything the kernel
- * before it wrote (pdl_wait returns when that kernel has finished and its writes are visible),
- * and may do independent work (prefetching its weights) before. Without the launch attribute
- * both are no-ops. On older cards they compile to nothing. */
-__device__ __forceinline__ void pdl_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-/* The L2 prefetch of n bytes from p, spread over the block's threads (one request per 128-byte
- * line; addresses stay inside [p, p + n)). */
-__device__ __forceinline__ void prefetch_l2(const uint8_t *p, size_t n) {
-    for (size_t off = (size_t)threadIdx.x * 128; off < n; off += (size_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-}
-
-/* Whether kernels launched by cu_launch_pdl get the programmatic-serialization attribute:
- * cuda_matvec.cu's switch (snug_cuda_pdl_tune; env SNUG_CUDA_PDL, read once; only on sm_90+). */
-extern "C" bool snug_cu_pdl_on(const struct snug_cuda *cu);
-
-/* Launch kernel k (grid, block, dynamic shared memory) on stream s as a programmatic dependent
- * of the stream's previous kernel when pdl is true, else as a plain launch. */
-template <typename... KArgs, typename... Args>
-static inline void cu_launch_pdl(bool pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t s, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -98,6 +53,20 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* One block of 32 values (lane l holds value l) rounded to int8 as the int8 matvec reads x:
+ * d = max|v| / 127, q = round-half-even(v / d) (0 for an all-zero block); the lane's q goes to
+ * *q and lane 0 writes (d, d·Σq) to *ds. Every lane of the warp must call it. */
+__device__ __forceinline__ void warp_round_q8(float v, int8_t *q, float2 *ds) {
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    int qi = amax > 0.0f ? __float2int_rn(v / d) : 0;
+    int sum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    *q = (int8_t)qi;
+    if ((threadIdx.x & 31) == 0) *ds = make_float2(d, d * (float)sum);
 }
 
 /* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every thread gets it.

@@ -9,8 +9,6 @@
  * Read next: cuda_ops.h (the chunked entry point's status), docs/perf/cuda-kernels.md. */
 #include "backend/cuda/cuda_common.cuh"
 
-#include <stdlib.h>
-
 #define DN_WARPS 4
 #define DN_WCOLS 8
 #define DN_BCOLS (DN_WARPS * DN_WCOLS)
@@ -28,6 +26,39 @@ struct delta_prep {
     float *snap;         /* NULL: no snapshots */
     int64_t snap_stride; /* floats between token t's snapshot and t + 1's */
 };
+
+/* Token gi's decay e^g and β (PREP: from the raw projections, k_delta_gates' arithmetic:
+ * β = sigmoid(b), g = a·softplus(α + dt)). */
+template <bool PREP>
+__device__ __forceinline__ void delta_gate(const float *__restrict__ g,
+                                           const float *__restrict__ beta, int64_t gi, int64_t j,
+                                           const delta_prep &pp, float *decay, float *b) {
+    float gv = g[gi], bv = beta[gi];
+    if (PREP) {
+        bv = 1.0f / (1.0f + expf(-bv));
+        float x = gv + pp.dt[j];
+        gv = pp.a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+    }
+    *decay = __expf(gv);
+    *b = bv;
+}
+
+/* The inverse L2 norms of one token's k and q (dk = 32·RPL floats each, lane l holding
+ * elements l, l + 32, ...), summed over the warp. */
+template <int RPL>
+__device__ __forceinline__ void delta_inv_norms(const float *kt, const float *qt, float eps,
+                                                float *ik, float *iq) {
+    int lane = threadIdx.x & 31;
+    float a2 = 0.0f, b2 = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPL; r++) {
+        float kv_ = kt[lane + 32 * r], qv_ = qt[lane + 32 * r];
+        a2 = fmaf(kv_, kv_, a2);
+        b2 = fmaf(qv_, qv_, b2);
+    }
+    *ik = rsqrtf(warp_sum(a2) + eps);
+    *iq = rsqrtf(warp_sum(b2) + eps);
+}
 
 /* RPL = dk / 32 rows per lane. Per token, per column c:
  *   sk = Σ_i S[i][c] k_i, sq = Σ_i S[i][c] q_i (warp sums), δ = β (v_c − e^g sk),
@@ -65,28 +96,14 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
             int tt = i / DN_BCOLS, e = i - tt * DN_BCOLS;
             sv[tt][e] = c0 + e < dv ? v[(t0 + tt) * vs + j * dv + c0 + e] : 0.0f;
         }
-        if (threadIdx.x < n) {
-            int64_t gi = (t0 + threadIdx.x) * Nv + j;
-            float gv = g[gi], bv = beta[gi];
-            if (PREP) { /* k_delta_gates' arithmetic */
-                bv = 1.0f / (1.0f + expf(-bv));
-                float x = gv + pp.dt[j];
-                gv = pp.a[j] * (x > 20.0f ? x : log1pf(expf(x)));
-            }
-            sg[threadIdx.x] = __expf(gv);
-            sb[threadIdx.x] = bv;
-        }
+        if (threadIdx.x < n)
+            delta_gate<PREP>(g, beta, (t0 + threadIdx.x) * Nv + j, j, pp, &sg[threadIdx.x],
+                             &sb[threadIdx.x]);
         __syncthreads();
         if (PREP) { /* L2-norm q and k per token (warp w: tokens w, w + DN_WARPS, ...) */
             for (int tt = w; tt < n; tt += DN_WARPS) {
-                float a2 = 0.0f, b2 = 0.0f;
-#pragma unroll
-                for (int r = 0; r < RPL; r++) {
-                    float kv_ = sk[tt][lane + 32 * r], qv_ = sq[tt][lane + 32 * r];
-                    a2 = fmaf(kv_, kv_, a2);
-                    b2 = fmaf(qv_, qv_, b2);
-                }
-                float ik = rsqrtf(warp_sum(a2) + pp.eps), iq = rsqrtf(warp_sum(b2) + pp.eps);
+                float ik, iq;
+                delta_inv_norms<RPL>(sk[tt], sq[tt], pp.eps, &ik, &iq);
 #pragma unroll
                 for (int r = 0; r < RPL; r++) {
                     sk[tt][lane + 32 * r] *= ik;
@@ -172,30 +189,16 @@ __global__ void __launch_bounds__(DK / DS_RPT * 32)
         sk[tt][e] = k[tt * qs + kh * DK + e];
         sq[tt][e] = q[tt * qs + kh * DK + e];
     }
-    if (threadIdx.x < T) {
-        int64_t gi = (int64_t)threadIdx.x * Nv + j;
-        float gv = g[gi], bv = beta[gi];
-        if (PREP) { /* k_delta_gates' arithmetic */
-            bv = 1.0f / (1.0f + expf(-bv));
-            float x = gv + pp.dt[j];
-            gv = pp.a[j] * (x > 20.0f ? x : log1pf(expf(x)));
-        }
-        sg[threadIdx.x] = __expf(gv);
-        sb[threadIdx.x] = bv;
-    }
+    if (threadIdx.x < T)
+        delta_gate<PREP>(g, beta, (int64_t)threadIdx.x * Nv + j, j, pp, &sg[threadIdx.x],
+                         &sb[threadIdx.x]);
     __syncthreads();
     for (int tt = w; tt < T; tt += W) { /* warp w: tokens w, w + W, ...: norms and k·q */
         constexpr int RPL = DK / 32;
         float ik = 1.0f, iq = 1.0f;
         if (PREP) {
-            float a2 = 0.0f, b2 = 0.0f;
-#pragma unroll
-            for (int r = 0; r < RPL; r++) {
-                float kv_ = sk[tt][lane + 32 * r], qv_ = sq[tt][lane + 32 * r];
-                a2 = fmaf(kv_, kv_, a2);
-                b2 = fmaf(qv_, qv_, b2);
-            }
-            ik = rsqrtf(warp_sum(a2) + pp.eps), iq = rsqrtf(warp_sum(b2) + pp.eps) * pp.qscale;
+            delta_inv_norms<RPL>(sk[tt], sq[tt], pp.eps, &ik, &iq);
+            iq *= pp.qscale;
         }
         float kq = 0.0f;
 #pragma unroll
@@ -240,17 +243,6 @@ __global__ void __launch_bounds__(DK / DS_RPT * 32)
         for (int r = 0; r < DS_RPT; r++) S[(int64_t)(row0 + r) * dv + c] = st[r];
 }
 
-/* Whether the small-T form runs (env SNUG_CUDA_DELTA_SMALL=0 keeps k_delta for every T: the
- * comparison in docs/perf/cuda-kernels.md). */
-static int g_delta_small = -1;
-static bool delta_small_on(void) {
-    if (g_delta_small < 0) {
-        const char *e = getenv("SNUG_CUDA_DELTA_SMALL");
-        g_delta_small = e && e[0] == '0' ? 0 : 1;
-    }
-    return g_delta_small == 1;
-}
-
 static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                         int64_t dv, const float *q, const float *k, const float *v, const float *g,
                         const float *beta, float *state, float *out, int64_t qs, int64_t vs,
@@ -262,7 +254,7 @@ static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
                             (long long)Nk, (long long)Nv, (long long)dv);
     if (T <= 0) return SNUG_OK;
     cudaStream_t s = SNUG_CU_STREAM(cu);
-    if (T <= DS_MAXT && (dk == 32 || dk == 64 || dk == 128) && delta_small_on()) {
+    if (T <= DS_MAXT && (dk == 32 || dk == 64 || dk == 128)) {
         dim3 gs((unsigned)Nv, (unsigned)((dv + 31) / 32));
         int t = (int)T;
 #define DS_GO(DK)                                                                                  \

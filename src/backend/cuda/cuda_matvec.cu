@@ -24,20 +24,10 @@
  * d = max|x| / 127, q = round(x / d), ds = (d, d · Σq). */
 __global__ void k_quant_x8(const float *__restrict__ x, int64_t nblk, int8_t *__restrict__ qx,
                            float2 *__restrict__ ds) {
-    pdl_trigger();
-    pdl_wait();
     int64_t b = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (b >= nblk) return; /* whole warps leave together */
     int lane = threadIdx.x & 31;
-    float v = x[b * 32 + lane];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.0f;
-    int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
-    int s = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    qx[b * 32 + lane] = (int8_t)q;
-    if (lane == 0) ds[b] = make_float2(d, d * (float)s);
+    warp_round_q8(x[b * 32 + lane], qx + b * 32 + lane, ds + b);
 }
 
 /* Four little-endian words starting at any byte address p (the words at p & ~3 and the next
@@ -332,15 +322,8 @@ template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
           const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-          float *__restrict__ y, int prefetch) {
-    int64_t row0 = (int64_t)blockIdx.x * R;
-    pdl_trigger();
-    if (prefetch) { /* launched early (PDL): the block's rows into L2 while the x is made */
-        int64_t nr = n_out - row0 < R ? n_out - row0 : R;
-        prefetch_l2(w + (size_t)row0 * row_bytes, (size_t)nr * row_bytes);
-    }
-    pdl_wait();
-    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, row0);
+          float *__restrict__ y) {
+    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
 }
 
 /* The MoE expert products: blockIdx.y is a tile of the table moe_route wrote (expert e, first
@@ -406,19 +389,17 @@ static int mvq_warps(int nu) {
 }
 
 template <int TYPE, int R>
-static void mvq_launch_r(bool pdl, int threads, cudaStream_t s, const uint8_t *w, size_t rb,
-                         int n_in, int64_t n_out, const int8_t *qx, const float2 *ds, int T,
-                         float *y) {
-    dim3 g((unsigned)((n_out + R - 1) / R)), b(threads);
-    int pf = pdl ? 1 : 0;
+static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                         int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
+    unsigned blocks = (unsigned)((n_out + R - 1) / R);
     if (T == 1)
-        cu_launch_pdl(pdl, k_mvq<TYPE, 1, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, 1, y, pf);
+        k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
     else if (T == 2)
-        cu_launch_pdl(pdl, k_mvq<TYPE, 2, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, 2, y, pf);
+        k_mvq<TYPE, 2, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 2, y);
     else if (T <= 4)
-        cu_launch_pdl(pdl, k_mvq<TYPE, 4, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, T, y, pf);
+        k_mvq<TYPE, 4, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
     else
-        cu_launch_pdl(pdl, k_mvq<TYPE, 8, R>, g, b, 0, s, w, rb, n_in, n_out, qx, ds, T, y, pf);
+        k_mvq<TYPE, 8, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* Rows per block: 1, 2 or 4 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
@@ -429,31 +410,17 @@ extern "C" void snug_cuda_matvec_tune(int rows) {
     g_mvq_rows = rows == 1 || rows == 2 || rows == 4 ? rows : MVQ_ROWS;
 }
 
-/* Programmatic dependent launch of the matvec and its x rounding (snug_cuda_pdl_tune): -1 until
- * set or read from env SNUG_CUDA_PDL at the first call. */
-static int g_pdl = -1;
-extern "C" void snug_cuda_pdl_tune(int on) {
-    g_pdl = on == 0 || on == 1 ? on : SNUG_CUDA_PDL_DEFAULT;
-}
-extern "C" bool snug_cu_pdl_on(const struct snug_cuda *cu) {
-    if (g_pdl < 0) {
-        const char *e = getenv("SNUG_CUDA_PDL");
-        snug_cuda_pdl_tune(e ? atoi(e) : -1);
-    }
-    return g_pdl == 1 && cu->cc_major >= 9;
-}
-
 template <int TYPE>
-static void mvq_launch(bool pdl, int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
     int r = g_mvq_rows;
     if (r == 4 && T > 4) r = 2;
     if (r == 1)
-        mvq_launch_r<TYPE, 1>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 1>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
     else if (r == 4)
-        mvq_launch_r<TYPE, 4>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 4>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
     else
-        mvq_launch_r<TYPE, 2>(pdl, threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 2>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec. The caller has
@@ -470,10 +437,8 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     float2 *ds;
     snug_cu_mvq_x(work, n_in, T, &qx, &ds);
     int64_t nblk = (int64_t)T * (n_in / 32);
-    bool pdl = snug_cu_pdl_on(cu);
     if (x) { /* (NULL: work already holds this x rounded, snug_cuda_matvec_int8_again) */
-        cu_launch_pdl(pdl, k_quant_x8, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, s, x, nblk,
-                      qx, ds);
+        k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
         int st = snug_cu_launched(err, "quant_x8");
         if (st) return st;
     }
@@ -486,20 +451,16 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     int ni = (int)n_in;
     switch (type) {
     case SNUG_DTYPE_Q4_K:
-        mvq_launch<SNUG_DTYPE_Q4_K>(pdl, 32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T,
-                                    y);
+        mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     case SNUG_DTYPE_Q6_K:
-        mvq_launch<SNUG_DTYPE_Q6_K>(pdl, 32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T,
-                                    y);
+        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     case SNUG_DTYPE_IQ4_XS:
-        mvq_launch<SNUG_DTYPE_IQ4_XS>(pdl, 32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T,
-                                      y);
+        mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     default:
-        mvq_launch<SNUG_DTYPE_Q8_0>(pdl, 32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T,
-                                    y);
+        mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     }
     return snug_cu_launched(err, "matvec_q8");

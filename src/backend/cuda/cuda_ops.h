@@ -61,12 +61,6 @@ bool snug_cuda_matvec_int8(uint32_t type);
 /* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
-/* Programmatic dependent launch of the decode matvec and its x rounding (sm_90+: a product's
- * blocks start, and prefetch their weight rows into L2, while the kernel before it finishes):
- * 1 on, 0 off, anything else the default (SNUG_CUDA_PDL_DEFAULT). Env SNUG_CUDA_PDL sets it at
- * the first call (docs/debugging.md). */
-#define SNUG_CUDA_PDL_DEFAULT 0
-void snug_cuda_pdl_tune(int on);
 /* The same kind of knobs for the decode attention (1 = grouped per KV head, 0 = per query
  * head) and the prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the
  * choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
