@@ -1,6 +1,6 @@
 /* plan_auto.c — sizing by itself (see plan_auto.h): the budget without a flag, the choice of
- * context and K/V formats by bisection over the plan (snug_plan_max_ctx), the boot line, exact
- * size strings. Read next: plan_auto.h, docs/memory.md.
+ * context and K/V formats by bisection over the plan (snug_plan_max_ctx), the prompt chunk
+ * (snug_plan_chunk), the boot line, exact size strings. Read next: plan_auto.h, docs/memory.md.
  */
 #include "plan/plan_auto.h"
 
@@ -86,12 +86,77 @@ static const char *human(uint64_t b, char *buf, size_t n) {
     return buf;
 }
 
+/* ---- the prompt chunk ----------------------------------------------------------------------- */
+int32_t snug_plan_chunk(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                        const struct snug_plan_limits *lim, uint64_t budget,
+                        enum snug_plan_chunk_why *why) {
+    const int64_t ctx = lim->n_ctx > 0 ? lim->n_ctx : 1;
+    if (lim->n_chunk != SNUG_PLAN_CHUNK_AUTO) {
+        *why = SNUG_PLAN_CHUNK_GIVEN;
+        int64_t c = lim->n_chunk > 0 ? lim->n_chunk : SNUG_PLAN_CHUNK_BASE;
+        return (int32_t)SNUG_MIN(c, ctx);
+    }
+    int32_t best = (int32_t)SNUG_MIN((int64_t)SNUG_PLAN_CHUNK_BASE, ctx);
+    if (lim->backend != SNUG_BACKEND_CUDA) { /* the cpu's prompt speed does not gain */
+        *why = SNUG_PLAN_CHUNK_CPU;
+        return best;
+    }
+    *why = budget ? SNUG_PLAN_CHUNK_FITS : SNUG_PLAN_CHUNK_NO_BUDGET;
+    struct snug_plan_limits l = *lim;
+    struct snug_plan *p = budget ? snug_malloc(sizeof *p) : NULL;
+    if (budget && !p) return best; /* (no room to plan in: the base chunk) */
+    /* every item grows with the chunk, so the first that does not fit ends the search */
+    for (int64_t c = 2 * (int64_t)SNUG_PLAN_CHUNK_BASE; c <= SNUG_PLAN_CHUNK_CAP && best < ctx;
+         c *= 2) {
+        l.n_chunk = (int32_t)SNUG_MIN(c, ctx);
+        struct snug_err e = {0};
+        if (budget && (snug_plan_make(hp, w, &l, p, &e) != SNUG_OK || p->device_total > budget))
+            break;
+        best = l.n_chunk;
+    }
+    snug_free(p);
+    if (best == ctx && ctx < SNUG_PLAN_CHUNK_CAP) *why = SNUG_PLAN_CHUNK_CONTEXT;
+    return best;
+}
+
+size_t snug_plan_chunk_str(int32_t n_chunk, enum snug_plan_chunk_why why, uint64_t budget,
+                           char *buf, size_t n) {
+    size_t o = 0;
+    if (n) buf[0] = 0;
+    char have[32];
+    snug_plan_putf(buf, n, &o, "%d (", n_chunk);
+    switch (why) {
+    case SNUG_PLAN_CHUNK_GIVEN:
+        snug_plan_putf(buf, n, &o, "as requested, at most the context");
+        break;
+    case SNUG_PLAN_CHUNK_FITS:
+        snug_plan_putf(buf, n, &o, "auto: the largest of %d..%d that fits %s", SNUG_PLAN_CHUNK_BASE,
+                       SNUG_PLAN_CHUNK_CAP, human(budget, have, sizeof have));
+        break;
+    case SNUG_PLAN_CHUNK_CONTEXT:
+        snug_plan_putf(buf, n, &o, "auto: the whole context");
+        break;
+    case SNUG_PLAN_CHUNK_NO_BUDGET:
+        snug_plan_putf(buf, n, &o, "auto: the cap %d; no budget to fit", SNUG_PLAN_CHUNK_CAP);
+        break;
+    case SNUG_PLAN_CHUNK_CPU:
+        snug_plan_putf(buf, n, &o, "auto: %d on the cpu, where larger chunks gain nothing",
+                       SNUG_PLAN_CHUNK_BASE);
+        break;
+    }
+    snug_plan_putf(buf, n, &o, ")");
+    return o;
+}
+
+/* ---- the context and formats --------------------------------------------------------------- */
 int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                    const struct snug_plan_auto_req *req, struct snug_plan_auto *out,
                    struct snug_err *err) {
     memset(out, 0, sizeof *out);
     struct snug_plan_limits lim = req->lim;
     const int64_t want = lim.n_ctx; /* 0 = automatic */
+    const int32_t chunk_req = lim.n_chunk;
+    if (chunk_req == SNUG_PLAN_CHUNK_AUTO) lim.n_chunk = SNUG_PLAN_CHUNK_BASE; /* (see below) */
     out->ctx_auto = want <= 0;
     out->kv_auto = lim.kv_type == SNUG_PLAN_KV_AUTO;
     if (want < 0) return snug_err_set(err, SNUG_ERR_INVALID, "context %lld", (long long)want);
@@ -172,6 +237,16 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
     }
     out->n_ctx = lim.n_ctx;
     out->ctx_at_train = hp->n_ctx_train && (uint64_t)out->n_ctx == hp->n_ctx_train;
+
+    /* the chunk: the context and formats above were chosen at the base chunk, exactly as with
+     * --chunk 512, so a larger chunk only takes what that plan leaves of the budget; without a
+     * budget on cuda it fits the free device memory minus the margin, when known */
+    out->chunk_budget = room;
+    if (!room && chunk_req == SNUG_PLAN_CHUNK_AUTO && lim.backend == SNUG_BACKEND_CUDA)
+        out->chunk_budget = snug_plan_default_budget(lim.backend, req->device_free, 0);
+    lim.n_chunk = chunk_req;
+    out->n_chunk = snug_plan_chunk(hp, w, &lim, out->chunk_budget, &out->chunk_why);
+    lim.n_chunk = out->n_chunk;
     return snug_plan_check(hp, w, &lim, room, &out->plan, err);
 }
 
@@ -192,6 +267,9 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
                        l->backend == SNUG_BACKEND_CUDA ? "--vram-budget" : "--budget",
                        snug_plan_size_str(a->budget, size, sizeof size));
     if (l->n_slots > 1) snug_plan_putf(buf, n, &o, " --slots %d", l->n_slots);
+    /* the chunk when it is not the default's (a short context's whole length is) */
+    if (a->n_chunk && a->n_chunk != SNUG_MIN((int64_t)SNUG_PLAN_CHUNK_BASE, a->n_ctx))
+        snug_plan_putf(buf, n, &o, " --chunk %d", a->n_chunk);
     snug_plan_putf(buf, n, &o, " --spec-draft %d", l->n_draft);
     if (a->has_cache)
         snug_plan_putf(buf, n, &o, " --cache-ram %s",
@@ -222,6 +300,11 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
     if (a->has_cache && a->cache_ram && l->backend != SNUG_BACKEND_CUDA)
         snug_plan_putf(buf, n, &o, "; %s of it for the prefix cache",
                        human(a->cache_ram, mem, sizeof mem));
+    if (a->n_chunk) {
+        char chunk[96];
+        snug_plan_chunk_str(a->n_chunk, a->chunk_why, a->chunk_budget, chunk, sizeof chunk);
+        snug_plan_putf(buf, n, &o, "; chunk %s", chunk);
+    }
     snug_plan_putf(buf, n, &o, "; plan %s)", human(a->plan.device_total, size, sizeof size));
     return o;
 }
@@ -236,6 +319,10 @@ int snug_plan_table(const struct snug_hparams *hp, const struct snug_plan_weight
         req.lim.n_ctx = 0;
         req.lim.kv_type = SNUG_PLAN_KV_AUTO;
         req.lim.n_draft = mtp ? n_draft_on : 0;
+        /* the contexts are the base chunk's (what --chunk auto keeps: it never costs context);
+         * the totals the chosen chunk's, as `snug plan --ctx max` plans them */
+        const bool chunk_auto = lim->n_chunk == SNUG_PLAN_CHUNK_AUTO;
+        if (chunk_auto) req.lim.n_chunk = SNUG_PLAN_CHUNK_BASE;
         struct snug_plan_auto *a = snug_malloc(sizeof *a);
         if (!a) return snug_err_set(err, SNUG_ERR_NOMEM, "plan table: out of memory");
         struct snug_err e2 = {0};
@@ -250,6 +337,11 @@ int snug_plan_table(const struct snug_hparams *hp, const struct snug_plan_weight
                                               .is_auto = l.kv_type == pick};
             if (r->max_ctx > 0) {
                 l.n_ctx = r->max_ctx;
+                enum snug_plan_chunk_why why;
+                if (chunk_auto) {
+                    l.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+                    l.n_chunk = snug_plan_chunk(hp, w, &l, budget, &why);
+                }
                 int rc = snug_plan_make(hp, w, &l, &a->plan, err);
                 if (rc) {
                     snug_free(a);

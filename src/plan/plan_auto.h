@@ -1,7 +1,8 @@
 /* plan_auto.h — sizing by itself: from a model, a backend, a budget (given, or the machine's
  * memory minus a stated margin), the slots and the MTP draft length, choose the context and
  * the K/V cache formats — the largest context the plan allows (capped at the trained length)
- * and, with `--kv auto`, the least lossy format or K/V pair that reaches the requested context.
+ * and, with `--kv auto`, the least lossy format or K/V pair that reaches the requested context;
+ * then, with `--chunk auto`, the largest prompt chunk up to a cap that still fits.
  * Owns nothing; every number comes from snug_plan_make / snug_plan_max_ctx, so the choice is
  * exactly the plan the run then allocates. Also the one-line summary a user can paste back as
  * flags (snug_plan_auto_flags) and the per-format table of `snug plan --table`.
@@ -20,6 +21,39 @@
 
 /* kv_type value meaning "choose" (--kv auto). */
 #define SNUG_PLAN_KV_AUTO (-1)
+
+/* ---- the prompt chunk (--chunk N|auto) ----
+ * A prompt is evaluated in chunks of n_chunk tokens; each chunk reads (on cuda: dequantises)
+ * every weight once, so fewer, larger chunks make GPU prompts faster, while the work arena, the
+ * op scratch and the step tables grow with the chunk. `--chunk auto` takes the largest chunk of
+ * SNUG_PLAN_CHUNK_BASE, 2x, 4x ... up to SNUG_PLAN_CHUNK_CAP whose whole plan still fits the
+ * budget, after the context is settled (at the base chunk), so it never costs context. */
+#define SNUG_PLAN_CHUNK_AUTO (-1) /* n_chunk value meaning "choose" */
+#define SNUG_PLAN_CHUNK_BASE 512  /* the default chunk, and the automatic one's smallest */
+/* The largest chunk `--chunk auto` takes on cuda. A provisional value: the cap is to be set from
+ * device measurements of prompt speed against the chunk (where tokens/s stops rising). */
+#define SNUG_PLAN_CHUNK_CAP 4096
+
+enum snug_plan_chunk_why {
+    SNUG_PLAN_CHUNK_GIVEN = 0,     /* --chunk N (clamped to the context) */
+    SNUG_PLAN_CHUNK_FITS = 1,      /* auto: the largest of BASE..CAP whose plan fits the budget */
+    SNUG_PLAN_CHUNK_CONTEXT = 2,   /* auto: the whole context (it is shorter than what fits) */
+    SNUG_PLAN_CHUNK_NO_BUDGET = 3, /* auto on cuda with no budget known: the cap */
+    SNUG_PLAN_CHUNK_CPU = 4,       /* auto on the cpu: the base (its prompt speed does not gain) */
+};
+
+/* The chunk of a plan whose context, formats, slots, draft, threads and backend are settled in
+ * lim: lim->n_chunk SNUG_PLAN_CHUNK_AUTO chooses (see above; budget 0 = none known), any other
+ * value is kept (0 = the base), clamped to the context as snug_plan_make does. The reason in
+ * *why. The one search every command uses (run, serve, bench-local and plan). */
+int32_t snug_plan_chunk(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                        const struct snug_plan_limits *lim, uint64_t budget,
+                        enum snug_plan_chunk_why *why);
+
+/* "2048 (auto: the largest of 512..4096 that fits 23.50 GiB)": the chunk and why, for boot lines
+ * and `snug plan`. Always NUL-terminated; returns the length it wanted. */
+size_t snug_plan_chunk_str(int32_t n_chunk, enum snug_plan_chunk_why why, uint64_t budget,
+                           char *buf, size_t n);
 
 /* Margins when no budget is given (docs/memory.md): on cuda, the free device memory at start
  * minus 512 MiB (the driver and the CUDA libraries allocate beyond the plan's estimates, and
@@ -45,8 +79,8 @@ struct snug_plan_auto_req {
     /* slots, chunk, draft, threads, backend as for snug_plan_make; n_ctx: the requested context
      * (0 = automatic: the largest that fits, up to the trained length); kv_type: a format code
      * (snug_kvfmt_code) or SNUG_PLAN_KV_AUTO. */
-    struct snug_plan_limits lim;
-    uint64_t budget;      /* 0 = none given */
+    struct snug_plan_limits lim; /* n_chunk may be SNUG_PLAN_CHUNK_AUTO */
+    uint64_t budget;             /* 0 = none given */
     uint64_t device_free; /* cuda without a budget: free device memory at start (the backend's) */
     uint64_t host_memory; /* cpu without a budget: physical memory; 0 = this machine's */
     /* host bytes the plan holds beside the sized items (the prefix cache's RAM tier on the
@@ -68,6 +102,10 @@ struct snug_plan_auto {
                                request; capped at the trained length); 0 without a budget */
     bool has_cache;         /* the caller's prefix cache RAM tier, printed as --cache-ram (serve) */
     uint64_t cache_ram;
+    int32_t n_chunk; /* the chunk (snug_plan_chunk), as in plan.lim */
+    enum snug_plan_chunk_why chunk_why;
+    uint64_t chunk_budget; /* what an automatic chunk was fitted to: the budget, or on cuda
+                              without one the free device memory minus the margin (0: none) */
     struct snug_plan plan;
 };
 
@@ -80,7 +118,10 @@ uint64_t snug_plan_host_memory(void);
 uint64_t snug_plan_default_budget(enum snug_backend backend, uint64_t device_free,
                                   uint64_t host_memory);
 
-/* Choose the context and formats (see the file comment). SNUG_ERR_BUDGET, naming the largest
+/* Choose the context and formats (see the file comment), then the chunk (snug_plan_chunk:
+ * the context is chosen at the base chunk, so an automatic chunk never shortens it; without a
+ * budget on cuda an automatic chunk fits the free device memory minus the margin when known,
+ * though nothing is refused over it). SNUG_ERR_BUDGET, naming the largest
  * context that would fit, when the request cannot be met; SNUG_ERR_INVALID for bad limits, or
  * for an automatic choice on cuda with neither a budget nor a free-memory figure. */
 int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights *w,
@@ -107,7 +148,8 @@ struct snug_plan_table_row {
 };
 #define SNUG_PLAN_TABLE_MAX_ROWS 32
 /* Rows in snug_plan_table_kv order, MTP off first, then on with n_draft_on drafts (only when
- * n_draft_on > 0). lim gives slots, chunk, threads, backend; budget must be non-zero. */
+ * n_draft_on > 0). lim gives slots, chunk (auto: the contexts at the base chunk, the totals at
+ * the chunk chosen there), threads, backend; budget must be non-zero. */
 int snug_plan_table(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                     const struct snug_plan_limits *lim, uint64_t budget, int32_t n_draft_on,
                     struct snug_plan_table_row *rows, int *n_rows, struct snug_err *err);

@@ -92,6 +92,7 @@ int snug_plan_cache_reserve(const struct snug_hparams *hp, const struct snug_pla
     if (!f->ram_bytes) return SNUG_OK;
     struct snug_plan_limits l = *lim;
     l.n_ctx = SNUG_MAX(SNUG_MAX(l.n_ctx, (int64_t)hp->n_ctx_train), 1);
+    if (l.n_chunk == SNUG_PLAN_CHUNK_AUTO) l.n_chunk = SNUG_PLAN_CHUNK_BASE; /* (not chosen yet) */
     /* --kv auto: the largest over the candidates (the row size rounds the pages) */
     bool any = l.kv_type == SNUG_PLAN_KV_AUTO;
     struct snug_plan *p = snug_malloc(sizeof *p);

@@ -9,7 +9,11 @@
  *   - impossible requests fail with SNUG_ERR_BUDGET naming the largest context;
  *   - sizes print so that snug_plan_parse_size reads back the same bytes, and the boot line
  *     carries the chosen flags;
- *   - the --table rows are each format's maximum, and mark the --kv auto pick.
+ *   - the --table rows are each format's maximum, and mark the --kv auto pick;
+ *   - --chunk auto (snug_plan_chunk): a short context in a large budget gets the cap, a budget
+ *     that fits the context only at the base chunk keeps it, an automatic context is the same
+ *     with the chunk chosen after it, an explicit chunk wins, the cpu keeps the base, no
+ *     budget on cuda takes the cap; the boot line and the table carry the chosen chunk.
  * The CLI round trip of the boot line is tests/py/test_plan_auto.py.
  */
 #include "kv/kvfmt.h"
@@ -257,8 +261,134 @@ static void test_table(void) {
         CHECK(rows[i + snug_plan_table_kv_n].max_ctx <= rows[i].max_ctx);
 }
 
+/* One plan's total at (n_ctx, n_chunk). */
+static uint64_t total_chunk(const struct snug_hparams *hp, const struct snug_plan_weights *w,
+                            struct snug_plan_limits l, int64_t n_ctx, int32_t n_chunk) {
+    l.n_chunk = n_chunk;
+    return total_at(hp, w, l, n_ctx);
+}
+
+static void test_chunk(void) {
+    struct snug_hparams hp;
+    struct snug_plan_weights w;
+    setup("qwen3.6-27b", "q4_k_m", &hp, &w);
+    static struct snug_plan_auto a, a512;
+    struct snug_err e = {0};
+    const uint64_t budget = (uint64_t)(23.5 * (double)GIB);
+    enum snug_plan_chunk_why why;
+    char line[768];
+
+    /* a short context in a 23.5 GiB budget: the cap, and a larger chunk really costs memory */
+    struct snug_plan_limits l = limits(SNUG_BACKEND_CUDA, 0, SNUG_KV_Q8_0);
+    l.n_ctx = 8192;
+    l.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+    CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == SNUG_PLAN_CHUNK_CAP);
+    CHECK(why == SNUG_PLAN_CHUNK_FITS);
+    CHECK(total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_CAP) >
+          total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_BASE));
+    struct snug_plan_auto_req req = {.lim = l, .budget = budget};
+    CHECKF(snug_plan_auto(&hp, &w, &req, &a, &e) == SNUG_OK, "%s", e.msg);
+    CHECK(a.n_chunk == SNUG_PLAN_CHUNK_CAP && a.plan.lim.n_chunk == SNUG_PLAN_CHUNK_CAP);
+    CHECK(a.plan.device_total <= budget && a.chunk_why == SNUG_PLAN_CHUNK_FITS);
+    snug_plan_auto_flags(&a, line, sizeof line);
+    CHECKF(strstr(line, " --chunk 4096 --spec-draft 0 (") != NULL &&
+               strstr(line, "; chunk 4096 (auto: the largest of 512..4096 that fits 23.50 GiB)"),
+           "%s", line);
+
+    /* a budget that fits this context only at the base chunk: the base chunk */
+    const uint64_t tight = total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_BASE);
+    CHECK(snug_plan_chunk(&hp, &w, &l, tight, &why) == SNUG_PLAN_CHUNK_BASE);
+    CHECK(why == SNUG_PLAN_CHUNK_FITS);
+    /* ... and one that fits 2048 but not 4096: 2048 */
+    const uint64_t mid = total_chunk(&hp, &w, l, 8192, 2048);
+    CHECK(snug_plan_chunk(&hp, &w, &l, mid, &why) == 2048);
+    CHECK(snug_plan_chunk(&hp, &w, &l, mid - 1, &why) == 1024);
+    /* an explicit chunk wins (clamped to the context), whatever the budget */
+    l.n_chunk = 1024;
+    CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == 1024 && why == SNUG_PLAN_CHUNK_GIVEN);
+    l.n_chunk = 100000;
+    CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == 8192 && why == SNUG_PLAN_CHUNK_GIVEN);
+    req.lim.n_chunk = 1024;
+    CHECK(snug_plan_auto(&hp, &w, &req, &a, &e) == SNUG_OK && a.n_chunk == 1024);
+    CHECK(a.plan.lim.n_chunk == 1024 && a.chunk_why == SNUG_PLAN_CHUNK_GIVEN);
+    /* never above the context: a 1500-token context in a large budget is one chunk */
+    l.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+    l.n_ctx = 1500;
+    CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == 1500 && why == SNUG_PLAN_CHUNK_CONTEXT);
+    /* no budget known on cuda: the cap; the cpu: the base, whatever its budget */
+    l.n_ctx = 65536;
+    CHECK(snug_plan_chunk(&hp, &w, &l, 0, &why) == SNUG_PLAN_CHUNK_CAP &&
+          why == SNUG_PLAN_CHUNK_NO_BUDGET);
+    struct snug_plan_limits lc = l;
+    lc.backend = SNUG_BACKEND_CPU;
+    CHECK(snug_plan_chunk(&hp, &w, &lc, 256 * GIB, &why) == SNUG_PLAN_CHUNK_BASE &&
+          why == SNUG_PLAN_CHUNK_CPU);
+    /* no budget on cuda with a context and format given: nothing refused, the chunk fitted to
+     * the free device memory minus the margin */
+    struct snug_plan_auto_req nob = {.lim = l, .device_free = 80 * GIB};
+    CHECK(snug_plan_auto(&hp, &w, &nob, &a, &e) == SNUG_OK);
+    CHECK(a.source == SNUG_PLAN_BUDGET_NONE && a.budget == 0);
+    CHECK(a.chunk_budget == 80 * GIB - 512 * MIB && a.n_chunk == SNUG_PLAN_CHUNK_CAP);
+    nob.device_free = 0;
+    CHECK(snug_plan_auto(&hp, &w, &nob, &a, &e) == SNUG_OK);
+    CHECK(a.n_chunk == SNUG_PLAN_CHUNK_CAP && a.chunk_why == SNUG_PLAN_CHUNK_NO_BUDGET);
+
+    /* an automatic context (and format) in a budget: exactly the base chunk's, the chunk the
+     * largest that fits beside it */
+    const double budgets_gib[] = {18, 19, 21, 23.5, 31.5, 79.5};
+    for (size_t bi = 0; bi < sizeof budgets_gib / sizeof budgets_gib[0]; bi++)
+        for (int kv_auto = 0; kv_auto <= 1; kv_auto++) {
+            uint64_t b = (uint64_t)(budgets_gib[bi] * (double)GIB);
+            struct snug_plan_auto_req r = {
+                .lim = limits(SNUG_BACKEND_CUDA, 3, kv_auto ? SNUG_PLAN_KV_AUTO : SNUG_KV_Q8_0),
+                .budget = b};
+            r.lim.n_chunk = SNUG_PLAN_CHUNK_BASE;
+            int rc0 = snug_plan_auto(&hp, &w, &r, &a512, &e);
+            r.lim.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+            int rc1 = snug_plan_auto(&hp, &w, &r, &a, &e);
+            CHECKF(rc0 == SNUG_OK && rc1 == SNUG_OK, "%.2f GiB: %d %d", budgets_gib[bi], rc0, rc1);
+            if (rc0 || rc1) continue;
+            CHECKF(a.n_ctx == a512.n_ctx && a.kv_type == a512.kv_type,
+                   "%.2f GiB kv_auto %d: ctx %lld vs %lld at chunk 512", budgets_gib[bi], kv_auto,
+                   (long long)a.n_ctx, (long long)a512.n_ctx);
+            CHECK(a.plan.device_total <= b && a.plan.lim.n_chunk == a.n_chunk);
+            CHECK(a.n_chunk >= SNUG_PLAN_CHUNK_BASE && a.n_chunk <= SNUG_PLAN_CHUNK_CAP);
+            struct snug_plan_limits lk = limits(SNUG_BACKEND_CUDA, 3, a.kv_type);
+            if (a.n_chunk < SNUG_PLAN_CHUNK_CAP)
+                CHECKF(total_chunk(&hp, &w, lk, a.n_ctx, 2 * a.n_chunk) > b,
+                       "%.2f GiB: chunk %d, and %d fits too", budgets_gib[bi], a.n_chunk,
+                       2 * a.n_chunk);
+            if (budgets_gib[bi] == 79.5) /* the trained length and room to spare */
+                CHECK(a.n_chunk == SNUG_PLAN_CHUNK_CAP);
+        }
+
+    /* the table with an automatic chunk: the contexts of the base chunk, the totals at the
+     * chosen chunk, within the budget */
+    struct snug_plan_table_row rows[SNUG_PLAN_TABLE_MAX_ROWS], rows512[SNUG_PLAN_TABLE_MAX_ROWS];
+    int n = 0, n512 = 0;
+    struct snug_plan_limits t = limits(SNUG_BACKEND_CUDA, 0, SNUG_KV_F16);
+    CHECK(snug_plan_table(&hp, &w, &t, budget, 3, rows512, &n512, &e) == SNUG_OK);
+    t.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+    CHECK(snug_plan_table(&hp, &w, &t, budget, 3, rows, &n, &e) == SNUG_OK);
+    CHECK(n == n512);
+    bool larger = false;
+    for (int i = 0; i < n && i < n512; i++) {
+        CHECK(rows[i].max_ctx == rows512[i].max_ctx && rows[i].is_auto == rows512[i].is_auto);
+        CHECK(rows[i].device_total >= rows512[i].device_total && rows[i].device_total <= budget);
+        larger |= rows[i].device_total > rows512[i].device_total;
+    }
+    CHECK(larger); /* some row had room for a larger chunk */
+
+    /* the reasons as printed */
+    snug_plan_chunk_str(2048, SNUG_PLAN_CHUNK_FITS, budget, line, sizeof line);
+    CHECKF(!strcmp(line, "2048 (auto: the largest of 512..4096 that fits 23.50 GiB)"), "%s", line);
+    snug_plan_chunk_str(4096, SNUG_PLAN_CHUNK_NO_BUDGET, 0, line, sizeof line);
+    CHECKF(!strcmp(line, "4096 (auto: the cap 4096; no budget to fit)"), "%s", line);
+}
+
 int main(void) {
     test_sizes();
+    test_chunk();
     test_default_budgets();
     test_auto_choice();
     test_requests();
