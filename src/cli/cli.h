@@ -40,7 +40,7 @@ extern const struct cli_command cli_cmd_bench_local;
 struct cli_backend;
 /* bench-local --verify (cmd_bench_verify.c): speculative verify/draft/rollback cost vs decode;
  * accept > 0 also prints the k = 3 speed-up at that many tokens per verification. */
-int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
+int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt, int32_t chunk,
                      const struct cli_backend *bk, double accept);
 int cmd_verify(int argc, char **argv);
 extern const struct cli_command cli_cmd_verify;
@@ -80,6 +80,7 @@ enum cli_shared_id {
     CLI_O_MODEL,
     CLI_O_API_KEY,
     CLI_O_TIMEOUT,
+    CLI_O_CHUNK,
 };
 
 /* clang-format off */
@@ -97,6 +98,15 @@ enum cli_shared_id {
 #define CLI_OPTS_KV CLI_OPTS_KV_("F", "")
 #define CLI_OPTS_KV_AUTO                                                                           \
     CLI_OPTS_KV_("F|auto", "; auto: the least lossy format, or K/V pair, that reaches the context")
+
+/* --chunk N|auto (run, serve, bench-local, plan): the value SNUG_PLAN_CHUNK_AUTO (-1) for auto,
+ * applied by cli_chunk_opt; the commands resolve it through the plan (snug_plan_chunk) */
+#define CLI_OPTS_CHUNK                                                                             \
+    {.id = CLI_O_CHUNK, .names = "--chunk", .kind = CLI_INT, .meta = "N|auto", .lo = 1,            \
+     .hi = 1 << 20, .word = "auto", .def = "auto",                                                 \
+     .help = "prompt tokens per forward step (at most the context); auto: on cuda the largest "    \
+             "of 512, 1024, 2048, 4096 whose plan still fits the budget once the context is "      \
+             "settled, on the cpu 512 (docs/memory.md)"}
 
 /* --backend, --vram-budget, --cuda-profile (cli_backend.c) */
 #define CLI_OPTS_BACKEND                                                                           \
@@ -198,22 +208,32 @@ struct cli_backend {
     bool profile; /* --cuda-profile */
 };
 bool cli_backend_opt(int id, const struct cli_val *v, struct cli_backend *b);
+/* CLI_OPTS_CHUNK: *chunk = N, or SNUG_PLAN_CHUNK_AUTO for auto (cli_backend.c). */
+bool cli_chunk_opt(int id, const struct cli_val *v, int32_t *chunk);
 void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp);
 /* backend cuda: print the device memory in use (cudaMemGetInfo) to stderr, tagged `when`. */
 void cli_backend_report(const struct cli_backend *b, const char *when);
 
 /* The memory plan at boot (cli_plan.c): size the context about to be created by itself
  * (cp->n_ctx 0 = the largest that fits, kv_code SNUG_PLAN_KV_AUTO = the least lossy format
- * reaching it; src/plan/plan_auto.h), write the choice into cp, print the one-line summary a
+ * reaching it, cp->n_chunk SNUG_PLAN_CHUNK_AUTO = the chunk snug_plan_chunk chooses;
+ * src/plan/plan_auto.h), write the choice into cp, print the one-line summary a
  * user can paste back as flags and the plan table to stderr; SNUG_ERR_BUDGET, naming the
  * largest context that fits, when it exceeds budget bytes (0 = no budget given). */
 struct snug_model;
 int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_params *cp,
                   int32_t kv_code, uint64_t budget, struct snug_err *err);
+/* The prompt chunk of a context about to be created with cp (its context, KV format, draft,
+ * threads and backend settled) for --chunk `chunk` (N, or SNUG_PLAN_CHUNK_AUTO: snug_plan_chunk
+ * in budget bytes, 0 = none: on cuda the free device memory minus the margin when known); the
+ * choice and why printed to stderr (cli_plan.c). */
+int32_t cli_chunk_resolve(const char *cmd, const struct snug_model *m,
+                          const struct snug_ctx_params *cp, int32_t chunk, uint64_t budget);
 
 /* `snug serve` sizing (cli_autosize.c): open the model's metadata, resolve the automatic
- * context (opts->n_ctx 0), `--kv auto` (kv_code SNUG_PLAN_KV_AUTO) and the default draft
- * length exactly as the server's boot plan will, print the paste-back line, and write the
+ * context (opts->n_ctx 0), `--kv auto` (kv_code SNUG_PLAN_KV_AUTO), the prompt chunk
+ * (opts->n_chunk SNUG_PLAN_CHUNK_AUTO) and the default draft length exactly as the server's
+ * boot plan will, print the paste-back line, and write the
  * choice (and the budget it was sized by) into opts, with the opened model (opts->model: the
  * server takes it over). */
 struct snug_server_opts;

@@ -1,10 +1,10 @@
 /* cli_autosize.c — sizing by itself for `snug serve` (and the `--ctx N|max` flag of run and
  * serve): the model's metadata is opened (no weight page is read), the context and KV formats
- * are chosen by snug_plan_auto with the limits the server's boot plan will use (slots, chunk
- * 512, threads, the default draft length), and the choice is printed as one line of flags a
- * user can paste back. The server then plans and allocates exactly that, on the model opened
- * here (opts.model: the file is opened once).
- * Read next: src/plan/plan_auto.h, src/server/http.c (boot_plan).
+ * are chosen by snug_plan_auto with the limits the server's boot plan will use (slots,
+ * threads, the default draft length; the context at chunk 512, then --chunk auto's chunk in what
+ * that plan leaves), and the choice is printed as one line of flags a user can paste back. The
+ * server then plans and allocates exactly that, on the model opened here (opts.model: the file is
+ * opened once). Read next: src/plan/plan_auto.h, src/server/http.c (boot_plan).
  */
 #include "cli.h"
 
@@ -34,7 +34,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     struct snug_plan_auto_req req = {
         .lim = {.n_ctx = o->n_ctx,
                 .n_slots = o->n_slots > 0 ? o->n_slots : 1,
-                .n_chunk = 512,
+                .n_chunk = o->n_chunk, /* SNUG_PLAN_CHUNK_AUTO: chosen with the context */
                 .n_draft = draft,
                 .n_threads = threads,
                 .kv_type = kv_code,
@@ -144,6 +144,7 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     else
         fprintf(stderr, "snug serve: prefix cache: off (%s)\n", cache_why);
     o->n_ctx = (int32_t)a.n_ctx;
+    o->n_chunk = a.n_chunk;
     o->kv_type = a.kv_type;
     if (o->backend == 1)
         o->vram_budget = a.budget;

@@ -1,13 +1,14 @@
 /* cli_backend.c — the compute-backend flags shared by logits, run and perplexity:
  * `--backend cpu|cuda`, `--vram-budget SIZE` (the whole plan, weights included, must fit;
  * sizes as snug_plan_parse_size: 23.5GiB, 24G, ...) and `--cuda-profile` (per-op device times
- * to stderr at the end). Owns nothing; see backend.h.
+ * to stderr at the end); and `--chunk N|auto` of run, serve, bench-local and plan (resolved by
+ * the plan: snug_plan_chunk). Owns nothing; see backend.h.
  * Read next: src/model/context.c (ctx_init_cuda). */
 #include "cli.h"
 
 #include "backend/backend.h"
 #include "core/core.h"
-#include "plan/plan.h"
+#include "plan/plan_auto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -34,5 +35,10 @@ bool cli_backend_opt(int id, const struct cli_val *v, struct cli_backend *b) {
     if (id == CLI_O_BACKEND) b->backend = v->choice; /* cpu|cuda: 0, 1 */
     if (id == CLI_O_VRAM_BUDGET) b->vram_budget = v->size;
     if (id == CLI_O_CUDA_PROFILE) b->profile = true;
+    return true;
+}
+
+bool cli_chunk_opt(int id, const struct cli_val *v, int32_t *chunk) {
+    if (id == CLI_O_CHUNK) *chunk = v->word ? SNUG_PLAN_CHUNK_AUTO : (int32_t)v->i;
     return true;
 }

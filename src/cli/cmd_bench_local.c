@@ -2,7 +2,7 @@
  * this machine through the public API, in the shape of llama-bench's pp/tg tests, plus the
  * numbers for a memory-bandwidth ceiling (weight bytes read per generated token, and the
  * bandwidth of a large multi-threaded memcpy measured in the same run).
- * pp<P>: a fresh sequence evaluates P random tokens in one call (chunks of up to 512);
+ * pp<P>: a fresh sequence evaluates P random tokens in one call (chunks of --chunk tokens);
  * tg<N>: a fresh sequence evaluates N tokens one at a time. Each is run once to warm up, then
  * --reps times; mean and standard deviation of tokens/s are printed, one result per line.
  * Read next: bench/cpu.sh (runs this next to llama-bench), docs/perf/cpu.md. */
@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "plan/plan_auto.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -148,6 +149,7 @@ static const struct cli_opt OPTS[] = {
      .hi = 100,
      .def = "5",
      .help = "measured repetitions after one warm-up (mean ± sd)"},
+    CLI_OPTS_CHUNK,
     {.id = O_VERIFY,
      .names = "--verify",
      .kind = CLI_SWITCH,
@@ -170,7 +172,7 @@ static const struct cli_opt OPTS[] = {
 const struct cli_command cli_cmd_bench_local = {
     .name = "bench-local",
     .run = cmd_bench_local,
-    .usage = "-m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5]\n"
+    .usage = "-m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5] [--chunk N|auto]\n"
              "-m M.gguf --verify [--accept L] [--backend cpu|cuda]",
     .summary = "prompt and generation speed on this machine",
     .about = "prompt and generation speed on this CPU in the shape of llama-bench's pp/tg tests "
@@ -186,12 +188,14 @@ int cmd_bench_local(int argc, char **argv) {
     int verify = 0;
     double accept = 0;
     struct cli_backend bk = {0};
+    int32_t chunk = SNUG_PLAN_CHUNK_AUTO;
     struct cli_args args;
     struct cli_val val;
     int r;
     cli_args_init(&args, &cli_cmd_bench_local, argc, argv);
     while ((r = cli_args_next(&args, &val)) > 0) {
         cli_backend_opt(r, &val, &bk);
+        cli_chunk_opt(r, &val, &chunk);
         switch (r) {
         case O_MODEL:
             path = val.s;
@@ -218,7 +222,7 @@ int cmd_bench_local(int argc, char **argv) {
     }
     if (r != CLI_END) return CLI_EXIT(r);
     if (!path) return cli_usage_error(&cli_cmd_bench_local, "-m M.gguf is required");
-    if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, &bk, accept);
+    if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, chunk, &bk, accept);
     if (bk.backend)
         fprintf(stderr, "snug bench-local: --backend applies to --verify only; pp/tg run on "
                         "the CPU\n");
@@ -228,8 +232,8 @@ int cmd_bench_local(int argc, char **argv) {
     if (snug_model_load(&m, &mp, &err) != SNUG_OK) return cli_fail("bench-local", &err);
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = (int32_t)SNUG_MAX(n_p, n_g) + 16;
-    cp.n_chunk = 512;
     cp.n_threads = (int)n_t;
+    cp.n_chunk = cli_chunk_resolve("bench-local", m, &cp, chunk, 0); /* (pp/tg: the cpu) */
     struct snug_ctx *ctx = NULL;
     if (snug_ctx_init(&ctx, m, &cp, &err) != SNUG_OK) {
         snug_model_free(m);
@@ -245,8 +249,8 @@ int cmd_bench_local(int argc, char **argv) {
     }
     int rc = 0;
     double *v = calloc((size_t)reps, sizeof(double));
-    printf("model: %s  threads: %ld  kernels: %s\n", path, n_t,
-           snug_cpu_level_name(snug_cpu_level()));
+    printf("model: %s  threads: %ld  kernels: %s  chunk: %d\n", path, n_t,
+           snug_cpu_level_name(snug_cpu_level()), cp.n_chunk);
     if (n_p > 0) {
         for (long r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
             snug_ctx_reset(ctx);

@@ -78,7 +78,7 @@ static int measure(struct snug_ctx *ctx, const snug_token *ids, int reps, float 
     return rc;
 }
 
-int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
+int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt, int32_t chunk,
                      const struct cli_backend *bk, double accept) {
     struct snug_err err = {0};
     struct snug_model *m = NULL;
@@ -95,10 +95,10 @@ int cli_bench_verify(const char *path, int n_threads, int reps, long n_prompt,
     n_prompt = SNUG_MAX(n_prompt, 16);
     struct snug_ctx_params cp = snug_ctx_default_params();
     cp.n_ctx = (int32_t)n_prompt + 32 * (reps + 1) + 64;
-    cp.n_chunk = 512;
     cp.n_threads = n_threads;
     cp.n_draft = 4;
     cli_backend_params(bk, &cp);
+    cp.n_chunk = cli_chunk_resolve("bench-local", m, &cp, chunk, bk->vram_budget);
     struct snug_ctx *ctx = NULL;
     if (snug_ctx_init(&ctx, m, &cp, &err) != SNUG_OK) {
         snug_model_free(m);

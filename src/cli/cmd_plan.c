@@ -144,7 +144,6 @@ enum {
     O_BACKEND,
     O_MTP,
     O_SLOTS,
-    O_CHUNK,
     O_THREADS,
     O_TP,
     O_MMPROJ,
@@ -221,14 +220,7 @@ static const struct cli_opt OPTS[] = {
      .hi = INT32_MAX,
      .def = "0; 3 in --table when the model has an MTP block",
      .help = "MTP drafts per speculative step"},
-    {.id = O_CHUNK,
-     .names = "--chunk",
-     .kind = CLI_INT,
-     .meta = "N",
-     .lo = 1,
-     .hi = INT32_MAX,
-     .def = "512",
-     .help = "prompt tokens per forward"},
+    CLI_OPTS_CHUNK,
     {.id = O_THREADS,
      .names = "-t, --threads",
      .kind = CLI_INT,
@@ -303,7 +295,7 @@ const struct cli_command cli_cmd_plan = {
     .name = "plan",
     .run = cmd_plan,
     .usage = "(-m M.gguf | --preset NAME --weights TYPE) [--budget SIZE] [--ctx N|max] "
-             "[--kv F|auto] [--mtp N] [--slots N] [--table] [--json]\n"
+             "[--kv F|auto] [--mtp N] [--slots N] [--chunk N|auto] [--table] [--json]\n"
              "... --tp N\n"
              "... (--mmproj MMPROJ.gguf | --vision-preset qwen3.5) [--max-image-pixels N]",
     .summary = "the memory plan and the largest context for a budget",
@@ -327,6 +319,7 @@ int cmd_plan(int argc, char **argv) {
     int vbackend = -1; /* --vision-backend; unset: where the model runs */
     long long max_img = SNUG_VISION_MAX_PIXELS, max_src = SNUG_VISION_MAX_SOURCE_PIXELS;
     struct snug_plan_limits lim = snug_plan_limits_default();
+    lim.n_chunk = SNUG_PLAN_CHUNK_AUTO; /* --chunk: chosen once the context is settled */
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     struct snug_plan_cache_flags cache = {0};
@@ -341,6 +334,7 @@ int cmd_plan(int argc, char **argv) {
         if (!cli_kv_opt(&args, r, &v, &kv)) return 2;
         if (r == CLI_O_KV || r == CLI_O_KV_K || r == CLI_O_KV_V) lim.kv_type = cli_kv_code(&kv);
         if (!cli_cache_opt(r, &v, &cache)) return 2;
+        cli_chunk_opt(r, &v, &lim.n_chunk);
         switch (r) {
         case O_MODEL:
             model = v.s;
@@ -372,9 +366,6 @@ int cmd_plan(int argc, char **argv) {
             break;
         case O_SLOTS:
             lim.n_slots = (int32_t)v.i;
-            break;
-        case O_CHUNK:
-            lim.n_chunk = (int32_t)v.i;
             break;
         case O_THREADS:
             lim.n_threads = (int32_t)v.i;
@@ -511,6 +502,8 @@ int cmd_plan(int argc, char **argv) {
 
     /* --kv auto: the choice run and serve make with these settings, then its plan below */
     char auto_line[768] = "";
+    enum snug_plan_chunk_why chunk_why = SNUG_PLAN_CHUNK_GIVEN;
+    uint64_t chunk_budget = sized_budget;
     if (lim.kv_type == SNUG_PLAN_KV_AUTO) {
         if (!budget) {
             fprintf(stderr, "snug plan: --kv auto needs --budget SIZE\n");
@@ -538,17 +531,23 @@ int cmd_plan(int argc, char **argv) {
         lim.kv_type = a.kv_type;
         ctx_arg = NULL;
         lim.n_ctx = a.n_ctx;
+        chunk_why = a.chunk_why;
+        chunk_budget = a.chunk_budget;
+        lim.n_chunk = a.n_chunk;
     }
+    /* the contexts below are the base chunk's: --chunk auto chooses in what they leave */
+    struct snug_plan_limits lim_ctx = lim;
+    if (lim_ctx.n_chunk == SNUG_PLAN_CHUNK_AUTO) lim_ctx.n_chunk = SNUG_PLAN_CHUNK_BASE;
 
     /* the largest context per KV type (json), and for the chosen one */
     int64_t max_per_kv[8] = {0};
     int n_kv = 0;
     for (; snug_plan_kv_names[n_kv] && n_kv < 8; n_kv++) {
-        struct snug_plan_limits l = lim;
+        struct snug_plan_limits l = lim_ctx;
         l.kv_type = n_kv;
         max_per_kv[n_kv] = budget ? snug_plan_max_ctx(&hp, &w, &l, sized_budget, 0) : -1;
     }
-    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim, sized_budget, 0) : -1;
+    int64_t max_ctx = budget ? snug_plan_max_ctx(&hp, &w, &lim_ctx, sized_budget, 0) : -1;
     char kv_name[24];
     snug_kvfmt_code_name(lim.kv_type, kv_name, sizeof kv_name);
     if (ctx_arg && !strcmp(ctx_arg, "max")) {
@@ -573,6 +572,11 @@ int cmd_plan(int argc, char **argv) {
         }
         lim.n_ctx = c;
     }
+    /* the chunk, once the context is settled (snug_plan_chunk: what run and serve choose) */
+    if (!auto_line[0]) /* (--kv auto chose it with the context) */
+        lim.n_chunk = snug_plan_chunk(&hp, &w, &lim, chunk_budget, &chunk_why);
+    char chunk_line[128];
+    snug_plan_chunk_str(lim.n_chunk, chunk_why, chunk_budget, chunk_line, sizeof chunk_line);
 
     struct snug_plan p;
     if (snug_plan_make(&hp, &w, &lim, &p, &err)) return cli_fail("plan", &err);
@@ -590,6 +594,8 @@ int cmd_plan(int argc, char **argv) {
                lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu", kv_name, (long long)p.lim.n_ctx,
                p.lim.n_slots, p.lim.n_chunk, p.lim.n_draft, p.lim.n_threads,
                (unsigned long long)hp.n_ctx_train);
+        printf(", \"chunk_why\": ");
+        json_str(chunk_line);
         if (budget)
             printf(", \"budget\": %llu, \"fits\": %s, \"max_ctx\": %lld",
                    (unsigned long long)budget, fits ? "true" : "false", (long long)max_ctx);
@@ -677,6 +683,7 @@ int cmd_plan(int argc, char **argv) {
            what, hp.arch, (long long)p.lim.n_ctx, p.lim.n_slots, p.lim.n_slots == 1 ? "" : "s",
            p.lim.n_chunk, kv_name, p.lim.n_draft, lim.backend == SNUG_BACKEND_CUDA ? "cuda" : "cpu",
            p.lim.n_threads);
+    printf("chunk %s\n", chunk_line);
     if (auto_line[0]) printf("--kv auto: %s\n", auto_line);
     char buf[8192];
     if (tp > 1)

@@ -10,7 +10,7 @@
 
 #include "core/core.h"
 #include "engine/sequence.h"
-#include "plan/plan.h"
+#include "plan/plan_auto.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -209,6 +209,7 @@ static const struct cli_opt OPTS[] = {
      .def = "none; --ctx max sizes by the physical memory minus max(1/8, 1 GiB)",
      .help = "host memory the plan must fit (--vram-budget on cuda); the plan is printed, with "
              "its choices as flags to paste back"},
+    CLI_OPTS_CHUNK,
     {.id = O_THREADS,
      .names = "-t, --threads",
      .kind = CLI_INT,
@@ -247,6 +248,7 @@ int cmd_run(int argc, char **argv) {
     bool ctx_max = false;
     struct cli_backend bk = {0};
     uint64_t budget = 0; /* --budget: host bytes the whole plan must fit (0 = none) */
+    int32_t chunk = SNUG_PLAN_CHUNK_AUTO; /* --chunk: resolved by the plan at boot */
     struct cli_images ci = CLI_IMAGES_DEFAULT;
     struct cli_args args;
     struct cli_val v;
@@ -255,6 +257,7 @@ int cmd_run(int argc, char **argv) {
     while ((r = cli_args_next(&args, &v)) > 0) {
         if (!cli_kv_opt(&args, r, &v, &kv) || !cli_images_opt(&args, r, &v, &ci)) return 2;
         cli_backend_opt(r, &v, &bk);
+        cli_chunk_opt(r, &v, &chunk);
         switch (r) {
         case O_MODEL:
             model_path = v.s;
@@ -393,6 +396,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_draft = (int32_t)spec_draft;
     cli_kv_params(&kv, &cp);
     cli_backend_params(&bk, &cp);
+    cp.n_chunk = chunk; /* auto: chosen by the plan at boot (cli_plan_boot) */
     /* no --ctx: prompt + N tokens; --ctx max: the largest that fits (0, sized at boot) */
     cp.n_ctx = ctx_max ? 0
                : n_ctx ? (int32_t)n_ctx

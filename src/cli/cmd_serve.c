@@ -10,7 +10,7 @@
 #include "core/core.h"
 
 #include "server/chat.h"
-#include "plan/plan.h"
+#include "plan/plan_auto.h"
 #include "vision/vision.h"
 #include "server/server.h"
 #include "server/think.h"
@@ -198,15 +198,17 @@ static const struct cli_opt OPTS[] = {
      .help = "speculative decoding with the model's MTP block: N drafts per step (0 = off)",
      .more = "Greedy output is identical to plain decoding; sampled output follows the same "
              "distribution (docs/spec-decode.md). Requests with `logprobs` decode plainly."},
+    CLI_OPTS_CHUNK,
     {.id = O_STEP_PROMPT,
      .names = "--step-prompt",
      .kind = CLI_INT,
      .meta = "N",
      .lo = 1,
      .hi = 1 << 20,
-     .def = "512, the chunk",
+     .def = "the chunk",
      .help = "prompt tokens a new request adds per engine step, beside the other slots' decode "
-             "rows; smaller keeps their streams smoother while a long prompt is admitted"},
+             "rows (at most the chunk); smaller keeps their streams smoother while a long prompt "
+             "is admitted"},
     {.id = O_THREADS,
      .names = "-t, --threads",
      .kind = CLI_INT,
@@ -532,6 +534,7 @@ int cmd_serve(int argc, char **argv) {
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
+    o.n_chunk = SNUG_PLAN_CHUNK_AUTO; /* --chunk: resolved by the sizing (cli_autosize.c) */
     struct snug_plan_cache_flags cache = {.ram_bytes = SNUG_CACHE_RAM_AUTO}; /* on by default */
     const char *render_path = NULL, *render_api = "chat";
     static char key_buf[4096];
@@ -543,6 +546,7 @@ int cmd_serve(int argc, char **argv) {
         if (!cli_kv_opt(&args, r, &v, &kv)) return 2;
         if (r == CLI_O_KV || r == CLI_O_KV_K || r == CLI_O_KV_V) kv_code = cli_kv_code(&kv);
         if (!cli_cache_opt(r, &v, &cache)) return 2;
+        cli_chunk_opt(r, &v, &o.n_chunk);
         switch (r) {
         case O_MODEL:
             o.model_path = v.s;

@@ -852,6 +852,7 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     cp.kv_type_v = kv_v;
     cp.n_threads = o->n_threads;
     cp.n_draft = o->n_draft > SNUG_SPEC_MAX_DRAFT ? SNUG_SPEC_MAX_DRAFT : o->n_draft;
+    if (o->n_chunk > 0) cp.n_chunk = o->n_chunk; /* (else the default, 512) */
     cp.backend = o->backend;
     cp.vram_budget = o->vram_budget;
     e->n_draft = cp.n_draft;

@@ -145,8 +145,10 @@ struct snug_engine_opts {
     uint64_t vram_budget;       /* backend CUDA: bytes the whole plan must fit (0 = no check) */
     struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
     int32_t cache_every;        /* its checkpoint interval in tokens */
+    int32_t n_chunk;            /* rows per step (the plan's chunk); 0 = 512; at most n_ctx */
     int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step (the chunk
-                                   beside the other slots' decode rows); 0 = n_chunk (512) */
+                                   beside the other slots' decode rows); 0 = n_chunk; never more
+                                   than n_chunk */
     struct snug_vision_encoder *vision; /* the vision tower's encoder (borrowed) or NULL */
 };
 

@@ -178,10 +178,10 @@ static int boot_cache(struct snug_srv *s, struct snug_plan *plan, struct snug_er
 }
 
 /* The memory plan at boot: the limits the engine's contexts will be made with (snug_ctx_init's
- * defaults resolved the same way: n_ctx 4096 capped at the trained length, chunk 512, one
- * context per slot), the table printed to stderr, SNUG_ERR_BUDGET (naming the largest context
- * that fits, from snug_plan_check) when the total exceeds --budget. Keeps total and item count
- * for /health. */
+ * defaults resolved the same way: n_ctx 4096 capped at the trained length, the chunk the CLI's
+ * sizing resolved or 512, one context per slot), the table printed to stderr, SNUG_ERR_BUDGET
+ * (naming the largest context that fits, from snug_plan_check) when the total exceeds --budget.
+ * Keeps total and item count for /health. */
 static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, struct snug_err *err) {
     const struct snug_model *m = s->model;
     int64_t n_ctx = eo->n_ctx ? eo->n_ctx : 4096;
@@ -192,7 +192,7 @@ static int boot_plan(struct snug_srv *s, const struct snug_engine_opts *eo, stru
     if (threads <= 0) threads = online > 0 ? (int32_t)online : 1;
     struct snug_plan_limits lim = {.n_ctx = n_ctx,
                                    .n_slots = eo->n_slots,
-                                   .n_chunk = 512,
+                                   .n_chunk = eo->n_chunk > 0 ? eo->n_chunk : 512,
                                    .n_draft = eo->n_draft,
                                    .n_threads = threads,
                                    .kv_type = eo->kv_type,
@@ -784,6 +784,7 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
         .queue_cap = s->opts.queue_cap,
         .backend = opts->backend,
         .vram_budget = opts->vram_budget,
+        .n_chunk = opts->n_chunk,
         /* default: 3 drafts when the model has an MTP block — but not under --script, whose
          * generation follows a text and never drafts (verify would see idle counters) */
         .n_draft = opts->n_draft >= 0                                         ? opts->n_draft

@@ -9,7 +9,13 @@
    is `snug plan --ctx max` for those settings (the largest that fits the budget) unless it is
    the trained length. Cases: --kv auto with a budget and 2 slots; a fixed format with an
    automatic context; no sizing flags at all (the physical memory minus the margin).
-Model for 2: a fresh demo model (`snug gen --preset demo`), no fixtures needed.
+3. The prompt chunk (`--chunk N|auto`, snug_plan_chunk): `snug plan --backend cuda --chunk
+   auto` on the 27B prints the chunk and why — the cap 4096 for a short context in 23.5 GiB, the
+   base 512 where the largest context leaves no room, the same automatic context as `--chunk
+   512`; an explicit chunk wins; the cpu keeps 512; no budget on cuda takes the cap. Then `snug
+   run`, `snug serve` (the boot line's `--chunk` pasted back) and `snug bench-local` take the
+   flag on the demo model.
+Model for 2 and 3: a fresh demo model (`snug gen --preset demo`), no fixtures needed.
 Runnable as a script; prints "N passed, N failed".
 """
 import json
@@ -131,8 +137,81 @@ def check_serve_round_trip(r, model, tmp, name, *args):
     return flags
 
 
+def check_chunk_plan(r):
+    base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--threads", "1", "--backend",
+            "cuda"]
+    short = [*base, "--vram-budget", "23.5GiB", "--ctx", "8192", "--kv", "q8_0"]
+    p = snug("plan", *short, "--chunk", "auto")
+    head = p.stdout.splitlines()[:2]
+    r.check(p.returncode == 0 and len(head) == 2 and ", chunk 4096, " in head[0]
+            and head[1] == "chunk 4096 (auto: the largest of 512..4096 that fits 23.50 GiB)",
+            f"plan --chunk auto, 8192 tokens in 23.5 GiB: the cap, and why ({head})")
+    j = plan_json(*short)  # auto is the default on cuda
+    r.check(j["chunk"] == 4096 and j["fits"] and j["chunk_why"].startswith("4096 (auto:"),
+            f"the default on cuda is auto: chunk {j['chunk']} ({j['chunk_why']})")
+    j512 = plan_json(*short, "--chunk", "512")
+    r.check(j512["chunk"] == 512 and j["items"]["work arena (per chunk)"] >
+            j512["items"]["work arena (per chunk)"], "a larger chunk: a larger work arena")
+    # the automatic context is the one of chunk 512; the chunk takes only what it leaves
+    for kv in ("q8_0", "tq4"):
+        a = plan_json(*base, "--vram-budget", "23.5GiB", "--ctx", "max", "--kv", kv)
+        b = plan_json(*base, "--vram-budget", "23.5GiB", "--ctx", "max", "--kv", kv,
+                      "--chunk", "512")
+        r.check(a["ctx"] == b["ctx"] == b["max_ctx"] and a["fits"] and a["chunk"] >= 512,
+                f"--ctx max --kv {kv}: context {a['ctx']} as at chunk 512 ({b['ctx']}), chunk "
+                f"{a['chunk']}, {a['total_bytes']} bytes")
+        if kv == "q8_0":  # the largest context leaves no room for a larger chunk
+            r.check(a["chunk"] == 512 and "largest of 512..4096" in a["chunk_why"],
+                    f"q8_0 at its largest context keeps 512: {a['chunk_why']}")
+    # --kv auto: the chunk is in the flags and the why
+    k = plan_json(*base, "--vram-budget", "23.5GiB", "--kv", "auto")
+    r.check(k["ctx"] == 262144 and f"--chunk {k['chunk']} " in k["auto"] and k["chunk"] > 512
+            and "; chunk " in k["auto"], f"--kv auto carries the chunk: {k['auto']}")
+    # an explicit chunk wins; the cpu keeps 512; no budget on cuda: the cap
+    e = plan_json(*short, "--chunk", "1024")
+    r.check(e["chunk"] == 1024 and "as requested" in e["chunk_why"], f"--chunk 1024: {e['chunk']}")
+    c = plan_json("--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--threads", "1",
+                  "--backend", "cpu", "--budget", "64GiB", "--ctx", "8192", "--chunk", "auto")
+    r.check(c["chunk"] == 512 and "cpu" in c["chunk_why"], f"cpu: {c['chunk_why']}")
+    n = plan_json(*base, "--ctx", "8192", "--kv", "q8_0")
+    r.check(n["chunk"] == 4096 and "no budget" in n["chunk_why"], f"no budget: {n['chunk_why']}")
+    bad = snug("plan", *short, "--chunk", "lots")
+    r.check(bad.returncode == 2 and "auto" in bad.stderr, "--chunk takes N or auto")
+
+
+def check_chunk_commands(r, model, tmp):
+    # run: an explicit chunk is in the paste-back flags and the why
+    p = snug("run", "-m", model, "-p", "hello", "-n", "2", "--temp", "0", "--threads", "1",
+             "--ctx", "256", "--chunk", "64")
+    line = next((s for s in p.stderr.splitlines() if s.startswith("snug run: plan: ")), "")
+    r.check(p.returncode == 0 and line and "--chunk 64" in " ".join(flags_of(line)),
+            f"run --chunk 64: {line}")
+    r.check("chunk 64 (as requested" in line, "run: the why says the chunk")
+    q = snug("run", "-m", model, "-p", "hello", "-n", "2", "--temp", "0", "--threads", "1",
+             "--ctx", "2048")
+    line = next((s for s in q.stderr.splitlines() if s.startswith("snug run: plan: ")), "")
+    r.check(q.returncode == 0 and line and "--chunk" not in flags_of(line),
+            f"run on the cpu: chunk auto is 512 ({line})")
+    r.check("chunk 512 (auto: 512 on the cpu" in line, "run: the cpu's chunk and why")
+    # serve: the chunk pasted back gives the same plan; the plan header has it
+    flags = check_serve_round_trip(r, model, tmp, "chunk", "--budget", "40MiB", "--kv", "q8_0",
+                                   "--chunk", "128")
+    if flags:
+        r.check(flags[flags.index("--chunk") + 1] == "128", f"serve --chunk 128: {flags}")
+        _, table, health, _ = serve_boot(model, tmp, "chunk-table", *flags)
+        r.check(table is not None and ", chunk 128, " in table.splitlines()[0],
+                f"serve: the memory plan is for chunk 128 ({table and table.splitlines()[0]})")
+    # bench-local: pp in chunks of --chunk
+    b = snug("bench-local", "-m", model, "-p", "100", "-n", "0", "--reps", "1", "-t", "1",
+             "--chunk", "32")
+    r.check(b.returncode == 0 and "chunk: 32" in b.stdout
+            and "snug bench-local: chunk 32 (as requested" in b.stderr,
+            f"bench-local --chunk 32: {b.stdout.strip()[:200]} {b.stderr.strip()[-200:]}")
+
+
 def main():
     r = Results()
+    check_chunk_plan(r)
     # 1. the table against --ctx max
     base27 = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--threads", "1"]
     t = check_table(r, base27, ["--vram-budget", "23.5GiB"])
@@ -181,6 +260,7 @@ def main():
                       None)
             r.check(p2.returncode == 0 and l2 is not None and flags_of(l2) == flags_of(l1)
                     and p2.stdout == p1.stdout, f"run: `{' '.join(flags_of(l1))}` round-trips")
+        check_chunk_commands(r, model, tmp)
         # an impossible request fails with the largest context that fits
         p3 = snug("run", "-m", model, "-p", "hello", "-n", "2", "--threads", "1", "--ctx",
                   "200000", "--kv", "auto", "--budget", "24MiB")
