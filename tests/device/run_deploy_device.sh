@@ -380,7 +380,9 @@ else:
         # measured: the long prompt was admitted and the streams kept decoding beside it
         ok = m.group(4) not in ("None", "0") and m.group(5) != "nan"
         row("conc", f"... during a {m.group(4)}-token prefill",
-            f"{m.group(5)} / {m.group(6)} ms (prefill {m.group(7)} s)", "PASS" if ok else "FAIL")
+            f"{m.group(5)} / {m.group(6)} ms (prefill {m.group(7)} s)" + ("" if ok else
+            "; no stream tokens inside the prefill (streams too short: raise G)"),
+            "PASS" if ok else "FAIL")
         pb = facts.get("plan_b_line")
         if pb:
             row("conc", "plan", pb[:70], "-")
