@@ -12,11 +12,16 @@
 # 3. Streaming under a long prefill: SLOTS-1 streamed requests; inter-token latency (time
 #    between SSE chunks) p50/p99 while idle, then again while one more request with a prompt of
 #    about PREFILL tokens is admitted (the engine runs its prompt chunk by chunk between the
-#    others' decode steps). Prints both and the prompt's time to first token.
+#    others' decode steps). Prints both and the prompt's time to first token. The prompt is
+#    capped at 90% of the per-slot context the server reports (/health), so that an automatic
+#    context (no --ctx) gets as long a prompt as it can hold.
+# --backend cpu runs the same on the CPU (a dry run of a device script); --log FILE keeps the
+# server's log (its boot plan) after the run.
 import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +46,11 @@ class Server:
             time.sleep(0.1)
         self.port = int(open(self.port_file).read())
         print(f"  {name}: up in {time.time() - t0:.1f} s", flush=True)
+
+    def n_ctx(self):
+        """The per-slot context the server reports in /health (0 when it says none)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=30) as r:
+            return int(json.load(r).get("plan", {}).get("n_ctx", 0))
 
     def stop(self):
         self.proc.terminate()
@@ -170,6 +180,8 @@ def main():
     ap.add_argument("--prefill", type=int, default=32768)
     ap.add_argument("--spec-draft", type=int, default=0)
     ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--backend", default="cuda", help="serve --backend of the measured server")
+    ap.add_argument("--log", default="", help="copy the measured server's log here at the end")
     ap.add_argument("--skip-itl", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--step-prompt", type=int, default=0,
@@ -182,7 +194,7 @@ def main():
         common += ["--ctx", str(a.ctx)]
     if a.kv:
         common += ["--kv", a.kv]
-    gpu_args = ["--backend", "cuda", *common]
+    gpu_args = ["--backend", a.backend, *common]
     if a.vram_budget:
         gpu_args += ["--vram-budget", a.vram_budget]
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,12 +215,18 @@ def main():
                       f"ratio {rn / r1:.2f}x", flush=True)
             if not a.skip_itl and a.slots >= 2:
                 idle, _ = itl_run(gpu, a.slots - 1, a.tokens)
+                n_ctx = gpu.n_ctx()
+                n_prefill = a.prefill
+                if n_ctx and n_prefill > 0.9 * n_ctx:
+                    n_prefill = int(0.9 * n_ctx)
+                    print(f"long prompt: {n_prefill} tokens (0.9 of the {n_ctx}-token context "
+                          f"per slot; {a.prefill} asked)", flush=True)
                 random.seed(1)
                 words = ["".join(random.choice("abcdefghijklmnopqrstuvwxyz")
                                  for _ in range(random.randint(2, 8))) for _ in range(4000)]
                 # random 2-8 letter words: about 6 tokens each with the vocabulary `snug gen`
                 # builds in (8192 words were 48475 tokens); the usage line gives the real count
-                long_prompt = " ".join(random.choice(words) for _ in range(a.prefill * 10 // 59))
+                long_prompt = " ".join(random.choice(words) for _ in range(n_prefill * 10 // 59))
                 busy, ttft = itl_run(gpu, a.slots - 1, 4 * a.tokens, long_prompt)
                 print(f"inter-token latency, {a.slots - 1} streams: idle p50 "
                       f"{1e3 * pct(idle, 50):.1f} ms p99 {1e3 * pct(idle, 99):.1f} ms "
@@ -219,6 +237,8 @@ def main():
             gpu.stop()
             print("---- gpu server log (tail) ----")
             print("".join(open(os.path.join(tmp, "gpu.log")).readlines()[-30:]))
+            if a.log:
+                shutil.copyfile(os.path.join(tmp, "gpu.log"), a.log)
     return 0
 
 

@@ -26,7 +26,7 @@ static void print_row(const json_t *r) {
     printf("\n");
 }
 
-enum { O_JSON = 1, O_CTX, O_MAX_TOKENS, O_NEEDLE, O_NO_OVER_LIMIT, O_FRACTIONS };
+enum { O_JSON = 1, O_CTX, O_MAX_TOKENS, O_NEEDLE, O_NO_OVER_LIMIT, O_FRACTIONS, O_ONLY };
 static const struct cli_opt OPTS[] = {
     CLI_OPTS_CONN,
     {.id = O_CTX,
@@ -48,6 +48,13 @@ static const struct cli_opt OPTS[] = {
      .names = "--no-over-limit",
      .kind = CLI_SWITCH,
      .help = "no rung beyond the context limit"},
+    {.id = O_ONLY,
+     .names = "--only",
+     .kind = CLI_TEXT,
+     .meta = "PART,...",
+     .def = "all",
+     .help = "run only these parts: ladder, beyond-limit, tool-prefill-100K, tool-prefill-130K, "
+             "ide-agent-oneshot, multi-turn-agent"},
     {.id = O_NEEDLE,
      .names = "--needle",
      .kind = CLI_TEXT,
@@ -72,7 +79,7 @@ static const struct cli_opt OPTS[] = {
 const struct cli_command cli_cmd_stress = {
     .name = "stress",
     .run = cmd_stress,
-    .usage = "[--url U] [--ctx N] [--fractions F,...] [--json]",
+    .usage = "[--url U] [--ctx N] [--fractions F,...] [--only PART,...] [--json]",
     .summary = "long-context boundary checks of a server",
     .about = "long-context boundary checks of any OpenAI-compatible server: a needle ladder at "
              "depths of the context limit up to 0.95 of it plus one rung beyond, on salted "
@@ -106,6 +113,12 @@ int cmd_stress(int argc, char **argv) {
         case O_NEEDLE:
             o.needle = v.s;
             break;
+        case O_ONLY: {
+            char why[256];
+            if (snug_ops_stress_parts(v.s, &o.parts, why, sizeof why))
+                return cli_args_bad(&p, &v, "%s", why), 2;
+            break;
+        }
         case O_NO_OVER_LIMIT:
             o.over_limit = false;
             break;

@@ -11,9 +11,19 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { O_JSON = 1 };
+enum { O_JSON = 1, O_MAX_TOKENS };
 static const struct cli_opt OPTS[] = {
     CLI_OPTS_CONN,
+    {.id = O_MAX_TOKENS,
+     .names = "--max-tokens",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 1000000,
+     .def = "each check's own (30 to 4000)",
+     .help = "caps every check's answer length (a quick run, a slow server); the pass conditions "
+             "stay",
+     .group = "Checks"},
     {.id = O_JSON,
      .names = "--json",
      .kind = CLI_SWITCH,
@@ -24,7 +34,7 @@ static const struct cli_opt OPTS[] = {
 const struct cli_command cli_cmd_verify = {
     .name = "verify",
     .run = cmd_verify,
-    .usage = "[--url U] [--model M] [--api-key K] [--json]",
+    .usage = "[--url U] [--model M] [--api-key K] [--max-tokens N] [--json]",
     .summary = "functional checks of an OpenAI-compatible server",
     .about = "nine functional checks of any OpenAI-compatible server (snug, vLLM, llama.cpp): "
              "reachable, engine-self-check (/health), basic-answer, tool-call, streaming, "
@@ -36,12 +46,14 @@ const struct cli_command cli_cmd_verify = {
 int cmd_verify(int argc, char **argv) {
     struct cli_conn cc = CLI_CONN_DEFAULT;
     bool as_json = false;
+    struct snug_ops_verify_opts o = {0};
     struct cli_args p;
     struct cli_val v;
     int r;
     cli_args_init(&p, &cli_cmd_verify, argc, argv);
     while ((r = cli_args_next(&p, &v)) > 0) {
         if (r == O_JSON) as_json = true;
+        if (r == O_MAX_TOKENS) o.max_tokens = (int)v.i;
         if (!cli_conn_opt(&p, r, &v, &cc)) return 2;
     }
     if (r != CLI_END) return CLI_EXIT(r);
@@ -49,7 +61,7 @@ int cmd_verify(int argc, char **argv) {
     struct snug_suite_client c;
     if (cli_conn_open(&cc, &c, "verify")) return 1;
     json_t *res = NULL;
-    if (snug_ops_verify(&c, cli_progress, NULL, &res, &err)) return cli_fail("verify", &err);
+    if (snug_ops_verify(&c, &o, cli_progress, NULL, &res, &err)) return cli_fail("verify", &err);
     json_t *checks = json_object_get(res, "checks");
     int failed = snug_ops_count_failed(checks);
     if (as_json) {

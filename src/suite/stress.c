@@ -2,8 +2,8 @@
  * a needle ladder whose depths come from the server's own context limit (up to 0.95 of it,
  * plus one rung beyond it that the server must reject), token counts by the server's
  * /tokenize, every haystack salted; the tool-response prefill at 100K and 130K characters;
- * the IDE-agent one-shot; the multi-turn agent. Memory readings before and after each request
- * and an alive check after each.
+ * the IDE-agent one-shot; the multi-turn agent (each part selectable: --only). Memory readings
+ * before and after each request and an alive check after each.
  * Invariant: a rung passes only on HTTP 200 with all three needle words in the content; a
  * rejection is reported as "rejected" (beyond the limit) or "fail" (within it), never as a
  * pass; a ladder with no passing rung fails; a probe that cannot fit skips with the numbers.
@@ -316,6 +316,35 @@ static json_t *multi_turn(struct snug_suite_client *c, long n_ctx, int max_token
     return probe(c, "multi-turn-agent", b, est, src, n_ctx, true, err);
 }
 
+static const char *const PART_NAMES[] = {"ladder",
+                                         "beyond-limit",
+                                         "tool-prefill-100K",
+                                         "tool-prefill-130K",
+                                         "ide-agent-oneshot",
+                                         "multi-turn-agent"};
+
+int snug_ops_stress_parts(const char *list, unsigned *out, char *why, size_t why_n) {
+    const size_t n_names = sizeof PART_NAMES / sizeof PART_NAMES[0];
+    *out = 0;
+    for (const char *s = list; *s;) {
+        size_t n = strcspn(s, ",");
+        size_t k = 0;
+        while (k < n_names && !(strlen(PART_NAMES[k]) == n && !strncmp(PART_NAMES[k], s, n))) k++;
+        if (k == n_names) {
+            snprintf(why, why_n,
+                     "unknown part '%.*s': expected ladder, beyond-limit, tool-prefill-100K, "
+                     "tool-prefill-130K, ide-agent-oneshot or multi-turn-agent",
+                     (int)(n > 64 ? 64 : n), s);
+            return -1;
+        }
+        *out |= 1u << k;
+        s += n;
+        if (*s) s++;
+    }
+    if (!*out) return snprintf(why, why_n, "no part named"), -1;
+    return 0;
+}
+
 int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_opts *o,
                     snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
     static const double DEFAULT_FR[] = {0.10, 0.25, 0.50, 0.75, 0.90, 0.95};
@@ -340,7 +369,11 @@ int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_op
         snprintf(needle, sizeof needle, "%s %s %02d", COLORS[r % 8], ANIMALS[(r >> 8) % 8],
                  (int)(10 + (r >> 16) % 90));
     }
-    int total = nf + (o->over_limit ? 1 : 0) + 4, step = 0;
+    unsigned parts = o->parts ? o->parts : ~0u;
+    if (!o->over_limit) parts &= ~(unsigned)SNUG_STRESS_BEYOND;
+    if (!(parts & SNUG_STRESS_LADDER)) nf = 0;
+    int total = nf + !!(parts & SNUG_STRESS_BEYOND), step = 0;
+    for (int k = 0; k < 4; k++) total += !!(parts & (SNUG_STRESS_TOOL100 << k));
     json_t *ladder = json_array(), *checks = json_array();
     int passed = 0, failed = 0, rejected = 0;
     long prev = -1;
@@ -364,7 +397,9 @@ int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_op
         json_array_append_new(ladder, r);
     }
     size_t n_rungs = json_array_size(ladder);
-    if (!n_rungs)
+    if (!(parts & SNUG_STRESS_LADDER))
+        ; /* not asked for: no needle-ladder row */
+    else if (!n_rungs)
         json_array_append_new(checks, snug_ops_check("needle-ladder", "fail",
                                                      "no rung fits a "
                                                      "context of %ld tokens",
@@ -383,7 +418,7 @@ int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_op
                                    json_integer_value(json_object_get(
                                        json_array_get(ladder, n_rungs - 1), "target_tokens")),
                                    n_ctx, source));
-    if (o->over_limit) {
+    if (parts & SNUG_STRESS_BEYOND) {
         if (progress) progress(user, "beyond the limit", step++, total);
         json_t *r = needle_rung(c, n_ctx + n_ctx / 20 + 64, n_ctx, true, needle, err);
         if (!r) goto fail;
@@ -394,6 +429,7 @@ int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_op
     for (int k = 0; k < 4; k++) {
         static const char *const LABELS[] = {"tool prefill 100K", "tool prefill 130K", "IDE agent",
                                              "multi-turn agent"};
+        if (!(parts & (SNUG_STRESS_TOOL100 << k))) continue;
         if (progress) progress(user, LABELS[k], step++, total);
         json_t *r = k == 0   ? tool_prefill(c, 100000, n_ctx, err)
                     : k == 1 ? tool_prefill(c, 130000, n_ctx, err)

@@ -158,9 +158,13 @@ json_t *snug_ops_check(const char *name, const char *status, const char *fmt, ..
 /* Number of rows in checks with status "fail". */
 int snug_ops_count_failed(const json_t *checks);
 
-/* verify: the 9 functional checks. *out = {"server": {...}, "checks": [...]}. */
-int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, void *user,
-                    json_t **out, struct snug_err *err);
+struct snug_ops_verify_opts {
+    int max_tokens; /* caps every check's max_tokens (each keeps its pass condition); 0 = none */
+};
+/* verify: the 9 functional checks (o NULL = defaults). *out = {"server": {...},
+ * "max_tokens_cap", "checks": [...]}. */
+int snug_ops_verify(struct snug_suite_client *c, const struct snug_ops_verify_opts *o,
+                    snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err);
 
 struct snug_ops_stress_opts {
     long n_ctx;              /* 0 = discover */
@@ -169,7 +173,21 @@ struct snug_ops_stress_opts {
     bool over_limit;         /* also send one rung beyond the limit (default on in the CLI) */
     const char *needle;      /* fixed "<color> <animal> <NN>" (tests); NULL = random */
     int max_tokens;          /* for the long-answer probes; 0 = spec values */
+    unsigned parts;          /* SNUG_STRESS_* bits of the parts to run; 0 = all */
 };
+/* The parts of stress, by the names of their result rows ("ladder" is the needle rungs and
+ * their "needle-ladder" row); over_limit = false drops SNUG_STRESS_BEYOND too. */
+enum {
+    SNUG_STRESS_LADDER = 1u << 0,  /* "ladder" */
+    SNUG_STRESS_BEYOND = 1u << 1,  /* "beyond-limit" */
+    SNUG_STRESS_TOOL100 = 1u << 2, /* "tool-prefill-100K" */
+    SNUG_STRESS_TOOL130 = 1u << 3, /* "tool-prefill-130K" */
+    SNUG_STRESS_IDE = 1u << 4,     /* "ide-agent-oneshot" */
+    SNUG_STRESS_MULTI = 1u << 5,   /* "multi-turn-agent" */
+};
+/* Parse "name,name,..." (the names above) into SNUG_STRESS_* bits. Returns 0, or -1 with the
+ * unknown name and the valid ones in why. */
+int snug_ops_stress_parts(const char *list, unsigned *out, char *why, size_t why_n);
 /* stress: needle ladder, tool-response prefill (100K/130K chars), IDE-agent one-shot,
  * multi-turn agent. *out = {"server", "context": {"n_ctx", "source"}, "checks", "ladder"}. */
 int snug_ops_stress(struct snug_suite_client *c, const struct snug_ops_stress_opts *o,

@@ -33,6 +33,12 @@ static bool has_ci(const char *hay, const char *needle) {
     return false;
 }
 
+/* A check's max_tokens under the run's cap (0 = no cap): --max-tokens shortens the long
+ * answers (a slow server, a quick run); every check keeps its pass condition. */
+static int capped(int want, int cap) {
+    return cap > 0 && cap < want ? cap : want;
+}
+
 /* Tool-call markup that must never reach content. */
 static bool leaks_markup(const char *s) {
     return s && (strstr(s, "<tool_call>") || strstr(s, "</tool_call>") || strstr(s, "<function="));
@@ -95,7 +101,8 @@ static bool chat(struct snug_suite_client *c, json_t *body, double timeout,
 
 /* 1. GET /v1/models within 5 s lists the model (the first one becomes the model when none was
  * given). */
-static json_t *check_reachable(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_reachable(struct snug_suite_client *c, int cap, struct snug_err *err) {
+    (void)cap; /* no generation */
     struct snug_suite_http h;
     char why[512];
     if (snug_suite_get(c, "/v1/models", 5, &h, err)) return NULL;
@@ -129,7 +136,8 @@ static json_t *check_reachable(struct snug_suite_client *c, struct snug_err *err
 }
 
 /* 2. GET /health reports the planned budget, the loaded model and no failed self-test. */
-static json_t *check_engine(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_engine(struct snug_suite_client *c, int cap, struct snug_err *err) {
+    (void)cap; /* no generation */
     struct snug_suite_http h;
     char why[512];
     if (snug_suite_get(c, "/health", 5, &h, err)) return NULL;
@@ -170,14 +178,14 @@ static json_t *check_engine(struct snug_suite_client *c, struct snug_err *err) {
 }
 
 /* 3. "What is the capital of France?" -> content mentions Paris. */
-static json_t *check_basic(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_basic(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_http h = {0};
     struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "basic-answer";
     json_t *b = snug_suite_chat_body(c, NULL, "What is the capital of France? One short sentence.",
-                                     30, 0.6, 0);
+                                     capped(30, cap), 0.6, 0);
     json_t *r;
     if (!chat(c, b, short_timeout(c), &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -192,14 +200,14 @@ static json_t *check_basic(struct snug_suite_client *c, struct snug_err *err) {
 }
 
 /* 4. A weather question with one tool -> a structured get_weather call, no markup in content. */
-static json_t *check_tool(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_tool(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_http h = {0};
     struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "tool-call";
     json_t *b = snug_suite_chat_body(
-        c, NULL, "What is the weather like in San Francisco right now?", 200, 0.3, 0);
+        c, NULL, "What is the weather like in San Francisco right now?", capped(200, cap), 0.3, 0);
     json_object_set_new(b, "tools", json_loads(TOOL_WEATHER, 0, NULL));
     json_object_set_new(b, "tool_choice", json_string("auto"));
     json_t *r;
@@ -247,12 +255,12 @@ static bool stream_broken(const struct snug_suite_stream *s, char *why, size_t w
 }
 
 /* 5. A streamed haiku: >= 5 non-empty content deltas, >= 20 characters, [DONE]. */
-static json_t *check_stream(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_stream(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_stream s;
     char why[512];
     const char *name = "streaming";
-    json_t *b =
-        snug_suite_chat_body(c, NULL, "Write a three-sentence haiku about debugging.", 120, 0.6, 0);
+    json_t *b = snug_suite_chat_body(c, NULL, "Write a three-sentence haiku about debugging.",
+                                     capped(120, cap), 0.6, 0);
     json_object_set_new(b, "stream", json_true());
     int rc = snug_suite_stream_chat(c, b, short_timeout(c), &s, err);
     json_decref(b);
@@ -272,13 +280,14 @@ static json_t *check_stream(struct snug_suite_client *c, struct snug_err *err) {
 }
 
 /* 6. Thinking on: reasoning split out (>= 50 chars) and content (or finish_reason length). */
-static json_t *check_thinking(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_thinking(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_http h = {0};
     struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "thinking";
-    json_t *b = snug_suite_chat_body(c, NULL, "What is 2+2? One-line answer.", 4000, 0.3, 1);
+    json_t *b =
+        snug_suite_chat_body(c, NULL, "What is 2+2? One-line answer.", capped(4000, cap), 0.3, 1);
     json_t *r;
     if (!chat(c, b, c->timeout_s, &h, &m, why, sizeof why, err, &rc))
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -352,15 +361,15 @@ static void word_stats(const char *s, int limit, int *total, int *distinct) {
 }
 
 /* 7. A long essay: no markup, no line looping, varied words, at least 50 of them. */
-static json_t *check_quality(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_quality(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_http h = {0};
     struct snug_suite_msg m;
     char why[512];
     int rc;
     const char *name = "quality";
     json_t *b = snug_suite_chat_body(
-        c, NULL, "Write a detailed 1500-word essay on how attention works in transformers.", 2000,
-        0.6, 0);
+        c, NULL, "Write a detailed 1500-word essay on how attention works in transformers.",
+        capped(2000, cap), 0.6, 0);
     json_t *r;
     if (!chat(c, b, c->timeout_s, &h, &m, why, sizeof why, err, &rc)) {
         r = rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -392,7 +401,7 @@ static json_t *check_quality(struct snug_suite_client *c, struct snug_err *err) 
 
 /* 8. Count to 80 at T 0 and read the acceptance length: from the /metrics counters around the
  * request, else from the response's timings (draft_n_accepted, predicted_n). */
-static json_t *check_spec(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_spec(struct snug_suite_client *c, int cap, struct snug_err *err) {
     const char *name = "speculative";
     char reason[256] = "", why[512];
     double a0 = 0, d0 = 0, a1 = 0, d1 = 0;
@@ -400,8 +409,8 @@ static json_t *check_spec(struct snug_suite_client *c, struct snug_err *err) {
     struct snug_suite_http h = {0};
     struct snug_suite_msg m;
     int rc;
-    json_t *b =
-        snug_suite_chat_body(c, NULL, "Count from 1 to 80, one number per line.", 500, 0, 0);
+    json_t *b = snug_suite_chat_body(c, NULL, "Count from 1 to 80, one number per line.",
+                                     capped(500, cap), 0, 0);
     if (!chat(c, b, c->timeout_s, &h, &m, why, sizeof why, err, &rc)) {
         snug_suite_http_free(&h);
         return rc ? NULL : snug_ops_check(name, "fail", "%s", why);
@@ -441,12 +450,12 @@ static json_t *check_spec(struct snug_suite_client *c, struct snug_err *err) {
 
 /* 9. Streamed tool call with thinking on: reasoning deltas, then a get_weather call assembled
  * from tool_calls deltas, [DONE], no markup in content. */
-static json_t *check_stream_tool(struct snug_suite_client *c, struct snug_err *err) {
+static json_t *check_stream_tool(struct snug_suite_client *c, int cap, struct snug_err *err) {
     struct snug_suite_stream s;
     char why[512];
     const char *name = "stream-tool-thinking";
     json_t *b = snug_suite_chat_body(
-        c, NULL, "What is the weather like in San Francisco right now?", 1000, 0.3, 1);
+        c, NULL, "What is the weather like in San Francisco right now?", capped(1000, cap), 0.3, 1);
     json_object_set_new(b, "tools", json_loads(TOOL_WEATHER, 0, NULL));
     json_object_set_new(b, "stream", json_true());
     int rc = snug_suite_stream_chat(c, b, c->timeout_s, &s, err);
@@ -469,9 +478,10 @@ static json_t *check_stream_tool(struct snug_suite_client *c, struct snug_err *e
     return r;
 }
 
-int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, void *user,
-                    json_t **out, struct snug_err *err) {
-    typedef json_t *(*check_fn)(struct snug_suite_client *, struct snug_err *);
+int snug_ops_verify(struct snug_suite_client *c, const struct snug_ops_verify_opts *o,
+                    snug_ops_progress_fn progress, void *user, json_t **out, struct snug_err *err) {
+    typedef json_t *(*check_fn)(struct snug_suite_client *, int, struct snug_err *);
+    int cap = o ? o->max_tokens : 0;
     static const struct {
         const char *label;
         check_fn fn;
@@ -513,7 +523,7 @@ int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, 
     snug_suite_http_free(&h);
     for (int i = 0; i < n; i++) {
         if (progress) progress(user, CHECKS[i].label, i + 1, n + 1);
-        json_t *r = CHECKS[i].fn(c, err);
+        json_t *r = CHECKS[i].fn(c, cap, err);
         if (!r) {
             json_decref(checks);
             return err && err->status ? err->status
@@ -522,7 +532,7 @@ int snug_ops_verify(struct snug_suite_client *c, snug_ops_progress_fn progress, 
         json_array_append_new(checks, r);
     }
     if (progress) progress(user, "done", n + 1, n + 1);
-    *out = json_pack("{s:{s:s,s:s},s:o}", "server", "url", c->base, "model", c->model, "checks",
-                     checks);
+    *out = json_pack("{s:{s:s,s:s},s:i,s:o}", "server", "url", c->base, "model", c->model,
+                     "max_tokens_cap", cap, "checks", checks);
     return *out ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
 }

@@ -118,6 +118,7 @@ class Mock:
         self.mode = mode
         self.accepted = 0
         self.drafts = 0
+        self.max_tokens = []  # the max_tokens of every chat request received
         mock = self
 
         class H(BaseHTTPRequestHandler):
@@ -139,6 +140,7 @@ class Mock:
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n) or b"{}")
+                mock.max_tokens.append(body.get("max_tokens"))
                 mock.post(self, body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -242,6 +244,16 @@ def test_mock(res):
                   f"mock good: acceptance 2.50 from /metrics ({ch['speculative']['detail']})")
         res.check(ch["engine-self-check"]["status"] == "skip",
                   "mock good: no /health -> engine-self-check skips (not a pass)")
+        res.check(max(t for t in mk.max_tokens if t) == 4000,
+                  f"mock good: the checks ask their own lengths (up to 4000: {mk.max_tokens})")
+        # --max-tokens caps every request and keeps the checks' verdicts
+        mk.max_tokens.clear()
+        p = snug("verify", "--url", mk.url, "--json", "--max-tokens", "64")
+        out = json.loads(p.stdout)
+        asked = [t for t in mk.max_tokens if t]
+        res.check(p.returncode == 0 and out["max_tokens_cap"] == 64 and asked and
+                  max(asked) == 64 and min(asked) == 8,
+                  f"mock good, --max-tokens 64: exit {p.returncode}, every request <= 64 ({asked})")
     finally:
         mk.stop()
     # HTTP 500 whose body carries a perfect-looking completion: nothing may pass on it
@@ -362,6 +374,17 @@ def test_real_stress(res, model, tmp):
                                 "multi-turn-agent")),
                   "real stress: probes beyond the context skip with the numbers")
         res.check(p.returncode == 0, f"real stress: exit 0 (got {p.returncode})")
+        # --only: the parts asked for and nothing else
+        p = snug("stress", "--url", s.url, "--json", "--only", "beyond-limit,tool-prefill-130K")
+        out = json.loads(p.stdout)
+        res.check([c["name"] for c in out["checks"]] == ["beyond-limit", "tool-prefill-130K"] and
+                  [r["name"] for r in out["ladder"]] == ["beyond-limit"] and
+                  out["checks"][0]["status"] == "rejected" and p.returncode == 0,
+                  f"real stress --only: two parts ({[c['name'] for c in out['checks']]}, "
+                  f"rc {p.returncode})")
+        p = snug("stress", "--url", s.url, "--only", "ladder,bogus")
+        res.check(p.returncode == 2 and "unknown part 'bogus'" in p.stderr,
+                  f"real stress --only with an unknown part: exit 2 and the name ({p.stderr[:120]!r})")
         # a needle the model does not return: the ladder fails, exit status counts it
         p = snug("stress", "--url", s.url, "--json", "--fractions", "0.5", "--no-over-limit")
         out = json.loads(p.stdout)
