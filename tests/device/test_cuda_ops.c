@@ -1155,6 +1155,30 @@ static void test_step(void) {
     }
 }
 
+/* MoE: the 35B-A3B's decode shape (256 experts, 8 used, 2048 -> 512 and back), prompt-sized
+ * steps with many slots per expert (several tiles each), and steps that leave most experts
+ * empty; odd expert counts and k */
+static void test_moe_all(void) {
+    uint32_t moet[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    for (int i = 0; i < 3; i++) {
+        test_moe(moet[i], 1, 256, 8, 2048, 512);
+        test_moe(moet[i], 1, 256, 8, 512, 2048);
+        test_moe(moet[i], 133, 16, 4, 512, 45);
+        test_moe(moet[i], 3, 61, 5, 256, 301);
+        test_moe(moet[i], 67, 9, 3, 768, 33);
+    }
+    snug_cuda_moe_tune(1); /* the dp4a tile kernel where the tensor-core one is the default */
+    for (int i = 0; i < 2; i++) {
+        test_moe(moet[i], 133, 16, 4, 512, 45);
+        test_moe(moet[i], 67, 9, 3, 768, 33);
+    }
+    snug_cuda_moe_tune(0);
+    for (int i = 0; i < 2; i++) {
+        test_moe(moet[i], 512, 256, 8, 2048, 512); /* the 35B's prompt chunk */
+        test_moe(moet[i], 40, 7, 2, 256, 130);     /* rows past a 64-row block */
+    }
+}
+
 int main(int argc, char **argv) {
     const char *seed = getenv("SNUG_SEED");
     rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1165,12 +1189,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode`: only those cases (the whole program
-     * takes several minutes) */
+    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode` / `moe`: only those cases (the whole
+     * program takes several minutes) */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
+    if (only && !strcmp(only, "moe")) test_moe_all();
     if (only && !strcmp(only, "decode")) { /* what a decode step runs: products, norms, delta */
         uint32_t dt[] = {SNUG_DTYPE_F16, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0,
                          SNUG_DTYPE_IQ4_XS};
@@ -1181,6 +1206,23 @@ int main(int argc, char **argv) {
             test_matmul(dt[i], 5120, 301, 4);
             test_matmul_f32x(dt[i], 5120, 48, 1);
             test_matmul_f32x(dt[i], 5120, 1031, 2);
+        }
+        /* the tensor-core form of the Q4_K / Q6_K products (k_mmv; Q4_K's default for 2..8
+         * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
+         * (36: the 8-warp form), every token count of a verification */
+        uint32_t mmv[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
+        for (size_t i = 0; i < 2; i++) {
+            printf("tensor-core products (k_mmv), %s:\n", snug_dtype_info(mmv[i])->name);
+            snug_cuda_matvec_mma(15);
+            test_matmul(mmv[i], 256, 7, 1);
+            test_matmul(mmv[i], 2304, 45, 1);
+            snug_cuda_matvec_mma(5);
+            for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
+            test_matmul(mmv[i], 256, 16, 8);
+            test_matmul(mmv[i], 9216, 33, 3);
+            snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
+            test_matmul(mmv[i], 768, 37, 4);
+            snug_cuda_matvec_mma(-1);
         }
         test_basic();
         test_step();
@@ -1277,27 +1319,7 @@ int main(int argc, char **argv) {
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 3, 192, 0, 33);
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
     }
-    /* MoE: the 35B-A3B's decode shape (256 experts, 8 used, 2048 -> 512 and back), prompt-sized
-     * steps with many slots per expert (several tiles each), and steps that leave most experts
-     * empty; odd expert counts and k */
-    uint32_t moet[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
-    for (int i = 0; i < 3; i++) {
-        test_moe(moet[i], 1, 256, 8, 2048, 512);
-        test_moe(moet[i], 1, 256, 8, 512, 2048);
-        test_moe(moet[i], 133, 16, 4, 512, 45);
-        test_moe(moet[i], 3, 61, 5, 256, 301);
-        test_moe(moet[i], 67, 9, 3, 768, 33);
-    }
-    snug_cuda_moe_tune(1); /* the dp4a tile kernel where the tensor-core one is the default */
-    for (int i = 0; i < 2; i++) {
-        test_moe(moet[i], 133, 16, 4, 512, 45);
-        test_moe(moet[i], 67, 9, 3, 768, 33);
-    }
-    snug_cuda_moe_tune(0);
-    for (int i = 0; i < 2; i++) {
-        test_moe(moet[i], 512, 256, 8, 2048, 512); /* the 35B's prompt chunk */
-        test_moe(moet[i], 40, 7, 2, 256, 130);     /* rows past a 64-row block */
-    }
+    test_moe_all();
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);
     test_delta(1, 133, 2, 6, 128, 128);

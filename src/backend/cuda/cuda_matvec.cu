@@ -50,14 +50,33 @@ __device__ __forceinline__ void ld_words(const uint8_t *p, int n, uint32_t *o) {
  * below). */
 template <int TYPE> struct mvq_unit;
 
+/* d·sc and dmin·m of the sub-blocks 2c and 2c + 1 of a Q4_K block from its first 16 bytes hd
+ * (f16 d, f16 dmin, the 12-byte scale field): the two 6-bit pairs are adjacent bytes, decoded
+ * as 16-bit pairs: c < 2: bytes 2c.. of s[0..3] (scales) and s[4..7] (mins); c >= 2: low
+ * nibbles of s[8..11] (scale) / high nibbles (min), top bits from bits 6-7 of s[0..3] /
+ * s[4..7]. */
+__device__ __forceinline__ void q4k_pair(uint4 hd, int c, float *dA, float *dB, float *mA,
+                                         float *mB) {
+    float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
+    float dm = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+    uint32_t sh = 16u * (uint32_t)(c & 1);
+    uint32_t a = hd.y >> sh, m = hd.z >> sh, w = hd.w >> sh, sc2, mn2;
+    if (c < 2) {
+        sc2 = a & 0x3f3fu;
+        mn2 = m & 0x3f3fu;
+    } else {
+        sc2 = (w & 0x0f0fu) | ((a >> 2) & 0x3030u);
+        mn2 = ((w >> 4) & 0x0f0fu) | ((m >> 2) & 0x3030u);
+    }
+    *dA = d * (float)(sc2 & 0xffu), *dB = d * (float)((sc2 >> 8) & 0xffu);
+    *mA = dm * (float)(mn2 & 0xffu), *mB = dm * (float)((mn2 >> 8) & 0xffu);
+}
+
 /* Q4_K (144 B / 256): unit u = superblock u/4, c = u%4: the 32-byte qs group c, whose low
  * nibbles are elements 64c+i (sub-block 2c) and high nibbles 64c+32+i (sub-block 2c+1),
  * i < 32: two 16-byte loads, one header load, one scale decode per 64 weights (v3 took 32
- * weights per thread and decoded the scales byte by byte: 44% of copy). The two 6-bit
- * scale/min pairs of sub-blocks 2c, 2c+1 are adjacent bytes of the 12-byte field, so they are
- * decoded as 16-bit pairs: c < 2: bytes 2c.. of s[0..3] (scales) and s[4..7] (mins); c >= 2:
- * low nibbles of s[8..11] (scale) / high nibbles (min), top bits from bits 6-7 of s[0..3] /
- * s[4..7] (kscale in cuda_common.cuh, per element). */
+ * weights per thread and decoded the scales byte by byte: 44% of copy); the scales by
+ * q4k_pair. */
 template <> struct mvq_unit<SNUG_DTYPE_Q4_K> {
     static constexpr int EPU = 64;
     uint32_t q[8];
@@ -71,19 +90,7 @@ template <> struct mvq_unit<SNUG_DTYPE_Q4_K> {
         uint4 q1 = __ldg((const uint4 *)(b + 32 + 32 * c));
         q[0] = q0.x, q[1] = q0.y, q[2] = q0.z, q[3] = q0.w;
         q[4] = q1.x, q[5] = q1.y, q[6] = q1.z, q[7] = q1.w;
-        float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
-        float dm = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-        uint32_t sh = 16u * (uint32_t)(c & 1);
-        uint32_t a = hd.y >> sh, m = hd.z >> sh, w = hd.w >> sh, sc2, mn2;
-        if (c < 2) {
-            sc2 = a & 0x3f3fu;
-            mn2 = m & 0x3f3fu;
-        } else {
-            sc2 = (w & 0x0f0fu) | ((a >> 2) & 0x3030u);
-            mn2 = ((w >> 4) & 0x0f0fu) | ((m >> 2) & 0x3030u);
-        }
-        dA = d * (float)(sc2 & 0xffu), dB = d * (float)((sc2 >> 8) & 0xffu);
-        mA = dm * (float)(mn2 & 0xffu), mB = dm * (float)((mn2 >> 8) & 0xffu);
+        q4k_pair(hd, c, &dA, &dB, &mA, &mB);
         e0 = 256 * sb + 64 * c;
     }
     /* One token's quantised x over the unit's elements (loaded once, used by every row). */
@@ -423,6 +430,20 @@ static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb,
         mvq_launch_r<TYPE, 2>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
+static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y);
+
+/* Which Q4_K / Q6_K products take the tensor-core kernel k_mmv instead of the dp4a one, a mask:
+ * 1 Q4_K with 2..8 tokens, 2 Q4_K with one, 4 Q6_K with 2..8, 8 Q6_K with one
+ * (snug_cuda_matvec_mma; env SNUG_MVQ_MMA at the first call). The default is what measured
+ * faster (H100, 27B shapes, docs/perf/cuda-kernels.md): Q4_K at T = 4 0.81-0.90x the dp4a
+ * kernel's time, at T = 1 1.26-1.47x; Q6_K 1.07x at T = 4 and slower at T = 1. */
+#define MVQ_MMA_DEFAULT 1
+static int g_mvq_mma = -1;
+extern "C" void snug_cuda_matvec_mma(int mask) {
+    g_mvq_mma = mask >= 0 && mask <= 15 ? mask : -1;
+}
+
 /* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec. The caller has
  * checked the type (snug_cu_mvq_supported), n_in % 256 (K types) or % 32, 1 <= T <= 8 and
  * the work size (snug_cu_mvq_work_bytes). */
@@ -446,9 +467,19 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         const char *e = getenv("SNUG_MVQ_ROWS");
         snug_cuda_matvec_tune(e ? atoi(e) : MVQ_ROWS);
     }
+    if (g_mvq_mma < 0) {
+        const char *e = getenv("SNUG_MVQ_MMA");
+        snug_cuda_matvec_mma(e ? atoi(e) : MVQ_MMA_DEFAULT);
+        if (g_mvq_mma < 0) g_mvq_mma = MVQ_MMA_DEFAULT;
+    }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     const uint8_t *wb = (const uint8_t *)w;
     int ni = (int)n_in;
+    int mma_bit = (type == SNUG_DTYPE_Q4_K ? 1 : type == SNUG_DTYPE_Q6_K ? 4 : 0) << (T == 1);
+    if (g_mvq_mma & mma_bit) {
+        mmv_launch(type, s, wb, rb, ni, n_out, qx, ds, T, y);
+        return snug_cu_launched(err, "mmv");
+    }
     switch (type) {
     case SNUG_DTYPE_Q4_K:
         mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
@@ -471,8 +502,9 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
  * per 32-element sub-block one mma.m16n8k32 (s8 × s8 → s32) gives the 16 × 8 exact integer dots
  * Σ q·x̃ of the warp's rows and the tile's slots, then each is scaled as the dp4a unit does it
  * (d·sc · d_x · dot − dmin·m · d_x·Σx̃) into f32. Both fragments come straight from global
- * memory with 32-bit loads: row g's nibbles of sub-block j sit in 16 + 32·(j/2) .. of its
- * 144-byte block (low nibbles for even j, high for odd), a slot's int8 x̃ in qx.
+ * memory (mmq_sb below): row g's nibbles of sub-block j sit in 16 + 32·(j/2) .. of its
+ * 144-byte block (low nibbles for even j, high for odd), a slot's int8 x̃ in qx. The same
+ * super-block steps serve the dense products of 2..8 tokens (k_mmv, a verification's rows).
  * Fragment layouts (PTX ISA, mma.m16n8k32 .s8): A: a0/a2 row groupID, a1/a3 row groupID + 8,
  * k = 4·(lane%4) + 0..3 (a0, a1) and + 16 (a2, a3); B: b0 k = 4·(lane%4) + 0..3, b1 + 16,
  * column groupID; C: c0/c1 row groupID, columns 2·(lane%4) + 0/1, c2/c3 row groupID + 8. */
@@ -485,60 +517,54 @@ __device__ __forceinline__ void mma_s8_16832(int &c0, int &c1, int &c2, int &c3,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Byte i (0..11) of a Q4_K block's scale field, from the block's first 16 bytes. */
-__device__ __forceinline__ uint32_t q4k_sbyte(uint4 hd, int i) {
-    uint32_t w = i < 4 ? hd.y : i < 8 ? hd.z : hd.w;
-    return (w >> (8 * (i & 3))) & 0xffu;
-}
-/* d·sc and dmin·m of sub-block j (the 6-bit pairs of ggml's Q4_K scale field). */
-__device__ __forceinline__ void q4k_scale(uint4 hd, int j, float *dsc, float *dm) {
-    uint32_t sc, m;
-    if (j < 4) {
-        sc = q4k_sbyte(hd, j) & 63u;
-        m = q4k_sbyte(hd, j + 4) & 63u;
-    } else {
-        sc = (q4k_sbyte(hd, j + 4) & 0xfu) | ((q4k_sbyte(hd, j - 4) >> 6) << 4);
-        m = (q4k_sbyte(hd, j + 4) >> 4) | ((q4k_sbyte(hd, j) >> 6) << 4);
-    }
-    float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
-    float dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-    *dsc = d * (float)sc;
-    *dm = dmin * (float)m;
-}
-
 #define MMQ_ROWS 64 /* weight rows per block: 4 warps × 16 */
 
 /* One 256-element super-block of the warp's two rows (a: row groupID, b: groupID + 8) against
- * the lane's slots: acc[0..3] = (a, t0), (a, t1), (b, t0), (b, t1) as the C fragment lays them.
- * xr: the lane's B-fragment x̃ row (NULL past the tile); ds0/ds1: the C columns' x scales. */
+ * the lane's token: acc[0..3] = (a, t0), (a, t1), (b, t0), (b, t1) as the C fragment lays them.
+ * xr: the lane's B-fragment token's x̃ row (NULL past the tile); ds0/ds1: the C columns' x
+ * scales; q = lane % 4. */
 template <int TYPE> struct mmq_sb;
 
+/* Q4_K: the dot over a sub-block's 32 elements does not depend on their order, so the k index
+ * of the fragments is permuted to make each lane's bytes contiguous: fragment k = 4q + i (a0,
+ * b0) is element 8q + i and k = 16 + 4q + i (a2, b1) is element 8q + 4 + i, for A and B alike.
+ * A lane then reads one 8-byte word of each row's 32-byte qs group c (low nibbles: sub-block
+ * 2c, high: 2c + 1) and one of x̃ per sub-block, four lanes covering a 32-byte sector. */
 template <> struct mmq_sb<SNUG_DTYPE_Q4_K> {
-    static constexpr int BYTES = 144;
+    static constexpr int BYTES = 144, UNROLL = 2; /* super-blocks per step of k_mmv's loop */
     __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
                                                const int8_t *xr, const float2 *ds0,
                                                const float2 *ds1, int sb, int q, float *acc) {
         uint4 ha = __ldg((const uint4 *)ba), hb = __ldg((const uint4 *)bb);
+        uint2 wa[4], wb[4], xa[4], xb[4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int qo = 16 + 32 * (j >> 1) + 4 * q, sh = 4 * (j & 1);
-            uint32_t a0 = (__ldg((const uint32_t *)(ba + qo)) >> sh) & 0x0f0f0f0fu;
-            uint32_t a2 = (__ldg((const uint32_t *)(ba + qo + 16)) >> sh) & 0x0f0f0f0fu;
-            uint32_t a1 = (__ldg((const uint32_t *)(bb + qo)) >> sh) & 0x0f0f0f0fu;
-            uint32_t a3 = (__ldg((const uint32_t *)(bb + qo + 16)) >> sh) & 0x0f0f0f0fu;
-            int ke = 256 * sb + 32 * j;
-            uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke)) : 0u;
-            uint32_t b1 = xr ? __ldg((const uint32_t *)(xr + ke + 16)) : 0u;
-            int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-            mma_s8_16832(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
-            float dA, mA, dB, mB;
-            q4k_scale(ha, j, &dA, &mA);
-            q4k_scale(hb, j, &dB, &mB);
-            float2 x0 = __ldg(ds0 + 8 * sb + j), x1 = __ldg(ds1 + 8 * sb + j);
-            acc[0] += dA * x0.x * (float)c0 - mA * x0.y;
-            acc[1] += dA * x1.x * (float)c1 - mA * x1.y;
-            acc[2] += dB * x0.x * (float)c2 - mB * x0.y;
-            acc[3] += dB * x1.x * (float)c3 - mB * x1.y;
+        for (int c = 0; c < 4; c++) {
+            wa[c] = __ldg((const uint2 *)(ba + 16 + 32 * c + 8 * q));
+            wb[c] = __ldg((const uint2 *)(bb + 16 + 32 * c + 8 * q));
+            const int8_t *xp = xr + 256 * sb + 64 * c + 8 * q;
+            xa[c] = xr ? __ldg((const uint2 *)xp) : make_uint2(0u, 0u);
+            xb[c] = xr ? __ldg((const uint2 *)(xp + 32)) : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float dA[2], mA[2], dB[2], mB[2]; /* [sub-block 2c, 2c + 1] */
+            q4k_pair(ha, c, &dA[0], &dA[1], &mA[0], &mA[1]);
+            q4k_pair(hb, c, &dB[0], &dB[1], &mB[0], &mB[1]);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                uint32_t sh = 4u * (uint32_t)hi;
+                int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+                uint2 xv = hi ? xb[c] : xa[c];
+                mma_s8_16832(c0, c1, c2, c3, (wa[c].x >> sh) & 0x0f0f0f0fu,
+                             (wb[c].x >> sh) & 0x0f0f0f0fu, (wa[c].y >> sh) & 0x0f0f0f0fu,
+                             (wb[c].y >> sh) & 0x0f0f0f0fu, xv.x, xv.y);
+                int j = 8 * sb + 2 * c + hi;
+                float2 x0 = __ldg(ds0 + j), x1 = __ldg(ds1 + j);
+                acc[0] += dA[hi] * x0.x * (float)c0 - mA[hi] * x0.y;
+                acc[1] += dA[hi] * x1.x * (float)c1 - mA[hi] * x1.y;
+                acc[2] += dB[hi] * x0.x * (float)c2 - mB[hi] * x0.y;
+                acc[3] += dB[hi] * x1.x * (float)c3 - mB[hi] * x1.y;
+            }
         }
     }
 };
@@ -565,7 +591,7 @@ __device__ __forceinline__ uint32_t q6k_word(const uint8_t *b, int h, int qq, in
 }
 
 template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
-    static constexpr int BYTES = 210;
+    static constexpr int BYTES = 210, UNROLL = 1;
     __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
                                                const int8_t *xr, const float2 *ds0,
                                                const float2 *ds1, int sb, int q, float *acc) {
@@ -580,7 +606,7 @@ template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
             for (int half = 0; half < 2; half++) {
                 int l = 16 * half + 4 * q;
                 uint32_t a0 = q6k_word(ba, h, qq, l), a1 = q6k_word(bb, h, qq, l);
-                uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke + 16 * half)) : 0u;
+                uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke + 16 * half + 4 * q)) : 0u;
                 int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
                 mma_s8_16816(c0, c1, c2, c3, a0, a1, b0);
                 float sa = da * (float)__ldg(sca + half), sbv = db * (float)__ldg(scb + half);
@@ -610,7 +636,7 @@ __global__ void __launch_bounds__(128)
     const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
     int nb = n_in >> 5, nsb = n_in >> 8;
     /* B fragment: this lane's slot is grp (none past the tile); C columns 2q, 2q + 1 */
-    const int8_t *xr = grp < n ? qx + (size_t)(s0 + grp) * n_in + 4 * q : NULL;
+    const int8_t *xr = grp < n ? qx + (size_t)(s0 + grp) * n_in : NULL;
     int t0 = 2 * q, t1 = 2 * q + 1;
     const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
     const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
@@ -626,6 +652,70 @@ __global__ void __launch_bounds__(128)
     if (rb < n_out) {
         if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc[2];
         if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc[3];
+    }
+}
+
+/* Dense products of T <= 8 tokens on the same tensor-core steps: a block of NW warps owns 16
+ * rows (the A fragment's two row groups) and its warps split the row's super-blocks (warp w
+ * takes w, w + NW, ...), so a row's bytes are read by NW warps at once; the partial C fragments
+ * meet in shared memory. Every token is one B column (columns past T are zeros), so the work per
+ * weight byte does not grow with T: a verification of 3 drafts reads the weights once at the
+ * cost of one token. */
+template <int TYPE, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW) /* at most 128 registers */
+    k_mmv(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
+          const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
+          float *__restrict__ y) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
+    int64_t ra = (int64_t)blockIdx.x * 16 + grp, rb = ra + 8;
+    const uint8_t *wa = w + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
+    const uint8_t *wb = w + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
+    int nb = n_in >> 5, nsb = n_in >> 8;
+    const int8_t *xr = grp < T ? qx + (size_t)grp * n_in : NULL;
+    int t0 = 2 * q, t1 = 2 * q + 1;
+    const float2 *ds0 = ds + (size_t)(t0 < T ? t0 : 0) * nb;
+    const float2 *ds1 = ds + (size_t)(t1 < T ? t1 : 0) * nb;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    constexpr int B = mmq_sb<TYPE>::BYTES, U = mmq_sb<TYPE>::UNROLL;
+#pragma unroll U
+    for (int sb = wid; sb < nsb; sb += NW)
+        mmq_sb<TYPE>::run(wa + (size_t)sb * B, wb + (size_t)sb * B, xr, ds0, ds1, sb, q, acc);
+    __shared__ float part[NW][4][32];
+    if (NW > 1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[wid][i][lane] = acc[i];
+        __syncthreads();
+        if (wid) return;
+        for (int k = 1; k < NW; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] += part[k][i][lane];
+    }
+    if (ra < n_out) {
+        if (t0 < T) y[(size_t)t0 * n_out + ra] = acc[0];
+        if (t1 < T) y[(size_t)t1 * n_out + ra] = acc[1];
+    }
+    if (rb < n_out) {
+        if (t0 < T) y[(size_t)t0 * n_out + rb] = acc[2];
+        if (t1 < T) y[(size_t)t1 * n_out + rb] = acc[3];
+    }
+}
+
+/* The dense tensor-core product (k_mmv) for Q4_K / Q6_K: 4 warps per 16 rows, 8 for rows of
+ * more than 32 super-blocks. */
+static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
+    unsigned blocks = (unsigned)((n_out + 15) / 16);
+    bool wide = n_in / 256 > 32;
+    if (type == SNUG_DTYPE_Q4_K) {
+        if (wide)
+            k_mmv<SNUG_DTYPE_Q4_K, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        else
+            k_mmv<SNUG_DTYPE_Q4_K, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+    } else {
+        if (wide)
+            k_mmv<SNUG_DTYPE_Q6_K, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        else
+            k_mmv<SNUG_DTYPE_Q6_K, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
     }
 }
 

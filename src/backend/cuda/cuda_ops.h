@@ -61,6 +61,11 @@ bool snug_cuda_matvec_int8(uint32_t type);
 /* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
+/* Which Q4_K / Q6_K products of T <= SNUG_CUDA_MATVEC_MAX_T tokens run on int8 tensor cores
+ * instead of dp4a, a mask: 1 Q4_K with T >= 2 (the default), 2 Q4_K with T = 1, 4 Q6_K with
+ * T >= 2, 8 Q6_K with T = 1; -1 the env's or the default. A tuning knob for tests and benchmarks
+ * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
+void snug_cuda_matvec_mma(int mask);
 /* The same kind of knobs for the decode attention (1 = grouped per KV head, 0 = per query
  * head) and the prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the
  * choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
