@@ -105,7 +105,7 @@ enum cli_shared_id {
     {.id = CLI_O_CHUNK, .names = "--chunk", .kind = CLI_INT, .meta = "N|auto", .lo = 1,            \
      .hi = 1 << 20, .word = "auto", .def = "auto",                                                 \
      .help = "prompt tokens per forward step (at most the context); auto: on cuda the largest "    \
-             "of 512, 1024, 2048, 4096 whose plan still fits the budget once the context is "      \
+             "of 512, 1024, 2048 whose plan still fits the budget once the context is "            \
              "settled, on the cpu 512 (docs/memory.md)"}
 
 /* --backend, --vram-budget, --cuda-profile (cli_backend.c) */

@@ -10,7 +10,7 @@
    the trained length. Cases: --kv auto with a budget and 2 slots; a fixed format with an
    automatic context; no sizing flags at all (the physical memory minus the margin).
 3. The prompt chunk (`--chunk N|auto`, snug_plan_chunk): `snug plan --backend cuda --chunk
-   auto` on the 27B prints the chunk and why — the cap 4096 for a short context in 23.5 GiB, the
+   auto` on the 27B prints the chunk and why — the cap 2048 for a short context in 23.5 GiB, the
    base 512 where the largest context leaves no room, the same automatic context as `--chunk
    512`; an explicit chunk wins; the cpu keeps 512; no budget on cuda takes the cap. Then `snug
    run`, `snug serve` (the boot line's `--chunk` pasted back) and `snug bench-local` take the
@@ -143,11 +143,11 @@ def check_chunk_plan(r):
     short = [*base, "--vram-budget", "23.5GiB", "--ctx", "8192", "--kv", "q8_0"]
     p = snug("plan", *short, "--chunk", "auto")
     head = p.stdout.splitlines()[:2]
-    r.check(p.returncode == 0 and len(head) == 2 and ", chunk 4096, " in head[0]
-            and head[1] == "chunk 4096 (auto: the largest of 512..4096 that fits 23.50 GiB)",
+    r.check(p.returncode == 0 and len(head) == 2 and ", chunk 2048, " in head[0]
+            and head[1] == "chunk 2048 (auto: the largest of 512..2048 that fits 23.50 GiB)",
             f"plan --chunk auto, 8192 tokens in 23.5 GiB: the cap, and why ({head})")
     j = plan_json(*short)  # auto is the default on cuda
-    r.check(j["chunk"] == 4096 and j["fits"] and j["chunk_why"].startswith("4096 (auto:"),
+    r.check(j["chunk"] == 2048 and j["fits"] and j["chunk_why"].startswith("2048 (auto:"),
             f"the default on cuda is auto: chunk {j['chunk']} ({j['chunk_why']})")
     j512 = plan_json(*short, "--chunk", "512")
     r.check(j512["chunk"] == 512 and j["items"]["work arena (per chunk)"] >
@@ -161,7 +161,7 @@ def check_chunk_plan(r):
                 f"--ctx max --kv {kv}: context {a['ctx']} as at chunk 512 ({b['ctx']}), chunk "
                 f"{a['chunk']}, {a['total_bytes']} bytes")
         if kv == "q8_0":  # the largest context leaves no room for a larger chunk
-            r.check(a["chunk"] == 512 and "largest of 512..4096" in a["chunk_why"],
+            r.check(a["chunk"] == 512 and "largest of 512..2048" in a["chunk_why"],
                     f"q8_0 at its largest context keeps 512: {a['chunk_why']}")
     # --kv auto: the chunk is in the flags and the why
     k = plan_json(*base, "--vram-budget", "23.5GiB", "--kv", "auto")
@@ -174,7 +174,7 @@ def check_chunk_plan(r):
                   "--backend", "cpu", "--budget", "64GiB", "--ctx", "8192", "--chunk", "auto")
     r.check(c["chunk"] == 512 and "cpu" in c["chunk_why"], f"cpu: {c['chunk_why']}")
     n = plan_json(*base, "--ctx", "8192", "--kv", "q8_0")
-    r.check(n["chunk"] == 4096 and "no budget" in n["chunk_why"], f"no budget: {n['chunk_why']}")
+    r.check(n["chunk"] == 2048 and "no budget" in n["chunk_why"], f"no budget: {n['chunk_why']}")
     bad = snug("plan", *short, "--chunk", "lots")
     r.check(bad.returncode == 2 and "auto" in bad.stderr, "--chunk takes N or auto")
 

@@ -282,8 +282,11 @@ static void test_chunk(void) {
     struct snug_plan_limits l = limits(SNUG_BACKEND_CUDA, 0, SNUG_KV_Q8_0);
     l.n_ctx = 8192;
     l.n_chunk = SNUG_PLAN_CHUNK_AUTO;
+    CHECK(SNUG_PLAN_CHUNK_CAP == 2048);
     CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == SNUG_PLAN_CHUNK_CAP);
     CHECK(why == SNUG_PLAN_CHUNK_FITS);
+    /* the cap holds where twice it would fit too */
+    CHECK(total_chunk(&hp, &w, l, 8192, 2 * SNUG_PLAN_CHUNK_CAP) <= budget);
     CHECK(total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_CAP) >
           total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_BASE));
     struct snug_plan_auto_req req = {.lim = l, .budget = budget};
@@ -291,18 +294,20 @@ static void test_chunk(void) {
     CHECK(a.n_chunk == SNUG_PLAN_CHUNK_CAP && a.plan.lim.n_chunk == SNUG_PLAN_CHUNK_CAP);
     CHECK(a.plan.device_total <= budget && a.chunk_why == SNUG_PLAN_CHUNK_FITS);
     snug_plan_auto_flags(&a, line, sizeof line);
-    CHECKF(strstr(line, " --chunk 4096 --spec-draft 0 (") != NULL &&
-               strstr(line, "; chunk 4096 (auto: the largest of 512..4096 that fits 23.50 GiB)"),
+    CHECKF(strstr(line, " --chunk 2048 --spec-draft 0 (") != NULL &&
+               strstr(line, "; chunk 2048 (auto: the largest of 512..2048 that fits 23.50 GiB)"),
            "%s", line);
 
     /* a budget that fits this context only at the base chunk: the base chunk */
     const uint64_t tight = total_chunk(&hp, &w, l, 8192, SNUG_PLAN_CHUNK_BASE);
     CHECK(snug_plan_chunk(&hp, &w, &l, tight, &why) == SNUG_PLAN_CHUNK_BASE);
     CHECK(why == SNUG_PLAN_CHUNK_FITS);
-    /* ... and one that fits 2048 but not 4096: 2048 */
-    const uint64_t mid = total_chunk(&hp, &w, l, 8192, 2048);
-    CHECK(snug_plan_chunk(&hp, &w, &l, mid, &why) == 2048);
-    CHECK(snug_plan_chunk(&hp, &w, &l, mid - 1, &why) == 1024);
+    CHECK(snug_plan_chunk(&hp, &w, &l, tight - 1, &why) == SNUG_PLAN_CHUNK_BASE);
+    /* ... and one that fits 1024 but not 2048: 1024 */
+    const uint64_t mid = total_chunk(&hp, &w, l, 8192, 1024);
+    CHECK(mid > tight && total_chunk(&hp, &w, l, 8192, 2048) > mid);
+    CHECK(snug_plan_chunk(&hp, &w, &l, mid, &why) == 1024 && why == SNUG_PLAN_CHUNK_FITS);
+    CHECK(snug_plan_chunk(&hp, &w, &l, mid - 1, &why) == SNUG_PLAN_CHUNK_BASE);
     /* an explicit chunk wins (clamped to the context), whatever the budget */
     l.n_chunk = 1024;
     CHECK(snug_plan_chunk(&hp, &w, &l, budget, &why) == 1024 && why == SNUG_PLAN_CHUNK_GIVEN);
@@ -380,10 +385,10 @@ static void test_chunk(void) {
     CHECK(larger); /* some row had room for a larger chunk */
 
     /* the reasons as printed */
-    snug_plan_chunk_str(2048, SNUG_PLAN_CHUNK_FITS, budget, line, sizeof line);
-    CHECKF(!strcmp(line, "2048 (auto: the largest of 512..4096 that fits 23.50 GiB)"), "%s", line);
-    snug_plan_chunk_str(4096, SNUG_PLAN_CHUNK_NO_BUDGET, 0, line, sizeof line);
-    CHECKF(!strcmp(line, "4096 (auto: the cap 4096; no budget to fit)"), "%s", line);
+    snug_plan_chunk_str(1024, SNUG_PLAN_CHUNK_FITS, budget, line, sizeof line);
+    CHECKF(!strcmp(line, "1024 (auto: the largest of 512..2048 that fits 23.50 GiB)"), "%s", line);
+    snug_plan_chunk_str(2048, SNUG_PLAN_CHUNK_NO_BUDGET, 0, line, sizeof line);
+    CHECKF(!strcmp(line, "2048 (auto: the cap 2048; no budget to fit)"), "%s", line);
 }
 
 int main(void) {
