@@ -8,13 +8,14 @@
 #     gpu__time_duration, the clocks left as found), summed per kernel and divided by the steps
 #     (eager steps, SNUG_CUDA_GRAPHS=0: ncu times each kernel in isolation either way, so the sum
 #     is the kernels' own time, without the gaps between launches, which the step's wall time
-#     adds); the wall time per step from part 1 next to it;
+#     adds); the wall time per step from part 1 next to it; PROF_DRAFT=k profiles speculative
+#     steps with k drafts instead (steps counted by their output products: k drafts + 1 verify);
 #  3. with DETAIL=1, ncu's speed-of-light, occupancy, launch and warp-state sections for the
 #     first decode matvecs (kernel names matching DETAIL_K, default k_mvq).
 # The model: MODEL, or the 27B preset written here with LAYERS layers (default 16: the same
 # matrix shapes, a quarter of the layers, written in a quarter of the time).
 # Not in ctest (needs a GPU and ncu). Carry: D/lib.tar.xz (snug, libsnug_cuda.so, lib/).
-# Usage on the device: [MODEL=PATH] [LAYERS=16] [KV=q8_0] [STEPS=3] [AB=...] [REPS=2] [DRAFTS="0 3"] [PROFILE=0] [DETAIL=1]
+# Usage on the device: [MODEL=PATH] [LAYERS=16] [KV=q8_0] [STEPS=3] [AB=...] [REPS=2] [DRAFTS="0 3"] [PROFILE=0] [PROF_DRAFT=3] [DETAIL=1]
 #   sh tests/device/run_decode_profile.sh D OUTDIR
 # Prints the decode lines, a table (kernel, calls per step, µs per step, share) and
 # "decode profile: done".
@@ -58,15 +59,18 @@ done
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
 SNUG_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
   "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "hello there" \
-  -n "$STEPS" --temp 0 > "$O/ncu.csv" 2> "$O/run.err"
+  -n "$STEPS" --temp 0 --spec-draft "${PROF_DRAFT:-0}" > "$O/ncu.csv" 2> "$O/run.err"
 echo "ncu rc=$? ($(wc -l < "$O/ncu.csv") lines)"
-python3 - "$O/ncu.csv" <<'PY'
+python3 - "$O/ncu.csv" "${PROF_DRAFT:-0}" <<'PY'
 import csv, re, sys, collections
 rows = list(csv.reader(open(sys.argv[1])))
+drafts = int(sys.argv[2])
 hdr = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 h = rows[hdr]
 ki, mi, vi, ui = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value"), h.index("Metric Unit")
+gi = h.index("Grid Size") if "Grid Size" in h else None
 ks = []
+grids = []
 for r in rows[hdr + 1:]:
     if len(r) <= vi or r[mi] != "gpu__time_duration.sum":
         continue
@@ -79,12 +83,25 @@ for r in rows[hdr + 1:]:
     if name.startswith("k_mvq") or name.startswith("k_mv"):
         name = full.split("(")[0].strip().split(" ")[-1]
     ks.append((name, us))
+    grids.append(r[gi] if gi is not None else "")
 # the decode steps: from the second embedding gather on (the first is the prompt's)
 starts = [i for i, (n, _) in enumerate(ks) if n.startswith("k_embed")]
 if len(starts) < 3:
     print("too few steps found:", len(starts)); sys.exit(0)
 seg = ks[starts[1]:starts[-1]]
 steps = len(starts) - 2
+if drafts > 0:
+    # speculative steps (PROF_DRAFT=k): every step ends each of its k drafts and its
+    # verification with the output product, the launch with the largest grid; everything after
+    # the prompt's step, divided by those launches / (k + 1)
+    def gx(g):
+        m = re.match(r"[(]?\s*(\d+)", g)
+        return int(m.group(1)) if m else 0
+    big = max(gx(g) for g in grids[starts[1]:])
+    heads = sum(1 for g in grids[starts[1]:] if gx(g) == big)
+    seg = ks[starts[1]:]
+    steps = max(1, heads // (drafts + 1))
+    print(f"speculative steps with {drafts} drafts: {heads} output products -> {steps} steps")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for n, us in seg:
     tot[n] += us; cnt[n] += 1
