@@ -205,7 +205,7 @@ static const struct cli_opt OPTS[] = {
      .meta = "N",
      .lo = 1,
      .hi = 1 << 20,
-     .def = "the chunk",
+     .def = "the chunk; at most 512 with several slots",
      .help = "prompt tokens a new request adds per engine step, beside the other slots' decode "
              "rows (at most the chunk); smaller keeps their streams smoother while a long prompt "
              "is admitted"},

@@ -33,6 +33,7 @@
 
 #include "model/ctx_prefix.h"
 #include "model/model.h"
+#include "plan/plan_auto.h"
 #include "prefix/prefix.h"
 #include "prefix/prefix_sched.h"
 
@@ -875,8 +876,13 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
     e->venc = o->vision;
-    e->prompt_budget =
-        o->prompt_budget > 0 && o->prompt_budget < e->n_chunk ? o->prompt_budget : e->n_chunk;
+    /* the prompt rows a prefilling slot adds to a step: --step-prompt, else the whole chunk
+     * with one slot (nobody else streams) and at most the base chunk with several (a large
+     * automatic chunk would make the other streams wait that much longer per token) */
+    int32_t pb = o->prompt_budget > 0 ? o->prompt_budget
+                 : o->n_slots > 1     ? SNUG_MIN(e->n_chunk, SNUG_PLAN_CHUNK_BASE)
+                                      : e->n_chunk;
+    e->prompt_budget = SNUG_MIN(pb, e->n_chunk);
     e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
     e->b_row0 = snug_calloc((size_t)e->n_slots, sizeof *e->b_row0);
     e->b_nrows = snug_calloc((size_t)e->n_slots, sizeof *e->b_nrows);

@@ -147,8 +147,8 @@ struct snug_engine_opts {
     int32_t cache_every;        /* its checkpoint interval in tokens */
     int32_t n_chunk;            /* rows per step (the plan's chunk); 0 = 512; at most n_ctx */
     int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step (the chunk
-                                   beside the other slots' decode rows); 0 = n_chunk; never more
-                                   than n_chunk */
+                                   beside the other slots' decode rows); 0 = n_chunk with one
+                                   slot, at most 512 with several; never more than n_chunk */
     struct snug_vision_encoder *vision; /* the vision tower's encoder (borrowed) or NULL */
 };
 
