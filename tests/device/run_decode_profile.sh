@@ -76,12 +76,12 @@ for r in rows[hdr + 1:]:
         continue
     v = float(r[vi].replace(",", ""))
     unit = r[ui]
-    us = v / 1000.0 if unit == "nsecond" else v * 1000.0 if unit == "msecond" else v
+    # ncu names the unit "nsecond" / "usecond" / "msecond" or, in newer versions, "ns" / "us" / "ms"
+    us = v / 1000.0 if unit in ("nsecond", "ns") else v * 1000.0 if unit in ("msecond", "ms") else v
     full = r[ki]
-    name = re.split(r"[(]", full)[0].strip().split(" ")[-1]
-    # keep template arguments of the matvec (type, tokens, rows) apart
-    if name.startswith("k_mvq") or name.startswith("k_mv"):
-        name = full.split("(")[0].strip().split(" ")[-1]
+    # the name before its argument list, without a return type; template arguments (a matvec's
+    # type, tokens and rows) kept, their spaces dropped
+    name = re.sub(r"^void\s+", "", full.split("(")[0].strip()).replace(" ", "")
     ks.append((name, us))
     grids.append(r[gi] if gi is not None else "")
 # the decode steps: from the second embedding gather on (the first is the prompt's)
