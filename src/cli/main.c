@@ -31,6 +31,9 @@ int cli_fail(const char *cmd, const struct snug_err *err) {
 #ifndef SNUG_VERSION
 #define SNUG_VERSION "0.0.0"
 #endif
+#ifdef SNUG_HAVE_COMMIT_H
+#include "snug_commit.h" /* SNUG_GIT_COMMIT at build time (cmake/snug_commit.cmake) */
+#endif
 #ifndef SNUG_GIT_COMMIT
 #define SNUG_GIT_COMMIT "unknown"
 #endif

@@ -555,6 +555,12 @@ def test_cli(res, model, tmp):
     p = subprocess.run([SNUG, "--version"], capture_output=True, text=True)
     res.check(p.returncode == 0 and "commit" in p.stdout and "CUDA" in p.stdout and
               "SIMD" in p.stdout, f"snug --version: {p.stdout.strip()!r}")
+    # the commit is the one built (written at build time, not when the tree was configured)
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+    if head.returncode == 0:
+        res.check(f"(commit {head.stdout.strip()}" in p.stdout,
+                  f"snug --version names HEAD {head.stdout.strip()}: {p.stdout.splitlines()[0]!r}")
     hp = subprocess.run([SNUG, "serve", "--help"], capture_output=True, text=True)
     h = hp.stdout
     src = open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "cli",
