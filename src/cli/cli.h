@@ -213,6 +213,9 @@ bool cli_chunk_opt(int id, const struct cli_val *v, int32_t *chunk);
 void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp);
 /* backend cuda: print the device memory in use (cudaMemGetInfo) to stderr, tagged `when`. */
 void cli_backend_report(const struct cli_backend *b, const char *when);
+/* The CUDA device's free bytes (cudaMemGetInfo through the loaded backend); 0 when the backend
+ * cannot be loaded or asked (cli_backend.c). */
+size_t cli_cuda_free(void);
 
 /* The memory plan at boot (cli_plan.c): size the context about to be created by itself
  * (cp->n_ctx 0 = the largest that fits, kv_code SNUG_PLAN_KV_AUTO = the least lossy format

@@ -84,13 +84,8 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
             req.host_memory = base - vision_bytes;
     }
     /* no --vram-budget on CUDA: the device's free memory (minus the stated margin) */
-    const struct snug_backend_module *mod;
-    size_t dev_free = 0, dev_total = 0;
-    struct snug_err e2 = {0};
-    if (o->backend == 1 && !req.budget &&
-        snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
-        mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
-        req.device_free = dev_free > vision_bytes ? dev_free - vision_bytes : 0;
+    size_t dev_free = o->backend == 1 && !req.budget ? cli_cuda_free() : 0;
+    if (dev_free) req.device_free = dev_free > vision_bytes ? dev_free - vision_bytes : 0;
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     /* the prefix cache's RAM tier (--cache-ram auto unless given: plan_cache.h's rule); on the

@@ -20,13 +20,22 @@ void cli_backend_params(const struct cli_backend *b, struct snug_ctx_params *cp)
     if (b->backend == 1) snug_log_set_level(SNUG_LOG_INFO); /* device memory before / after load */
 }
 
-void cli_backend_report(const struct cli_backend *b, const char *when) {
-    size_t fr = 0, tot = 0;
+/* The device's free and total bytes; false when the backend cannot be loaded or asked. */
+static bool cuda_mem(size_t *fr, size_t *tot) {
     struct snug_err e = {0};
     const struct snug_backend_module *mod;
-    if (b->backend != 1 || snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e) ||
-        mod->mem_info(&fr, &tot, &e))
-        return;
+    return snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e) == SNUG_OK &&
+           mod->mem_info(fr, tot, &e) == SNUG_OK;
+}
+
+size_t cli_cuda_free(void) {
+    size_t fr = 0, tot = 0;
+    return cuda_mem(&fr, &tot) ? fr : 0;
+}
+
+void cli_backend_report(const struct cli_backend *b, const char *when) {
+    size_t fr = 0, tot = 0;
+    if (b->backend != 1 || !cuda_mem(&fr, &tot)) return;
     fprintf(stderr, "cuda: device memory used %.1f MiB of %.1f MiB %s\n", (tot - fr) / 1048576.0,
             tot / 1048576.0, when);
 }

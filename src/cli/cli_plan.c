@@ -16,11 +16,16 @@
 #include <stdio.h>
 #include <unistd.h>
 
-int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_params *cp,
-                  int32_t kv_code, uint64_t budget, struct snug_err *err) {
+/* The threads the context will run with: the context's, else the model's, else every CPU. */
+static int32_t plan_threads(const struct snug_model *m, const struct snug_ctx_params *cp) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int32_t threads = cp->n_threads ? cp->n_threads : m->n_threads;
-    if (threads <= 0) threads = online > 0 ? (int32_t)online : 1;
+    return threads > 0 ? threads : online > 0 ? (int32_t)online : 1;
+}
+
+int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_params *cp,
+                  int32_t kv_code, uint64_t budget, struct snug_err *err) {
+    int32_t threads = plan_threads(m, cp);
     struct snug_plan_auto_req req = {
         .lim = {.n_ctx = cp->n_ctx,
                 .n_slots = 1,
@@ -31,13 +36,7 @@ int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_p
                 .backend = cp->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU},
         .budget = budget,
     };
-    size_t dev_free = 0, dev_total = 0;
-    struct snug_err e2 = {0};
-    const struct snug_backend_module *mod;
-    if (req.lim.backend == SNUG_BACKEND_CUDA && !budget &&
-        snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
-        mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
-        req.device_free = dev_free;
+    if (req.lim.backend == SNUG_BACKEND_CUDA && !budget) req.device_free = cli_cuda_free();
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     static struct snug_plan_auto a; /* a few KiB; the CLI runs one boot at a time */
@@ -64,9 +63,7 @@ int cli_plan_boot(const char *cmd, const struct snug_model *m, struct snug_ctx_p
 
 int32_t cli_chunk_resolve(const char *cmd, const struct snug_model *m,
                           const struct snug_ctx_params *cp, int32_t chunk, uint64_t budget) {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int32_t threads = cp->n_threads ? cp->n_threads : m->n_threads;
-    if (threads <= 0) threads = online > 0 ? (int32_t)online : 1;
+    int32_t threads = plan_threads(m, cp);
     bool pair = cp->kv_type_k != SNUG_KV_F16 || cp->kv_type_v != SNUG_KV_F16;
     struct snug_plan_limits lim = {
         .n_ctx = cp->n_ctx > 0 ? cp->n_ctx : 4096,
@@ -77,12 +74,9 @@ int32_t cli_chunk_resolve(const char *cmd, const struct snug_model *m,
         .kv_type = pair ? snug_kvfmt_code(cp->kv_type_k, cp->kv_type_v) : cp->kv_type,
         .backend = cp->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU};
     /* no budget on cuda: the free device memory minus the margin, as run sizes by */
-    size_t dev_free = 0, dev_total = 0;
-    struct snug_err e2 = {0};
-    const struct snug_backend_module *mod;
+    size_t dev_free = 0;
     if (chunk == SNUG_PLAN_CHUNK_AUTO && lim.backend == SNUG_BACKEND_CUDA && !budget &&
-        snug_backend_module_get(SNUG_BACKEND_CUDA, &mod, &e2) == SNUG_OK &&
-        mod->mem_info(&dev_free, &dev_total, &e2) == SNUG_OK)
+        (dev_free = cli_cuda_free()) > 0)
         budget = snug_plan_default_budget(lim.backend, dev_free, 0);
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
