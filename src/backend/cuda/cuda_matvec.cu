@@ -469,8 +469,8 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
     }
     if (g_mvq_mma < 0) {
         const char *e = getenv("SNUG_MVQ_MMA");
-        snug_cuda_matvec_mma(e ? atoi(e) : MVQ_MMA_DEFAULT);
-        if (g_mvq_mma < 0) g_mvq_mma = MVQ_MMA_DEFAULT;
+        int m = e ? atoi(e) : MVQ_MMA_DEFAULT;
+        g_mvq_mma = m >= 0 && m <= 15 ? m : MVQ_MMA_DEFAULT;
     }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     const uint8_t *wb = (const uint8_t *)w;
@@ -619,6 +619,47 @@ template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
     }
 };
 
+/* A warp's C fragment: 16 weight rows from r0 (this lane's rows ra = r0 + groupID and
+ * rb = ra + 8, rows past n_out re-read the last one) against up to 8 tokens of x̃ rows qx and
+ * scales ds (T of them; this lane's B column groupID, its C columns t0 = 2·(lane%4), t1 = t0 + 1,
+ * columns past T read token 0's scales and are never stored). */
+struct mmq_frag {
+    const uint8_t *wa, *wb;
+    const int8_t *xr; /* NULL past T */
+    const float2 *ds0, *ds1;
+    int64_t ra, rb;
+    int t0, t1, q;
+    __device__ __forceinline__ mmq_frag(const uint8_t *w, size_t row_bytes, int n_in,
+                                        int64_t n_out, const int8_t *qx, const float2 *ds, int T,
+                                        int64_t r0) {
+        int lane = threadIdx.x & 31, grp = lane >> 2, nb = n_in >> 5;
+        q = lane & 3;
+        ra = r0 + grp, rb = ra + 8;
+        wa = w + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
+        wb = w + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
+        xr = grp < T ? qx + (size_t)grp * n_in : NULL;
+        t0 = 2 * q, t1 = 2 * q + 1;
+        ds0 = ds + (size_t)(t0 < T ? t0 : 0) * nb;
+        ds1 = ds + (size_t)(t1 < T ? t1 : 0) * nb;
+    }
+    /* super-block sb of both rows into acc (mmq_sb) */
+    template <int TYPE> __device__ __forceinline__ void step(int sb, float *acc) const {
+        constexpr int B = mmq_sb<TYPE>::BYTES;
+        mmq_sb<TYPE>::run(wa + (size_t)sb * B, wb + (size_t)sb * B, xr, ds0, ds1, sb, q, acc);
+    }
+    /* acc into y [T][n_out] for the rows and tokens that exist */
+    __device__ __forceinline__ void store(const float *acc, int64_t n_out, int T, float *y) const {
+        if (ra < n_out) {
+            if (t0 < T) y[(size_t)t0 * n_out + ra] = acc[0];
+            if (t1 < T) y[(size_t)t1 * n_out + ra] = acc[1];
+        }
+        if (rb < n_out) {
+            if (t0 < T) y[(size_t)t0 * n_out + rb] = acc[2];
+            if (t1 < T) y[(size_t)t1 * n_out + rb] = acc[3];
+        }
+    }
+};
+
 /* The tile's block: 64 rows (warp w: rows 16w..16w+15 of the block) × the tile's slots. */
 template <int TYPE>
 __global__ void __launch_bounds__(128)
@@ -627,32 +668,13 @@ __global__ void __launch_bounds__(128)
               const int32_t *__restrict__ tiles, float *__restrict__ y) {
     int e, s0, n;
     if (!moe_tile(tiles, &e, &s0, &n)) return;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
-    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + wid * 16;
+    int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + (threadIdx.x >> 5) * 16;
     if (r0 >= n_out) return; /* whole warps leave together */
-    int64_t ra = r0 + grp, rb = r0 + grp + 8;
-    const uint8_t *we = w + (uint64_t)e * expert_bytes;
-    const uint8_t *wa = we + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
-    const uint8_t *wb = we + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
-    int nb = n_in >> 5, nsb = n_in >> 8;
-    /* B fragment: this lane's slot is grp (none past the tile); C columns 2q, 2q + 1 */
-    const int8_t *xr = grp < n ? qx + (size_t)(s0 + grp) * n_in : NULL;
-    int t0 = 2 * q, t1 = 2 * q + 1;
-    const float2 *ds0 = ds + (size_t)(s0 + (t0 < n ? t0 : 0)) * nb;
-    const float2 *ds1 = ds + (size_t)(s0 + (t1 < n ? t1 : 0)) * nb;
+    const mmq_frag f(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
+                     qx + (size_t)s0 * n_in, ds + (size_t)s0 * (n_in >> 5), n, r0);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    constexpr int B = mmq_sb<TYPE>::BYTES;
-    for (int sb = 0; sb < nsb; sb++)
-        mmq_sb<TYPE>::run(wa + (size_t)sb * B, wb + (size_t)sb * B, xr, ds0, ds1, sb, q, acc);
-    float *ys = y + (size_t)s0 * n_out;
-    if (ra < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + ra] = acc[0];
-        if (t1 < n) ys[(size_t)t1 * n_out + ra] = acc[1];
-    }
-    if (rb < n_out) {
-        if (t0 < n) ys[(size_t)t0 * n_out + rb] = acc[2];
-        if (t1 < n) ys[(size_t)t1 * n_out + rb] = acc[3];
-    }
+    for (int sb = 0; sb < (n_in >> 8); sb++) f.step<TYPE>(sb, acc);
+    f.store(acc, n_out, n, y + (size_t)s0 * n_out);
 }
 
 /* Dense products of T <= 8 tokens on the same tensor-core steps: a block of NW warps owns 16
@@ -666,20 +688,12 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) /* at most 128 registers */
     k_mmv(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
           const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
           float *__restrict__ y) {
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, grp = lane >> 2, q = lane & 3;
-    int64_t ra = (int64_t)blockIdx.x * 16 + grp, rb = ra + 8;
-    const uint8_t *wa = w + (size_t)(ra < n_out ? ra : n_out - 1) * row_bytes;
-    const uint8_t *wb = w + (size_t)(rb < n_out ? rb : n_out - 1) * row_bytes;
-    int nb = n_in >> 5, nsb = n_in >> 8;
-    const int8_t *xr = grp < T ? qx + (size_t)grp * n_in : NULL;
-    int t0 = 2 * q, t1 = 2 * q + 1;
-    const float2 *ds0 = ds + (size_t)(t0 < T ? t0 : 0) * nb;
-    const float2 *ds1 = ds + (size_t)(t1 < T ? t1 : 0) * nb;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nsb = n_in >> 8;
+    const mmq_frag f(w, row_bytes, n_in, n_out, qx, ds, T, (int64_t)blockIdx.x * 16);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    constexpr int B = mmq_sb<TYPE>::BYTES, U = mmq_sb<TYPE>::UNROLL;
+    constexpr int U = mmq_sb<TYPE>::UNROLL;
 #pragma unroll U
-    for (int sb = wid; sb < nsb; sb += NW)
-        mmq_sb<TYPE>::run(wa + (size_t)sb * B, wb + (size_t)sb * B, xr, ds0, ds1, sb, q, acc);
+    for (int sb = wid; sb < nsb; sb += NW) f.step<TYPE>(sb, acc);
     __shared__ float part[NW][4][32];
     if (NW > 1) {
 #pragma unroll
@@ -690,33 +704,26 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) /* at most 128 registers */
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[i] += part[k][i][lane];
     }
-    if (ra < n_out) {
-        if (t0 < T) y[(size_t)t0 * n_out + ra] = acc[0];
-        if (t1 < T) y[(size_t)t1 * n_out + ra] = acc[1];
-    }
-    if (rb < n_out) {
-        if (t0 < T) y[(size_t)t0 * n_out + rb] = acc[2];
-        if (t1 < T) y[(size_t)t1 * n_out + rb] = acc[3];
-    }
+    f.store(acc, n_out, T, y);
 }
 
 /* The dense tensor-core product (k_mmv) for Q4_K / Q6_K: 4 warps per 16 rows, 8 for rows of
  * more than 32 super-blocks. */
+template <int TYPE>
+static void mmv_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
+                         const int8_t *qx, const float2 *ds, int T, float *y) {
+    unsigned blocks = (unsigned)((n_out + 15) / 16);
+    if (n_in / 256 > 32)
+        k_mmv<TYPE, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+    else
+        k_mmv<TYPE, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+}
 static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
-    unsigned blocks = (unsigned)((n_out + 15) / 16);
-    bool wide = n_in / 256 > 32;
-    if (type == SNUG_DTYPE_Q4_K) {
-        if (wide)
-            k_mmv<SNUG_DTYPE_Q4_K, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
-        else
-            k_mmv<SNUG_DTYPE_Q4_K, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
-    } else {
-        if (wide)
-            k_mmv<SNUG_DTYPE_Q6_K, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
-        else
-            k_mmv<SNUG_DTYPE_Q6_K, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
-    }
+    if (type == SNUG_DTYPE_Q4_K)
+        mmv_launch_t<SNUG_DTYPE_Q4_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
+    else
+        mmv_launch_t<SNUG_DTYPE_Q6_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */
