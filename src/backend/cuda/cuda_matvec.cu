@@ -436,8 +436,9 @@ static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t r
 /* Which Q4_K / Q6_K products take the tensor-core kernel k_mmv instead of the dp4a one, a mask:
  * 1 Q4_K with 2..8 tokens, 2 Q4_K with one, 4 Q6_K with 2..8, 8 Q6_K with one
  * (snug_cuda_matvec_mma; env SNUG_MVQ_MMA at the first call). The default is what measured
- * faster (H100, 27B shapes, docs/perf/cuda-kernels.md): Q4_K at T = 4 0.81-0.90x the dp4a
- * kernel's time, at T = 1 1.26-1.47x; Q6_K 1.07x at T = 4 and slower at T = 1. */
+ * faster on most shapes (H100, 27B shapes, docs/perf/cuda-kernels.md): Q4_K at T = 4
+ * 0.88-0.94x the dp4a kernel's time (but 1.09x on 17408 -> 5120), at T = 8 0.53-0.68x, at
+ * T = 1 1.26-1.47x; Q6_K 1.07-1.17x at T = 4. */
 #define MVQ_MMA_DEFAULT 1
 static int g_mvq_mma = -1;
 extern "C" void snug_cuda_matvec_mma(int mask) {
