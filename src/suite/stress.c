@@ -331,10 +331,14 @@ int snug_ops_stress_parts(const char *list, unsigned *out, char *why, size_t why
         size_t k = 0;
         while (k < n_names && !(strlen(PART_NAMES[k]) == n && !strncmp(PART_NAMES[k], s, n))) k++;
         if (k == n_names) {
-            snprintf(why, why_n,
-                     "unknown part '%.*s': expected ladder, beyond-limit, tool-prefill-100K, "
-                     "tool-prefill-130K, ide-agent-oneshot or multi-turn-agent",
-                     (int)(n > 64 ? 64 : n), s);
+            int o =
+                snprintf(why, why_n, "unknown part '%.*s': expected", (int)(n > 64 ? 64 : n), s);
+            for (size_t i = 0; i < n_names && o >= 0 && (size_t)o < why_n; i++)
+                o += snprintf(why + o, why_n - (size_t)o, "%s %s",
+                              i == 0             ? ""
+                              : i + 1 == n_names ? " or"
+                                                 : ",",
+                              PART_NAMES[i]);
             return -1;
         }
         *out |= 1u << k;
