@@ -186,6 +186,9 @@ struct snug_fwd {
     struct snug_arena *host_work;
     const int32_t *pos_be;
     const int32_t *ids_be; /* NULL, or the step's ids in the backend's memory (pos_be's block) */
+    /* mtp_forward: NULL, or where the last row's greedy token goes (backend memory, the
+     * backend's argmax of its logits row: a draft without a logits read-back) */
+    int32_t *argmax_be;
     /* Multimodal rows (snug_ctx_eval_images, docs/vision.md step 6), host memory
      * (a device forward uploads them: the trunk in qwen35.c, the MTP block in qwen35_mtp.c): NULL,
      * or [T][3] rotary positions (t, h, w) per row, applied by interleaved M-RoPE over

@@ -9,11 +9,10 @@
  * (like vLLM's `spec_step_idx % num_mtp_layers` with one layer and llama.cpp's n_layer_nextn == 1).
  * Every op goes through the step's backend (backend.h), so the block runs on the CPU or the
  * GPU unchanged: f->mtp_hidden_in and the run's hidden_out and kv live in the backend's memory,
- * f->logits on the host. Invariant: scratch comes from mtp_buffers, which
- * snug_qwen35_mtp_work_bytes (the plan) also runs, so a planned work arena always holds an
- * MTP step of n_chunk positions.
- * Read next: src/model/mtp.c (drafting), src/speculative/speculative.c (verification), qwen35.c
- * (the trunk).
+ * f->logits on the host (or, for a draft, only the argmax of the last row, f->argmax_be).
+ * Invariant: scratch comes from mtp_buffers, which snug_qwen35_mtp_work_bytes (the plan) also runs,
+ * so a planned work arena always holds an MTP step of n_chunk positions. Read next: src/model/mtp.c
+ * (drafting), src/speculative/speculative.c (verification), qwen35.c (the trunk).
  */
 #include "arch/qwen35.h"
 
@@ -178,4 +177,9 @@ void snug_qwen35_mtp_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn) 
     float *hout = f->runs[0].hidden_out;
     if (hout) OP(copy, hout, B.xn, (size_t)(T * H) * sizeof(float));
     if (f->logits) snug_fwd_logits(f, B.xn, B.lg);
+    if (f->argmax_be) { /* the draft's token, kept in the backend's memory (a product of its
+                           own: with f->logits too, a test's, lg may be the host's rows) */
+        matmul(f, m->output, B.xn + (T - 1) * H, 1, B.lg);
+        OP(argmax, B.lg, 1, (int64_t)hp->n_vocab, f->argmax_be);
+    }
 }

@@ -91,7 +91,9 @@ struct snug_backend_ops {
     void (*copy2d)(struct snug_be *be, float *dst, int64_t dpitch, const float *src, int64_t spitch,
                    int64_t n, int64_t rows);
     /* x[T][H] = rows ids[t] of the embedding table t (dequantised to f32). host_ids; ids_be NULL
-     * or the same ids in the backend's memory (a device backend then gathers the rows there). */
+     * or the same ids in the backend's memory (a device backend then gathers the rows there).
+     * A device backend also takes host_ids NULL with ids_be for T <= 8 (ids a device op wrote:
+     * an MTP draft's argmax), downloading them where it cannot gather on the device. */
     void (*embed)(struct snug_be *be, const struct snug_gguf_tensor *table,
                   const snug_token *host_ids, const int32_t *ids_be, int64_t T, int64_t H,
                   float *x);
@@ -131,6 +133,10 @@ struct snug_backend_ops {
     /* bytes from src to dst, both in the backend's memory, queued in order with the ops
      * (recurrent-state snapshots and rollback, MTP hidden rows). */
     void (*copy)(struct snug_be *be, void *dst, const void *src, size_t bytes);
+    /* out[r] = the lowest index of the largest of x[r][0..n) for r < rows, all in the backend's
+     * memory (an MTP draft's token without reading its logits back). The rule of a scan
+     * `if (x[i] > x[best]) best = i` from best = 0: a NaN never wins, except at index 0. */
+    void (*argmax)(struct snug_be *be, const float *x, int64_t rows, int64_t n, int32_t *out);
     /* ---- encoder ops (the vision tower, src/vision/vision_backend.c): semantics ops.h
      * snug_op_layernorm, snug_op_bias_act (act: enum snug_act), snug_op_rope_angles (ang
      * [T][head_dim/2] in the backend's memory), snug_op_attention_full (work: the CPU's
@@ -271,7 +277,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 5u
+#define SNUG_BACKEND_ABI 6u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

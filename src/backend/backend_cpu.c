@@ -148,7 +148,7 @@ static void cpu_copy2d(struct snug_be *be, float *dst, int64_t dp, const float *
 }
 static void cpu_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const snug_token *ids,
                       const int32_t *ids_be, int64_t T, int64_t H, float *x) {
-    (void)ids_be;
+    if (!ids) ids = ids_be; /* (this backend's memory is the host's) */
     uint64_t erow = snug_dtype_row_bytes(t->type, (uint64_t)H);
     for (int64_t i = 0; i < T; i++)
         snug_dequantize_row(t->type, (const uint8_t *)t->data + (uint64_t)ids[i] * erow, x + i * H,
@@ -156,6 +156,16 @@ static void cpu_embed(struct snug_be *be, const struct snug_gguf_tensor *t, cons
 }
 static void cpu_copy(struct snug_be *be, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
+}
+static void cpu_argmax(struct snug_be *be, const float *x, int64_t rows, int64_t n, int32_t *out) {
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *v = x + r * n;
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (v[i] > v[best]) best = i;
+        out[r] = (int32_t)best;
+    }
 }
 static void cpu_gather_rows(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
                             int64_t n, int64_t H) {
@@ -278,6 +288,7 @@ static const struct snug_backend_ops CPU_OPS = {
     .moe_matmul = cpu_moe_matmul,
     .add_gated = cpu_add_gated,
     .copy = cpu_copy,
+    .argmax = cpu_argmax,
     .layernorm = cpu_layernorm,
     .bias_act = cpu_bias_act,
     .rope_angles = cpu_rope_angles,

@@ -319,6 +319,7 @@ static uint64_t step_key(const struct snug_fwd *f, void (*fn)(struct snug_fwd *)
     HASH(h, f->mtp_hidden_in);
     HASH(h, f->pos_be);
     HASH(h, f->ids_be);
+    HASH(h, f->argmax_be);
     HASH(h, f->work->base);
     return h;
 }

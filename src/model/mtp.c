@@ -29,13 +29,14 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
 
 /* Lay out (a != NULL) or count the buffers of struct snug_spec; returns the bytes. `dev`
  * selects the group: the rows the MTP forward reads and writes (backend memory: hid, h2, ha,
- * hb, pos_dev) or the host side (ids, positions, logits and probabilities for the sampler). */
+ * hb, pos_dev, draft_dev) or the host side (ids, positions, logits and probabilities for the
+ * sampler). */
 static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
                            bool dev, struct snug_arena *a, struct snug_spec *o) {
     size_t C = (size_t)n_chunk, H = hp->n_embd, V = hp->n_vocab, K1 = (size_t)n_draft + 1;
-    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, 2 * C * 4};
-    void **ddst[] = {(void **)&o->hid, (void **)&o->h2, (void **)&o->ha, (void **)&o->hb,
-                     (void **)&o->pos_dev};
+    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, 2 * C * 4, SNUG_SPEC_MAX_DRAFT * 4};
+    void **ddst[] = {(void **)&o->hid, (void **)&o->h2,      (void **)&o->ha,
+                     (void **)&o->hb,  (void **)&o->pos_dev, (void **)&o->draft_dev};
     size_t P = sizeof(void *);
     size_t hsz[] = {C * 4,  C * 4,     C * 4, K1 * V * 4, V * 4,
                     K1 * 4, C * 3 * 4, C * P, C * 3 * 4,  C * P};
@@ -153,13 +154,16 @@ static void spec_copy(struct snug_spec *sp, void *dst, const void *src, size_t b
 }
 
 /* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids (base: the
- * step's model, backend and work arenas; its own positions go to pos_dev on a device).
+ * step's model, backend and work arenas; its own positions go to pos_dev on a device; ids NULL
+ * on a device: the one id is already in pos_dev's ids half, a draft's argmax copied there).
  * rope3 ([T][3], NULL: 1-D) and embd ([T], NULL: token embeddings only) are the rows' 3-D
  * positions and image input rows; the 3-D rotary is used only when some row's (t, h, w) is not
- * (p, p, p), so text before any image takes the unchanged 1-D path (bit-identical anyway). */
+ * (p, p, p), so text before any image takes the unchanged 1-D path (bit-identical anyway).
+ * Output: logits (all rows or the last) to the host and/or the last row's argmax to argmax_be
+ * (backend memory), or neither (both NULL: only the cache and hout). */
 static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snug_token *ids,
                     int32_t T, snug_pos pos0, const int32_t *rope3, const float *const *embd,
-                    const float *hin, float *hout, float *logits, bool all) {
+                    const float *hin, float *hout, float *logits, bool all, int32_t *argmax_be) {
     bool mm = false, any_embd = false;
     for (int32_t i = 0; i < T; i++) {
         sp->pos[i] = pos0 + i;
@@ -183,12 +187,15 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     f.ids_be = NULL;
     if (sp->be) { /* the step's inputs: positions, then ids (pos_dev is [2][n_chunk]) */
         sp->be->ops->upload(sp->be, sp->pos_dev, sp->pos, (size_t)T * sizeof(int32_t));
-        sp->be->ops->upload(sp->be, sp->pos_dev + sp->n_chunk, ids, (size_t)T * sizeof(int32_t));
+        if (ids)
+            sp->be->ops->upload(sp->be, sp->pos_dev + sp->n_chunk, ids,
+                                (size_t)T * sizeof(int32_t));
         f.pos_be = sp->pos_dev;
         f.ids_be = sp->pos_dev + sp->n_chunk;
     }
     f.T = T;
     f.logits = logits;
+    f.argmax_be = argmax_be;
     f.hook = NULL;
     f.mtp_hidden_in = hin;
     f.rope3 = mm ? rope3 : NULL;
@@ -196,8 +203,10 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     snug_fwd_exec(&f, base->m->arch->mtp_forward);
 }
 
-int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
-                        const float *next_embd, float *sink) {
+/* MTP step 1 over the pending rows (see snug_spec_flush); logits, all and argmax_be as
+ * mtp_run's. */
+static int32_t flush_rows(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
+                          const float *next_embd, float *logits, bool all, int32_t *argmax_be) {
     int32_t P = sp->n_hid;
     if (P == 0) return 0;
     for (int32_t i = 0; i + 1 < P; i++) {
@@ -206,19 +215,23 @@ int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_
     }
     sp->tok[P - 1] = next;
     sp->embd[P - 1] = next_embd;
-    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid_rope3, sp->embd, sp->hid, sp->h2,
-            sink ? sink : sp->logits, sink != NULL);
+    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid_rope3, sp->embd, sp->hid, sp->h2, logits,
+            all, argmax_be);
     spec_copy(sp, sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
-    if (sink) memcpy(sp->logits, sink + (int64_t)(P - 1) * sp->V, (size_t)sp->V * sizeof(float));
     sp->n_hid = 0;
     return P;
+}
+
+int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_token next,
+                        const float *next_embd, float *sink) {
+    return flush_rows(sp, base, next, next_embd, sink, true, NULL);
 }
 
 int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink) {
     int32_t P = sp->n_hid;
     if (P < 2) return 0;
     mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid_rope3, sp->hid_embd + 1,
-            sp->hid, sp->h2, sink, true);
+            sp->hid, sp->h2, sink, true, NULL);
     spec_copy(sp, sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     sp->hid_ids[0] = sp->hid_ids[P - 1];
     memmove(sp->hid_rope3, sp->hid_rope3 + 3 * (P - 1), 3 * sizeof(int32_t));
@@ -238,14 +251,6 @@ void snug_spec_push(struct snug_spec *sp, const snug_token *ids, int32_t T, snug
     }
     sp->hid_pos0 = pos0;
     sp->n_hid = T;
-}
-
-/* Lowest index of the largest value (ties -> lowest id, like the greedy sampler). */
-static snug_token argmax(const float *x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (snug_token)best;
 }
 
 int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n_past,
@@ -268,19 +273,35 @@ int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n
      * alike (vLLM adds 1 to all three M-RoPE rows per drafting step) */
     int32_t last[3];
     memcpy(last, sp->hid_rope3 + 3 * (sp->n_hid - 1), sizeof last);
-    snug_spec_flush(sp, base, next, NULL, NULL);
-    drafts[0] = argmax(sp->logits, sp->V);
+    /* Each draft is the argmax of its logits row, taken where the logits are (the backend's
+     * argmax op) into the first ids slot of pos_dev, where the next step reads its input id,
+     * and copied to draft_dev[j]: on a device the chain runs without a logits read-back or a
+     * wait (every chained step the same recorded step), and the k ids come back in one
+     * download at the end. On the CPU both are host memory. */
+    int32_t *dd = sp->draft_dev, *slot = sp->pos_dev + sp->n_chunk;
+    float *keep = sp->keep_draft_logits ? sp->logits : NULL; /* (tests: the last draft's) */
+    flush_rows(sp, base, next, NULL, k == 1 ? keep : NULL, false, slot);
+    spec_copy(sp, dd, slot, sizeof(int32_t));
     /* steps 2..k: the previous draft as input token, the MTP's own h' as hidden input, the
      * position one further (docs/qwen35.md §3.3) */
     for (int32_t j = 1; j < k; j++) {
         for (int c = 0; c < 3; c++) sp->rope3[c] = last[c] + j;
-        mtp_run(sp, base, &drafts[j - 1], 1, n_past - 1 + j, sp->rope3, NULL, sp->ha, sp->hb,
-                sp->logits, false);
+        mtp_run(sp, base, sp->be ? NULL : dd + j - 1, 1, n_past - 1 + j, sp->rope3, NULL, sp->ha,
+                sp->hb, j == k - 1 ? keep : NULL, false, slot);
+        spec_copy(sp, dd + j, slot, sizeof(int32_t));
         float *t = sp->ha;
         sp->ha = sp->hb;
         sp->hb = t;
-        drafts[j] = argmax(sp->logits, sp->V);
     }
+    if (sp->be)
+        sp->be->ops->download(sp->be, drafts, dd, (size_t)k * sizeof(int32_t));
+    else
+        memcpy(drafts, dd, (size_t)k * sizeof(int32_t));
+    for (int32_t j = 0; j < k; j++)
+        if (drafts[j] < 0 || (int64_t)drafts[j] >= sp->V)
+            return snug_err_set(err, SNUG_ERR_INTERNAL,
+                                "draft %d: token %d from the backend is outside the vocabulary", j,
+                                drafts[j]);
     *n_out = k;
     return SNUG_OK;
 }

@@ -22,7 +22,7 @@ struct snug_spec {
     struct snug_arena arena;
     int32_t n_chunk, n_draft, k; /* k: drafts per snug_spec_step */
     int64_t H, V;
-    /* hid, h2, ha, hb, pos_dev are in the backend's memory; the rest on the host */
+    /* hid, h2, ha, hb, pos_dev, draft_dev are in the backend's memory; the rest on the host */
     float *hid;          /* [n_chunk][H] pending trunk hidden rows */
     snug_token *hid_ids; /* [n_chunk] their tokens */
     /* [n_chunk][3] their rotary positions (t, h, w: the trunk's, so t = h = w = position for
@@ -37,12 +37,16 @@ struct snug_spec {
     float *h2;          /* [n_chunk][H] MTP output rows h' */
     float *ha, *hb;     /* [H] chained drafting rows */
     int32_t *pos_dev;   /* [2][n_chunk] MTP positions, then ids, in the backend's memory */
+    int32_t *draft_dev; /* [SNUG_SPEC_MAX_DRAFT] a drafting's tokens, in the backend's memory */
     float *logits;      /* [n_draft + 1][V] verification (and drafting) logits */
     float *probs;       /* [V] */
     snug_token *batch;  /* [n_draft + 1] verification ids */
     snug_pos hid_pos0;
     int32_t n_hid;
     bool recompute;      /* rollback by recomputation instead of per-token snapshots */
+    /* tests: a drafting also reads its last draft's logits row back into logits (drafts are
+     * otherwise chosen where the logits are, without reading them back) */
+    bool keep_draft_logits;
     struct snug_rng rng; /* acceptance draws and residual sampling */
     struct snug_spec_stats stats;
 };
@@ -71,7 +75,8 @@ void snug_spec_reset(struct snug_spec *sp); /* forget pending rows (keeps the st
 /* Context hooks (snug_ctx_eval). `base` carries model, pool, threads and the work arena.
  * flush: run MTP step 1 over the pending rows, `next` being the token after the last and
  * next_embd its input row when it is an image's (else NULL); logits of all rows go to sink
- * ([n_hid][V]) when non-NULL, else the last row's to sp->logits; the last h' row to sp->ha.
+ * ([n_hid][V]) when non-NULL (else none are computed: a drafting flushes with its own
+ * output); the last h' row to sp->ha.
  * Returns the rows processed. push: record a trunk step's rows, with their 3-D rotary
  * positions rope3 ([T][3], NULL: t = h = w = pos0 + i) and input rows embd ([T], NULL: all
  * token embeddings) when the step carried images or text after them (vLLM's Qwen3.5 MTP takes

@@ -6,7 +6,7 @@
  * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops; `test_cuda_ops
  * mmq`: only the int8 tensor-core prompt products (cuda_mmq.cu); `test_cuda_ops step`: only the
  * recorded-step paths (device positions and ids, the fused residual norm and delta rule, the
- * shared x rounding, a captured graph replayed at later positions).
+ * shared x rounding, a captured graph replayed at later positions, the drafts' argmax).
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -1120,7 +1120,49 @@ static void test_delta_decode(int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int
     snug_cuda_dfree(ddt), snug_cuda_dfree(dS), snug_cuda_dfree(dout), snug_cuda_dfree(dsnap);
 }
 
+/* The draft's argmax (snug_cuda_argmax) against the host scan `x[i] > x[best]` from best = 0:
+ * rows of n floats with planted ties (the lowest index wins), a NaN planted before the maximum
+ * (never taken), a NaN at index 0 (taken: the scan's rule), a row of -inf (0); an odd n puts
+ * rows off the 16-byte grid (the scalar loads). */
+static void test_argmax(int64_t rows, int64_t n) {
+    float *x = rnd(rows * n, 4.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = x + r * n;
+        int64_t a = (r * 7919) % n, b = (a + n / 3 + 1) % n;
+        v[a] = v[b] = 9.0f; /* a tie */
+        if (r % 4 == 1) v[(a + 1) % n] = NAN;
+        if (r % 4 == 2) v[0] = NAN;
+        if (r % 4 == 3 && r == rows - 1)
+            for (int64_t i = 0; i < n; i++) v[i] = -INFINITY;
+    }
+    float *dx = dup_dev(x, rows * n * 4);
+    int32_t *dout = dev_poison((size_t)rows * 4), *got = snug_malloc((size_t)rows * 4);
+    OK(snug_cuda_argmax(&cu, dx, rows, n, dout, &err));
+    OK(snug_cuda_sync(&cu, &err));
+    OK(snug_cuda_download(&cu, got, dout, (size_t)rows * 4, &err));
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *v = x + r * n;
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (v[i] > v[best]) best = i;
+        if (got[r] != best) {
+            if (!bad)
+                printf("  row %lld: %d, host scan %lld\n", (long long)r, got[r], (long long)best);
+            bad++;
+        }
+    }
+    printf("argmax %lldx%-31lld %d of %lld rows differ %s\n", (long long)rows, (long long)n, bad,
+           (long long)rows, bad ? "FAIL" : "PASS");
+    CHECKF(!bad, "argmax %lld x %lld", (long long)rows, (long long)n);
+    snug_free(x), snug_free(got), snug_cuda_dfree(dx), snug_cuda_dfree(dout);
+}
+
 static void test_step(void) {
+    test_argmax(1, 248320); /* the Qwen3.5 vocabulary */
+    test_argmax(8, 248320);
+    test_argmax(4, 1001);
+    test_argmax(3, 5);
     test_delta_decode(1, 16, 48, 128, 128, 0); /* the 27B's layer */
     test_delta_decode(4, 16, 48, 128, 128, 1); /* a verification of 3 drafts */
     test_delta_decode(3, 2, 6, 64, 64, 1);     /* the fixtures' shape */
@@ -1213,10 +1255,10 @@ int main(int argc, char **argv) {
         uint32_t mmv[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
         for (size_t i = 0; i < 2; i++) {
             printf("tensor-core products (k_mmv), %s:\n", snug_dtype_info(mmv[i])->name);
-            snug_cuda_matvec_mma(15);
+            snug_cuda_matvec_mma(31);
             test_matmul(mmv[i], 256, 7, 1);
             test_matmul(mmv[i], 2304, 45, 1);
-            snug_cuda_matvec_mma(5);
+            snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
             for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
             test_matmul(mmv[i], 256, 16, 8);
             test_matmul(mmv[i], 9216, 33, 3);
@@ -1224,6 +1266,26 @@ int main(int argc, char **argv) {
             test_matmul(mmv[i], 768, 37, 4);
             snug_cuda_matvec_mma(-1);
         }
+        /* the one-token block shapes besides the default: 8 rows per block (every int8 type),
+         * Q6_K's 64-weight unit with 4 and 8 rows; T > 1 falls back to 4 rows / 32 weights */
+        uint32_t r8t[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0, SNUG_DTYPE_IQ4_XS};
+        for (int q6 = 32; q6 <= 64; q6 *= 2)
+            for (int rows = 4; rows <= 8; rows *= 2) {
+                if (q6 == 32 && rows == 4) continue; /* (the default, above) */
+                snug_cuda_matvec_q6k(q6);
+                snug_cuda_matvec_tune(rows);
+                printf("one-token products: %d rows per block, q6_K %d weights per thread\n", rows,
+                       q6);
+                for (size_t i = 0; i < sizeof r8t / sizeof r8t[0]; i++) {
+                    if (q6 == 64 && r8t[i] != SNUG_DTYPE_Q6_K) continue;
+                    test_matmul(r8t[i], 5120, 301, 1);
+                    test_matmul(r8t[i], 17408, 45, 1);
+                    test_matmul(r8t[i], 256, 7, 1);
+                    test_matmul(r8t[i], 1280, 45, 3);
+                }
+            }
+        snug_cuda_matvec_q6k(0);
+        snug_cuda_matvec_tune(0);
         test_basic();
         test_step();
         test_delta(0, 1, 2, 6, 128, 128);

@@ -114,6 +114,7 @@ static struct snug_spec_stats greedy_spec(const int32_t *ids, int32_t n_chunk, b
 static void draft_after_image(const int32_t *ids, int32_t n_chunk, int32_t *drafts, float *lg) {
     struct snug_err err = {0};
     struct snug_ctx *c = mk_ctx(3, n_chunk);
+    snug_ctx_spec(c)->keep_draft_logits = true;
     int rc = eval_prompt(c, ids, true, lg, &err);
     int32_t nd = 0;
     if (rc == SNUG_OK) rc = snug_ctx_draft(c, (int32_t)fx_argmax(lg, V), 3, drafts, &nd, &err);

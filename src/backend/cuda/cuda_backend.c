@@ -422,6 +422,15 @@ static void cb_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const
         bfail(be, "embedding (rows exceed the chunk)", cudaErrorInvalidValue);
         return;
     }
+    int32_t few[8];
+    if (!ids) { /* the ids exist only on the device (an MTP draft's argmax): fetch them */
+        if (!ids_be || T > 8) {
+            bfail(be, "embedding (no host ids)", cudaErrorInvalidValue);
+            return;
+        }
+        cb_download(be, few, ids_be, (size_t)T * sizeof(int32_t));
+        ids = few;
+    }
     uint64_t erow = snug_dtype_row_bytes(t->type, (uint64_t)H);
     for (int64_t i = 0; i < T; i++)
         snug_dequantize_row(t->type, (const uint8_t *)t->data + (uint64_t)ids[i] * erow,
@@ -431,6 +440,9 @@ static void cb_embed(struct snug_be *be, const struct snug_gguf_tensor *t, const
 static void cb_gather_rows(struct snug_be *be, float *dst, const float *src, const int32_t *idx,
                            int64_t n, int64_t H) {
     CK(snug_cuda_gather_rows(&CB(be)->cu, dst, src, idx, n, H, err));
+}
+static void cb_argmax(struct snug_be *be, const float *x, int64_t rows, int64_t n, int32_t *out) {
+    CK(snug_cuda_argmax(&CB(be)->cu, x, rows, n, out, err));
 }
 static void cb_moe_combine(struct snug_be *be, float *y, const float *d, const int32_t *slot,
                            const float *w, int64_t T, int64_t k, int64_t H) {
@@ -926,6 +938,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .moe_matmul = cb_moe_matmul,
     .add_gated = cb_add_gated,
     .copy = cb_copy,
+    .argmax = cb_argmax,
     .layernorm = cb_layernorm,
     .bias_act = cb_bias_act,
     .rope_angles = cb_rope_angles,

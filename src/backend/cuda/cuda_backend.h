@@ -1,5 +1,5 @@
 /* cuda_backend.h — the small device kernels the backend interface (src/backend/backend.h) adds
- * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, the MoE routing, expert
+ * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, row argmax, the MoE routing, expert
  * products and combine, and the encoder ops of the vision tower (cuda_encoder.cu).
  * Device pointers; queued on the context's stream; never allocate.
  * Read next: cuda_extra.cu (the kernels), cuda_backend.c (the vtable that calls them).
@@ -19,6 +19,9 @@ int snug_cuda_delta_gates(struct snug_cuda *cu, float *beta, float *g, const flo
                           const float *dt, int64_t T, int64_t Nv, struct snug_err *err);
 int snug_cuda_gather_rows(struct snug_cuda *cu, float *dst, const float *src, const int32_t *idx,
                           int64_t n, int64_t H, struct snug_err *err);
+/* backend.h argmax: out[r] = the lowest index of the largest of row r (the host scan's rule). */
+int snug_cuda_argmax(struct snug_cuda *cu, const float *x, int64_t rows, int64_t n, int32_t *out,
+                     struct snug_err *err);
 int snug_cuda_moe_combine(struct snug_cuda *cu, float *y, const float *d, const int32_t *slot,
                           const float *w, int64_t T, int64_t k, int64_t H, struct snug_err *err);
 /* Slots per tile of the expert products: backend.h's SNUG_MOE_TILE (cuda_backend.c checks). */

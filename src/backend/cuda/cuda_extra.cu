@@ -1,5 +1,5 @@
 /* cuda_extra.cu — the small kernels behind cuda_backend.h: residual add, scale, DeltaNet
- * gates (sigmoid β, g = a·softplus(α + dt)), row gather, the MoE routing (softmax, top-k and
+ * gates (sigmoid β, g = a·softplus(α + dt)), row gather, row argmax, the MoE routing (softmax, top-k and
  * the grouping of (token, expert) pairs by expert, on the device) and the weighted combine.
  * Semantics: the CPU versions in src/backend/backend_cpu.c.
  * Invariant: deterministic (the combine sums the k experts of a token in selection order, the
@@ -7,6 +7,9 @@
  * Read next: cuda_backend.c. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+
+#include <limits.h>
+#include <math.h>
 
 #define EW_THREADS 256
 
@@ -79,6 +82,53 @@ extern "C" int snug_cuda_gather_rows(struct snug_cuda *cu, float *dst, const flo
     if (n * H <= 0) return SNUG_OK;
     k_gather_rows<<<n_blocks(n * H), EW_THREADS, 0, SNUG_CU_STREAM(cu)>>>(dst, src, idx, n, H);
     return snug_cu_launched(err, "gather_rows");
+}
+/* One block per row: each thread scans its float4 columns (i = 4·(tid + k·blockDim)), keeping
+ * the first of its largest; the block's candidates meet by (value, then lower index). NaN
+ * compares false, so it is never taken; a NaN at index 0 wins, as in the host scan. */
+#define ARGMAX_THREADS 1024
+__device__ __forceinline__ void argmax_take(float v, int i, float *bv, int *bi) {
+    if (v > *bv || (v == *bv && i < *bi)) *bv = v, *bi = i;
+}
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+    k_argmax(const float *__restrict__ x, int64_t n, int32_t *__restrict__ out) {
+    const float *row = x + (int64_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    bool vec = ((uintptr_t)row & 15) == 0;
+    int64_t n4 = vec ? n / 4 : 0;
+    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+        float4 v = __ldg((const float4 *)row + j);
+        int i = (int)(4 * j);
+        argmax_take(v.x, i, &bv, &bi), argmax_take(v.y, i + 1, &bv, &bi);
+        argmax_take(v.z, i + 2, &bv, &bi), argmax_take(v.w, i + 3, &bv, &bi);
+    }
+    for (int64_t i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x)
+        argmax_take(__ldg(row + i), (int)i, &bv, &bi);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        argmax_take(ov, oi, &bv, &bi);
+    }
+    __shared__ float sv[ARGMAX_THREADS / 32];
+    __shared__ int si[ARGMAX_THREADS / 32];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) sv[wid] = bv, si[wid] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) argmax_take(sv[w], si[w], &bv, &bi);
+        out[blockIdx.x] = (isnan(row[0]) || bi == INT_MAX) ? 0 : bi;
+    }
+}
+extern "C" int snug_cuda_argmax(struct snug_cuda *cu, const float *x, int64_t rows, int64_t n,
+                                int32_t *out, struct snug_err *err) {
+    if (rows <= 0 || n <= 0) return SNUG_OK;
+    if (n > INT32_MAX || rows > INT32_MAX)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda argmax: %lld rows of %lld",
+                            (long long)rows, (long long)n);
+    k_argmax<<<(unsigned)rows, ARGMAX_THREADS, 0, SNUG_CU_STREAM(cu)>>>(x, n, out);
+    return snug_cu_launched(err, "argmax");
 }
 extern "C" int snug_cuda_moe_combine(struct snug_cuda *cu, float *y, const float *d,
                                      const int32_t *slot, const float *w, int64_t T, int64_t k,
