@@ -34,7 +34,7 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
 static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
                            bool dev, struct snug_arena *a, struct snug_spec *o) {
     size_t C = (size_t)n_chunk, H = hp->n_embd, V = hp->n_vocab, K1 = (size_t)n_draft + 1;
-    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, 2 * C * 4, SNUG_SPEC_MAX_DRAFT * 4};
+    size_t dsz[] = {C * H * 4, C * H * 4, H * 4, H * 4, 2 * C * 4, 2 * SNUG_SPEC_MAX_DRAFT * 4};
     void **ddst[] = {(void **)&o->hid, (void **)&o->h2,      (void **)&o->ha,
                      (void **)&o->hb,  (void **)&o->pos_dev, (void **)&o->draft_dev};
     size_t P = sizeof(void *);
@@ -154,16 +154,17 @@ static void spec_copy(struct snug_spec *sp, void *dst, const void *src, size_t b
 }
 
 /* An MTP forward of T positions pos0.. over hidden rows hin with tokens ids (base: the
- * step's model, backend and work arenas; its own positions go to pos_dev on a device; ids NULL
- * on a device: the one id is already in pos_dev's ids half, a draft's argmax copied there).
+ * step's model, backend and work arenas; its own positions and ids go to pos_dev on a device,
+ * unless `staged`: a chained draft's, already put there by device copies, ids then NULL).
  * rope3 ([T][3], NULL: 1-D) and embd ([T], NULL: token embeddings only) are the rows' 3-D
  * positions and image input rows; the 3-D rotary is used only when some row's (t, h, w) is not
  * (p, p, p), so text before any image takes the unchanged 1-D path (bit-identical anyway).
  * Output: logits (all rows or the last) to the host and/or the last row's argmax to argmax_be
  * (backend memory), or neither (both NULL: only the cache and hout). */
 static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snug_token *ids,
-                    int32_t T, snug_pos pos0, const int32_t *rope3, const float *const *embd,
-                    const float *hin, float *hout, float *logits, bool all, int32_t *argmax_be) {
+                    bool staged, int32_t T, snug_pos pos0, const int32_t *rope3,
+                    const float *const *embd, const float *hin, float *hout, float *logits,
+                    bool all, int32_t *argmax_be) {
     bool mm = false, any_embd = false;
     for (int32_t i = 0; i < T; i++) {
         sp->pos[i] = pos0 + i;
@@ -185,11 +186,12 @@ static void mtp_run(struct snug_spec *sp, const struct snug_fwd *base, const snu
     f.pos = sp->pos;
     f.pos_be = NULL;
     f.ids_be = NULL;
-    if (sp->be) { /* the step's inputs: positions, then ids (pos_dev is [2][n_chunk]) */
-        sp->be->ops->upload(sp->be, sp->pos_dev, sp->pos, (size_t)T * sizeof(int32_t));
-        if (ids)
+    if (sp->be) {      /* the step's inputs: positions, then ids (pos_dev is [2][n_chunk]) */
+        if (!staged) { /* (an upload waits for the device: staged chains do not) */
+            sp->be->ops->upload(sp->be, sp->pos_dev, sp->pos, (size_t)T * sizeof(int32_t));
             sp->be->ops->upload(sp->be, sp->pos_dev + sp->n_chunk, ids,
                                 (size_t)T * sizeof(int32_t));
+        }
         f.pos_be = sp->pos_dev;
         f.ids_be = sp->pos_dev + sp->n_chunk;
     }
@@ -215,8 +217,8 @@ static int32_t flush_rows(struct snug_spec *sp, const struct snug_fwd *base, snu
     }
     sp->tok[P - 1] = next;
     sp->embd[P - 1] = next_embd;
-    mtp_run(sp, base, sp->tok, P, sp->hid_pos0, sp->hid_rope3, sp->embd, sp->hid, sp->h2, logits,
-            all, argmax_be);
+    mtp_run(sp, base, sp->tok, false, P, sp->hid_pos0, sp->hid_rope3, sp->embd, sp->hid, sp->h2,
+            logits, all, argmax_be);
     spec_copy(sp, sp->ha, sp->h2 + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     sp->n_hid = 0;
     return P;
@@ -230,7 +232,7 @@ int32_t snug_spec_flush(struct snug_spec *sp, const struct snug_fwd *base, snug_
 int32_t snug_spec_flush_known(struct snug_spec *sp, const struct snug_fwd *base, float *sink) {
     int32_t P = sp->n_hid;
     if (P < 2) return 0;
-    mtp_run(sp, base, sp->hid_ids + 1, P - 1, sp->hid_pos0, sp->hid_rope3, sp->hid_embd + 1,
+    mtp_run(sp, base, sp->hid_ids + 1, false, P - 1, sp->hid_pos0, sp->hid_rope3, sp->hid_embd + 1,
             sp->hid, sp->h2, sink, true, NULL);
     spec_copy(sp, sp->hid, sp->hid + (int64_t)(P - 1) * sp->H, (size_t)sp->H * sizeof(float));
     sp->hid_ids[0] = sp->hid_ids[P - 1];
@@ -276,9 +278,15 @@ int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n
     /* Each draft is the argmax of its logits row, taken where the logits are (the backend's
      * argmax op) into the first ids slot of pos_dev, where the next step reads its input id,
      * and copied to draft_dev[j]: on a device the chain runs without a logits read-back or a
-     * wait (every chained step the same recorded step), and the k ids come back in one
-     * download at the end. On the CPU both are host memory. */
+     * wait (every chained step the same recorded step; its position copied from the list
+     * uploaded before the first step), and the k ids come back in one download at the end. On
+     * the CPU all of it is host memory. */
     int32_t *dd = sp->draft_dev, *slot = sp->pos_dev + sp->n_chunk;
+    int32_t *dpos = dd + SNUG_SPEC_MAX_DRAFT; /* [k - 1] the chained steps' positions */
+    if (sp->be && k > 1) {
+        for (int32_t j = 1; j < k; j++) sp->pos[j - 1] = n_past - 1 + j;
+        sp->be->ops->upload(sp->be, dpos, sp->pos, (size_t)(k - 1) * sizeof(int32_t));
+    }
     float *keep = sp->keep_draft_logits ? sp->logits : NULL; /* (tests: the last draft's) */
     flush_rows(sp, base, next, NULL, k == 1 ? keep : NULL, false, slot);
     spec_copy(sp, dd, slot, sizeof(int32_t));
@@ -286,8 +294,9 @@ int snug_spec_draft(struct snug_spec *sp, const struct snug_fwd *base, int32_t n
      * position one further (docs/qwen35.md §3.3) */
     for (int32_t j = 1; j < k; j++) {
         for (int c = 0; c < 3; c++) sp->rope3[c] = last[c] + j;
-        mtp_run(sp, base, sp->be ? NULL : dd + j - 1, 1, n_past - 1 + j, sp->rope3, NULL, sp->ha,
-                sp->hb, j == k - 1 ? keep : NULL, false, slot);
+        if (sp->be) spec_copy(sp, sp->pos_dev, dpos + j - 1, sizeof(int32_t));
+        mtp_run(sp, base, sp->be ? NULL : dd + j - 1, sp->be != NULL, 1, n_past - 1 + j, sp->rope3,
+                NULL, sp->ha, sp->hb, j == k - 1 ? keep : NULL, false, slot);
         spec_copy(sp, dd + j, slot, sizeof(int32_t));
         float *t = sp->ha;
         sp->ha = sp->hb;

@@ -37,13 +37,15 @@ struct snug_spec {
     float *h2;          /* [n_chunk][H] MTP output rows h' */
     float *ha, *hb;     /* [H] chained drafting rows */
     int32_t *pos_dev;   /* [2][n_chunk] MTP positions, then ids, in the backend's memory */
-    int32_t *draft_dev; /* [SNUG_SPEC_MAX_DRAFT] a drafting's tokens, in the backend's memory */
-    float *logits;      /* [n_draft + 1][V] verification (and drafting) logits */
-    float *probs;       /* [V] */
-    snug_token *batch;  /* [n_draft + 1] verification ids */
+    /* [2][SNUG_SPEC_MAX_DRAFT] a drafting's tokens, then its chained steps' positions, in the
+     * backend's memory */
+    int32_t *draft_dev;
+    float *logits;     /* [n_draft + 1][V] verification (and drafting) logits */
+    float *probs;      /* [V] */
+    snug_token *batch; /* [n_draft + 1] verification ids */
     snug_pos hid_pos0;
     int32_t n_hid;
-    bool recompute;      /* rollback by recomputation instead of per-token snapshots */
+    bool recompute; /* rollback by recomputation instead of per-token snapshots */
     /* tests: a drafting also reads its last draft's logits row back into logits (drafts are
      * otherwise chosen where the logits are, without reading them back) */
     bool keep_draft_logits;
