@@ -289,23 +289,17 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 15; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
+            for (int v = 0; v < 12; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
                                               rows 4; T=4 (a verification of 3 drafts) rows 1,
-                                              2, 4; tensor cores (k_mmv, q4_K/q6_K): T=1, 2, 4,
-                                              8; dp4a T=1 rows 8; q6_K's 64-weight unit at T=1,
-                                              rows 4 and 8 */
+                                              2, 4; tensor cores (k_mmv, q4_K/q6_K, every
+                                              shape): T=1, 2, 4, 8 */
                 static const int mma_t[4] = {1, 2, 4, 8};
-                int mma = v >= 8 && v < 12, w64 = v >= 13;
+                int mma = v >= 8;
                 if (mma && mt[ti] == SNUG_DTYPE_Q8_0) continue;
-                if (w64 && mt[ti] != SNUG_DTYPE_Q6_K) continue;
-                int T = mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 && v < 12 ? 4 : 1;
+                int T = mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 ? 4 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
-                int rows = v == 12 || v == 14            ? 8
-                           : v == 3 || v == 5            ? 1
-                           : v == 4 || v == 7 || v == 13 ? 4
-                                                         : 2;
-                snug_cuda_matvec_q6k(w64 ? 64 : 32);
+                int rows = v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
                 snug_cuda_matvec_tune(rows);
                 snug_cuda_matvec_mma(mma ? 31 : 0);
                 for (int i = 0; i < NCOPY; i++)
@@ -319,21 +313,16 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
                 printf("matvec %-5s %-4s %s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name,
-                       w64  ? "i8w64"
-                       : wk ? "int8"
-                            : "f32",
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
                        mma         ? "mma"
                        : rows == 1 ? "r1 "
                        : rows == 2 ? "r2 "
-                       : rows == 8 ? "r8 "
                                    : "r4 ",
                        (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }
             snug_cuda_matvec_tune(0);
             snug_cuda_matvec_mma(-1);
-            snug_cuda_matvec_q6k(0);
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }

@@ -1266,26 +1266,6 @@ int main(int argc, char **argv) {
             test_matmul(mmv[i], 768, 37, 4);
             snug_cuda_matvec_mma(-1);
         }
-        /* the one-token block shapes besides the default: 8 rows per block (every int8 type),
-         * Q6_K's 64-weight unit with 4 and 8 rows; T > 1 falls back to 4 rows / 32 weights */
-        uint32_t r8t[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0, SNUG_DTYPE_IQ4_XS};
-        for (int q6 = 32; q6 <= 64; q6 *= 2)
-            for (int rows = 4; rows <= 8; rows *= 2) {
-                if (q6 == 32 && rows == 4) continue; /* (the default, above) */
-                snug_cuda_matvec_q6k(q6);
-                snug_cuda_matvec_tune(rows);
-                printf("one-token products: %d rows per block, q6_K %d weights per thread\n", rows,
-                       q6);
-                for (size_t i = 0; i < sizeof r8t / sizeof r8t[0]; i++) {
-                    if (q6 == 64 && r8t[i] != SNUG_DTYPE_Q6_K) continue;
-                    test_matmul(r8t[i], 5120, 301, 1);
-                    test_matmul(r8t[i], 17408, 45, 1);
-                    test_matmul(r8t[i], 256, 7, 1);
-                    test_matmul(r8t[i], 1280, 45, 3);
-                }
-            }
-        snug_cuda_matvec_q6k(0);
-        snug_cuda_matvec_tune(0);
         test_basic();
         test_step();
         test_delta(0, 1, 2, 6, 128, 128);

@@ -173,65 +173,6 @@ template <> struct mvq_unit<SNUG_DTYPE_Q6_K> {
     }
 };
 
-/* Q6_K with 64 weights per unit (the one-token product; `MVQ_Q6_K_64` names this form): unit
- * u = superblock u/4, k = u%4: h = k/2, lq = k%2, l = 16lq .. 16lq+15 of each quarter (the same
- * element order as above, twice as wide): 16-byte loads of ql (two) and qh (one), four-word
- * funnel shifts, one sub-block scale per quarter (l/16 = lq) — 20 loads per 64 weights where
- * the 32-weight unit takes 28. */
-enum { MVQ_Q6_K_64 = 1000 };
-template <> struct mvq_unit<MVQ_Q6_K_64> {
-    static constexpr int EPU = 64;
-    int32_t q[4][4]; /* quarter, word: q − 32 as signed bytes */
-    float s[4];      /* d·sc of each quarter */
-    int e0;          /* 256·sb + 128h + 16lq */
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
-        int sb = u >> 2, k = u & 3, h = k >> 1, lq = k & 1;
-        const uint8_t *b = row + (size_t)sb * 210;
-        uint32_t A[4], B[4], H[4];
-        ld_words(b + 64 * h + 16 * lq, 4, A);
-        ld_words(b + 64 * h + 32 + 16 * lq, 4, B);
-        ld_words(b + 128 + 32 * h + 16 * lq, 4, H);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t a = A[i], bb = B[i], hh = H[i];
-            q[0][i] = (int)__vsub4((a & 0x0f0f0f0fu) | ((hh << 4) & 0x30303030u), 0x20202020u);
-            q[1][i] = (int)__vsub4((bb & 0x0f0f0f0fu) | ((hh << 2) & 0x30303030u), 0x20202020u);
-            q[2][i] = (int)__vsub4(((a >> 4) & 0x0f0f0f0fu) | (hh & 0x30303030u), 0x20202020u);
-            q[3][i] =
-                (int)__vsub4(((bb >> 4) & 0x0f0f0f0fu) | ((hh >> 2) & 0x30303030u), 0x20202020u);
-        }
-        float d = ld_f16(b + 208);
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h + lq);
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) s[qq] = d * (float)sc[2 * qq];
-        e0 = 256 * sb + 128 * h + 16 * lq;
-    }
-    struct xs {
-        int4 v[4];
-        float d[4];
-    };
-    __device__ static __forceinline__ void load_x(const int8_t *__restrict__ qx,
-                                                  const float2 *__restrict__ ds, int e0, xs &x) {
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) {
-            x.v[qq] = __ldg((const int4 *)(qx + e0 + 32 * qq));
-            x.d[qq] = __ldg(&ds[(e0 >> 5) + qq].x);
-        }
-    }
-    __device__ __forceinline__ float dot(const xs &x) const {
-        float r = 0.0f;
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) {
-            int sq = __dp4a(q[qq][0], x.v[qq].x, 0);
-            sq = __dp4a(q[qq][1], x.v[qq].y, sq);
-            sq = __dp4a(q[qq][2], x.v[qq].z, sq);
-            sq = __dp4a(q[qq][3], x.v[qq].w, sq);
-            r += s[qq] * x.d[qq] * (float)sq;
-        }
-        return r;
-    }
-};
-
 /* Q8_0 (34 B / 32): unit u = block u: d, then 32 int8. */
 template <> struct mvq_unit<SNUG_DTYPE_Q8_0> {
     static constexpr int EPU = 32;
@@ -458,10 +399,6 @@ template <int TYPE, int R>
 static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                          int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
     unsigned blocks = (unsigned)((n_out + R - 1) / R);
-    if constexpr (R == 8) { /* (T = 1 only: mvq_launch) */
-        k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
-        return;
-    }
     if (T == 1)
         k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
     else if (T == 2)
@@ -472,23 +409,21 @@ static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t r
         k_mvq<TYPE, 8, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
 }
 
-/* Rows per block: 1, 2, 4 or 8 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
- * read at the first call). Rows cost registers: 8 only at T = 1 (4 above), T > 4 at most 2.
- * H200, 27B shapes, T = 1: 4 rows 57-62% of copy for q4_K, 2 rows 56-57%, 1 row 45-47%. */
+/* Rows per block: 1, 2 or 4 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
+ * read at the first call). Four rows cost registers; T > 4 always uses at most 2. H200,
+ * 27B shapes, T = 1: 4 rows 57-62% of copy for q4_K, 2 rows 56-57%, 1 row 45-47% (8 rows and
+ * a 64-weight Q6_K unit were tried: no gain, docs/perf/cuda-kernels.md). */
 static int g_mvq_rows;
 extern "C" void snug_cuda_matvec_tune(int rows) {
-    g_mvq_rows = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : MVQ_ROWS;
+    g_mvq_rows = rows == 1 || rows == 2 || rows == 4 ? rows : MVQ_ROWS;
 }
 
 template <int TYPE>
 static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
     int r = g_mvq_rows;
-    if (r == 8 && T > 1) r = 4; /* eight rows' units only fit the registers at T = 1 */
     if (r == 4 && T > 4) r = 2;
-    if (r == 8)
-        mvq_launch_r<TYPE, 8>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
-    else if (r == 1)
+    if (r == 1)
         mvq_launch_r<TYPE, 1>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
     else if (r == 4)
         mvq_launch_r<TYPE, 4>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
@@ -498,14 +433,6 @@ static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb,
 
 static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y);
-
-/* Weights per thread of the one-token Q6_K product: 32 (mvq_unit<Q6_K>) or 64 (MVQ_Q6_K_64)
- * (snug_cuda_matvec_q6k; env SNUG_MVQ_Q6K at the first call). */
-#define MVQ_Q6K_DEFAULT 32
-static int g_mvq_q6k;
-extern "C" void snug_cuda_matvec_q6k(int weights) {
-    g_mvq_q6k = weights == 32 || weights == 64 ? weights : MVQ_Q6K_DEFAULT;
-}
 
 /* Which Q4_K / Q6_K products take the tensor-core kernel k_mmv instead of the dp4a one, a mask:
  * 1 Q4_K with 2..8 tokens, 2 Q4_K with one, 4 Q6_K with 2..8, 8 Q6_K with one; 16 on every
@@ -544,10 +471,6 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         const char *e = getenv("SNUG_MVQ_ROWS");
         snug_cuda_matvec_tune(e ? atoi(e) : MVQ_ROWS);
     }
-    if (!g_mvq_q6k) {
-        const char *e = getenv("SNUG_MVQ_Q6K");
-        snug_cuda_matvec_q6k(e ? atoi(e) : MVQ_Q6K_DEFAULT);
-    }
     if (g_mvq_mma < 0) {
         const char *e = getenv("SNUG_MVQ_MMA");
         int m = e ? atoi(e) : MVQ_MMA_DEFAULT;
@@ -566,11 +489,7 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     case SNUG_DTYPE_Q6_K:
-        if (T == 1 && g_mvq_q6k == 64)
-            mvq_launch<MVQ_Q6_K_64>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
-        else
-            mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T,
-                                        y);
+        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
         break;
     case SNUG_DTYPE_IQ4_XS:
         mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);

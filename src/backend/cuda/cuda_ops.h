@@ -58,13 +58,9 @@ bool snug_cuda_type_supported(uint32_t type);
 /* Whether snug_cuda_matmul with T <= SNUG_CUDA_MATVEC_MAX_T and work memory rounds x to int8
  * (blocks of 32: d = max|x|/127, q = round-half-even(x/d)) for this weight type. */
 bool snug_cuda_matvec_int8(uint32_t type);
-/* Rows per block of that int8 matvec (1, 2, 4 or 8, 8 at T = 1 only; anything else: the
- * default, 4). A process-wide
+/* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
-/* Weights per thread of the one-token Q6_K product: 32 or 64 (anything else: the default). A
- * tuning knob like the rows (env SNUG_MVQ_Q6K at the first call). */
-void snug_cuda_matvec_q6k(int weights);
 /* Which Q4_K / Q6_K products of T <= SNUG_CUDA_MATVEC_MAX_T tokens run on int8 tensor cores
  * instead of dp4a, a mask: 1 Q4_K with T >= 2 (the default), 2 Q4_K with T = 1, 4 Q6_K with
  * T >= 2, 8 Q6_K with T = 1, 16 on every shape (else only where n_in <= 2·n_out); -1 the env's
