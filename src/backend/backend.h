@@ -250,7 +250,8 @@ int snug_backend_finish(struct snug_be *be, struct snug_err *err);
  * n_slots sequence slots (each its own attention KV + recurrent state + n_snap rollback
  * snapshots, and on CUDA its MTP cache and draft buffers), one work arena, one op scratch (CUDA),
  * one position table — and on CUDA the weights, uploaded once per GGUF file and shared,
- * refcounted, by every instance of the same model. */
+ * refcounted, by every instance of the same model, and on the host its embedding staging and
+ * host work arena (snug_backend_plan_stage_bytes, snug_backend_plan_host_work_bytes). */
 enum snug_backend { SNUG_BACKEND_CPU = 0, SNUG_BACKEND_CUDA = 1 };
 
 struct snug_kv;
@@ -263,6 +264,9 @@ struct snug_backend_limits {
     size_t scratch_bytes;     /* CUDA: the plan's op scratch (snug_plan.cuda_scratch_bytes);
                                * 0: size it from the file's tensors (tests that open the
                                * backend directly) */
+    size_t host_work_bytes;   /* device backends: the plan's host work arena
+                               * (snug_backend_plan_host_work_bytes); 0: none (an instance
+                               * whose forward never asks for one: the vision tower's) */
     int32_t n_chunk;          /* tokens per step */
     int64_t n_embd;           /* H (embedding staging) */
     int64_t n_head, head_dim; /* attention scratch */
@@ -277,7 +281,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 6u
+#define SNUG_BACKEND_ABI 7u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */
@@ -307,6 +311,24 @@ int snug_backend_open(enum snug_backend kind, struct snug_be **out, const struct
                       struct snug_err *err);
 /* Close an instance (NULL is a no-op). */
 void snug_backend_close(struct snug_be *be);
+
+/* Host memory a device backend instance holds besides its device buffers (the plan's host
+ * items for `--backend cuda`; src/backend/cuda/cuda_backend.c allocates exactly these):
+ * - the embedding staging: a step's token rows dequantised on the host from the mapped table
+ *   before their upload, [n_chunk][n_embd] f32; */
+static inline size_t snug_backend_plan_stage_bytes(int64_t n_chunk, int64_t n_embd) {
+    return (size_t)(n_chunk * n_embd) * sizeof(float);
+}
+/* - the host work arena (host_work above), reset at every step: a layer hook's copy of the
+ *   step's hidden rows (n_chunk × n_embd f32, src/arch/qwen35.c host_view) and, with n_expert
+ *   experts, the expert offsets moe_matmul downloads for the types without a grouped kernel
+ *   (n_expert + 1 int32 for each of an FFN's three expert products), in 64-byte aligned pieces. */
+static inline size_t snug_backend_plan_host_work_bytes(int64_t n_chunk, int64_t n_embd,
+                                                       int64_t n_expert) {
+    size_t rows = SNUG_ALIGN_UP((size_t)(n_chunk * n_embd) * sizeof(float), (size_t)64);
+    size_t offs = SNUG_ALIGN_UP((size_t)(n_expert + 1) * sizeof(int32_t), (size_t)64);
+    return rows + (n_expert > 0 ? 3 * offs : 0);
+}
 
 /* The CUDA op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
  * matrix has max_n_in inputs and max_n_out outputs: a pure formula (backend_plan.c) shared by

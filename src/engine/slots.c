@@ -53,6 +53,7 @@ int snug_slots_open_backend(struct snug_model *m, const struct snug_ctx_params *
         .n_slots = n_slots,
         .work_bytes = plan->work_bytes,
         .scratch_bytes = plan->cuda_scratch_bytes,
+        .host_work_bytes = plan->cuda_host_work_bytes,
         .n_chunk = plan->lim.n_chunk,
         .n_embd = m->hp.n_embd,
         .n_head = m->hp.n_head,

@@ -145,6 +145,19 @@ static void slot_item(struct snug_plan *p, const char *name, uint64_t one, enum 
     add_item(p, name, (uint64_t)p->lim.n_slots * one, dev, false, SNUG_PLAN_PER_SLOT, one);
 }
 
+uint64_t snug_plan_token_history_bytes(int64_t n_ctx) {
+    return (uint64_t)(n_ctx + 1) * sizeof(snug_token);
+}
+
+int32_t snug_plan_step_logits_rows(int32_t n_slots, int32_t n_draft, int32_t n_chunk) {
+    return (int32_t)SNUG_MIN((int64_t)n_chunk, (int64_t)n_slots * (n_draft + 2));
+}
+
+uint64_t snug_plan_step_table_bytes(int32_t n_slots, int32_t n_chunk) {
+    return (uint64_t)n_slots * SNUG_PLAN_ENGINE_SLOT_BYTES +
+           (uint64_t)n_chunk * sizeof(struct snug_step_row);
+}
+
 /* CUDA runtime overheads: not allocations of ours, so ESTIMATES (labelled in every output).
  * Context: the CUDA context and module images. Measured on the H200 (CUDA 13, snug's
  * kernels, docs/perf/cuda.md): 526.8 MiB used right after the context was created, and the
@@ -163,8 +176,10 @@ static void slot_item(struct snug_plan *p, const char *name, uint64_t one, enum 
 /* The widest input and output of any matrix the forward multiplies, from the shape alone
  * (the CUDA op scratch is sized by them): hidden, FFN / expert / shared-expert widths, the
  * DeltaNet inner size, the attention output's Hq·D, the MTP eh_proj's 2·H inputs; outputs
- * up to the vocabulary (output head) and the gated query projection 2·Hq·D. The CUDA backend
- * checks at open that the file's tensors need no more (cuda_backend.c). */
+ * up to the vocabulary (output head), the gated query projection 2·Hq·D, the DeltaNet's qkv
+ * projection (conv_dim: wider than the vocabulary in a small-vocabulary model) and the MoE
+ * router's E. The CUDA backend checks at open that the file's tensors need no more
+ * (cuda_backend.c). */
 static void plan_matrix_extent(const struct snug_hparams *hp, int64_t *max_in, int64_t *max_out) {
     int64_t a = hp->n_embd;
     a = SNUG_MAX(a, (int64_t)hp->n_ff);
@@ -174,6 +189,8 @@ static void plan_matrix_extent(const struct snug_hparams *hp, int64_t *max_in, i
     a = SNUG_MAX(a, (int64_t)hp->n_head * hp->head_dim);
     if (hp->n_nextn) a = SNUG_MAX(a, 2 * (int64_t)hp->n_embd);
     int64_t b = SNUG_MAX((int64_t)hp->n_vocab, 2 * (int64_t)hp->n_head * hp->head_dim);
+    b = SNUG_MAX(b, (int64_t)snug_hp_conv_dim(hp));
+    b = SNUG_MAX(b, (int64_t)hp->n_expert);
     b = SNUG_MAX(b, a);
     *max_in = a;
     *max_out = b;
@@ -268,11 +285,23 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
         slot_item(out, "state snapshots (mtp)", out->snapshot_bytes, dev);
         /* the MTP block's own one-layer KV cache and the draft/verify buffers, exactly what
          * snug_spec_init allocates (src/model/mtp.c) */
-        if (hp->n_nextn > 0)
-            slot_item(out, "mtp kv cache + draft buffers",
-                      snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,
-                                      (enum snug_kv_type)lim.kv_type),
-                      dev);
+        if (hp->n_nextn > 0) {
+            uint64_t all = snug_spec_bytes(hp, (int32_t)lim.n_ctx, lim.n_chunk, lim.n_draft,
+                                           (enum snug_kv_type)lim.kv_type);
+            if (lim.backend == SNUG_BACKEND_CUDA) {
+                /* on the device: the cache and the row buffers the backend allocates for the
+                 * slot (cuda_backend.c layout_spec); the rest is snug_spec_init_on's host
+                 * arena: drafted tokens, logits and probabilities of the verified rows */
+                struct snug_kv_shape ms =
+                    snug_spec_kv_shape(hp, (int32_t)lim.n_ctx, (enum snug_kv_type)lim.kv_type);
+                uint64_t on_dev = snug_kv_bytes(&ms) + snug_spec_dev_bytes(hp, lim.n_chunk);
+                SNUG_ASSERT(on_dev <= all);
+                slot_item(out, "mtp kv cache + draft buffers", on_dev, SNUG_DEVICE_GPU);
+                slot_item(out, "mtp draft buffers (host)", all - on_dev, SNUG_DEVICE_HOST);
+            } else {
+                slot_item(out, "mtp kv cache + draft buffers", all, dev);
+            }
+        }
     }
     /* per-step work: bounded by the chunk, never the context (the arena rounds up to 64); one
      * per model: the slots share the backend instance's arena, one step at a time */
@@ -286,9 +315,18 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     out->pos_bytes =
         (size_t)lim.n_chunk * (SNUG_STEP_ROW_BYTES + 3 * sizeof(int32_t) + sizeof(void *));
     slot_item(out, "step tables (runs, positions)", out->pos_bytes, SNUG_DEVICE_HOST);
-    /* host: last-token logits [V] f32 and the sampler chain's six [V] arrays (sample.c) */
+    /* host: last-token logits [V] f32 (the engine's per slot), the sampler chain's six [V]
+     * arrays (sample.c) and the sequence's tokens (sequence.c) */
     slot_item(out, "logits", V * 4, SNUG_DEVICE_HOST);
     slot_item(out, "sampler", 6 * V * 4, SNUG_DEVICE_HOST);
+    slot_item(out, "token history", snug_plan_token_history_bytes(lim.n_ctx), SNUG_DEVICE_HOST);
+    /* the engine's step, once for all slots (it grows with them up to the chunk): its logits
+     * table and bookkeeping (engine.c) */
+    item(out, "step logits (all slots)",
+         (uint64_t)snug_plan_step_logits_rows(lim.n_slots, lim.n_draft, lim.n_chunk) * V * 4,
+         SNUG_DEVICE_HOST, false);
+    item(out, "step tables (engine)", snug_plan_step_table_bytes(lim.n_slots, lim.n_chunk),
+         SNUG_DEVICE_HOST, false);
     if (lim.backend == SNUG_BACKEND_CUDA) {
         item(out, "logits (device)", V * 4, SNUG_DEVICE_GPU, false);
         /* the backend's copy of a step's inputs: positions and token ids, [2][n_chunk] int32 */
@@ -300,6 +338,14 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
         out->cuda_scratch_bytes =
             snug_backend_plan_cuda_scratch(mi, mo, lim.n_chunk, hp->n_head, hp->head_dim);
         item(out, "cuda op scratch", out->cuda_scratch_bytes, SNUG_DEVICE_GPU, false);
+        /* and on the host, per model: the embedding rows staged for upload, the host work
+         * arena (backend.h's formulas, which cuda_backend.c allocates by) */
+        item(out, "cuda staging (embedding rows)",
+             snug_backend_plan_stage_bytes(lim.n_chunk, hp->n_embd), SNUG_DEVICE_HOST, false);
+        out->cuda_host_work_bytes =
+            snug_backend_plan_host_work_bytes(lim.n_chunk, hp->n_embd, hp->n_expert);
+        item(out, "cuda host work (hooks, moe)", out->cuda_host_work_bytes, SNUG_DEVICE_HOST,
+             false);
         item(out, "cuda context (estimated)", CUDA_CONTEXT_BYTES, SNUG_DEVICE_GPU, true);
         item(out, "cublas workspace (estimated)", CUBLAS_WORKSPACE_BYTES, SNUG_DEVICE_GPU, true);
         if (lim.n_ranks > 1)

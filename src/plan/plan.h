@@ -4,7 +4,8 @@
  * backends take their arena sizes from here (snug_ctx_init calls snug_plan_make); nothing
  * computes its own. Formulas: docs/memory.md.
  * Invariant: plan and allocation share the layout functions (snug_kv_bytes, the arch plan
- * hook's buffer functions), so a planned arena is exactly the arena allocated; every item is
+ * hook's buffer functions, backend.h's host sizes of a device instance, the engine's and the
+ * sequence's sizes below), so a planned arena is exactly the arena allocated; every item is
  * monotone non-decreasing in n_ctx (the max-context solver depends on it).
  * Read next: plan.c, src/model/context.c (the user), src/arch/qwen35.c (work arena).
  */
@@ -79,7 +80,22 @@ struct snug_plan {
     size_t work_bytes;             /* per model: the work arena (one step of n_chunk tokens) */
     size_t pos_bytes;              /* per model: a step's position table + batch row table */
     size_t cuda_scratch_bytes;     /* per model, --backend cuda: the backend's op scratch */
+    size_t cuda_host_work_bytes;   /* per model, --backend cuda: its host work arena */
 };
+
+/* Host buffers sized here and by the code that allocates them, so the two cannot drift:
+ * - a sequence's token history (src/engine/sequence.c, snug_seq_init): the n_ctx tokens of its
+ *   context and the pending one, per slot; */
+uint64_t snug_plan_token_history_bytes(int64_t n_ctx);
+/* - the serving engine's step (src/engine/engine.c, snug_engine_init): the logits table of a
+ *   step, each slot's decode row, its n_draft verification rows and a prompt chunk's last row,
+ *   at most the chunk's rows ([rows][V] f32) ... */
+int32_t snug_plan_step_logits_rows(int32_t n_slots, int32_t n_draft, int32_t n_chunk);
+/* ... and its bookkeeping: per slot the step's and the admission's slot lists, row ranges and
+ *   jobs (SNUG_PLAN_ENGINE_SLOT_BYTES: 4 pointers and 3 int32), and the step's rows (one struct
+ *   snug_step_row per chunk row). */
+#define SNUG_PLAN_ENGINE_SLOT_BYTES (4 * sizeof(void *) + 3 * sizeof(int32_t))
+uint64_t snug_plan_step_table_bytes(int32_t n_slots, int32_t n_chunk);
 
 /* The KV format names the engine has, in enum order, NULL-terminated ("f16", "f32"). */
 extern const char *const snug_plan_kv_names[];

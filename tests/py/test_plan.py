@@ -7,6 +7,10 @@
 3. qwen3.6-27b, Q4_K_M, budget 23.5 GiB: `--ctx max` per KV format (printed); the plan at the
    maximum fits, one more position does not; f32 KV gives a smaller maximum than f16.
 4. Sizes: 23.5GiB, 24G, plain bytes; errors for bad input.
+4b. Host items: with --backend cuda the backend's embedding staging (chunk x n_embd f32) and host
+   work arena, the MTP block's host buffers (with the card's part, the cpu plan's one item),
+   and on both backends the engine's logits rows, token history and step tables, each to the
+   byte of its formula, for several slots, drafts and chunks; the host total is their sum.
 5. Tensor parallelism (--tp 2): the ranks' items add up to the one-device items plus
    the copies each rank holds (weights, KV, recurrent state), to the byte; the ranks' work
    arenas are no larger; the 27B Q4_K_M on two 23.5 GiB cards reaches the trained context with
@@ -160,6 +164,73 @@ def test_slots_share_the_model():
               f"{four['items']['cuda op scratch']}")
 
 
+def a64(x):
+    return (x + 63) // 64 * 64
+
+
+# The host items of a plan (everything else is on the budgeted device with --backend cuda).
+HOST_ITEMS = ("step tables (runs, positions)", "logits", "sampler", "token history",
+              "step logits (all slots)", "step tables (engine)", "mtp draft buffers (host)",
+              "cuda staging (embedding rows)", "cuda host work (hooks, moe)")
+
+
+def test_host_items():
+    """The host buffers of the CUDA backend and of the serving engine, each an item with the
+    formula of the code that allocates it (backend.h, plan.h), in the host total."""
+    V = 248320
+    for preset, H, E in (("qwen3.6-27b", 5120, 0), ("qwen3.6-35b-a3b", 2048, 256)):
+        for S, N, T, C in ((4, 3, 2048, 65536), (1, 0, 512, 8192), (16, 3, 64, 4096)):
+            args = ["--preset", preset, "--weights", "q4_k_m", "--ctx", str(C), "--kv", "q8_0",
+                    "--slots", str(S), "--mtp", str(N), "--chunk", str(T)]
+            tag = f"{preset} slots {S} mtp {N} chunk {T}"
+            rc, g, _ = plan(*args, "--backend", "cuda")
+            rc2, c, _ = plan(*args, "--backend", "cpu")
+            if rc or rc2:
+                check(False, f"{tag}: plans")
+                continue
+            it = g["items"]
+            # the CUDA backend's host memory, once per model
+            check(it.get("cuda staging (embedding rows)") == T * H * 4,
+                  f"{tag}: embedding staging {it.get('cuda staging (embedding rows)')} = "
+                  f"chunk x n_embd x 4 = {T * H * 4}")
+            work = a64(T * H * 4) + (3 * a64((E + 1) * 4) if E else 0)
+            check(it.get("cuda host work (hooks, moe)") == work,
+                  f"{tag}: host work {it.get('cuda host work (hooks, moe)')} = {work}")
+            # the engine's: per slot its logits row and token history, once its step's tables
+            rows = min(T, S * (N + 2))
+            for p in (g, c):
+                q = p["items"]
+                check(q.get("logits") == S * V * 4 and "logits" in p["per_slot"],
+                      f"{tag}: logits rows of {S} slots")
+                check(q.get("token history") == S * (C + 1) * 4 and "token history" in
+                      p["per_slot"], f"{tag}: token history {q.get('token history')}")
+                check(q.get("step logits (all slots)") == rows * V * 4 and
+                      "step logits (all slots)" not in p["per_slot"],
+                      f"{tag}: step logits {q.get('step logits (all slots)')} = {rows} rows")
+                check(q.get("step tables (engine)") == S * 44 + T * 24,
+                      f"{tag}: the engine's step tables {q.get('step tables (engine)')}")
+            check(not any(n.startswith("cuda") for n in c["items"]),
+                  f"{tag}: no cuda item on the cpu")
+            # MTP: the cache and row buffers on the card, the rest on the host, together the
+            # cpu's one host item; the host part holds the verified rows' logits
+            if N:
+                both = it["mtp kv cache + draft buffers"] + it["mtp draft buffers (host)"]
+                check(both == c["items"]["mtp kv cache + draft buffers"] and
+                      it["mtp draft buffers (host)"] >= (N + 2) * V * 4 and
+                      "mtp draft buffers (host)" in g["per_slot"],
+                      f"{tag}: mtp buffers split between card and host ({both})")
+            else:
+                check("mtp draft buffers (host)" not in it, f"{tag}: no mtp host buffers")
+            # every host item is in the host total, and nothing else is
+            host = sum(v for n, v in it.items() if n in HOST_ITEMS)
+            check(g["all_bytes"] - g["total_bytes"] == host,
+                  f"{tag}: host total {g['all_bytes'] - g['total_bytes']} = the host items {host}")
+            # on the cpu the host is the budget: the engine's tables count against it
+            check(c["total_bytes"] == c["all_bytes"] == sum(c["items"].values()),
+                  f"{tag}: cpu: every item in the budgeted total")
+        print(f"{preset}: cuda host items {[n for n in HOST_ITEMS if n in g['items']]}")
+
+
 def test_max_ctx():
     res = {}
     _, base, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m")
@@ -284,6 +355,7 @@ def main():
         test_weight_bytes(tmp)
     test_formulas()
     test_slots_share_the_model()
+    test_host_items()
     test_max_ctx()
     test_sizes_and_errors()
     test_tensor_parallel()

@@ -15,11 +15,16 @@
    512`; an explicit chunk wins; the cpu keeps 512; no budget on cuda takes the cap. Then `snug
    run`, `snug serve` (the boot line's `--chunk` pasted back) and `snug bench-local` take the
    flag on the demo model.
+4. With `--backend cuda` (the test stand-in libsnug_fakedev.so, so no GPU is needed), the boot
+   plans of `snug run` and `snug serve --slots 2` list the CUDA backend's host items (embedding
+   staging, host work) and the engine's (logits table, token history), each equal to `snug
+   plan`'s for the same flags and to its formula.
 Model for 2 and 3: a fresh demo model (`snug gen --preset demo`), no fixtures needed.
 Runnable as a script; prints "N passed, N failed".
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,14 +87,14 @@ def flags_of(line):
     return body[:body.index(" (")].split()
 
 
-def serve_boot(model, tmp, name, *args):
+def serve_boot(model, tmp, name, *args, env=None):
     """Start `snug serve`, wait until it listens, stop it; (plan line, plan table, /health)."""
     port_file = os.path.join(tmp, name + ".port")
     log_path = os.path.join(tmp, name + ".log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen([SNUG, "serve", "-m", model, "--port", "0", "--port-file",
                                  port_file, "--threads", "1", *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=log)
+                                stdout=subprocess.DEVNULL, stderr=log, env=env)
         t0 = time.time()
         health = None
         try:
@@ -209,6 +214,50 @@ def check_chunk_commands(r, model, tmp):
             f"bench-local --chunk 32: {b.stdout.strip()[:200]} {b.stderr.strip()[-200:]}")
 
 
+# A plan table's item row: "  name   per   bytes   MiB   share  bar" ("~" marks an estimate).
+ITEM_ROW = re.compile(r"^[ ~] (\S.*?)\s{2,}(?:model|slot x\d+)\s+(\d+)\s")
+
+
+def table_items(text):
+    rows = (ITEM_ROW.match(ln) for ln in (text or "").splitlines())
+    return {m.group(1): int(m.group(2)) for m in rows if m}
+
+
+def check_cuda_boot(r, model, tmp):
+    """The boot plans of `snug run` and `snug serve --backend cuda` (through the test stand-in
+    libsnug_fakedev.so: no GPU needed) list the CUDA backend's host memory and the engine's
+    tables, every item equal to `snug plan`'s for the same flags, to the byte."""
+    fake = os.path.join(os.path.dirname(os.path.abspath(SNUG)), "libsnug_fakedev.so")
+    if not os.path.exists(fake):
+        print("note: libsnug_fakedev.so not built: the cuda boot plans are not checked")
+        return
+    env = dict(os.environ, SNUG_CUDA_LIB=fake)
+    H, T, C, S, N = 256, 128, 1024, 2, 2  # the demo preset's hidden size; the flags below
+    flags = ["--backend", "cuda", "--ctx", C, "--kv", "f16", "--chunk", T, "--spec-draft", N]
+    want = plan_json("-m", model, "--threads", 1, "--slots", S, *flags)["items"]
+    V = want["logits"] // (S * 4)
+    for name, b in (("cuda staging (embedding rows)", T * H * 4),
+                    ("cuda host work (hooks, moe)", (T * H * 4 + 63) // 64 * 64),
+                    ("step logits (all slots)", min(T, S * (N + 2)) * V * 4),
+                    ("token history", S * (C + 1) * 4)):
+        r.check(want.get(name) == b, f"plan --backend cuda: {name} {want.get(name)} = {b}")
+    _, table, health, log = serve_boot(model, tmp, "cuda", "--slots", S, "--cache-ram", 0,
+                                       *flags, env=env)
+    got = table_items(table)
+    r.check(health is not None and got == want,
+            "serve --backend cuda: the boot plan is `snug plan`'s, host items included"
+            + ("" if got == want else f"\n{sorted(set(got.items()) ^ set(want.items()))}"
+               + log[-600:]))
+    p = subprocess.run([SNUG, "run", "-m", model, "-p", "hello", "-n", "2", "--temp", "0",
+                        "--threads", "1", *map(str, flags)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    want1 = plan_json("-m", model, "--threads", 1, *flags)["items"]
+    got1 = table_items(p.stderr)
+    r.check(p.returncode == 0 and got1 == want1 and "cuda staging (embedding rows)" in got1,
+            "run --backend cuda: the boot plan is `snug plan`'s, host items included"
+            + ("" if got1 == want1 else "\n" + p.stderr[-800:]))
+
+
 def main():
     r = Results()
     check_chunk_plan(r)
@@ -261,6 +310,7 @@ def main():
             r.check(p2.returncode == 0 and l2 is not None and flags_of(l2) == flags_of(l1)
                     and p2.stdout == p1.stdout, f"run: `{' '.join(flags_of(l1))}` round-trips")
         check_chunk_commands(r, model, tmp)
+        check_cuda_boot(r, model, tmp)
         # an impossible request fails with the largest context that fits
         p3 = snug("run", "-m", model, "-p", "hello", "-n", "2", "--threads", "1", "--ctx",
                   "200000", "--kv", "auto", "--budget", "24MiB")

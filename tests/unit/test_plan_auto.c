@@ -13,15 +13,22 @@
  *   - --chunk auto (snug_plan_chunk): a short context in a large budget gets the cap, a budget
  *     that fits the context only at the base chunk keeps it, an automatic context is the same
  *     with the chunk chosen after it, an explicit chunk wins, the cpu keeps the base, no
- *     budget on cuda takes the cap; the boot line and the table carry the chosen chunk.
+ *     budget on cuda takes the cap; the boot line and the table carry the chosen chunk;
+ *   - the host items: with --backend cuda the backend's embedding staging and host work arena
+ *     (backend.h's sizes, which the CUDA backend allocates by) and the MTP block's host buffers;
+ *     on both backends the engine's logits table, step tables and token history (plan.h's
+ *     sizes, which the engine and the sequence allocate by); the host total is their sum, and
+ *     on the cpu an automatic context is sized with them counted.
  * The CLI round trip of the boot line is tests/py/test_plan_auto.py.
  */
+#include "backend/backend.h"
 #include "kv/kvfmt.h"
 #include "model/presets.h"
 #include "plan/plan_auto.h"
 #include "test.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static const uint64_t GIB = (uint64_t)1 << 30, MIB = (uint64_t)1 << 20;
 
@@ -391,7 +398,81 @@ static void test_chunk(void) {
     CHECKF(!strcmp(line, "2048 (auto: the cap 2048; no budget to fit)"), "%s", line);
 }
 
+/* An item's bytes by name (UINT64_MAX: not in the plan). */
+static uint64_t item_bytes(const struct snug_plan *p, const char *name) {
+    for (int i = 0; i < p->n_items; i++)
+        if (!strcmp(p->items[i].name, name)) return p->items[i].bytes;
+    return UINT64_MAX;
+}
+
+static void test_host_items(void) {
+    static const char *const host[] = {"step tables (runs, positions)",
+                                       "logits",
+                                       "sampler",
+                                       "token history",
+                                       "step logits (all slots)",
+                                       "step tables (engine)",
+                                       "mtp draft buffers (host)",
+                                       "cuda staging (embedding rows)",
+                                       "cuda host work (hooks, moe)"};
+    const char *presets[] = {"qwen3.6-27b", "qwen3.6-35b-a3b"};
+    for (int k = 0; k < 2; k++) {
+        struct snug_hparams hp;
+        struct snug_plan_weights w;
+        setup(presets[k], "q4_k_m", &hp, &w);
+        const uint64_t V = hp.n_vocab, H = hp.n_embd;
+        struct snug_plan_limits l = limits(SNUG_BACKEND_CUDA, 3, SNUG_KV_Q8_0);
+        l.n_ctx = 65536;
+        l.n_slots = 4;
+        l.n_chunk = 2048;
+        struct snug_plan p, c;
+        struct snug_err e = {0};
+        CHECK(snug_plan_make(&hp, &w, &l, &p, &e) == SNUG_OK);
+        /* the CUDA backend's host memory: what cuda_backend.c allocates with these sizes */
+        CHECK(item_bytes(&p, "cuda staging (embedding rows)") == 2048 * H * 4 &&
+              snug_backend_plan_stage_bytes(2048, (int64_t)H) == 2048 * H * 4);
+        uint64_t work = snug_backend_plan_host_work_bytes(2048, (int64_t)H, hp.n_expert);
+        CHECKF(item_bytes(&p, "cuda host work (hooks, moe)") == work &&
+                   p.cuda_host_work_bytes == work &&
+                   work == 2048 * H * 4 +
+                               (hp.n_expert ? 3 * ((hp.n_expert + 1) * 4 + 63) / 64 * 64 : 0),
+               "%s: host work %llu", presets[k], (unsigned long long)work);
+        /* the engine's: 4 slots x (1 + 3 drafts + 1) rows, capped by the chunk elsewhere */
+        CHECK(snug_plan_step_logits_rows(4, 3, 2048) == 20);
+        CHECK(snug_plan_step_logits_rows(256, 3, 512) == 512);
+        CHECK(item_bytes(&p, "step logits (all slots)") == 20 * V * 4);
+        CHECK(item_bytes(&p, "step tables (engine)") == snug_plan_step_table_bytes(4, 2048));
+        CHECK(item_bytes(&p, "token history") == 4 * snug_plan_token_history_bytes(65536) &&
+              snug_plan_token_history_bytes(65536) == 65537 * 4);
+        uint64_t sum = 0;
+        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+            uint64_t b = item_bytes(&p, host[i]);
+            CHECKF(b != UINT64_MAX, "%s: host item '%s' listed", presets[k], host[i]);
+            if (b != UINT64_MAX) sum += b;
+        }
+        CHECKF(p.total - p.device_total == sum, "%s: host total %llu = the host items %llu",
+               presets[k], (unsigned long long)(p.total - p.device_total), (unsigned long long)sum);
+        /* the cpu plan: no cuda item, the MTP buffers one item (the card's part + the host's) */
+        l.backend = SNUG_BACKEND_CPU;
+        CHECK(snug_plan_make(&hp, &w, &l, &c, &e) == SNUG_OK);
+        CHECK(item_bytes(&c, "cuda staging (embedding rows)") == UINT64_MAX &&
+              item_bytes(&c, "mtp draft buffers (host)") == UINT64_MAX);
+        CHECK(item_bytes(&c, "mtp kv cache + draft buffers") ==
+              item_bytes(&p, "mtp kv cache + draft buffers") +
+                  item_bytes(&p, "mtp draft buffers (host)"));
+        CHECK(c.device_total == c.total && item_bytes(&c, "step logits (all slots)") == 20 * V * 4);
+        /* on the cpu the engine's items are in the budget an automatic context is sized in */
+        struct snug_plan_auto_req req = {.lim = l, .budget = 24 * GIB};
+        req.lim.n_ctx = 0;
+        static struct snug_plan_auto a;
+        CHECK(snug_plan_auto(&hp, &w, &req, &a, &e) == SNUG_OK);
+        check_is_max(&hp, &w, a.plan.lim, 24 * GIB, a.n_ctx);
+        CHECK(item_bytes(&a.plan, "token history") == 4 * snug_plan_token_history_bytes(a.n_ctx));
+    }
+}
+
 int main(void) {
+    test_host_items();
     test_sizes();
     test_chunk();
     test_default_budgets();

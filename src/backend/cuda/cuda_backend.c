@@ -979,7 +979,8 @@ int snug_cuda_be_attach_comm(struct snug_be *be, struct snug_cuda_comm *comm,
 }
 
 /* Open an instance: the weights (shared per model), n_slots slots of KV/state (+ speculation
- * buffers), one work arena, one op scratch, one position table; all device memory now. */
+ * buffers), one work arena, one op scratch, one position table, all device memory now; and on
+ * the host the embedding staging and the host work arena (the plan's host items). */
 static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
                      const struct snug_backend_limits *lim, struct snug_pool *pool,
                      struct snug_err *err) {
@@ -1042,14 +1043,16 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->n_chunk = lim->n_chunk;
     if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 8, "step inputs", err)))
         goto fail;
-    /* host side: embedding staging and the host work arena (routing, hook copies) */
+    /* host side, the plan's host items: the embedding staging and the host work arena (MoE
+     * expert offsets, hook copies), sized by backend.h's formulas */
     c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;
-    c->stage = snug_malloc((size_t)c->stage_floats * sizeof(float));
+    c->stage = snug_malloc(snug_backend_plan_stage_bytes(lim->n_chunk, lim->n_embd));
     if (!c->stage) {
-        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+        rc = snug_err_set(err, SNUG_ERR_NOMEM, "out of memory for the embedding staging");
         goto fail;
     }
-    if ((rc = snug_arena_init(&c->host_work, "host work (cuda)", lim->work_bytes, err))) goto fail;
+    if ((rc = snug_arena_init(&c->host_work, "host work (cuda)", lim->host_work_bytes, err)))
+        goto fail;
     for (int32_t i = 0; i < n; i++) cuda_reset_slot(&c->be, i);
     if ((rc = cuda_sync(&c->be, err))) goto fail;
     *out = &c->be;
