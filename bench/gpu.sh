@@ -141,7 +141,8 @@ llama_run() { # tag args...
 for kv in $SNUG_KVS; do snug_run "kv=$kv depth=4096" "$(kvargs "$kv")" 4096 "$G"; done
 first_kv=$(echo $KVS | cut -d' ' -f1)
 for k in 0 $DRAFTS; do
-  snug_run "kv=$first_kv depth=4096 draft=$k" "$(kvargs "$first_kv")" 4096 "$G" --spec-draft "$k"
+  snug_run "kv=$first_kv depth=4096 draft=$k" "$(kvargs "$first_kv")" 4096 "$G" --spec-draft "$k" \
+    --spec-adapt off
 done
 r=0
 while [ $r -lt "$REPS" ]; do

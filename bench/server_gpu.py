@@ -4,6 +4,10 @@
 #
 #   python3 bench/server_gpu.py SNUG MODEL.gguf [--slots 4] [--ctx 65536] [--kv q8_0]
 #       [--vram-budget 23.5GiB] [--tokens 64] [--prefill 32768] [--compare] [--spec-draft N]
+#       [--spec-adapt on|off]
+#
+# The servers draft a fixed N tokens per step unless --spec-adapt on is given (random weights
+# reject every draft, and the adaptation would stop drafting: the run would not measure N).
 #
 # 1. --compare: the same greedy /v1/completions (temperature 0, 16 tokens, streamed and not) on a
 #    CPU server and on the CUDA server; prints whether the first 16 tokens agree per prompt.
@@ -179,6 +183,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prefill", type=int, default=32768)
     ap.add_argument("--spec-draft", type=int, default=0)
+    ap.add_argument("--spec-adapt", choices=("on", "off"), default="off",
+                    help="serve --spec-adapt (off: a fixed --spec-draft N per step)")
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--backend", default="cuda", help="serve --backend of the measured server")
     ap.add_argument("--log", default="", help="copy the measured server's log here at the end")
@@ -187,7 +193,8 @@ def main():
     ap.add_argument("--step-prompt", type=int, default=0,
                     help="serve --step-prompt: prompt tokens a prefilling slot adds per step")
     a = ap.parse_args()
-    common = ["--slots", str(a.slots), "--spec-draft", str(a.spec_draft)]
+    common = ["--slots", str(a.slots), "--spec-draft", str(a.spec_draft),
+              "--spec-adapt", a.spec_adapt]
     if a.step_prompt:
         common += ["--step-prompt", str(a.step_prompt)]
     if a.ctx:

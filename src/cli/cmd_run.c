@@ -95,6 +95,7 @@ enum {
     O_SEED,
     O_THREADS,
     O_SPEC,
+    O_SPEC_ADAPT,
     O_CTX,
     O_BUDGET,
 };
@@ -192,6 +193,14 @@ static const struct cli_opt OPTS[] = {
      .def = "0, off",
      .help = "speculative decoding with the model's MTP block: N drafts per step "
              "(docs/spec-decode.md)"},
+    {.id = O_SPEC_ADAPT,
+     .names = "--spec-adapt",
+     .kind = CLI_CHOICE,
+     .meta = "on|off",
+     .def = "on",
+     .help = "each step's drafts chosen in 0..N (--spec-draft N) from the measured acceptance "
+             "and step times; off: N drafts every step (to measure a fixed N). The text is the "
+             "same either way"},
     {.id = O_CTX,
      .names = "-c, --ctx",
      .kind = CLI_INT,
@@ -242,6 +251,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     long n_predict = 128, top_k = 40, threads = 0, n_ctx = 0, last_n = 64, seed = -1;
     long spec_draft = 0;
+    bool spec_adapt = true;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
@@ -303,6 +313,9 @@ int cmd_run(int argc, char **argv) {
             break;
         case O_SPEC:
             spec_draft = (long)v.i;
+            break;
+        case O_SPEC_ADAPT:
+            spec_adapt = v.choice == 0; /* on|off */
             break;
         case O_CTX:
             n_ctx = (long)v.i, ctx_max = v.word;
@@ -432,6 +445,7 @@ int cmd_run(int argc, char **argv) {
     struct snug_seq_params gp = {.sampler = sp,
                                  .max_tokens = (int32_t)n_predict,
                                  .speculate = spec_draft > 0,
+                                 .spec_adapt = spec_adapt,
                                  .spec_seed = (uint64_t)seed,
                                  .on_token = on_token};
     if (snug_seq_begin(&seq, &gp, &err)) goto fail;
@@ -479,6 +493,23 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, " %.3f",
                     st.proposed_at[i] ? (double)st.accepted_at[i] / (double)st.proposed_at[i]
                                       : 0.0);
+        fprintf(stderr, "\n");
+        /* the draft count per step (src/speculative/adapt.h): what the steps ran, and the
+         * estimates the adaptation chose from (or would have, with --spec-adapt off) */
+        const struct snug_spec_adapt *ad = &seq.adapt;
+        double c[SNUG_SPEC_MAX_DRAFT + 1];
+        snug_spec_adapt_current_costs(ad, c);
+        fprintf(stderr,
+                "snug run: draft length (--spec-adapt %s): %.2f drafts per step over %lld "
+                "steps; steps by drafts:",
+                spec_adapt ? "on" : "off",
+                ad->n_steps ? (double)ad->n_drafts / (double)ad->n_steps : 0.0,
+                (long long)ad->n_steps);
+        for (int32_t j = 0; j <= ad->n_max; j++)
+            fprintf(stderr, " %d:%lld", j, (long long)ad->steps_at[j]);
+        fprintf(stderr, "; acceptance estimate %.3f; step cost by drafts (plain step = 1):", ad->a);
+        for (int32_t j = 0; j <= ad->n_max; j++)
+            fprintf(stderr, " %.2f%s", c[j], ad->t[j] > 0 ? "" : "?");
         fprintf(stderr, "\n");
     }
     status = 0;

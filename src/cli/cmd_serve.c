@@ -100,6 +100,7 @@ enum {
     O_QUEUE,
     O_BUDGET,
     O_SPEC,
+    O_SPEC_ADAPT,
     O_STEP_PROMPT,
     O_THREADS,
     O_BACKEND,
@@ -198,17 +199,40 @@ static const struct cli_opt OPTS[] = {
      .help = "speculative decoding with the model's MTP block: N drafts per step (0 = off)",
      .more = "Greedy output is identical to plain decoding; sampled output follows the same "
              "distribution (docs/spec-decode.md). Requests with `logprobs` decode plainly."},
+    {.id = O_SPEC_ADAPT,
+     .names = "--spec-adapt",
+     .kind = CLI_CHOICE,
+     .meta = "on|off",
+     .def = "on",
+     .help = "each step's drafts chosen in 0..N (--spec-draft N) from the request's measured "
+             "acceptance and step times; off: N drafts every step",
+     .more = "Per request, a moving average of the drafts' acceptance and of the time of a step "
+             "with j drafts; each step takes the j with the most expected tokens per second, and "
+             "every 16th step tries a neighbouring j, so a request whose drafts stopped paying "
+             "goes back to drafting when they pay again (docs/spec-decode.md). The output does "
+             "not depend on the draft counts (greedy, and sampled with the same seed); `off` "
+             "is for measuring a fixed N."},
     CLI_OPTS_CHUNK,
     {.id = O_STEP_PROMPT,
      .names = "--step-prompt",
      .kind = CLI_INT,
-     .meta = "N",
+     .meta = "N|auto",
      .lo = 1,
      .hi = 1 << 20,
-     .def = "the chunk; at most 512 with several slots",
+     .word = "auto",
+     .def = "auto",
      .help = "prompt tokens a new request adds per engine step, beside the other slots' decode "
-             "rows (at most the chunk); smaller keeps their streams smoother while a long prompt "
-             "is admitted"},
+             "rows. auto: while other requests are streaming, as many as keep a step within "
+             "about twice a plain decode step (measured as the server runs; at least 32), else "
+             "the whole chunk; N: always N (at most the chunk)",
+     .more = "auto trades prompt speed for steady streams: a long prompt that arrives while "
+             "others stream prefills in smaller pieces and takes longer, and in exchange each "
+             "stream's time between tokens grows to about twice its usual instead of by a "
+             "whole chunk's time (pieces stay at 32 tokens or more, so where a step with "
+             "prompt rows costs more than that on its own, the streams slow by one such "
+             "step). A fixed N cuts the same pieces whatever else runs (smaller: smoother "
+             "streams, slower prompts). `snug_step_prompt_rows` in /metrics shows the piece "
+             "auto uses now."},
     {.id = O_THREADS,
      .names = "-t, --threads",
      .kind = CLI_INT,
@@ -529,8 +553,12 @@ const struct cli_command cli_cmd_serve = {
 
 int cmd_serve(int argc, char **argv) {
     int vision_backend = -1; /* --vision-backend; unset: where the model runs */
-    struct snug_server_opts o = {
-        .host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_draft = -1, .thinking_budget = -1};
+    struct snug_server_opts o = {.host = "127.0.0.1",
+                                 .port = 8080,
+                                 .n_slots = 1,
+                                 .n_draft = -1,
+                                 .spec_adapt = true,
+                                 .thinking_budget = -1};
     struct cli_kv kv = CLI_KV_DEFAULT;
     kv.allow_auto = true;
     int32_t kv_code = SNUG_KV_F16;
@@ -569,8 +597,11 @@ int cmd_serve(int argc, char **argv) {
         case O_SPEC:
             o.n_draft = (int32_t)v.i;
             break;
+        case O_SPEC_ADAPT:
+            o.spec_adapt = v.choice == 0; /* on|off */
+            break;
         case O_STEP_PROMPT:
-            o.prompt_budget = (int32_t)v.i;
+            o.prompt_budget = v.word ? 0 : (int32_t)v.i; /* 0: auto */
             break;
         case O_QUEUE:
             o.queue_cap = (int32_t)v.i;

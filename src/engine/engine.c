@@ -12,7 +12,9 @@
  * them and a prompt chunk of each prefilling slot (at most the per-step prompt budget) — the
  * verifications of every speculative slot included — in one forward (weights read once per step
  * for all slots), so a long prompt does not freeze the other slots' streams; then each slot
- * takes its logits rows (snug_seq_take: pick or accept, roll back, emit, stop).
+ * takes its logits rows (snug_seq_take: pick or accept, roll back, emit, stop). The prompt
+ * budget is --step-prompt N, or under auto (the default) a time budget while other slots decode:
+ * every batched step is timed and the rows follow step_budget.h's rule (prefill_len).
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
  * pick_slot also looks the prompt up among the cached checkpoints and restores the best one
  * (slot_start); prefill chunks end where the schedule says and checkpoints are stored there.
@@ -33,13 +35,14 @@
 
 #include "model/ctx_prefix.h"
 #include "model/model.h"
-#include "plan/plan_auto.h"
+#include "plan/plan.h"
 #include "prefix/prefix.h"
 #include "prefix/prefix_sched.h"
 
 #include "core/core.h"
 #include "engine/sequence.h"
 #include "engine/slots.h"
+#include "engine/step_budget.h"
 #include "kv/kvfmt.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -86,6 +89,7 @@ struct snug_engine {
     struct snug_model *m;
     const struct snug_tokenizer *tok;
     int32_t V, n_ctx, n_chunk, n_draft;
+    bool spec_adapt; /* --spec-adapt: each slot's drafts per step from its measurements */
     struct slot *slots;
     int32_t n_slots;
     /* the engine thread's admission lists (n_slots each, allocated at init) */
@@ -103,7 +107,10 @@ struct snug_engine {
     struct snug_step_row *b_rows; /* [n_chunk] the step's rows (snug_step) */
     struct slot **p_slot;         /* [n_slots] the slots with a prompt chunk in the step */
     int32_t *p_len;               /* [n_slots] and its length */
-    int32_t prompt_budget;        /* prompt rows per slot and step (<= n_chunk) */
+    int32_t prompt_budget;        /* prompt rows per slot and step (<= n_chunk); under auto the
+                                     chunk: the schedule's grid, the pieces cut inside it */
+    bool step_auto;               /* --step-prompt auto: pieces from the measured step costs */
+    struct snug_step_cost cost;   /* those measurements (engine thread; step_budget.h) */
 
     pthread_t thread;
     bool thread_started;
@@ -359,6 +366,7 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         .logprobs = j->logprobs,
         .top_logprobs = j->top_logprobs,
         .speculate = e->n_draft > 0,
+        .spec_adapt = e->spec_adapt,
         /* the rejection sampler's own generator starts from the job's seed, so the same request
          * with the same seed gives the same text */
         .spec_seed = j->sampler.seed ^ 0x5bd1e9955bd1e995ull,
@@ -396,10 +404,21 @@ static void slot_emitted(struct snug_engine *e, struct slot *s, enum snug_seq_st
 
 /* The length of a prefilling slot's next prompt chunk: up to where the prefix cache's schedule
  * ends it (message starts, the interval: a run restored at a checkpoint cuts the chunks a cold
- * run cuts, prefix_sched.h), at most the per-step prompt budget. */
-static int32_t prefill_len(const struct snug_engine *e, const struct slot *s) {
+ * run cuts, prefix_sched.h), at most `budget` rows (e->prompt_budget, or under auto the rows
+ * engine_step asked of step_budget.h for this step).
+ * How the adaptive size meets the checkpoints: the schedule's grid is the chunk under auto, and
+ * every checkpoint position (the system prompt's end, the last message's, the last user
+ * query's, each multiple of cache_every) is a boundary of it, so snug_prefix_chunk_end never
+ * goes past the next one; a piece only ever ends earlier than the schedule's chunk, never
+ * later, so every checkpoint position is still the end of a piece and prefill_done stores it
+ * there. A chunk cut short is finished by the next pieces, which end at the same grid line.
+ * What auto gives up: while other slots decode, where a chunk is cut inside the grid depends on
+ * the measured times, so such a prefill matches a cold run of the same prompt to rounding
+ * (DeltaNet's chunked form), not bit for bit; with nobody decoding (or a fixed --step-prompt)
+ * the pieces are the grid's and a restored run cuts exactly what a cold one cuts. */
+static int32_t prefill_len(const struct slot *s, int32_t budget) {
     int32_t n = snug_prefix_chunk_end(&s->sched, s->n_prefilled) - s->n_prefilled;
-    return n > e->prompt_budget ? e->prompt_budget : n;
+    return n > budget ? budget : n;
 }
 
 /* The slots waiting for s's prefill (just complete) get a copy of its state, KV rows and last
@@ -489,11 +508,6 @@ static bool prefill_piece(struct snug_engine *e, struct slot *s, int32_t n,
     return true;
 }
 
-/* One prompt chunk for a prefilling slot, in a step of its own. */
-static void slot_prefill(struct snug_engine *e, struct slot *s) {
-    prefill_piece(e, s, prefill_len(e, s), NULL);
-}
-
 /* The first image of the slot's job that ends after position a (its index), or -1. */
 static int32_t next_image(const struct slot *s, int32_t a) {
     const struct snug_engine_job *j = s->job;
@@ -543,7 +557,7 @@ static void slot_prefill_image(struct snug_engine *e, struct slot *s) {
         return;
     }
     while (s->state == SLOT_PREFILL && s->n_prefilled < end) {
-        int32_t a = s->n_prefilled, n = prefill_len(e, s);
+        int32_t a = s->n_prefilled, n = prefill_len(s, e->prompt_budget);
         if (k + 1 < s->job->n_images && s->job->images[k + 1].first < a + n)
             n = s->job->images[k + 1].first - a;
         struct snug_image_rows r = {im->first - a, im->rows, im->cols, e->venc_rows.embd};
@@ -551,16 +565,29 @@ static void slot_prefill_image(struct snug_engine *e, struct slot *s) {
     }
 }
 
+/* The per-step prompt rows in e->stats: what a prefilling slot gets beside decoding slots now
+ * (one prefilling; under auto from the measurements so far) and the measurements (e->mu held). */
+static void step_stats_locked(struct snug_engine *e) {
+    e->stats.step_prompt_rows = e->step_auto
+                                    ? snug_step_prompt_rows(e->cost.t_dec, e->cost.c_row, true, 1,
+                                                            e->n_chunk, SNUG_STEP_PROMPT_FLOOR)
+                                    : e->prompt_budget;
+    e->stats.step_decode_s = e->cost.t_dec;
+    e->stats.step_prompt_row_s = e->cost.c_row;
+}
+
 /* One step of the engine: the rows of every generating slot (its pending token, and for a
  * speculative slot the MTP drafts after it as verification rows: snug_seq_rows) and a prompt
- * chunk of every prefilling slot (prefill_len: at most the per-step prompt budget), as rows of
- * ONE snug_step: the matrix products run over all of them at once, so a long prompt being
+ * chunk of every prefilling slot (prefill_len: at most the per-step prompt budget — under auto
+ * step_budget.h's rows for this step: a time budget while another slot decodes in it), as rows
+ * of ONE snug_step: the matrix products run over all of them at once, so a long prompt being
  * admitted advances by a bounded chunk per step while the other slots keep streaming, and the
- * verifications of all speculative slots share one forward. Then each generating slot takes
- * its logits rows (snug_seq_take: the next token, or the accepted drafts and the rollback) and
- * emits. A chunk that would not fit the step beside the other rows (n_chunk) runs in a step of
- * its own. A refused step (it changes nothing) is run again slot by slot so only the slot at
- * fault ends with an error. */
+ * verifications of all speculative slots share one forward. The step is timed and noted in
+ * e->cost (the next steps' budget). Then each generating slot takes its logits rows
+ * (snug_seq_take: the next token, or the accepted drafts and the rollback) and emits. A chunk
+ * that would not fit the step beside the other rows (n_chunk) runs in a step of its own. A
+ * refused step (it changes nothing) is run again slot by slot so only the slot at fault ends
+ * with an error. */
 static void engine_step(struct snug_engine *e) {
     struct snug_step_row *rows = e->b_rows;
     int32_t n = 0, n_dec = 0, n_pre = 0, n_verify = 0;
@@ -583,16 +610,27 @@ static void engine_step(struct snug_engine *e) {
         n_verify += r > 1;
     }
     int32_t n_dec_rows = n;
+    int32_t budget = e->prompt_budget; /* each prefilling slot's prompt rows in this step */
+    if (e->step_auto) {
+        int32_t n_prefill = 0;
+        for (int32_t i = 0; i < e->n_slots; i++) n_prefill += e->slots[i].state == SLOT_PREFILL;
+        /* at most the room beside the decode rows: a piece that does not fit runs in a step of
+         * its own, and the streams would wait for two steps */
+        int32_t room = e->n_chunk - n_dec_rows;
+        budget = snug_step_prompt_rows(e->cost.t_dec, e->cost.c_row, n_dec > 0, n_prefill,
+                                       room >= SNUG_STEP_PROMPT_FLOOR ? room : e->n_chunk,
+                                       SNUG_STEP_PROMPT_FLOOR);
+    }
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->state != SLOT_PREFILL) continue;
-        int32_t len = prefill_len(e, s);
+        int32_t len = prefill_len(s, budget);
         if (len > 0 && s->job->n_images > 0 && chunk_has_image(s, len)) {
             slot_prefill_image(e, s); /* (alone: the image's chunks) */
             continue;
         }
         if (len <= 0 || n + len > e->n_chunk || n_dec_rows + n_pre >= e->b_logits_rows) {
-            slot_prefill(e, s); /* (alone, as before) */
+            prefill_piece(e, s, len, NULL); /* (alone, as before: the same piece) */
             continue;
         }
         const snug_token *p = s->job->prompt + s->n_prefilled;
@@ -610,6 +648,7 @@ static void engine_step(struct snug_engine *e) {
     double t0 = snug_time_s();
     int rc = snug_step(rows, n, e->b_logits, &err);
     double t1 = snug_time_s();
+    if (rc == SNUG_OK) snug_step_cost_note(&e->cost, t1 - t0, n_dec_rows, n - n_dec_rows);
     for (int32_t r = 0; r < n_dec; r++) {
         struct slot *s = e->b_slot[r];
         float *lg = e->b_logits + (int64_t)e->b_row0[r] * e->V;
@@ -619,6 +658,8 @@ static void engine_step(struct snug_engine *e) {
             continue;
         }
         int32_t n_gen0 = s->seq.n_gen;
+        /* the step's time for the draft-length adaptation: not a step that carried prompt rows */
+        snug_seq_step_time(&s->seq, rc == SNUG_OK && n_pre == 0 ? t1 - t0 : -1);
         if (snug_seq_take(&s->seq, lg, &err) != SNUG_OK) {
             slot_eval_failed(e, s, err.msg);
             continue;
@@ -628,7 +669,7 @@ static void engine_step(struct snug_engine *e) {
     for (int32_t k = 0; k < n_pre; k++) {
         struct slot *s = e->p_slot[k];
         if (rc != SNUG_OK) {
-            slot_prefill(e, s);
+            prefill_piece(e, s, e->p_len[k], NULL); /* (alone: the same piece) */
             continue;
         }
         memcpy(s->logits, e->b_logits + (int64_t)(n_dec_rows + k) * e->V,
@@ -638,6 +679,11 @@ static void engine_step(struct snug_engine *e) {
     uint64_t fw = slots_forwards(e) - fw0;
     pthread_mutex_lock(&e->mu);
     e->stats.forwards += fw;
+    step_stats_locked(e);
+    if (rc == SNUG_OK && n_pre > 0 && n_dec > 0) {
+        e->stats.mixed_steps++;
+        e->stats.mixed_prompt_rows += (uint64_t)(n - n_dec_rows);
+    }
     if (n_verify > 0) {
         e->stats.verify_steps++;
         e->stats.verify_runs += (uint64_t)n_verify;
@@ -647,10 +693,27 @@ static void engine_step(struct snug_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Sum the slots' acceptance statistics into e->stats.spec (engine thread, e->mu held). */
+/* Sum the slots' acceptance statistics into e->stats.spec, and their draft counts (engine
+ * thread, e->mu held). */
 static void sum_spec_stats_locked(struct snug_engine *e) {
     struct snug_spec_stats *t = &e->stats.spec;
     memset(t, 0, sizeof *t);
+    e->stats.spec_gen_steps = 0;
+    double best = 0, a = 0;
+    int32_t n_gen = 0;
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        const struct snug_spec_adapt *ad = &e->slots[i].seq.adapt;
+        e->stats.spec_gen_steps += (uint64_t)ad->n_steps;
+        if (e->slots[i].state == SLOT_GEN) {
+            best += e->spec_adapt ? ad->best : e->n_draft;
+            a += ad->a;
+            n_gen++;
+        }
+    }
+    if (n_gen > 0) { /* (else the last values stay) */
+        e->stats.spec_draft_now = best / n_gen;
+        e->stats.spec_accept_now = a / n_gen;
+    }
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct snug_spec_stats st;
         snug_ctx_spec_stats(e->slots[i].ctx, &st);
@@ -857,6 +920,7 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     cp.backend = o->backend;
     cp.vram_budget = o->vram_budget;
     e->n_draft = cp.n_draft;
+    e->spec_adapt = o->spec_adapt;
     /* one backend instance, work arena and thread pool for the model; a slot per sequence */
     rc = snug_slots_init(&e->pool, m, &cp, o->n_slots, err);
     if (rc != SNUG_OK) goto fail;
@@ -876,18 +940,21 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->n_chunk = cp.n_chunk ? cp.n_chunk : 512;
     if (e->n_chunk > e->n_ctx) e->n_chunk = e->n_ctx;
     e->venc = o->vision;
-    /* the prompt rows a prefilling slot adds to a step: --step-prompt, else the whole chunk
-     * with one slot (nobody else streams) and at most the base chunk with several (a large
-     * automatic chunk would make the other streams wait that much longer per token) */
-    int32_t pb = o->prompt_budget > 0 ? o->prompt_budget
-                 : o->n_slots > 1     ? SNUG_MIN(e->n_chunk, SNUG_PLAN_CHUNK_BASE)
-                                      : e->n_chunk;
-    e->prompt_budget = SNUG_MIN(pb, e->n_chunk);
+    /* the prompt rows a prefilling slot adds to a step: --step-prompt N (at most the chunk),
+     * else auto: the whole chunk while nobody else decodes, a time budget while others do
+     * (step_budget.h; engine_step) — the chunk is then the schedule's grid */
+    e->step_auto = o->prompt_budget <= 0;
+    e->prompt_budget = e->step_auto ? e->n_chunk : SNUG_MIN(o->prompt_budget, e->n_chunk);
     e->b_slot = snug_calloc((size_t)e->n_slots, sizeof *e->b_slot);
     e->b_row0 = snug_calloc((size_t)e->n_slots, sizeof *e->b_row0);
     e->b_nrows = snug_calloc((size_t)e->n_slots, sizeof *e->b_nrows);
-    /* logits rows: each slot's decode row and drafts, a prompt chunk's last row (<= n_chunk) */
-    e->b_logits_rows = SNUG_MIN(e->n_chunk, e->n_slots * (e->n_draft + 2));
+    /* logits rows: each slot's decode row and drafts, a prompt chunk's last row (<= n_chunk);
+     * these tables are the plan's "step logits (all slots)" and "step tables (engine)" */
+    _Static_assert(sizeof *e->b_slot + sizeof *e->b_row0 + sizeof *e->b_nrows + sizeof *e->p_slot +
+                           sizeof *e->p_len + sizeof *e->started + sizeof *e->started_job ==
+                       SNUG_PLAN_ENGINE_SLOT_BYTES,
+                   "the engine's per-slot step tables and the plan's count of them");
+    e->b_logits_rows = snug_plan_step_logits_rows(e->n_slots, e->n_draft, e->n_chunk);
     e->b_logits = snug_malloc((size_t)e->b_logits_rows * (size_t)e->V * sizeof(float));
     e->b_rows = snug_calloc((size_t)e->n_chunk, sizeof *e->b_rows);
     e->p_slot = snug_calloc((size_t)e->n_slots, sizeof *e->p_slot);
@@ -923,6 +990,11 @@ int snug_engine_init(struct snug_engine **out, struct snug_model *m,
     e->stats.queue_cap = e->q_cap;
     e->stats.n_ctx = e->n_ctx;
     e->stats.n_draft = e->n_draft;
+    e->stats.spec_adapt = e->spec_adapt;
+    e->stats.spec_draft_now = e->n_draft;
+    e->stats.spec_accept_now = SNUG_SPEC_ADAPT_PRIOR_A;
+    e->stats.step_prompt_auto = e->step_auto;
+    step_stats_locked(e); /* (no thread yet) */
     run_self_test(e);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         rc = snug_err_set(err, SNUG_ERR_INTERNAL, "engine: cannot start the engine thread");

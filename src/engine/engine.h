@@ -141,14 +141,17 @@ struct snug_engine_opts {
     int32_t n_threads;          /* the model's thread pool; 0 = model default */
     int32_t queue_cap;          /* jobs waiting beyond the slots; >= 1 */
     int32_t n_draft;            /* MTP drafts per speculative step; 0 = plain decoding */
+    bool spec_adapt;            /* at most n_draft, chosen per step and slot from the measured
+                                   acceptance and step costs (src/speculative/adapt.h) */
     int32_t backend;            /* 0 = CPU, 1 = CUDA (snug_ctx_params.backend) */
     uint64_t vram_budget;       /* backend CUDA: bytes the whole plan must fit (0 = no check) */
     struct snug_prefix *prefix; /* the prefix cache (borrowed) or NULL */
     int32_t cache_every;        /* its checkpoint interval in tokens */
     int32_t n_chunk;            /* rows per step (the plan's chunk); 0 = 512; at most n_ctx */
-    int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step (the chunk
-                                   beside the other slots' decode rows); 0 = n_chunk with one
-                                   slot, at most 512 with several; never more than n_chunk */
+    int32_t prompt_budget;      /* prompt tokens a prefilling slot adds to one step beside the
+                                   other slots' decode rows: N (at most n_chunk), or 0 = auto:
+                                   n_chunk while no other slot decodes, else a time budget from
+                                   the measured steps (step_budget.h) */
     struct snug_vision_encoder *vision; /* the vision tower's encoder (borrowed) or NULL */
 };
 
@@ -169,9 +172,24 @@ struct snug_engine_stats {
     uint64_t forwards;
     uint64_t verify_steps, verify_runs, verify_forwards;
     int32_t verify_runs_max;
-    int32_t n_draft;             /* speculative drafts per step, 0 = off */
-    uint64_t images_encoded;     /* images run through the vision tower */
+    int32_t n_draft;         /* speculative drafts per step, 0 = off */
+    uint64_t images_encoded; /* images run through the vision tower */
+    /* the prompt rows per step (--step-prompt): auto or fixed; the rows a prefilling slot gets
+     * beside decoding slots now (auto: from the measurements so far); the measurements
+     * (step_budget.h, seconds; 0: none yet); the steps that carried prompt rows beside decode
+     * rows, and their prompt rows */
+    bool step_prompt_auto;
+    int32_t step_prompt_rows;
+    double step_decode_s, step_prompt_row_s;
+    uint64_t mixed_steps, mixed_prompt_rows;
     struct snug_spec_stats spec; /* summed over the slots' contexts */
+    /* the draft count per step (--spec-adapt, src/speculative/adapt.h): adaptive or fixed; the
+     * steps of the slots' speculative generations (plain steps included);
+     * over the slots generating now, the mean draft count the rule chose last (adapt off: the
+     * fixed one) and the mean acceptance estimate (the last values while none generates) */
+    bool spec_adapt;
+    uint64_t spec_gen_steps;
+    double spec_draft_now, spec_accept_now;
 };
 
 struct snug_engine;

@@ -1,7 +1,9 @@
 /* sequence.c — the generation loop of one sequence (see sequence.h for the phases): picking
  * (script, forced, masked and sampled: snug_spec_pick), speculative steps split into drafting
- * (snug_seq_rows) and acceptance (snug_seq_take → snug_spec_accept), emission with logprobs and
- * the detokenizer, and the stopping conditions.
+ * (snug_seq_rows) and acceptance (snug_seq_take → snug_spec_accept), the draft count of each
+ * speculative step (src/speculative/adapt.h: the steps timed here, a monotonic clock from the
+ * start of snug_seq_rows to the end of the pick or acceptance), emission with logprobs and the
+ * detokenizer, and the stopping conditions.
  * Invariant: toks[0..n_toks) are the context's tokens, toks[n_toks] the pending one while
  * running; nothing here allocates after snug_seq_begin.
  * Read next: src/engine/engine.c and src/cli/cmd_run.c (the two drivers).
@@ -9,6 +11,7 @@
 #include "engine/sequence.h"
 
 #include "core/core.h"
+#include "plan/plan.h"
 
 #include <math.h>
 #include <string.h>
@@ -24,7 +27,8 @@ int snug_seq_init(struct snug_seq *s, const struct snug_model *m, struct snug_ct
     s->n_ctx = snug_ctx_n_ctx(ctx);
     s->V = snug_model_n_vocab(m);
     s->n_eog = snug_tokenizer_eog(tok, s->eog);
-    s->toks = snug_malloc(((size_t)s->n_ctx + 1) * sizeof(snug_token));
+    snug_spec_adapt_init(&s->adapt, snug_ctx_spec_k(ctx));
+    s->toks = snug_malloc((size_t)snug_plan_token_history_bytes(s->n_ctx)); /* the plan's */
     if (!s->toks) return snug_err_set(err, SNUG_ERR_NOMEM, "sequence: out of memory");
     return snug_detok_init(&s->detok, tok, SNUG_DETOK_SKIP_CONTROL, err);
 }
@@ -52,6 +56,7 @@ int snug_seq_begin(struct snug_seq *s, const struct snug_seq_params *p, struct s
     snug_sampler_free(s->smp);
     s->smp = NULL;
     if (snug_ctx_n_draft(s->ctx) > 0) snug_spec_seed(s->ctx, p->spec_seed);
+    if (s->p.speculate) snug_spec_adapt_restart(&s->adapt, snug_ctx_spec_k(s->ctx));
     return snug_sampler_init(&s->smp, &p->sampler, s->V, err);
 }
 
@@ -154,18 +159,26 @@ enum snug_seq_state snug_seq_first(struct snug_seq *s, float *logits) {
 int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t cap,
                       struct snug_err *err) {
     s->k = 0;
+    s->step_given = false;
     if (s->state != SNUG_SEQ_RUNNING || cap < 1) return 0;
     snug_token next = s->toks[s->n_toks];
+    s->t_rows0 = snug_time_s();
     if (s->p.speculate && cap > 1) {
-        int32_t k = 0;
-        int rc = snug_ctx_draft(s->ctx, next, SNUG_MIN(snug_ctx_spec_k(s->ctx), cap - 1), s->drafts,
-                                &k, err);
+        int32_t want = snug_ctx_spec_k(s->ctx), k = 0;
+        if (s->p.spec_adapt) {
+            int32_t j = snug_spec_adapt_next(&s->adapt); /* (once: it counts the probes) */
+            want = SNUG_MIN(j, want);
+        }
+        int rc = want > 0
+                     ? snug_ctx_draft(s->ctx, next, SNUG_MIN(want, cap - 1), s->drafts, &k, err)
+                     : SNUG_OK;
         if (rc != SNUG_OK) {
             s->state = SNUG_SEQ_STOP;
             return rc;
         }
         s->k = k;
     }
+    s->t_rows1 = snug_time_s();
     unsigned flags = SNUG_ROW_LOGITS | (s->k > 0 ? SNUG_ROW_VERIFY : 0);
     for (int32_t i = 0; i <= s->k; i++)
         rows[i] = (struct snug_step_row){.ctx = s->ctx,
@@ -177,16 +190,36 @@ int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t ca
 
 void snug_seq_untake(struct snug_seq *s) {
     s->k = 0;
+    s->step_given = false;
+}
+
+void snug_seq_step_time(struct snug_seq *s, double seconds) {
+    s->t_step = seconds;
+    s->step_given = true;
+}
+
+/* A speculative step with k drafts is over (its tokens picked or accepted, not yet emitted):
+ * its time — the drafting, the step (the caller's, or from the end of snug_seq_rows to t_take),
+ * the pick or acceptance since t_take — and its acceptance go to the estimates. */
+static void note_step(struct snug_seq *s, int32_t k, int32_t accepted, double t_take) {
+    double step = s->step_given ? s->t_step : t_take - s->t_rows1;
+    double spent = step >= 0 ? (s->t_rows1 - s->t_rows0) + step + (snug_time_s() - t_take) : -1;
+    snug_spec_adapt_note_step(&s->adapt, k, spent);
+    snug_spec_adapt_note_accept(&s->adapt, k, accepted);
+    s->step_given = false;
 }
 
 int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err) {
     if (s->state != SNUG_SEQ_RUNNING) return SNUG_OK;
+    double t_take = snug_time_s();
     int32_t k = s->k;
     s->k = 0;
     if (k == 0) { /* a plain decode row: the pending token is in the context now */
         s->n_toks++;
         float *row = logits;
-        if (pick(s, row)) emit(s, s->n_toks, row);
+        bool go = pick(s, row);
+        if (s->p.speculate) note_step(s, 0, 0, t_take);
+        if (go) emit(s, s->n_toks, row);
         return SNUG_OK;
     }
     /* a verification: hist = the context's tokens before it and the pending one */
@@ -197,6 +230,7 @@ int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err) {
         s->state = SNUG_SEQ_STOP;
         return rc;
     }
+    note_step(s, k, n_new - 1, t_take);
     /* toks[n0] (was pending) and the n_new - 1 accepted drafts are in the context; the last
      * emitted token is pending */
     s->n_toks = n0 + n_new;

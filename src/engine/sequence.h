@@ -12,7 +12,10 @@
  *     snug_seq_take(seq, logits_of_these_rows, &err);   // pick / accept, emit, stop?
  * until seq->state is no longer SNUG_SEQ_RUNNING. The engine (src/engine/engine.c)
  * batches every slot's rows (so the verifications of N speculative slots are one forward);
- * `snug run` (src/cli/cmd_run.c) steps its one sequence.
+ * `snug run` (src/cli/cmd_run.c) steps its one sequence. With spec_adapt the number of drafts
+ * of each step is chosen from what the sequence measured (src/speculative/adapt.h): the
+ * acceptance of its drafts and the time of its steps (a batching caller gives the shared
+ * step's time: snug_seq_step_time).
  *
  * Invariant: toks[0..n_toks) are exactly the tokens evaluated into ctx (n_toks ==
  * snug_ctx_n_past(ctx)); while running, toks[n_toks] is the pending token: emitted, not yet
@@ -25,6 +28,7 @@
 
 #include "sample/sample.h"
 #include "snug.h"
+#include "speculative/adapt.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,6 +62,9 @@ struct snug_seq_params {
     bool logprobs;        /* fill the logprob argument of on_token (speculation is then off) */
     int32_t top_logprobs; /* 0..SNUG_SEQ_MAX_TOP_LOGPROBS */
     bool speculate;       /* MTP drafts when the context has them (snug_ctx_n_draft > 0) */
+    bool spec_adapt;      /* the drafts per step chosen from the measured acceptance and step
+                             costs (src/speculative/adapt.h), at most the context's spec k;
+                             false: the context's spec k at every step */
     uint64_t spec_seed;   /* the acceptance test's random stream (snug_spec_seed) */
     /* Each emitted token with the text that became complete (may be empty; id -1: the
      * detokenizer's flush, from snug_seq_flush). lp is NULL unless logprobs. Return true to
@@ -83,6 +90,12 @@ struct snug_seq {
     int32_t n_eog, script_pos;
     snug_token drafts[SNUG_SPEC_MAX_DRAFT]; /* this step's, when it verifies */
     int32_t k;                              /* their count (0: a plain decode row) */
+    /* speculative steps: the draft-length estimates and counts (read-only for callers: the
+     * statistics; kept across generations, the acceptance restarts with each), and this step's
+     * clock — when snug_seq_rows began and returned, the step's time if the caller gave it */
+    struct snug_spec_adapt adapt;
+    double t_rows0, t_rows1, t_step;
+    bool step_given;
 };
 
 /* Bind a sequence to a context of model m (both borrowed; the model's tokenizer detokenizes):
@@ -118,6 +131,13 @@ int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t ca
 int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err);
 /* The rows were not evaluated after all (the step failed): forget the drafts, keep pending. */
 void snug_seq_untake(struct snug_seq *s);
+/* Between snug_seq_rows and snug_seq_take of a speculative sequence: the step that evaluated the
+ * rows took `seconds` (monotonic clock around the forward), for the draft-length adaptation;
+ * negative: the step also did other work (another sequence's prompt rows), so it is no
+ * measurement of this sequence's step. Without this call the sequence times the step itself,
+ * from the end of snug_seq_rows to the start of snug_seq_take (a caller that steps this one
+ * sequence). Its own drafting and acceptance are timed either way. */
+void snug_seq_step_time(struct snug_seq *s, double seconds);
 /* End the generation: the detokenizer's held bytes go to on_token (id -1) unless `quiet`
  * (a cancelled job), and the state returns to IDLE. The evaluated tokens stay. */
 void snug_seq_flush(struct snug_seq *s, bool quiet);

@@ -322,8 +322,26 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     snug_srv_metrics_prefix(&b, s->prefix);
     if (st.n_draft > 0) {
         const struct snug_spec_stats *sp = &st.spec;
-        metric(&b, "snug_spec_draft_length", "gauge", "MTP drafts per speculative step.",
+        metric(&b, "snug_spec_draft_length", "gauge",
+               st.spec_adapt ? "The most MTP drafts per speculative step (--spec-draft)."
+                             : "MTP drafts per speculative step (--spec-draft).",
                st.n_draft);
+        metric(&b, "snug_spec_adapt", "gauge",
+               "1: the drafts per step are chosen from the measured acceptance and step costs "
+               "(--spec-adapt on).",
+               st.spec_adapt ? 1 : 0);
+        metric(&b, "snug_spec_draft_length_chosen", "gauge",
+               "Drafts per step chosen for the requests generating now, their mean (the last "
+               "value while none is).",
+               st.spec_draft_now);
+        metric(&b, "snug_spec_acceptance_estimate", "gauge",
+               "The adaptation's estimate of a draft's acceptance probability, mean over the "
+               "requests generating now (the last value while none is).",
+               st.spec_accept_now);
+        metric(&b, "snug_spec_steps_total", "counter",
+               "Steps of speculative requests, those that drafted nothing included (mean drafts "
+               "per step: snug_spec_draft_tokens_total / this).",
+               (double)st.spec_gen_steps);
         metric(&b, "snug_spec_drafts_total", "counter", "Speculative verification steps.",
                (double)sp->n_steps);
         metric(&b, "snug_spec_draft_tokens_total", "counter", "Draft tokens proposed.",
@@ -369,6 +387,22 @@ static enum MHD_Result do_metrics(struct snug_srv *s, struct MHD_Connection *c) 
     metric(&b, "snug_engine_forwards_total", "counter",
            "Trunk forwards run by the engine's steps (MTP drafting not counted).",
            (double)st.forwards);
+    metric(&b, "snug_step_prompt_rows", "gauge",
+           st.step_prompt_auto
+               ? "Prompt rows a prefilling request adds to a step while others stream "
+                 "(--step-prompt auto: from the measured step times)."
+               : "Prompt rows a prefilling request adds to a step (--step-prompt).",
+           st.step_prompt_rows);
+    metric(&b, "snug_step_decode_seconds", "gauge",
+           "Moving average of a step holding only decode rows (0: none yet).", st.step_decode_s);
+    metric(&b, "snug_step_prompt_row_seconds", "gauge",
+           "Moving average of what one prompt row adds to a step (0: none yet).",
+           st.step_prompt_row_s);
+    metric(&b, "snug_step_mixed_total", "counter",
+           "Steps that carried prompt rows beside other requests' decode rows.",
+           (double)st.mixed_steps);
+    metric(&b, "snug_step_mixed_prompt_rows_total", "counter", "Prompt rows in those steps.",
+           (double)st.mixed_prompt_rows);
     metric(&b, "snug_images_encoded_total", "counter",
            "Images run through the vision tower (a prefix-cache hit past an image skips it).",
            (double)st.images_encoded);
@@ -789,7 +823,8 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
          * generation follows a text and never drafts (verify would see idle counters) */
         .n_draft = opts->n_draft >= 0                                         ? opts->n_draft
                    : (snug_model_n_nextn(s->model) > 0 && !opts->script_path) ? 3
-                                                                              : 0};
+                                                                              : 0,
+        .spec_adapt = opts->spec_adapt};
     if (eo.n_draft > 0 && snug_model_n_nextn(s->model) <= 0) {
         rc = snug_err_set(err, SNUG_ERR_INVALID,
                           "--spec-draft %d: %s has no MTP block (nextn_predict_layers = 0); use "
@@ -831,12 +866,13 @@ int snug_server_run(const struct snug_server_opts *opts, struct snug_err *err) {
     fprintf(stderr,
             "snug serve: model %s (%s, %d layers, n_embd %d, vocab %d)\n"
             "snug serve: %d slot(s) x %d tokens of context, KV %s, queue %d, threads %d, "
-            "spec-draft %d%s%s\n"
+            "spec-draft %d%s%s%s\n"
             "snug serve: memory: %.1f MiB resident; self-test %s\n"
             "snug serve: listening on http://%s:%d%s\n",
             opts->model_path, snug_model_arch(s->model), snug_model_n_layer(s->model),
             snug_model_n_embd(s->model), snug_model_n_vocab(s->model), st.n_slots, st.n_ctx,
             kv_name(opts->kv_type), st.queue_cap, opts->n_threads, st.n_draft,
+            st.n_draft > 0 && st.spec_adapt ? " (at most: --spec-adapt on)" : "",
             opts->no_think ? ", thinking off" : "",
             s->script_text ? ", SCRIPTED generation (test mode)" : "", snug_rss_bytes() / 1048576.0,
             snug_engine_self_test(s->engine), snug_boot_addr(boot), port,

@@ -48,11 +48,13 @@ struct snug_server_opts {
     size_t max_body_bytes;    /* 0 = 8 MiB */
     const char *port_file;    /* when set, the bound port is written there once ready */
     int32_t n_draft;          /* MTP drafts per step; -1 = 3 when the model has MTP, else 0 */
+    bool spec_adapt;          /* --spec-adapt: at most n_draft, chosen per step from the measured
+                                 acceptance and step costs; false: n_draft every step */
     int32_t n_chunk;          /* rows per forward step (--chunk, resolved by the CLI's sizing);
                                  0 = 512; at most the context */
     int32_t prompt_budget;    /* prompt tokens a prefilling slot adds to one engine step beside
-                                 the others' decode rows (--step-prompt); 0 = the chunk with one
-                                 slot, at most 512 with several; never more than the chunk */
+                                 the others' decode rows (--step-prompt); 0 = auto (a time
+                                 budget: src/engine/step_budget.h); never more than the chunk */
     uint64_t budget;          /* host bytes the memory plan must fit; 0 = no limit */
     /* the prefix cache (src/prefix, docs/prefix-cache.md): RAM tier bytes (0 = off), disk tier
      * folder and bytes, checkpoint interval in tokens (0 = 4096) */

@@ -8,21 +8,6 @@
 
 #include <string.h>
 
-/* Draw from probs[n] (sums to ~1) with one uniform number. */
-static snug_token draw(const float *probs, int64_t n, double u) {
-    double total = 0;
-    for (int64_t i = 0; i < n; i++) total += probs[i];
-    double r = u * total, acc = 0;
-    int64_t last = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (probs[i] <= 0) continue;
-        acc += probs[i];
-        last = i;
-        if (r < acc) return (snug_token)i;
-    }
-    return (snug_token)(last < 0 ? 0 : last);
-}
-
 snug_token snug_spec_pick(struct snug_sampler *smp, const struct snug_spec_constraint *con,
                           float *logits, int32_t V, const snug_token *hist, int32_t n_hist) {
     snug_token f = con && con->force ? con->force(con->user) : -1;
@@ -85,45 +70,26 @@ int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logi
                             "spec accept: %d drafts (the context allows 1..%d) after %d "
                             "evaluated tokens",
                             k, sp->n_draft, snug_ctx_n_past(ctx));
-    const int64_t V = sp->V;
-    /* acceptance, row i verifies draft i (row k gives the bonus token) */
+    /* acceptance, row i verifies draft i (row k gives the bonus token): the row's token is the
+     * one plain decoding picks there — forced, or sampled from the (masked) row with the
+     * sampler's own generator, which the constraint is told — and draft i is kept when it is
+     * that token. So P(keep) = p(d_i), a rejection emits a token of p without d_i, and the
+     * generator draws once per emitted token in order, as plain decoding does: the output is
+     * plain decoding's for any seed and any number of drafts. */
     int32_t acc = 0;
     snug_token emit = -1;
     for (int32_t i = 0; i <= k; i++) {
-        float *row = logits + (int64_t)i * V;
-        if (con) {
-            snug_token f = con->force ? con->force(con->user) : -1;
-            if (f >= 0 && f < V) {
-                if (i < k && drafts[i] == f) {
-                    hist[n_hist + i] = f;
-                    acc++;
-                    if (con->accept) con->accept(con->user, f);
-                    continue;
-                }
-                emit = f;
-                break;
-            }
-            if (con->mask) con->mask(con->user, row, (int32_t)V);
-        }
-        snug_sampler_probs(smp, row, hist, n_hist + i, sp->probs);
-        double u = snug_rng_uniform(&sp->rng);
-        if (i == k) {
-            emit = draw(sp->probs, V, u);
-            break;
-        }
-        snug_token d = drafts[i];
-        if (u < (double)sp->probs[d]) {
-            hist[n_hist + i] = d;
+        float *row = logits + (int64_t)i * sp->V;
+        snug_token x = snug_spec_pick(smp, con, row, (int32_t)sp->V, hist, n_hist + i);
+        if (i < k && x == drafts[i]) {
+            hist[n_hist + i] = x;
             acc++;
-            if (con && con->accept) con->accept(con->user, d);
             continue;
         }
-        sp->probs[d] = 0; /* the residual max(p - onehot(d), 0) */
-        emit = draw(sp->probs, V, snug_rng_uniform(&sp->rng));
+        emit = x;
         break;
     }
     hist[n_hist + acc] = emit;
-    if (con && con->accept) con->accept(con->user, emit);
     *n_new = acc + 1;
     struct snug_spec_stats *st = &sp->stats;
     st->n_steps++;

@@ -15,10 +15,12 @@
 /* One speculative step. hist[0..n_hist) is the sequence so far; its last token is sampled but
  * not evaluated yet (the context holds n_hist - 1 tokens); cap is hist's capacity. Drafts
  * k = snug_ctx_spec_k tokens (clamped to the context and to cap), verifies them in one trunk
- * forward and accepts by the sampler's distribution: greedy (one-hot) keeps drafts equal to
- * the argmax, otherwise draft d is kept with probability p(d) and a rejection samples from p
- * with d removed (Leviathan et al. for a deterministic draft, docs/qwen35.md §3.4), so every
- * emitted token follows the sampler's distribution exactly. Rolls the context back to the accepted
+ * forward and accepts by the sampler: each verification row's token is the sampler's pick, as
+ * plain decoding's at that position (greedy: the argmax; else a draw with the sampler's own
+ * generator), and draft d is kept when it is that token — kept with probability p(d), a
+ * rejection emitting a token of p with d removed (Leviathan et al. for a deterministic draft,
+ * docs/qwen35.md §3.4), one draw per emitted token — so the output is plain decoding's, token
+ * for token, for any seed and any number of drafts. Rolls the context back to the accepted
  * tokens and appends the *n_new (1..k+1) emitted tokens to hist; the last one is again
  * pending. The penalties of the sampler see hist. Allocates nothing. */
 int snug_spec_step(struct snug_ctx *ctx, struct snug_sampler *smp, snug_token *hist, int32_t n_hist,
@@ -59,7 +61,8 @@ int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logi
                      const snug_token *drafts, int32_t k, snug_token *hist, int32_t n_hist,
                      const struct snug_spec_constraint *con, int32_t *n_new, struct snug_err *err);
 
-/* Seed the acceptance/residual random stream (default seed 0). */
+/* Seed the context's own random stream (default seed 0). The acceptance draws with the
+ * sampler's generator (seeded by the sampler's params), so this stream decides nothing now. */
 void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
 /* Rollback strategy for measurements: false (default) = per-token snapshots during
  * verification (step recurrence); true = save the state before verification, verify with

@@ -47,7 +47,7 @@ for r in $(seq "$REPS"); do
       i=$((i + 1))
       [ "$a" = none ] && a="SNUG_NOTHING=0"
       env "$a" timeout 200 "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "$words" \
-        -n 128 --temp 0 --spec-draft "$dr" > "$O/ab-$dr-$i.out" 2> "$O/ab.err"
+        -n 128 --temp 0 --spec-draft "$dr" --spec-adapt off > "$O/ab-$dr-$i.out" 2> "$O/ab.err"
       same=$(cmp -s "$O/ab-$dr-1.out" "$O/ab-$dr-$i.out" && echo "text = first setting's" || echo "TEXT DIFFERS")
       echo "decode draft=$dr $a round $r: $(grep 'snug run: load' "$O/ab.err" | tail -1 | sed 's/| seed.*//') ($same) $(grep 'snug run: speculative' "$O/ab.err" | tail -1)"
     done
@@ -59,7 +59,8 @@ done
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
 SNUG_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
   "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "hello there" \
-  -n "$STEPS" --temp 0 --spec-draft "${PROF_DRAFT:-0}" > "$O/ncu.csv" 2> "$O/run.err"
+  -n "$STEPS" --temp 0 --spec-draft "${PROF_DRAFT:-0}" --spec-adapt off > "$O/ncu.csv" \
+  2> "$O/run.err"
 echo "ncu rc=$? ($(wc -l < "$O/ncu.csv") lines)"
 python3 - "$O/ncu.csv" "${PROF_DRAFT:-0}" <<'PY'
 import csv, re, sys, collections

@@ -2,7 +2,9 @@
 # run_deploy_device.sh — the flagship deployment proved end to end through HTTP on one GPU (not in
 # ctest: needs one): qwen3.6-27b Q4_K_M (random weights, `snug gen` on the device's disk) served by
 # `snug serve --backend cuda --vram-budget 23.5GiB --kv auto --spec-draft 3`, automatic context,
-# one slot, then the suite's own clients against it. Carried like run_serve_device.sh
+# one slot, then the suite's own clients against it. Both servers draft 3 tokens every step
+# (`--spec-adapt off`): random weights reject every draft, and the adaptation would stop drafting,
+# so the run would not exercise the verification path the deployment plans for. Carried like run_serve_device.sh
 # (tests/device/pack_devcarry.sh: D/lib.tar.xz with snug, libsnug_cuda.so and the shared
 # libraries; NOFX=1 is enough); bench/server_gpu.py comes from the working tree.
 #   boot     the plan the server chose (context, KV format, the plan's device total) -> OUT/plan_a.txt
@@ -142,7 +144,7 @@ start_server() {
   sn=$1
   shift
   rm -f "$O/$sn.port"
-  "$S" serve -m "$M" --backend "$BACKEND" $BFLAGS --kv auto --spec-draft "$SPEC" $CTXF \
+  "$S" serve -m "$M" --backend "$BACKEND" $BFLAGS --kv auto --spec-draft "$SPEC" --spec-adapt off $CTXF \
     --port 0 --port-file "$O/$sn.port" "$@" > /dev/null 2> "$O/serve_$sn.log" &
   SPID=$!
   wait_s=$(left 300)
@@ -185,7 +187,7 @@ peak_since() {
     awk 'NR == 1 {b = $1} $1 + 0 > p {p = $1 + 0} END {printf "%d %d\n", p, b}'
 }
 
-el "server A: --backend $BACKEND $BFLAGS --kv auto --spec-draft $SPEC ${CTXF:-(automatic context)}, 1 slot"
+el "server A: --backend $BACKEND $BFLAGS --kv auto --spec-draft $SPEC --spec-adapt off ${CTXF:-(automatic context)}, 1 slot"
 MA0=$(mark)
 if start_server a --slots 1; then
   el "server A ready at $URL"

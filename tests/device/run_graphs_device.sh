@@ -94,7 +94,7 @@ open('$T/p4k.txt','w').write(' '.join(random.choice(w) for _ in range(700)))"
       echo "graphs=$g round $r: $(grep 'snug run: load' $O/r27-$g-$r.err | tail -1) $(grep 'cuda graphs' $O/r27-$g-$r.err)"
     done
     SNUG_CUDA_GRAPHS=1 timeout 200 $S run --backend cuda --ctx 8192 --kv q8_0 -m $M -f $T/p4k.txt \
-      -n 128 --temp 0 --spec-draft 3 > $O/r27-s3-$r.out 2> $O/r27-s3-$r.err
+      -n 128 --temp 0 --spec-draft 3 --spec-adapt off > $O/r27-s3-$r.out 2> $O/r27-s3-$r.err
     echo "graphs=1 draft=3 round $r: $(grep 'snug run: load' $O/r27-s3-$r.err | tail -1)"
     grep "speculative" $O/r27-s3-$r.err
   done

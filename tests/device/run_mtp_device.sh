@@ -38,6 +38,8 @@ V=2048
 timeout 120 $S logits --mtp --backend cuda --kv f32 -m "$G" --ids $F/ids.json -o $O/mtp.f32 || fail=1
 python3 tests/device/compare_logits.py $O/mtp.f32 $F/mtp_logits.f32 $V || fail=1
 
+# (--spec-adapt on, the default: the draft count of each step chosen from the measured acceptance
+# and step times; the text must not change whatever the counts)
 el "== 3. snug run --backend cuda: --spec-draft 3 output == --spec-draft 0 output =="
 P='def fibonacci(n):
     """Return the n-th Fibonacci number."""

@@ -70,7 +70,10 @@ CONCURRENT = ["1, 2, 3, 4,", "The quick brown fox", "Once upon a time", "def mai
 def batched_verify(res, P, model, tmp, servers):
     """--slots 3 --spec-draft 3: concurrent greedy requests equal each alone on P (plain), and the
     steps with the verifications of several slots run one trunk forward each."""
-    B = Server(model, tmp, "B", "--spec-draft", "3", "--slots", "3", "--ctx", "512")
+    # (a fixed 3 drafts: the adaptation could give a slot a plain step where this counts
+    # the verifications of all three slots in one step)
+    B = Server(model, tmp, "B", "--spec-draft", "3", "--spec-adapt", "off", "--slots", "3",
+               "--ctx", "512")
     servers.append(B)
     n = 64
     alone = {p: complete(P, p, n)["choices"][0]["text"] for p in CONCURRENT}
@@ -97,6 +100,11 @@ def batched_verify(res, P, model, tmp, servers):
               f"verifications batched: {runs:.0f} verifications in {steps:.0f} steps (forwards "
               f"{fw:.0f}, not one per verification)")
     res.check(m.get("snug_engine_forwards_total", 0) >= fw, "engine forwards counted")
+    res.check(m.get("snug_spec_adapt", -1) == 0 and m.get("snug_spec_draft_length_chosen") == 3
+              and m.get("snug_spec_steps_total", 0) >= m.get("snug_spec_drafts_total", 1),
+              f"--spec-adapt off: 3 drafts every step ({m.get('snug_spec_draft_length_chosen')}, "
+              f"{m.get('snug_spec_steps_total')} steps, {m.get('snug_spec_drafts_total')} "
+              f"verifications)")
 
 
 def main():
@@ -172,6 +180,13 @@ def main():
             rates = [m.get(f"snug_spec_acceptance_rate[{k}]", -1) for k in (1, 2, 3)]
             res.check(all(0 <= x <= 1 for x in rates) and rates[0] > 0, f"per-position acceptance rates {rates}")
             res.check(m.get("snug_spec_draft_tokens_total", 0) >= acc, "draft tokens >= accepted tokens")
+            # the adaptation (on by default): its gauges, and every step counted, plain ones too
+            chosen, est = m.get("snug_spec_draft_length_chosen", -1), m.get("snug_spec_acceptance_estimate", -1)
+            res.check(m.get("snug_spec_adapt") == 1 and 0 <= chosen <= 3 and 0 < est <= 1
+                      and m.get("snug_spec_steps_total", 0) >= steps
+                      and m.get("snug_spec_draft_tokens_total", 0) <= 3 * m.get("snug_spec_steps_total", 0),
+                      f"--spec-adapt on: drafts chosen {chosen:.2f}, acceptance estimate {est:.3f}, "
+                      f"{m.get('snug_spec_steps_total')} steps ({steps:.0f} verifications)")
             batched_verify(res, P, model, tmp, servers)
         finally:
             stop_all(res, servers)
