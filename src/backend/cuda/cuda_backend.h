@@ -1,8 +1,8 @@
 /* cuda_backend.h — the small device kernels the backend interface (src/backend/backend.h) adds
- * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, row argmax, the MoE routing, expert
- * products and combine, and the encoder ops of the vision tower (cuda_encoder.cu).
- * Device pointers; queued on the context's stream; never allocate.
- * Read next: cuda_extra.cu (the kernels), cuda_backend.c (the vtable that calls them).
+ * to cuda_ops.h: residual add, scale, the DeltaNet gates, row gather, row argmax, the MoE routing,
+ * expert products and combine, and the encoder ops of the vision tower (cuda_encoder.cu). Device
+ * pointers; queued on the context's stream; never allocate. Read next: cuda_extra.cu (the kernels),
+ * cuda_backend.c (the vtable that calls them).
  */
 #ifndef SNUG_CUDA_BACKEND_H
 #define SNUG_CUDA_BACKEND_H
