@@ -16,8 +16,11 @@
 #   LLAMA_SRC  a llama.cpp source tree as a .tar.xz (or a folder): configured and built here
 #              (llama-bench only, CUDA for this card's architecture, into /tmp) while snug writes
 #              the model; omitted or NO_LLAMA=1: snug alone (the ratios column stays empty)
-# Environment (defaults): PRESET=qwen3.6-27b TYPE=q4_k_m KVS="q8_0 f16" PROMPTS="512 4096"
-#   DEPTHS="0 4096 32768" G=128 REPS=2 DRAFTS="1 2 3" SNUG_KVS="tq4 tq3 q8_0/tq4" CUDA_ARCH=90a
+# Environment (defaults; set a list empty to skip it, e.g. DRAFTS="" runs draft=0 alone; an
+#   empty single value takes its default):
+#   PRESET=qwen3.6-27b TYPE=q4_k_m KVS="q8_0 f16" PROMPTS="512 4096" DEPTHS="0 4096 32768" G=128
+#   REPS=2 DRAFTS="1 2 3" SNUG_KVS="tq4 tq3 q8_0/tq4" CUDA_ARCH=90a (the draft runs use the
+#   first of KVS: none when KVS is empty)
 #   MODEL=PATH (an existing GGUF instead of `snug gen`)
 # Needs: nvidia-smi, python3; for llama.cpp: cmake, a C++ compiler and nvcc.
 # Success: the last line is "gpu.sh: done" after the table; every row has a number.
@@ -28,13 +31,13 @@ O=${2:?output folder}
 LSRC=${3:-}
 PRESET=${PRESET:-qwen3.6-27b}
 TYPE=${TYPE:-q4_k_m}
-KVS=${KVS:-"q8_0 f16"}
-PROMPTS=${PROMPTS:-"512 4096"}
-DEPTHS=${DEPTHS:-"0 4096 32768"}
+KVS=${KVS-"q8_0 f16"}
+PROMPTS=${PROMPTS-"512 4096"}
+DEPTHS=${DEPTHS-"0 4096 32768"}
 G=${G:-128}
 REPS=${REPS:-2}
-DRAFTS=${DRAFTS:-"1 2 3"}
-SNUG_KVS=${SNUG_KVS:-"tq4 tq3 q8_0/tq4"}
+DRAFTS=${DRAFTS-"1 2 3"}
+SNUG_KVS=${SNUG_KVS-"tq4 tq3 q8_0/tq4"}
 ARCH=${CUDA_ARCH:-90a}
 W=$T/gpu-bench
 mkdir -p "$O" "$W"
@@ -140,7 +143,7 @@ llama_run() { # tag args...
 # speculative step's own); then, per repetition, snug's side and llama.cpp's for each KV format
 for kv in $SNUG_KVS; do snug_run "kv=$kv depth=4096" "$(kvargs "$kv")" 4096 "$G"; done
 first_kv=$(echo $KVS | cut -d' ' -f1)
-for k in 0 $DRAFTS; do
+[ -n "$first_kv" ] && for k in 0 $DRAFTS; do
   snug_run "kv=$first_kv depth=4096 draft=$k" "$(kvargs "$first_kv")" 4096 "$G" --spec-draft "$k" \
     --spec-adapt off
 done
@@ -163,8 +166,8 @@ while [ $r -lt "$REPS" ]; do
       el "rep $r kv $kv: llama.cpp"
       pl=$(echo $PROMPTS | tr ' ' ',')
       dl=$(echo $DEPTHS | tr ' ' ',')
-      llama_run "kv=$kv" -ctk "$kv" -ctv "$kv" -p "$pl" -n 0 -r 1
-      llama_run "kv=$kv" -ctk "$kv" -ctv "$kv" -p 0 -n "$G" -d "$dl" -r 1
+      [ -n "$pl" ] && llama_run "kv=$kv" -ctk "$kv" -ctv "$kv" -p "$pl" -n 0 -r 1
+      [ -n "$dl" ] && llama_run "kv=$kv" -ctk "$kv" -ctv "$kv" -p 0 -n "$G" -d "$dl" -r 1
     fi
   done
   r=$((r + 1))

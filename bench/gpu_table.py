@@ -6,10 +6,13 @@ and snug's share of the card's ceiling:
 
 - decode: bytes one token reads (every weight the token's forward multiplies — the trunk's
   matrices and the LM head, not the token-embedding table, of which one row is read, nor the MTP
-  block without drafts — plus the KV cache up to the mean depth of the decoded tokens and the
-  recurrent state read and written) times tokens/s, over the measured copy bandwidth;
-- prompt: matrix FLOPs per token (2 per weight of the trunk's matrices, plus causal attention at
-  the mean depth) times tokens/s, over the measured cuBLAS bf16 rate;
+  block without drafts; of a MoE model's expert tensors (`_exps`) only the used experts' share,
+  expert_used_count / expert_count, the shared expert and the router whole — plus the KV cache up
+  to the mean depth of the decoded tokens and the recurrent state read and written) times
+  tokens/s, over the measured copy bandwidth;
+- prompt: matrix FLOPs per token (2 per weight of the trunk's matrices, of the expert tensors the
+  used experts' share, plus causal attention at the mean depth) times tokens/s, over the measured
+  cuBLAS bf16 rate;
 - MTP drafts: the speculative step's cost against a plain decode step (on random weights every
   draft is rejected, so one token per step), and the tokens/s those costs give at per-draft
   acceptance 0.6 / 0.7 / 0.8 (expected tokens per step (1 - a^(k+1)) / (1 - a)).
@@ -71,7 +74,8 @@ meta, tensors = {}, []
 info = os.path.join(work, "info.txt")
 if os.path.exists(info):
     for ln in open(info):
-        m = re.match(r"\s+(\S+)\.(block_count|nextn_predict_layers|attention\.head_count|attention\.key_length)\s+(\d+)", ln)
+        m = re.match(r"\s+(\S+)\.(block_count|nextn_predict_layers|attention\.head_count|attention\.key_length"
+                     r"|expert_count|expert_used_count)\s+(\d+)", ln)
         if m:
             meta[m.group(2)] = int(m.group(3))
         m = re.match(r"\s+(\S+\.weight|\S+)\s+(\S+)\s+\[([0-9, ]+)\]\s+(\d+)", ln)
@@ -88,9 +92,19 @@ def trunk(name):
     return m is None or int(m.group(1)) < n_trunk
 
 
-read_bytes = sum(b for n, b, _ in tensors if trunk(n) and not (n == "token_embd.weight" and has_output))
-mat_params = sum(s[0] * s[1] for n, _, s in tensors
-                 if len(s) == 2 and trunk(n) and n not in ("token_embd.weight", "output.weight")
+n_expert, n_expert_used = meta.get("expert_count", 0), meta.get("expert_used_count", 0)
+moe = n_expert > 0 and 0 < n_expert_used <= n_expert
+
+
+def used(name):  # the share of a tensor one token multiplies: of the experts', the used ones'
+    return n_expert_used / n_expert if moe and "_exps" in name else 1
+
+
+read_bytes = sum(b * used(n) for n, b, _ in tensors
+                 if trunk(n) and not (n == "token_embd.weight" and has_output))
+mat_params = sum(s[0] * s[1] * (s[2] if len(s) == 3 else 1) * used(n) for n, _, s in tensors
+                 if (len(s) == 2 or (len(s) == 3 and moe and "_exps" in n)) and trunk(n)
+                 and n not in ("token_embd.weight", "output.weight")
                  and not n.endswith("ssm_conv1d.weight"))
 n_attn = sum(1 for n, _, _ in tensors if n.endswith("attn_q.weight") and trunk(n))
 hq, dh = meta.get("attention.head_count", 0), meta.get("attention.key_length", 0)
@@ -114,7 +128,7 @@ print(f"ceilings (same call): copy {fmt(copy_bw and copy_bw / 1e9, 0)} GB/s, cuB
       f"{fmt(bf16 and bf16 / 1e12)} TFLOP/s, int8 {fmt(int8 and int8 / 1e12)} TOPS")
 print(f"model: {n_trunk} trunk layers ({n_attn} attention), bytes read per decoded token "
       f"{read_bytes / 1e9:.2f} GB + KV + state; {2 * mat_params / 1e9:.1f} GFLOP per prompt token "
-      f"in the matrices")
+      f"in the matrices" + (f" (MoE: {n_expert_used} of {n_expert} experts counted)" if moe else ""))
 print()
 print("| KV | measurement | snug tok/s | llama.cpp tok/s | snug / llama.cpp | snug share of ceiling |")
 print("|---|---|---:|---:|---:|---:|")

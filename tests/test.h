@@ -3,11 +3,13 @@
  * "N passed, N failed" (the closing line CI reads) and returns the exit status.
  * Fixture-dependent tests call test_fixtures_dir(): it returns the fixtures folder, or NULL
  * after printing a visible SKIP; with SNUG_REQUIRE_FIXTURES=1 a missing folder is a failure.
- * Temporary files and folders: test_tmp_template, under $TMPDIR. */
+ * Temporary files and folders: test_tmp_template, under $TMPDIR. Random test inputs:
+ * test_rand01, the same sequence on every run and platform. */
 #ifndef SNUG_TEST_H
 #define SNUG_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,16 @@ static inline char *test_tmp_template(char *buf, size_t cap, const char *name) {
 #define CHECK_NEAR(a, b, tol)                                                                      \
     CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %.3g)", (double)(a),       \
            (double)(b), (double)(tol))
+
+/* A uniform double in [0, 1) (53 bits) from a xorshift64 stream (shifts 13, 7, 17) seeded at
+ * 0x9E3779B97F4A7C15: one stream per test program, the same sequence on every run. */
+static inline double test_rand01(void) {
+    static uint64_t s = 0x9E3779B97F4A7C15ULL;
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (double)(s >> 11) / 9007199254740992.0;
+}
 
 #define TEST_DONE()                                                                                \
     (printf("%d passed, %d failed\n", test_passed, test_failed), test_failed ? 1 : 0)

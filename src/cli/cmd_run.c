@@ -446,7 +446,6 @@ int cmd_run(int argc, char **argv) {
                                  .max_tokens = (int32_t)n_predict,
                                  .speculate = spec_draft > 0,
                                  .spec_adapt = spec_adapt,
-                                 .spec_seed = (uint64_t)seed,
                                  .on_token = on_token};
     if (snug_seq_begin(&seq, &gp, &err)) goto fail;
     t_load = snug_time_s() - t_load;

@@ -367,9 +367,6 @@ static void slot_start(struct snug_engine *e, struct slot *s, struct snug_engine
         .top_logprobs = j->top_logprobs,
         .speculate = e->n_draft > 0,
         .spec_adapt = e->spec_adapt,
-        /* the rejection sampler's own generator starts from the job's seed, so the same request
-         * with the same seed gives the same text */
-        .spec_seed = j->sampler.seed ^ 0x5bd1e9955bd1e995ull,
         .on_token = j->on_token,
         .user = j->user,
     };

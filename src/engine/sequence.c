@@ -55,7 +55,6 @@ int snug_seq_begin(struct snug_seq *s, const struct snug_seq_params *p, struct s
     snug_detok_reset(&s->detok);
     snug_sampler_free(s->smp);
     s->smp = NULL;
-    if (snug_ctx_n_draft(s->ctx) > 0) snug_spec_seed(s->ctx, p->spec_seed);
     if (s->p.speculate) snug_spec_adapt_restart(&s->adapt, snug_ctx_spec_k(s->ctx));
     return snug_sampler_init(&s->smp, &p->sampler, s->V, err);
 }

@@ -65,7 +65,6 @@ struct snug_seq_params {
     bool spec_adapt;      /* the drafts per step chosen from the measured acceptance and step
                              costs (src/speculative/adapt.h), at most the context's spec k;
                              false: the context's spec k at every step */
-    uint64_t spec_seed;   /* the acceptance test's random stream (snug_spec_seed) */
     /* Each emitted token with the text that became complete (may be empty; id -1: the
      * detokenizer's flush, from snug_seq_flush). lp is NULL unless logprobs. Return true to
      * stop now (SNUG_SEQ_STOP). End-of-generation tokens are counted, not passed here. */

@@ -29,7 +29,7 @@ static struct snug_kv_shape mtp_kv_shape(const struct snug_hparams *hp, int32_t 
 
 /* Lay out (a != NULL) or count the buffers of struct snug_spec; returns the bytes. `dev`
  * selects the group: the rows the MTP forward reads and writes (backend memory: hid, h2, ha,
- * hb, pos_dev, draft_dev) or the host side (ids, positions, logits and probabilities for the
+ * hb, pos_dev, draft_dev) or the host side (ids, positions, the verified rows' logits for the
  * sampler). */
 static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32_t n_draft,
                            bool dev, struct snug_arena *a, struct snug_spec *o) {
@@ -38,12 +38,10 @@ static size_t spec_buffers(const struct snug_hparams *hp, int32_t n_chunk, int32
     void **ddst[] = {(void **)&o->hid, (void **)&o->h2,      (void **)&o->ha,
                      (void **)&o->hb,  (void **)&o->pos_dev, (void **)&o->draft_dev};
     size_t P = sizeof(void *);
-    size_t hsz[] = {C * 4,  C * 4,     C * 4, K1 * V * 4, V * 4,
-                    K1 * 4, C * 3 * 4, C * P, C * 3 * 4,  C * P};
-    void **hdst[] = {(void **)&o->hid_ids,   (void **)&o->tok,      (void **)&o->pos,
-                     (void **)&o->logits,    (void **)&o->probs,    (void **)&o->batch,
-                     (void **)&o->hid_rope3, (void **)&o->hid_embd, (void **)&o->rope3,
-                     (void **)&o->embd};
+    size_t hsz[] = {C * 4, C * 4, C * 4, K1 * V * 4, K1 * 4, C * 3 * 4, C * P, C * 3 * 4, C * P};
+    void **hdst[] = {(void **)&o->hid_ids,  (void **)&o->tok,   (void **)&o->pos,
+                     (void **)&o->logits,   (void **)&o->batch, (void **)&o->hid_rope3,
+                     (void **)&o->hid_embd, (void **)&o->rope3, (void **)&o->embd};
     size_t n = dev ? sizeof dsz / sizeof dsz[0] : sizeof hsz / sizeof hsz[0];
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -125,7 +123,6 @@ int snug_spec_init_on(struct snug_spec **out, const struct snug_model *m, int32_
     sp->n_draft = sp->k = n_draft;
     sp->H = hp->n_embd;
     sp->V = hp->n_vocab;
-    snug_rng_seed(&sp->rng, 0);
     *out = sp;
     return SNUG_OK;
 fail:

@@ -12,7 +12,6 @@
 
 #include "kv/kv.h"
 #include "model/model.h"
-#include "sample/sample.h"
 #include "snug.h"
 
 struct snug_spec {
@@ -41,7 +40,6 @@ struct snug_spec {
      * backend's memory */
     int32_t *draft_dev;
     float *logits;     /* [n_draft + 1][V] verification (and drafting) logits */
-    float *probs;      /* [V] */
     snug_token *batch; /* [n_draft + 1] verification ids */
     snug_pos hid_pos0;
     int32_t n_hid;
@@ -49,7 +47,6 @@ struct snug_spec {
     /* tests: a drafting also reads its last draft's logits row back into logits (drafts are
      * otherwise chosen where the logits are, without reading them back) */
     bool keep_draft_logits;
-    struct snug_rng rng; /* acceptance draws and residual sampling */
     struct snug_spec_stats stats;
 };
 

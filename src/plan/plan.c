@@ -291,7 +291,7 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
             if (lim.backend == SNUG_BACKEND_CUDA) {
                 /* on the device: the cache and the row buffers the backend allocates for the
                  * slot (cuda_backend.c layout_spec); the rest is snug_spec_init_on's host
-                 * arena: drafted tokens, logits and probabilities of the verified rows */
+                 * arena: drafted tokens, the verified rows' logits */
                 struct snug_kv_shape ms =
                     snug_spec_kv_shape(hp, (int32_t)lim.n_ctx, (enum snug_kv_type)lim.kv_type);
                 uint64_t on_dev = snug_kv_bytes(&ms) + snug_spec_dev_bytes(hp, lim.n_chunk);

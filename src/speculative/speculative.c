@@ -101,11 +101,6 @@ int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logi
     return snug_ctx_truncate(ctx, n_past + acc + 1, err);
 }
 
-void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed) {
-    struct snug_spec *sp = snug_ctx_spec(ctx);
-    if (sp) snug_rng_seed(&sp->rng, seed);
-}
-
 void snug_spec_set_rollback(struct snug_ctx *ctx, bool recompute) {
     struct snug_spec *sp = snug_ctx_spec(ctx);
     if (sp) sp->recompute = recompute;

@@ -61,9 +61,6 @@ int snug_spec_accept(struct snug_ctx *ctx, struct snug_sampler *smp, float *logi
                      const snug_token *drafts, int32_t k, snug_token *hist, int32_t n_hist,
                      const struct snug_spec_constraint *con, int32_t *n_new, struct snug_err *err);
 
-/* Seed the context's own random stream (default seed 0). The acceptance draws with the
- * sampler's generator (seeded by the sampler's params), so this stream decides nothing now. */
-void snug_spec_seed(struct snug_ctx *ctx, uint64_t seed);
 /* Rollback strategy for measurements: false (default) = per-token snapshots during
  * verification (step recurrence); true = save the state before verification, verify with
  * the chunked rule and recompute the accepted tokens after a partial acceptance. */

@@ -353,7 +353,6 @@ static void test_temperature(const int32_t *ppl, int32_t nppl) {
     int32_t *cnt_spec = calloc((size_t)V, 4), *cnt_plain = calloc((size_t)V, 4);
     int32_t hist[64];
     int rc = SNUG_OK;
-    snug_spec_seed(c, 12345);
     int accepted = 0;
     for (int32_t trial = 0; trial < N && rc == SNUG_OK; trial++) {
         snug_ctx_reset(c);

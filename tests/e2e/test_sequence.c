@@ -63,7 +63,6 @@ static struct snug_seq_params params(enum mode md, int i, bool speculate, struct
                                     .max_tokens = i == 1 ? 7 : NGEN,
                                     .constraint = md == BANNED ? con : NULL,
                                     .speculate = speculate,
-                                    .spec_seed = 1000 + (uint64_t)i,
                                     .on_token = record,
                                     .user = o};
 }

@@ -87,7 +87,6 @@ static bool generate(const int32_t *prompt, int32_t n, enum mode md, struct out 
                                 .max_tokens = n,
                                 .speculate = md != PLAIN && md != HOT_PLAIN,
                                 .spec_adapt = md == ADAPT || md == HOT,
-                                .spec_seed = 11,
                                 .on_token = record,
                                 .user = o};
     ok = ok && snug_seq_begin(&seq, &p, &err) == SNUG_OK &&

@@ -14,14 +14,6 @@
 #include <math.h>
 #include <stdint.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ULL;
-static double rnd01(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
 static int32_t rows_of(double t_dec, double c_row) {
     return snug_step_prompt_rows(t_dec, c_row, true, 1, 512, SNUG_STEP_PROMPT_FLOOR);
 }
@@ -106,9 +98,9 @@ int main(void) {
      * prompt rows cost at most t_dec and one more row would cost more */
     int bad_range = 0, bad_mono = 0, bad_cost = 0;
     for (int it = 0; it < 200000; it++) {
-        double t = pow(10, -5 + 6 * rnd01()), c = pow(10, -8 + 7 * rnd01());
-        int32_t chunk = 1 + (int32_t)(rnd01() * 4096), fl = (int32_t)(rnd01() * 80) - 4;
-        int32_t np = 1 + (int32_t)(rnd01() * 4);
+        double t = pow(10, -5 + 6 * test_rand01()), c = pow(10, -8 + 7 * test_rand01());
+        int32_t chunk = 1 + (int32_t)(test_rand01() * 4096), fl = (int32_t)(test_rand01() * 80) - 4;
+        int32_t np = 1 + (int32_t)(test_rand01() * 4);
         int32_t r = snug_step_prompt_rows(t, c, true, np, chunk, fl);
         if (r < 1 || r > chunk) bad_range++;
         if (snug_step_prompt_rows(t * 1.5, c, true, np, chunk, fl) < r ||

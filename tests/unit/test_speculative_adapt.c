@@ -24,14 +24,6 @@
 #include <math.h>
 #include <stdint.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ULL;
-static double rnd01(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
 static void test_expected(void) {
     CHECK_NEAR(snug_spec_adapt_expected(0.7, 0), 1, 1e-12);
     CHECK_NEAR(snug_spec_adapt_expected(0.7, 3), (1 - pow(0.7, 4)) / (1 - 0.7), 1e-12);
@@ -87,9 +79,9 @@ static void test_rule(void) {
     /* random inputs: in [0, N], and no other j does better */
     int bad_range = 0, not_best = 0;
     for (int it = 0; it < 20000; it++) {
-        int32_t n = (int32_t)(rnd01() * (SNUG_SPEC_MAX_DRAFT + 1));
-        double a = rnd01() * 1.2 - 0.1, cc[SNUG_SPEC_MAX_DRAFT + 1];
-        for (int32_t j = 0; j <= n; j++) cc[j] = 0.5 + 3 * rnd01();
+        int32_t n = (int32_t)(test_rand01() * (SNUG_SPEC_MAX_DRAFT + 1));
+        double a = test_rand01() * 1.2 - 0.1, cc[SNUG_SPEC_MAX_DRAFT + 1];
+        for (int32_t j = 0; j <= n; j++) cc[j] = 0.5 + 3 * test_rand01();
         int32_t b = snug_spec_adapt_best(a, cc, n);
         bad_range += b < 0 || b > n;
         for (int32_t j = 0; j <= n; j++)
@@ -130,8 +122,8 @@ static void test_costs(void) {
     int bad = 0;
     for (int it = 0; it < 5000; it++) {
         double r[SNUG_SPEC_MAX_DRAFT + 1];
-        int32_t n = (int32_t)(rnd01() * (SNUG_SPEC_MAX_DRAFT + 1));
-        for (int32_t j = 0; j <= n; j++) r[j] = rnd01() < 0.5 ? 0 : rnd01() * 0.1;
+        int32_t n = (int32_t)(test_rand01() * (SNUG_SPEC_MAX_DRAFT + 1));
+        for (int32_t j = 0; j <= n; j++) r[j] = test_rand01() < 0.5 ? 0 : test_rand01() * 0.1;
         snug_spec_adapt_costs(r, n, c);
         for (int32_t j = 0; j <= n; j++) bad += !(c[j] > 0) || !isfinite(c[j]);
         bad += fabs(c[0] - 1) > 1e-12;
@@ -246,8 +238,8 @@ static int32_t simulate(struct snug_spec_adapt *s, double p, double slope, int s
     for (int i = 0; i < steps; i++) {
         int32_t j = snug_spec_adapt_next(s);
         int32_t acc = 0;
-        while (acc < j && rnd01() < p) acc++;
-        snug_spec_adapt_note_step(s, j, 0.02 * (1 + slope * j) * (0.95 + 0.1 * rnd01()));
+        while (acc < j && test_rand01() < p) acc++;
+        snug_spec_adapt_note_step(s, j, 0.02 * (1 + slope * j) * (0.95 + 0.1 * test_rand01()));
         snug_spec_adapt_note_accept(s, j, acc);
         if (i >= steps - 64) d += j;
     }
