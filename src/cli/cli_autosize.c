@@ -44,12 +44,14 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     /* --mmproj: the tower's plan items come out of the budget first, so the context chosen
      * leaves room for them, as `snug plan --mmproj` reports it: on the CPU its host items from
      * the RAM budget; on CUDA with the tower there (--vision-backend cuda, the default) its
-     * device items from the GPU budget (the host items are not budgeted there) */
+     * device items from the GPU budget (the host items are not budgeted there: the prefix
+     * cache's automatic RAM tier leaves room for them instead) */
     uint64_t vision_bytes = 0;
+    uint64_t vision_host = 0; /* cuda: the tower's host items (the prefix cache's rule) */
     int64_t image_tokens = 0; /* the largest image's context tokens */
-    if (o->mmproj && (o->backend != 1 || o->vision_backend)) {
+    struct snug_vision_plan vp = {0};
+    if (o->mmproj) { /* the tower's plan: on cuda with the tower on the CPU, for its host items */
         struct snug_vision *v = NULL;
-        struct snug_vision_plan vp;
         rc = snug_vision_load(&v, o->mmproj, err);
         if (rc == SNUG_OK)
             rc = snug_vision_plan_make(
@@ -62,6 +64,9 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
             snug_model_free(m);
             return rc;
         }
+        if (o->backend == 1) vision_host = snug_vision_plan_total(&vp);
+    }
+    if (o->mmproj && (o->backend != 1 || o->vision_backend)) {
         bool gpu = o->backend == 1;
         image_tokens = vp.max_tokens;
         vision_bytes = gpu ? snug_vision_plan_device_total(&vp) : snug_vision_plan_total(&vp);
@@ -89,13 +94,13 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
     struct snug_plan_weights w;
     snug_plan_weights_from_gguf(m->gguf, &w);
     /* the prefix cache's RAM tier (--cache-ram auto unless given: plan_cache.h's rule); on the
-     * cpu it is part of the budget, so the context is sized in what it leaves */
+     * cpu it is part of the budget, so the context is sized in what it leaves; on cuda it is
+     * sized after the plan, in the host memory the plan's host items leave */
     struct snug_plan_cache_flags cf = {.ram_bytes = o->cache_ram};
     char cache_why[256];
-    snug_plan_cache_auto(&cf, o->backend == 1 ? SNUG_BACKEND_CUDA : SNUG_BACKEND_CPU, o->budget,
-                         w.total, cache_why, sizeof cache_why);
-    o->cache_ram = cf.ram_bytes;
     if (o->backend != 1) {
+        snug_plan_cache_auto(&cf, SNUG_BACKEND_CPU, o->budget, w.total, 0, cache_why,
+                             sizeof cache_why);
         rc = snug_plan_cache_reserve(&m->hp, &w, &req.lim, &cf, &req.reserve, err);
         if (rc) {
             snug_model_free(m);
@@ -108,6 +113,11 @@ int cli_serve_size(struct snug_server_opts *o, int32_t kv_code, struct snug_err 
         snug_model_free(m);
         return rc;
     }
+    if (o->backend == 1) /* a.plan: the plan the server allocates, less the tier (http.c) */
+        snug_plan_cache_auto(&cf, SNUG_BACKEND_CUDA, 0, w.total,
+                             snug_plan_host_bytes(&a.plan) + vision_host, cache_why,
+                             sizeof cache_why);
+    o->cache_ram = cf.ram_bytes;
     /* a context it chose that cannot hold one largest image beside a prompt is no vision
      * server: say what to change rather than boot one that refuses every image (a --ctx the
      * user gave is theirs) */

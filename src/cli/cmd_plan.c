@@ -470,11 +470,12 @@ int cmd_plan(int argc, char **argv) {
                                                             : snug_vision_plan_total(&vis.vp);
     }
     /* --cache-ram (auto: the server's rule, plan_cache.h): on the cpu the RAM tier is part of
-     * the budget, so the contexts below are those it leaves room for */
-    char cache_why[256];
+     * the budget, so the contexts below are those it leaves room for; on cuda it is sized once
+     * the plan is made, in the host memory the plan's host items leave */
+    char cache_why[256] = "";
     bool cache_given = cache.ram_bytes != 0;
-    snug_plan_cache_auto(&cache, lim.backend, lim.backend == SNUG_BACKEND_CUDA ? 0 : budget,
-                         w.total, cache_why, sizeof cache_why);
+    if (lim.backend != SNUG_BACKEND_CUDA)
+        snug_plan_cache_auto(&cache, lim.backend, budget, w.total, 0, cache_why, sizeof cache_why);
     uint64_t cache_cpu = 0; /* what the tier's item may take on the cpu (0 on cuda) */
     if (lim.backend != SNUG_BACKEND_CUDA &&
         snug_plan_cache_reserve(&hp, &w, &lim, &cache, &cache_cpu, &err))
@@ -502,6 +503,8 @@ int cmd_plan(int argc, char **argv) {
 
     /* --kv auto: the choice run and serve make with these settings, then its plan below */
     char auto_line[768] = "";
+    static struct snug_plan_auto a;
+    bool kv_chosen = false;
     enum snug_plan_chunk_why chunk_why = SNUG_PLAN_CHUNK_GIVEN;
     uint64_t chunk_budget = sized_budget;
     if (lim.kv_type == SNUG_PLAN_KV_AUTO) {
@@ -521,13 +524,11 @@ int cmd_plan(int argc, char **argv) {
             }
             req.lim.n_ctx = c;
         }
-        static struct snug_plan_auto a;
         if (snug_plan_auto(&hp, &w, &req, &a, &err)) return cli_fail("plan", &err);
         /* the flags repeat the whole budget (serve --mmproj takes the tower off it again) */
         if (vis.budget_bytes && a.budget) a.budget += vis.budget_bytes;
         a.has_cache = cache_given;
-        a.cache_ram = cache.ram_bytes;
-        snug_plan_auto_flags(&a, auto_line, sizeof auto_line);
+        kv_chosen = true; /* its line is written once the cache is sized (below) */
         lim.kv_type = a.kv_type;
         ctx_arg = NULL;
         lim.n_ctx = a.n_ctx;
@@ -573,13 +574,22 @@ int cmd_plan(int argc, char **argv) {
         lim.n_ctx = c;
     }
     /* the chunk, once the context is settled (snug_plan_chunk: what run and serve choose) */
-    if (!auto_line[0]) /* (--kv auto chose it with the context) */
+    if (!kv_chosen) /* (--kv auto chose it with the context) */
         lim.n_chunk = snug_plan_chunk(&hp, &w, &lim, chunk_budget, &chunk_why);
     char chunk_line[128];
     snug_plan_chunk_str(lim.n_chunk, chunk_why, chunk_budget, chunk_line, sizeof chunk_line);
 
     struct snug_plan p;
     if (snug_plan_make(&hp, &w, &lim, &p, &err)) return cli_fail("plan", &err);
+    if (lim.backend == SNUG_BACKEND_CUDA) /* the host items of this plan and the tower's */
+        snug_plan_cache_auto(&cache, lim.backend, 0, w.total,
+                             snug_plan_host_bytes(&p) +
+                                 (vis.on ? snug_vision_plan_total(&vis.vp) : 0),
+                             cache_why, sizeof cache_why);
+    if (kv_chosen) {
+        a.cache_ram = cache.ram_bytes;
+        snug_plan_auto_flags(&a, auto_line, sizeof auto_line);
+    }
     uint64_t cache_disk = 0;
     if (snug_plan_add_cache(&hp, &p, &cache, &cache_disk, &err)) return cli_fail("plan", &err);
     if (vis.on && snug_vision_plan_add(&vis.vp, &p, &err)) return cli_fail("plan", &err);

@@ -17,19 +17,37 @@ uint64_t snug_plan_host_available(void) {
     return kib ? (uint64_t)kib * 1024 : snug_plan_host_memory();
 }
 
-void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend backend,
-                          uint64_t cpu_budget, uint64_t weights, char *why, size_t n) {
+uint64_t snug_plan_host_bytes(const struct snug_plan *p) {
+    return p->total > p->device_total ? p->total - p->device_total : 0;
+}
+
+/* "21.86 GiB" or "212.3 MiB": whichever reads better. */
+static const char *human(uint64_t b, char *buf, size_t n) {
+    if (b >= ((uint64_t)1 << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+    else
+        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
+void snug_plan_cache_auto_at(struct snug_plan_cache_flags *f, enum snug_backend backend,
+                             uint64_t cpu_budget, uint64_t weights, uint64_t host_items,
+                             uint64_t available, char *why, size_t n) {
     const uint64_t mib = (uint64_t)1 << 20;
     if (f->ram_bytes != SNUG_CACHE_RAM_AUTO) {
         snprintf(why, n, "--cache-ram %s", f->ram_bytes ? "as given" : "0: off");
         return;
     }
-    char left[96];
+    char left[160];
     uint64_t room;
     if (backend == SNUG_BACKEND_CUDA) {
-        room = snug_plan_host_available();
-        snprintf(left, sizeof left, "the %.1f GiB of host memory available",
-                 (double)room / 1073741824.0);
+        /* the plan's host items are allocated beside the tier: what is left after them */
+        room = available > host_items ? available - host_items : 0;
+        char a[24], h[24], r[24];
+        snprintf(left, sizeof left,
+                 "the host memory available less the plan's host items (%s - %s = %s)",
+                 human(available, a, sizeof a), human(host_items, h, sizeof h),
+                 human(room, r, sizeof r));
     } else {
         uint64_t b = cpu_budget
                          ? cpu_budget
@@ -47,6 +65,15 @@ void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend bac
     else
         snprintf(why, n, "auto: off, a quarter of %s is under %.0f MiB", left,
                  (double)SNUG_CACHE_RAM_AUTO_MIN / 1048576.0);
+}
+
+void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend backend,
+                          uint64_t cpu_budget, uint64_t weights, uint64_t host_items, char *why,
+                          size_t n) {
+    uint64_t available = f->ram_bytes == SNUG_CACHE_RAM_AUTO && backend == SNUG_BACKEND_CUDA
+                             ? snug_plan_host_available()
+                             : 0;
+    snug_plan_cache_auto_at(f, backend, cpu_budget, weights, host_items, available, why, n);
 }
 
 int snug_plan_cache_cfg(const struct snug_hparams *hp, const struct snug_plan *p,

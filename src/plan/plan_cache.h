@@ -25,8 +25,11 @@ struct snug_plan_cache_flags {
 /* --cache-ram auto (the server's default): a quarter of the host memory left for it, at most
  * 16 GiB, in whole MiB; below 64 MiB no cache. "Left for it": on the cpu the budget (--budget,
  * or the machine's default: physical memory minus max(1/8, 1 GiB)) less the weights — the
- * tier is then part of the budget and the context is sized in the rest; on cuda the host
- * memory available at boot (MemAvailable; the tier is host memory, outside the GPU budget).
+ * tier is then part of the budget and the context is sized in the rest, the plan's other host
+ * items with it; on cuda the host memory available at boot (MemAvailable; the tier is host
+ * memory, outside the GPU budget) less the plan's host items (snug_plan_host_bytes: staging,
+ * host work, logits, step tables, token history, sampler, MTP host buffers, a vision tower's
+ * host items), which are allocated beside the tier and would otherwise be counted twice.
  * docs/prefix-cache.md says why. */
 #define SNUG_CACHE_RAM_AUTO     UINT64_MAX
 #define SNUG_CACHE_RAM_AUTO_CAP ((uint64_t)16 << 30)
@@ -35,11 +38,24 @@ struct snug_plan_cache_flags {
 /* The host memory available now: /proc/meminfo's MemAvailable, else the physical memory; 0
  * when neither is known. */
 uint64_t snug_plan_host_available(void);
+/* A made plan's host bytes outside the GPU budget: total − device_total, the figure
+ * snug_plan_format prints as "host (not in the gpu budget)" (0 on the cpu, where every item is
+ * in the budget). Add the items snug_plan_add_item adds later (a vision tower's host items)
+ * when they are not in p yet. */
+uint64_t snug_plan_host_bytes(const struct snug_plan *p);
 /* Resolve f->ram_bytes when it is SNUG_CACHE_RAM_AUTO (else leave it): cpu_budget is the cpu's
- * budget (0: the machine's default), weights the weights' bytes (cpu); on cuda the host memory
- * available. why[0..n): the rule with its numbers, for the boot line (always written). */
+ * budget (0: the machine's default), weights the weights' bytes (cpu); host_items the plan's
+ * host bytes on cuda (snug_plan_host_bytes of the plan the server allocates, without the tier;
+ * unused on the cpu), subtracted from the host memory available (read here on cuda only).
+ * why[0..n): the rule with its numbers, for the boot line (always written). */
 void snug_plan_cache_auto(struct snug_plan_cache_flags *f, enum snug_backend backend,
-                          uint64_t cpu_budget, uint64_t weights, char *why, size_t n);
+                          uint64_t cpu_budget, uint64_t weights, uint64_t host_items, char *why,
+                          size_t n);
+/* The same rule with the host memory available given (cuda; unused on the cpu): reads nothing
+ * of the machine on cuda, nor on the cpu with a budget given (tests). */
+void snug_plan_cache_auto_at(struct snug_plan_cache_flags *f, enum snug_backend backend,
+                             uint64_t cpu_budget, uint64_t weights, uint64_t host_items,
+                             uint64_t available, char *why, size_t n);
 
 /* The store's config for a made plan: one checkpoint's state = every DeltaNet layer's conv +
  * delta state, plus (speculative decoding on an MTP model) one hidden row of the MTP block's
