@@ -8,6 +8,10 @@
  * Random data, never zeros. Needs a GPU; not registered with ctest.
  * `bench_cuda_ops mmq`: only the two ceilings and the prompt products of q4_K / q6_K on the int8
  * tensor-core kernel against the bf16 cuBLAS path (bench_mmq).
+ * `bench_cuda_ops moe`: the MoE step's device ops at the 35B-A3B's shapes (256 experts, 8 used,
+ * 2048 → 512 → 2048): routing (both kernels) and the expert products at decode (one token) and
+ * prompt chunks, each timed as a CUDA graph of 16 launches (no launch gaps), plus the f32-x
+ * product of the prompt's small-output matrices (one launch against one per 8 tokens).
  * `bench_cuda_ops ceilings`: only the card's ceilings (copy bandwidth; cuBLAS bf16 and int8
  * matrix rates on random operands), the lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the
  * copy ceiling and the decode matvec lines.
@@ -15,6 +19,8 @@
  * src/backend/cuda/cuda_ops.h.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -237,6 +243,121 @@ static void bench_mmq(double gemm_rate) {
     printf("(bf16 cuBLAS ceiling in this run: %.1f TFLOP/s)\n", gemm_rate);
 }
 
+/* ---- MoE (bench_cuda_ops moe) --------------------------------------------------------------
+ * Each measurement: NG launches captured in one CUDA graph, the graph replayed REPM times after
+ * one warm replay; the median per launch. Expert products cycle over NG tile tables routed from
+ * different logits, so the chosen experts' weights come from HBM (E · F · H ≈ 150 MB per matrix,
+ * more than L2). */
+enum { NG = 16, REPM = 9 };
+static double graph_us(void (*fn)(int i, void *u), void *u) {
+    cudaStream_t st = (cudaStream_t)cu.stream;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    OK(snug_cuda_sync(&cu, &err));
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) exit(3);
+    for (int i = 0; i < NG; i++) fn(i, u);
+    if (cudaStreamEndCapture(st, &g) != cudaSuccess) exit(3);
+    if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) exit(3);
+    double t[REPM];
+    cudaGraphLaunch(ge, st);
+    for (int r = 0; r < REPM; r++) {
+        tic();
+        cudaGraphLaunch(ge, st);
+        t[r] = toc_ms() * 1e3 / NG;
+    }
+    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    return median(t, REPM);
+}
+struct moe_b {
+    int64_t T, E, k, n_in, n_out;
+    uint32_t type;
+    void *lg[NG], *sel, *cnt, *selw, *order, *slot, *off, *tiles[NG], *w, *x, *y, *work;
+};
+static void moe_route_fn(int i, void *u) {
+    struct moe_b *b = u;
+    OK(snug_cuda_moe_route(&cu, b->lg[i], b->T, b->E, b->k, b->sel, b->cnt, b->selw, b->order,
+                           b->slot, b->off, b->tiles[i], &err));
+}
+static void moe_mm_fn(int i, void *u) {
+    struct moe_b *b = u;
+    int64_t n = b->T * b->k, nt = snug_moe_tiles_len(b->T, b->E, b->k);
+    size_t eb = snug_dtype_row_bytes(b->type, (uint64_t)b->n_in) * (size_t)b->n_out;
+    OK(snug_cuda_moe_matmul(&cu, b->type, b->w, eb, b->n_in, b->n_out, b->x, b->tiles[i], n,
+                            (nt - 1) / 3, b->T == 1, b->y, b->work, &err));
+}
+static void bench_moe(void) {
+    const int64_t E = 256, k = 8, H = 2048, F = 512;
+    static const int64_t Ts[4] = {1, 4, 512, 2048};
+    for (int ti = 0; ti < 4; ti++) {
+        struct moe_b b = {.T = Ts[ti], .E = E, .k = k};
+        int64_t n = b.T * k, nt = snug_moe_tiles_len(b.T, E, k);
+        for (int i = 0; i < NG; i++) {
+            b.lg[i] = dev_rand((size_t)(b.T * E) * 4, 1);
+            OK(snug_cuda_malloc(&b.tiles[i], (size_t)nt * 4, &err));
+        }
+        OK(snug_cuda_malloc(&b.sel, (size_t)n * 4, &err));
+        OK(snug_cuda_malloc(&b.selw, (size_t)n * 4, &err));
+        OK(snug_cuda_malloc(&b.order, (size_t)n * 4, &err));
+        OK(snug_cuda_malloc(&b.slot, (size_t)n * 4, &err));
+        OK(snug_cuda_malloc(&b.cnt, (size_t)E * 4, &err));
+        OK(snug_cuda_malloc(&b.off, (size_t)(E + 1) * 4, &err));
+        for (int old = 1; old >= 0; old--) {
+            snug_cuda_moe_route_tune(old);
+            printf("moe route+group T=%-5lld E=%lld k=%lld %-5s: %8.2f us\n", (long long)b.T,
+                   (long long)E, (long long)k, old ? "block" : "warp", graph_us(moe_route_fn, &b));
+        }
+        /* the tile tables stay from the last routing of each logits set */
+        static const struct {
+            uint32_t type;
+            int64_t n_in, n_out;
+        } mm[3] = {{SNUG_DTYPE_Q4_K, 2048, 512},
+                   {SNUG_DTYPE_Q6_K, 512, 2048},
+                   {SNUG_DTYPE_Q4_K, 512, 2048}};
+        for (int m = 0; m < 3; m++) {
+            b.type = mm[m].type, b.n_in = mm[m].n_in, b.n_out = mm[m].n_out;
+            b.w = dev_weights(b.type, b.n_in, b.n_out * E);
+            b.x = dev_rand((size_t)(n * b.n_in) * 4, 1);
+            OK(snug_cuda_malloc(&b.y, (size_t)(n * b.n_out) * 4, &err));
+            OK(snug_cuda_malloc(&b.work, snug_moe_matmul_work_bytes(n, b.n_in), &err));
+            double us = graph_us(moe_mm_fn, &b);
+            double rb = (double)snug_dtype_row_bytes(b.type, (uint64_t)b.n_in);
+            /* bytes of the distinct experts' rows (at most E, at most n), once */
+            double ne = (double)(n < E ? n : E), bytes = ne * rb * (double)b.n_out;
+            printf("moe_matmul %-5s %lld->%lld T=%-5lld: %8.2f us  %6.0f GB/s of expert rows  "
+                   "%6.1f TOPS\n",
+                   snug_dtype_info(b.type)->name, (long long)b.n_in, (long long)b.n_out,
+                   (long long)b.T, us, bytes / (us * 1e-6) / 1e9,
+                   2.0 * (double)n * (double)b.n_in * (double)b.n_out / (us * 1e-6) / 1e12);
+            snug_cuda_dfree(b.w), snug_cuda_dfree(b.x), snug_cuda_dfree(b.y);
+            snug_cuda_dfree(b.work);
+        }
+        for (int i = 0; i < NG; i++) snug_cuda_dfree(b.lg[i]), snug_cuda_dfree(b.tiles[i]);
+        snug_cuda_dfree(b.sel), snug_cuda_dfree(b.selw), snug_cuda_dfree(b.order);
+        snug_cuda_dfree(b.slot), snug_cuda_dfree(b.cnt), snug_cuda_dfree(b.off);
+    }
+    snug_cuda_moe_route_tune(0);
+    /* the prompt's small-output products with f32 x (the shared expert's 512-row gate/up):
+     * one launch over every token against one launch per 8 tokens */
+    for (int64_t T = 512; T <= 2048; T *= 4) {
+        void *w = dev_weights(SNUG_DTYPE_Q4_K, H, F);
+        float *x = dev_rand((size_t)(T * H) * 4, 1), *y = dev_rand((size_t)(T * F) * 4, 1);
+        double t1[REPM], t8[REPM];
+        for (int r = 0; r < REPM + 1; r++) {
+            tic();
+            OK(snug_cuda_matmul_f32x(&cu, SNUG_DTYPE_Q4_K, w, H, F, x, T, y, &err));
+            if (r) t1[r - 1] = toc_ms() * 1e3;
+            tic();
+            for (int64_t t0 = 0; t0 < T; t0 += 8)
+                OK(snug_cuda_matmul(&cu, SNUG_DTYPE_Q4_K, w, H, F, x + t0 * H, 8, y + t0 * F, NULL,
+                                    &err));
+            if (r) t8[r - 1] = toc_ms() * 1e3;
+        }
+        printf("f32-x product q4_K 2048->512 T=%lld: one launch %8.1f us, per 8 tokens %8.1f us\n",
+               (long long)T, median(t1, REPM), median(t8, REPM));
+        snug_cuda_dfree(w), snug_cuda_dfree(x), snug_cuda_dfree(y);
+    }
+}
+
 int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only those parts) */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -260,6 +381,11 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
     double copy_bw = 2.0 * cb / (median(t, REP) * 1e-3) / 1e9;
     printf("ceiling: device copy %.0f GB/s (2 GiB, read+write, median of %d)\n", copy_bw, REP);
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
+    if (argc > 1 && !strcmp(argv[1], "moe")) {
+        bench_moe();
+        snug_cuda_free(&cu);
+        return 0;
+    }
     if (ceilings_only) {
         gemm_ceilings();
         snug_cuda_free(&cu);

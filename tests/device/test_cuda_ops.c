@@ -80,7 +80,8 @@ static void cmp(const char *what, const float *got, const float *ref, int64_t n,
 }
 
 /* ---- matrix products ---------------------------------------------------------------------- */
-static int g_nowork; /* pass no work memory: the f32-activation matvec */
+static int g_nowork; /* 1: pass no work memory (the f32-activation matvec); 2: the same through
+                        snug_cuda_matmul_f32x, any T */
 /* The 1-3 bit i-quants: lattice points indexed in a grid table (quant_grids.h). */
 static int is_lattice_type(uint32_t type) {
     return type == SNUG_DTYPE_IQ3_XXS || type == SNUG_DTYPE_IQ3_S || type == SNUG_DTYPE_IQ2_XXS ||
@@ -133,7 +134,10 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     void *dy = dev_poison((size_t)(T * n_out) * 4);
     size_t wb = snug_cuda_matmul_work_bytes(n_in, n_out, T);
     void *dwork = wb && !g_nowork ? dup_dev(NULL, wb) : NULL;
-    OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
+    if (g_nowork == 2) /* the f32-activation form for any T (one launch) */
+        OK(snug_cuda_matmul_f32x(&cu, type, dw, n_in, n_out, dx, T, dy, &err));
+    else
+        OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
     float *got = get(dy, T * n_out);
     /* The exact product: the reference decoder's weights, double accumulation. (The CPU op
      * quantises x to int8 for the block types, so it is itself only within ~1e-2.) The int8
@@ -163,13 +167,14 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     char name[96];
     snprintf(name, sizeof name, "matmul %s %lldx%lld T=%lld%s", ti->name, (long long)n_out,
              (long long)n_in, (long long)T,
-             mmq ? " (int8 mmq)"
+             g_nowork == 2 ? " (f32 x, any T)"
+             : mmq         ? " (int8 mmq)"
              : T > SNUG_CUDA_MATVEC_MAX_T
                  ? (type == SNUG_DTYPE_F32 ? " (f32 cuBLAS)" : " (bf16 cuBLAS)")
              : i8 ? " (int8 x)"
                   : "");
     /* f32 weights: f32 GEMM */
-    int bf16 = T > SNUG_CUDA_MATVEC_MAX_T && type != SNUG_DTYPE_F32 && !mmq;
+    int bf16 = T > SNUG_CUDA_MATVEC_MAX_T && type != SNUG_DTYPE_F32 && !mmq && g_nowork != 2;
     cmp(name, got, exact, T * n_out, bf16 ? 2e-2 : 2e-5);
     snprintf(name, sizeof name, "  vs the CPU op (int8 activations)");
     cmp(name, got, ref, T * n_out, 2e-2);
@@ -670,6 +675,8 @@ static int32_t *geti(const void *d, int64_t n) {
     OK(snug_cuda_download(&cu, h, d, (size_t)n * sizeof(int32_t), &err));
     return h;
 }
+static int
+    g_route_only; /* `test_cuda_ops route`: test_moe_all's routing checks, products at T = 1 */
 static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_in, int64_t n_out) {
     const struct snug_dtype_info *ti = snug_dtype_info(type);
     int64_t n = T * k, nt = snug_moe_tiles_len(T, E, k);
@@ -717,53 +724,57 @@ static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_i
              (long long)E, (long long)k);
     cmp(name, gselw, selw, n, 1e-6);
 
-    /* expert products over the grouped rows */
-    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in), eb = rb * (size_t)n_out;
-    uint8_t *w = snug_malloc(eb * (size_t)E);
-    float *src = snug_malloc((size_t)n_in * 4);
-    for (int64_t r = 0; r < E * n_out; r++) {
-        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
-        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
-    }
-    float *x = rnd(n * n_in, 1.0f), *xe = snug_malloc((size_t)(n * n_in) * 4);
-    memcpy(xe, x, (size_t)(n * n_in) * 4);
-    for (int64_t b = 0; b < n * n_in / 32; b++) { /* the int8 rounding the kernel applies */
-        float amax = 0, *v = xe + 32 * b;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
-        float d = amax / 127.0f;
-        for (int i = 0; i < 32; i++) v[i] = amax > 0 ? (float)(int)rintf(v[i] / d) * d : 0.0f;
-    }
-    float *exact = snug_malloc((size_t)(n * n_out) * 4), *wrow = snug_malloc((size_t)n_in * 4);
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t r = 0; r < n_out; r++) {
-            snug_dequantize_row(type, w + (size_t)e * eb + r * rb, wrow, n_in);
-            for (int64_t sl = off[e]; sl < off[e + 1]; sl++) {
-                double acc = 0;
-                for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[sl * n_in + i];
-                exact[sl * n_out + r] = (float)acc;
-            }
+    /* `test_cuda_ops route`: the products at one token and small weights only */
+    if (!g_route_only || (T == 1 && E * n_out * n_in <= ((int64_t)1 << 26))) {
+        /* expert products over the grouped rows */
+        size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in), eb = rb * (size_t)n_out;
+        uint8_t *w = snug_malloc(eb * (size_t)E);
+        float *src = snug_malloc((size_t)n_in * 4);
+        for (int64_t r = 0; r < E * n_out; r++) {
+            for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+            SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
         }
-    void *dw = dup_dev(w, eb * (size_t)E), *dx = dup_dev(x, (size_t)(n * n_in) * 4);
-    void *dy = dev_poison((size_t)(n * n_out) * 4);
-    void *dwork = dup_dev(NULL, snug_moe_matmul_work_bytes(n, n_in));
-    OK(snug_cuda_moe_matmul(&cu, type, dw, eb, n_in, n_out, dx, dtiles, n, (nt - 1) / 3, T == 1, dy,
-                            dwork, &err));
-    float *got = get(dy, n * n_out);
-    snprintf(name, sizeof name, "moe_matmul %s %lldx%lld T=%lld E=%lld k=%lld", ti->name,
-             (long long)n_out, (long long)n_in, (long long)T, (long long)E, (long long)k);
-    cmp(name, got, exact, n * n_out, 2e-5);
+        float *x = rnd(n * n_in, 1.0f), *xe = snug_malloc((size_t)(n * n_in) * 4);
+        memcpy(xe, x, (size_t)(n * n_in) * 4);
+        for (int64_t b = 0; b < n * n_in / 32; b++) { /* the int8 rounding the kernel applies */
+            float amax = 0, *v = xe + 32 * b;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+            float d = amax / 127.0f;
+            for (int i = 0; i < 32; i++) v[i] = amax > 0 ? (float)(int)rintf(v[i] / d) * d : 0.0f;
+        }
+        float *exact = snug_malloc((size_t)(n * n_out) * 4), *wrow = snug_malloc((size_t)n_in * 4);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t r = 0; r < n_out; r++) {
+                snug_dequantize_row(type, w + (size_t)e * eb + r * rb, wrow, n_in);
+                for (int64_t sl = off[e]; sl < off[e + 1]; sl++) {
+                    double acc = 0;
+                    for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[sl * n_in + i];
+                    exact[sl * n_out + r] = (float)acc;
+                }
+            }
+        void *dw = dup_dev(w, eb * (size_t)E), *dx = dup_dev(x, (size_t)(n * n_in) * 4);
+        void *dy = dev_poison((size_t)(n * n_out) * 4);
+        void *dwork = dup_dev(NULL, snug_moe_matmul_work_bytes(n, n_in));
+        OK(snug_cuda_moe_matmul(&cu, type, dw, eb, n_in, n_out, dx, dtiles, n, (nt - 1) / 3, T == 1,
+                                dy, dwork, &err));
+        float *got = get(dy, n * n_out);
+        snprintf(name, sizeof name, "moe_matmul %s %lldx%lld T=%lld E=%lld k=%lld", ti->name,
+                 (long long)n_out, (long long)n_in, (long long)T, (long long)E, (long long)k);
+        cmp(name, got, exact, n * n_out, 2e-5);
+        snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy), snug_cuda_dfree(dwork);
+        snug_free(w), snug_free(src), snug_free(x), snug_free(xe), snug_free(exact);
+        snug_free(wrow), snug_free(got);
+    }
     snug_cuda_dfree(dlg), snug_cuda_dfree(dsel), snug_cuda_dfree(dcnt), snug_cuda_dfree(dselw);
     snug_cuda_dfree(dorder), snug_cuda_dfree(dslot), snug_cuda_dfree(doff);
-    snug_cuda_dfree(dtiles), snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy);
-    snug_cuda_dfree(dwork);
+    snug_cuda_dfree(dtiles);
     snug_free(lg), snug_free(sel), snug_free(cnt), snug_free(order), snug_free(slot);
     snug_free(off), snug_free(selw), snug_free(gsel), snug_free(gorder), snug_free(gslot);
-    snug_free(goff), snug_free(gtiles), snug_free(gselw), snug_free(w), snug_free(src);
-    snug_free(x), snug_free(xe), snug_free(exact), snug_free(wrow), snug_free(got);
+    snug_free(goff), snug_free(gtiles), snug_free(gselw);
 }
 
 static void test_matmul_f32x(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
-    g_nowork = 1;
+    g_nowork = T > SNUG_CUDA_MATVEC_MAX_T ? 2 : 1;
     test_matmul(type, n_in, n_out, T);
     g_nowork = 0;
 }
@@ -1202,6 +1213,19 @@ static void test_step(void) {
  * empty; odd expert counts and k */
 static void test_moe_all(void) {
     uint32_t moet[3] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0};
+    /* one token (the lanes-per-row products) at the 35B's row shapes with 32 experts; then the
+     * same through the block-per-4-rows product kernel */
+    for (int tune = 0; tune <= 2; tune += 2) {
+        snug_cuda_moe_tune(tune);
+        for (int i = 0; i < 3; i++) {
+            test_moe(moet[i], 1, 32, 8, 2048, 512);
+            test_moe(moet[i], 1, 32, 8, 512, 2048);
+            test_moe(moet[i], 1, 32, 8, 256, 77);
+        }
+    }
+    snug_cuda_moe_tune(0);
+    test_moe(SNUG_DTYPE_Q4_K, 4, 64, 8, 256, 40); /* a verification's 4 tokens */
+    test_moe(SNUG_DTYPE_Q4_K, 32, 3, 1, 256, 40); /* k = 1: experts with several tiles */
     for (int i = 0; i < 3; i++) {
         test_moe(moet[i], 1, 256, 8, 2048, 512);
         test_moe(moet[i], 1, 256, 8, 512, 2048);
@@ -1219,6 +1243,18 @@ static void test_moe_all(void) {
         test_moe(moet[i], 512, 256, 8, 2048, 512); /* the 35B's prompt chunk */
         test_moe(moet[i], 40, 7, 2, 256, 130);     /* rows past a 64-row block */
     }
+    /* the grouping's segments: 32 of them (2048 tokens), fewer where E·segments fills shared
+     * memory (1500 and 4000 experts; routing by the block kernel above 1024 experts), one
+     * token, k = E; then the block-per-token routing kernel where the warp one is the default */
+    test_moe(SNUG_DTYPE_Q4_K, 2048, 256, 8, 256, 16);
+    test_moe(SNUG_DTYPE_Q4_K, 300, 1500, 6, 256, 8);
+    test_moe(SNUG_DTYPE_Q4_K, 97, 4000, 3, 256, 4);
+    test_moe(SNUG_DTYPE_Q8_0, 1, 5, 5, 64, 7);
+    test_moe(SNUG_DTYPE_Q8_0, 33, 1024, 32, 64, 3);
+    snug_cuda_moe_route_tune(1);
+    test_moe(SNUG_DTYPE_Q4_K, 1, 256, 8, 2048, 512);
+    test_moe(SNUG_DTYPE_Q8_0, 133, 16, 4, 512, 45);
+    snug_cuda_moe_route_tune(0);
 }
 
 int main(int argc, char **argv) {
@@ -1231,13 +1267,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
-    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode` / `moe`: only those cases (the whole
-     * program takes several minutes) */
+    /* `test_cuda_ops encoder` / `mmq` / `step` / `decode` / `moe` / `route` (moe's routing
+     * checks, its products at one token only): only those cases (the whole program takes
+     * several minutes) */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
     if (only && !strcmp(only, "moe")) test_moe_all();
+    if (only && !strcmp(only, "route")) {
+        g_route_only = 1;
+        test_moe_all();
+    }
     if (only && !strcmp(only, "decode")) { /* what a decode step runs: products, norms, delta */
         uint32_t dt[] = {SNUG_DTYPE_F16, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0,
                          SNUG_DTYPE_IQ4_XS};
@@ -1248,6 +1289,11 @@ int main(int argc, char **argv) {
             test_matmul(dt[i], 5120, 301, 4);
             test_matmul_f32x(dt[i], 5120, 48, 1);
             test_matmul_f32x(dt[i], 5120, 1031, 2);
+            /* prompt rows with f32 x (routers, gates, the shared expert): groups of 8 tokens
+             * along the grid, a partial last group, both row layouts */
+            test_matmul_f32x(dt[i], 2048, 512, 37);
+            test_matmul_f32x(dt[i], 5120, 48, 133);
+            test_matmul_f32x(dt[i], 2048, 1, 9);
         }
         /* the tensor-core form of the Q4_K / Q6_K products (k_mmv; Q4_K's default for 2..8
          * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row

@@ -94,6 +94,11 @@ struct cuda_be {
     uint64_t n_ops, qx_ops;
     const float *qx_x;
     int64_t qx_in, qx_T;
+    /* the same for the expert products' rows in their work memory (moe_matmul) */
+    uint64_t mqx_ops;
+    const float *mqx_x;
+    int64_t mqx_in, mqx_slots;
+    const void *mqx_work;
     /* recorded steps (SNUG_CUDA_GRAPHS=0 turns them off, for comparisons) */
     bool graphs_on;
     struct cuda_graph graphs[GRAPH_MAX];
@@ -195,7 +200,7 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
  * projections) always keep f32 activations: their outputs feed discontinuous decisions (top-k
  * routing) that bf16 activations would flip on near ties. Prompt chunks of f32 weights (as
  * community files store the routers) run as one f32 GEMM; other types run the f32 matvec
- * kernel SNUG_CUDA_MATVEC_MAX_T rows at a time. */
+ * kernel over every row in one launch (groups of SNUG_CUDA_MATVEC_MAX_T tokens). */
 #define PRECISE_MAX_OUT 512
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
@@ -215,11 +220,7 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         return;
     }
     if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT && type != SNUG_DTYPE_F32) {
-        for (int64_t r = 0; r < T; r += SNUG_CUDA_MATVEC_MAX_T) {
-            int64_t n = SNUG_MIN((int64_t)SNUG_CUDA_MATVEC_MAX_T, T - r);
-            CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x + r * n_in, n, y + r * n_out, NULL,
-                                err));
-        }
+        CK(snug_cuda_matmul_f32x(&c->cu, type, w, n_in, n_out, x, T, y, err));
         if (c->prof) c->prof->ptag = NULL;
         return;
     }
@@ -464,8 +465,13 @@ static void cb_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint
     struct cuda_be *c = CB(be);
     if (snug_cuda_moe_matmul_supported(type, n_in)) {
         int64_t max_tiles = (snug_moe_tiles_len(T, E, k) - 1) / 3;
-        CK(snug_cuda_moe_matmul(&c->cu, type, w, expert_bytes, n_in, n_out, x, tiles, T * k,
-                                max_tiles, T == 1, y, work, err));
+        /* the same rows right after a product over them (gate, then up): rounded already */
+        bool again = c->mqx_ops == c->n_ops && c->mqx_x == x && c->mqx_in == n_in &&
+                     c->mqx_slots == T * k && c->mqx_work == work;
+        CK(snug_cuda_moe_matmul(&c->cu, type, w, expert_bytes, n_in, n_out, again ? NULL : x, tiles,
+                                T * k, max_tiles, T == 1, y, work, err));
+        c->mqx_x = x, c->mqx_in = n_in, c->mqx_slots = T * k, c->mqx_work = work;
+        c->mqx_ops = c->n_ops;
         return;
     }
     int32_t *h_off = snug_arena_alloc(&c->host_work, (size_t)(E + 1) * sizeof(int32_t), 64);

@@ -32,13 +32,19 @@ int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, int64_t T, in
                         int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
                         int32_t *off, int32_t *tiles, struct snug_err *err);
 bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in);
+/* x NULL: work already holds the n_slots rows rounded to int8 by the previous call with the same
+ * n_in and work (gate then up over the same grouped rows). */
 int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w, uint64_t expert_bytes,
                          int64_t n_in, int64_t n_out, const float *x, const int32_t *tiles,
                          int64_t n_slots, int64_t max_tiles, bool single, float *y, void *work,
                          struct snug_err *err);
-/* Q4_K/Q6_K expert products of several slots per tile: 0 = int8 tensor cores (default), 1 = the
- * dp4a tile kernel. */
+/* Bit 0: Q4_K/Q6_K expert products of several slots per tile on the dp4a tile kernel instead of
+ * int8 tensor cores (the default). Bit 1: one-token products (decode) on the block-per-4-rows
+ * kernel instead of the lanes-per-row one (the default). 0: the defaults. */
 void snug_cuda_moe_tune(int dp4a);
+/* 1: route with the block-per-token kernel even where the warp-per-token one applies (E <=
+ * 1024); 0: the default. Tests compare both. */
+void snug_cuda_moe_route_tune(int block);
 int snug_cuda_add_gated(struct snug_cuda *cu, float *y, const float *d, const float *glogit,
                         int64_t T, int64_t H, struct snug_err *err);
 

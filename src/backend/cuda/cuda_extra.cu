@@ -1,10 +1,9 @@
 /* cuda_extra.cu — the small kernels behind cuda_backend.h: residual add, scale, DeltaNet
- * gates (sigmoid β, g = a·softplus(α + dt)), row gather, row argmax, the MoE routing (softmax, top-k and
- * the grouping of (token, expert) pairs by expert, on the device) and the weighted combine.
- * Semantics: the CPU versions in src/backend/backend_cpu.c.
- * Invariant: deterministic (the combine sums the k experts of a token in selection order, the
- * grouping keeps token order within an expert, as the CPU does); nothing allocates.
- * Read next: cuda_backend.c. */
+ * gates (sigmoid β, g = a·softplus(α + dt)), row gather, row argmax, the MoE routing (softmax,
+ * top-k and the grouping of (token, expert) pairs by expert, on the device) and the weighted
+ * combine. Semantics: the CPU versions in src/backend/backend_cpu.c. Invariant: deterministic (the
+ * combine sums the k experts of a token in selection order, the grouping keeps token order within
+ * an expert, as the CPU does); nothing allocates. Read next: cuda_backend.c. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 
@@ -224,54 +223,178 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
     }
 }
 
-/* The grouping, one block of 32 warps: warp w takes experts w, w + 32, ...; for each it walks
- * the selections 32 at a time with a ballot (coalesced loads, counts by popc) — once to count,
- * and, after thread 0 has laid out off[] and the tile table (E is a few hundred), once more to
- * place each of the expert's pairs in token order. */
-__global__ void __launch_bounds__(1024)
-    k_moe_group(const int32_t *__restrict__ sel, int n, int E, int32_t *__restrict__ cnt,
-                int32_t *__restrict__ order, int32_t *__restrict__ slot,
-                int32_t *__restrict__ off, int32_t *__restrict__ tiles, int k) {
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int e = wid; e < E; e += nw) {
-        int c = 0;
-        for (int i0 = 0; i0 < n; i0 += 32) {
-            int i = i0 + lane;
-            c += __popc(__ballot_sync(0xffffffffu, i < n && sel[i] == e));
+/* The same routing with one warp per token (E <= 1024: each lane holds the logits e = lane +
+ * 32·i, i < E/32, and a bit per logit it has given away): the max and the double sum by warp
+ * reductions, then k rounds of a warp-wide `better` over each lane's best remaining logit (a
+ * lane rescans its own E/32 logits only after its candidate was taken). Lane j keeps the j-th
+ * weight; every lane sums the weights in selection order (the old kernel's float order). The
+ * choice is the CPU's (comparisons only); the double sum's order differs, so a weight can
+ * differ from the CPU's in the last bit, as before. */
+#define ROUTE_WARPS 4
+/* One token's routing by one warp: logits l[E] staged in lg[E] (shared), sel/selw its k
+ * outputs. */
+__device__ __forceinline__ void route_token_warp(const float *__restrict__ l, float *lg, int E,
+                                                 int k, int32_t *__restrict__ sel,
+                                                 float *__restrict__ selw) {
+    int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) {
+        lg[e] = l[e];
+        mx = fmaxf(mx, lg[e]);
+    }
+    __syncwarp(); /* lane j reads the weight logit another lane stored */
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int e = lane; e < E; e += 32) sum += exp((double)lg[e] - (double)mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint32_t given = 0; /* bit i: logit lane + 32·i taken */
+    idx_val mine = {0.0f, -1};
+    for (int e = lane; e < E; e += 32) mine = better(mine, idx_val{lg[e], e});
+    float wj = 0.0f;
+    int ej = 0;
+    for (int j = 0; j < k; j++) {
+        idx_val b = mine;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            idx_val c;
+            c.v = __shfl_xor_sync(0xffffffffu, b.v, o);
+            c.e = __shfl_xor_sync(0xffffffffu, b.e, o);
+            b = better(b, c);
         }
-        if (lane == 0) cnt[e] = c;
+        if (lane == j) wj = (float)(exp((double)lg[b.e] - (double)mx) / sum), ej = b.e;
+        if ((b.e & 31) == lane) { /* this lane's candidate went: its next best */
+            given |= 1u << (b.e >> 5);
+            mine = idx_val{0.0f, -1};
+            for (int e = lane, i = 0; e < E; e += 32, i++)
+                if (!(given >> i & 1u)) mine = better(mine, idx_val{lg[e], e});
+        }
+    }
+    float ws = 0.0f;
+    for (int j = 0; j < k; j++) ws += __shfl_sync(0xffffffffu, wj, j);
+    if (lane < k) sel[lane] = ej, selw[lane] = wj / ws;
+}
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+    k_moe_route_warp(const float *__restrict__ logits, int64_t T, int E, int k,
+                     int32_t *__restrict__ sel, float *__restrict__ selw) {
+    extern __shared__ float lgw[]; /* [ROUTE_WARPS][E] */
+    int wid = threadIdx.x >> 5;
+    int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + wid;
+    if (t >= T) return; /* whole warps leave together */
+    route_token_warp(logits + (size_t)t * E, lgw + (size_t)wid * E, E, k, sel + (size_t)t * k,
+                     selw + (size_t)t * k);
+}
+
+/* The grouping, one block of 1024 threads, in three passes over the n = T·k selections cut into
+ * nseg contiguous segments (warp s owns segment s; nseg·E counters fit shared memory):
+ * 1. each warp counts its segment's selections per expert, 32 at a time (lanes with the same
+ *    expert found by __match_any_sync; the lowest of them adds their number);
+ * 2. per expert, the segments' counts become running bases (an exclusive sum over segments),
+ *    and block-wide exclusive scans over the experts give each expert's first slot (off) and
+ *    first tile; each expert's tiles (at most SNUG_CUDA_MOE_TILE slots) are written by its
+ *    thread;
+ * 3. each warp walks its segment again and places every selection at its expert's first slot +
+ *    its segment's base + its rank so far: token order within each expert, as the CPU. */
+#define GROUP_THREADS 1024
+#define GROUP_SMEM    8192 /* ints of per-segment counters: nseg · E <= this */
+__device__ __forceinline__ void block_scan2(int *a, int *b, int *sh) {
+    /* exclusive scans of (a, b) over the block's threads in thread order; totals to sh[64..65] */
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int ia = *a, ib = *b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int ua = __shfl_up_sync(0xffffffffu, ia, o), ub = __shfl_up_sync(0xffffffffu, ib, o);
+        if (lane >= o) ia += ua, ib += ub;
+    }
+    if (lane == 31) sh[wid] = ia, sh[32 + wid] = ib;
+    __syncthreads();
+    if (wid == 0) {
+        int va = sh[lane], vb = sh[32 + lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int ua = __shfl_up_sync(0xffffffffu, va, o), ub = __shfl_up_sync(0xffffffffu, vb, o);
+            if (lane >= o) va += ua, vb += ub;
+        }
+        sh[lane] = va - sh[lane], sh[32 + lane] = vb - sh[32 + lane];
+        if (lane == 31) sh[64] = va, sh[65] = vb;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int acc = 0, nt = 0;
-        for (int e = 0; e < E; e++) {
-            off[e] = acc;
-            for (int s0 = 0; s0 < cnt[e]; s0 += SNUG_CUDA_MOE_TILE) {
-                int32_t *tp = tiles + 1 + 3 * nt++;
-                tp[0] = e;
-                tp[1] = acc + s0;
-                tp[2] = min(SNUG_CUDA_MOE_TILE, cnt[e] - s0);
+    *a = sh[wid] + ia - *a, *b = sh[32 + wid] + ib - *b;
+}
+__global__ void __launch_bounds__(GROUP_THREADS)
+    k_moe_group(const int32_t *__restrict__ sel, int n, int E, int nseg, int32_t *__restrict__ cnt,
+                int32_t *__restrict__ order, int32_t *__restrict__ slot, int32_t *__restrict__ off,
+                int32_t *__restrict__ tiles, int k) {
+    __shared__ int sc[GROUP_SMEM]; /* [nseg][E]: counts, then running bases */
+    __shared__ int sh[66];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < nseg * E; i += GROUP_THREADS) sc[i] = 0;
+    __syncthreads();
+    int len = (n + nseg - 1) / nseg;
+    int lo = wid * len, hi = min(n, lo + len);
+    if (wid < nseg) /* 1. counts per segment */
+        for (int i0 = lo; i0 < hi; i0 += 32) {
+            int i = i0 + lane;
+            unsigned act = __ballot_sync(0xffffffffu, i < hi);
+            if (i < hi) {
+                int e = sel[i];
+                unsigned m = __match_any_sync(act, e);
+                if (lane == __ffs(m) - 1) sc[wid * E + e] += __popc(m);
             }
-            acc += cnt[e];
+            __syncwarp();
         }
-        off[E] = acc;
-        tiles[0] = nt;
-    }
     __syncthreads();
-    for (int e = wid; e < E; e += nw) {
-        int base = off[e];
-        for (int i0 = 0; i0 < n && base < off[e + 1]; i0 += 32) {
+    /* 2. bases per segment, then the scans over experts: thread j owns experts j·per .. */
+    int per = (E + GROUP_THREADS - 1) / GROUP_THREADS, e0 = threadIdx.x * per;
+    int c_own = 0, t_own = 0;
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        int c = 0;
+        for (int sgi = 0; sgi < nseg; sgi++) {
+            int v = sc[sgi * E + e];
+            sc[sgi * E + e] = c;
+            c += v;
+        }
+        cnt[e] = c;
+        c_own += c;
+        t_own += (c + SNUG_CUDA_MOE_TILE - 1) / SNUG_CUDA_MOE_TILE;
+    }
+    int c_base = c_own, t_base = t_own;
+    block_scan2(&c_base, &t_base, sh);
+    for (int e = e0; e < e0 + per && e < E; e++) {
+        int c = cnt[e];
+        off[e] = c_base;
+        for (int s0 = 0; s0 < c; s0 += SNUG_CUDA_MOE_TILE) {
+            int32_t *tp = tiles + 1 + 3 * t_base++;
+            tp[0] = e;
+            tp[1] = c_base + s0;
+            tp[2] = min(SNUG_CUDA_MOE_TILE, c - s0);
+        }
+        for (int sgi = 0; sgi < nseg; sgi++) sc[sgi * E + e] += c_base;
+        c_base += c;
+    }
+    if (threadIdx.x == 0) off[E] = sh[64], tiles[0] = sh[65];
+    __syncthreads();
+    if (wid < nseg) /* 3. placement */
+        for (int i0 = lo; i0 < hi; i0 += 32) {
             int i = i0 + lane;
-            bool hit = i < n && sel[i] == e;
-            unsigned m = __ballot_sync(0xffffffffu, hit);
-            if (hit) {
-                int s = base + __popc(m & ((1u << lane) - 1u));
+            unsigned act = __ballot_sync(0xffffffffu, i < hi);
+            if (i < hi) {
+                int e = sel[i];
+                unsigned m = __match_any_sync(act, e);
+                int s = sc[wid * E + e] + __popc(m & ((1u << lane) - 1u));
                 order[s] = i / k;
                 slot[i] = s;
+                __syncwarp(act);
+                if (lane == __ffs(m) - 1) sc[wid * E + e] += __popc(m);
             }
-            base += __popc(m);
+            __syncwarp();
         }
-    }
+}
+
+/* 1: the block-per-token routing kernel even where the warp one applies (tests compare both) */
+static int g_route_block;
+extern "C" void snug_cuda_moe_route_tune(int block) {
+    g_route_block = block;
 }
 
 extern "C" int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, int64_t T, int64_t E,
@@ -285,10 +408,20 @@ extern "C" int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, in
                             "4096 experts and %d used",
                             (long long)E, (long long)k, ROUTE_MAX_K);
     cudaStream_t s = SNUG_CU_STREAM(cu);
-    k_moe_route<<<(unsigned)T, ROUTE_THREADS, (size_t)(2 * E) * sizeof(float), s>>>(
-        logits, (int)E, (int)k, sel, selw);
+    if (E <= 1024 && g_route_block == 0)
+        k_moe_route_warp<<<(unsigned)((T + ROUTE_WARPS - 1) / ROUTE_WARPS), ROUTE_WARPS * 32,
+                           (size_t)(ROUTE_WARPS * E) * sizeof(float), s>>>(logits, T, (int)E,
+                                                                           (int)k, sel, selw);
+    else
+        k_moe_route<<<(unsigned)T, ROUTE_THREADS, (size_t)(2 * E) * sizeof(float), s>>>(
+            logits, (int)E, (int)k, sel, selw);
     int st = snug_cu_launched(err, "moe_route");
     if (st) return st;
-    k_moe_group<<<1, 1024, 0, s>>>(sel, (int)(T * k), (int)E, cnt, order, slot, off, tiles, (int)k);
+    int n = (int)(T * k);
+    int nseg = (n + 63) / 64; /* about 64 selections per warp, at most 32 warps */
+    if (nseg > 32) nseg = 32;
+    if (nseg > GROUP_SMEM / (int)E) nseg = GROUP_SMEM / (int)E;
+    k_moe_group<<<1, GROUP_THREADS, 0, s>>>(sel, n, (int)E, nseg, cnt, order, slot, off, tiles,
+                                            (int)k);
     return snug_cu_launched(err, "moe_group");
 }

@@ -18,14 +18,22 @@
  * row and adjacent 32-byte pieces of x (both coalesced), each x piece is loaded once for all
  * MV_ROWS rows (version 1 reloaded x per row: the x stream, 8x the Q4 weight bytes, saturated
  * L1), and each weight group is decoded once for all T inputs. Partial sums meet in shared
- * memory at the end. ROWS = MV_ROWS, WARPS = MV_WARPS, except for matrices of fewer rows than
- * the card has multiprocessors (the DeltaNet's β / α: 48 rows): one row per block of 8 warps,
- * so the row's groups spread over 256 threads (4 rows per 4 warps: 12 blocks on 132 SMs, 11.8 µs
- * for 5120 → 48 under ncu, each thread walking 5 groups of 4 rows in turn). */
+ * memory at the end. With NT = 8, blockIdx.y picks the group of 8 tokens (any T in one launch:
+ * the products that keep f32 activations over a prompt chunk). ROWS = MV_ROWS, WARPS = MV_WARPS,
+ * except for matrices of fewer rows than the card has multiprocessors (the DeltaNet's β / α: 48
+ * rows): one row per block of 8 warps, so the row's groups spread over 256 threads (4 rows per 4
+ * warps: 12 blocks on 132 SMs, 11.8 µs for 5120 → 48 under ncu, each thread walking 5 groups of 4
+ * rows in turn). */
 template <int TYPE, int NT, int ROWS, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
     k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
              const float *__restrict__ x, int T, float *__restrict__ y) {
+    if (NT > 1 && blockIdx.y) { /* group blockIdx.y of 8 tokens (prompt rows, f32 x) */
+        x += (size_t)blockIdx.y * 8 * (size_t)n_in;
+        y += (size_t)blockIdx.y * 8 * (size_t)n_out;
+        T -= 8 * (int)blockIdx.y;
+    }
+    if (NT > 1 && T > NT) T = NT;
     int64_t row0 = (int64_t)blockIdx.x * ROWS;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const uint8_t *wr[ROWS];
@@ -304,6 +312,47 @@ extern "C" size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64
     return bf > mq ? bf : mq;
 }
 
+/* The f32-activation matvec over T tokens in one launch (groups of 8 along grid.y, at most
+ * 65535 groups per launch). */
+static int mv_f32x(struct snug_cuda *cu, const struct mm_fns *f, const void *w, size_t rb,
+                   int64_t n_in, int64_t n_out, const float *x, int64_t T, float *y,
+                   struct snug_err *err) {
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    unsigned blocks = (unsigned)((n_out + MV_ROWS - 1) / MV_ROWS);
+    const uint8_t *wb = (const uint8_t *)w;
+    bool few = blocks < (unsigned)cu->sm_count; /* few rows: one per block of 8 warps */
+    if (T == 1) {
+        if (few)
+            f->mv1s<<<(unsigned)n_out, 256, 0, s>>>(wb, rb, n_in, n_out, x, 1, y);
+        else
+            f->mv1<<<blocks, MV_WARPS * 32, 0, s>>>(wb, rb, n_in, n_out, x, 1, y);
+        return snug_cu_launched(err, "matvec");
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += (int64_t)65535 * 8) {
+        int64_t n = T - t0 < (int64_t)65535 * 8 ? T - t0 : (int64_t)65535 * 8;
+        dim3 g(few ? (unsigned)n_out : blocks, (unsigned)((n + 7) / 8));
+        const float *xt = x + t0 * n_in;
+        float *yt = y + t0 * n_out;
+        if (few)
+            f->mv8s<<<g, 256, 0, s>>>(wb, rb, n_in, n_out, xt, (int)n, yt);
+        else
+            f->mv8<<<g, MV_WARPS * 32, 0, s>>>(wb, rb, n_in, n_out, xt, (int)n, yt);
+        int st = snug_cu_launched(err, "matvec");
+        if (st) return st;
+    }
+    return SNUG_OK;
+}
+
+extern "C" int snug_cuda_matmul_f32x(struct snug_cuda *cu, uint32_t type, const void *w,
+                                     int64_t n_in, int64_t n_out, const float *x, int64_t T,
+                                     float *y, struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_out, &f, err);
+    if (st || T <= 0) return st;
+    return mv_f32x(cu, &f, w, snug_dtype_row_bytes(type, (uint64_t)n_in), n_in, n_out, x, T, y,
+                   err);
+}
+
 /* Decode (T <= 8): with work memory and a type of cuda_matvec.cu, the int8-activation dp4a
  * matvec; otherwise (work NULL: callers that want f32 activations) the f32 kernel. Prompt chunks
  * of q4_K/q6_K weights with work memory: the int8 tensor-core kernel (cuda_mmq.cu) unless
@@ -323,20 +372,7 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
     cudaStream_t s = SNUG_CU_STREAM(cu);
     if (T <= SNUG_CUDA_MATVEC_MAX_T && work && snug_cu_mvq_supported(type))
         return snug_cu_mvq(cu, type, w, n_in, n_out, x, (int)T, y, work, err);
-    if (T <= SNUG_CUDA_MATVEC_MAX_T) {
-        unsigned blocks = (unsigned)((n_out + MV_ROWS - 1) / MV_ROWS);
-        const uint8_t *wb = (const uint8_t *)w;
-        if (blocks < (unsigned)cu->sm_count) { /* few rows: one per block of 8 warps */
-            if (T == 1)
-                f.mv1s<<<(unsigned)n_out, 256, 0, s>>>(wb, rb, n_in, n_out, x, 1, y);
-            else
-                f.mv8s<<<(unsigned)n_out, 256, 0, s>>>(wb, rb, n_in, n_out, x, (int)T, y);
-        } else if (T == 1)
-            f.mv1<<<blocks, MV_WARPS * 32, 0, s>>>(wb, rb, n_in, n_out, x, 1, y);
-        else
-            f.mv8<<<blocks, MV_WARPS * 32, 0, s>>>(wb, rb, n_in, n_out, x, (int)T, y);
-        return snug_cu_launched(err, "matvec");
-    }
+    if (T <= SNUG_CUDA_MATVEC_MAX_T) return mv_f32x(cu, &f, w, rb, n_in, n_out, x, T, y, err);
     if (work && snug_cu_mmq_use(cu, type, n_in, T))
         return snug_cu_mmq(cu, type, w, n_in, n_out, x, T, y, work, err);
     if (n_in > INT32_MAX || n_out > INT32_MAX || T > INT32_MAX)

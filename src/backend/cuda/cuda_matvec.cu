@@ -6,7 +6,8 @@
  * funnel-shifted loads (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
  * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and iq4_xs, and the MoE forms of
  * the first three (one launch over the tiles of slots grouped by expert that moe_route wrote
- * on the device): k_mvq_moe (dp4a; one slot per tile at decode, q8_0 always) and
+ * on the device): k_mvq_moe1 (dp4a, one slot per tile: decode), k_mvq_moe (dp4a, tiles of
+ * several slots: q8_0) and
  * k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of several slots).
  * Invariant: one pass over W; no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x
  * (the CPU op's rounding too).
@@ -360,6 +361,54 @@ __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
                           (int64_t)blockIdx.x * R);
 }
 
+/* One token per tile (decode: the chosen experts' rows times one x): a group of L lanes (8, 16
+ * or 32: the row's unit count rounded up to a power of two, at most 32) owns R rows, lane u
+ * takes units u, u + L, ... of each, and the L partial sums meet by shuffles. No block barrier,
+ * and short rows (the 35B's down product: 512 inputs, 8 or 16 units) keep every lane busy where
+ * the block-per-4-rows kernel left 48 to 56 of its 64 threads idle (6.4-7.9 µs against
+ * 11.0-13.5 µs on an H100, docs/perf/cuda-kernels.md). A block of 128 threads holds 128 / L
+ * groups. */
+#define MOE1_THREADS 128
+template <int TYPE, int L, int R>
+__global__ void __launch_bounds__(MOE1_THREADS)
+    k_mvq_moe1(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
+               int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
+               const int32_t *__restrict__ tiles, float *__restrict__ y) {
+    int e, s0, n;
+    if (!moe_tile(tiles, &e, &s0, &n)) return;
+    int g = threadIdx.x / L, u0 = threadIdx.x % L;
+    int64_t row0 = ((int64_t)blockIdx.x * (MOE1_THREADS / L) + g) * R;
+    /* (groups past the last row compute clamped rows and store nothing: the warp's shuffles
+     * below need all its lanes) */
+    const uint8_t *we = w + (uint64_t)e * expert_bytes, *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past the end re-read the last row, unused */
+        wr[r] = we + (size_t)(row0 + r < n_out ? row0 + r : n_out - 1) * row_bytes;
+    const int8_t *xq = qx + (size_t)s0 * n_in;
+    const float2 *xd = ds + (size_t)s0 * (n_in >> 5);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    int nu = n_in / mvq_unit<TYPE>::EPU;
+    for (int u = u0; u < nu; u += L) {
+        mvq_unit<TYPE> wu[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) wu[r].load(wr[r], u);
+        typename mvq_unit<TYPE>::xs xt;
+        mvq_unit<TYPE>::load_x(xq, xd, wu[0].e0, xt);
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] += wu[r].dot(xt);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o, L);
+    if (u0 == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row0 + r < n_out) y[(size_t)s0 * n_out + row0 + r] = acc[r];
+}
+
 static size_t al256(size_t x) {
     return (x + 255) & ~(size_t)255;
 }
@@ -633,9 +682,8 @@ struct mmq_frag {
     const float2 *ds0, *ds1;
     int64_t ra, rb;
     int t0, t1, q;
-    __device__ __forceinline__ mmq_frag(const uint8_t *w, size_t row_bytes, int n_in,
-                                        int64_t n_out, const int8_t *qx, const float2 *ds, int T,
-                                        int64_t r0) {
+    __device__ __forceinline__ mmq_frag(const uint8_t *w, size_t row_bytes, int n_in, int64_t n_out,
+                                        const int8_t *qx, const float2 *ds, int T, int64_t r0) {
         int lane = threadIdx.x & 31, grp = lane >> 2, nb = n_in >> 5;
         q = lane & 3;
         ra = r0 + grp, rb = ra + 8;
@@ -674,8 +722,8 @@ __global__ void __launch_bounds__(128)
     if (!moe_tile(tiles, &e, &s0, &n)) return;
     int64_t r0 = (int64_t)blockIdx.x * MMQ_ROWS + (threadIdx.x >> 5) * 16;
     if (r0 >= n_out) return; /* whole warps leave together */
-    const mmq_frag f(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
-                     qx + (size_t)s0 * n_in, ds + (size_t)s0 * (n_in >> 5), n, r0);
+    const mmq_frag f(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out, qx + (size_t)s0 * n_in,
+                     ds + (size_t)s0 * (n_in >> 5), n, r0);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int sb = 0; sb < (n_in >> 8); sb++) f.step<TYPE>(sb, acc);
     f.store(acc, n_out, n, y + (size_t)s0 * n_out);
@@ -733,9 +781,10 @@ static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t r
 /* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */
 /* The dp4a tile kernel for Q4_K tiles of several slots instead of the tensor-core one
  * (snug_cuda_moe_tune(1); tests and benchmarks compare both). */
-static int g_moe_dp4a;
+static int g_moe_dp4a, g_moe_single_rows;
 extern "C" void snug_cuda_moe_tune(int dp4a) {
-    g_moe_dp4a = dp4a;
+    g_moe_dp4a = dp4a & 1;
+    g_moe_single_rows = dp4a >> 1 & 1;
 }
 extern "C" bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in) {
     int64_t q = type == SNUG_DTYPE_Q8_0 ? 32 : 256;
@@ -748,9 +797,28 @@ static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8
                            const int32_t *tiles, bool single, float *y) {
     /* one slot per tile (decode: every expert has one token): the one-token kernel, 4 rows
      * per block; else up to SNUG_CUDA_MOE_TILE tokens per tile, 2 rows per block */
-    if (single) {
+    if (single && g_moe_single_rows) {
         dim3 g((unsigned)((n_out + 3) / 4), grid_t.y);
         k_mvq_moe<TYPE, 1, 4><<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+    } else if (single) { /* lanes per row: the units of a row, 8 to 32 */
+        int nu = n_in / mvq_unit<TYPE>::EPU;
+        const int R = 4;
+        if (nu <= 8) {
+            dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 8) - 1) / (R * (MOE1_THREADS / 8))),
+                   grid_t.y);
+            k_mvq_moe1<TYPE, 8, R>
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+        } else if (nu <= 16) {
+            dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 16) - 1) / (R * (MOE1_THREADS / 16))),
+                   grid_t.y);
+            k_mvq_moe1<TYPE, 16, R>
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+        } else {
+            dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 32) - 1) / (R * (MOE1_THREADS / 32))),
+                   grid_t.y);
+            k_mvq_moe1<TYPE, 32, R>
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+        }
     } else {
         dim3 g((unsigned)((n_out + 1) / 2), grid_t.y);
         k_mvq_moe<TYPE, SNUG_CUDA_MOE_TILE, 2>
@@ -776,9 +844,11 @@ extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const v
     int8_t *qx = (int8_t *)wk;
     float2 *ds = (float2 *)(wk + al256((size_t)(n_slots * n_in)));
     int64_t nblk = n_slots * (n_in / 32);
-    k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
-    int st = snug_cu_launched(err, "quant_x8");
-    if (st) return st;
+    if (x) { /* NULL: work holds these rows rounded already (the previous product's x) */
+        k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
+        int st = snug_cu_launched(err, "quant_x8");
+        if (st) return st;
+    }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     const uint8_t *wb = (const uint8_t *)w;
     int ni = (int)n_in;

@@ -91,6 +91,11 @@ int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void *w, int64_t
                      int64_t n_out, const float *x, int64_t T, float *y, void *work,
                      struct snug_err *err);
 size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
+/* y = W·x with x kept in f32 for any T (the decode matvec's f32 kernel, groups of 8 tokens in
+ * one launch): the same values as snug_cuda_matmul without work memory at T <= 8, row group by
+ * row group. For the products whose outputs feed decisions (routers, gates). */
+int snug_cuda_matmul_f32x(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                          int64_t n_out, const float *x, int64_t T, float *y, struct snug_err *err);
 /* Whether snug_cuda_matmul (with work memory) runs this product on the int8 tensor-core kernel
  * (cuda_mmq.cu): q4_K or q6_K, T > SNUG_CUDA_MATVEC_MAX_T, n_in % 256 == 0, a device with the
  * shared memory, and the switch (snug_cuda_mmq_tune) says so for this T. */
