@@ -1,7 +1,10 @@
 #!/bin/sh
 # gpu.sh — snug next to llama.cpp on one GPU, in one device call: the same GGUF, the same KV
 # cache format, prompt speed at 512 / 4096 tokens and decode speed at depths 0 / 4K / 32K, per
-# repetition snug's runs then llama.cpp's (REPS > 1 alternates them, so drift hits both); snug alone
+# repetition snug's runs then llama.cpp's (REPS > 1 alternates them, so drift hits both). snug is
+# measured cold (one `snug run` per figure, first-call costs included) and warm (`snug bench-local
+# --backend cuda`: one warm-up, then the mean of WARM_REPS repetitions, as llama-bench measures:
+# the rows marked "(warm)"); snug alone
 # with TurboQuant caches and with 1 / 2 / 3 MTP drafts; the card's ceilings measured in the same
 # call (copy bandwidth, cuBLAS bf16 and int8 matrix rates: bench_cuda_ops ceilings). The table at
 # the end gives every figure, its ratio to llama.cpp, and its share of its ceiling
@@ -20,7 +23,7 @@
 #   empty single value takes its default):
 #   PRESET=qwen3.6-27b TYPE=q4_k_m KVS="q8_0 f16" PROMPTS="512 4096" DEPTHS="0 4096 32768" G=128
 #   REPS=2 DRAFTS="1 2 3" SNUG_KVS="tq4 tq3 q8_0/tq4" CUDA_ARCH=90a (the draft runs use the
-#   first of KVS: none when KVS is empty)
+#   first of KVS: none when KVS is empty) WARM_REPS=2 (bench-local's --reps; 0: no warm rows)
 #   MODEL=PATH (an existing GGUF instead of `snug gen`)
 # Needs: nvidia-smi, python3; for llama.cpp: cmake, a C++ compiler and nvcc.
 # Success: the last line is "gpu.sh: done" after the table; every row has a number.
@@ -38,6 +41,7 @@ G=${G:-128}
 REPS=${REPS:-2}
 DRAFTS=${DRAFTS-"1 2 3"}
 SNUG_KVS=${SNUG_KVS-"tq4 tq3 q8_0/tq4"}
+WARM_REPS=${WARM_REPS:-2}
 ARCH=${CUDA_ARCH:-90a}
 W=$T/gpu-bench
 mkdir -p "$O" "$W"
@@ -126,6 +130,18 @@ snug_run() { # tag kvargs size n [flags]
   echo "snug $tag $line" >> "$LINES"
   echo "  snug $tag: $line"
 }
+# one snug bench-local (warm, llama-bench's shape): its pp/tg result lines into LINES
+snug_warm() { # tag kvargs bench-local flags...
+  tag=$1 ka=$2
+  shift 2
+  timeout 300 $S bench-local --backend cuda -m "$M" $ka --reps "$WARM_REPS" "$@" \
+    > "$W/bl.out" 2> "$W/bl.err"
+  rc=$?
+  line=$(grep -E "^(pp|tg)[0-9]+" "$W/bl.out" | tr '\n' ' ')
+  [ $rc = 0 ] && [ -n "$line" ] || line="rc=$rc $(tail -1 "$W/bl.err")"
+  echo "snug $tag $line" >> "$LINES"
+  echo "  snug $tag: $line"
+}
 kvargs() { case "$1" in */*) echo "--kv-k ${1%/*} --kv-v ${1#*/}" ;; *) echo "--kv $1" ;; esac; }
 
 llama_run() { # tag args...
@@ -154,6 +170,10 @@ while [ $r -lt "$REPS" ]; do
     el "rep $r kv $kv: snug"
     for p in $PROMPTS; do snug_run "kv=$kv prompt=$p" "$ka" "$p" 16; done
     for d in $DEPTHS; do snug_run "kv=$kv depth=$d" "$ka" "$d" "$G"; done
+    if [ "$WARM_REPS" -gt 0 ]; then
+      for p in $PROMPTS; do snug_warm "kv=$kv warm prompt=$p" "$ka" -p "$p" -n 0; done
+      for d in $DEPTHS; do snug_warm "kv=$kv warm depth=$d" "$ka" -p 0 -n "$G" -d "$d"; done
+    fi
   done
   if [ -n "${BUILD_PID:-}" ]; then
     el "waiting for llama-bench's build"

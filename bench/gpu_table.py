@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """gpu_table.py — the table of bench/gpu.sh: reads its lines.txt (the card, the ceilings, snug's
-run summaries, llama-bench's jsonl results) and the work folder's `snug info` / `snug plan --json`
-files, and prints, per measurement, snug's best over the repetitions, llama.cpp's, their ratio,
-and snug's share of the card's ceiling:
+run summaries, snug bench-local's pp/tg results, llama-bench's jsonl results) and the work folder's
+`snug info` / `snug plan --json` files, and prints, per measurement, snug's best over the
+repetitions, llama.cpp's, their ratio, and snug's share of the card's ceiling. snug is measured two
+ways: cold, one `snug run` per measurement in a fresh process (the run's summary line: "snug run:
+load ... | prompt N tokens, X s, Y tok/s | generation ..."), so the first-call costs (kernels loaded
+on first use, CUDA graph capture) land in its numbers; and warm (rows marked "(warm)", lines tagged
+`warm`), `snug bench-local` after one warm-up, as llama-bench measures ("pp512: X ± Y t/s",
+"tg128 @ d4096: X ± Y t/s"). The ratio of either is to llama-bench's number:
 
 - decode: bytes one token reads (every weight the token's forward multiplies — the trunk's
   matrices and the LM head, not the token-embedding table, of which one row is read, nor the MTP
@@ -28,6 +33,7 @@ import sys
 lines_path, work = sys.argv[1], sys.argv[2]
 card = copy_bw = bf16 = int8 = None
 snug, llama, spec = {}, {}, {}
+WARM = re.compile(r"\b(pp|tg)(\d+)(?: @ d(\d+))?: ([0-9.]+) ± ([0-9.]+) t/s")
 RUN = re.compile(r"prompt (\d+) tokens, ([0-9.]+) s, ([0-9.]+) tok/s \| generation (\d+) tokens, "
                  r"([0-9.]+) s, ([0-9.]+) tok/s")
 SPEC = re.compile(r"verifications, ([0-9.]+) tokens per verification")
@@ -47,6 +53,12 @@ for ln in open(lines_path):
             int8 = float(m.group(1)) * 1e12
     elif ln.startswith("snug ") and " kv=" in ln:
         tag = dict(kv.split("=", 1) for kv in ln.split() if re.match(r"^(kv|prompt|depth|draft)=", kv))
+        if " warm " in ln:  # snug bench-local: "pp512: X ± Y t/s", "tg128 @ d4096: X ± Y t/s"
+            for m in WARM.finditer(ln):
+                test, n, depth, tps = m.group(1), int(m.group(2)), int(m.group(3) or 0), float(m.group(4))
+                key = (tag["kv"], "prompt", n, True) if test == "pp" else (tag["kv"], "decode", depth, True)
+                snug.setdefault(key, []).append((tps, depth))
+            continue
         m = RUN.search(ln)
         if not m:
             continue
@@ -55,10 +67,10 @@ for ln in open(lines_path):
             ms = SPEC.search(ln)
             spec[int(tag["draft"])] = (gtps, float(ms.group(1)) if ms else 1.0)
         elif "prompt" in tag:
-            key = (tag["kv"], "prompt", int(tag["prompt"]))
+            key = (tag["kv"], "prompt", int(tag["prompt"]), False)
             snug.setdefault(key, []).append((ptps, ptoks))
         else:
-            key = (tag["kv"], "decode", int(tag["depth"]))
+            key = (tag["kv"], "decode", int(tag["depth"]), False)
             snug.setdefault(key, []).append((gtps, ptoks))
     elif ln.startswith("llama ") and "{" in ln:
         kv = ln.split()[1][3:]
@@ -132,10 +144,10 @@ print(f"model: {n_trunk} trunk layers ({n_attn} attention), bytes read per decod
 print()
 print("| KV | measurement | snug tok/s | llama.cpp tok/s | snug / llama.cpp | snug share of ceiling |")
 print("|---|---|---:|---:|---:|---:|")
-for key in sorted(set(snug) | set(llama), key=lambda k: (k[0], k[1], k[2])):
-    kv, what, n = key
+for key in sorted(set(snug) | {k + (False,) for k in llama}):
+    kv, what, n, warm = key
     s = max((v[0] for v in snug.get(key, [])), default=None)
-    l = max(llama.get(key, []), default=None)
+    l = max(llama.get(key[:3], []), default=None)  # llama-bench measures warm
     share = None
     p = plan(kv)
     if s and what == "decode" and copy_bw and p:
@@ -151,8 +163,13 @@ for key in sorted(set(snug) | set(llama), key=lambda k: (k[0], k[1], k[2])):
             fl = 2 * mat_params + 4 * dh * hq * n_attn * (n / 2)
             share = s * fl / bf16
     ratio = s / l if s and l else None
+    label += " (warm)" if warm else ""
     print(f"| {kv} | {label} | {fmt(s)} | {fmt(l)} | {fmt(ratio, 2)} | "
           f"{'—' if share is None else f'{100 * share:.1f}%'} |")
+if any(k[3] for k in snug):
+    print()
+    print("(warm): snug bench-local, one warm-up then the mean of its repetitions, as llama-bench "
+          "measures; the other snug rows: one cold `snug run` each")
 if spec:
     print()
     print("| drafts | tok/s (drafts rejected) | step cost / plain step | tok/s at acceptance 0.6 / 0.7 / 0.8 |")

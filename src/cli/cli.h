@@ -35,7 +35,7 @@ int cmd_plan(int argc, char **argv);
 extern const struct cli_command cli_cmd_plan;
 int cmd_serve(int argc, char **argv);
 extern const struct cli_command cli_cmd_serve;
-int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing on this CPU */
+int cmd_bench_local(int argc, char **argv); /* cmd_bench_local.c: pp/tg timing, CPU or GPU */
 extern const struct cli_command cli_cmd_bench_local;
 struct cli_backend;
 /* bench-local --verify (cmd_bench_verify.c): speculative verify/draft/rollback cost vs decode;

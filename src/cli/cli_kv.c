@@ -1,4 +1,4 @@
-/* cli_kv.c — the KV cache format flags shared by run, logits, perplexity and plan:
+/* cli_kv.c — the KV cache format flags shared by run, logits, perplexity, bench-local and plan:
  * `--kv TYPE` sets K and V, `--kv-k TYPE` / `--kv-v TYPE` each (TYPE: f16 f32 bf16 q8_0 fp8
  * tq4 tq3, src/kv/kvfmt.h; `--kv auto` where the command sizes by itself). The later flag wins
  * for its half. Read next: docs/kv-formats.md.

@@ -1,16 +1,20 @@
 /* cmd_bench_local.c — `snug bench-local`: time prompt processing and generation of a model on
- * this machine through the public API, in the shape of llama-bench's pp/tg tests, plus the
- * numbers for a memory-bandwidth ceiling (weight bytes read per generated token, and the
- * bandwidth of a large multi-threaded memcpy measured in the same run).
+ * this machine (the CPU, or the GPU with --backend cuda) through the public API, in the shape of
+ * llama-bench's pp/tg tests, plus on the CPU the numbers for a memory-bandwidth ceiling (weight
+ * bytes read per generated token, and the bandwidth of a large multi-threaded memcpy measured in
+ * the same run).
  * pp<P>: a fresh sequence evaluates P random tokens in one call (chunks of --chunk tokens);
- * tg<N>: a fresh sequence evaluates N tokens one at a time. Each is run once to warm up, then
- * --reps times; mean and standard deviation of tokens/s are printed, one result per line.
- * Read next: bench/cpu.sh (runs this next to llama-bench), docs/perf/cpu.md. */
+ * tg<N>: a fresh sequence evaluates N tokens one at a time; with -d D each fresh sequence is
+ * first filled with D random tokens (not timed), so the test runs at depth D ("pp512 @ d4096").
+ * Each is run once to warm up, then --reps times; mean and standard deviation of tokens/s are
+ * printed, one result per line.
+ * Read next: bench/cpu.sh, bench/gpu.sh (run this next to llama-bench), docs/perf/cpu.md. */
 #define _GNU_SOURCE
 #include "cli.h"
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "kv/kvfmt.h"
 #include "plan/plan_auto.h"
 #include "quant/quant.h"
 
@@ -110,7 +114,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-enum { O_MODEL = 1, O_PROMPT, O_GEN, O_THREADS, O_REPS, O_VERIFY, O_ACCEPT, O_LOCAL };
+enum { O_MODEL = 1, O_PROMPT, O_GEN, O_DEPTH, O_THREADS, O_REPS, O_VERIFY, O_ACCEPT, O_LOCAL };
 static const struct cli_opt OPTS[] = {
     {.id = O_MODEL,
      .names = "-m, --model",
@@ -133,6 +137,15 @@ static const struct cli_opt OPTS[] = {
      .hi = 1 << 30,
      .def = "128",
      .help = "tg<N>: a fresh sequence evaluates N tokens one at a time (0 = skip)"},
+    {.id = O_DEPTH,
+     .names = "-d, --depth",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 0,
+     .hi = 1 << 30,
+     .def = "0",
+     .help = "each fresh sequence of pp and tg is first filled with N random tokens (not "
+             "timed), so both run at depth N; the context holds N + max(-p, -n) tokens"},
     {.id = O_THREADS,
      .names = "-t",
      .kind = CLI_INT,
@@ -150,6 +163,7 @@ static const struct cli_opt OPTS[] = {
      .def = "5",
      .help = "measured repetitions after one warm-up (mean ± sd)"},
     CLI_OPTS_CHUNK,
+    CLI_OPTS_KV,
     {.id = O_VERIFY,
      .names = "--verify",
      .kind = CLI_SWITCH,
@@ -172,28 +186,34 @@ static const struct cli_opt OPTS[] = {
 const struct cli_command cli_cmd_bench_local = {
     .name = "bench-local",
     .run = cmd_bench_local,
-    .usage = "-m M.gguf [-p 512] [-n 128] [-t 2] [--reps 5] [--chunk N|auto]\n"
+    .usage = "-m M.gguf [-p 512] [-n 128] [-d 0] [-t 2] [--reps 5] [--chunk N|auto] [--kv F] "
+             "[--backend cpu|cuda]\n"
              "-m M.gguf --verify [--accept L] [--backend cpu|cuda]",
     .summary = "prompt and generation speed on this machine",
-    .about = "prompt and generation speed on this CPU in the shape of llama-bench's pp/tg tests "
-             "(tokens/s, mean ± sd over the repetitions), the weight bytes read per generated "
-             "token and this machine's memcpy bandwidth, hence the memory ceiling of generation "
-             "— docs/perf/cpu.md; `SNUG_CPU` caps the kernel level (docs/debugging.md)",
+    .about = "prompt and generation speed on this CPU, or the GPU with --backend cuda, in the "
+             "shape of llama-bench's pp/tg tests (tokens/s, mean ± sd over the repetitions after "
+             "one warm-up; -d N runs both at depth N, named like llama-bench: `pp512 @ d4096`). "
+             "On the CPU also the weight bytes read per generated token and this machine's "
+             "memcpy bandwidth, hence the memory ceiling of generation — docs/perf/cpu.md; "
+             "`SNUG_CPU` caps the kernel level (docs/debugging.md). The backend, KV format, "
+             "context and chunk that ran go to stderr",
     .opts = OPTS,
 };
 
 int cmd_bench_local(int argc, char **argv) {
     const char *path = NULL;
-    long n_p = 512, n_g = 128, n_t = 2, reps = 5;
+    long n_p = 512, n_g = 128, n_d = 0, n_t = 2, reps = 5;
     int verify = 0;
     double accept = 0;
     struct cli_backend bk = {0};
+    struct cli_kv kv = CLI_KV_DEFAULT;
     int32_t chunk = SNUG_PLAN_CHUNK_AUTO;
     struct cli_args args;
     struct cli_val val;
     int r;
     cli_args_init(&args, &cli_cmd_bench_local, argc, argv);
     while ((r = cli_args_next(&args, &val)) > 0) {
+        if (!cli_kv_opt(&args, r, &val, &kv)) return 2;
         cli_backend_opt(r, &val, &bk);
         cli_chunk_opt(r, &val, &chunk);
         switch (r) {
@@ -205,6 +225,9 @@ int cmd_bench_local(int argc, char **argv) {
             break;
         case O_GEN:
             n_g = (long)val.i;
+            break;
+        case O_DEPTH:
+            n_d = (long)val.i;
             break;
         case O_THREADS:
             n_t = (long)val.i;
@@ -222,49 +245,73 @@ int cmd_bench_local(int argc, char **argv) {
     }
     if (r != CLI_END) return CLI_EXIT(r);
     if (!path) return cli_usage_error(&cli_cmd_bench_local, "-m M.gguf is required");
+    if (verify && (n_d > 0 || kv.k != SNUG_KV_F16 || kv.v != SNUG_KV_F16))
+        return cli_usage_error(&cli_cmd_bench_local,
+                               "-d and --kv apply to the pp/tg tests, not to --verify");
     if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, chunk, &bk, accept);
-    if (bk.backend)
-        fprintf(stderr, "snug bench-local: --backend applies to --verify only; pp/tg run on "
-                        "the CPU\n");
+    if (n_d + SNUG_MAX(n_p, n_g) + 16 > (1L << 30))
+        return cli_usage_error(&cli_cmd_bench_local,
+                               "-d %ld with -p %ld / -n %ld: over 2^30 tokens", n_d, n_p, n_g);
     struct snug_err err = {0};
     struct snug_model *m = NULL;
     struct snug_model_params mp = {.path = path, .n_threads = (int)n_t};
     if (snug_model_load(&m, &mp, &err) != SNUG_OK) return cli_fail("bench-local", &err);
     struct snug_ctx_params cp = snug_ctx_default_params();
-    cp.n_ctx = (int32_t)SNUG_MAX(n_p, n_g) + 16;
+    cp.n_ctx = (int32_t)(n_d + SNUG_MAX(n_p, n_g)) + 16; /* each test is a fresh sequence */
     cp.n_threads = (int)n_t;
-    cp.n_chunk = cli_chunk_resolve("bench-local", m, &cp, chunk, 0); /* (pp/tg: the cpu) */
+    cli_kv_params(&kv, &cp);
+    cli_backend_params(&bk, &cp);
+    cp.n_chunk =
+        cli_chunk_resolve("bench-local", m, &cp, chunk, cp.backend == 1 ? bk.vram_budget : 0);
     struct snug_ctx *ctx = NULL;
     if (snug_ctx_init(&ctx, m, &cp, &err) != SNUG_OK) {
         snug_model_free(m);
         return cli_fail("bench-local", &err);
     }
+    char kvname[32];
+    snug_kvfmt_code_name(cli_kv_code(&kv), kvname, sizeof kvname);
+    fprintf(stderr, "snug bench-local: backend %s, kv %s, context %d, chunk %d, depth %ld\n",
+            cp.backend == 1 ? "cuda" : "cpu", kvname, snug_ctx_n_ctx(ctx), cp.n_chunk, n_d);
     int32_t V = snug_model_n_vocab(m);
     float *logits = malloc(sizeof(float) * (size_t)V);
-    snug_token *ids = malloc(sizeof(snug_token) * (size_t)SNUG_MAX(n_p, 1));
+    /* the pp tokens, then the -d filler (random ids; the filler is evaluated, never timed) */
+    long n_ids = SNUG_MAX(n_p, 1) + n_d;
+    snug_token *ids = malloc(sizeof(snug_token) * (size_t)n_ids);
+    double *v = calloc((size_t)reps, sizeof(double));
+    int rc = logits && ids && v ? SNUG_OK : snug_err_set(&err, SNUG_ERR_NOMEM, "out of memory");
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < SNUG_MAX(n_p, 1); i++) {
+    for (long i = 0; !rc && i < n_ids; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (snug_token)((rng >> 33) % (uint64_t)V);
     }
-    int rc = 0;
-    double *v = calloc((size_t)reps, sizeof(double));
-    printf("model: %s  threads: %ld  kernels: %s  chunk: %d\n", path, n_t,
-           snug_cpu_level_name(snug_cpu_level()), cp.n_chunk);
-    if (n_p > 0) {
+    const snug_token *fill = ids + SNUG_MAX(n_p, 1);
+    char at[48] = ""; /* the test names' depth, as llama-bench writes it */
+    if (n_d > 0) snprintf(at, sizeof at, " @ d%ld", n_d);
+    if (cp.backend == 1)
+        printf("model: %s  backend: cuda  kv: %s  chunk: %d\n", path, kvname, cp.n_chunk);
+    else
+        printf("model: %s  threads: %ld  kernels: %s  chunk: %d\n", path, n_t,
+               snug_cpu_level_name(snug_cpu_level()), cp.n_chunk);
+    if (n_p > 0 && !rc) {
         for (long r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
             snug_ctx_reset(ctx);
+            if (n_d > 0)
+                rc = snug_ctx_eval(ctx, fill, (int32_t)n_d, NULL, SNUG_EVAL_LOGITS_LAST, &err);
+            if (rc) break;
             double t0 = snug_time_s();
             rc = snug_ctx_eval(ctx, ids, (int32_t)n_p, logits, SNUG_EVAL_LOGITS_LAST, &err);
             if (r >= 0) v[r] = (double)n_p / (snug_time_s() - t0);
         }
         double mean, sd;
         stats(v, (int)reps, &mean, &sd);
-        if (!rc) printf("pp%ld: %.2f ± %.2f t/s\n", n_p, mean, sd);
+        if (!rc) printf("pp%ld%s: %.2f ± %.2f t/s\n", n_p, at, mean, sd);
     }
-    if (n_g > 0) {
+    if (n_g > 0 && !rc) {
         for (long r = -1; r < reps && !rc; r++) {
             snug_ctx_reset(ctx);
+            if (n_d > 0)
+                rc = snug_ctx_eval(ctx, fill, (int32_t)n_d, NULL, SNUG_EVAL_LOGITS_LAST, &err);
+            if (rc) break;
             snug_token tok = ids[0];
             double t0 = snug_time_s();
             for (long i = 0; i < n_g && !rc; i++) {
@@ -275,8 +322,8 @@ int cmd_bench_local(int argc, char **argv) {
         }
         double mean, sd;
         stats(v, (int)reps, &mean, &sd);
-        if (!rc) {
-            printf("tg%ld: %.2f ± %.2f t/s\n", n_g, mean, sd);
+        if (!rc) printf("tg%ld%s: %.2f ± %.2f t/s\n", n_g, at, mean, sd);
+        if (!rc && cp.backend != 1) { /* the ceiling of this CPU's memory bandwidth */
             uint64_t bpt = bytes_per_token(path, &err);
             double bw = memcpy_bandwidth((int)n_t);
             printf("bytes/token: %llu\n", (unsigned long long)bpt);
