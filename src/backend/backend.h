@@ -330,6 +330,12 @@ static inline size_t snug_backend_plan_host_work_bytes(int64_t n_chunk, int64_t 
     return rows + (n_expert > 0 ? 3 * offs : 0);
 }
 
+/* A device instance's copy of a step's inputs, positions then token ids, [2][n_chunk] int32
+ * (the plan's "step inputs (device)"; cuda_backend.c allocates n_chunk · 8 bytes). */
+static inline size_t snug_backend_plan_step_input_bytes(int64_t n_chunk) {
+    return (size_t)n_chunk * 2 * sizeof(int32_t);
+}
+
 /* The CUDA op scratch (matmul bf16 tiles, split attention partials) for a model whose largest
  * matrix has max_n_in inputs and max_n_out outputs: a pure formula (backend_plan.c) shared by
  * the memory plan and the CUDA backend, so planning needs no GPU. */

@@ -6,11 +6,14 @@
  * programs link the CUDA code directly), $SNUG_CUDA_LIB (a debugging override: the path of the
  * library), the directory of the running executable (/proc/self/exe), the build directory.
  * Invariant: a module is returned only when its ABI matches these headers and every entry of
- * its ops table is filled; every failure names `--backend cuda` and what is missing.
+ * its ops table is filled; every failure names `--backend cuda` and what is missing; a CUDA
+ * instance whose slot layout would outgrow its planned KV bytes is refused before it opens.
  * Read next: backend.h (the module and ops tables), cuda/cuda_backend.c (the entry point).
  */
 #define _DEFAULT_SOURCE /* readlink, PATH_MAX */
 #include "backend/backend.h"
+
+#include "kv/kv.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -155,10 +158,34 @@ static bool ops_complete(const struct snug_backend_ops *o) {
     return true;
 }
 
+/* A device slot is laid out by snug_kv_device_bytes (cuda_backend.c layout_kv) inside the
+ * planned bytes: refuse, before any device memory is taken, limits whose KV or MTP cache would
+ * need more than the plan gave them. */
+static int check_kv_plan(const struct snug_backend_limits *lim, struct snug_err *err) {
+    const struct snug_kv_shape *sh[2] = {lim->kv_shape, lim->mtp_kv_shape};
+    for (int i = 0; i < 2; i++) {
+        if (!sh[i]) continue;
+        size_t need = snug_kv_device_bytes(sh[i]);
+        size_t planned = i == 0 ? lim->kv_bytes : snug_kv_bytes(sh[i]);
+        if (need > planned)
+            return snug_err_set(err, SNUG_ERR_INTERNAL,
+                                "--backend cuda: the %s of a slot (context %d) needs %zu bytes "
+                                "on the device but the memory plan has %zu; the plan "
+                                "under-counts this shape (src/kv/kv.c snug_kv_bytes)",
+                                i == 0 ? "KV cache + recurrent state" : "MTP block's KV cache",
+                                sh[i]->n_ctx, need, planned);
+    }
+    return SNUG_OK;
+}
+
 int snug_backend_open(enum snug_backend kind, struct snug_be **out, const struct snug_gguf *g,
                       const struct snug_backend_limits *lim, struct snug_pool *pool,
                       struct snug_err *err) {
     *out = NULL;
+    if (kind == SNUG_BACKEND_CUDA) {
+        int krc = check_kv_plan(lim, err);
+        if (krc) return krc;
+    }
     const struct snug_backend_module *m;
     int rc = snug_backend_module_get(kind, &m, err);
     if (rc) return rc;

@@ -630,12 +630,15 @@ int cmd_plan(int argc, char **argv) {
                    "\"image_bytes\": %llu, \"source_bytes\": %llu, \"max_image_pixels\": %lld, "
                    "\"max_source_pixels\": %lld, \"image_tokens\": %lld, \"image_patches\": "
                    "%lld, \"backend\": \"%s\", \"device_weights_bytes\": %llu, "
-                   "\"device_work_bytes\": %llu}",
+                   "\"device_work_bytes\": %llu, \"device_inputs_bytes\": %llu, "
+                   "\"host_stage_bytes\": %llu}",
                    (unsigned long long)vis.vp.weight_bytes, (unsigned long long)vis.vp.work_bytes,
                    (unsigned long long)vis.vp.image_bytes, (unsigned long long)vis.vp.source_bytes,
                    max_img, max_src, (long long)vis.vp.max_tokens, (long long)vis.vp.max_patches,
                    vis.vp.backend ? "cuda" : "cpu", (unsigned long long)vis.vp.device_weight_bytes,
-                   (unsigned long long)vis.vp.device_work_bytes);
+                   (unsigned long long)vis.vp.device_work_bytes,
+                   (unsigned long long)vis.vp.device_inputs_bytes,
+                   (unsigned long long)vis.vp.host_stage_bytes);
         printf(", \"items\": {");
         for (int k = 0; k < p.n_items; k++) {
             printf("%s", k ? ", " : "");

@@ -1,7 +1,9 @@
 /* kv.c — allocation and reset of the attention KV cache and the DeltaNet states (see kv.h).
  * Layout inside the one arena: the view table, then per attention layer K then V
  * ([n_ctx][Hkv·D] each, or [n_ctx][Hkv] stored vectors of the shape's kvfmt formats), then all conv
- * states, then all delta states; each 64-byte aligned. */
+ * states, then all delta states; each 64-byte aligned. Also the size of a device backend's slot
+ * (snug_kv_device_bytes, 256-byte pieces, no table): snug_kv_bytes, the plan's number, is the
+ * larger of the two, so host and device allocate exactly the planned bytes. */
 #include "kv.h"
 
 #include "kv/kvfmt.h"
@@ -41,13 +43,31 @@ size_t snug_kv_state_bytes(const struct snug_kv_shape *s) {
     return (size_t)s->n_rec * (size_t)(s->conv_elems + s->delta_elems) * sizeof(float);
 }
 
-size_t snug_kv_bytes(const struct snug_kv_shape *s) {
+/* snug_kv_init's carve of the arena. */
+static size_t host_layout_bytes(const struct snug_kv_shape *s) {
     size_t b = SNUG_ALIGN_UP(sizeof(struct snug_kv_view) * (size_t)(s->n_attn + 1), KV_ALIGN);
     for (int which = 0; which < 2; which++)
         b += (size_t)s->n_attn * SNUG_ALIGN_UP(row_bytes_of(s, which) * (size_t)s->n_ctx, KV_ALIGN);
     b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float), KV_ALIGN);
     b += SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float), KV_ALIGN);
     return b + KV_ALIGN;
+}
+
+size_t snug_kv_device_bytes(const struct snug_kv_shape *s) {
+    const size_t al = SNUG_KV_DEVICE_ALIGN;
+    size_t k = SNUG_ALIGN_UP(row_bytes_of(s, 0) * (size_t)s->n_ctx, al);
+    size_t v = SNUG_ALIGN_UP(row_bytes_of(s, 1) * (size_t)s->n_ctx, al);
+    size_t conv = SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * sizeof(float), al);
+    size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * sizeof(float);
+    return (k + v) * (size_t)s->n_attn + conv + delta;
+}
+
+/* The larger of the two layouts: the device one aligns each layer's K and V to 256 bytes, which
+ * can outgrow the host's 64-byte carve (e.g. q8_0 rows at an odd context, where the view table
+ * no longer covers the difference). */
+size_t snug_kv_bytes(const struct snug_kv_shape *s) {
+    size_t host = host_layout_bytes(s), dev = snug_kv_device_bytes(s);
+    return SNUG_MAX(host, dev);
 }
 
 /* Allocate the arena and carve it; the caches start empty (states zeroed). */

@@ -50,8 +50,17 @@ size_t snug_kv_row_bytes(const struct snug_kv_shape *s, int which);
 size_t snug_kv_bytes_per_token(const struct snug_kv_shape *s);
 /* Bytes of all recurrent states. */
 size_t snug_kv_state_bytes(const struct snug_kv_shape *s);
-/* Total bytes snug_kv_init allocates (attention + states + bookkeeping + alignment). */
+/* Total bytes of one slot's KV + state arena: snug_kv_init's host layout (attention + states +
+ * view table + alignment), or the device layout when that needs more (snug_kv_device_bytes), so
+ * the one planned number holds either: the host arena and a device backend's slot are both
+ * exactly this many bytes. */
 size_t snug_kv_bytes(const struct snug_kv_shape *s);
+/* A device backend's layout of one slot (src/backend/cuda/cuda_backend.c layout_kv): per
+ * attention layer K then V, each SNUG_KV_DEVICE_ALIGN-aligned, then the conv states (aligned),
+ * then the delta states; no view table (the views live on the host). Never more than
+ * snug_kv_bytes; snug_backend_open refuses a limit that plans less (src/backend/loader.c). */
+#define SNUG_KV_DEVICE_ALIGN 256
+size_t snug_kv_device_bytes(const struct snug_kv_shape *s);
 
 int snug_kv_init(struct snug_kv *kv, const struct snug_kv_shape *s, struct snug_err *err);
 void snug_kv_free(struct snug_kv *kv);

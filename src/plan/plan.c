@@ -330,7 +330,8 @@ int snug_plan_make(const struct snug_hparams *hp, const struct snug_plan_weights
     if (lim.backend == SNUG_BACKEND_CUDA) {
         item(out, "logits (device)", V * 4, SNUG_DEVICE_GPU, false);
         /* the backend's copy of a step's inputs: positions and token ids, [2][n_chunk] int32 */
-        item(out, "step inputs (device)", (uint64_t)lim.n_chunk * 8, SNUG_DEVICE_GPU, false);
+        item(out, "step inputs (device)", snug_backend_plan_step_input_bytes(lim.n_chunk),
+             SNUG_DEVICE_GPU, false);
         /* per model: bf16 GEMM tiles / int8 matvec activations / split-attention partials
          * (what the CUDA backend allocates as its op scratch: this number) */
         int64_t mi, mo;

@@ -72,10 +72,18 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
 void snug_vision_be_close(
     struct snug_vision_be *vb); /* NULL is a no-op; the tower back on the CPU */
 size_t snug_vision_be_bytes(const struct snug_vision_be *vb);
-/* Its bytes besides the mmproj's weights, as snug_vision_be_open allocates them: the work arena
- * (activations of the largest image) and the CUDA op scratch (the plan's items). */
+/* Its bytes besides the mmproj's weights, as snug_vision_be_open allocates them (the plan's
+ * items; each from the limits the open passes, through backend.h's and kv.h's formulas). */
+struct snug_vision_be_sizes {
+    uint64_t work;    /* device: the work arena (activations of the largest image) */
+    uint64_t scratch; /* device: the CUDA op scratch */
+    uint64_t
+        step_inputs; /* device: the instance's step inputs (snug_backend_plan_step_input_bytes) */
+    uint64_t slot;   /* device: its one slot, an empty cache shape (snug_kv_bytes) */
+    uint64_t host_stage; /* host: its embedding staging (snug_backend_plan_stage_bytes) */
+};
 void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
-                         uint64_t *work_bytes, uint64_t *scratch_bytes);
+                         struct snug_vision_be_sizes *out);
 
 /* The Qwen3.5/3.6 processor's pixel bounds (preprocessor_config.json of the released models:
  * size.shortest_edge 65,536 and size.longest_edge 16,777,216, in pixels): an image is resized
@@ -182,11 +190,14 @@ struct snug_vision_plan {
     int backend;           /* 0 the CPU, 1 CUDA (the device items below) */
     uint64_t device_weight_bytes; /* the weights uploaded */
     uint64_t device_work_bytes;   /* activations of the largest image + the op scratch */
+    uint64_t device_inputs_bytes; /* the instance's step inputs and its one (empty) slot */
+    uint64_t host_stage_bytes;    /* the instance's host embedding staging */
 };
 int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_bytes,
                           int64_t max_pixels, int64_t max_source, int n_threads, int backend,
                           struct snug_vision_plan *out, struct snug_err *err);
-/* Add the items to a plan (host items; with the tower on the GPU its two device items too). */
+/* Add the items to a plan (host items; with the tower on the GPU its three device items and the
+ * instance's host staging too). */
 struct snug_plan;
 int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
                          struct snug_err *err);

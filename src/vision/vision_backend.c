@@ -11,7 +11,9 @@
  *   the MLP hidden (C rows at a time: the widest buffer does not grow with the image);
  *   rot [N][head_dim/2];  out [N/M²][out_dim];  the CPU ops' scratch.
  * Products run C rows at a time too, so the CUDA op scratch (bf16 copies of x) is sized for C.
- * Invariant: nothing allocates per image; planned bytes (snug_vision_be_plan) = allocated bytes;
+ * Invariant: nothing allocates per image; planned bytes (snug_vision_be_plan: the work arena, op
+ * scratch, step inputs and empty slot on the device, the embedding staging on the host, from the
+ * limits the open passes) = allocated bytes;
  * an image over max_patches is refused (SNUG_ERR_INTERNAL), never written past a buffer.
  * Read next: vision_impl.h, src/backend/backend.h (the encoder ops), cuda/cuda_encoder.cu. */
 #include "vision/vision_impl.h"
@@ -79,11 +81,39 @@ static size_t carve(const struct vextent *e, const struct snug_vision_hparams *h
     return off + 256;
 }
 
-void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
-                         uint64_t *work_bytes, uint64_t *scratch_bytes) {
+/* The limits the tower's instance opens with; *none is the one slot's empty cache shape (no
+ * sequence state). The plan's items are sized from these (snug_vision_be_plan). */
+static struct snug_backend_limits be_limits(const struct snug_vision_hparams *hp,
+                                            int64_t max_patches, struct snug_kv_shape *none) {
     struct vextent e = extent(hp, max_patches);
-    *work_bytes = carve(&e, hp, NULL, &(struct vbufs){0});
-    *scratch_bytes = snug_backend_plan_cuda_scratch(e.max_in, e.max_out, e.C, 1, 64);
+    *none = (struct snug_kv_shape){.head_dim = 64, .n_ctx = 1, .type = SNUG_DTYPE_F16};
+    return (struct snug_backend_limits){
+        .kv_shape = none,
+        .kv_bytes = snug_kv_bytes(none),
+        .n_slots = 1,
+        .work_bytes = carve(&e, hp, NULL, &(struct vbufs){0}),
+        .scratch_bytes = snug_backend_plan_cuda_scratch(e.max_in, e.max_out, e.C, 1, 64),
+        .n_chunk = (int32_t)e.C,
+        .n_embd = 1,
+        .n_head = 1,
+        .head_dim = 64,
+    };
+}
+
+void snug_vision_be_plan(const struct snug_vision_hparams *hp, int64_t max_patches,
+                         struct snug_vision_be_sizes *out) {
+    struct snug_kv_shape none;
+    struct snug_backend_limits lim = be_limits(hp, max_patches, &none);
+    /* what cuda_backend.c's open allocates for these limits (backend.h's formulas): one
+     * slot's arena, the work arena, the op scratch, the step inputs; on the host the
+     * embedding staging (host_work_bytes 0: no host work arena) */
+    *out = (struct snug_vision_be_sizes){
+        .work = lim.work_bytes,
+        .scratch = lim.scratch_bytes,
+        .step_inputs = snug_backend_plan_step_input_bytes(lim.n_chunk),
+        .slot = lim.kv_bytes,
+        .host_stage = snug_backend_plan_stage_bytes(lim.n_chunk, lim.n_embd),
+    };
 }
 
 int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int backend,
@@ -97,22 +127,11 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
     if (!vb) return snug_err_set(err, SNUG_ERR_NOMEM, "vision backend: out of memory");
     vb->v = v;
     vb->max_patches = max_patches;
-    uint64_t work, scratch; /* the plan's numbers: planned = allocated */
-    snug_vision_be_plan(hp, max_patches, &work, &scratch);
+    /* the plan's limits: planned = allocated */
     struct vextent e = extent(hp, max_patches);
-    /* no sequence state: one slot of an empty cache shape */
-    struct snug_kv_shape none = {.head_dim = 64, .n_ctx = 1, .type = SNUG_DTYPE_F16};
-    struct snug_backend_limits lim = {
-        .kv_shape = &none,
-        .n_slots = 1,
-        .work_bytes = (size_t)work,
-        .scratch_bytes = (size_t)scratch,
-        .n_chunk = (int32_t)e.C,
-        .n_embd = 1,
-        .n_head = 1,
-        .head_dim = 64,
-    };
-    lim.kv_bytes = snug_kv_bytes(&none);
+    struct snug_kv_shape none;
+    struct snug_backend_limits lim = be_limits(hp, max_patches, &none);
+    size_t work = lim.work_bytes;
     int rc = snug_backend_open((enum snug_backend)backend, &vb->be, snug_vision_gguf(v), &lim, NULL,
                                err);
     if (rc) {
@@ -120,7 +139,7 @@ int snug_vision_be_open(struct snug_vision_be **out, struct snug_vision *v, int 
         return snug_err_prefix(err, "vision tower on the backend");
     }
     struct snug_arena *a = vb->be->ops->work(vb->be);
-    uint8_t *base = snug_arena_alloc(a, (size_t)work, 256);
+    uint8_t *base = snug_arena_alloc(a, work, 256);
     if (!base) {
         snug_backend_close(vb->be);
         snug_free(vb);

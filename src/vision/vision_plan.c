@@ -3,8 +3,8 @@
  * buffers (resized RGB, patches, projector rows), the decoded source image with its resize
  * scratch (bounded by --max-source-pixels); the shape of the released Qwen3.5/3.6 tower as
  * a preset, for planning without a file. The host items are there whatever the backend; with
- * the tower on the GPU (vision_backend.c) its uploaded weights and activations are device items
- * besides.
+ * the tower on the GPU (vision_backend.c) its uploaded weights, activations, step inputs and
+ * empty slot are device items besides, and the instance's embedding staging a host item.
  * Invariant: the work bytes are snug_vision_work_bytes' own layout (vision.c), so the plan is
  * what encoding the largest image allocates. Read next: vision.h, src/plan/plan.h. */
 #include "vision/image.h"
@@ -99,11 +99,14 @@ int snug_vision_plan_make(const struct snug_vision_hparams *hp, uint64_t weight_
     out->max_patches = windows * M2;
     out->work_bytes = snug_vision_work_bytes_hp(hp, out->max_patches, n_threads, backend != 0);
     out->backend = backend;
-    if (backend) { /* vision_backend.c: the weights uploaded, its work arena and op scratch */
-        uint64_t work, scratch;
-        snug_vision_be_plan(hp, out->max_patches, &work, &scratch);
+    if (backend) { /* vision_backend.c: the weights uploaded, its work arena and op scratch,
+                    * its step inputs and empty slot; on the host the instance's staging */
+        struct snug_vision_be_sizes be;
+        snug_vision_be_plan(hp, out->max_patches, &be);
         out->device_weight_bytes = weight_bytes;
-        out->device_work_bytes = work + scratch + VISION_CUBLAS_BYTES;
+        out->device_work_bytes = be.work + be.scratch + VISION_CUBLAS_BYTES;
+        out->device_inputs_bytes = be.step_inputs + be.slot;
+        out->host_stage_bytes = be.host_stage;
     }
     int64_t pv = 3 * 2 * (int64_t)hp->patch * hp->patch;
     int64_t px = windows * factor * factor;
@@ -135,13 +138,20 @@ int snug_vision_plan_add(const struct snug_vision_plan *vp, struct snug_plan *p,
     if (!rc && vp->backend)
         rc = snug_plan_add_item(p, "vision activations + scratch (gpu)", vp->device_work_bytes,
                                 SNUG_DEVICE_GPU, err);
+    if (!rc && vp->backend)
+        rc = snug_plan_add_item(p, "vision step inputs + slot (gpu)", vp->device_inputs_bytes,
+                                SNUG_DEVICE_GPU, err);
+    if (!rc && vp->backend)
+        rc = snug_plan_add_item(p, "vision cuda staging (host)", vp->host_stage_bytes,
+                                SNUG_DEVICE_HOST, err);
     return rc;
 }
 
 uint64_t snug_vision_plan_total(const struct snug_vision_plan *vp) {
-    return vp->weight_bytes + vp->work_bytes + vp->image_bytes + vp->source_bytes;
+    return vp->weight_bytes + vp->work_bytes + vp->image_bytes + vp->source_bytes +
+           vp->host_stage_bytes;
 }
 
 uint64_t snug_vision_plan_device_total(const struct snug_vision_plan *vp) {
-    return vp->device_weight_bytes + vp->device_work_bytes;
+    return vp->device_weight_bytes + vp->device_work_bytes + vp->device_inputs_bytes;
 }

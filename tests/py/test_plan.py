@@ -11,6 +11,8 @@
    work arena, the MTP block's host buffers (with the card's part, the cpu plan's one item),
    and on both backends the engine's logits rows, token history and step tables, each to the
    byte of its formula, for several slots, drafts and chunks; the host total is their sum.
+4c. The vision tower on cuda: its backend instance's embedding staging (host) and step inputs +
+   empty slot (device), each to the byte of the formula its open allocates by, in the totals.
 5. Tensor parallelism (--tp 2): the ranks' items add up to the one-device items plus
    the copies each rank holds (weights, KV, recurrent state), to the byte; the ranks' work
    arenas are no larger; the 27B Q4_K_M on two 23.5 GiB cards reaches the trained context with
@@ -231,6 +233,50 @@ def test_host_items():
         print(f"{preset}: cuda host items {[n for n in HOST_ITEMS if n in g['items']]}")
 
 
+# The vision tower's host items (with --vision-backend cuda also the instance's staging).
+VISION_HOST = ("vision weights (mmproj)", "vision encoder work (largest image)",
+               "vision image buffers (largest)", "vision source (decode+resize)",
+               "vision cuda staging (host)")
+
+
+def test_vision_items():
+    """The vision tower's backend instance (src/vision/vision_backend.c) opens the CUDA backend
+    with n_chunk = min(patches, 4096) rows and n_embd 1: its embedding staging (host) and step
+    inputs (device) are n_chunk x 4 and n_chunk x 8 bytes (backend.h's formulas, which
+    cuda_backend.c allocates by), its one slot an empty cache shape (snug_kv_bytes: the view
+    table of one 40-byte view, 64-aligned, + 64). Each is a plan item, to the byte, and in the
+    host / device totals; none with the tower on the CPU."""
+    base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "32768", "--backend",
+            "cuda", "--vision-preset", "qwen3.5"]
+    for px in (16777216, 1048576, 262144, 65536):
+        rc, g, _ = plan(*base, "--max-image-pixels", str(px))
+        if rc:
+            check(False, f"vision plan at {px} pixels")
+            continue
+        it, vis = g["items"], g["vision"]
+        patches = px // (32 * 32) * 4
+        rows = min(patches, 4096)
+        slot = a64(40) + 64
+        tag = f"vision {px} pixels ({patches} patches, {rows} rows a product)"
+        check(vis["image_patches"] == patches, f"{tag}: patches {vis['image_patches']}")
+        check(it.get("vision cuda staging (host)") == rows * 4 == vis["host_stage_bytes"],
+              f"{tag}: staging {it.get('vision cuda staging (host)')} = rows x 1 x 4")
+        check(it.get("vision step inputs + slot (gpu)") == rows * 8 + slot ==
+              vis["device_inputs_bytes"],
+              f"{tag}: step inputs + slot {it.get('vision step inputs + slot (gpu)')} = "
+              f"{rows} x 8 + {slot}")
+        host = sum(v for n, v in it.items() if n in HOST_ITEMS or n in VISION_HOST)
+        check(g["all_bytes"] - g["total_bytes"] == host,
+              f"{tag}: host total {g['all_bytes'] - g['total_bytes']} = the host items {host}")
+        check(g["total_bytes"] == sum(v for n, v in it.items()
+                                      if n not in HOST_ITEMS and n not in VISION_HOST),
+              f"{tag}: the gpu total is its items")
+    rc, c, _ = plan(*base, "--vision-backend", "cpu")
+    check(rc == 0 and not any(n in c["items"] for n in ("vision cuda staging (host)",
+                                                          "vision step inputs + slot (gpu)")),
+          "vision tower on the cpu: no instance items")
+
+
 def test_max_ctx():
     res = {}
     _, base, _ = plan("--preset", "qwen3.6-27b", "--weights", "q4_k_m")
@@ -356,6 +402,7 @@ def main():
     test_formulas()
     test_slots_share_the_model()
     test_host_items()
+    test_vision_items()
     test_max_ctx()
     test_sizes_and_errors()
     test_tensor_parallel()

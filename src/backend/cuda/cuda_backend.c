@@ -672,14 +672,18 @@ static int layout_kv(struct cuda_be *c, struct snug_kv *kv, void **mem,
     } else {
         kf = vf = s->type == SNUG_DTYPE_F16 ? SNUG_KV_F16 : SNUG_KV_F32;
     }
+    const size_t al = SNUG_KV_DEVICE_ALIGN; /* the layout snug_kv_device_bytes counts */
     size_t tok = (size_t)s->n_ctx * (size_t)s->n_head_kv;
-    size_t krow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(kf, s->head_dim), (size_t)256);
-    size_t vrow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(vf, s->head_dim), (size_t)256);
-    size_t conv = SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * 4, (size_t)256);
-    size_t delta = (size_t)s->n_rec * (size_t)s->delta_elems * 4;
-    size_t need = (krow + vrow) * (size_t)s->n_attn + conv + delta;
-    size_t bytes = SNUG_MAX(need, planned);
-    int rc = dmalloc(c, mem, bytes, "kv cache + recurrent state", err);
+    size_t krow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(kf, s->head_dim), al);
+    size_t vrow = SNUG_ALIGN_UP(tok * snug_kvfmt_vec_bytes(vf, s->head_dim), al);
+    size_t conv = SNUG_ALIGN_UP((size_t)s->n_rec * (size_t)s->conv_elems * 4, al);
+    size_t need = snug_kv_device_bytes(s);
+    if (planned && need > planned) /* (snug_backend_open refuses such limits first) */
+        return snug_err_set(err, SNUG_ERR_INTERNAL,
+                            "the KV cache + recurrent state of a slot needs %zu bytes on the "
+                            "device but the memory plan has %zu (src/kv/kv.c snug_kv_bytes)",
+                            need, planned);
+    int rc = dmalloc(c, mem, planned ? planned : need, "kv cache + recurrent state", err);
     if (rc) return rc;
     kv->shape = *s;
     kv->views = snug_calloc((size_t)s->n_attn + 1, sizeof *kv->views);
@@ -1047,7 +1051,8 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     if ((rc = dmalloc(c, &c->scratch, c->scratch_bytes, "op scratch", err))) goto fail;
     /* the step's inputs: positions, then token ids */
     c->n_chunk = lim->n_chunk;
-    if ((rc = dmalloc(c, (void **)&c->pos, (size_t)lim->n_chunk * 8, "step inputs", err)))
+    if ((rc = dmalloc(c, (void **)&c->pos, snug_backend_plan_step_input_bytes(lim->n_chunk),
+                      "step inputs", err)))
         goto fail;
     /* host side, the plan's host items: the embedding staging and the host work arena (MoE
      * expert offsets, hook copies), sized by backend.h's formulas */
