@@ -464,8 +464,7 @@ size_t snug_plan_format(const struct snug_plan *p, uint64_t budget, char *buf, s
     return o;
 }
 
-/* "23.50 GiB" or "70.5 MiB": whichever reads better. */
-static const char *human(uint64_t b, char *buf, size_t n) {
+const char *snug_plan_human_size(uint64_t b, char *buf, size_t n) {
     if (b >= (1ull << 30))
         snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
     else
@@ -480,8 +479,8 @@ int snug_plan_check(const struct snug_hparams *hp, const struct snug_plan_weight
     if (rc || !budget || out->device_total <= budget) return rc;
     int64_t max = snug_plan_max_ctx(hp, w, lim, budget, 0);
     char need[32], have[32], kv[24];
-    human(out->device_total, need, sizeof need);
-    human(budget, have, sizeof have);
+    snug_plan_human_size(out->device_total, need, sizeof need);
+    snug_plan_human_size(budget, have, sizeof have);
     snug_kvfmt_code_name(out->lim.kv_type, kv, sizeof kv);
     if (max == 0)
         return snug_err_set(err, SNUG_ERR_BUDGET,

@@ -155,6 +155,8 @@ bool snug_plan_parse_size(const char *s, uint64_t *out);
 
 /* snprintf into buf (n bytes) at *o, advancing *o by the wanted length even past the end (the
  * formatters' shared writer: snug_plan_format, plan_auto.c). */
+/* "23.50 GiB" or "70.5 MiB" (GiB from 1 GiB up): sizes in boot lines and errors. */
+const char *snug_plan_human_size(uint64_t b, char *buf, size_t n);
 void snug_plan_putf(char *buf, size_t n, size_t *o, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))

@@ -78,14 +78,6 @@ const char *snug_plan_size_str(uint64_t bytes, char *buf, size_t n) {
     return buf;
 }
 
-static const char *human(uint64_t b, char *buf, size_t n) {
-    if (b >= ((uint64_t)1 << 30))
-        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
-    else
-        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
-    return buf;
-}
-
 /* ---- the prompt chunk ----------------------------------------------------------------------- */
 int32_t snug_plan_chunk(const struct snug_hparams *hp, const struct snug_plan_weights *w,
                         const struct snug_plan_limits *lim, uint64_t budget,
@@ -131,7 +123,7 @@ size_t snug_plan_chunk_str(int32_t n_chunk, enum snug_plan_chunk_why why, uint64
         break;
     case SNUG_PLAN_CHUNK_FITS:
         snug_plan_putf(buf, n, &o, "auto: the largest of %d..%d that fits %s", SNUG_PLAN_CHUNK_BASE,
-                       SNUG_PLAN_CHUNK_CAP, human(budget, have, sizeof have));
+                       SNUG_PLAN_CHUNK_CAP, snug_plan_human_size(budget, have, sizeof have));
         break;
     case SNUG_PLAN_CHUNK_CONTEXT:
         snug_plan_putf(buf, n, &o, "auto: the whole context");
@@ -191,7 +183,7 @@ int snug_plan_auto(const struct snug_hparams *hp, const struct snug_plan_weights
         room = out->budget - req->reserve;
     }
     char have[32];
-    human(room, have, sizeof have);
+    snug_plan_human_size(room, have, sizeof have);
 
     /* the format: given, or the least lossy one that reaches the target context */
     if (out->kv_auto) {
@@ -276,7 +268,7 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
                        a->cache_ram ? snug_plan_size_str(a->cache_ram, size, sizeof size) : "0");
 
     /* why */
-    human(a->budget, have, sizeof have);
+    snug_plan_human_size(a->budget, have, sizeof have);
     snug_plan_putf(buf, n, &o, " (");
     if (!a->ctx_auto)
         snug_plan_putf(buf, n, &o, "context as requested");
@@ -293,19 +285,20 @@ size_t snug_plan_auto_flags(const struct snug_plan_auto *a, char *buf, size_t n)
         snug_plan_putf(buf, n, &o, "; least lossy KV format reaching it");
     if (a->source == SNUG_PLAN_BUDGET_DEVICE)
         snug_plan_putf(buf, n, &o, "; budget = free device memory %s minus 512 MiB",
-                       human(a->machine_bytes, mem, sizeof mem));
+                       snug_plan_human_size(a->machine_bytes, mem, sizeof mem));
     else if (a->source == SNUG_PLAN_BUDGET_HOST)
         snug_plan_putf(buf, n, &o, "; budget = physical memory %s minus max(1/8, 1 GiB)",
-                       human(a->machine_bytes, mem, sizeof mem));
+                       snug_plan_human_size(a->machine_bytes, mem, sizeof mem));
     if (a->has_cache && a->cache_ram && l->backend != SNUG_BACKEND_CUDA)
         snug_plan_putf(buf, n, &o, "; %s of it for the prefix cache",
-                       human(a->cache_ram, mem, sizeof mem));
+                       snug_plan_human_size(a->cache_ram, mem, sizeof mem));
     if (a->n_chunk) {
         char chunk[96];
         snug_plan_chunk_str(a->n_chunk, a->chunk_why, a->chunk_budget, chunk, sizeof chunk);
         snug_plan_putf(buf, n, &o, "; chunk %s", chunk);
     }
-    snug_plan_putf(buf, n, &o, "; plan %s)", human(a->plan.device_total, size, sizeof size));
+    snug_plan_putf(buf, n, &o, "; plan %s)",
+                   snug_plan_human_size(a->plan.device_total, size, sizeof size));
     return o;
 }
 

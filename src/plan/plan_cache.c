@@ -21,15 +21,6 @@ uint64_t snug_plan_host_bytes(const struct snug_plan *p) {
     return p->total > p->device_total ? p->total - p->device_total : 0;
 }
 
-/* "21.86 GiB" or "212.3 MiB": whichever reads better. */
-static const char *human(uint64_t b, char *buf, size_t n) {
-    if (b >= ((uint64_t)1 << 30))
-        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
-    else
-        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
-    return buf;
-}
-
 void snug_plan_cache_auto_at(struct snug_plan_cache_flags *f, enum snug_backend backend,
                              uint64_t cpu_budget, uint64_t weights, uint64_t host_items,
                              uint64_t available, char *why, size_t n) {
@@ -46,8 +37,9 @@ void snug_plan_cache_auto_at(struct snug_plan_cache_flags *f, enum snug_backend 
         char a[24], h[24], r[24];
         snprintf(left, sizeof left,
                  "the host memory available less the plan's host items (%s - %s = %s)",
-                 human(available, a, sizeof a), human(host_items, h, sizeof h),
-                 human(room, r, sizeof r));
+                 snug_plan_human_size(available, a, sizeof a),
+                 snug_plan_human_size(host_items, h, sizeof h),
+                 snug_plan_human_size(room, r, sizeof r));
     } else {
         uint64_t b = cpu_budget
                          ? cpu_budget
