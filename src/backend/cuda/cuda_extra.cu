@@ -164,6 +164,18 @@ __device__ __forceinline__ idx_val better(idx_val a, idx_val b) {
     return (b.v > a.v || (b.v == a.v && b.e < a.e)) ? b : a;
 }
 
+/* The best candidate of the warp, in every lane. */
+__device__ __forceinline__ idx_val warp_better(idx_val b) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        idx_val c;
+        c.v = __shfl_xor_sync(0xffffffffu, b.v, o);
+        c.e = __shfl_xor_sync(0xffffffffu, b.e, o);
+        b = better(b, c);
+    }
+    return b;
+}
+
 __global__ void __launch_bounds__(ROUTE_THREADS)
     k_moe_route(const float *__restrict__ logits, int E, int k, int32_t *__restrict__ sel,
                 float *__restrict__ selw) {
@@ -198,13 +210,7 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
         idx_val b = {0.0f, -1};
         for (int e = threadIdx.x; e < E; e += blockDim.x)
             if (taken[e] == 0.0f) b = better(b, idx_val{lg[e], e});
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            idx_val c;
-            c.v = __shfl_xor_sync(0xffffffffu, b.v, o);
-            c.e = __shfl_xor_sync(0xffffffffu, b.e, o);
-            b = better(b, c);
-        }
+        b = warp_better(b);
         if (lane == 0) ish[wid] = b;
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -254,14 +260,7 @@ __device__ __forceinline__ void route_token_warp(const float *__restrict__ l, fl
     float wj = 0.0f;
     int ej = 0;
     for (int j = 0; j < k; j++) {
-        idx_val b = mine;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            idx_val c;
-            c.v = __shfl_xor_sync(0xffffffffu, b.v, o);
-            c.e = __shfl_xor_sync(0xffffffffu, b.e, o);
-            b = better(b, c);
-        }
+        idx_val b = warp_better(mine);
         if (lane == j) wj = (float)(exp((double)lg[b.e] - (double)mx) / sum), ej = b.e;
         if ((b.e & 31) == lane) { /* this lane's candidate went: its next best */
             given |= 1u << (b.e >> 5);
