@@ -269,6 +269,25 @@ static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T,
        f->op_work);
 }
 
+void snug_qwen35_matmul_precise(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
+                                int64_t T, float *y, float *y2) {
+    struct snug_be *be = snug_fwd_be(f);
+    if (!be->ops->matmul_precise) {
+        matmul(f, w, x, T, y);
+        if (w2) matmul(f, w2, x, T, y2);
+        return;
+    }
+    bool pair = w2 && w2->type == w->type && w2->ne[0] == w->ne[0];
+    if (f->mm_obs) { /* snug imatrix (model.h) */
+        f->mm_obs->dense(f->mm_obs->user, w, x, T);
+        if (pair) f->mm_obs->dense(f->mm_obs->user, w2, x, T);
+    }
+    OP(matmul_precise, w->type, OP(weight, w, 0), (int64_t)w->ne[1],
+       pair ? OP(weight, w2, 0) : NULL, pair ? (int64_t)w2->ne[1] : 0, (int64_t)w->ne[0], x, T, y,
+       pair ? y2 : NULL, f->op_work);
+    if (w2 && !pair) snug_qwen35_matmul_precise(f, w2, NULL, x, T, y2, NULL);
+}
+
 /* A float32 vector weight in the backend's memory. */
 static const float *f32(struct snug_fwd *f, snug_tensor t) {
     struct snug_be *be = snug_fwd_be(f);
@@ -429,8 +448,7 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     const float *convw = f32(f, L->ssm_conv);
     matmul(f, L->ssm_qkv, B->xn, T, B->mix);
     matmul(f, L->ssm_z, B->xn, T, B->z);
-    matmul(f, L->ssm_beta, B->xn, T, B->bb);
-    matmul(f, L->ssm_alpha, B->xn, T, B->aa);
+    snug_qwen35_matmul_precise(f, L->ssm_beta, L->ssm_alpha, B->xn, T, B->bb, B->aa);
     for (int32_t r = 0; r < f->n_runs; r++) {
         const struct snug_fwd_run *run = &f->runs[r];
         int64_t r0 = run->row0;

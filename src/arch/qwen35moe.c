@@ -124,7 +124,9 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     struct moe_bufs B;
     moe_buffers(&f->m->hp, f->T, f->work, &B);
 
-    matmul(f, L->gate_inp, x, T, B.logits);
+    /* the router and the shared expert's gate: both decide, both see the same x */
+    snug_qwen35_matmul_precise(f, L->gate_inp, L->gate_shexp ? L->gate_inp_shexp : NULL, x, T,
+                               B.logits, B.sgate);
     OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
     OP(gather_rows, B.xg, x, B.order, n, H);
     if (f->mm_obs) { /* snug imatrix: the routed rows of each expert (host memory, model.h) */
@@ -149,7 +151,6 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     matmul(f, L->up_shexp, x, T, B.u);
     OP(swiglu, B.g, B.u, T * Fs, B.g);
     matmul(f, L->down_shexp, B.g, T, B.d);
-    matmul(f, L->gate_inp_shexp, x, T, B.sgate);
     OP(add_gated, y, B.d, B.sgate, T, H);
 }
 

@@ -43,6 +43,14 @@ struct snug_backend_ops {
     const void *(*weight)(struct snug_be *be, const struct snug_gguf_tensor *t, uint64_t off);
     void (*matmul)(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                    const float *x, int64_t T, float *y, void *work);
+    /* The products whose outputs feed discontinuous choices (the MoE router and the shared
+     * expert's gate, the DeltaNet's β and α): y = W·x, and y2 = W2·x when w2 is not NULL (a
+     * second matrix of the same type and n_in). A device backend keeps x in f32 here (rounding
+     * it would flip routing choices on near ties) and may run both in one launch. NULL (the
+     * CPU, whose matmul is already the reference): the model calls matmul for each. */
+    void (*matmul_precise)(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                           const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
+                           float *y, float *y2, void *work);
     void (*rmsnorm)(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                     int64_t n, float *y);
     void (*l2norm)(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps);

@@ -15,6 +15,8 @@
 # The model: MODEL, or the 27B preset written here with LAYERS layers (default 16: the same
 # matrix shapes, a quarter of the layers, written in a quarter of the time).
 # Not in ctest (needs a GPU and ncu). Carry: D/lib.tar.xz (snug, libsnug_cuda.so, lib/).
+# NCU_CACHE=none leaves caches as found (small kernels then read what the previous one left in
+# L2, as in a real step); SEQ=N lists the first decode step's first N kernels in order.
 # Usage on the device: [MODEL=PATH] [LAYERS=16] [KV=q8_0] [STEPS=3] [AB=...] [REPS=2] [DRAFTS="0 3"] [PROFILE=0] [PROF_DRAFT=3] [DETAIL=1]
 #   sh tests/device/run_decode_profile.sh D OUTDIR
 # Prints the decode lines, a table (kernel, calls per step, µs per step, share) and
@@ -57,15 +59,16 @@ done
 # 2. per-kernel times (PROFILE=0: only part 1)
 [ "${PROFILE:-1}" = 0 ] && { echo "decode profile: done"; exit 0; }
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
-SNUG_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+SNUG_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" --metrics gpu__time_duration.sum --csv \
   "$S" run --backend cuda --ctx 4096 --kv "$KV" -m "$M" -p "hello there" \
   -n "$STEPS" --temp 0 --spec-draft "${PROF_DRAFT:-0}" --spec-adapt off > "$O/ncu.csv" \
   2> "$O/run.err"
 echo "ncu rc=$? ($(wc -l < "$O/ncu.csv") lines)"
-python3 - "$O/ncu.csv" "${PROF_DRAFT:-0}" <<'PY'
+python3 - "$O/ncu.csv" "${PROF_DRAFT:-0}" "${SEQ:-0}" <<'PY'
 import csv, re, sys, collections
 rows = list(csv.reader(open(sys.argv[1])))
 drafts = int(sys.argv[2])
+seq = int(sys.argv[3])
 hdr = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 h = rows[hdr]
 ki, mi, vi, ui = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value"), h.index("Metric Unit")
@@ -103,6 +106,11 @@ if drafts > 0:
     seg = ks[starts[1]:]
     steps = max(1, heads // (drafts + 1))
     print(f"speculative steps with {drafts} drafts: {heads} output products -> {steps} steps")
+if seq:
+    # SEQ=N: the first decode step's first N kernels in launch order, with their times
+    print("first decode step, in order:")
+    for n, us in ks[starts[1]:starts[1] + seq]:
+        print(f"  {us:8.2f} us  {n}")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for n, us in seg:
     tot[n] += us; cnt[n] += 1

@@ -6,7 +6,8 @@
 # has no GPU). The device machine lacks the CLI's -dev packages, so `snug` is built here
 # (cmake -DSNUG_NATIVE=OFF, nvcc present) and carried with its shared libraries:
 #   D=devcarry: D/snug, D/lib/*.so (ldd minus libc/CUDA), D/fx/{trained,moe}/ fixture files.
-# Usage on the device: sh tests/device/run_e2e_device.sh [devcarry] [outdir]
+# Usage on the device: [FIXTURES="trained moe"] sh tests/device/run_e2e_device.sh [devcarry] [outdir]
+#   (FIXTURES names which of D/fx/ to check, when the carry limit leaves room for one)
 export T=${TMPDIR:-/tmp} # scratch files (the prompt, generated models)
 D=${1:-devcarry}
 O=${2:-${OUT:-$T/e2e}}
@@ -17,7 +18,7 @@ S="$D/snug"
 fail=0
 mem() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; }
 cat_ids() { python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))+json.load(open(sys.argv[2]))))" "$1" "$2"; }
-for m in trained moe; do
+for m in ${FIXTURES:-trained moe}; do
   F=$D/fx/$m
   G=$(ls $F/*.gguf)
   V=2048
@@ -37,7 +38,7 @@ done
 # Compressed KV caches on the GPU (cuda_kvfmt.cuh): the same format on the CPU backend is the
 # reference (gate: median KL <= 1e-4); the distance to the fixture's f16-cache logits is printed
 # for information (it measures the format, not the kernels: "info" lines never fail).
-for m in trained moe; do
+for m in ${FIXTURES:-trained moe}; do
   F=$D/fx/$m
   G=$(ls $F/*.gguf)
   for kv in q8_0 fp8 "--kv-k q8_0 --kv-v fp8" tq4 tq3 "--kv-k q8_0 --kv-v tq4" "--kv-k tq4 --kv-v q8_0"; do

@@ -699,10 +699,11 @@ static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_i
     OK(snug_cuda_moe_route(&cu, dlg, T, E, k, dsel, dcnt, dselw, dorder, dslot, doff, dtiles,
                            &err));
     int32_t *gsel = geti(dsel, n), *gorder = geti(dorder, n), *gslot = geti(dslot, n);
-    int32_t *goff = geti(doff, E + 1), *gtiles = geti(dtiles, nt);
+    int32_t *goff = geti(doff, E + 1), *gtiles = geti(dtiles, nt), *gcnt = geti(dcnt, E);
     float *gselw = get(dselw, n);
     int same = !memcmp(gsel, sel, (size_t)n * 4) && !memcmp(gorder, order, (size_t)n * 4) &&
-               !memcmp(gslot, slot, (size_t)n * 4) && !memcmp(goff, off, (size_t)(E + 1) * 4);
+               !memcmp(gslot, slot, (size_t)n * 4) && !memcmp(goff, off, (size_t)(E + 1) * 4) &&
+               !memcmp(gcnt, cnt, (size_t)E * 4);
     /* the tiles: in expert order, each within its expert's slots, covering them all */
     int64_t covered = 0, prev_end = 0;
     int tiles_ok = gtiles[0] >= 1 && 1 + 3 * (int64_t)gtiles[0] <= nt;
@@ -770,7 +771,48 @@ static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_i
     snug_cuda_dfree(dtiles);
     snug_free(lg), snug_free(sel), snug_free(cnt), snug_free(order), snug_free(slot);
     snug_free(off), snug_free(selw), snug_free(gsel), snug_free(gorder), snug_free(gslot);
-    snug_free(goff), snug_free(gtiles), snug_free(gselw);
+    snug_free(goff), snug_free(gtiles), snug_free(gselw), snug_free(gcnt);
+}
+
+/* Two matrices over the same x in one launch (snug_cuda_matmul_f32x_pair: β and α, the router
+ * and the shared expert's gate): each output bit-equal to snug_cuda_matmul_f32x of its matrix
+ * alone (whose values test_matmul_f32x checks against the exact product); rows few enough that
+ * the single product also takes one row per block. */
+static void test_matmul_pair(uint32_t type, int64_t n_in, int64_t n1, int64_t n2, int64_t T) {
+    const struct snug_dtype_info *ti = snug_dtype_info(type);
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    int64_t n[2] = {n1, n2};
+    void *dw[2], *dy[2], *dref[2];
+    float *src = snug_malloc((size_t)n_in * 4);
+    float *x = rnd(T * n_in, 1.0f);
+    void *dx = dup_dev(x, (size_t)(T * n_in) * 4);
+    for (int m = 0; m < 2; m++) {
+        uint8_t *w = snug_malloc(rb * (size_t)n[m]);
+        for (int64_t r = 0; r < n[m]; r++) {
+            for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+            SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+        }
+        dw[m] = dup_dev(w, rb * (size_t)n[m]);
+        dy[m] = dev_poison((size_t)(T * n[m]) * 4);
+        dref[m] = dev_poison((size_t)(T * n[m]) * 4);
+        OK(snug_cuda_matmul_f32x(&cu, type, dw[m], n_in, n[m], dx, T, dref[m], &err));
+        snug_free(w);
+    }
+    OK(snug_cuda_matmul_f32x_pair(&cu, type, dw[0], dw[1], n_in, n1, n2, dx, T, dy[0], dy[1],
+                                  &err));
+    for (int m = 0; m < 2; m++) {
+        float *got = get(dy[m], T * n[m]), *ref = get(dref[m], T * n[m]);
+        char name[96];
+        snprintf(name, sizeof name, "matmul pair %s %lld+%lldx%lld T=%lld: matrix %d", ti->name,
+                 (long long)n1, (long long)n2, (long long)n_in, (long long)T, m + 1);
+        int same = !memcmp(got, ref, (size_t)(T * n[m]) * 4);
+        printf("%-44s %s\n", name, same ? "PASS" : "FAIL");
+        CHECKF(same, "%s: not bit-equal to the single product", name);
+        snug_free(got), snug_free(ref);
+        snug_cuda_dfree(dw[m]), snug_cuda_dfree(dy[m]), snug_cuda_dfree(dref[m]);
+    }
+    snug_cuda_dfree(dx);
+    snug_free(src), snug_free(x);
 }
 
 static void test_matmul_f32x(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
@@ -1251,6 +1293,12 @@ static void test_moe_all(void) {
     test_moe(SNUG_DTYPE_Q4_K, 97, 4000, 3, 256, 4);
     test_moe(SNUG_DTYPE_Q8_0, 1, 5, 5, 64, 7);
     test_moe(SNUG_DTYPE_Q8_0, 33, 1024, 32, 64, 3);
+    /* one token: routing and grouping in one block (k_moe_route1), the 35B's decode shape, the
+     * largest block, a partial last warp, k = 1 */
+    test_moe(SNUG_DTYPE_Q4_K, 1, 256, 8, 2048, 512);
+    test_moe(SNUG_DTYPE_Q8_0, 1, 1024, 32, 64, 3);
+    test_moe(SNUG_DTYPE_Q6_K, 1, 45, 7, 256, 16);
+    test_moe(SNUG_DTYPE_Q4_K, 1, 97, 1, 256, 8);
     snug_cuda_moe_route_tune(1);
     test_moe(SNUG_DTYPE_Q4_K, 1, 256, 8, 2048, 512);
     test_moe(SNUG_DTYPE_Q8_0, 133, 16, 4, 512, 45);
@@ -1294,7 +1342,15 @@ int main(int argc, char **argv) {
             test_matmul_f32x(dt[i], 2048, 512, 37);
             test_matmul_f32x(dt[i], 5120, 48, 133);
             test_matmul_f32x(dt[i], 2048, 1, 9);
+            /* two matrices in one launch: β/α (27B: 48 + 48 of 5120), router + shared gate
+             * (35B: 256 + 1 of 2048), decode and prompt rows, a partial token group */
+            test_matmul_pair(dt[i], 5120, 48, 48, 1);
+            test_matmul_pair(dt[i], 2048, 256, 1, 1);
+            test_matmul_pair(dt[i], 512, 45, 7, 3);
+            test_matmul_pair(dt[i], 2048, 256, 1, 37);
         }
+        test_matmul_pair(SNUG_DTYPE_F32, 2048, 256, 1, 1);
+        test_matmul_pair(SNUG_DTYPE_F32, 768, 30, 5, 8);
         /* the tensor-core form of the Q4_K / Q6_K products (k_mmv; Q4_K's default for 2..8
          * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
          * (36: the 8-warp form), every token count of a verification */

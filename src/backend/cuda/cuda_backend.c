@@ -196,11 +196,12 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
     uint32_t f = t->file_idx < c->n_files ? t->file_idx : 0;
     return c->dbase[f] + ((const uint8_t *)t->data - c->hbase[f]) + off;
 }
-/* Matrices with few outputs (the MoE router, the shared-expert gate, the DeltaNet beta/alpha
- * projections) always keep f32 activations: their outputs feed discontinuous decisions (top-k
- * routing) that bf16 activations would flip on near ties. Prompt chunks of f32 weights (as
- * community files store the routers) run as one f32 GEMM; other types run the f32 matvec
- * kernel over every row in one launch (groups of SNUG_CUDA_MATVEC_MAX_T tokens). */
+/* Products with few outputs keep f32 activations in a decode step (T <= 8: the one-row-per-block
+ * f32 kernel), and over a prompt chunk where the weights have no int8 kernel (f16/bf16: the tiny
+ * test models keep their reference precision). Quantized weights of a prompt chunk take the
+ * int8 / bf16 tensor-core paths at any width (the shared expert's 512-wide gate and up: 212 µs per
+ * 512 tokens on the f32 kernel). The products whose outputs feed decisions (routers, gates, β/α)
+ * come through cb_matmul_precise instead and always keep f32 activations. */
 #define PRECISE_MAX_OUT 512
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
@@ -219,7 +220,8 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         if (c->prof) c->prof->ptag = NULL;
         return;
     }
-    if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT && type != SNUG_DTYPE_F32) {
+    if (T > SNUG_CUDA_MATVEC_MAX_T && n_out <= PRECISE_MAX_OUT && type != SNUG_DTYPE_F32 &&
+        !snug_cuda_matvec_int8(type)) {
         CK(snug_cuda_matmul_f32x(&c->cu, type, w, n_in, n_out, x, T, y, err));
         if (c->prof) c->prof->ptag = NULL;
         return;
@@ -233,6 +235,34 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
     if (int8) c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
     if (c->prof) c->prof->ptag = NULL;
+}
+/* Routers, gates, β/α (backend.h matmul_precise): f32 activations at every T; two matrices of one
+ * type in one launch (snug_cuda_matmul_f32x_pair), except f32 weights over a prompt chunk, which
+ * run as f32 GEMMs one by one. */
+static int matmul_precise_one(struct cuda_be *c, uint32_t type, const void *w, int64_t n_in,
+                              int64_t n_out, const float *x, int64_t T, float *y, void *work,
+                              struct snug_err *err) {
+    if (T <= SNUG_CUDA_MATVEC_MAX_T) /* no work memory: the f32 kernel */
+        return snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, NULL, err);
+    if (type == SNUG_DTYPE_F32)
+        return snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, work, err);
+    return snug_cuda_matmul_f32x(&c->cu, type, w, n_in, n_out, x, T, y, err);
+}
+static int matmul_precise(struct cuda_be *c, uint32_t type, const void *w, int64_t n_out,
+                          const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
+                          float *y, float *y2, void *work, struct snug_err *err) {
+    if (w2 && !(T > SNUG_CUDA_MATVEC_MAX_T && type == SNUG_DTYPE_F32))
+        return snug_cuda_matmul_f32x_pair(&c->cu, type, w, w2, n_in, n_out, n_out2, x, T, y, y2,
+                                          err);
+    int st = matmul_precise_one(c, type, w, n_in, n_out, x, T, y, work, err);
+    if (!st && w2) st = matmul_precise_one(c, type, w2, n_in, n_out2, x, T, y2, work, err);
+    return st;
+}
+static void cb_matmul_precise(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                              const void *w2, int64_t n_out2, int64_t n_in, const float *x,
+                              int64_t T, float *y, float *y2, void *work) {
+    struct cuda_be *c = CB(be);
+    CK(matmul_precise(c, type, w, n_out, w2, n_out2, n_in, x, T, y, y2, work, err));
 }
 /* A decode-sized norm also rounds its output to int8 in the op scratch (snug_cuda_*_q8), where
  * the product that follows would round it: that product then skips its rounding launch (the
@@ -921,6 +951,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .name = "cuda",
     .weight = cb_weight,
     .matmul = cb_matmul,
+    .matmul_precise = cb_matmul_precise,
     .rmsnorm = cb_rmsnorm,
     .l2norm = cb_l2norm,
     .rope_neox = cb_rope,

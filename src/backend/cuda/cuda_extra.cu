@@ -284,6 +284,77 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
                      selw + (size_t)t * k);
 }
 
+/* One token routed and grouped in one block (a decode step: T = 1, E <= 1024), thread e owning
+ * logit e. The top-k by rank instead of k rounds of an arg-max: rank(e) = the number of logits
+ * better than logit e (larger, or equal at a lower index: the order `better` uses), so the
+ * expert of rank j is selection j, with no barrier per round. Weights as the other kernels
+ * compute them (the double sum over every logit, each weight (float)(exp(l - max) / sum), then
+ * divided by their float sum in selection order). An expert holds at most one slot of one token,
+ * so the grouping is a prefix count: expert e's slot is the number of chosen experts below e,
+ * the tile table one tile per chosen expert — what k_moe_group writes for T = 1. A NaN logit
+ * counts as -inf here (ranks stay a permutation). */
+__global__ void __launch_bounds__(1024)
+    k_moe_route1(const float *__restrict__ logits, int E, int k, int32_t *__restrict__ sel,
+                 float *__restrict__ selw, int32_t *__restrict__ cnt, int32_t *__restrict__ order,
+                 int32_t *__restrict__ slot, int32_t *__restrict__ off,
+                 int32_t *__restrict__ tiles) {
+    extern __shared__ float lg1[]; /* [E] */
+    __shared__ float fsh[32];
+    __shared__ double dsh[32];
+    __shared__ int csh[33];
+    __shared__ float wsh[ROUTE_MAX_K];
+    int e = threadIdx.x, lane = e & 31, wid = e >> 5, nw = blockDim.x >> 5;
+    float v = -INFINITY;
+    if (e < E) {
+        v = logits[e];
+        if (v != v) v = -INFINITY;
+        lg1[e] = v;
+    }
+    float mx = warp_max(v);
+    if (lane == 0) fsh[wid] = mx;
+    __syncthreads();
+    mx = fsh[0];
+    for (int i = 1; i < nw; i++) mx = fmaxf(mx, fsh[i]);
+    double ex = e < E ? exp((double)v - (double)mx) : 0.0;
+    double sum = ex;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) dsh[wid] = sum;
+    int rank = E;
+    if (e < E) {
+        rank = 0;
+        for (int i = 0; i < E; i++) {
+            float u = lg1[i];
+            rank += (u > v) | ((u == v) & (i < e));
+        }
+    }
+    bool chosen = rank < k;
+    unsigned ball = __ballot_sync(0xffffffffu, chosen);
+    if (lane == 0) csh[wid] = __popc(ball);
+    __syncthreads();
+    sum = 0.0;
+    for (int i = 0; i < nw; i++) sum += dsh[i];
+    int below = __popc(ball & ((1u << lane) - 1u)); /* chosen experts below e */
+    for (int i = 0; i < wid; i++) below += csh[i];
+    if (chosen) wsh[rank] = (float)(ex / sum);
+    if (e < E) {
+        cnt[e] = chosen;
+        off[e] = below;
+    }
+    if (e == 0) off[E] = k, tiles[0] = k;
+    __syncthreads();
+    if (chosen) {
+        float ws = 0.0f;
+        for (int j = 0; j < k; j++) ws += wsh[j];
+        sel[rank] = e;
+        selw[rank] = wsh[rank] / ws;
+        slot[rank] = below;
+        order[below] = 0;
+        int32_t *tp = tiles + 1 + 3 * below;
+        tp[0] = e, tp[1] = below, tp[2] = 1;
+    }
+}
+
 /* The grouping, one block of 1024 threads, in three passes over the n = T·k selections cut into
  * nseg contiguous segments (warp s owns segment s; nseg·E counters fit shared memory):
  * 1. each warp counts its segment's selections per expert, 32 at a time (lanes with the same
@@ -407,6 +478,11 @@ extern "C" int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, in
                             "4096 experts and %d used",
                             (long long)E, (long long)k, ROUTE_MAX_K);
     cudaStream_t s = SNUG_CU_STREAM(cu);
+    if (T == 1 && E <= 1024 && g_route_block == 0) { /* a decode step: one launch */
+        k_moe_route1<<<1, (unsigned)((E + 31) / 32 * 32), (size_t)E * sizeof(float), s>>>(
+            logits, (int)E, (int)k, sel, selw, cnt, order, slot, off, tiles);
+        return snug_cu_launched(err, "moe_route1");
+    }
     if (E <= 1024 && g_route_block == 0)
         k_moe_route_warp<<<(unsigned)((T + ROUTE_WARPS - 1) / ROUTE_WARPS), ROUTE_WARPS * 32,
                            (size_t)(ROUTE_WARPS * E) * sizeof(float), s>>>(logits, T, (int)E,

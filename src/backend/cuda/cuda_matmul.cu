@@ -24,17 +24,19 @@
  * rows): one row per block of 8 warps, so the row's groups spread over 256 threads (4 rows per 4
  * warps: 12 blocks on 132 SMs, 11.8 µs for 5120 → 48 under ncu, each thread walking 5 groups of 4
  * rows in turn). */
+/* The rows of row-block `blk` (the kernels below pick the matrix and the block). */
 template <int TYPE, int NT, int ROWS, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
-    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-             const float *__restrict__ x, int T, float *__restrict__ y) {
+__device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ w, size_t row_bytes,
+                                            int64_t n_in, int64_t n_out,
+                                            const float *__restrict__ x, int T,
+                                            float *__restrict__ y, int64_t blk) {
     if (NT > 1 && blockIdx.y) { /* group blockIdx.y of 8 tokens (prompt rows, f32 x) */
         x += (size_t)blockIdx.y * 8 * (size_t)n_in;
         y += (size_t)blockIdx.y * 8 * (size_t)n_out;
         T -= 8 * (int)blockIdx.y;
     }
     if (NT > 1 && T > NT) T = NT;
-    int64_t row0 = (int64_t)blockIdx.x * ROWS;
+    int64_t row0 = blk * ROWS;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const uint8_t *wr[ROWS];
 #pragma unroll
@@ -90,6 +92,27 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
     }
 }
+template <int TYPE, int NT, int ROWS, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
+    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+             const float *__restrict__ x, int T, float *__restrict__ y) {
+    matvec_rows<TYPE, NT, ROWS, WARPS>(w, row_bytes, n_in, n_out, x, T, y, blockIdx.x);
+}
+/* Two matrices of one type and input width over the same x in one launch (the DeltaNet's β and
+ * α, the MoE router and the shared expert's gate): blocks below n_out of the first take its
+ * rows, one row per block of 8 warps (these matrices have few rows), the rest the second's.
+ * Each row's sum is the single-matrix kernel's (mv1s / mv8s): the same bits. */
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(256)
+    k_matvec_pair(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, size_t row_bytes,
+                  int64_t n_in, int64_t n_out, int64_t n_out2, const float *__restrict__ x, int T,
+                  float *__restrict__ y, float *__restrict__ y2) {
+    int64_t b = blockIdx.x;
+    if (b < n_out)
+        matvec_rows<TYPE, NT, 1, 8>(w, row_bytes, n_in, n_out, x, T, y, b);
+    else
+        matvec_rows<TYPE, NT, 1, 8>(w2, row_bytes, n_in, n_out2, x, T, y2, b - n_out);
+}
 
 /* dst[row][e] = bf16(W[row][e]) for rows < n_rows: one thread per 8-element group, one
  * 16-byte store each. */
@@ -144,6 +167,10 @@ struct mm_fns {
     void (*mv8)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*mv1s)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*mv8s)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
+    void (*mv1p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t,
+                 const float *, int, float *, float *);
+    void (*mv8p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t,
+                 const float *, int, float *, float *);
     void (*deq)(const uint8_t *, size_t, int64_t, int64_t, uint16_t *);
     void (*emb)(const uint8_t *, size_t, int64_t, int64_t, const int32_t *, int64_t, float *);
     int64_t align; /* n_in must be a multiple of this */
@@ -154,6 +181,8 @@ struct mm_fns {
         f->mv8 = k_matvec<T, 8, MV_ROWS, MV_WARPS>;                                                \
         f->mv1s = k_matvec<T, 1, 1, 8>;                                                            \
         f->mv8s = k_matvec<T, 8, 1, 8>;                                                            \
+        f->mv1p = k_matvec_pair<T, 1>;                                                             \
+        f->mv8p = k_matvec_pair<T, 8>;                                                             \
         f->deq = k_dequant_bf16<T>;                                                                \
         f->emb = k_embed_rows<T>;                                                                  \
         f->align = A;                                                                              \
@@ -338,6 +367,36 @@ static int mv_f32x(struct snug_cuda *cu, const struct mm_fns *f, const void *w, 
         else
             f->mv8<<<g, MV_WARPS * 32, 0, s>>>(wb, rb, n_in, n_out, xt, (int)n, yt);
         int st = snug_cu_launched(err, "matvec");
+        if (st) return st;
+    }
+    return SNUG_OK;
+}
+
+extern "C" int snug_cuda_matmul_f32x_pair(struct snug_cuda *cu, uint32_t type, const void *w,
+                                          const void *w2, int64_t n_in, int64_t n_out,
+                                          int64_t n_out2, const float *x, int64_t T, float *y,
+                                          float *y2, struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_out, &f, err);
+    if (!st) st = mm_check(type, w2, n_in, n_out2, &f, err);
+    if (st || T <= 0) return st;
+    if (n_out + n_out2 > INT32_MAX)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda matmul pair: %lld + %lld rows",
+                            (long long)n_out, (long long)n_out2);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    const uint8_t *wb = (const uint8_t *)w, *wb2 = (const uint8_t *)w2;
+    unsigned blocks = (unsigned)(n_out + n_out2);
+    if (T == 1) {
+        f.mv1p<<<blocks, 256, 0, s>>>(wb, wb2, rb, n_in, n_out, n_out2, x, 1, y, y2);
+        return snug_cu_launched(err, "matvec_pair");
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += (int64_t)65535 * 8) {
+        int64_t n = T - t0 < (int64_t)65535 * 8 ? T - t0 : (int64_t)65535 * 8;
+        dim3 g(blocks, (unsigned)((n + 7) / 8));
+        f.mv8p<<<g, 256, 0, s>>>(wb, wb2, rb, n_in, n_out, n_out2, x + t0 * n_in, (int)n,
+                                 y + t0 * n_out, y2 + t0 * n_out2);
+        st = snug_cu_launched(err, "matvec_pair");
         if (st) return st;
     }
     return SNUG_OK;

@@ -96,6 +96,12 @@ size_t snug_cuda_matmul_work_bytes(int64_t n_in, int64_t n_out, int64_t T);
  * row group. For the products whose outputs feed decisions (routers, gates). */
 int snug_cuda_matmul_f32x(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                           int64_t n_out, const float *x, int64_t T, float *y, struct snug_err *err);
+/* Two such products of one type and input width over the same x in one launch (y = W·x,
+ * y2 = W2·x): each row's value is snug_cuda_matmul_f32x's for a matrix of so few rows that it
+ * takes one row per block (fewer row blocks of 4 than the device has multiprocessors). */
+int snug_cuda_matmul_f32x_pair(struct snug_cuda *cu, uint32_t type, const void *w, const void *w2,
+                               int64_t n_in, int64_t n_out, int64_t n_out2, const float *x,
+                               int64_t T, float *y, float *y2, struct snug_err *err);
 /* Whether snug_cuda_matmul (with work memory) runs this product on the int8 tensor-core kernel
  * (cuda_mmq.cu): q4_K or q6_K, T > SNUG_CUDA_MATVEC_MAX_T, n_in % 256 == 0, a device with the
  * shared memory, and the switch (snug_cuda_mmq_tune) says so for this T. */
