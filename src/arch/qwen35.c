@@ -272,11 +272,6 @@ static void matmul(struct snug_fwd *f, snug_tensor w, const float *x, int64_t T,
 void snug_qwen35_matmul_precise(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
                                 int64_t T, float *y, float *y2) {
     struct snug_be *be = snug_fwd_be(f);
-    if (!be->ops->matmul_precise) {
-        matmul(f, w, x, T, y);
-        if (w2) matmul(f, w2, x, T, y2);
-        return;
-    }
     bool pair = w2 && w2->type == w->type && w2->ne[0] == w->ne[0];
     if (f->mm_obs) { /* snug imatrix (model.h) */
         f->mm_obs->dense(f->mm_obs->user, w, x, T);

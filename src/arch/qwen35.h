@@ -19,7 +19,7 @@ void snug_qwen35_plan_common(const struct snug_hparams *hp, int32_t n_chunk, int
                              struct snug_arch_plan *out);
 void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
 /* The products whose outputs feed decisions (routers, gates, β/α): y = w·x and, with w2, y2 =
- * w2·x (backend.h matmul_precise; two matmuls on a backend without it). x: [T][w->ne[0]]. */
+ * w2·x (backend.h matmul_precise). x: [T][w->ne[0]]. */
 void snug_qwen35_matmul_precise(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
                                 int64_t T, float *y, float *y2);
 /* A step's image rows (f->embd_rows) into x [T][H], backend memory: trunk and MTP block. */

@@ -128,7 +128,10 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     snug_qwen35_matmul_precise(f, L->gate_inp, L->gate_shexp ? L->gate_inp_shexp : NULL, x, T,
                                B.logits, B.sgate);
     OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
-    OP(gather_rows, B.xg, x, B.order, n, H);
+    /* one token (a decode step) without imatrix observers: its k slots read x itself */
+    bool x_token = T == 1 && !f->mm_obs;
+    const float *xg = x_token ? x : B.xg;
+    if (!x_token) OP(gather_rows, B.xg, x, B.order, n, H);
     if (f->mm_obs) { /* snug imatrix: the routed rows of each expert (host memory, model.h) */
         f->mm_obs->experts(f->mm_obs->user, L->gate_exps, B.xg, B.off, E);
         f->mm_obs->experts(f->mm_obs->user, L->up_exps, B.xg, B.off, E);
@@ -136,14 +139,14 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     uint64_t gsz = snug_dtype_row_bytes(L->gate_exps->type, (uint64_t)H) * (uint64_t)F;
     uint64_t usz = snug_dtype_row_bytes(L->up_exps->type, (uint64_t)H) * (uint64_t)F;
     uint64_t dsz = snug_dtype_row_bytes(L->down_exps->type, (uint64_t)F) * (uint64_t)H;
-    OP(moe_matmul, L->gate_exps->type, OP(weight, L->gate_exps, 0), gsz, H, F, E, T, k, B.xg, B.off,
-       B.tiles, B.g, f->op_work);
-    OP(moe_matmul, L->up_exps->type, OP(weight, L->up_exps, 0), usz, H, F, E, T, k, B.xg, B.off,
-       B.tiles, B.u, f->op_work);
+    OP(moe_matmul, L->gate_exps->type, OP(weight, L->gate_exps, 0), gsz, H, F, E, T, k, xg, x_token,
+       B.off, B.tiles, B.g, f->op_work);
+    OP(moe_matmul, L->up_exps->type, OP(weight, L->up_exps, 0), usz, H, F, E, T, k, xg, x_token,
+       B.off, B.tiles, B.u, f->op_work);
     OP(swiglu, B.g, B.u, n * F, B.g);
     if (f->mm_obs) f->mm_obs->experts(f->mm_obs->user, L->down_exps, B.g, B.off, E);
-    OP(moe_matmul, L->down_exps->type, OP(weight, L->down_exps, 0), dsz, F, H, E, T, k, B.g, B.off,
-       B.tiles, B.d, f->op_work);
+    OP(moe_matmul, L->down_exps->type, OP(weight, L->down_exps, 0), dsz, F, H, E, T, k, B.g, false,
+       B.off, B.tiles, B.d, f->op_work);
     OP(moe_combine, y, B.d, B.slot, B.selw, T, k, H);
 
     if (!L->gate_shexp) return;

@@ -46,8 +46,8 @@ struct snug_backend_ops {
     /* The products whose outputs feed discontinuous choices (the MoE router and the shared
      * expert's gate, the DeltaNet's β and α): y = W·x, and y2 = W2·x when w2 is not NULL (a
      * second matrix of the same type and n_in). A device backend keeps x in f32 here (rounding
-     * it would flip routing choices on near ties) and may run both in one launch. NULL (the
-     * CPU, whose matmul is already the reference): the model calls matmul for each. */
+     * it would flip routing choices on near ties) and may run both in one launch; the CPU's is
+     * its matmul, once per matrix (its matmul is the reference). */
     void (*matmul_precise)(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
                            const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
                            float *y, float *y2, void *work);
@@ -131,10 +131,13 @@ struct snug_backend_ops {
     /* Expert products over the T·k rows that moe_route grouped for T tokens, k experts each:
      * y[s][:] = W_e · x[s][:] for every slot s of every expert e (off[e] <= s < off[e+1]); W_e
      * is the n_out × n_in matrix at w + e·expert_bytes (a slice of a 3-D *_exps tensor). off and
-     * tiles as moe_route wrote them; work: snug_moe_matmul_work_bytes(T·k, n_in) bytes. */
+     * tiles as moe_route wrote them; work: snug_moe_matmul_work_bytes(T·k, n_in) bytes.
+     * x_token (T == 1 only): x is the one token's row [n_in] itself, which each of its k slots
+     * reads (a decode step's gate and up products need no gathered copies). */
     void (*moe_matmul)(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
                        int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k, const float *x,
-                       const int32_t *off, const int32_t *tiles, float *y, void *work);
+                       bool x_token, const int32_t *off, const int32_t *tiles, float *y,
+                       void *work);
     /* y[t][:] += sigmoid(glogit[t]) · d[t][:] (the MoE shared expert's gate). */
     void (*add_gated)(struct snug_be *be, float *y, const float *d, const float *glogit, int64_t T,
                       int64_t H);

@@ -185,17 +185,24 @@ static void cpu_moe_route(struct snug_be *be, const float *logits, int64_t T, in
 /* One matmul per expert over its contiguous rows: each expert's weights are read once. */
 static void cpu_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
                            int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k,
-                           const float *x, const int32_t *off, const int32_t *tiles, float *y,
-                           void *work) {
+                           const float *x, bool x_token, const int32_t *off, const int32_t *tiles,
+                           float *y, void *work) {
     (void)tiles;
     (void)T;
     (void)k;
     for (int64_t e = 0; e < E; e++) {
         int64_t s0 = off[e], n = off[e + 1] - off[e];
         if (n == 0) continue;
+        /* x_token: one token, so one slot per expert, reading the token's row */
         cpu_matmul(be, type, (const uint8_t *)w + (uint64_t)e * expert_bytes, n_in, n_out,
-                   x + s0 * n_in, n, y + s0 * n_out, work);
+                   x_token ? x : x + s0 * n_in, n, y + s0 * n_out, work);
     }
+}
+static void cpu_matmul_precise(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                               const void *w2, int64_t n_out2, int64_t n_in, const float *x,
+                               int64_t T, float *y, float *y2, void *work) {
+    cpu_matmul(be, type, w, n_in, n_out, x, T, y, work);
+    if (w2) cpu_matmul(be, type, w2, n_in, n_out2, x, T, y2, work);
 }
 static void cpu_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
                           int64_t H) {
@@ -261,6 +268,7 @@ static const struct snug_backend_ops CPU_OPS = {
     .name = "cpu",
     .weight = cpu_weight,
     .matmul = cpu_matmul,
+    .matmul_precise = cpu_matmul_precise,
     .rmsnorm = cpu_rmsnorm,
     .l2norm = cpu_l2norm,
     .rope_neox = cpu_rope,

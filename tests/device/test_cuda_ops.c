@@ -6,7 +6,8 @@
  * unwritten element fails. `test_cuda_ops encoder`: only the vision tower's ops; `test_cuda_ops
  * mmq`: only the int8 tensor-core prompt products (cuda_mmq.cu); `test_cuda_ops step`: only the
  * recorded-step paths (device positions and ids, the fused residual norm and delta rule, the
- * shared x rounding, a captured graph replayed at later positions, the drafts' argmax).
+ * shared x rounding, also by the ops that write a product's x, a captured graph replayed at later
+ * positions, the drafts' argmax).
  * Read next: src/backend/cuda/cuda_ops.h, bench_cuda_ops.c. */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -762,6 +763,25 @@ static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_i
         snprintf(name, sizeof name, "moe_matmul %s %lldx%lld T=%lld E=%lld k=%lld", ti->name,
                  (long long)n_out, (long long)n_in, (long long)T, (long long)E, (long long)k);
         cmp(name, got, exact, n * n_out, 2e-5);
+        if (T == 1) { /* the token's one row read by every slot (single 2: a decode's gate/up) */
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < n_out; r++) {
+                    snug_dequantize_row(type, w + (size_t)e * eb + r * rb, wrow, n_in);
+                    for (int64_t sl = off[e]; sl < off[e + 1]; sl++) {
+                        double acc = 0;
+                        for (int64_t i = 0; i < n_in; i++) acc += (double)wrow[i] * xe[i];
+                        exact[sl * n_out + r] = (float)acc;
+                    }
+                }
+            void *dy1 = dev_poison((size_t)(n * n_out) * 4);
+            OK(snug_cuda_moe_matmul(&cu, type, dw, eb, n_in, n_out, dx, dtiles, n, (nt - 1) / 3, 2,
+                                    dy1, dwork, &err));
+            float *got1 = get(dy1, n * n_out);
+            snprintf(name, sizeof name, "moe_matmul %s %lldx%lld E=%lld k=%lld: one x row",
+                     ti->name, (long long)n_out, (long long)n_in, (long long)E, (long long)k);
+            cmp(name, got1, exact, n * n_out, 2e-5);
+            snug_cuda_dfree(dy1), snug_free(got1);
+        }
         snug_cuda_dfree(dw), snug_cuda_dfree(dx), snug_cuda_dfree(dy), snug_cuda_dfree(dwork);
         snug_free(w), snug_free(src), snug_free(x), snug_free(xe), snug_free(exact);
         snug_free(wrow), snug_free(got);
@@ -984,6 +1004,132 @@ static void test_norm_q8(int add, uint32_t type, int64_t T, int64_t n, int64_t n
     snug_cuda_dfree(dx), snug_cuda_dfree(dx2), snug_cuda_dfree(dy), snug_cuda_dfree(dg);
     snug_cuda_dfree(dn), snug_cuda_dfree(dn2), snug_cuda_dfree(dw), snug_cuda_dfree(wk);
     snug_cuda_dfree(wk2), snug_cuda_dfree(o1), snug_cuda_dfree(o2);
+}
+
+/* The int8 rounding of n elements that a product's work memory holds (snug_cu_mvq_x's layout:
+ * the n int8 values from the first 256-byte boundary, then the n / 32 (d, d·Σq) pairs from the
+ * next 256-byte boundary after them), downloaded as n + n / 32 · 8 bytes. */
+static uint8_t *get_rounding(const void *work, int64_t n) {
+    uintptr_t qx = ((uintptr_t)work + 255) & ~(uintptr_t)255;
+    size_t qb = (size_t)n, db = (size_t)(n / 32) * 8, ds = (qb + 255) & ~(size_t)255;
+    uint8_t *h = snug_malloc(qb + db);
+    OK(snug_cuda_sync(&cu, &err));
+    OK(snug_cuda_download(&cu, h, (const void *)qx, qb, &err));
+    OK(snug_cuda_download(&cu, h + qb, (const void *)(qx + ds), db, &err));
+    return h;
+}
+
+/* The producers of a product's x that also round it to int8 (op 0 snug_cuda_swiglu_q8, 1
+ * sigmoid_mul_q8, 2 gated_rmsnorm_q8) over T rows of n_in = Nv·dv (swiglu and sigmoid_mul: one
+ * flat array of T·n_in, in place as the model calls them; the gated norm T·Nv rows of dv): the
+ * output has the bits of the plain op, the rounding (qx and ds) the bits of k_quant_x8's rounding
+ * of that output (what the product rounding x itself leaves in its work memory), and the product
+ * reusing it (snug_cuda_matvec_int8_again, rows T of n_in over the flat rounding) the bits of the
+ * product rounding x itself. */
+static void test_producer_q8(int op, uint32_t type, int64_t T, int64_t Nv, int64_t dv,
+                             int64_t n_out) {
+    static const char *const op_name[3] = {"swiglu", "sigmoid_mul", "gated_rmsnorm"};
+    int64_t n_in = Nv * dv, n = T * n_in;
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
+    uint8_t *w = snug_malloc(rb * (size_t)n_out);
+    float *src = snug_malloc((size_t)n_in * 4);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) src[i] = frand();
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, n_in, NULL));
+    }
+    float *a = rnd(n, 3.0f), *b = rnd(n, 2.0f), *g = rnd(dv, 1.0f);
+    float *da = dup_dev(a, (size_t)n * 4), *db = dup_dev(b, (size_t)n * 4);
+    float *dg = dup_dev(g, (size_t)dv * 4), *dn = dev_poison((size_t)n * 4);
+    /* the rounding form's output: in place over a copy of the first input (as swiglu and
+     * sigmoid_mul run in the model), a poisoned buffer for the gated norm */
+    float *dn2 = op == 2 ? dev_poison((size_t)n * 4) : dup_dev(a, (size_t)n * 4);
+    void *dw = dup_dev(w, rb * (size_t)n_out);
+    size_t wb = snug_cuda_matmul_work_bytes(n_in, n_out, T);
+    CHECK(snug_cuda_matmul_work_bytes(n, 1, 1) == wb); /* the flat layout's size: the same */
+    void *wk = dev_poison(wb), *wk2 = dev_poison(wb);
+    float *o1 = dev_poison((size_t)(T * n_out) * 4), *o2 = dev_poison((size_t)(T * n_out) * 4);
+    if (op == 0) {
+        OK(snug_cuda_swiglu(&cu, da, db, n, dn, &err));
+        OK(snug_cuda_swiglu_q8(&cu, dn2, db, n, dn2, wk2, &err));
+    } else if (op == 1) {
+        OK(snug_cuda_sigmoid_mul(&cu, da, db, n, dn, &err));
+        OK(snug_cuda_sigmoid_mul_q8(&cu, dn2, db, n, dn2, wk2, &err));
+    } else {
+        OK(snug_cuda_gated_rmsnorm(&cu, da, db, dg, 1e-6f, T, Nv, dv, dn, &err));
+        OK(snug_cuda_gated_rmsnorm_q8(&cu, da, db, dg, 1e-6f, T, Nv, dv, dn2, wk2, &err));
+    }
+    OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dn, T, o1, wk, &err)); /* k_quant_x8 */
+    OK(snug_cuda_matvec_int8_again(&cu, type, dw, n_in, n_out, T, o2, wk2, &err));
+    float *ya = get(dn, n), *yb = get(dn2, n), *pa = get(o1, T * n_out), *pb = get(o2, T * n_out);
+    uint8_t *ra = get_rounding(wk, n), *rq = get_rounding(wk2, n);
+    char name[112];
+    snprintf(name, sizeof name, "%s rounding its output, %s T=%lld %lldx%lld -> %lld", op_name[op],
+             snug_dtype_info(type)->name, (long long)T, (long long)Nv, (long long)dv,
+             (long long)n_out);
+    same_bits(name, ya, yb, (size_t)n * 4);
+    same_bits("  its int8 rounding (qx, ds) vs k_quant_x8's", rq, ra,
+              (size_t)n + (size_t)(n / 32) * 8);
+    same_bits("  the product after it (no rounding of its own)", pb, pa, (size_t)(T * n_out) * 4);
+    snug_free(w), snug_free(src), snug_free(a), snug_free(b), snug_free(g);
+    snug_free(ya), snug_free(yb), snug_free(pa), snug_free(pb), snug_free(ra), snug_free(rq);
+    snug_cuda_dfree(da), snug_cuda_dfree(db), snug_cuda_dfree(dg), snug_cuda_dfree(dn);
+    snug_cuda_dfree(dn2), snug_cuda_dfree(dw), snug_cuda_dfree(wk), snug_cuda_dfree(wk2);
+    snug_cuda_dfree(o1), snug_cuda_dfree(o2);
+}
+
+/* SwiGLU over the T·k expert slots rounding them for the experts' down product, which then reads
+ * the rounding from that memory (snug_cuda_moe_matmul with x NULL, the backend's op scratch): the
+ * bits of swiglu and then the product rounding its rows itself. One slot per tile at T = 1 (the
+ * decode kernel), else tiles of up to 5 slots of one expert (the several-slot kernels). */
+static void test_swiglu_moe_q8(uint32_t type, int64_t T, int64_t k, int64_t E, int64_t F,
+                               int64_t H) {
+    int64_t n_slots = T * k, n = n_slots * F, tile = T == 1 ? 1 : 5;
+    size_t rb = snug_dtype_row_bytes(type, (uint64_t)F), eb = rb * (size_t)H;
+    uint8_t *w = snug_malloc(eb * (size_t)E);
+    float *src = snug_malloc((size_t)F * 4);
+    for (int64_t r = 0; r < E * H; r++) {
+        for (int64_t i = 0; i < F; i++) src[i] = frand();
+        SNUG_ASSERT(snug_quantize_row(type, src, w + r * rb, F, NULL));
+    }
+    int64_t nt = (n_slots + tile - 1) / tile; /* tiles[0] = count, then (expert, s0, rows) */
+    int32_t *tiles = snug_malloc((size_t)(1 + 3 * nt) * 4);
+    tiles[0] = (int32_t)nt;
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t s0 = t * tile;
+        tiles[1 + 3 * t] = (int32_t)((t * 7) % E);
+        tiles[2 + 3 * t] = (int32_t)s0;
+        tiles[3 + 3 * t] = (int32_t)SNUG_MIN(tile, n_slots - s0);
+    }
+    float *gt = rnd(n, 3.0f), *up = rnd(n, 2.0f);
+    float *dg = dup_dev(gt, (size_t)n * 4), *dg2 = dup_dev(gt, (size_t)n * 4);
+    float *du = dup_dev(up, (size_t)n * 4);
+    void *dw = dup_dev(w, eb * (size_t)E);
+    int32_t *dtiles = dup_dev(tiles, (size_t)(1 + 3 * nt) * 4);
+    size_t wb =
+        SNUG_MAX(snug_moe_matmul_work_bytes(n_slots, F), snug_cuda_matmul_work_bytes(n, 1, 1));
+    void *wk = dev_poison(wb), *wk2 = dev_poison(wb);
+    float *o1 = dev_poison((size_t)(n_slots * H) * 4), *o2 = dev_poison((size_t)(n_slots * H) * 4);
+    OK(snug_cuda_swiglu(&cu, dg, du, n, dg, &err)); /* in place, as moe_ffn runs it */
+    OK(snug_cuda_swiglu_q8(&cu, dg2, du, n, dg2, wk2, &err));
+    OK(snug_cuda_moe_matmul(&cu, type, dw, eb, F, H, dg, dtiles, n_slots, nt, T == 1, o1, wk,
+                            &err));
+    OK(snug_cuda_moe_matmul(&cu, type, dw, eb, F, H, NULL, dtiles, n_slots, nt, T == 1, o2, wk2,
+                            &err));
+    float *ya = get(dg, n), *yb = get(dg2, n);
+    float *pa = get(o1, n_slots * H), *pb = get(o2, n_slots * H);
+    uint8_t *ra = get_rounding(wk, n), *rq = get_rounding(wk2, n);
+    char name[112];
+    snprintf(name, sizeof name, "swiglu rounding expert rows, %s T=%lld k=%lld %lld -> %lld",
+             snug_dtype_info(type)->name, (long long)T, (long long)k, (long long)F, (long long)H);
+    same_bits(name, ya, yb, (size_t)n * 4);
+    same_bits("  its int8 rounding (qx, ds) vs k_quant_x8's", rq, ra,
+              (size_t)n + (size_t)(n / 32) * 8);
+    same_bits("  the experts' down product after it (x NULL)", pb, pa, (size_t)(n_slots * H) * 4);
+    snug_free(w), snug_free(src), snug_free(tiles), snug_free(gt), snug_free(up);
+    snug_free(ya), snug_free(yb), snug_free(pa), snug_free(pb), snug_free(ra), snug_free(rq);
+    snug_cuda_dfree(dg), snug_cuda_dfree(dg2), snug_cuda_dfree(du), snug_cuda_dfree(dw);
+    snug_cuda_dfree(dtiles), snug_cuda_dfree(wk), snug_cuda_dfree(wk2), snug_cuda_dfree(o1);
+    snug_cuda_dfree(o2);
 }
 
 /* The token-embedding gather on the device: the reference decoder's values bit for bit. */
@@ -1228,6 +1374,24 @@ static void test_step(void) {
     test_norm_q8(0, SNUG_DTYPE_Q8_0, 3, 2048, 77);
     test_norm_q8(0, SNUG_DTYPE_Q4_K, 8, 8192, 33);
     test_norm_q8(1, SNUG_DTYPE_Q8_0, 2, 96, 7);
+    /* the other producers of a product's x: SwiGLU (the 27B's FFN width 17408, the 35B's
+     * shared expert's 512), the attention output gate (27B: 24 heads of 256, 35B: 16 of 256),
+     * the DeltaNet output norm (27B: 48 heads of 128, 35B: 32), odd and small shapes; then
+     * SwiGLU over the experts' slots for their down product (the 35B's decode shape) */
+    test_producer_q8(0, SNUG_DTYPE_Q6_K, 1, 1, 17408, 33);
+    test_producer_q8(0, SNUG_DTYPE_Q4_K, 3, 1, 512, 45);
+    test_producer_q8(0, SNUG_DTYPE_Q8_0, 8, 2, 32, 7);
+    test_producer_q8(0, SNUG_DTYPE_IQ4_XS, 8, 1, 5120, 77);
+    test_producer_q8(1, SNUG_DTYPE_Q4_K, 1, 24, 256, 45);
+    test_producer_q8(1, SNUG_DTYPE_Q6_K, 3, 16, 256, 33);
+    test_producer_q8(1, SNUG_DTYPE_Q8_0, 8, 1, 64, 7);
+    test_producer_q8(2, SNUG_DTYPE_Q4_K, 1, 48, 128, 45);
+    test_producer_q8(2, SNUG_DTYPE_Q6_K, 3, 32, 128, 33);
+    test_producer_q8(2, SNUG_DTYPE_Q8_0, 8, 2, 32, 7);
+    test_producer_q8(2, SNUG_DTYPE_Q8_0, 3, 5, 96, 13);
+    test_swiglu_moe_q8(SNUG_DTYPE_Q4_K, 1, 8, 9, 512, 2048);
+    test_swiglu_moe_q8(SNUG_DTYPE_Q6_K, 3, 8, 9, 512, 301);
+    test_swiglu_moe_q8(SNUG_DTYPE_Q8_0, 8, 4, 5, 64, 77);
     uint32_t et[] = {SNUG_DTYPE_F32,  SNUG_DTYPE_F16,  SNUG_DTYPE_BF16, SNUG_DTYPE_Q8_0,
                      SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q5_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof et / sizeof et[0]; i++) {

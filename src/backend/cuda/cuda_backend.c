@@ -89,11 +89,18 @@ struct cuda_be {
     struct snug_backend_ops ops_tp;
     int32_t n_chunk;
     /* ops queued so far (each wrapper counts itself): the int8-rounded x in the scratch belongs
-     * to (qx_x, qx_in, qx_T) while qx_ops == n_ops, i.e. no op ran since the matmul that
-     * rounded it */
+     * to (qx_x, qx_in, qx_T) while qx_ops == n_ops, i.e. no op ran since the matmul, norm or
+     * elementwise producer that rounded it. The rounding is flat (blocks of 32 consecutive
+     * elements, the scales after al256(qx_in·qx_T) bytes), so it serves any product over qx_x
+     * of qx_in·qx_T elements; swiglu and sigmoid_mul, which know only their size, record
+     * qx_in = n, qx_T = 1. */
     uint64_t n_ops, qx_ops;
     const float *qx_x;
     int64_t qx_in, qx_T;
+    /* the most elements a decode product's x holds (SNUG_CUDA_MATVEC_MAX_T rows of the widest
+     * matrix input): swiglu and sigmoid_mul round no larger output (a prompt's, which the
+     * product after it would round its own way) */
+    int64_t decode_x_max;
     /* the same for the expert products' rows in their work memory (moe_matmul) */
     uint64_t mqx_ops;
     const float *mqx_x;
@@ -203,6 +210,13 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
  * 512 tokens on the f32 kernel). The products whose outputs feed decisions (routers, gates, β/α)
  * come through cb_matmul_precise instead and always keep f32 activations. */
 #define PRECISE_MAX_OUT 512
+/* Whether the op scratch holds x's first n elements rounded to int8 (the qx_* record above):
+ * the op just before rounded exactly this x (no op ran since, so nothing wrote x or the
+ * scratch), and as many elements. The rounding is flat, so it is the rounded x of any product
+ * of T rows of n_in with T·n_in = n (every int8 product's n_in is a multiple of 32). */
+static bool scratch_holds_rounded(const struct cuda_be *c, const float *x, int64_t n) {
+    return c->qx_ops == c->n_ops && c->qx_x == x && c->qx_in * c->qx_T == n;
+}
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
     struct cuda_be *c = CB(be);
@@ -227,14 +241,21 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         return;
     }
     /* the int8 decode path: x rounded once for consecutive products of the same input (q, k,
-     * v; qkv and z; gate and up) */
+     * v; qkv and z; gate and up), or by the op that wrote it (the norms, swiglu, sigmoid_mul,
+     * gated_rmsnorm) */
     bool int8 = T <= SNUG_CUDA_MATVEC_MAX_T && snug_cuda_matvec_int8(type);
-    if (int8 && c->qx_ops == c->n_ops && c->qx_x == x && c->qx_in == n_in && c->qx_T == T)
+    if (int8 && scratch_holds_rounded(c, x, n_in * T))
         CK(snug_cuda_matvec_int8_again(&c->cu, type, w, n_in, n_out, T, y, c->scratch, err));
     else
         CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
     if (int8) c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
     if (c->prof) c->prof->ptag = NULL;
+}
+/* An op that writes neither the op scratch nor the rounded x (outputs y, y2) keeps the rounding
+ * recorded just before it valid: a decode step's norm rounds x, the router's products and the
+ * routing run, and the experts' gate and up still read the norm's rounding (cb_moe_matmul). */
+static void keep_rounding(struct cuda_be *c, uint64_t ops_before, const float *y, const float *y2) {
+    if (c->qx_ops == ops_before && c->qx_x != y && c->qx_x != y2) c->qx_ops = c->n_ops;
 }
 /* Routers, gates, β/α (backend.h matmul_precise): f32 activations at every T; two matrices of one
  * type in one launch (snug_cuda_matmul_f32x_pair), except f32 weights over a prompt chunk, which
@@ -262,7 +283,9 @@ static void cb_matmul_precise(struct snug_be *be, uint32_t type, const void *w, 
                               const void *w2, int64_t n_out2, int64_t n_in, const float *x,
                               int64_t T, float *y, float *y2, void *work) {
     struct cuda_be *c = CB(be);
+    uint64_t before = c->n_ops;
     CK(matmul_precise(c, type, w, n_out, w2, n_out2, n_in, x, T, y, y2, work, err));
+    keep_rounding(c, before, y, y2); /* f32 x: the op scratch untouched */
 }
 /* A decode-sized norm also rounds its output to int8 in the op scratch (snug_cuda_*_q8), where
  * the product that follows would round it: that product then skips its rounding launch (the
@@ -303,16 +326,45 @@ static void cb_rope_mrope(struct snug_be *be, float *x, int64_t T, int64_t nh, i
                           float base) {
     CK(snug_cuda_rope_mrope(&CB(be)->cu, x, T, nh, hd, n_rot, pos3, sections, base, err));
 }
+/* The other ops whose output is a product's x round it the same way where it is decode-sized:
+ * swiglu (the FFN's and the shared expert's down product; the experts' down, cb_moe_matmul),
+ * sigmoid_mul (the attention output product) and gated_rmsnorm (the DeltaNet output product).
+ * swiglu and sigmoid_mul know only their size n: they round where n is a multiple of 32 and at
+ * most decode_x_max, and record the rounding flat (qx_in = n, qx_T = 1). */
+static bool flat_rounds(const struct cuda_be *c, int64_t n) {
+    return !c->mv_f32 && n > 0 && n % 32 == 0 && n <= c->decode_x_max &&
+           snug_cuda_matmul_work_bytes(n, 1, 1) <= c->scratch_bytes;
+}
 static void cb_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
-    CK(snug_cuda_swiglu(&CB(be)->cu, g, u, n, y, err));
+    struct cuda_be *c = CB(be);
+    if (!flat_rounds(c, n)) {
+        CK(snug_cuda_swiglu(&c->cu, g, u, n, y, err));
+        return;
+    }
+    CK(snug_cuda_swiglu_q8(&c->cu, g, u, n, y, c->scratch, err));
+    c->qx_x = y, c->qx_in = n, c->qx_T = 1, c->qx_ops = c->n_ops;
 }
 static void cb_sigmoid_mul(struct snug_be *be, const float *x, const float *g, int64_t n,
                            float *y) {
-    CK(snug_cuda_sigmoid_mul(&CB(be)->cu, x, g, n, y, err));
+    struct cuda_be *c = CB(be);
+    if (!flat_rounds(c, n)) {
+        CK(snug_cuda_sigmoid_mul(&c->cu, x, g, n, y, err));
+        return;
+    }
+    CK(snug_cuda_sigmoid_mul_q8(&c->cu, x, g, n, y, c->scratch, err));
+    c->qx_x = y, c->qx_in = n, c->qx_T = 1, c->qx_ops = c->n_ops;
 }
 static void cb_gated_rmsnorm(struct snug_be *be, const float *o, const float *z, const float *w,
                              float eps, int64_t T, int64_t Nv, int64_t dv, float *y) {
-    CK(snug_cuda_gated_rmsnorm(&CB(be)->cu, o, z, w, eps, T, Nv, dv, y, err));
+    struct cuda_be *c = CB(be);
+    bool rounds = !c->mv_f32 && T >= 1 && T <= SNUG_CUDA_MATVEC_MAX_T && Nv >= 1 && dv > 0 &&
+                  dv % 32 == 0 && snug_cuda_matmul_work_bytes(Nv * dv, 1, T) <= c->scratch_bytes;
+    if (!rounds) {
+        CK(snug_cuda_gated_rmsnorm(&c->cu, o, z, w, eps, T, Nv, dv, y, err));
+        return;
+    }
+    CK(snug_cuda_gated_rmsnorm_q8(&c->cu, o, z, w, eps, T, Nv, dv, y, c->scratch, err));
+    c->qx_x = y, c->qx_in = Nv * dv, c->qx_T = T, c->qx_ops = c->n_ops;
 }
 static void cb_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
                          const float *w, float *st, float *y) {
@@ -482,25 +534,36 @@ static void cb_moe_combine(struct snug_be *be, float *y, const float *d, const i
 static void cb_moe_route(struct snug_be *be, const float *logits, int64_t T, int64_t E, int64_t k,
                          int32_t *sel, int32_t *cnt, float *selw, int32_t *order, int32_t *slot,
                          int32_t *off, int32_t *tiles) {
-    CK(snug_cuda_moe_route(&CB(be)->cu, logits, T, E, k, sel, cnt, selw, order, slot, off, tiles,
-                           err));
+    struct cuda_be *c = CB(be);
+    uint64_t before = c->n_ops;
+    CK(snug_cuda_moe_route(&c->cu, logits, T, E, k, sel, cnt, selw, order, slot, off, tiles, err));
+    keep_rounding(c, before, NULL, NULL); /* writes only its integer tables and weights */
 }
 /* The grouped int8 kernel for the decode matvec's types (one launch over the tile table, no host
  * round trip); other types (f16/bf16/f32 experts, widths off the 256 grid) download the expert
  * offsets and run one matmul per expert — a host sync per product, correct but slow. */
 static void cb_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint64_t expert_bytes,
                           int64_t n_in, int64_t n_out, int64_t E, int64_t T, int64_t k,
-                          const float *x, const int32_t *off, const int32_t *tiles, float *y,
-                          void *work) {
+                          const float *x, bool x_token, const int32_t *off, const int32_t *tiles,
+                          float *y, void *work) {
     struct cuda_be *c = CB(be);
     if (snug_cuda_moe_matmul_supported(type, n_in)) {
         int64_t max_tiles = (snug_moe_tiles_len(T, E, k) - 1) / 3;
-        /* the same rows right after a product over them (gate, then up): rounded already */
-        bool again = c->mqx_ops == c->n_ops && c->mqx_x == x && c->mqx_in == n_in &&
-                     c->mqx_slots == T * k && c->mqx_work == work;
+        int64_t rows = x_token ? 1 : T * k; /* the rows x holds */
+        /* the same rows right after a product over them (gate, then up): rounded already where
+         * that product left them (mqx_work); or right after the op that wrote them rounded them
+         * into the op scratch (swiglu, then down: all T·k slots' own rows; a decode step's
+         * norm, then the router and the routing, which keep it, then gate: the token's row):
+         * read from there. */
+        bool again =
+            c->mqx_ops == c->n_ops && c->mqx_x == x && c->mqx_in == n_in && c->mqx_slots == rows;
+        if (again)
+            work = (void *)c->mqx_work;
+        else if (scratch_holds_rounded(c, x, rows * n_in))
+            again = true, work = c->scratch;
         CK(snug_cuda_moe_matmul(&c->cu, type, w, expert_bytes, n_in, n_out, again ? NULL : x, tiles,
-                                T * k, max_tiles, T == 1, y, work, err));
-        c->mqx_x = x, c->mqx_in = n_in, c->mqx_slots = T * k, c->mqx_work = work;
+                                T * k, max_tiles, x_token ? 2 : T == 1, y, work, err));
+        c->mqx_x = x, c->mqx_in = n_in, c->mqx_slots = rows, c->mqx_work = work;
         c->mqx_ops = c->n_ops;
         return;
     }
@@ -514,7 +577,7 @@ static void cb_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uint
         int64_t s0 = h_off[e], n = h_off[e + 1] - h_off[e];
         if (n <= 0) continue;
         cb_matmul(be, type, (const uint8_t *)w + (uint64_t)e * expert_bytes, n_in, n_out,
-                  x + s0 * n_in, n, y + s0 * n_out, work);
+                  x_token ? x : x + s0 * n_in, n, y + s0 * n_out, work); /* (x_token: n = 1) */
     }
 }
 static void cb_add_gated(struct snug_be *be, float *y, const float *d, const float *gl, int64_t T,
@@ -1052,6 +1115,7 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     }
     int64_t max_in = 0, max_out = 0;
     if ((rc = acquire_weights(c, g, &max_in, &max_out, err))) goto fail;
+    c->decode_x_max = SNUG_CUDA_MATVEC_MAX_T * max_in;
     int32_t n = lim->n_slots > 0 ? lim->n_slots : 1;
     c->slots = snug_calloc((size_t)n, sizeof *c->slots);
     if (!c->slots) {

@@ -33,10 +33,14 @@ int snug_cuda_moe_route(struct snug_cuda *cu, const float *logits, int64_t T, in
                         int32_t *off, int32_t *tiles, struct snug_err *err);
 bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in);
 /* x NULL: work already holds the n_slots rows rounded to int8 by the previous call with the same
- * n_in and work (gate then up over the same grouped rows). */
+ * n_in and work (gate then up over the same grouped rows), or by the op that wrote them
+ * (snug_cuda_swiglu_q8 over n_slots·n_in elements into this work: the down product). `work` holds
+ * nothing but that rounding (the int8 matvec's layout, snug_cuda_matmul_work_bytes(n_slots·n_in,
+ * ·, 1) bytes). single: 0 any tiles; 1 one slot per tile (one token); 2 the same and x is that
+ * token's one row, read by every slot (the rounding then holds one row: x_rows = 1). */
 int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w, uint64_t expert_bytes,
                          int64_t n_in, int64_t n_out, const float *x, const int32_t *tiles,
-                         int64_t n_slots, int64_t max_tiles, bool single, float *y, void *work,
+                         int64_t n_slots, int64_t max_tiles, int single, float *y, void *work,
                          struct snug_err *err);
 /* Bit 0: Q4_K/Q6_K expert products of several slots per tile on the dp4a tile kernel instead of
  * int8 tensor cores (the default). Bit 1: one-token products (decode) on the block-per-4-rows

@@ -1,6 +1,8 @@
 /* cuda_basic.cu — the cheap per-row device ops: rmsnorm, l2norm, NeoX partial rotary and its
  * interleaved M-RoPE form (multimodal rows), SwiGLU, the sigmoid output gate, the gated RMSNorm
- * of the DeltaNet output and the causal depthwise conv + SiLU with its carried state.
+ * of the DeltaNet output and the causal depthwise conv + SiLU with its carried state. The norms,
+ * SwiGLU, the output gate and the gated RMSNorm also have *_q8 forms that round their output to
+ * int8 for the decode product that follows it (in the same launch, the bits of k_quant_x8).
  * Semantics: src/backend/cpu/ops.h / ops_basic.c.
  * Invariant: memory-bound, one pass over the data; norms use one block per row (all reads
  * complete, behind a barrier, before any aliased write); nothing allocates.
@@ -37,11 +39,15 @@ __global__ void __launch_bounds__(1024)
     float *or_ = out + blockIdx.x * n;
     float ss = 0.0f;
     if (n <= (int64_t)NORM_PER * blockDim.x) {
-        float v[NORM_PER];
+        /* the weights too are loaded up front: loaded in the output loop, each waited one
+         * memory latency behind the stores before it (which may alias it), 8.6 µs for a
+         * 2048-wide add + norm + rounding under ncu */
+        float v[NORM_PER], wv[NORM_PER];
 #pragma unroll
         for (int k = 0; k < NORM_PER; k++) {
             int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
             v[k] = i < n ? (ADD ? xr[i] + yr[i] : xr[i]) : 0.0f;
+            wv[k] = i < n && w ? w[i] : 1.0f;
         }
 #pragma unroll
         for (int k = 0; k < NORM_PER; k++) {
@@ -54,7 +60,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int k = 0; k < NORM_PER; k++) {
             int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            float o = i < n ? v[k] * s * (w ? w[i] : 1.0f) : 0.0f;
+            float o = i < n ? v[k] * s * wv[k] : 0.0f;
             if (i < n) or_[i] = o;
             int64_t warp0 = (int64_t)k * blockDim.x + (threadIdx.x & ~31u); /* warp-uniform */
             if (Q8 && warp0 < n)
@@ -117,31 +123,51 @@ __global__ void k_rope_mrope(float *x, int64_t T, int64_t n_heads, int64_t head_
     rope_pair(x + th * head_dim, i, half, pos3[t * 3 + axis], log2_base);
 }
 
-__global__ void k_swiglu(const float *gate, const float *up, int64_t n, float *y) {
+/* The elementwise producers of a product's x below (SwiGLU, the sigmoid output gate, the gated
+ * RMSNorm) take Q8 as k_rmsnorm does: each output also rounded to int8 as k_quant_x8 rounds it
+ * (warp_round_q8), into the int8 matvec's x layout read flat (element i in qx[i], its block's
+ * (d, d·Σq) in qd[i / 32]), so the product that follows skips its rounding launch. A warp's 32
+ * lanes hold one whole block of 32: consecutive elements from a multiple of 32 (blockDim a
+ * multiple of 32; n, or dv, a multiple of 32, which the host checks). One expression computes the
+ * value either way, so the f32 output has the same bits with Q8 as without. */
+template <bool Q8>
+__global__ void k_swiglu(const float *gate, const float *up, int64_t n, float *y, int8_t *qx,
+                         float2 *qd) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float g = gate[i];
-        y[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    if (i >= n) return; /* Q8: whole warps leave together */
+    float g = gate[i];
+    float v = g / (1.0f + expf(-g)) * up[i];
+    y[i] = v;
+    if (Q8) warp_round_q8(v, qx + i, qd + (i >> 5));
 }
 
-__global__ void k_sigmoid_mul(const float *x, const float *gate, int64_t n, float *y) {
+template <bool Q8>
+__global__ void k_sigmoid_mul(const float *x, const float *gate, int64_t n, float *y, int8_t *qx,
+                              float2 *qd) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i] / (1.0f + expf(-gate[i]));
+    if (i >= n) return; /* Q8: whole warps leave together */
+    float v = x[i] / (1.0f + expf(-gate[i]));
+    y[i] = v;
+    if (Q8) warp_round_q8(v, qx + i, qd + (i >> 5));
 }
 
-/* y = w · rmsnorm(o) · silu(z) per (token, value head) row of dv; one block per row. */
+/* y = w · rmsnorm(o) · silu(z) per (token, value head) row of dv; one block per row (Q8: the
+ * rows [T·Nv][dv] are the product's x [T][Nv·dv], so row r's element i is flat element
+ * r·dv + i). */
+template <bool Q8>
 __global__ void k_gated_rmsnorm(const float *o, const float *z, const float *w, float eps,
-                                int64_t dv, float *y) {
+                                int64_t dv, float *y, int8_t *qx, float2 *qd) {
     __shared__ float sh[32];
     size_t off = (size_t)blockIdx.x * dv;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) ss = fmaf(o[off + i], o[off + i], ss);
     ss = block_sum(ss, sh);
     float s = rsqrtf(ss / (float)dv + eps);
-    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
+    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) { /* Q8: warp-uniform trips */
         float zz = z[off + i];
-        y[off + i] = w[i] * (o[off + i] * s) * (zz / (1.0f + expf(-zz)));
+        float v = w[i] * (o[off + i] * s) * (zz / (1.0f + expf(-zz)));
+        y[off + i] = v;
+        if (Q8) warp_round_q8(v, qx + off + i, qd + ((off + i) >> 5));
     }
 }
 
@@ -265,23 +291,61 @@ extern "C" int snug_cuda_rope_mrope(struct snug_cuda *cu, float *x, int64_t T, i
 extern "C" int snug_cuda_swiglu(struct snug_cuda *cu, const float *gate, const float *up, int64_t n,
                                 float *y, struct snug_err *err) {
     if (n <= 0) return SNUG_OK;
-    k_swiglu<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(gate, up, n, y);
+    k_swiglu<false><<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(gate, up, n, y, NULL, NULL);
     return snug_cu_launched(err, "swiglu");
+}
+
+extern "C" int snug_cuda_swiglu_q8(struct snug_cuda *cu, const float *gate, const float *up,
+                                   int64_t n, float *y, void *work, struct snug_err *err) {
+    if (n <= 0 || n % 32)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda swiglu_q8: n %lld", (long long)n);
+    int8_t *qx;
+    float2 *qd;
+    snug_cu_mvq_x(work, n, 1, &qx, &qd);
+    k_swiglu<true><<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(gate, up, n, y, qx, qd);
+    return snug_cu_launched(err, "swiglu_q8");
 }
 
 extern "C" int snug_cuda_sigmoid_mul(struct snug_cuda *cu, const float *x, const float *gate,
                                      int64_t n, float *y, struct snug_err *err) {
     if (n <= 0) return SNUG_OK;
-    k_sigmoid_mul<<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, gate, n, y);
+    k_sigmoid_mul<false><<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, gate, n, y, NULL, NULL);
     return snug_cu_launched(err, "sigmoid_mul");
+}
+
+extern "C" int snug_cuda_sigmoid_mul_q8(struct snug_cuda *cu, const float *x, const float *gate,
+                                        int64_t n, float *y, void *work, struct snug_err *err) {
+    if (n <= 0 || n % 32)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda sigmoid_mul_q8: n %lld", (long long)n);
+    int8_t *qx;
+    float2 *qd;
+    snug_cu_mvq_x(work, n, 1, &qx, &qd);
+    k_sigmoid_mul<true><<<nblk(n, 256), 256, 0, SNUG_CU_STREAM(cu)>>>(x, gate, n, y, qx, qd);
+    return snug_cu_launched(err, "sigmoid_mul_q8");
 }
 
 extern "C" int snug_cuda_gated_rmsnorm(struct snug_cuda *cu, const float *o, const float *z,
                                        const float *w, float eps, int64_t T, int64_t Nv, int64_t dv,
                                        float *y, struct snug_err *err) {
     if (T * Nv <= 0) return SNUG_OK;
-    k_gated_rmsnorm<<<(unsigned)(T * Nv), 128, 0, SNUG_CU_STREAM(cu)>>>(o, z, w, eps, dv, y);
+    k_gated_rmsnorm<false>
+        <<<(unsigned)(T * Nv), 128, 0, SNUG_CU_STREAM(cu)>>>(o, z, w, eps, dv, y, NULL, NULL);
     return snug_cu_launched(err, "gated_rmsnorm");
+}
+
+extern "C" int snug_cuda_gated_rmsnorm_q8(struct snug_cuda *cu, const float *o, const float *z,
+                                          const float *w, float eps, int64_t T, int64_t Nv,
+                                          int64_t dv, float *y, void *work, struct snug_err *err) {
+    if (T < 1 || Nv < 1 || dv <= 0 || dv % 32)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda gated_rmsnorm_q8: T %lld, Nv %lld, dv %lld", (long long)T,
+                            (long long)Nv, (long long)dv);
+    int8_t *qx;
+    float2 *qd;
+    snug_cu_mvq_x(work, Nv * dv, T, &qx, &qd);
+    k_gated_rmsnorm<true>
+        <<<(unsigned)(T * Nv), 128, 0, SNUG_CU_STREAM(cu)>>>(o, z, w, eps, dv, y, qx, qd);
+    return snug_cu_launched(err, "gated_rmsnorm_q8");
 }
 
 extern "C" int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t C,

@@ -30,7 +30,8 @@ extern "C" {
 extern "C" bool snug_cu_mvq_supported(uint32_t type);
 extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T);
 /* Where x rounded to int8 lies in that work memory: qx [T][n_in], then ds [T][n_in / 32] (d,
- * d·Σq) per block of 32 (written by k_quant_x8, or by a norm that rounds its own output). */
+ * d·Σq) per block of 32 (written by k_quant_x8, or by an op that rounds its own output: the
+ * *_q8 forms of cuda_basic.cu). Flat: (n_in, T) and (n_in·T, 1) give the same pointers. */
 extern "C" void snug_cu_mvq_x(void *work, int64_t n_in, int64_t T, int8_t **qx, float2 **ds);
 extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                            int64_t n_out, const float *x, int T, float *y, void *work,

@@ -352,12 +352,13 @@ template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq_moe(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
               int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
-              const int32_t *__restrict__ tiles, float *__restrict__ y) {
+              const int32_t *__restrict__ tiles, float *__restrict__ y, int xrow) {
     int e, s0, n;
     if (!moe_tile(tiles, &e, &s0, &n)) return;
     int nb = n_in >> 5;
+    size_t xs = (size_t)s0 * xrow; /* xrow 0: every slot reads the one token's row */
     mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
-                          qx + (size_t)s0 * n_in, ds + (size_t)s0 * nb, n, y + (size_t)s0 * n_out,
+                          qx + xs * n_in, ds + xs * nb, n, y + (size_t)s0 * n_out,
                           (int64_t)blockIdx.x * R);
 }
 
@@ -373,7 +374,7 @@ template <int TYPE, int L, int R>
 __global__ void __launch_bounds__(MOE1_THREADS)
     k_mvq_moe1(const uint8_t *__restrict__ w, uint64_t expert_bytes, size_t row_bytes, int n_in,
                int64_t n_out, const int8_t *__restrict__ qx, const float2 *__restrict__ ds,
-               const int32_t *__restrict__ tiles, float *__restrict__ y) {
+               const int32_t *__restrict__ tiles, float *__restrict__ y, int xrow) {
     int e, s0, n;
     if (!moe_tile(tiles, &e, &s0, &n)) return;
     int g = threadIdx.x / L, u0 = threadIdx.x % L;
@@ -384,8 +385,8 @@ __global__ void __launch_bounds__(MOE1_THREADS)
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past the end re-read the last row, unused */
         wr[r] = we + (size_t)(row0 + r < n_out ? row0 + r : n_out - 1) * row_bytes;
-    const int8_t *xq = qx + (size_t)s0 * n_in;
-    const float2 *xd = ds + (size_t)s0 * (n_in >> 5);
+    const int8_t *xq = qx + (size_t)s0 * xrow * n_in; /* xrow 0: the one token's row */
+    const float2 *xd = ds + (size_t)s0 * xrow * (n_in >> 5);
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
@@ -794,12 +795,14 @@ extern "C" bool snug_cuda_moe_matmul_supported(uint32_t type, int64_t n_in) {
 template <int TYPE>
 static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8_t *w, uint64_t eb,
                            size_t rb, int n_in, int64_t n_out, const int8_t *qx, const float2 *ds,
-                           const int32_t *tiles, bool single, float *y) {
+                           const int32_t *tiles, int single, float *y) {
     /* one slot per tile (decode: every expert has one token): the one-token kernel, 4 rows
      * per block; else up to SNUG_CUDA_MOE_TILE tokens per tile, 2 rows per block */
+    int xrow = single == 2 ? 0 : 1;
     if (single && g_moe_single_rows) {
         dim3 g((unsigned)((n_out + 3) / 4), grid_t.y);
-        k_mvq_moe<TYPE, 1, 4><<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+        k_mvq_moe<TYPE, 1, 4>
+            <<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
     } else if (single) { /* lanes per row: the units of a row, 8 to 32 */
         int nu = n_in / mvq_unit<TYPE>::EPU;
         const int R = 4;
@@ -807,32 +810,34 @@ static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8
             dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 8) - 1) / (R * (MOE1_THREADS / 8))),
                    grid_t.y);
             k_mvq_moe1<TYPE, 8, R>
-                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
         } else if (nu <= 16) {
             dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 16) - 1) / (R * (MOE1_THREADS / 16))),
                    grid_t.y);
             k_mvq_moe1<TYPE, 16, R>
-                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
         } else {
             dim3 g((unsigned)((n_out + R * (MOE1_THREADS / 32) - 1) / (R * (MOE1_THREADS / 32))),
                    grid_t.y);
             k_mvq_moe1<TYPE, 32, R>
-                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+                <<<g, MOE1_THREADS, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
         }
     } else {
         dim3 g((unsigned)((n_out + 1) / 2), grid_t.y);
         k_mvq_moe<TYPE, SNUG_CUDA_MOE_TILE, 2>
-            <<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y);
+            <<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, 1);
     }
 }
 
 /* x [n_slots][n_in] (grouped by expert) to int8 blocks in `work`, then one launch over the tile
- * table: max_tiles bounds its length (backend.h snug_moe_tiles_len); single: every tile holds
- * one slot (one token: an expert holds at most one slot per token). */
+ * table: max_tiles bounds its length (backend.h snug_moe_tiles_len); single 1: every tile holds
+ * one slot (one token: an expert holds at most one slot per token); single 2: the same, and x is
+ * that token's one row [n_in], read by every slot (the gate and up products of a decode step:
+ * no gathered copies, one row rounded). */
 extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const void *w,
                                     uint64_t expert_bytes, int64_t n_in, int64_t n_out,
                                     const float *x, const int32_t *tiles, int64_t n_slots,
-                                    int64_t max_tiles, bool single, float *y, void *work,
+                                    int64_t max_tiles, int single, float *y, void *work,
                                     struct snug_err *err) {
     if (n_slots <= 0) return SNUG_OK;
     if (!snug_cuda_moe_matmul_supported(type, n_in) || max_tiles > 65535)
@@ -841,9 +846,10 @@ extern "C" int snug_cuda_moe_matmul(struct snug_cuda *cu, uint32_t type, const v
                             (long long)n_in, (long long)max_tiles);
     cudaStream_t s = SNUG_CU_STREAM(cu);
     uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
+    int64_t x_rows = single == 2 ? 1 : n_slots; /* (the layout of snug_cu_mvq_x) */
     int8_t *qx = (int8_t *)wk;
-    float2 *ds = (float2 *)(wk + al256((size_t)(n_slots * n_in)));
-    int64_t nblk = n_slots * (n_in / 32);
+    float2 *ds = (float2 *)(wk + al256((size_t)(x_rows * n_in)));
+    int64_t nblk = x_rows * (n_in / 32);
     if (x) { /* NULL: work holds these rows rounded already (the previous product's x) */
         k_quant_x8<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, nblk, qx, ds);
         int st = snug_cu_launched(err, "quant_x8");

@@ -169,6 +169,19 @@ int snug_cuda_sigmoid_mul(struct snug_cuda *cu, const float *x, const float *gat
 int snug_cuda_gated_rmsnorm(struct snug_cuda *cu, const float *o, const float *z, const float *w,
                             float eps, int64_t T, int64_t Nv, int64_t dv, float *y,
                             struct snug_err *err);
+/* The three above with their output also rounded to int8 into `work` as the _q8 norms do (the
+ * same bits in y as without). The rounding is laid out flat, blocks of 32 consecutive elements
+ * of y: it is the rounded x of a product of T' rows of n_in for any T'·n_in equal to the output's
+ * size (n; gated: T·Nv·dv) with n_in % 32 == 0 — snug_cuda_matvec_int8_again, or
+ * snug_cuda_moe_matmul with x NULL, over that `work`. n % 32 == 0 (gated: dv % 32 == 0); work
+ * as snug_cuda_matmul_work_bytes(size, ·, 1) asks. */
+int snug_cuda_swiglu_q8(struct snug_cuda *cu, const float *gate, const float *up, int64_t n,
+                        float *y, void *work, struct snug_err *err);
+int snug_cuda_sigmoid_mul_q8(struct snug_cuda *cu, const float *x, const float *gate, int64_t n,
+                             float *y, void *work, struct snug_err *err);
+int snug_cuda_gated_rmsnorm_q8(struct snug_cuda *cu, const float *o, const float *z, const float *w,
+                               float eps, int64_t T, int64_t Nv, int64_t dv, float *y, void *work,
+                               struct snug_err *err);
 /* y must not overlap x or conv_state (as on the CPU). */
 int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t C, int64_t K,
                         const float *w, float *conv_state, float *y, struct snug_err *err);
