@@ -217,6 +217,14 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
 static bool scratch_holds_rounded(const struct cuda_be *c, const float *x, int64_t n) {
     return c->qx_ops == c->n_ops && c->qx_x == x && c->qx_in * c->qx_T == n;
 }
+/* The op just queued left x ([T][n_in]) rounded to int8 in the op scratch. */
+static void record_rounding(struct cuda_be *c, const float *x, int64_t n_in, int64_t T) {
+    c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
+}
+/* Whether an op may round its output ([T][n_in]) into the op scratch for the next product. */
+static bool scratch_can_round(const struct cuda_be *c, int64_t n_in, int64_t T) {
+    return !c->mv_f32 && snug_cuda_matmul_work_bytes(n_in, 1, T) <= c->scratch_bytes;
+}
 static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                       const float *x, int64_t T, float *y, void *work) {
     struct cuda_be *c = CB(be);
@@ -248,7 +256,7 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
         CK(snug_cuda_matvec_int8_again(&c->cu, type, w, n_in, n_out, T, y, c->scratch, err));
     else
         CK(snug_cuda_matmul(&c->cu, type, w, n_in, n_out, x, T, y, c->scratch, err));
-    if (int8) c->qx_x = x, c->qx_in = n_in, c->qx_T = T, c->qx_ops = c->n_ops;
+    if (int8) record_rounding(c, x, n_in, T);
     if (c->prof) c->prof->ptag = NULL;
 }
 /* An op that writes neither the op scratch nor the rounded x (outputs y, y2) keeps the rounding
@@ -291,8 +299,7 @@ static void cb_matmul_precise(struct snug_be *be, uint32_t type, const void *w, 
  * the product that follows would round it: that product then skips its rounding launch (the
  * qx_* bookkeeping above, as for consecutive products of one input). */
 static bool norm_rounds(struct cuda_be *c, int64_t T, int64_t n) {
-    return !c->mv_f32 && snug_cuda_norm_q8_fits(T, n) &&
-           snug_cuda_matmul_work_bytes(n, 1, T) <= c->scratch_bytes;
+    return snug_cuda_norm_q8_fits(T, n) && scratch_can_round(c, n, T);
 }
 static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                        int64_t n, float *y) {
@@ -302,7 +309,7 @@ static void cb_rmsnorm(struct snug_be *be, const float *x, const float *w, float
         return;
     }
     CK(snug_cuda_rmsnorm_q8(&c->cu, x, w, eps, T, n, y, c->scratch, err));
-    c->qx_x = y, c->qx_in = n, c->qx_T = T, c->qx_ops = c->n_ops;
+    record_rounding(c, y, n, T);
 }
 static void cb_add_rmsnorm(struct snug_be *be, float *x, const float *y, const float *w, float eps,
                            int64_t T, int64_t n, float *xn) {
@@ -312,7 +319,7 @@ static void cb_add_rmsnorm(struct snug_be *be, float *x, const float *y, const f
         return;
     }
     CK(snug_cuda_add_rmsnorm_q8(&c->cu, x, y, w, eps, T, n, xn, c->scratch, err));
-    c->qx_x = xn, c->qx_in = n, c->qx_T = T, c->qx_ops = c->n_ops;
+    record_rounding(c, xn, n, T);
 }
 static void cb_l2norm(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps) {
     CK(snug_cuda_l2norm(&CB(be)->cu, x, rows, n, eps, err));
@@ -332,8 +339,7 @@ static void cb_rope_mrope(struct snug_be *be, float *x, int64_t T, int64_t nh, i
  * swiglu and sigmoid_mul know only their size n: they round where n is a multiple of 32 and at
  * most decode_x_max, and record the rounding flat (qx_in = n, qx_T = 1). */
 static bool flat_rounds(const struct cuda_be *c, int64_t n) {
-    return !c->mv_f32 && n > 0 && n % 32 == 0 && n <= c->decode_x_max &&
-           snug_cuda_matmul_work_bytes(n, 1, 1) <= c->scratch_bytes;
+    return n > 0 && n % 32 == 0 && n <= c->decode_x_max && scratch_can_round(c, n, 1);
 }
 static void cb_swiglu(struct snug_be *be, const float *g, const float *u, int64_t n, float *y) {
     struct cuda_be *c = CB(be);
@@ -342,7 +348,7 @@ static void cb_swiglu(struct snug_be *be, const float *g, const float *u, int64_
         return;
     }
     CK(snug_cuda_swiglu_q8(&c->cu, g, u, n, y, c->scratch, err));
-    c->qx_x = y, c->qx_in = n, c->qx_T = 1, c->qx_ops = c->n_ops;
+    record_rounding(c, y, n, 1);
 }
 static void cb_sigmoid_mul(struct snug_be *be, const float *x, const float *g, int64_t n,
                            float *y) {
@@ -352,19 +358,19 @@ static void cb_sigmoid_mul(struct snug_be *be, const float *x, const float *g, i
         return;
     }
     CK(snug_cuda_sigmoid_mul_q8(&c->cu, x, g, n, y, c->scratch, err));
-    c->qx_x = y, c->qx_in = n, c->qx_T = 1, c->qx_ops = c->n_ops;
+    record_rounding(c, y, n, 1);
 }
 static void cb_gated_rmsnorm(struct snug_be *be, const float *o, const float *z, const float *w,
                              float eps, int64_t T, int64_t Nv, int64_t dv, float *y) {
     struct cuda_be *c = CB(be);
-    bool rounds = !c->mv_f32 && T >= 1 && T <= SNUG_CUDA_MATVEC_MAX_T && Nv >= 1 && dv > 0 &&
-                  dv % 32 == 0 && snug_cuda_matmul_work_bytes(Nv * dv, 1, T) <= c->scratch_bytes;
+    bool rounds = T >= 1 && T <= SNUG_CUDA_MATVEC_MAX_T && Nv >= 1 && dv > 0 && dv % 32 == 0 &&
+                  scratch_can_round(c, Nv * dv, T);
     if (!rounds) {
         CK(snug_cuda_gated_rmsnorm(&c->cu, o, z, w, eps, T, Nv, dv, y, err));
         return;
     }
     CK(snug_cuda_gated_rmsnorm_q8(&c->cu, o, z, w, eps, T, Nv, dv, y, c->scratch, err));
-    c->qx_x = y, c->qx_in = Nv * dv, c->qx_T = T, c->qx_ops = c->n_ops;
+    record_rounding(c, y, Nv * dv, T);
 }
 static void cb_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t C, int64_t K,
                          const float *w, float *st, float *y) {
