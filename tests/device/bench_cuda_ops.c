@@ -12,6 +12,7 @@
  * 2048 → 512 → 2048): routing (both kernels) and the expert products at decode (one token) and
  * prompt chunks, each timed as a CUDA graph of 16 launches (no launch gaps), plus the f32-x
  * product of the prompt's small-output matrices (one launch against one per 8 tokens).
+ * `bench_cuda_ops attdec`: decode attention only (bench_attdec).
  * `bench_cuda_ops ceilings`: only the card's ceilings (copy bandwidth; cuBLAS bf16 and int8
  * matrix rates on random operands), the lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the
  * copy ceiling and the decode matvec lines.
@@ -358,6 +359,64 @@ static void bench_moe(void) {
     }
 }
 
+/* `bench_cuda_ops attdec`: decode attention (T = 1 and a 3-draft verification's T = 4) at the
+ * 27B's shape (Hq 24, Hkv 4) and the 35B-A3B's (Hq 16, Hkv 2), D 256, over caches of 4K, 32K
+ * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel and the per-head one:
+ * µs per call and GB/s of cache read (K + V bytes up to the last position) against the copy
+ * rate. Each time is a median of 20 calls with the cache already written. */
+static void bench_attdec(double copy_bw) {
+    enum { NF = 4, REPS = 20 };
+    int kfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_Q8_0};
+    int vfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_TQ4};
+    const char *fn[NF] = {"f16", "q8_0", "fp8", "q8_0/tq4"};
+    size_t kvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 8 * 34},
+           vvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 2 * 66};
+    const int64_t shapes[2][2] = {{24, 4}, {16, 2}}, ctxs[3] = {4096, 32768, 131072};
+    const int64_t D = 256, CH = 512, ctxmax = 131072;
+    double t[REPS];
+    for (int si = 0; si < 2; si++) {
+        int64_t Hq = shapes[si][0], Hkv = shapes[si][1];
+        float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1),
+              *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
+        float *q = dev_rand((size_t)4 * Hq * D * 4, 1), *o = dev_rand((size_t)4 * Hq * D * 4, 1);
+        void *work;
+        size_t wb = snug_cuda_attention_work_bytes(Hq, D, 4);
+        OK(snug_cuda_malloc(&work, wb + 1, &err));
+        for (int fi = 0; fi < NF; fi++) {
+            size_t kb = (size_t)ctxmax * Hkv * kvecb[fi], vb = (size_t)ctxmax * Hkv * vvecb[fi];
+            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, kfm[fi], vfm[fi]};
+            OK(snug_cuda_malloc(&kv.k, kb, &err));
+            OK(snug_cuda_malloc(&kv.v, vb, &err));
+            for (int64_t p = 0; p < ctxmax; p += CH)
+                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, NULL, SNUG_MIN(CH, ctxmax - p), rk, rv,
+                                      &err));
+            for (int ci = 0; ci < 3; ci++)
+                for (int T = 1; T <= 4; T += 3)
+                    for (int gm = 0; gm < 2; gm++) {
+                        int64_t ctx = ctxs[ci];
+                        snug_cuda_attention_tune(gm ? 0 : 1);
+                        for (int i = 0; i < REPS + 2; i++) {
+                            if (i >= 2) tic();
+                            OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctx - T, NULL, T, q,
+                                                   0.0625f, o, work, &err));
+                            if (i >= 2) t[i - 2] = toc_ms();
+                        }
+                        double ms = median(t, REPS);
+                        double bytes = (double)ctx * Hkv * (double)(kvecb[fi] + vvecb[fi]);
+                        double bw = bytes / (ms * 1e-3) / 1e9;
+                        printf("attdec Hq=%lld Hkv=%lld %-8s %s T=%d ctx=%-6lld %8.1f us %6.0f "
+                               "GB/s %5.1f%% of copy\n",
+                               (long long)Hq, (long long)Hkv, fn[fi], gm ? "per-head" : "grouped ",
+                               T, (long long)ctx, ms * 1e3, bw, 100 * bw / copy_bw);
+                    }
+            snug_cuda_attention_tune(-1);
+            snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
+        }
+        snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),
+            snug_cuda_dfree(work);
+    }
+}
+
 int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only those parts) */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -381,6 +440,11 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
     double copy_bw = 2.0 * cb / (median(t, REP) * 1e-3) / 1e9;
     printf("ceiling: device copy %.0f GB/s (2 GiB, read+write, median of %d)\n", copy_bw, REP);
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
+    if (argc > 1 && !strcmp(argv[1], "attdec")) {
+        bench_attdec(copy_bw);
+        snug_cuda_free(&cu);
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "moe")) {
         bench_moe();
         snug_cuda_free(&cu);

@@ -22,7 +22,14 @@
 #define ATT_MAX_SPLIT 64
 #define ATT_TARGET_BLOCKS                                                                          \
     1056 /* split until about this many blocks are in flight (8 per SM of an H200) */
-#define ATT_MIN_KEYS 128 /* ... but give each block at least this many positions */
+/* The grouped kernel's blocks hold a whole KV head's query heads (6 warps for the 27B, 8 for
+ * the 35B-A3B), so Hkv·T blocks cover few SMs: split until about five blocks per SM of an
+ * H100/H200 (132 SMs) are in flight, up to 256 splits (k_att_merge's limit). With 44 splits
+ * (the per-head rule) the 27B's 4 KV heads made 176 blocks, ~1.3 per SM, and the 35B's 2 KV
+ * heads 128: each block's tile loop waited out every load in turn. */
+#define ATT_G_TARGET_BLOCKS 640
+#define ATT_G_MAX_SPLIT     256
+#define ATT_MIN_KEYS        64 /* ... but give each block at least this many positions */
 
 /* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
 static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
@@ -126,19 +133,29 @@ extern "C" int snug_cuda_kv_store(struct snug_cuda *cu, const struct snug_cuda_k
     return snug_cu_launched(err, "kv_store");
 }
 
-static int att_nsplit(int64_t Hq, int64_t T, int64_t nk) {
-    int64_t base = Hq * T;
-    if (base >= ATT_TARGET_BLOCKS) return 1;
-    int64_t ns = (ATT_TARGET_BLOCKS + base - 1) / base;
+/* Splits of the nk keys for a launch of `base` blocks per split: until about `target` blocks,
+ * at most `most` splits, at least ATT_MIN_KEYS keys each. */
+static int att_nsplit(int64_t base, int64_t target, int64_t most, int64_t nk) {
+    if (base >= target) return 1;
+    int64_t ns = (target + base - 1) / base;
     int64_t by_keys = (nk + ATT_MIN_KEYS - 1) / ATT_MIN_KEYS;
     if (ns > by_keys) ns = by_keys;
-    if (ns > ATT_MAX_SPLIT) ns = ATT_MAX_SPLIT;
+    if (ns > most) ns = most;
     return ns < 1 ? 1 : (int)ns;
+}
+
+/* The per-head kernel's splits (grid splits × Hq × T) and the grouped kernel's (splits × Hkv ×
+ * T). */
+static int att_nsplit_head(int64_t Hq, int64_t T, int64_t nk) {
+    return att_nsplit(Hq * T, ATT_TARGET_BLOCKS, ATT_MAX_SPLIT, nk);
+}
+static int att_nsplit_group(int64_t Hkv, int64_t T, int64_t nk) {
+    return att_nsplit(Hkv * T, ATT_G_TARGET_BLOCKS, ATT_G_MAX_SPLIT, nk);
 }
 
 /* The decode kernels' split of the nk = pos0 + T keys, decided on the device from the step's
  * first position (so a replayed launch adapts to the cache's length): the splits in use, at
- * most the launch's ns_max = att_nsplit(Hq, T, any), as att_nsplit(Hq, T, nk) decides them,
+ * most the launch's ns_max (att_nsplit_head or _group for any length), as those decide them for nk,
  * and the keys per split. Blocks past the splits in use leave at once. */
 struct att_split {
     int64_t pos0;
@@ -263,13 +280,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* The grouped form, for 2..8 query heads per KV head (the 27B has 6): block (split s, KV head
  * kh, token t) with one warp per query head of the group. The warps first decode a tile of
- * ATT_TP positions into shared memory together (each cached vector is decoded once, not once
- * per query head), then each warp runs its head's online softmax over the tile, lane l holding
- * dims l·DPL .. l·DPL+DPL-1. The tile stores dim l·DPL+i at column i·32+l (every lane reads
- * back the dims its own lane index decoded: no bank conflicts). Each warp owns its head's
- * output row, so there is no cross-warp merge; splits use the same partials as k_attention. */
-#define ATT_TP   16
+ * ATT_JP·G positions into shared memory together (each cached vector is decoded once, not once
+ * per query head; warp w decodes positions w and w + G), then each warp runs its head's online
+ * softmax over the tile, lane l holding dims l·DPL .. l·DPL+DPL-1. The next tile's vectors are
+ * loaded into registers before the current tile's math, so their loads are in flight during
+ * it. The tile stores dim l·DPL+i at column i·32+l (every lane reads back the dims its own lane
+ * index decoded: no bank conflicts). Each warp owns its head's output row, so there is no
+ * cross-warp merge; splits use the same partials as k_attention. */
+#define ATT_JP   2
 #define ATT_GMAX 8
+#define ATT_TP   (ATT_JP * ATT_GMAX) /* the largest tile */
 template <int DPL, int KF, int VF>
 __global__ void __launch_bounds__(ATT_GMAX * 32)
     k_attention_g(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
@@ -283,6 +303,7 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
     const int64_t pos0 = sp.pos0, chunk = sp.chunk;
     __shared__ __align__(16) float sK[ATT_TP][D], sV[ATT_TP][D];
     const int G = (int)(blockDim.x >> 5), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int TP = ATT_JP * G;
     const int s = blockIdx.x, t = blockIdx.z;
     const int64_t kh = blockIdx.y, h = kh * G + w;
     const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
@@ -295,24 +316,39 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
     float m = -INFINITY, l = 0.0f;
     const uint8_t *kb = kc + kh * kvb, *vb = vc + kh * vvb;
     const float klut = kvf_tq_lut(KF), vlut = kvf_tq_lut(VF);
-    for (int64_t p0 = lo; p0 < hi; p0 += ATT_TP) { /* bounds uniform across the block */
-        const int np = hi - p0 < ATT_TP ? (int)(hi - p0) : ATT_TP;
-        for (int j = w; j < np; j += G) { /* uniform across the warp */
-            const int64_t p = p0 + j;
-            float kr[DPL], vr[DPL];
-            if constexpr (KF == SNUG_KV_TQ4 || KF == SNUG_KV_TQ3)
-                kvf_dec_tq_warp<DPL, KF>(kb + p * Hkv * kvb, lane * DPL, kr, TG, klut);
-            else
-                kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr, TG);
-            if constexpr (VF == SNUG_KV_TQ4 || VF == SNUG_KV_TQ3)
-                kvf_dec_tq_warp<DPL, VF>(vb + p * Hkv * vvb, lane * DPL, vr, TG, vlut);
-            else
-                kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr, TG);
+    float kr[ATT_JP][DPL], vr[ATT_JP][DPL]; /* the next tile's vectors of this warp */
+    auto fetch =
+        [&](int64_t pt) { /* uniform across the warp */
 #pragma unroll
-            for (int i = 0; i < DPL; i++)
-                sK[j][i * 32 + lane] = kr[i], sV[j][i * 32 + lane] = vr[i];
+                          for (int jj = 0; jj < ATT_JP; jj++) {
+                              const int64_t p = pt + w + jj * G;
+                              if (p < hi) {
+                                  if constexpr (KF == SNUG_KV_TQ4 || KF == SNUG_KV_TQ3)
+                                      kvf_dec_tq_warp<DPL, KF>(kb + p * Hkv * kvb, lane * DPL,
+                                                               kr[jj], TG, klut);
+                                  else
+                                      kvf_dec<DPL>(kf, kb + p * Hkv * kvb, lane * DPL, kr[jj], TG);
+                                  if constexpr (VF == SNUG_KV_TQ4 || VF == SNUG_KV_TQ3)
+                                      kvf_dec_tq_warp<DPL, VF>(vb + p * Hkv * vvb, lane * DPL,
+                                                               vr[jj], TG, vlut);
+                                  else
+                                      kvf_dec<DPL>(vf, vb + p * Hkv * vvb, lane * DPL, vr[jj], TG);
+                              }
+                          }
+        };
+    fetch(lo);
+    for (int64_t p0 = lo; p0 < hi; p0 += TP) { /* bounds uniform across the block */
+        const int np = hi - p0 < TP ? (int)(hi - p0) : TP;
+#pragma unroll
+        for (int jj = 0; jj < ATT_JP; jj++) {
+            const int j = w + jj * G;
+            if (j < np)
+#pragma unroll
+                for (int i = 0; i < DPL; i++)
+                    sK[j][i * 32 + lane] = kr[jj][i], sV[j][i * 32 + lane] = vr[jj][i];
         }
         __syncthreads();
+        if (p0 + TP < hi) fetch(p0 + TP);
         float sc[ATT_TP], mn = m;
 #pragma unroll
         for (int j = 0; j < ATT_TP; j++) {
@@ -354,26 +390,33 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
 }
 
 /* Merge the splits of one (token, head): out = Σ_s e^{M_s−M} O_s / Σ_s e^{M_s−M} L_s. The
- * partials of a row are nsplit apart; with pos_dev the decode kernels' splits in use
- * (att_split_of) are merged, else all nsplit. */
+ * partials of a row are nsplit apart (at most ATT_G_MAX_SPLIT); with pos_dev the decode
+ * kernels' splits in use (att_split_of) are merged, else all nsplit. The threads first take the
+ * splits' weights e^{M_s−M} into shared memory together, then each output dim sums over the
+ * splits with adjacent threads reading adjacent dims. */
 __global__ void k_att_merge(const float *part, int nsplit, int D, float *out, int64_t pos0_host,
                             const int32_t *pos_dev, int64_t T) {
+    __shared__ float wt[ATT_G_MAX_SPLIT], red[32];
     int64_t row = blockIdx.x;
     const float *p = part + row * nsplit * (D + 2);
     if (T > 0) nsplit = att_split_of(pos0_host, pos_dev, T, nsplit).ns;
     float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++) M = fmaxf(M, p[s * (D + 2)]);
+    for (int s = threadIdx.x; s < nsplit; s += blockDim.x) M = fmaxf(M, p[s * (D + 2)]);
+    M = warp_max(M);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = M;
+    __syncthreads();
+    M = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
     float L = 0.0f;
-    for (int s = 0; s < nsplit; s++) {
-        float ms = p[s * (D + 2)];
-        if (ms != -INFINITY) L += p[s * (D + 2) + 1] * __expf(ms - M);
+    for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
+        float ms = p[s * (D + 2)], f = ms == -INFINITY ? 0.0f : __expf(ms - M);
+        wt[s] = f;
+        L += p[s * (D + 2) + 1] * f;
     }
+    L = block_sum(L, red); /* (its barriers also publish wt) */
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
-        for (int s = 0; s < nsplit; s++) {
-            float ms = p[s * (D + 2)];
-            if (ms != -INFINITY) acc += p[s * (D + 2) + 2 + d] * __expf(ms - M);
-        }
+        for (int s = 0; s < nsplit; s++) acc += p[s * (D + 2) + 2 + d] * wt[s];
         out[row * D + d] = acc / L;
     }
 }
@@ -408,7 +451,10 @@ __global__ void k_tq_rotate(const float *src, float *dst, int D, int inv) {
 extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t T) {
     int64_t most = 0;
     for (int64_t t = 1; t <= T; t++) {
-        int64_t ns = att_nsplit(Hq, t, INT64_MAX / 2);
+        /* the grouped kernel splits most with the fewest KV heads it serves (Hq / ATT_GMAX) */
+        int64_t ns =
+            std::max(att_nsplit_head(Hq, t, INT64_MAX / 2),
+                     att_nsplit_group(std::max<int64_t>(1, Hq / ATT_GMAX), t, INT64_MAX / 2));
         if (t > ATT_FA_MIN_T) ns = std::max(ns, (int64_t)snug_cuda_fa_nsplit(Hq, t, INT64_MAX / 2));
         if (ns > 1) most = std::max(most, t * Hq * ns);
     }
@@ -416,11 +462,16 @@ extern "C" size_t snug_cuda_attention_work_bytes(int64_t Hq, int64_t D, int64_t 
     return (size_t)(most * (D + 2) + T * Hq * D) * sizeof(float);
 }
 
+/* Threads of a merge block: one per output dim, up to 256. */
+static unsigned att_merge_threads(int64_t D) {
+    return (unsigned)(D < 256 ? (D + 31) / 32 * 32 : 256);
+}
+
 /* Merge the partials of `ns` splits (k_att_merge) into out; used by cuda_fa.cu too. */
 int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t rows, int64_t D,
                         float *out, struct snug_err *err) {
-    k_att_merge<<<(unsigned)rows, 128, 0, SNUG_CU_STREAM(cu)>>>(part, ns, (int)D, out, 0, NULL,
-                                                                0);
+    k_att_merge<<<(unsigned)rows, att_merge_threads(D), 0, SNUG_CU_STREAM(cu)>>>(part, ns, (int)D,
+                                                                                 out, 0, NULL, 0);
     return snug_cu_launched(err, "attention merge");
 }
 
@@ -525,14 +576,6 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
         int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
         if (rc != SNUG_ERR_UNSUPPORTED) return rc; /* else: the shape falls back to the below */
     }
-    /* the launch is sized for any cache length (ns splits at most); the kernels take the
-     * splits the actual length asks for (att_split_of): the same splits, and so the same
-     * bits, as sizing the launch by the length */
-    int ns = att_nsplit(Hq, T, INT64_MAX / 2);
-    if (ns > 1 && !work)
-        return snug_err_set(err, SNUG_ERR_INVALID,
-                            "cuda attention: work memory required "
-                            "(snug_cuda_attention_work_bytes)");
     cudaStream_t st = SNUG_CU_STREAM(cu);
     float *part = (float *)work;
     /* 2..8 query heads per KV head: the grouped kernel decodes each cached vector once for all
@@ -550,20 +593,29 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
     bool grouped = g_att_grouped >= 0 ? g_att_grouped == 1 : !cheap;
     grouped = grouped && G >= 2 && G <= ATT_GMAX && D >= 64;
+    /* the launch is sized for any cache length (ns splits at most); the kernels take the
+     * splits the actual length asks for (att_split_of): the same splits, and so the same
+     * bits, as sizing the launch by the length */
+    int ns =
+        grouped ? att_nsplit_group(Hkv, T, INT64_MAX / 2) : att_nsplit_head(Hq, T, INT64_MAX / 2);
+    if (ns > 1 && !work)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda attention: work memory required "
+                            "(snug_cuda_attention_work_bytes)");
     dim3 grid((unsigned)ns, (unsigned)(grouped ? Hkv : Hq), (unsigned)T);
 #define ATT_D(DPL)                                                                                 \
     do {                                                                                           \
         if (grouped)                                                                               \
             att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,      \
-                                  scale, out, part, ns);                                                \
+                                  scale, out, part, ns);                                           \
         else                                                                                       \
             att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,     \
-                                   scale, out, part, ns);                                               \
+                                   scale, out, part, ns);                                          \
     } while (0)
     switch (D) {
     case 32: /* never grouped (D >= 64 above) */
-        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q, scale,
-                             out, part, ns);
+        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q, scale, out,
+                             part, ns);
         break;
     case 64:
         ATT_D(2);
@@ -583,6 +635,7 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
 #undef ATT_D
     int rc = snug_cu_launched(err, "attention");
     if (rc || ns == 1) return rc;
-    k_att_merge<<<(unsigned)(T * Hq), 128, 0, st>>>(part, ns, (int)D, out, pos0, pos_dev, T);
+    k_att_merge<<<(unsigned)(T * Hq), att_merge_threads(D), 0, st>>>(part, ns, (int)D, out, pos0,
+                                                                     pos_dev, T);
     return snug_cu_launched(err, "attention merge");
 }
