@@ -283,6 +283,22 @@ void snug_qwen35_matmul_precise(struct snug_fwd *f, snug_tensor w, snug_tensor w
     if (w2 && !pair) snug_qwen35_matmul_precise(f, w2, NULL, x, T, y2, NULL);
 }
 
+void snug_qwen35_matmul_pair(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
+                             int64_t T, float *y, float *y2) {
+    struct snug_be *be = snug_fwd_be(f);
+    if (w2->type != w->type || w2->ne[0] != w->ne[0]) {
+        matmul(f, w, x, T, y);
+        matmul(f, w2, x, T, y2);
+        return;
+    }
+    if (f->mm_obs) { /* snug imatrix (model.h) */
+        f->mm_obs->dense(f->mm_obs->user, w, x, T);
+        f->mm_obs->dense(f->mm_obs->user, w2, x, T);
+    }
+    OP(matmul_pair, w->type, OP(weight, w, 0), (int64_t)w->ne[1], OP(weight, w2, 0),
+       (int64_t)w2->ne[1], (int64_t)w->ne[0], x, T, y, y2, f->op_work);
+}
+
 /* A float32 vector weight in the backend's memory. */
 static const float *f32(struct snug_fwd *f, snug_tensor t) {
     struct snug_be *be = snug_fwd_be(f);
@@ -630,8 +646,7 @@ static void dense_ffn(struct snug_fwd *f, const struct snug_layer *L, const floa
     struct bump b = {.a = f->work};
     float *g, *u;
     dense_ffn_buffers(&f->m->hp, f->T, &b, &g, &u);
-    matmul(f, L->ffn_gate, x, f->T, g);
-    matmul(f, L->ffn_up, x, f->T, u);
+    snug_qwen35_matmul_pair(f, L->ffn_gate, L->ffn_up, x, f->T, g, u);
     OP(swiglu, g, u, (int64_t)f->T * f->m->hp.n_ff, g);
     matmul(f, L->ffn_down, g, f->T, y);
 }

@@ -22,6 +22,10 @@ void snug_qwen35_forward_common(struct snug_fwd *f, snug_qwen35_ffn_fn ffn);
  * w2·x (backend.h matmul_precise). x: [T][w->ne[0]]. */
 void snug_qwen35_matmul_precise(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
                                 int64_t T, float *y, float *y2);
+/* Two ordinary products of one x (the gate and up of an FFN): y = w·x, y2 = w2·x, in one
+ * backend op (backend.h matmul_pair) when w2 has w's type and n_in, else one by one. */
+void snug_qwen35_matmul_pair(struct snug_fwd *f, snug_tensor w, snug_tensor w2, const float *x,
+                             int64_t T, float *y, float *y2);
 /* A step's image rows (f->embd_rows) into x [T][H], backend memory: trunk and MTP block. */
 void snug_qwen35_place_rows(struct snug_fwd *f, float *x);
 /* The LM head of a step: each run's last n_logits rows of xn ([T][H], backend memory) into

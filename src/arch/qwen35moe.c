@@ -127,9 +127,16 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     /* the router and the shared expert's gate: both decide, both see the same x */
     snug_qwen35_matmul_precise(f, L->gate_inp, L->gate_shexp ? L->gate_inp_shexp : NULL, x, T,
                                B.logits, B.sgate);
-    OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
     /* one token (a decode step) without imatrix observers: its k slots read x itself */
     bool x_token = T == 1 && !f->mm_obs;
+    /* The shared expert's gate and up: in such a step first, while a device backend's op scratch
+     * still holds the norm's rounding of x (the router's products and the routing leave it, and
+     * the experts' gate and up read it after these), into the gathered rows' memory, which that
+     * step does not use ([k][H] holds both: k·H >= 2·Fs); else after the experts. */
+    bool shared_first = L->gate_shexp && x_token && k * H >= 2 * Fs;
+    float *sg = shared_first ? B.xg : B.g, *su = shared_first ? B.xg + Fs : B.u;
+    if (shared_first) snug_qwen35_matmul_pair(f, L->gate_shexp, L->up_shexp, x, T, sg, su);
+    OP(moe_route, B.logits, T, E, k, B.sel, B.cnt, B.selw, B.order, B.slot, B.off, B.tiles);
     const float *xg = x_token ? x : B.xg;
     if (!x_token) OP(gather_rows, B.xg, x, B.order, n, H);
     if (f->mm_obs) { /* snug imatrix: the routed rows of each expert (host memory, model.h) */
@@ -150,10 +157,9 @@ static void moe_ffn(struct snug_fwd *f, const struct snug_layer *L, const float 
     OP(moe_combine, y, B.d, B.slot, B.selw, T, k, H);
 
     if (!L->gate_shexp) return;
-    matmul(f, L->gate_shexp, x, T, B.g);
-    matmul(f, L->up_shexp, x, T, B.u);
-    OP(swiglu, B.g, B.u, T * Fs, B.g);
-    matmul(f, L->down_shexp, B.g, T, B.d);
+    if (!shared_first) snug_qwen35_matmul_pair(f, L->gate_shexp, L->up_shexp, x, T, sg, su);
+    OP(swiglu, sg, su, T * Fs, sg);
+    matmul(f, L->down_shexp, sg, T, B.d);
     OP(add_gated, y, B.d, B.sgate, T, H);
 }
 

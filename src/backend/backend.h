@@ -51,6 +51,12 @@ struct snug_backend_ops {
     void (*matmul_precise)(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
                            const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
                            float *y, float *y2, void *work);
+    /* Two ordinary products of one x: y = W·x and y2 = W2·x (W2 of the same type and n_in as
+     * W; the FFN's and the shared expert's gate and up). A device backend may run both in one
+     * launch over one rounding of x; the CPU's is its matmul, once per matrix. */
+    void (*matmul_pair)(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                        const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
+                        float *y, float *y2, void *work);
     void (*rmsnorm)(struct snug_be *be, const float *x, const float *w, float eps, int64_t T,
                     int64_t n, float *y);
     void (*l2norm)(struct snug_be *be, float *x, int64_t rows, int64_t n, float eps);
@@ -292,7 +298,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 7u
+#define SNUG_BACKEND_ABI 8u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

@@ -198,9 +198,10 @@ static void cpu_moe_matmul(struct snug_be *be, uint32_t type, const void *w, uin
                    x_token ? x : x + s0 * n_in, n, y + s0 * n_out, work);
     }
 }
-static void cpu_matmul_precise(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
-                               const void *w2, int64_t n_out2, int64_t n_in, const float *x,
-                               int64_t T, float *y, float *y2, void *work) {
+/* matmul_precise and matmul_pair: the CPU's matmul is the reference, once per matrix. */
+static void cpu_matmul_two(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                           const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
+                           float *y, float *y2, void *work) {
     cpu_matmul(be, type, w, n_in, n_out, x, T, y, work);
     if (w2) cpu_matmul(be, type, w2, n_in, n_out2, x, T, y2, work);
 }
@@ -268,7 +269,8 @@ static const struct snug_backend_ops CPU_OPS = {
     .name = "cpu",
     .weight = cpu_weight,
     .matmul = cpu_matmul,
-    .matmul_precise = cpu_matmul_precise,
+    .matmul_precise = cpu_matmul_two,
+    .matmul_pair = cpu_matmul_two,
     .rmsnorm = cpu_rmsnorm,
     .l2norm = cpu_l2norm,
     .rope_neox = cpu_rope,

@@ -797,8 +797,11 @@ static void test_moe(uint32_t type, int64_t T, int64_t E, int64_t k, int64_t n_i
 /* Two matrices over the same x in one launch (snug_cuda_matmul_f32x_pair: β and α, the router
  * and the shared expert's gate): each output bit-equal to snug_cuda_matmul_f32x of its matrix
  * alone (whose values test_matmul_f32x checks against the exact product); rows few enough that
- * the single product also takes one row per block. */
-static void test_matmul_pair(uint32_t type, int64_t n_in, int64_t n1, int64_t n2, int64_t T) {
+ * the single product also takes one row per block. int8: the int8 decode path's pair
+ * (snug_cuda_matvec_int8_pair: an FFN's gate and up) against snug_cuda_matmul's int8 path of
+ * each matrix alone, x rounded by the pair and then read again as rounded. */
+static void test_matmul_pair_as(uint32_t type, int64_t n_in, int64_t n1, int64_t n2, int64_t T,
+                                bool int8) {
     const struct snug_dtype_info *ti = snug_dtype_info(type);
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     int64_t n[2] = {n1, n2};
@@ -815,24 +818,40 @@ static void test_matmul_pair(uint32_t type, int64_t n_in, int64_t n1, int64_t n2
         dw[m] = dup_dev(w, rb * (size_t)n[m]);
         dy[m] = dev_poison((size_t)(T * n[m]) * 4);
         dref[m] = dev_poison((size_t)(T * n[m]) * 4);
-        OK(snug_cuda_matmul_f32x(&cu, type, dw[m], n_in, n[m], dx, T, dref[m], &err));
         snug_free(w);
     }
-    OK(snug_cuda_matmul_f32x_pair(&cu, type, dw[0], dw[1], n_in, n1, n2, dx, T, dy[0], dy[1],
-                                  &err));
-    for (int m = 0; m < 2; m++) {
-        float *got = get(dy[m], T * n[m]), *ref = get(dref[m], T * n[m]);
-        char name[96];
-        snprintf(name, sizeof name, "matmul pair %s %lld+%lldx%lld T=%lld: matrix %d", ti->name,
-                 (long long)n1, (long long)n2, (long long)n_in, (long long)T, m + 1);
-        int same = !memcmp(got, ref, (size_t)(T * n[m]) * 4);
-        printf("%-44s %s\n", name, same ? "PASS" : "FAIL");
-        CHECKF(same, "%s: not bit-equal to the single product", name);
-        snug_free(got), snug_free(ref);
-        snug_cuda_dfree(dw[m]), snug_cuda_dfree(dy[m]), snug_cuda_dfree(dref[m]);
+    void *work = int8 ? dup_dev(NULL, snug_cuda_matmul_work_bytes(n_in, 1, T)) : NULL;
+    for (int m = 0; m < 2; m++)
+        if (int8)
+            OK(snug_cuda_matmul(&cu, type, dw[m], n_in, n[m], dx, T, dref[m], work, &err));
+        else
+            OK(snug_cuda_matmul_f32x(&cu, type, dw[m], n_in, n[m], dx, T, dref[m], &err));
+    for (int again = 0; again < (int8 ? 2 : 1); again++) {
+        if (int8)
+            OK(snug_cuda_matvec_int8_pair(&cu, type, dw[0], n1, dw[1], n2, n_in, dx, again, T,
+                                          dy[0], dy[1], work, &err));
+        else
+            OK(snug_cuda_matmul_f32x_pair(&cu, type, dw[0], dw[1], n_in, n1, n2, dx, T, dy[0],
+                                          dy[1], &err));
+        for (int m = 0; m < 2; m++) {
+            float *got = get(dy[m], T * n[m]), *ref = get(dref[m], T * n[m]);
+            char name[128];
+            snprintf(name, sizeof name, "matmul pair%s %s %lld+%lldx%lld T=%lld: matrix %d",
+                     int8 ? again ? " int8 (x rounded)" : " int8" : "", ti->name, (long long)n1,
+                     (long long)n2, (long long)n_in, (long long)T, m + 1);
+            int same = !memcmp(got, ref, (size_t)(T * n[m]) * 4);
+            printf("%-60s %s\n", name, same ? "PASS" : "FAIL");
+            CHECKF(same, "%s: not bit-equal to the single product", name);
+            snug_free(got), snug_free(ref);
+        }
     }
-    snug_cuda_dfree(dx);
+    for (int m = 0; m < 2; m++)
+        snug_cuda_dfree(dw[m]), snug_cuda_dfree(dy[m]), snug_cuda_dfree(dref[m]);
+    snug_cuda_dfree(dx), snug_cuda_dfree(work);
     snug_free(src), snug_free(x);
+}
+static void test_matmul_pair(uint32_t type, int64_t n_in, int64_t n1, int64_t n2, int64_t T) {
+    test_matmul_pair_as(type, n_in, n1, n2, T, false);
 }
 
 static void test_matmul_f32x(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
@@ -1469,6 +1488,35 @@ static void test_moe_all(void) {
     snug_cuda_moe_route_tune(0);
 }
 
+/* Every device format, equal K/V and mixed pairs: decode, verify-sized and prompt shapes (odd
+ * T, pos0 and context; the fixtures' D 64 with G 2; the 27B's D 256 with G 6 and the 35B-A3B's
+ * with G 8 at depths where the decode kernels split into their most pieces; a split-over-keys
+ * prompt; D 32, which the tensor-core kernel leaves to the fallback). */
+static void test_attention_all(void) {
+    int pairs[][2] = {
+        {SNUG_KV_F32, SNUG_KV_F32},   {SNUG_KV_F16, SNUG_KV_F16},  {SNUG_KV_BF16, SNUG_KV_BF16},
+        {SNUG_KV_Q8_0, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_FP8},  {SNUG_KV_Q8_0, SNUG_KV_FP8},
+        {SNUG_KV_F16, SNUG_KV_Q8_0},  {SNUG_KV_TQ4, SNUG_KV_TQ4},  {SNUG_KV_TQ3, SNUG_KV_TQ3},
+        {SNUG_KV_Q8_0, SNUG_KV_TQ4},  {SNUG_KV_TQ4, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_TQ3}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        int kf = pairs[i][0], vf = pairs[i][1];
+        test_attention(kf, vf, 6, 2, 128, 300, 1);
+        test_attention(kf, vf, 24, 4, 256, 5000, 1);
+        test_attention(kf, vf, 24, 4, 256, 999, 5);
+        test_attention(kf, vf, 16, 2, 256, 40001, 1);
+        test_attention(kf, vf, 24, 4, 256, 20003, 4);
+        test_attention(kf, vf, 4, 2, 64, 77, 45);
+        if (!snug_kvfmt_rotated(kf) && !snug_kvfmt_rotated(vf)) /* tq: D % 64 == 0 */
+            test_attention(kf, vf, 8, 8, 32, 0, 19);
+        test_attention(kf, vf, 6, 2, 128, 3001, 67);
+        test_attention(kf, vf, 4, 2, 64, 0, 301);
+        /* the 27B's head size on the tensor-core kernel (tq pairs: the pipelined form too) */
+        if ((kf == vf || snug_kvfmt_rotated(kf) || snug_kvfmt_rotated(vf)) && kf != SNUG_KV_F32 &&
+            kf != SNUG_KV_BF16)
+            test_attention(kf, vf, 24, 4, 256, 1237, 133);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *seed = getenv("SNUG_SEED");
     rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1486,6 +1534,12 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
+    if (only && !strcmp(only, "attention")) { /* the default kernels, then the grouped one forced */
+        test_attention_all();
+        snug_cuda_attention_tune(1);
+        test_attention_all();
+        snug_cuda_attention_tune(-1);
+    }
     if (only && !strcmp(only, "moe")) test_moe_all();
     if (only && !strcmp(only, "route")) {
         g_route_only = 1;
@@ -1515,6 +1569,16 @@ int main(int argc, char **argv) {
         }
         test_matmul_pair(SNUG_DTYPE_F32, 2048, 256, 1, 1);
         test_matmul_pair(SNUG_DTYPE_F32, 768, 30, 5, 8);
+        /* the int8 pair (gate and up): the 27B's FFN (5120 -> 17408 twice), the 35B-A3B's
+         * shared expert (2048 -> 512 twice), unequal and odd row counts, a verification's T */
+        uint32_t i8[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0, SNUG_DTYPE_IQ4_XS};
+        for (size_t i = 0; i < sizeof i8 / sizeof i8[0]; i++) {
+            test_matmul_pair_as(i8[i], 5120, 17408, 17408, 1, true);
+            test_matmul_pair_as(i8[i], 2048, 512, 512, 1, true);
+            test_matmul_pair_as(i8[i], 512, 45, 7, 3, true);
+            test_matmul_pair_as(i8[i], 2048, 512, 301, 4, true);
+            test_matmul_pair_as(i8[i], 1024, 77, 130, 8, true);
+        }
         /* the tensor-core form of the Q4_K / Q6_K products (k_mmv; Q4_K's default for 2..8
          * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
          * (36: the 8-warp form), every token count of a verification */
@@ -1594,29 +1658,7 @@ int main(int argc, char **argv) {
     test_matmul(SNUG_DTYPE_F32, 2048, 256, 133); /* the router's prompt shape: f32 GEMM */
     test_basic();
     test_step();
-    /* every device format, equal K/V and mixed pairs: decode, verify-sized and prompt shapes
-     * (odd T, pos0 and context; the fixtures' D 64 with G 2; the 27B's D 256 with G 6; a
-     * split-over-keys prompt; D 32, which the tensor-core kernel leaves to the fallback) */
-    int pairs[][2] = {
-        {SNUG_KV_F32, SNUG_KV_F32},   {SNUG_KV_F16, SNUG_KV_F16},  {SNUG_KV_BF16, SNUG_KV_BF16},
-        {SNUG_KV_Q8_0, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_FP8},  {SNUG_KV_Q8_0, SNUG_KV_FP8},
-        {SNUG_KV_F16, SNUG_KV_Q8_0},  {SNUG_KV_TQ4, SNUG_KV_TQ4},  {SNUG_KV_TQ3, SNUG_KV_TQ3},
-        {SNUG_KV_Q8_0, SNUG_KV_TQ4},  {SNUG_KV_TQ4, SNUG_KV_Q8_0}, {SNUG_KV_FP8, SNUG_KV_TQ3}};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        int kf = pairs[i][0], vf = pairs[i][1];
-        test_attention(kf, vf, 6, 2, 128, 300, 1);
-        test_attention(kf, vf, 24, 4, 256, 5000, 1);
-        test_attention(kf, vf, 24, 4, 256, 999, 5);
-        test_attention(kf, vf, 4, 2, 64, 77, 45);
-        if (!snug_kvfmt_rotated(kf) && !snug_kvfmt_rotated(vf)) /* tq: D % 64 == 0 */
-            test_attention(kf, vf, 8, 8, 32, 0, 19);
-        test_attention(kf, vf, 6, 2, 128, 3001, 67);
-        test_attention(kf, vf, 4, 2, 64, 0, 301);
-        /* the 27B's head size on the tensor-core kernel (tq pairs: the pipelined form too) */
-        if ((kf == vf || snug_kvfmt_rotated(kf) || snug_kvfmt_rotated(vf)) && kf != SNUG_KV_F32 &&
-            kf != SNUG_KV_BF16)
-            test_attention(kf, vf, 24, 4, 256, 1237, 133);
-    }
+    test_attention_all();
     /* the TurboQuant store at D 192 (G 64, three groups; attention has no D 192 kernel) */
     int tqp[][2] = {{SNUG_KV_TQ4, SNUG_KV_TQ4},
                     {SNUG_KV_TQ3, SNUG_KV_TQ3},

@@ -259,6 +259,25 @@ static void cb_matmul(struct snug_be *be, uint32_t type, const void *w, int64_t 
     if (int8) record_rounding(c, x, n_in, T);
     if (c->prof) c->prof->ptag = NULL;
 }
+/* Two products of one x (backend.h matmul_pair: an FFN's gate and up): in a decode step with an
+ * int8 type, one rounding of x (none where the op before left it: the norm) and one launch for
+ * both, at any width (the shared expert's 512-wide pair too: its outputs feed an FFN, not a
+ * decision); otherwise the two products as cb_matmul runs them. */
+static void cb_matmul_pair(struct snug_be *be, uint32_t type, const void *w, int64_t n_out,
+                           const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
+                           float *y, float *y2, void *work) {
+    struct cuda_be *c = CB(be);
+    if (T > SNUG_CUDA_MATVEC_MAX_T || c->mv_f32 || !snug_cuda_matvec_int8(type) ||
+        !scratch_can_round(c, n_in, T)) {
+        cb_matmul(be, type, w, n_in, n_out, x, T, y, work);
+        cb_matmul(be, type, w2, n_in, n_out2, x, T, y2, work);
+        return;
+    }
+    bool rounded = scratch_holds_rounded(c, x, n_in * T);
+    CK(snug_cuda_matvec_int8_pair(&c->cu, type, w, n_out, w2, n_out2, n_in, x, rounded, T, y, y2,
+                                  c->scratch, err));
+    record_rounding(c, x, n_in, T);
+}
 /* An op that writes neither the op scratch nor the rounded x (outputs y, y2) keeps the rounding
  * recorded just before it valid: a decode step's norm rounds x, the router's products and the
  * routing run, and the experts' gate and up still read the norm's rounding (cb_moe_matmul). */
@@ -1021,6 +1040,7 @@ static const struct snug_backend_ops CUDA_OPS = {
     .weight = cb_weight,
     .matmul = cb_matmul,
     .matmul_precise = cb_matmul_precise,
+    .matmul_pair = cb_matmul_pair,
     .rmsnorm = cb_rmsnorm,
     .l2norm = cb_l2norm,
     .rope_neox = cb_rope,

@@ -36,6 +36,10 @@ extern "C" void snug_cu_mvq_x(void *work, int64_t n_in, int64_t T, int8_t **qx, 
 extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                            int64_t n_out, const float *x, int T, float *y, void *work,
                            struct snug_err *err);
+/* The same for two matrices of one type and n_in over one x (w2 NULL: w alone). */
+extern "C" int snug_cu_mvq2(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_out,
+                            const void *w2, int64_t n_out2, int64_t n_in, const float *x, int T,
+                            float *y, float *y2, void *work, struct snug_err *err);
 
 /* After a launch: turn a launch error into a status with the kernel's name. */
 static inline int snug_cu_launched(struct snug_err *err, const char *kernel) {

@@ -26,10 +26,9 @@
  * rows in turn). */
 /* The rows of row-block `blk` (the kernels below pick the matrix and the block). */
 template <int TYPE, int NT, int ROWS, int WARPS>
-__device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ w, size_t row_bytes,
-                                            int64_t n_in, int64_t n_out,
-                                            const float *__restrict__ x, int T,
-                                            float *__restrict__ y, int64_t blk) {
+__device__ __forceinline__ void
+matvec_rows(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+            const float *__restrict__ x, int T, float *__restrict__ y, int64_t blk) {
     if (NT > 1 && blockIdx.y) { /* group blockIdx.y of 8 tokens (prompt rows, f32 x) */
         x += (size_t)blockIdx.y * 8 * (size_t)n_in;
         y += (size_t)blockIdx.y * 8 * (size_t)n_out;
@@ -167,10 +166,10 @@ struct mm_fns {
     void (*mv8)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*mv1s)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
     void (*mv8s)(const uint8_t *, size_t, int64_t, int64_t, const float *, int, float *);
-    void (*mv1p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t,
-                 const float *, int, float *, float *);
-    void (*mv8p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t,
-                 const float *, int, float *, float *);
+    void (*mv1p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t, const float *,
+                 int, float *, float *);
+    void (*mv8p)(const uint8_t *, const uint8_t *, size_t, int64_t, int64_t, int64_t, const float *,
+                 int, float *, float *);
     void (*deq)(const uint8_t *, size_t, int64_t, int64_t, uint16_t *);
     void (*emb)(const uint8_t *, size_t, int64_t, int64_t, const int32_t *, int64_t, float *);
     int64_t align; /* n_in must be a multiple of this */
@@ -325,6 +324,22 @@ extern "C" int snug_cuda_matvec_int8_again(struct snug_cuda *cu, uint32_t type, 
                             "cuda matvec: the rounded-x form needs the int8 path (T %lld)",
                             (long long)T);
     return snug_cu_mvq(cu, type, w, n_in, n_out, NULL, (int)T, y, work, err);
+}
+
+extern "C" int snug_cuda_matvec_int8_pair(struct snug_cuda *cu, uint32_t type, const void *w,
+                                          int64_t n_out, const void *w2, int64_t n_out2,
+                                          int64_t n_in, const float *x, bool rounded, int64_t T,
+                                          float *y, float *y2, void *work, struct snug_err *err) {
+    struct mm_fns f = {};
+    int st = mm_check(type, w, n_in, n_out, &f, err);
+    if (!st) st = mm_check(type, w2, n_in, n_out2, &f, err);
+    if (st) return st;
+    if (T < 1 || T > SNUG_CUDA_MATVEC_MAX_T || !work || !snug_cu_mvq_supported(type))
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda matvec: the pair form needs the int8 path (T %lld)",
+                            (long long)T);
+    return snug_cu_mvq2(cu, type, w, n_out, w2, n_out2, n_in, rounded ? NULL : x, (int)T, y, y2,
+                        work, err);
 }
 
 static size_t align256(size_t x) {

@@ -326,12 +326,19 @@ __device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t r
     }
 }
 
+/* One matrix (blocks 0 .. nb1-1 over w's n_out rows), or two of one type and n_in over the same
+ * x in one launch (blocks from nb1 over w2's n_out2 rows into y2): each block's rows are the
+ * single-matrix launch's, so the results are its bits. */
 template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
-    k_mvq(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
-          const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-          float *__restrict__ y) {
-    mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
+    k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, unsigned nb1,
+          size_t row_bytes, int n_in, int64_t n_out, int64_t n_out2, const int8_t *__restrict__ qx,
+          const float2 *__restrict__ ds, int T, float *__restrict__ y, float *__restrict__ y2) {
+    if (blockIdx.x < nb1)
+        mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
+    else
+        mvq_rows<TYPE, NT, R>(w2, row_bytes, n_in, n_out2, qx, ds, T, y2,
+                              (int64_t)(blockIdx.x - nb1) * R);
 }
 
 /* The MoE expert products: blockIdx.y is a tile of the table moe_route wrote (expert e, first
@@ -357,9 +364,8 @@ __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     if (!moe_tile(tiles, &e, &s0, &n)) return;
     int nb = n_in >> 5;
     size_t xs = (size_t)s0 * xrow; /* xrow 0: every slot reads the one token's row */
-    mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out,
-                          qx + xs * n_in, ds + xs * nb, n, y + (size_t)s0 * n_out,
-                          (int64_t)blockIdx.x * R);
+    mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out, qx + xs * n_in,
+                          ds + xs * nb, n, y + (size_t)s0 * n_out, (int64_t)blockIdx.x * R);
 }
 
 /* One token per tile (decode: the chosen experts' rows times one x): a group of L lanes (8, 16
@@ -445,18 +451,30 @@ static int mvq_warps(int nu) {
     return best;
 }
 
+/* The dp4a products of w (and w2, when not NULL: the pair's second matrix). */
+struct mvq_mats {
+    const uint8_t *w, *w2;
+    int64_t n_out, n_out2;
+    float *y, *y2;
+};
+
 template <int TYPE, int R>
-static void mvq_launch_r(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
-                         int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
-    unsigned blocks = (unsigned)((n_out + R - 1) / R);
+static void mvq_launch_r(int threads, cudaStream_t s, const mvq_mats &m, size_t rb, int n_in,
+                         const int8_t *qx, const float2 *ds, int T) {
+    unsigned nb1 = (unsigned)((m.n_out + R - 1) / R);
+    unsigned blocks = nb1 + (m.w2 ? (unsigned)((m.n_out2 + R - 1) / R) : 0u);
+#define MVQ_GO(NT, TT)                                                                             \
+    k_mvq<TYPE, NT, R><<<blocks, threads, 0, s>>>(m.w, m.w2, nb1, rb, n_in, m.n_out, m.n_out2, qx, \
+                                                  ds, TT, m.y, m.y2)
     if (T == 1)
-        k_mvq<TYPE, 1, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 1, y);
+        MVQ_GO(1, 1);
     else if (T == 2)
-        k_mvq<TYPE, 2, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, 2, y);
+        MVQ_GO(2, 2);
     else if (T <= 4)
-        k_mvq<TYPE, 4, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        MVQ_GO(4, T);
     else
-        k_mvq<TYPE, 8, R><<<blocks, threads, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
+        MVQ_GO(8, T);
+#undef MVQ_GO
 }
 
 /* Rows per block: 1, 2 or 4 (snug_cuda_matvec_tune; default MVQ_ROWS, or env SNUG_MVQ_ROWS
@@ -469,16 +487,16 @@ extern "C" void snug_cuda_matvec_tune(int rows) {
 }
 
 template <int TYPE>
-static void mvq_launch(int threads, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
-                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
+static void mvq_launch(int threads, cudaStream_t s, const mvq_mats &m, size_t rb, int n_in,
+                       const int8_t *qx, const float2 *ds, int T) {
     int r = g_mvq_rows;
     if (r == 4 && T > 4) r = 2;
     if (r == 1)
-        mvq_launch_r<TYPE, 1>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 1>(threads, s, m, rb, n_in, qx, ds, T);
     else if (r == 4)
-        mvq_launch_r<TYPE, 4>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 4>(threads, s, m, rb, n_in, qx, ds, T);
     else
-        mvq_launch_r<TYPE, 2>(threads, s, w, rb, n_in, n_out, qx, ds, T, y);
+        mvq_launch_r<TYPE, 2>(threads, s, m, rb, n_in, qx, ds, T);
 }
 
 static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
@@ -498,12 +516,13 @@ extern "C" void snug_cuda_matvec_mma(int mask) {
     g_mvq_mma = mask >= 0 && mask <= 31 ? mask : -1;
 }
 
-/* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec. The caller has
- * checked the type (snug_cu_mvq_supported), n_in % 256 (K types) or % 32, 1 <= T <= 8 and
- * the work size (snug_cu_mvq_work_bytes). */
-extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
-                           int64_t n_out, const float *x, int T, float *y, void *work,
-                           struct snug_err *err) {
+/* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec of w, and of w2 too
+ * when not NULL (a second matrix of the same type and n_in: one launch for both where both take
+ * the dp4a kernel). The caller has checked the type (snug_cu_mvq_supported), n_in % 256 (K
+ * types) or % 32, 1 <= T <= 8 and the work size (snug_cu_mvq_work_bytes). */
+extern "C" int snug_cu_mvq2(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_out,
+                            const void *w2, int64_t n_out2, int64_t n_in, const float *x, int T,
+                            float *y, float *y2, void *work, struct snug_err *err) {
     if (n_in > INT32_MAX / 8)
         return snug_err_set(err, SNUG_ERR_INVALID, "cuda matvec: n_in %lld too large",
                             (long long)n_in);
@@ -527,28 +546,45 @@ extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, i
         g_mvq_mma = m >= 0 && m <= 31 ? m : MVQ_MMA_DEFAULT;
     }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
-    const uint8_t *wb = (const uint8_t *)w;
     int ni = (int)n_in;
     int mma_bit = (type == SNUG_DTYPE_Q4_K ? 1 : type == SNUG_DTYPE_Q6_K ? 4 : 0) << (T == 1);
-    if ((g_mvq_mma & mma_bit) && ((g_mvq_mma & MVQ_MMA_ANY) || n_in <= 2 * n_out)) {
-        mmv_launch(type, s, wb, rb, ni, n_out, qx, ds, T, y);
+    /* the tensor-core kernel where the mask asks for it, one matrix at a time; the dp4a kernel
+     * for the rest, both matrices in one launch */
+    bool mma = (g_mvq_mma & mma_bit) != 0, any = (g_mvq_mma & MVQ_MMA_ANY) != 0;
+    bool mma1 = mma && (any || n_in <= 2 * n_out), mma2 = w2 && mma && (any || n_in <= 2 * n_out2);
+    const uint8_t *wb = (const uint8_t *)w, *wb2 = (const uint8_t *)w2;
+    if (mma1) mmv_launch(type, s, wb, rb, ni, n_out, qx, ds, T, y);
+    if (mma2) mmv_launch(type, s, wb2, rb, ni, n_out2, qx, ds, T, y2);
+    mvq_mats m;
+    if (!mma1 && w2 && !mma2)
+        m = {wb, wb2, n_out, n_out2, y, y2};
+    else if (!mma1)
+        m = {wb, NULL, n_out, 0, y, NULL};
+    else if (w2 && !mma2)
+        m = {wb2, NULL, n_out2, 0, y2, NULL};
+    else
         return snug_cu_launched(err, "mmv");
-    }
     switch (type) {
     case SNUG_DTYPE_Q4_K:
-        mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q4_K>(32 * mvq_warps(ni / 64), s, m, rb, ni, qx, ds, T);
         break;
     case SNUG_DTYPE_Q6_K:
-        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q6_K>(32 * mvq_warps(ni / 32), s, m, rb, ni, qx, ds, T);
         break;
     case SNUG_DTYPE_IQ4_XS:
-        mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_IQ4_XS>(32 * mvq_warps(ni / 64), s, m, rb, ni, qx, ds, T);
         break;
     default:
-        mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, wb, rb, ni, n_out, qx, ds, T, y);
+        mvq_launch<SNUG_DTYPE_Q8_0>(32 * mvq_warps(ni / 32), s, m, rb, ni, qx, ds, T);
         break;
     }
     return snug_cu_launched(err, "matvec_q8");
+}
+
+extern "C" int snug_cu_mvq(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
+                           int64_t n_out, const float *x, int T, float *y, void *work,
+                           struct snug_err *err) {
+    return snug_cu_mvq2(cu, type, w, n_out, NULL, 0, n_in, x, T, y, NULL, work, err);
 }
 
 /* ---- MoE expert products on int8 tensor cores (Q4_K) ----------------------------------------
@@ -801,8 +837,7 @@ static void mvq_moe_launch(int threads, cudaStream_t s, dim3 grid_t, const uint8
     int xrow = single == 2 ? 0 : 1;
     if (single && g_moe_single_rows) {
         dim3 g((unsigned)((n_out + 3) / 4), grid_t.y);
-        k_mvq_moe<TYPE, 1, 4>
-            <<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
+        k_mvq_moe<TYPE, 1, 4><<<g, threads, 0, s>>>(w, eb, rb, n_in, n_out, qx, ds, tiles, y, xrow);
     } else if (single) { /* lanes per row: the units of a row, 8 to 32 */
         int nu = n_in / mvq_unit<TYPE>::EPU;
         const int R = 4;

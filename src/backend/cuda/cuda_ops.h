@@ -124,6 +124,15 @@ int snug_cuda_dequant_bf16(struct snug_cuda *cu, uint32_t type, const void *w, i
 int snug_cuda_matvec_int8_again(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_in,
                                 int64_t n_out, int64_t T, float *y, void *work,
                                 struct snug_err *err);
+/* The int8 decode path for two matrices of one type and n_in over the same x (an FFN's gate and
+ * up): y = W·x̃, y2 = W2·x̃ with one rounding of x (none when `rounded`: work holds it, as for
+ * snug_cuda_matvec_int8_again) and, where both take the dp4a kernel, one launch; each result
+ * has the bits of its single product. T <= SNUG_CUDA_MATVEC_MAX_T, snug_cuda_matvec_int8(type),
+ * work of snug_cuda_matmul_work_bytes(n_in, ·, T). */
+int snug_cuda_matvec_int8_pair(struct snug_cuda *cu, uint32_t type, const void *w, int64_t n_out,
+                               const void *w2, int64_t n_out2, int64_t n_in, const float *x,
+                               bool rounded, int64_t T, float *y, float *y2, void *work,
+                               struct snug_err *err);
 /* x[T][H] = the rows ids[t] (device int32[T]) of the table W (n_rows rows of H elements of
  * `type`, as GGUF stores the token embeddings), dequantised to f32 exactly as the CPU's
  * snug_dequantize_row. SNUG_ERR_UNSUPPORTED for a type without a device decoder (the caller
