@@ -361,7 +361,8 @@ static void bench_moe(void) {
 
 /* `bench_cuda_ops attdec`: decode attention (T = 1 and a 3-draft verification's T = 4) at the
  * 27B's shape (Hq 24, Hkv 4) and the 35B-A3B's (Hq 16, Hkv 2), D 256, over caches of 4K, 32K
- * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel and the per-head one:
+ * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel, the per-head one and
+ * the grouped kernel's FLAT candidate form:
  * µs per call and GB/s of cache read (K + V bytes up to the last position) against the copy
  * rate. Each time is a median of 20 calls with the cache already written. */
 static void bench_attdec(double copy_bw) {
@@ -392,9 +393,9 @@ static void bench_attdec(double copy_bw) {
                                       &err));
             for (int ci = 0; ci < 3; ci++)
                 for (int T = 1; T <= 4; T += 3)
-                    for (int gm = 0; gm < 2; gm++) {
+                    for (int gm = 0; gm < 3; gm++) { /* grouped, per head, grouped FLAT */
                         int64_t ctx = ctxs[ci];
-                        snug_cuda_attention_tune(gm ? 0 : 1);
+                        snug_cuda_attention_tune(gm == 0 ? 1 : gm == 1 ? 0 : 2);
                         for (int i = 0; i < REPS + 2; i++) {
                             if (i >= 2) tic();
                             OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctx - T, NULL, T, q,
@@ -406,7 +407,10 @@ static void bench_attdec(double copy_bw) {
                         double bw = bytes / (ms * 1e-3) / 1e9;
                         printf("attdec Hq=%lld Hkv=%lld %-8s %s T=%d ctx=%-6lld %8.1f us %6.0f "
                                "GB/s %5.1f%% of copy\n",
-                               (long long)Hq, (long long)Hkv, fn[fi], gm ? "per-head" : "grouped ",
+                               (long long)Hq, (long long)Hkv, fn[fi],
+                               gm == 0   ? "grouped "
+                               : gm == 1 ? "per-head"
+                                         : "flat    ",
                                T, (long long)ctx, ms * 1e3, bw, 100 * bw / copy_bw);
                     }
             snug_cuda_attention_tune(-1);

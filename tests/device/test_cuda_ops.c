@@ -1534,9 +1534,11 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
-    if (only && !strcmp(only, "attention")) { /* the default kernels, then the grouped one forced */
+    if (only && !strcmp(only, "attention")) { /* the default kernels, then each grouped form */
         test_attention_all();
         snug_cuda_attention_tune(1);
+        test_attention_all();
+        snug_cuda_attention_tune(2); /* the grouped kernel's FLAT candidate form */
         test_attention_all();
         snug_cuda_attention_tune(-1);
     }

@@ -286,11 +286,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
  * loaded into registers before the current tile's math, so their loads are in flight during
  * it. The tile stores dim l·DPL+i at column i·32+l (every lane reads back the dims its own lane
  * index decoded: no bank conflicts). Each warp owns its head's output row, so there is no
- * cross-warp merge; splits use the same partials as k_attention. */
+ * cross-warp merge; splits use the same partials as k_attention.
+ * FLAT (a candidate form, snug_cuda_attention_tune(2), measured before it becomes the default):
+ * no branch in the tile loop, so the next tile's loads and the scores' shuffle chains can
+ * overlap — the fetch clamps positions past the split's end to its last position (loaded,
+ * never weighed: their scores are -inf), every slot of a tile is stored, and the score and
+ * output loops run over all ATT_TP slots (the slots past 2·G are zeros, set once). */
 #define ATT_JP   2
 #define ATT_GMAX 8
 #define ATT_TP   (ATT_JP * ATT_GMAX) /* the largest tile */
-template <int DPL, int KF, int VF>
+template <int DPL, int KF, int VF, bool FLAT>
 __global__ void __launch_bounds__(ATT_GMAX * 32)
     k_attention_g(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
                   int64_t Hq, int64_t Hkv, int64_t pos0_host, const int32_t *pos_dev, int64_t T,
@@ -304,6 +309,9 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
     __shared__ __align__(16) float sK[ATT_TP][D], sV[ATT_TP][D];
     const int G = (int)(blockDim.x >> 5), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int TP = ATT_JP * G;
+    if constexpr (FLAT) /* the slots no warp stores (published by the loop's first barrier) */
+        for (int i = threadIdx.x; i < (ATT_TP - TP) * D; i += blockDim.x)
+            sK[TP + i / D][i % D] = 0.0f, sV[TP + i / D][i % D] = 0.0f;
     const int s = blockIdx.x, t = blockIdx.z;
     const int64_t kh = blockIdx.y, h = kh * G + w;
     const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
@@ -321,8 +329,9 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
         [&](int64_t pt) { /* uniform across the warp */
 #pragma unroll
                           for (int jj = 0; jj < ATT_JP; jj++) {
-                              const int64_t p = pt + w + jj * G;
-                              if (p < hi) {
+                              int64_t p = pt + w + jj * G;
+                              if (FLAT && p >= hi) p = hi - 1;
+                              if (FLAT || p < hi) {
                                   if constexpr (KF == SNUG_KV_TQ4 || KF == SNUG_KV_TQ3)
                                       kvf_dec_tq_warp<DPL, KF>(kb + p * Hkv * kvb, lane * DPL,
                                                                kr[jj], TG, klut);
@@ -342,7 +351,7 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
 #pragma unroll
         for (int jj = 0; jj < ATT_JP; jj++) {
             const int j = w + jj * G;
-            if (j < np)
+            if (FLAT || j < np)
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
                     sK[j][i * 32 + lane] = kr[jj][i], sV[j][i * 32 + lane] = vr[jj][i];
@@ -353,7 +362,14 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
 #pragma unroll
         for (int j = 0; j < ATT_TP; j++) {
             sc[j] = -INFINITY;
-            if (j < np) {
+            if constexpr (FLAT) {
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < DPL; i++) d = fmaf(qv[i], sK[j][i * 32 + lane], d);
+                d = warp_sum(d);
+                sc[j] = j < np ? d : -INFINITY;
+                mn = fmaxf(mn, sc[j]);
+            } else if (j < np) {
                 float d = 0.0f;
 #pragma unroll
                 for (int i = 0; i < DPL; i++) d = fmaf(qv[i], sK[j][i * 32 + lane], d);
@@ -367,8 +383,8 @@ __global__ void __launch_bounds__(ATT_GMAX * 32)
         for (int i = 0; i < DPL; i++) o[i] *= corr;
 #pragma unroll
         for (int j = 0; j < ATT_TP; j++) {
-            if (j < np) {
-                float e = __expf(sc[j] - mn);
+            if (FLAT || j < np) {
+                float e = __expf(sc[j] - mn); /* 0 for the slots past np */
                 l += e;
 #pragma unroll
                 for (int i = 0; i < DPL; i++) o[i] = fmaf(e, sV[j][i * 32 + lane], o[i]);
@@ -481,15 +497,20 @@ int snug_cuda_att_merge(struct snug_cuda *cu, const float *part, int ns, int64_t
  * the 27B's 262K pairing), -1 = read kf/vf at run time. */
 template <int DPL, bool GROUPED>
 static void att_launch(cudaStream_t st, const struct snug_cuda_kv *kv, int kf, int vf, dim3 grid,
-                       int G, int64_t Hq, int64_t Hkv, int64_t pos0, const int32_t *pos_dev,
-                       int64_t T, const float *q, float scale, float *out, float *part, int ns) {
+                       int G, bool flat, int64_t Hq, int64_t Hkv, int64_t pos0,
+                       const int32_t *pos_dev, int64_t T, const float *q, float scale, float *out,
+                       float *part, int ns) {
     const uint8_t *k = (const uint8_t *)kv->k, *v = (const uint8_t *)kv->v;
 #define ATT_GO(KF, VF)                                                                             \
     do {                                                                                           \
-        if constexpr (GROUPED)                                                                     \
-            k_attention_g<DPL, KF, VF><<<grid, G * 32, 0, st>>>(                                   \
-                k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);                 \
-        else                                                                                       \
+        if constexpr (GROUPED) {                                                                   \
+            if (flat)                                                                              \
+                k_attention_g<DPL, KF, VF, true><<<grid, G * 32, 0, st>>>(                         \
+                    k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);             \
+            else                                                                                   \
+                k_attention_g<DPL, KF, VF, false><<<grid, G * 32, 0, st>>>(                        \
+                    k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);             \
+        } else                                                                                     \
             k_attention<DPL, KF, VF><<<grid, ATT_WARPS * 32, 0, st>>>(                             \
                 k, v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns);                 \
     } while (0)
@@ -515,10 +536,11 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                    const float *q, float scale, float *out, void *work, struct snug_err *err);
 
 /* Decode attention kernel: -2 = not decided yet (SNUG_ATT_GROUPED read at the first call),
- * -1 = by the formats, 0 = per head, 1 = grouped (snug_cuda_attention_tune). */
+ * -1 = by the formats, 0 = per head, 1 = grouped, 2 = grouped in its FLAT form
+ * (snug_cuda_attention_tune). */
 static int g_att_grouped = -2;
 extern "C" void snug_cuda_attention_tune(int grouped) {
-    g_att_grouped = grouped == 0 || grouped == 1 ? grouped : -1;
+    g_att_grouped = grouped >= 0 && grouped <= 2 ? grouped : -1;
 }
 
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
@@ -581,17 +603,17 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
     /* 2..8 query heads per KV head: the grouped kernel decodes each cached vector once for all
      * of them */
     int64_t G = Hq / Hkv;
-    /* measured on the H200 at 200K (docs/perf/cuda-kernels.md): grouped 1.84x faster for
-     * q8_0/tq4, 1.41x for fp8, equal for q8_0, 0.84x for f16 (whose decode is free): the
-     * per-head kernel keeps caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0
-     * forces either */
+    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-4x faster for
+     * fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16 (whose decode is
+     * free) about equal on the 27B and slower at 4K with one token: the per-head kernel keeps
+     * caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either */
     if (g_att_grouped == -2) { /* first call: the debugging override, read once */
         const char *ge = getenv("SNUG_ATT_GROUPED");
-        g_att_grouped = ge && *ge ? strcmp(ge, "0") != 0 : -1;
+        g_att_grouped = !ge || !*ge ? -1 : !strcmp(ge, "2") ? 2 : strcmp(ge, "0") != 0;
     }
     bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
-    bool grouped = g_att_grouped >= 0 ? g_att_grouped == 1 : !cheap;
+    bool grouped = g_att_grouped >= 0 ? g_att_grouped >= 1 : !cheap, flat = g_att_grouped == 2;
     grouped = grouped && G >= 2 && G <= ATT_GMAX && D >= 64;
     /* the launch is sized for any cache length (ns splits at most); the kernels take the
      * splits the actual length asks for (att_split_of): the same splits, and so the same
@@ -606,16 +628,16 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
 #define ATT_D(DPL)                                                                                 \
     do {                                                                                           \
         if (grouped)                                                                               \
-            att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,      \
-                                  scale, out, part, ns);                                           \
+            att_launch<DPL, true>(st, kv, kf, vf, grid, (int)G, flat, Hq, Hkv, pos0, pos_dev, T,   \
+                                  q, scale, out, part, ns);                                        \
         else                                                                                       \
-            att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q,     \
-                                   scale, out, part, ns);                                          \
+            att_launch<DPL, false>(st, kv, kf, vf, grid, (int)G, flat, Hq, Hkv, pos0, pos_dev, T,  \
+                                   q, scale, out, part, ns);                                       \
     } while (0)
     switch (D) {
     case 32: /* never grouped (D >= 64 above) */
-        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, Hq, Hkv, pos0, pos_dev, T, q, scale, out,
-                             part, ns);
+        att_launch<1, false>(st, kv, kf, vf, grid, (int)G, flat, Hq, Hkv, pos0, pos_dev, T, q,
+                             scale, out, part, ns);
         break;
     case 64:
         ATT_D(2);

@@ -67,10 +67,10 @@ void snug_cuda_matvec_tune(int rows);
  * or the default. A tuning knob for tests and benchmarks
  * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
 void snug_cuda_matvec_mma(int mask);
-/* The same kind of knobs for the decode attention (1 = grouped per KV head, 0 = per query
- * head) and the prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the
- * choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
- * (docs/debugging.md). */
+/* The same kind of knobs for the decode attention (1 = grouped per KV head, 2 = its branch-free
+ * candidate form, 0 = per query head) and the prompt attention's tile loader (1 = pipelined, 0 =
+ * plain); anything else = the choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set
+ * them at the first call (docs/debugging.md). */
 void snug_cuda_attention_tune(int grouped);
 void snug_cuda_fa_tune(int pipe);
 /* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
