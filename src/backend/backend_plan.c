@@ -15,10 +15,14 @@
 #define MATVEC_MAX_T   8
 #define GEMM_TILE_ROWS 4096
 /* cuda_attention.cu: split decode attention until about this many blocks, at least this many
- * keys per split, at most this many splits */
-#define ATT_TARGET_BLOCKS 1056
-#define ATT_MIN_KEYS      128
-#define ATT_MAX_SPLIT     64
+ * keys per split, at most this many splits (per-head kernel: blocks of one query head; grouped
+ * kernel: blocks of one KV head's 2..ATT_GMAX query heads) */
+#define ATT_TARGET_BLOCKS   1056
+#define ATT_MIN_KEYS        64
+#define ATT_MAX_SPLIT       64
+#define ATT_G_TARGET_BLOCKS 640
+#define ATT_G_MAX_SPLIT     256
+#define ATT_GMAX            8
 /* cuda_fa.h / cuda_fa.cu: the tensor-core prompt kernel above this T, its rows per block, block
  * target, keys per split and split cap */
 #define ATT_FA_MIN_T     8
@@ -55,6 +59,11 @@ static size_t attention_bytes(int64_t Hq, int64_t D, int64_t T) {
         if (base < ATT_TARGET_BLOCKS)
             ns =
                 split_count((ATT_TARGET_BLOCKS + base - 1) / base, nk, ATT_MIN_KEYS, ATT_MAX_SPLIT);
+        /* the grouped kernel splits most with the fewest KV heads it serves (Hq / ATT_GMAX) */
+        int64_t gbase = SNUG_MAX((int64_t)1, Hq / ATT_GMAX) * t;
+        if (gbase < ATT_G_TARGET_BLOCKS)
+            ns = SNUG_MAX(ns, split_count((ATT_G_TARGET_BLOCKS + gbase - 1) / gbase, nk,
+                                          ATT_MIN_KEYS, ATT_G_MAX_SPLIT));
         if (t > ATT_FA_MIN_T) {
             int64_t est = (t * Hq + FA_BM - 1) / FA_BM;
             int64_t fs =
