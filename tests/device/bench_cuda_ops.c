@@ -359,6 +359,27 @@ static void bench_moe(void) {
     }
 }
 
+/* The attention benches' cache formats (K, V, name, bytes per head vector at D 256). */
+enum { NF = 4 };
+static const int kfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_Q8_0};
+static const int vfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_TQ4};
+static const char *const fmt_name[NF] = {"f16", "q8_0", "fp8", "q8_0/tq4"};
+static const size_t kvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 8 * 34},
+                    vvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 2 * 66};
+
+/* A device cache of ctxmax positions in format pair fi, written by the device store in chunks
+ * of CH rows of the random rk / rv; *kb / *vb its K and V bytes. */
+static struct snug_cuda_kv att_cache(int fi, int64_t Hkv, int64_t D, int64_t ctxmax, int64_t CH,
+                                     const float *rk, const float *rv, size_t *kb, size_t *vb) {
+    *kb = (size_t)ctxmax * Hkv * kvecb[fi], *vb = (size_t)ctxmax * Hkv * vvecb[fi];
+    struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, kfm[fi], vfm[fi]};
+    OK(snug_cuda_malloc(&kv.k, *kb, &err));
+    OK(snug_cuda_malloc(&kv.v, *vb, &err));
+    for (int64_t p = 0; p < ctxmax; p += CH)
+        OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, NULL, SNUG_MIN(CH, ctxmax - p), rk, rv, &err));
+    return kv;
+}
+
 /* `bench_cuda_ops attdec`: decode attention (T = 1 and a 3-draft verification's T = 4) at the
  * 27B's shape (Hq 24, Hkv 4) and the 35B-A3B's (Hq 16, Hkv 2), D 256, over caches of 4K, 32K
  * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel, the per-head one and
@@ -366,12 +387,7 @@ static void bench_moe(void) {
  * µs per call and GB/s of cache read (K + V bytes up to the last position) against the copy
  * rate. Each time is a median of 20 calls with the cache already written. */
 static void bench_attdec(double copy_bw) {
-    enum { NF = 4, REPS = 20 };
-    int kfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_Q8_0};
-    int vfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_TQ4};
-    const char *fn[NF] = {"f16", "q8_0", "fp8", "q8_0/tq4"};
-    size_t kvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 8 * 34},
-           vvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 2 * 66};
+    enum { REPS = 20 };
     const int64_t shapes[2][2] = {{24, 4}, {16, 2}}, ctxs[3] = {4096, 32768, 131072};
     const int64_t D = 256, CH = 512, ctxmax = 131072;
     double t[REPS];
@@ -384,13 +400,8 @@ static void bench_attdec(double copy_bw) {
         size_t wb = snug_cuda_attention_work_bytes(Hq, D, 4);
         OK(snug_cuda_malloc(&work, wb + 1, &err));
         for (int fi = 0; fi < NF; fi++) {
-            size_t kb = (size_t)ctxmax * Hkv * kvecb[fi], vb = (size_t)ctxmax * Hkv * vvecb[fi];
-            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, kfm[fi], vfm[fi]};
-            OK(snug_cuda_malloc(&kv.k, kb, &err));
-            OK(snug_cuda_malloc(&kv.v, vb, &err));
-            for (int64_t p = 0; p < ctxmax; p += CH)
-                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, NULL, SNUG_MIN(CH, ctxmax - p), rk, rv,
-                                      &err));
+            size_t kb, vb;
+            struct snug_cuda_kv kv = att_cache(fi, Hkv, D, ctxmax, CH, rk, rv, &kb, &vb);
             for (int ci = 0; ci < 3; ci++)
                 for (int T = 1; T <= 4; T += 3)
                     for (int gm = 0; gm < 3; gm++) { /* grouped, per head, grouped FLAT */
@@ -407,7 +418,7 @@ static void bench_attdec(double copy_bw) {
                         double bw = bytes / (ms * 1e-3) / 1e9;
                         printf("attdec Hq=%lld Hkv=%lld %-8s %s T=%d ctx=%-6lld %8.1f us %6.0f "
                                "GB/s %5.1f%% of copy\n",
-                               (long long)Hq, (long long)Hkv, fn[fi],
+                               (long long)Hq, (long long)Hkv, fmt_name[fi],
                                gm == 0   ? "grouped "
                                : gm == 1 ? "per-head"
                                          : "flat    ",
@@ -599,12 +610,6 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
      * random f32 rows. */
     {
         int64_t Hq = 24, Hkv = 4, D = 256, ctxmax = 200000, CH = 512;
-        enum { NF = 4 };
-        int kfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_Q8_0};
-        int vfm[NF] = {SNUG_KV_F16, SNUG_KV_Q8_0, SNUG_KV_FP8, SNUG_KV_TQ4};
-        const char *fn[NF] = {"f16", "q8_0", "fp8", "q8_0/tq4"};
-        size_t kvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 8 * 34},
-               vvecb[NF] = {2 * 256, 8 * 34, 4 + 256, 2 * 66};
         float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1),
               *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
         float *q = dev_rand((size_t)CH * Hq * D * 4, 1), *o = dev_rand((size_t)CH * Hq * D * 4, 1);
@@ -614,13 +619,8 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
             wb = snug_cuda_attention_work_bytes(Hq, D, 1);
         OK(snug_cuda_malloc(&work, wb + 1, &err));
         for (int fi = 0; fi < NF; fi++) {
-            size_t kb = (size_t)ctxmax * Hkv * kvecb[fi], vb = (size_t)ctxmax * Hkv * vvecb[fi];
-            struct snug_cuda_kv kv = {SNUG_CUDA_KV_FMT, NULL, NULL, ctxmax, kfm[fi], vfm[fi]};
-            OK(snug_cuda_malloc(&kv.k, kb, &err));
-            OK(snug_cuda_malloc(&kv.v, vb, &err));
-            for (int64_t p = 0; p < ctxmax; p += CH)
-                OK(snug_cuda_kv_store(&cu, &kv, Hkv, D, p, NULL, SNUG_MIN(CH, ctxmax - p), rk, rv,
-                                      &err));
+            size_t kb, vb;
+            struct snug_cuda_kv kv = att_cache(fi, Hkv, D, ctxmax, CH, rk, rv, &kb, &vb);
             for (int gm = 0; gm < 2; gm++) { /* the grouped decode kernel, then the per-head one */
                 snug_cuda_attention_tune(gm ? 0 : 1);
                 for (int i = 0; i < REP; i++) {
@@ -632,7 +632,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
                 double ms = median(t, REP), bw = (double)(kb + vb) / (ms * 1e-3) / 1e9;
                 printf("attention decode %-8s %s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f "
                        "GB/s  %5.1f%% of copy\n",
-                       fn[fi], gm ? "per-head" : "grouped ", (long long)ctxmax, ms * 1e3, bw,
+                       fmt_name[fi], gm ? "per-head" : "grouped ", (long long)ctxmax, ms * 1e3, bw,
                        100 * bw / copy_bw);
             }
             snug_cuda_attention_tune(-1);
@@ -649,7 +649,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
                     double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
                     printf("attention prompt %-4s %s ctx=%-6lld chunk 512: %9.2f ms per layer  "
                            "%6.1f TFLOP/s  (16 layers: %.2f s)\n",
-                           fn[fi], pm ? "sync " : "async", (long long)ctx, pms,
+                           fmt_name[fi], pm ? "sync " : "async", (long long)ctx, pms,
                            fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
                 }
             }
