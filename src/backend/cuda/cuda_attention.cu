@@ -603,7 +603,7 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
     /* 2..8 query heads per KV head: the grouped kernel decodes each cached vector once for all
      * of them */
     int64_t G = Hq / Hkv;
-    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-4x faster for
+    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-3.3x faster for
      * fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16 (whose decode is
      * free) about equal on the 27B and slower at 4K with one token: the per-head kernel keeps
      * caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either */

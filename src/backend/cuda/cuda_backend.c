@@ -267,8 +267,8 @@ static void cb_matmul_pair(struct snug_be *be, uint32_t type, const void *w, int
                            const void *w2, int64_t n_out2, int64_t n_in, const float *x, int64_t T,
                            float *y, float *y2, void *work) {
     struct cuda_be *c = CB(be);
-    if (T > SNUG_CUDA_MATVEC_MAX_T || c->mv_f32 || !snug_cuda_matvec_int8(type) ||
-        !scratch_can_round(c, n_in, T)) {
+    if (T > SNUG_CUDA_MATVEC_MAX_T || !snug_cuda_matvec_int8(type) ||
+        !scratch_can_round(c, n_in, T)) { /* (scratch_can_round: also not with mv_f32) */
         cb_matmul(be, type, w, n_in, n_out, x, T, y, work);
         cb_matmul(be, type, w2, n_in, n_out2, x, T, y2, work);
         return;
