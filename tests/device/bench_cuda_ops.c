@@ -382,8 +382,8 @@ static struct snug_cuda_kv att_cache(int fi, int64_t Hkv, int64_t D, int64_t ctx
 
 /* `bench_cuda_ops attdec`: decode attention (T = 1 and a 3-draft verification's T = 4) at the
  * 27B's shape (Hq 24, Hkv 4) and the 35B-A3B's (Hq 16, Hkv 2), D 256, over caches of 4K, 32K
- * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel, the per-head one and
- * the grouped kernel's FLAT candidate form:
+ * and 128K positions in f16, q8_0, q8_0/tq4 and fp8, the grouped kernel, the per-head one,
+ * the grouped kernel's FLAT candidate form and the tensor-core decode kernel:
  * µs per call and GB/s of cache read (K + V bytes up to the last position) against the copy
  * rate. Each time is a median of 20 calls with the cache already written. */
 static void bench_attdec(double copy_bw) {
@@ -404,9 +404,9 @@ static void bench_attdec(double copy_bw) {
             struct snug_cuda_kv kv = att_cache(fi, Hkv, D, ctxmax, CH, rk, rv, &kb, &vb);
             for (int ci = 0; ci < 3; ci++)
                 for (int T = 1; T <= 4; T += 3)
-                    for (int gm = 0; gm < 3; gm++) { /* grouped, per head, grouped FLAT */
+                    for (int gm = 0; gm < 4; gm++) { /* grouped, per head, FLAT, mma */
                         int64_t ctx = ctxs[ci];
-                        snug_cuda_attention_tune(gm == 0 ? 1 : gm == 1 ? 0 : 2);
+                        snug_cuda_attention_tune(gm == 0 ? 1 : gm == 1 ? 0 : gm == 2 ? 2 : 3);
                         for (int i = 0; i < REPS + 2; i++) {
                             if (i >= 2) tic();
                             OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctx - T, NULL, T, q,
@@ -421,7 +421,8 @@ static void bench_attdec(double copy_bw) {
                                (long long)Hq, (long long)Hkv, fmt_name[fi],
                                gm == 0   ? "grouped "
                                : gm == 1 ? "per-head"
-                                         : "flat    ",
+                               : gm == 2 ? "flat    "
+                                         : "mma     ",
                                T, (long long)ctx, ms * 1e3, bw, 100 * bw / copy_bw);
                     }
             snug_cuda_attention_tune(-1);

@@ -541,8 +541,9 @@ static void test_kv_store_bytes(int kf, int vf, int64_t Hkv, int64_t D, int64_t 
 /* The cache in K format kf and V format vf (enum snug_kv_type) on both sides: plain F16/F32
  * views for equal f16/f32, kvfmt views otherwise. Stores the prefix in one call and the chunk
  * in another; checks the device cache holds the same bytes as the CPU's (the quantizers
- * agree), then attention against snug_op_kvq_attention. T > 8 runs the tensor-core kernel
- * (f16 operands: tolerance 4e-3 of max|ref|), smaller T the f32 flash-decoding kernel. */
+ * agree), then attention against snug_op_kvq_attention. The tensor-core kernels (T > 8, and
+ * decode with 2+ query heads per KV head unless a knob says otherwise) have f16 operands:
+ * tolerance 4e-3 of max|ref|; the f32 flash-decoding kernels 2e-5. */
 static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0,
                            int64_t T) {
     int64_t n_ctx = pos0 + T + 3;
@@ -605,7 +606,11 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
     void *dw = wb ? dup_dev(NULL, wb) : NULL;
     OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, NULL, T, dq, scale, dout, dw, &err));
     float *got = get(dout, T * Hq * D);
-    cmp(name, got, ref, T * Hq * D, T > 8 ? 4e-3 : 2e-5);
+    /* the tensor-core kernels round q, the cache and the weights to f16 */
+    int form = snug_cuda_attention_form(&cu, kf, vf, Hq, Hkv, D, T);
+    static const char *const form_name[] = {"head", "grouped", "flat", "mma", "prompt"};
+    snprintf(name + strlen(name), sizeof name - strlen(name), " [%s]", form_name[form]);
+    cmp(name, got, ref, T * Hq * D, form >= SNUG_CUDA_ATT_MMA ? 4e-3 : 2e-5);
     { /* the same call with the positions in device memory: the same bits */
         int32_t *hp = snug_malloc((size_t)T * 4);
         for (int64_t i = 0; i < T; i++) hp[i] = (int32_t)(pos0 + i);
@@ -1534,11 +1539,13 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
-    if (only && !strcmp(only, "attention")) { /* the default kernels, then each grouped form */
+    if (only && !strcmp(only, "attention")) { /* the default kernels, then each f32 form */
         test_attention_all();
         snug_cuda_attention_tune(1);
         test_attention_all();
         snug_cuda_attention_tune(2); /* the grouped kernel's FLAT candidate form */
+        test_attention_all();
+        snug_cuda_attention_tune(0); /* per query head */
         test_attention_all();
         snug_cuda_attention_tune(-1);
     }

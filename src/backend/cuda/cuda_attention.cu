@@ -6,7 +6,8 @@
  * (max, sum, output) are merged by a second kernel. With 2..8 query heads per KV head and a
  * cache whose decode costs (q8_0, fp8, tq), the grouped kernel decodes each vector once into
  * shared memory for all the heads of its group.
- * Larger T goes to the tensor-core kernel of cuda_fa.cu.
+ * Larger T, and by default decode steps whose KV heads serve 2 or more query heads, go to the
+ * tensor-core kernels of cuda_fa.cu (att_form picks; the merge of split partials is here).
  * Invariant: the cache is read in place in its own format (no converted copy); scratch depends
  * on T·Hq·D only, never on the context length; nothing allocates.
  * Read next: cuda_fa.cu, cuda_delta.cu. */
@@ -29,7 +30,10 @@
  * heads 128: each block's tile loop waited out every load in turn. */
 #define ATT_G_TARGET_BLOCKS 640
 #define ATT_G_MAX_SPLIT     256
-#define ATT_MIN_KEYS        64 /* ... but give each block at least this many positions */
+/* The tensor-core decode kernel's blocks (4 warps, ~110 KB of shared memory at D 256 with a
+ * q8_0 cache) fit two per SM: split until about two per SM of 132 are in flight. */
+#define FD_TARGET_BLOCKS 264
+#define ATT_GMAX         8 /* the grouped kernel's most query heads per KV head */
 
 /* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
 static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
@@ -152,25 +156,13 @@ static int att_nsplit_head(int64_t Hq, int64_t T, int64_t nk) {
 static int att_nsplit_group(int64_t Hkv, int64_t T, int64_t nk) {
     return att_nsplit(Hkv * T, ATT_G_TARGET_BLOCKS, ATT_G_MAX_SPLIT, nk);
 }
-
-/* The decode kernels' split of the nk = pos0 + T keys, decided on the device from the step's
- * first position (so a replayed launch adapts to the cache's length): the splits in use, at
- * most the launch's ns_max (att_nsplit_head or _group for any length), as those decide them for nk,
- * and the keys per split. Blocks past the splits in use leave at once. */
-struct att_split {
-    int64_t pos0;
-    int ns;
-    int64_t chunk;
-};
-__device__ __forceinline__ att_split att_split_of(int64_t pos0, const int32_t *pos_dev, int64_t T,
-                                                  int ns_max) {
-    att_split a;
-    a.pos0 = pos_dev ? (int64_t)pos_dev[0] : pos0;
-    int64_t nk = a.pos0 + T, by_keys = (nk + ATT_MIN_KEYS - 1) / ATT_MIN_KEYS;
-    int64_t ns = ns_max < by_keys ? ns_max : by_keys;
-    a.ns = ns < 1 ? 1 : (int)ns;
-    a.chunk = (nk + a.ns - 1) / a.ns;
-    return a;
+/* The tensor-core decode kernel's launch splits (grid splits × Hkv × row blocks of FD_ROWS):
+ * until about two blocks per SM, never more than the grouped kernel's bound for the fewest KV
+ * heads (what snug_cuda_attention_work_bytes sizes). */
+static int att_nsplit_mma(int64_t Hq, int64_t Hkv, int64_t T) {
+    int64_t rb = (T * (Hq / Hkv) + FD_ROWS - 1) / FD_ROWS;
+    int ns = att_nsplit(Hkv * rb, FD_TARGET_BLOCKS, ATT_G_MAX_SPLIT, INT64_MAX / 2);
+    return std::min(ns, att_nsplit_group(std::max<int64_t>(1, Hq / ATT_GMAX), T, INT64_MAX / 2));
 }
 
 /* Block (split s, query head h, token t). Warp w takes positions lo+w, lo+w+4, ..., ATT_U of
@@ -292,9 +284,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
  * overlap — the fetch clamps positions past the split's end to its last position (loaded,
  * never weighed: their scores are -inf), every slot of a tile is stored, and the score and
  * output loops run over all ATT_TP slots (the slots past 2·G are zeros, set once). */
-#define ATT_JP   2
-#define ATT_GMAX 8
-#define ATT_TP   (ATT_JP * ATT_GMAX) /* the largest tile */
+#define ATT_JP 2
+#define ATT_TP (ATT_JP * ATT_GMAX) /* the largest tile */
 template <int DPL, int KF, int VF, bool FLAT>
 __global__ void __launch_bounds__(ATT_GMAX * 32)
     k_attention_g(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
@@ -536,11 +527,43 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                    const float *q, float scale, float *out, void *work, struct snug_err *err);
 
 /* Decode attention kernel: -2 = not decided yet (SNUG_ATT_GROUPED read at the first call),
- * -1 = by the formats, 0 = per head, 1 = grouped, 2 = grouped in its FLAT form
- * (snug_cuda_attention_tune). */
+ * -1 = by the formats, 0 = per head, 1 = grouped, 2 = grouped in its FLAT form, 3 = tensor
+ * cores (snug_cuda_attention_tune). */
 static int g_att_grouped = -2;
 extern "C" void snug_cuda_attention_tune(int grouped) {
-    g_att_grouped = grouped >= 0 && grouped <= 2 ? grouped : -1;
+    g_att_grouped = grouped >= 0 && grouped <= 3 ? grouped : -1;
+}
+
+/* Which kernel runs T tokens of Hq query heads over Hkv KV heads (the enum in cuda_ops.h). */
+static int att_form(const struct snug_cuda *cu, int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D,
+                    int64_t T) {
+    if (g_att_grouped == -2) { /* first call: the debugging override, read once */
+        const char *ge = getenv("SNUG_ATT_GROUPED");
+        g_att_grouped = !ge || !*ge        ? -1
+                        : !strcmp(ge, "3") ? 3
+                        : !strcmp(ge, "2") ? 2
+                                           : strcmp(ge, "0") != 0;
+    }
+    if (T > ATT_FA_MIN_T) return SNUG_CUDA_ATT_PROMPT;
+    int64_t G = Hq / Hkv;
+    /* tensor cores for 2 or more query heads per KV head, every format the kernel reads
+     * (docs/perf/cuda-kernels.md "Decode on tensor cores") */
+    if ((g_att_grouped == -1 || g_att_grouped == 3) && G >= 2 && snug_cuda_fa_dec_ok(cu, kf, vf, D))
+        return SNUG_CUDA_ATT_MMA;
+    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-3.3x faster for
+     * fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16 (whose decode is
+     * free) about equal on the 27B and slower at 4K with one token: the per-head kernel keeps
+     * caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either */
+    bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
+                 (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
+    bool grouped = g_att_grouped >= 0 && g_att_grouped != 3 ? g_att_grouped >= 1 : !cheap;
+    if (!(grouped && G >= 2 && G <= ATT_GMAX && D >= 64)) return SNUG_CUDA_ATT_HEAD;
+    return g_att_grouped == 2 ? SNUG_CUDA_ATT_FLAT : SNUG_CUDA_ATT_GROUPED;
+}
+
+extern "C" int snug_cuda_attention_form(const struct snug_cuda *cu, int k_fmt, int v_fmt,
+                                        int64_t Hq, int64_t Hkv, int64_t D, int64_t T) {
+    return att_form(cu, k_fmt, v_fmt, Hq, Hkv, D, T);
 }
 
 extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int64_t Hq,
@@ -590,40 +613,13 @@ extern "C" int snug_cuda_attention(struct snug_cuda *cu, const struct snug_cuda_
     return att_run(cu, kv, kf, vf, Hq, Hkv, D, pos0, pos_dev, T, q, scale, out, work, err);
 }
 
-/* The attention proper (after the checks; q in the basis the K cache stores). */
-static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
-                   int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
-                   const float *q, float scale, float *out, void *work, struct snug_err *err) {
-    if (T > ATT_FA_MIN_T) {
-        int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
-        if (rc != SNUG_ERR_UNSUPPORTED) return rc; /* else: the shape falls back to the below */
-    }
+/* The f32 flash-decoding kernels (k_attention / k_attention_g) for a decode step. */
+static int att_f32(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
+                   bool grouped, bool flat, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0,
+                   const int32_t *pos_dev, int64_t T, const float *q, float scale, float *out,
+                   float *part, int ns, struct snug_err *err) {
     cudaStream_t st = SNUG_CU_STREAM(cu);
-    float *part = (float *)work;
-    /* 2..8 query heads per KV head: the grouped kernel decodes each cached vector once for all
-     * of them */
-    int64_t G = Hq / Hkv;
-    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-3.3x faster for
-     * fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16 (whose decode is
-     * free) about equal on the 27B and slower at 4K with one token: the per-head kernel keeps
-     * caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either */
-    if (g_att_grouped == -2) { /* first call: the debugging override, read once */
-        const char *ge = getenv("SNUG_ATT_GROUPED");
-        g_att_grouped = !ge || !*ge ? -1 : !strcmp(ge, "2") ? 2 : strcmp(ge, "0") != 0;
-    }
-    bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
-                 (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
-    bool grouped = g_att_grouped >= 0 ? g_att_grouped >= 1 : !cheap, flat = g_att_grouped == 2;
-    grouped = grouped && G >= 2 && G <= ATT_GMAX && D >= 64;
-    /* the launch is sized for any cache length (ns splits at most); the kernels take the
-     * splits the actual length asks for (att_split_of): the same splits, and so the same
-     * bits, as sizing the launch by the length */
-    int ns =
-        grouped ? att_nsplit_group(Hkv, T, INT64_MAX / 2) : att_nsplit_head(Hq, T, INT64_MAX / 2);
-    if (ns > 1 && !work)
-        return snug_err_set(err, SNUG_ERR_INVALID,
-                            "cuda attention: work memory required "
-                            "(snug_cuda_attention_work_bytes)");
+    const int64_t G = Hq / Hkv;
     dim3 grid((unsigned)ns, (unsigned)(grouped ? Hkv : Hq), (unsigned)T);
 #define ATT_D(DPL)                                                                                 \
     do {                                                                                           \
@@ -655,9 +651,38 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                             (long long)D);
     }
 #undef ATT_D
-    int rc = snug_cu_launched(err, "attention");
+    return snug_cu_launched(err, "attention");
+}
+
+/* The attention proper (after the checks; q in the basis the K cache stores). */
+static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf, int64_t Hq,
+                   int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                   const float *q, float scale, float *out, void *work, struct snug_err *err) {
+    if (T > ATT_FA_MIN_T) {
+        int rc = snug_cuda_fa(cu, kv, kf, vf, Hq, Hkv, D, pos0, T, q, scale, out, work, err);
+        if (rc != SNUG_ERR_UNSUPPORTED) return rc; /* else: the shape falls back to the below */
+    }
+    float *part = (float *)work;
+    /* (a prompt chunk the tensor-core prompt kernel left: the decode kernels) */
+    const int form = att_form(cu, kf, vf, Hq, Hkv, D, std::min<int64_t>(T, ATT_FA_MIN_T));
+    const bool grouped = form == SNUG_CUDA_ATT_GROUPED || form == SNUG_CUDA_ATT_FLAT,
+               flat = form == SNUG_CUDA_ATT_FLAT;
+    /* the launch is sized for any cache length (ns splits at most); the kernels take the
+     * splits the actual length asks for (att_split_of): the same splits, and so the same
+     * bits, as sizing the launch by the length */
+    int ns = form == SNUG_CUDA_ATT_MMA ? att_nsplit_mma(Hq, Hkv, T)
+             : grouped                 ? att_nsplit_group(Hkv, T, INT64_MAX / 2)
+                                       : att_nsplit_head(Hq, T, INT64_MAX / 2);
+    if (ns > 1 && !work)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda attention: work memory required "
+                            "(snug_cuda_attention_work_bytes)");
+    int rc = form == SNUG_CUDA_ATT_MMA ? snug_cuda_fa_dec(cu, kv, kf, vf, Hq, Hkv, D, pos0, pos_dev,
+                                                          T, q, scale, out, part, ns, err)
+                                       : att_f32(cu, kv, kf, vf, grouped, flat, Hq, Hkv, D, pos0,
+                                                 pos_dev, T, q, scale, out, part, ns, err);
     if (rc || ns == 1) return rc;
-    k_att_merge<<<(unsigned)(T * Hq), att_merge_threads(D), 0, st>>>(part, ns, (int)D, out, pos0,
-                                                                     pos_dev, T);
+    k_att_merge<<<(unsigned)(T * Hq), att_merge_threads(D), 0, SNUG_CU_STREAM(cu)>>>(
+        part, ns, (int)D, out, pos0, pos_dev, T);
     return snug_cu_launched(err, "attention merge");
 }

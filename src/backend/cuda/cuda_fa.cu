@@ -1,5 +1,6 @@
-/* cuda_fa.cu — causal GQA attention for prompt chunks on tensor cores (flash-attention style;
- * semantics: src/backend/cpu/ops.h snug_op_attention).
+/* cuda_fa.cu — causal GQA attention on tensor cores (flash-attention style; semantics:
+ * src/backend/cpu/ops.h snug_op_attention): prompt chunks (k_fa, below) and decode steps of a
+ * few tokens (k_fa_dec, at the end of the file, which reads its own comment).
  * A block owns FA_BM query rows of one KV head: row i of the flattened [T][G] (G = Hq/Hkv
  * query heads sharing the KV head) is token i/G, head g·G + i%G, so the G heads of a token
  * share every K/V tile. Per tile of FA_BN keys the block dequantises K and V from the cache
@@ -548,5 +549,330 @@ int snug_cuda_fa(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, in
         return fa_launch<256>(cu, kv, kf, vf, Hq, Hkv, pos0, T, q, scale, out, work, err);
     default:
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "cuda fa: head dim %lld", (long long)D);
+    }
+}
+
+/* ---- decode (T <= ATT_FA_MIN_T) on tensor cores ---------------------------------------------
+ * Block (split s, KV head kh, row block rb) with FD_WARPS warps over the same FD_ROWS query
+ * rows (row i of the flattened [T][G], as in k_fa: one KV head's query heads of up to
+ * FD_ROWS / G tokens, rows past T·G zero). The block's key range is cut into tiles of FD_BN
+ * keys dealt to the warps in turn (warp w: tiles w, w + FD_WARPS, ...); each warp runs its own
+ * pipeline with no block barrier: the raw bytes of its next tile travel by cp.async (two
+ * stages per warp) while it decodes the current one into its own f16 tile (K, then V in the
+ * same tile) and runs S = Q·Kᵀ, the online softmax (base 2) and O += P·V with mma.sync. At the
+ * end the warps' (max, sum, output) meet in shared memory (the raw stages' space) and the
+ * block writes the output or its split's partial (cuda_attention.cu's merge, splits decided
+ * on the device by att_split_of, so a replayed launch adapts to the cache length). */
+#define FD_WARPS 4
+#define FD_BN    16
+
+/* Queue the stored vectors of keys kb .. kb+FD_BN-1 for one warp (keys at or past lim are
+ * zero-filled). */
+__device__ __forceinline__ void fd_issue(uint8_t *raw, const uint8_t *__restrict__ base, int64_t vb,
+                                         int64_t Hkv, int64_t kh, int64_t kb, int64_t lim,
+                                         int lane) {
+    int unit = cp_unit(vb), per = (int)(vb / unit);
+    int64_t rs = raw_stride(vb);
+    for (int i = lane; i < FD_BN * per; i += 32) {
+        int r = i / per, u = i % per;
+        int64_t key = kb + r;
+        bool ok = key < lim;
+        const uint8_t *src = base + ((ok ? key : 0) * Hkv + kh) * vb + (int64_t)u * unit;
+        cp_async(raw + r * rs + u * unit, src, unit, ok);
+    }
+}
+/* One warp decodes raw[FD_BN][rs] (format FMT) into its swizzled f16 tile (every lane takes
+ * part in each step: the tq codebook goes through shuffles). */
+template <int D, int FMT>
+__device__ __forceinline__ void fd_decode_f(__half *tile, const uint8_t *raw, int64_t rs,
+                                            int lane) {
+    constexpr int CH = D / 8, TG = D % 128 == 0 ? 128 : 64;
+    static_assert(FD_BN * CH % 32 == 0, "whole warps decode");
+    const float lut = kvf_tq_lut(FMT);
+#pragma unroll 4
+    for (int i = lane; i < FD_BN * CH; i += 32) {
+        int r = i / CH, c = i % CH;
+        *(uint4 *)(tile + sw<D>(r, c)) = decode8<FMT>(fetch8<FMT, TG>(raw + r * rs, c), lut);
+    }
+}
+template <int D>
+__device__ __forceinline__ void fd_decode(__half *tile, const uint8_t *raw, int fmt, int64_t vb,
+                                          int lane) {
+    int64_t rs = raw_stride(vb);
+    switch (fmt) {
+    case SNUG_KV_F16:
+        fd_decode_f<D, SNUG_KV_F16>(tile, raw, rs, lane);
+        break;
+    case SNUG_KV_BF16:
+        fd_decode_f<D, SNUG_KV_BF16>(tile, raw, rs, lane);
+        break;
+    case SNUG_KV_Q8_0:
+        fd_decode_f<D, SNUG_KV_Q8_0>(tile, raw, rs, lane);
+        break;
+    case SNUG_KV_TQ4:
+        fd_decode_f<D, SNUG_KV_TQ4>(tile, raw, rs, lane);
+        break;
+    case SNUG_KV_TQ3:
+        fd_decode_f<D, SNUG_KV_TQ3>(tile, raw, rs, lane);
+        break;
+    default:
+        fd_decode_f<D, SNUG_KV_FP8>(tile, raw, rs, lane);
+        break;
+    }
+}
+
+/* Shared memory of a decode block: Q, the warps' f16 tiles, then the larger of the warps' raw
+ * stages and the final merge's outputs. */
+__host__ __device__ __forceinline__ size_t fd_raw_bytes(int64_t kvb, int64_t vvb) {
+    return (size_t)FD_BN * (size_t)(raw_stride(kvb) + raw_stride(vvb)); /* one stage */
+}
+static size_t fd_smem(int64_t D, int64_t kvb, int64_t vvb) {
+    size_t stages = (size_t)FD_WARPS * 2 * fd_raw_bytes(kvb, vvb);
+    size_t merge = (size_t)FD_WARPS * FD_ROWS * D * sizeof(float);
+    return (size_t)(FD_ROWS + FD_WARPS * FD_BN) * D * sizeof(__half) +
+           (stages > merge ? stages : merge);
+}
+
+template <int D>
+__global__ void __launch_bounds__(FD_WARPS * 32, 2)
+    k_fa_dec(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf,
+             int64_t Hq, int64_t Hkv, int64_t pos0_host, const int32_t *pos_dev, int64_t T,
+             const float *__restrict__ q, float qscale, float *out, float *part, int nsplit) {
+    const att_split sp = att_split_of(pos0_host, pos_dev, T, nsplit);
+    if ((int)blockIdx.x >= sp.ns) return; /* (the whole block: before any barrier) */
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int CH = D / 8;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, s = blockIdx.x;
+    const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
+    __half *sQ = (__half *)fa_smem, *tile = sQ + FD_ROWS * D + w * FD_BN * D;
+    uint8_t *rawbase = (uint8_t *)(sQ + (FD_ROWS + FD_WARPS * FD_BN) * D);
+    const size_t stage_bytes = fd_raw_bytes(kvb, vvb);
+    uint8_t *const raw0 = rawbase + (size_t)w * 2 * stage_bytes; /* this warp's two stages */
+    const int64_t voff = FD_BN * raw_stride(kvb);                /* V after K in a stage */
+    const int G = (int)(Hq / Hkv);
+    const int64_t pos0 = sp.pos0, kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.z * FD_ROWS;
+
+    for (int i = threadIdx.x; i < FD_ROWS * CH; i += FD_WARPS * 32) {
+        int r = i / CH, c = i % CH;
+        int64_t gi = r0 + r;
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (gi < rows) {
+            int64_t t = gi / G, h = kh * G + gi % G;
+            const float4 *p = (const float4 *)(q + (t * Hq + h) * D + c * 8);
+            float4 a = p[0], b = p[1];
+            u.x = pack_h2(a.x * qscale, a.y * qscale), u.y = pack_h2(a.z * qscale, a.w * qscale);
+            u.z = pack_h2(b.x * qscale, b.y * qscale), u.w = pack_h2(b.z * qscale, b.w * qscale);
+        }
+        *(uint4 *)(sQ + sw<D>(r, c)) = u;
+    }
+    __syncthreads();
+
+    /* The keys of this split this block needs, and the last key each of this thread's two
+     * accumulator rows (lane/4 and lane/4 + 8) may see. */
+    const int64_t nk = pos0 + imin(r0 + FD_ROWS - 1, rows - 1) / G + 1;
+    const int64_t lo = (int64_t)s * sp.chunk, hi = imin(lo + sp.chunk, nk);
+    const int64_t gr0 = r0 + (lane >> 2), gr1 = gr0 + 8;
+    const int64_t lim0 = imin(pos0 + imin(gr0, rows - 1) / G, hi - 1),
+                  lim1 = imin(pos0 + imin(gr1, rows - 1) / G, hi - 1);
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    int64_t kb = lo + (int64_t)w * FD_BN;
+    if (kb < hi) {
+        fd_issue(raw0, kc, kvb, Hkv, kh, kb, hi, lane);
+        fd_issue(raw0 + voff, vc, vvb, Hkv, kh, kb, hi, lane);
+        cp_async_commit_wait_prev();
+    }
+    for (int st = 0; kb < hi; kb += FD_WARPS * FD_BN, st ^= 1) {
+        const int64_t nb = kb + FD_WARPS * FD_BN;
+        if (nb < hi) { /* the next tile's bytes fly during this one */
+            uint8_t *nxt = raw0 + (st ^ 1) * stage_bytes;
+            fd_issue(nxt, kc, kvb, Hkv, kh, nb, hi, lane);
+            fd_issue(nxt + voff, vc, vvb, Hkv, kh, nb, hi, lane);
+            cp_async_commit_wait_prev();
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            cp_async_wait_all();
+        }
+        __syncwarp(); /* every lane's copies of this tile have landed */
+        const uint8_t *cur = raw0 + st * stage_bytes;
+        fd_decode<D>(tile, cur, kf, kvb, lane);
+        __syncwarp();
+
+        /* S = Q·Kᵀ: 16 rows × FD_BN keys */
+        float sacc[FD_BN / 8][4];
+#pragma unroll
+        for (int j = 0; j < FD_BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
+        const int mi = lane >> 3;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(a, sQ + sw<D>(lane & 15, kk * 2 + (lane >> 4)));
+#pragma unroll
+            for (int np = 0; np < FD_BN / 16; np++) {
+                uint32_t b[4];
+                ldsm_x4(b, tile + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+                mma16816(sacc[2 * np], a, b[0], b[1]);
+                mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        __syncwarp(); /* the K tile is read: V goes into the same place */
+        fd_decode<D>(tile, cur + voff, vf, vvb, lane);
+
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int j = 0; j < FD_BN / 8; j++) {
+            int64_t key = kb + j * 8 + 2 * (lane & 3);
+            if (key > lim0) sacc[j][0] = -INFINITY;
+            if (key + 1 > lim0) sacc[j][1] = -INFINITY;
+            if (key > lim1) sacc[j][2] = -INFINITY;
+            if (key + 1 > lim1) sacc[j][3] = -INFINITY;
+            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
+        m0 = mx0, m1 = mx1;
+        float rs0 = 0.0f, rs1 = 0.0f;
+        uint32_t pa[FD_BN / 16][4];
+#pragma unroll
+        for (int j = 0; j < FD_BN / 8; j++) {
+            float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
+            float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
+            rs0 += p0 + p1, rs1 += p2 + p3;
+            pa[j >> 1][(j & 1) * 2] = pack_h2(p0, p1);
+            pa[j >> 1][(j & 1) * 2 + 1] = pack_h2(p2, p3);
+        }
+        l0 = l0 * c0 + rs0, l1 = l1 * c1 + rs1;
+        /* the maxima settle after the first tiles: rescale only when one moved */
+        if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
+        }
+        __syncwarp(); /* the V tile is written */
+#pragma unroll
+        for (int ks = 0; ks < FD_BN / 16; ks++) {
+#pragma unroll
+            for (int nd = 0; nd < D / 16; nd++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, tile + sw<D>(ks * 16 + (mi & 1) * 8 + (lane & 7), nd * 2 + (mi >> 1)));
+                mma16816(o[2 * nd], pa[ks], b[0], b[1]);
+                mma16816(o[2 * nd + 1], pa[ks], b[2], b[3]);
+            }
+        }
+        __syncwarp(); /* the tile and this stage are free for the next tile */
+    }
+
+    /* The warps meet: row maxima and sums, each warp's output weighed by e^(m_w - M) into
+     * shared memory (the raw stages are idle: every warp waited for all its copies), then the
+     * sum over the warps. */
+    __shared__ float smx[FD_WARPS][FD_ROWS], ssum[FD_WARPS][FD_ROWS], sM[FD_ROWS], sL[FD_ROWS];
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if ((lane & 3) == 0) {
+        smx[w][lane >> 2] = m0, smx[w][(lane >> 2) + 8] = m1;
+        ssum[w][lane >> 2] = l0, ssum[w][(lane >> 2) + 8] = l1;
+    }
+    __syncthreads();
+    float *so = (float *)rawbase; /* [FD_WARPS][FD_ROWS][D] */
+    {
+        float M0 = -INFINITY, M1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < FD_WARPS; j++)
+            M0 = fmaxf(M0, smx[j][lane >> 2]), M1 = fmaxf(M1, smx[j][(lane >> 2) + 8]);
+        float f0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - M0);
+        float f1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - M1);
+        float *p0 = so + ((size_t)w * FD_ROWS + (lane >> 2)) * D + 2 * (lane & 3);
+        float *p1 = p0 + 8 * D;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            *(float2 *)(p0 + i * 8) = make_float2(o[i][0] * f0, o[i][1] * f0);
+            *(float2 *)(p1 + i * 8) = make_float2(o[i][2] * f1, o[i][3] * f1);
+        }
+        if (threadIdx.x < FD_ROWS) {
+            int r = threadIdx.x;
+            float M = -INFINITY, L = 0.0f;
+#pragma unroll
+            for (int j = 0; j < FD_WARPS; j++) M = fmaxf(M, smx[j][r]);
+#pragma unroll
+            for (int j = 0; j < FD_WARPS; j++)
+                L += smx[j][r] == -INFINITY ? 0.0f : ssum[j][r] * exp2f(smx[j][r] - M);
+            sM[r] = M, sL[r] = L;
+        }
+    }
+    __syncthreads();
+    const float LN2 = 0.69314718055994531f;
+    for (int e = threadIdx.x; e < FD_ROWS * D; e += FD_WARPS * 32) {
+        int r = e / D, d = e % D;
+        int64_t gi = r0 + r;
+        if (gi >= rows) break; /* rows are in order: the rest are past the end too */
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FD_WARPS; j++) acc += so[((size_t)j * FD_ROWS + r) * D + d];
+        int64_t t = gi / G, h = kh * G + gi % G, row = t * Hq + h;
+        if (nsplit == 1) {
+            out[row * D + d] = acc / sL[r];
+        } else {
+            float *pp = part + (row * nsplit + s) * (D + 2);
+            pp[2 + d] = acc;
+            if (d == 0) pp[0] = sM[r] == -INFINITY ? -INFINITY : sM[r] * LN2, pp[1] = sL[r];
+        }
+    }
+}
+
+bool snug_cuda_fa_dec_ok(const struct snug_cuda *cu, int kf, int vf, int64_t D) {
+    if (D != 64 && D != 128 && D != 256) return false;
+    if (kf == SNUG_KV_F32 || vf == SNUG_KV_F32) return false;
+    int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
+    /* tq vectors travel in 4-byte units: only when their size is a multiple of 4 (D 256) */
+    if ((kvf_rotated(kf) && kvb % 4) || (kvf_rotated(vf) && vvb % 4)) return false;
+    return fd_smem(D, kvb, vvb) + 1024 <= cu->smem_optin; /* (+ the static merge arrays) */
+}
+
+template <int D>
+static int fa_dec_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
+                         int64_t Hq, int64_t Hkv, int64_t pos0, const int32_t *pos_dev, int64_t T,
+                         const float *q, float scale, float *out, float *part, int ns,
+                         struct snug_err *err) {
+    static size_t set = 0; /* per instantiation; one device per process */
+    size_t smem = fd_smem(D, kvf_vec_bytes(kf, D), kvf_vec_bytes(vf, D));
+    int rc = fa_smem_attr((const void *)k_fa_dec<D>, smem, &set, err);
+    if (rc) return rc;
+    int64_t G = Hq / Hkv;
+    dim3 grid((unsigned)ns, (unsigned)Hkv, (unsigned)((T * G + FD_ROWS - 1) / FD_ROWS));
+    const float LOG2E = 1.4426950408889634f;
+    k_fa_dec<D><<<grid, FD_WARPS * 32, smem, SNUG_CU_STREAM(cu)>>>(
+        (const uint8_t *)kv->k, (const uint8_t *)kv->v, kf, vf, Hq, Hkv, pos0, pos_dev, T, q,
+        scale * LOG2E, out, part, ns);
+    return snug_cu_launched(err, "attention (tensor-core decode)");
+}
+
+int snug_cuda_fa_dec(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
+                     int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev,
+                     int64_t T, const float *q, float scale, float *out, float *part, int ns,
+                     struct snug_err *err) {
+    switch (D) {
+    case 64:
+        return fa_dec_launch<64>(cu, kv, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns,
+                                 err);
+    case 128:
+        return fa_dec_launch<128>(cu, kv, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part,
+                                  ns, err);
+    case 256:
+        return fa_dec_launch<256>(cu, kv, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part,
+                                  ns, err);
+    default:
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED, "cuda fa decode: head dim %lld",
+                            (long long)D);
     }
 }

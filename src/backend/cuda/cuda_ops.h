@@ -67,12 +67,26 @@ void snug_cuda_matvec_tune(int rows);
  * or the default. A tuning knob for tests and benchmarks
  * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
 void snug_cuda_matvec_mma(int mask);
-/* The same kind of knobs for the decode attention (1 = grouped per KV head, 2 = its branch-free
- * candidate form, 0 = per query head) and the prompt attention's tile loader (1 = pipelined, 0 =
- * plain); anything else = the choice by the cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set
- * them at the first call (docs/debugging.md). */
+/* The same kind of knobs for the decode attention (3 = tensor cores where the formats allow,
+ * 1 = grouped per KV head, 2 = its branch-free candidate form, 0 = per query head) and the
+ * prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the choice by the
+ * cache formats. Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
+ * (docs/debugging.md). */
 void snug_cuda_attention_tune(int grouped);
 void snug_cuda_fa_tune(int pipe);
+/* The kernel snug_cuda_attention picks for T tokens (K / V formats enum snug_kv_type; plain
+ * f16 / f32 caches: SNUG_KV_F16 / SNUG_KV_F32 on both sides) under the knob above. The tensor-
+ * core forms round q and the cache to f16 (error ~1e-3 of the output's scale); the others
+ * compute in f32. */
+enum snug_cuda_att_form {
+    SNUG_CUDA_ATT_HEAD,    /* f32, a block per query head */
+    SNUG_CUDA_ATT_GROUPED, /* f32, a block per KV head's query heads */
+    SNUG_CUDA_ATT_FLAT,    /* the grouped kernel's branch-free form */
+    SNUG_CUDA_ATT_MMA,     /* tensor cores, a block per KV head's query rows (decode) */
+    SNUG_CUDA_ATT_PROMPT   /* tensor cores, T above 8 (prompt chunks) */
+};
+int snug_cuda_attention_form(const struct snug_cuda *cu, int k_fmt, int v_fmt, int64_t Hq,
+                             int64_t Hkv, int64_t D, int64_t T);
 /* y[T][n_out] = x[T][n_in] · Wᵀ (W: n_out rows of n_in elements of `type`, as GGUF stores it).
  * T <= SNUG_CUDA_MATVEC_MAX_T runs the decode kernel (one pass over W, dequantised in
  * registers, f32 accumulate): for q4_K/q6_K/q8_0 with `work` given, x is first rounded to int8
