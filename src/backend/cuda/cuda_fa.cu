@@ -861,6 +861,10 @@ int snug_cuda_fa_dec(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
                      int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, const int32_t *pos_dev,
                      int64_t T, const float *q, float scale, float *out, float *part, int ns,
                      struct snug_err *err) {
+    if (!snug_cuda_fa_dec_ok(cu, kf, vf, D))
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda fa decode: cache formats K %d / V %d at head size %lld", kf, vf,
+                            (long long)D);
     switch (D) {
     case 64:
         return fa_dec_launch<64>(cu, kv, kf, vf, Hq, Hkv, pos0, pos_dev, T, q, scale, out, part, ns,
