@@ -542,7 +542,7 @@ static void test_kv_store_bytes(int kf, int vf, int64_t Hkv, int64_t D, int64_t 
  * views for equal f16/f32, kvfmt views otherwise. Stores the prefix in one call and the chunk
  * in another; checks the device cache holds the same bytes as the CPU's (the quantizers
  * agree), then attention against snug_op_kvq_attention. The tensor-core kernels (T > 8, and
- * decode with 2+ query heads per KV head unless a knob says otherwise) have f16 operands:
+ * decode with 2+ query heads per KV head where snug_cuda_attention_form says so) have f16 operands:
  * tolerance 4e-3 of max|ref|; the f32 flash-decoding kernels 2e-5. */
 static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0,
                            int64_t T) {
@@ -1539,13 +1539,15 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
-    if (only && !strcmp(only, "attention")) { /* the default kernels, then each f32 form */
+    if (only && !strcmp(only, "attention")) { /* the default kernels, then each form */
         test_attention_all();
         snug_cuda_attention_tune(1);
         test_attention_all();
         snug_cuda_attention_tune(2); /* the grouped kernel's FLAT candidate form */
         test_attention_all();
         snug_cuda_attention_tune(0); /* per query head */
+        test_attention_all();
+        snug_cuda_attention_tune(3); /* tensor cores where the formats allow */
         test_attention_all();
         snug_cuda_attention_tune(-1);
     }
