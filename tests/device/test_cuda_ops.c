@@ -606,7 +606,7 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
     void *dw = wb ? dup_dev(NULL, wb) : NULL;
     OK(snug_cuda_attention(&cu, &dv, Hq, Hkv, D, pos0, NULL, T, dq, scale, dout, dw, &err));
     float *got = get(dout, T * Hq * D);
-    /* the tensor-core kernels round q, the cache and the weights to f16 */
+    /* the tensor-core kernels round q, the cache and the softmax weights to f16 */
     int form = snug_cuda_attention_form(&cu, kf, vf, Hq, Hkv, D, T);
     static const char *const form_name[] = {"head", "grouped", "flat", "mma", "prompt"};
     snprintf(name + strlen(name), sizeof name - strlen(name), " [%s]", form_name[form]);
