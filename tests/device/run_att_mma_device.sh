@@ -1,15 +1,16 @@
 #!/bin/sh
-# run_att_mma_device.sh — what decides whether the tensor-core decode attention (cuda_fa.cu
-# k_fa_dec, SNUG_ATT_GROUPED=3) becomes the default (ATT_MMA_DEFAULT in cuda_attention.cu), in
-# one device call: 1. `test_cuda_ops attention` (every format pair and shape under each kernel
-# form; the fifth pass forces the tensor-core one, tolerance 4e-3 of max|ref|); 2. `bench_cuda_ops
-# attdec` (µs per call of the grouped / per-head / FLAT / tensor-core kernels at the 27B's and
-# the 35B-A3B's shapes, 4K-128K, T = 1 and 4, with the share of the copy rate); 3. the fixtures'
-# decode path with the kernel forced (`snug logits --chunk 1` against the reference logits and
-# greedy tokens; q8_0 and tq4 caches against the CPU backend: median KL <= 1e-4, as
-# run_e2e_device.sh gates); 4. whole-model decode at depth 32K, the default kernels against the
-# forced tensor-core one (`snug bench-local`), on a generated preset (MODEL= an existing GGUF,
-# else PRESET=qwen3.6-35b-a3b q4_k_m written to the device's disk; SKIP_MODEL=1 skips part 4).
+# run_att_mma_device.sh — the tensor-core decode attention (cuda_fa.cu k_fa_dec, the default
+# where the cache formats allow; SNUG_ATT_GROUPED=3 forces it) against the f32 kernels it
+# replaced, in one device call: 1. `test_cuda_ops attention` (every format pair and shape under
+# each kernel form; the first pass runs the default, tolerance 4e-3 of max|ref| for the
+# tensor-core forms); 2. `bench_cuda_ops attdec` (µs per call of the grouped / per-head / FLAT /
+# tensor-core kernels at the 27B's and the 35B-A3B's shapes, 4K-128K, T = 1 and 4, with the share
+# of the copy rate); 3. the fixtures' decode path with the kernel forced (`snug logits --chunk 1`
+# against the reference logits and greedy tokens; q8_0 and tq4 caches against the CPU backend:
+# median KL <= 1e-4, as run_e2e_device.sh gates); 4. whole-model decode at depth 32K, the f32
+# grouped kernel (SNUG_ATT_GROUPED=1) against the default (`snug bench-local`), on a generated
+# preset (MODEL= an existing GGUF, else PRESET=qwen3.6-35b-a3b q4_k_m written to the device's
+# disk; SKIP_MODEL=1 skips part 4).
 # Not in ctest (needs a GPU). Self-checking: "att mma device: PASS|FAIL" at the end (parts 1 and
 # 3; parts 2 and 4 print numbers for docs/perf/cuda-kernels.md "Decode on tensor cores").
 # Carry: D/lib.tar.xz from tests/device/pack_devcarry.sh (BINS="snug libsnug_cuda.so
@@ -63,10 +64,10 @@ for kv in q8_0 tq4; do
 done
 
 if [ "${SKIP_MODEL:-0}" != 1 ]; then
-  el "== 4. whole-model decode at 32K: default kernels vs tensor cores ($M) =="
+  el "== 4. whole-model decode at 32K: f32 grouped kernel vs the default ($M) =="
   wait
   [ -f "$O/gen.log" ] && tail -1 "$O/gen.log"
-  for g in "" 3 "" 3; do
+  for g in 1 "" 1 ""; do
     r=$(SNUG_ATT_GROUPED=$g timeout 120 $S bench-local --backend cuda -m "$M" --kv q8_0 --reps 2 \
       -p 0 -n 64 -d 32768 2>&1 | grep -E "^tg|rror" | head -2)
     echo "SNUG_ATT_GROUPED=${g:-default}: $r"

@@ -1539,15 +1539,15 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "encoder")) test_encoder();
     if (!only || !strcmp(only, "mmq")) test_mmq_all();
     if (only && !strcmp(only, "step")) test_step();
-    if (only && !strcmp(only, "attention")) { /* the default kernels, then each form */
+    if (only && !strcmp(only, "attention")) {
+        /* the default kernels (tensor cores for decode where the formats allow), then each
+         * f32 decode form */
         test_attention_all();
         snug_cuda_attention_tune(1);
         test_attention_all();
         snug_cuda_attention_tune(2); /* the grouped kernel's FLAT candidate form */
         test_attention_all();
         snug_cuda_attention_tune(0); /* per query head */
-        test_attention_all();
-        snug_cuda_attention_tune(3); /* tensor cores where the formats allow */
         test_attention_all();
         snug_cuda_attention_tune(-1);
     }

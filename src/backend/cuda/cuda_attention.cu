@@ -6,8 +6,8 @@
  * (max, sum, output) are merged by a second kernel. With 2..8 query heads per KV head and a
  * cache whose decode costs (q8_0, fp8, tq), the grouped kernel decodes each vector once into
  * shared memory for all the heads of its group.
- * Larger T goes to the tensor-core kernel of cuda_fa.cu, and so can decode steps whose KV
- * heads serve 2 or more query heads (att_form picks; the merge of split partials is here).
+ * Larger T goes to the tensor-core kernel of cuda_fa.cu, and so do decode steps whose KV heads
+ * serve 2 or more query heads (att_form picks; the merge of split partials is here).
  * Invariant: the cache is read in place in its own format (no converted copy); scratch depends
  * on T·Hq·D only, never on the context length; nothing allocates.
  * Read next: cuda_fa.cu, cuda_delta.cu. */
@@ -34,9 +34,6 @@
  * q8_0 cache) fit two per SM: split until about two per SM of 132 are in flight. */
 #define FD_TARGET_BLOCKS 264
 #define ATT_GMAX         8 /* the grouped kernel's most query heads per KV head */
-/* Whether the tensor-core decode kernel is the default where it applies (else the f32 kernels
- * below, by the formats, and SNUG_ATT_GROUPED=3 / snug_cuda_attention_tune(3) select it). */
-#define ATT_MMA_DEFAULT 0
 
 /* The K and V formats of a view (plain F16/F32 views hold both in that dtype). */
 static bool kv_fmts(const struct snug_cuda_kv *kv, int *kf, int *vf) {
@@ -530,8 +527,8 @@ static int att_run(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, 
                    const float *q, float scale, float *out, void *work, struct snug_err *err);
 
 /* Decode attention kernel: -2 = not decided yet (SNUG_ATT_GROUPED read at the first call),
- * -1 = by the formats, 0 = per head, 1 = grouped, 2 = grouped in its FLAT form, 3 = tensor
- * cores (snug_cuda_attention_tune). */
+ * -1 = the default (tensor cores where the formats allow, else by the formats), 0 = per head, 1 =
+ * grouped, 2 = grouped in its FLAT form, 3 = tensor cores (snug_cuda_attention_tune). */
 static int g_att_grouped = -2;
 extern "C" void snug_cuda_attention_tune(int grouped) {
     g_att_grouped = grouped >= 0 && grouped <= 3 ? grouped : -1;
@@ -549,16 +546,19 @@ static int att_form(const struct snug_cuda *cu, int kf, int vf, int64_t Hq, int6
     }
     if (T > ATT_FA_MIN_T) return SNUG_CUDA_ATT_PROMPT;
     int64_t G = Hq / Hkv;
-    /* tensor cores for 2 or more query heads per KV head, every format the kernel reads
-     * (docs/perf/cuda-kernels.md "Decode on tensor cores"): the default once ATT_MMA_DEFAULT
-     * is set, which waits for its first run on a GPU (op tests, fixtures, speed) */
-    if ((g_att_grouped == 3 || (ATT_MMA_DEFAULT && g_att_grouped == -1)) && G >= 2 &&
-        snug_cuda_fa_dec_ok(cu, kf, vf, D))
+    /* tensor cores for 2 or more query heads per KV head, every format the kernel reads: on an
+     * H100 1.4-9.1x the f32 kernel it replaces from 32K and 1.0-3.0x at 4K, but for f16 with
+     * one token and 24 query heads at 4K (33.7 against 30.3 us); whole-model decode at 32K
+     * +15% (35B-A3B) and +24% (27B) (docs/perf/cuda-kernels.md "Decode on tensor cores").
+     * SNUG_ATT_GROUPED=0 / 1 / 2 force the f32 kernels below, for comparisons. */
+    if ((g_att_grouped == 3 || g_att_grouped == -1) && G >= 2 && snug_cuda_fa_dec_ok(cu, kf, vf, D))
         return SNUG_CUDA_ATT_MMA;
-    /* measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped 1.2-3.3x faster for
-     * fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16 (whose decode is
-     * free) about equal on the 27B and slower at 4K with one token: the per-head kernel keeps
-     * caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either */
+    /* where tensor cores do not apply (one query head per KV head, an f32 cache, tq at head
+     * sizes 64 / 128), measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped
+     * 1.2-3.3x faster for fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16
+     * (whose decode is free) about equal on the 27B and slower at 4K with one token: the per-head
+     * kernel keeps caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either
+     */
     bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
     bool grouped = g_att_grouped >= 0 && g_att_grouped != 3 ? g_att_grouped >= 1 : !cheap;
