@@ -433,7 +433,69 @@ static void bench_attdec(double copy_bw) {
     }
 }
 
-int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only those parts) */
+/* attention (27B shape: Hq 24, Hkv 4, D 256) in the device KV formats. Decode: one query
+ * over 200K cached positions, GB/s of cache read. Prompt: a whole prompt of ctx tokens in
+ * chunks of 512 (as the engine runs it, one layer), effective TFLOP/s = 4·D·Hq·ctx(ctx+1)/2
+ * over the time, and the 16 layers' total. The cache is written by the device store from
+ * random f32 rows. */
+static void bench_att(double copy_bw) {
+    enum { REP = 20 };
+    double t[REP];
+    int64_t Hq = 24, Hkv = 4, D = 256, ctxmax = 200000, CH = 512;
+    float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1), *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
+    float *q = dev_rand((size_t)CH * Hq * D * 4, 1), *o = dev_rand((size_t)CH * Hq * D * 4, 1);
+    void *work;
+    size_t wb = snug_cuda_attention_work_bytes(Hq, D, CH);
+    if (snug_cuda_attention_work_bytes(Hq, D, 1) > wb)
+        wb = snug_cuda_attention_work_bytes(Hq, D, 1);
+    OK(snug_cuda_malloc(&work, wb + 1, &err));
+    for (int fi = 0; fi < NF; fi++) {
+        size_t kb, vb;
+        struct snug_cuda_kv kv = att_cache(fi, Hkv, D, ctxmax, CH, rk, rv, &kb, &vb);
+        for (int gm = 0; gm < 3; gm++) { /* grouped, per head, tensor cores (the default) */
+            snug_cuda_attention_tune(gm == 0 ? 1 : gm == 1 ? 0 : 3);
+            for (int i = 0; i < REP; i++) {
+                tic();
+                OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, NULL, 1, q, 0.0625f, o,
+                                       work, &err));
+                t[i] = toc_ms();
+            }
+            double ms = median(t, REP), bw = (double)(kb + vb) / (ms * 1e-3) / 1e9;
+            printf("attention decode %-8s %s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f "
+                   "GB/s  %5.1f%% of copy\n",
+                   fmt_name[fi],
+                   gm == 0   ? "grouped "
+                   : gm == 1 ? "per-head"
+                             : "mma     ",
+                   (long long)ctxmax, ms * 1e3, bw, 100 * bw / copy_bw);
+        }
+        snug_cuda_attention_tune(-1);
+        int64_t ctxs[3] = {8192, 32768, 131072};
+        for (int pm = 0; pm < 2; pm++) { /* pipelined loader, then the other */
+            snug_cuda_fa_tune(pm ? 0 : 1);
+            for (int ci = 0; ci < 3; ci++) {
+                int64_t ctx = ctxs[ci];
+                tic();
+                for (int64_t p = 0; p < ctx; p += CH)
+                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, NULL, SNUG_MIN(CH, ctx - p), q,
+                                           0.0625f, o, work, &err));
+                double pms = toc_ms();
+                double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
+                printf("attention prompt %-4s %s ctx=%-6lld chunk 512: %9.2f ms per layer  "
+                       "%6.1f TFLOP/s  (16 layers: %.2f s)\n",
+                       fmt_name[fi], pm ? "sync " : "async", (long long)ctx, pms,
+                       fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
+            }
+        }
+        snug_cuda_fa_tune(-1);
+        snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
+    }
+    snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),
+        snug_cuda_dfree(work);
+}
+
+int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att or moe (only
+                                   * that part) */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
@@ -458,6 +520,11 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
     snug_cuda_dfree(ca), snug_cuda_dfree(cbuf);
     if (argc > 1 && !strcmp(argv[1], "attdec")) {
         bench_attdec(copy_bw);
+        snug_cuda_free(&cu);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "att")) {
+        bench_att(copy_bw);
         snug_cuda_free(&cu);
         return 0;
     }
@@ -604,62 +671,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec or mmq (only thos
     }
     snug_cuda_dfree(x), snug_cuda_dfree(y);
 
-    /* attention (27B shape: Hq 24, Hkv 4, D 256) in the device KV formats. Decode: one query
-     * over 200K cached positions, GB/s of cache read. Prompt: a whole prompt of ctx tokens in
-     * chunks of 512 (as the engine runs it, one layer), effective TFLOP/s = 4·D·Hq·ctx(ctx+1)/2
-     * over the time, and the 16 layers' total. The cache is written by the device store from
-     * random f32 rows. */
-    {
-        int64_t Hq = 24, Hkv = 4, D = 256, ctxmax = 200000, CH = 512;
-        float *rk = dev_rand((size_t)CH * Hkv * D * 4, 1),
-              *rv = dev_rand((size_t)CH * Hkv * D * 4, 1);
-        float *q = dev_rand((size_t)CH * Hq * D * 4, 1), *o = dev_rand((size_t)CH * Hq * D * 4, 1);
-        void *work;
-        size_t wb = snug_cuda_attention_work_bytes(Hq, D, CH);
-        if (snug_cuda_attention_work_bytes(Hq, D, 1) > wb)
-            wb = snug_cuda_attention_work_bytes(Hq, D, 1);
-        OK(snug_cuda_malloc(&work, wb + 1, &err));
-        for (int fi = 0; fi < NF; fi++) {
-            size_t kb, vb;
-            struct snug_cuda_kv kv = att_cache(fi, Hkv, D, ctxmax, CH, rk, rv, &kb, &vb);
-            for (int gm = 0; gm < 2; gm++) { /* the grouped decode kernel, then the per-head one */
-                snug_cuda_attention_tune(gm ? 0 : 1);
-                for (int i = 0; i < REP; i++) {
-                    tic();
-                    OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, ctxmax - 1, NULL, 1, q, 0.0625f, o,
-                                           work, &err));
-                    t[i] = toc_ms();
-                }
-                double ms = median(t, REP), bw = (double)(kb + vb) / (ms * 1e-3) / 1e9;
-                printf("attention decode %-8s %s ctx=%lld Hq=24 Hkv=4 D=256: %8.1f us  %6.0f "
-                       "GB/s  %5.1f%% of copy\n",
-                       fmt_name[fi], gm ? "per-head" : "grouped ", (long long)ctxmax, ms * 1e3, bw,
-                       100 * bw / copy_bw);
-            }
-            snug_cuda_attention_tune(-1);
-            int64_t ctxs[3] = {8192, 32768, 131072};
-            for (int pm = 0; pm < 2; pm++) { /* pipelined loader, then the other */
-                snug_cuda_fa_tune(pm ? 0 : 1);
-                for (int ci = 0; ci < 3; ci++) {
-                    int64_t ctx = ctxs[ci];
-                    tic();
-                    for (int64_t p = 0; p < ctx; p += CH)
-                        OK(snug_cuda_attention(&cu, &kv, Hq, Hkv, D, p, NULL, SNUG_MIN(CH, ctx - p),
-                                               q, 0.0625f, o, work, &err));
-                    double pms = toc_ms();
-                    double fl = 4.0 * D * Hq * (double)ctx * (double)(ctx + 1) / 2.0;
-                    printf("attention prompt %-4s %s ctx=%-6lld chunk 512: %9.2f ms per layer  "
-                           "%6.1f TFLOP/s  (16 layers: %.2f s)\n",
-                           fmt_name[fi], pm ? "sync " : "async", (long long)ctx, pms,
-                           fl / (pms * 1e-3) / 1e12, 16 * pms * 1e-3);
-                }
-            }
-            snug_cuda_fa_tune(-1);
-            snug_cuda_dfree(kv.k), snug_cuda_dfree(kv.v);
-        }
-        snug_cuda_dfree(rk), snug_cuda_dfree(rv), snug_cuda_dfree(q), snug_cuda_dfree(o),
-            snug_cuda_dfree(work);
-    }
+    bench_att(copy_bw);
 
     /* gated delta: decode step and a 8192-token prompt (27B shape: Nk 16, Nv 48, dk=dv=128) */
     {
