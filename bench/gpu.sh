@@ -93,15 +93,18 @@ for kv in $KVS $SNUG_KVS; do
 done
 
 # 4. prompts: random words cut to the token counts (the same text for both engines)
-python3 - "$S" "$M" "$W" $PROMPTS $DEPTHS 4096 <<'PY'
+python3 - "$S" "$M" "$W" $PROMPTS $DEPTHS 4096 <<'PY' || { echo "gpu.sh: writing the prompts failed"; exit 1; }
 import random, subprocess, sys, json
 snug, model, w, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sorted({int(a) for a in sys.argv[4:]})
 random.seed(7)
 vocab = [''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2, 8)))
          for _ in range(5000)]
-text = ' '.join(random.choice(vocab) for _ in range(int(max(sizes) / 4) + 2000))
+# these words take about 2.9 tokens each: max/2 words give every size its full count
+text = ' '.join(random.choice(vocab) for _ in range(int(max(sizes) / 2) + 2000))
 ids = json.loads(subprocess.run([snug, 'tokenize', '-m', model, '--text', text],
                                 capture_output=True, text=True, check=True).stdout)
+if len(ids) < max(sizes):
+    sys.exit(f'gpu.sh: the prompt text has {len(ids)} tokens, fewer than {max(sizes)}')
 words = text.split(' ')
 for n in sizes:
     if n == 0:
