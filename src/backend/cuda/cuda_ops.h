@@ -70,8 +70,8 @@ void snug_cuda_matvec_mma(int mask);
 /* The same kind of knobs for the decode attention (3 = tensor cores where the formats allow,
  * 1 = grouped per KV head, 2 = its branch-free candidate form, 0 = per query head) and the
  * prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the default
- * (decode: tensor cores where the formats allow, else the choice by the cache formats). Env SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call
- * (docs/debugging.md). */
+ * (decode: tensor cores where the formats allow, else the choice by the cache formats). Env
+ * SNUG_ATT_GROUPED / SNUG_FA_PIPE set them at the first call (docs/debugging.md). */
 void snug_cuda_attention_tune(int grouped);
 void snug_cuda_fa_tune(int pipe);
 /* The kernel snug_cuda_attention picks for T tokens (K / V formats enum snug_kv_type; plain
