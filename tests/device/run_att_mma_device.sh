@@ -5,9 +5,11 @@
 # each kernel form; the first pass runs the default, tolerance 4e-3 of max|ref| for the
 # tensor-core forms); 2. `bench_cuda_ops attdec` (µs per call of the grouped / per-head / FLAT /
 # tensor-core kernels at the 27B's and the 35B-A3B's shapes, 4K-128K, T = 1 and 4, with the share
-# of the copy rate); 3. the fixtures' decode path with the kernel forced (`snug logits --chunk 1`
-# against the reference logits and greedy tokens; q8_0 and tq4 caches against the CPU backend:
-# median KL <= 1e-4, as run_e2e_device.sh gates); 4. whole-model decode at depth 32K, the f32
+# of the copy rate), then `bench_cuda_ops att` (the 27B's shape: decode at 200K per kernel,
+# prompt attention at 8K / 32K / 128K per format and tile loader); 3. the fixtures' decode path
+# with the kernel forced (`snug logits --chunk 1` against the reference logits and greedy
+# tokens; q8_0 and tq4 caches against the CPU backend: median KL <= 1e-4, as
+# run_e2e_device.sh gates); 4. whole-model decode at depth 32K, the f32
 # grouped kernel (SNUG_ATT_GROUPED=1) against the default (`snug bench-local`), on a generated
 # preset (MODEL= an existing GGUF, else PRESET=qwen3.6-35b-a3b q4_k_m written to the device's
 # disk; SKIP_MODEL=1 skips part 4).
@@ -45,6 +47,10 @@ el "== 2. bench_cuda_ops attdec =="
 timeout 150 "$D/bench_cuda_ops" attdec > "$O/attdec.txt" 2>&1
 grep -E "^device|ceiling" "$O/attdec.txt"
 grep attdec "$O/attdec.txt" | awk '{print $2, $3, $4, $5, $6, $7, $8, $12}'
+
+el "== 2b. bench_cuda_ops att (decode at 200K: grouped / per-head / tensor cores; prompt attention at 8K-128K per format) =="
+timeout 200 "$D/bench_cuda_ops" att > "$O/att_bench.txt" 2>&1
+grep -E "^attention" "$O/att_bench.txt"
 
 el "== 3. the trained fixture's decode path with the tensor-core kernel =="
 F=$D/fx/trained
