@@ -555,10 +555,9 @@ static int att_form(const struct snug_cuda *cu, int kf, int vf, int64_t Hq, int6
         return SNUG_CUDA_ATT_MMA;
     /* where tensor cores do not apply (one query head per KV head, an f32 cache, tq at head
      * sizes 64 / 128), measured on an H100 at 4K-128K (docs/perf/cuda-kernels.md): grouped
-     * 1.2-3.3x faster for fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for f16
-     * (whose decode is free) about equal on the 27B and slower at 4K with one token: the per-head
-     * kernel keeps caches of f16 / bf16 / f32 on both sides; SNUG_ATT_GROUPED=1 / 0 forces either
-     */
+     * 1.2-3.3x faster for fp8 and q8_0/tq4, 1.1-2.2x for q8_0 from 32K (within 10% at 4K); for
+     * f16 (whose decode is free) about equal on the 27B and slower at 4K with one token: the
+     * per-head kernel keeps f16 / bf16 / f32 caches; SNUG_ATT_GROUPED=1 / 0 forces either */
     bool cheap = (kf == SNUG_KV_F16 || kf == SNUG_KV_BF16 || kf == SNUG_KV_F32) &&
                  (vf == SNUG_KV_F16 || vf == SNUG_KV_BF16 || vf == SNUG_KV_F32);
     bool grouped = g_att_grouped >= 0 && g_att_grouped != 3 ? g_att_grouped >= 1 : !cheap;
