@@ -7,7 +7,8 @@
  * format (in place, cuda_kvfmt.cuh) to f16 in shared memory; each of the 4 warps computes
  * S = Q·Kᵀ for its 16 rows with mma.sync m16n8k16 (f16 in, f32 accumulate), masks, runs the
  * online softmax in f32 (base 2: Q is pre-scaled by scale·log2 e), and accumulates O += P·V
- * with P re-packed from the S accumulators. Long key ranges with few row blocks split over
+ * with P re-packed from the S accumulators (fa_qk, fa_softmax, fa_pv: shared by both kernels,
+ * as is the Q load fa_load_q). Long key ranges with few row blocks split over
  * key positions (partials merged by cuda_attention.cu's merge kernel).
  * Two loaders: synchronous (64-key tiles; each thread fetches a batch of raw chunks into
  * registers, then decodes and stores them) and pipelined (32-key tiles; the next tile's raw
@@ -303,23 +304,15 @@ __device__ __forceinline__ void raw_decode(__half *tile, const uint8_t *raw, int
     }
 }
 
-/* Block (row block rb, KV head kh, key split s). See the file comment. */
-template <int D, int BN, bool PIPE>
-__global__ void __launch_bounds__(FA_WARPS * 32, 2)
-    k_fa(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf, int64_t Hq,
-         int64_t Hkv, int64_t pos0, int64_t T, const float *__restrict__ q, float qscale,
-         float *out, float *part, int nsplit, int64_t chunk) {
-    extern __shared__ __align__(16) unsigned char fa_smem[];
-    __half *sQ = (__half *)fa_smem, *sK = sQ + FA_BM * D, *sV = sK + BN * D;
-    uint8_t *rawK = (uint8_t *)(sV + BN * D); /* PIPE: raw bytes of the next tile */
-    uint8_t *rawV = rawK + BN * raw_stride(kvf_vec_bytes(kf, D));
+/* The Q rows r0 .. r0 + ROWS - 1 of KV head kh (row gi = token gi / G, query head kh·G + gi % G),
+ * scaled and rounded to f16 into the swizzled sQ by the block's THREADS threads; rows past
+ * `rows` are zeros. */
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void fa_load_q(__half *sQ, const float *__restrict__ q, int64_t r0,
+                                          int64_t rows, int G, int64_t kh, int64_t Hq,
+                                          float qscale) {
     constexpr int CH = D / 8;
-    const int G = (int)(Hq / Hkv);
-    const int64_t kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.x * FA_BM;
-    const int s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-
-    /* Q rows, scaled and rounded to f16 (rows past the end are zeros). */
-    for (int i = threadIdx.x; i < FA_BM * CH; i += FA_WARPS * 32) {
+    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
         int r = i / CH, c = i % CH;
         int64_t gi = r0 + r;
         uint4 u = make_uint4(0, 0, 0, 0);
@@ -332,6 +325,102 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
         }
         *(uint4 *)(sQ + sw<D>(r, c)) = u;
     }
+}
+
+/* S = Q·Kᵀ for one warp: the 16 Q rows from qr0 of sQ against the BN keys of the swizzled sK
+ * (sacc in mma16816's accumulator layout, BN/8 n-tiles). */
+template <int D, int BN>
+__device__ __forceinline__ void fa_qk(float (&sacc)[BN / 8][4], const __half *sQ, int qr0,
+                                      const __half *sK, int lane) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        ldsm_x4(a, sQ + sw<D>(qr0 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+        for (int np = 0; np < BN / 16; np++) {
+            uint32_t b[4];
+            ldsm_x4(b, sK + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+            mma16816(sacc[2 * np], a, b[0], b[1]);
+            mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* The causal mask (keys past lim0 / lim1 for this thread's rows 0 / 1; the tile starts at key
+ * kb) and one step of the online softmax in base 2: the new maxima into m0 / m1, the running
+ * sums l0 / l1 rescaled and grown, P as the A fragments of BN/16 k-steps in pa, and the factors
+ * c0 / c1 by which the caller rescales its output accumulators. */
+template <int BN>
+__device__ __forceinline__ void
+fa_softmax(float (&sacc)[BN / 8][4], int64_t kb, int64_t lim0, int64_t lim1, int lane, float &m0,
+           float &m1, float &l0, float &l1, float &c0, float &c1, uint32_t (&pa)[BN / 16][4]) {
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        int64_t key = kb + j * 8 + 2 * (lane & 3);
+        if (key > lim0) sacc[j][0] = -INFINITY;
+        if (key + 1 > lim0) sacc[j][1] = -INFINITY;
+        if (key > lim1) sacc[j][2] = -INFINITY;
+        if (key + 1 > lim1) sacc[j][3] = -INFINITY;
+        mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
+    c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
+    m0 = mx0, m1 = mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
+        float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
+        rs0 += p0 + p1, rs1 += p2 + p3;
+        pa[j >> 1][(j & 1) * 2] = pack_h2(p0, p1);
+        pa[j >> 1][(j & 1) * 2 + 1] = pack_h2(p2, p3);
+    }
+    l0 = l0 * c0 + rs0, l1 = l1 * c1 + rs1;
+}
+
+/* O += P·V for one warp: P's accumulators are the A fragments of k-steps of 16 keys, the BN
+ * keys' values in the swizzled sV. */
+template <int D, int BN>
+__device__ __forceinline__ void fa_pv(float (&o)[D / 8][4], const uint32_t (&pa)[BN / 16][4],
+                                      const __half *sV, int lane) {
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ks++) {
+#pragma unroll
+        for (int nd = 0; nd < D / 16; nd++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, sV + sw<D>(ks * 16 + (mi & 1) * 8 + (lane & 7), nd * 2 + (mi >> 1)));
+            mma16816(o[2 * nd], pa[ks], b[0], b[1]);
+            mma16816(o[2 * nd + 1], pa[ks], b[2], b[3]);
+        }
+    }
+}
+
+/* Block (row block rb, KV head kh, key split s). See the file comment. */
+template <int D, int BN, bool PIPE>
+__global__ void __launch_bounds__(FA_WARPS * 32, 2)
+    k_fa(const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc, int kf, int vf, int64_t Hq,
+         int64_t Hkv, int64_t pos0, int64_t T, const float *__restrict__ q, float qscale,
+         float *out, float *part, int nsplit, int64_t chunk) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    __half *sQ = (__half *)fa_smem, *sK = sQ + FA_BM * D, *sV = sK + BN * D;
+    uint8_t *rawK = (uint8_t *)(sV + BN * D); /* PIPE: raw bytes of the next tile */
+    uint8_t *rawV = rawK + BN * raw_stride(kvf_vec_bytes(kf, D));
+    const int G = (int)(Hq / Hkv);
+    const int64_t kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.x * FA_BM;
+    const int s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+
+    /* Q rows, scaled and rounded to f16 (rows past the end are zeros). */
+    fa_load_q<D, FA_BM, FA_WARPS * 32>(sQ, q, r0, rows, G, kh, Hq, qscale);
 
     /* This thread's two rows (accumulator rows lane/4 and lane/4 + 8 of the warp's 16) and
      * the last key each may see. Rows past the end behave as the last token (discarded). */
@@ -370,69 +459,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
             __syncthreads();
         }
 
-        /* S = Q·Kᵀ for the warp's 16 rows × BN keys. */
-        float sacc[BN / 8][4];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(a, sQ + sw<D>(w * 16 + (lane & 15), kk * 2 + (lane >> 4)));
-#pragma unroll
-            for (int np = 0; np < BN / 16; np++) {
-                uint32_t b[4];
-                int mi = lane >> 3;
-                ldsm_x4(b, sK + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-                mma16816(sacc[2 * np], a, b[0], b[1]);
-                mma16816(sacc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
-
-        /* Mask, then the online softmax (base 2) for rows 0 and 1 of this thread. */
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            int64_t key = kb + j * 8 + 2 * (lane & 3);
-            if (key > lim0) sacc[j][0] = -INFINITY;
-            if (key + 1 > lim0) sacc[j][1] = -INFINITY;
-            if (key > lim1) sacc[j][2] = -INFINITY;
-            if (key + 1 > lim1) sacc[j][3] = -INFINITY;
-            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
-        m0 = mx0, m1 = mx1;
-        float rs0 = 0.0f, rs1 = 0.0f;
+        /* S = Q·Kᵀ for the warp's 16 rows × BN keys; mask, then the online softmax (base 2)
+         * for rows 0 and 1 of this thread; O += P·V. */
+        float sacc[BN / 8][4], c0, c1;
         uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
-            float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
-            rs0 += p0 + p1, rs1 += p2 + p3;
-            pa[j >> 1][(j & 1) * 2] = pack_h2(p0, p1);
-            pa[j >> 1][(j & 1) * 2 + 1] = pack_h2(p2, p3);
-        }
-        l0 = l0 * c0 + rs0, l1 = l1 * c1 + rs1;
+        fa_qk<D, BN>(sacc, sQ, w * 16, sK, lane);
+        fa_softmax<BN>(sacc, kb, lim0, lim1, lane, m0, m1, l0, l1, c0, c1, pa);
 #pragma unroll
         for (int i = 0; i < D / 8; i++) o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
-
-            /* O += P·V: P's accumulators are the A fragments of k-steps of 16 keys. */
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ks++) {
-            int mi = lane >> 3;
-#pragma unroll
-            for (int nd = 0; nd < D / 16; nd++) {
-                uint32_t b[4];
-                ldsm_x4_t(b, sV + sw<D>(ks * 16 + (mi & 1) * 8 + (lane & 7), nd * 2 + (mi >> 1)));
-                mma16816(o[2 * nd], pa[ks], b[0], b[1]);
-                mma16816(o[2 * nd + 1], pa[ks], b[2], b[3]);
-            }
-        }
+        fa_pv<D, BN>(o, pa, sV, lane);
     }
 
     /* Row sums over the quad, then the output or the split's partial. */
@@ -651,7 +686,6 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 2)
     const att_split sp = att_split_of(pos0_host, pos_dev, T, nsplit);
     if ((int)blockIdx.x >= sp.ns) return; /* (the whole block: before any barrier) */
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    constexpr int CH = D / 8;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, s = blockIdx.x;
     const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
     __half *sQ = (__half *)fa_smem, *tile = sQ + FD_ROWS * D + w * FD_BN * D;
@@ -662,19 +696,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 2)
     const int G = (int)(Hq / Hkv);
     const int64_t pos0 = sp.pos0, kh = blockIdx.y, rows = T * G, r0 = (int64_t)blockIdx.z * FD_ROWS;
 
-    for (int i = threadIdx.x; i < FD_ROWS * CH; i += FD_WARPS * 32) {
-        int r = i / CH, c = i % CH;
-        int64_t gi = r0 + r;
-        uint4 u = make_uint4(0, 0, 0, 0);
-        if (gi < rows) {
-            int64_t t = gi / G, h = kh * G + gi % G;
-            const float4 *p = (const float4 *)(q + (t * Hq + h) * D + c * 8);
-            float4 a = p[0], b = p[1];
-            u.x = pack_h2(a.x * qscale, a.y * qscale), u.y = pack_h2(a.z * qscale, a.w * qscale);
-            u.z = pack_h2(b.x * qscale, b.y * qscale), u.w = pack_h2(b.z * qscale, b.w * qscale);
-        }
-        *(uint4 *)(sQ + sw<D>(r, c)) = u;
-    }
+    fa_load_q<D, FD_ROWS, FD_WARPS * 32>(sQ, q, r0, rows, G, kh, Hq, qscale);
     __syncthreads();
 
     /* The keys of this split this block needs, and the last key each of this thread's two
@@ -713,54 +735,13 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 2)
         __syncwarp();
 
         /* S = Q·Kᵀ: 16 rows × FD_BN keys */
-        float sacc[FD_BN / 8][4];
-#pragma unroll
-        for (int j = 0; j < FD_BN / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0;
-        const int mi = lane >> 3;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(a, sQ + sw<D>(lane & 15, kk * 2 + (lane >> 4)));
-#pragma unroll
-            for (int np = 0; np < FD_BN / 16; np++) {
-                uint32_t b[4];
-                ldsm_x4(b, tile + sw<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-                mma16816(sacc[2 * np], a, b[0], b[1]);
-                mma16816(sacc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
+        float sacc[FD_BN / 8][4], c0, c1;
+        uint32_t pa[FD_BN / 16][4];
+        fa_qk<D, FD_BN>(sacc, sQ, 0, tile, lane);
         __syncwarp(); /* the K tile is read: V goes into the same place */
         fd_decode<D>(tile, cur + voff, vf, vvb, lane);
 
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int j = 0; j < FD_BN / 8; j++) {
-            int64_t key = kb + j * 8 + 2 * (lane & 3);
-            if (key > lim0) sacc[j][0] = -INFINITY;
-            if (key + 1 > lim0) sacc[j][1] = -INFINITY;
-            if (key > lim1) sacc[j][2] = -INFINITY;
-            if (key + 1 > lim1) sacc[j][3] = -INFINITY;
-            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
-        m0 = mx0, m1 = mx1;
-        float rs0 = 0.0f, rs1 = 0.0f;
-        uint32_t pa[FD_BN / 16][4];
-#pragma unroll
-        for (int j = 0; j < FD_BN / 8; j++) {
-            float p0 = exp2f(sacc[j][0] - u0), p1 = exp2f(sacc[j][1] - u0);
-            float p2 = exp2f(sacc[j][2] - u1), p3 = exp2f(sacc[j][3] - u1);
-            rs0 += p0 + p1, rs1 += p2 + p3;
-            pa[j >> 1][(j & 1) * 2] = pack_h2(p0, p1);
-            pa[j >> 1][(j & 1) * 2 + 1] = pack_h2(p2, p3);
-        }
-        l0 = l0 * c0 + rs0, l1 = l1 * c1 + rs1;
+        fa_softmax<FD_BN>(sacc, kb, lim0, lim1, lane, m0, m1, l0, l1, c0, c1, pa);
         /* the maxima settle after the first tiles: rescale only when one moved */
         if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
@@ -768,16 +749,7 @@ __global__ void __launch_bounds__(FD_WARPS * 32, 2)
                 o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
         }
         __syncwarp(); /* the V tile is written */
-#pragma unroll
-        for (int ks = 0; ks < FD_BN / 16; ks++) {
-#pragma unroll
-            for (int nd = 0; nd < D / 16; nd++) {
-                uint32_t b[4];
-                ldsm_x4_t(b, tile + sw<D>(ks * 16 + (mi & 1) * 8 + (lane & 7), nd * 2 + (mi >> 1)));
-                mma16816(o[2 * nd], pa[ks], b[0], b[1]);
-                mma16816(o[2 * nd + 1], pa[ks], b[2], b[3]);
-            }
-        }
+        fa_pv<D, FD_BN>(o, pa, tile, lane);
         __syncwarp(); /* the tile and this stage are free for the next tile */
     }
 
