@@ -137,17 +137,23 @@ template <int FMT> __device__ __forceinline__ uint4 decode8(const raw8 &r, float
         for (int i = 0; i < 8; i++)
             y[i] = r.s * (float)(int8_t)((r.w[i >> 2] >> (8 * (i & 3))) & 0xff);
     } else {
-        /* e4m3 bytes two at a time to f16 (one cvt.rn.f16x2.e4m3x2 on sm_89 and later, where
-         * kvf_e4m3 spends ~8 instructions per byte): exact, so y is kvf_e4m3's value times the
-         * scale, bit for bit (every code the store writes is an f16; the NaN codes 0x7F / 0xFF,
-         * which kvf_e4m3 reads as ±480, are never written: the store saturates at 448) */
+        /* e4m3 bytes two at a time to f16 where the GPU converts a pair in one instruction
+         * (cvt.rn.f16x2.e4m3x2, sm_89 and later; kvf_e4m3 spends ~8 bit operations per byte,
+         * and the header's conversion below sm_89 is a slower software path): exact, so y is
+         * kvf_e4m3's value times the scale, bit for bit (every code the store writes is an
+         * f16; the NaN codes 0x7F / 0xFF, which kvf_e4m3 reads as ±480, are never written:
+         * the store saturates at 448) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-                (__nv_fp8x2_storage_t)((r.w[i >> 1] >> (16 * (i & 1))) & 0xffffu), __NV_E4M3);
-            float2 f = __half22float2(*(const __half2 *)&h);
+            float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)((r.w[i >> 1] >> (16 * (i & 1))) & 0xffffu), __NV_E4M3)));
             y[2 * i] = r.s * f.x, y[2 * i + 1] = r.s * f.y;
         }
+#else
+#pragma unroll
+        for (int i = 0; i < 8; i++) y[i] = r.s * kvf_e4m3((r.w[i >> 2] >> (8 * (i & 3))) & 0xff);
+#endif
     }
     return make_uint4(pack_h2(y[0], y[1]), pack_h2(y[2], y[3]), pack_h2(y[4], y[5]),
                       pack_h2(y[6], y[7]));
