@@ -12,7 +12,8 @@
  * 2048 → 512 → 2048): routing (both kernels) and the expert products at decode (one token) and
  * prompt chunks, each timed as a CUDA graph of 16 launches (no launch gaps), plus the f32-x
  * product of the prompt's small-output matrices (one launch against one per 8 tokens).
- * `bench_cuda_ops attdec`: decode attention only (bench_attdec).
+ * `bench_cuda_ops attdec`: decode attention only (bench_attdec); `bench_cuda_ops delta`: the
+ * gated delta rule only (bench_delta).
  * `bench_cuda_ops ceilings`: only the card's ceilings (copy bandwidth; cuBLAS bf16 and int8
  * matrix rates on random operands), the lines bench/gpu.sh reads; `bench_cuda_ops matvec`: the
  * copy ceiling and the decode matvec lines.
@@ -494,7 +495,46 @@ static void bench_att(double copy_bw) {
         snug_cuda_dfree(work);
 }
 
-int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att or moe (only
+/* The gated delta rule: a decode step and an 8192-token prompt at the 27B's shape (Nk 16, Nv 48,
+ * dk = dv = 128), the prompt both by the recurrence and by the chunked WY form. */
+static void bench_delta(void) {
+    enum { REP = 20 };
+    double t[REP];
+    int64_t Nk = 16, Nv = 48, dk = 128, dv = 128, Tp = 8192;
+    float *q = dev_rand((size_t)(Tp * Nk * dk) * 4, 1),
+          *k = dev_rand((size_t)(Tp * Nk * dk) * 4, 1);
+    float *v = dev_rand((size_t)(Tp * Nv * dv) * 4, 1), *g = dev_rand((size_t)(Tp * Nv) * 4, 1);
+    float *b = dev_rand((size_t)(Tp * Nv) * 4, 1), *S = dev_rand((size_t)(Nv * dk * dv) * 4, 1);
+    float *o = dev_rand((size_t)(Tp * Nv * dv) * 4, 1);
+    for (int i = 0; i < REP; i++) {
+        tic();
+        OK(snug_cuda_gated_delta_step(&cu, 1, Nk, Nv, dk, dv, q, k, v, g, b, S, o, &err));
+        t[i] = toc_ms();
+    }
+    double ms = median(t, REP), bytes = 2.0 * Nv * dk * dv * 4;
+    printf("delta step T=1 (27B shape): %8.1f us  state r+w %.0f GB/s\n", ms * 1e3,
+           bytes / (ms * 1e-3) / 1e9);
+    /* the recurrence (no work) against the chunked WY form (work for the whole prompt) */
+    size_t wb = snug_cuda_delta_chunk_work_bytes(Tp, Nv, dk, dv);
+    void *wk = dev_rand(wb, 0);
+    for (int form = 0; form < 2; form++) {
+        for (int i = 0; i < 3; i++) {
+            tic();
+            OK(snug_cuda_gated_delta_chunked(&cu, Tp, Nk, Nv, dk, dv, q, k, v, g, b, S, o,
+                                             form ? wk : NULL, form ? wb : 0, &err));
+            t[i] = toc_ms();
+        }
+        ms = median(t, 3);
+        printf("delta prompt T=%lld (27B shape), %s: %8.2f ms  (%.0f tokens/s per layer)\n",
+               (long long)Tp, form ? "chunked WY" : "recurrence", ms, Tp / (ms * 1e-3));
+    }
+    snug_cuda_dfree(wk);
+    snug_cuda_dfree(q), snug_cuda_dfree(k), snug_cuda_dfree(v), snug_cuda_dfree(g),
+        snug_cuda_dfree(b), snug_cuda_dfree(S), snug_cuda_dfree(o);
+    OK(snug_cuda_sync(&cu, &err));
+}
+
+int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att, delta or moe (only
                                    * that part) */
     OK(snug_cuda_init(&cu, 0, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -525,6 +565,11 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
     }
     if (argc > 1 && !strcmp(argv[1], "att")) {
         bench_att(copy_bw);
+        snug_cuda_free(&cu);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "delta")) {
+        bench_delta();
         snug_cuda_free(&cu);
         return 0;
     }
@@ -673,33 +718,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
 
     bench_att(copy_bw);
 
-    /* gated delta: decode step and a 8192-token prompt (27B shape: Nk 16, Nv 48, dk=dv=128) */
-    {
-        int64_t Nk = 16, Nv = 48, dk = 128, dv = 128, Tp = 8192;
-        float *q = dev_rand((size_t)(Tp * Nk * dk) * 4, 1),
-              *k = dev_rand((size_t)(Tp * Nk * dk) * 4, 1);
-        float *v = dev_rand((size_t)(Tp * Nv * dv) * 4, 1), *g = dev_rand((size_t)(Tp * Nv) * 4, 1);
-        float *b = dev_rand((size_t)(Tp * Nv) * 4, 1), *S = dev_rand((size_t)(Nv * dk * dv) * 4, 1);
-        float *o = dev_rand((size_t)(Tp * Nv * dv) * 4, 1);
-        for (int i = 0; i < REP; i++) {
-            tic();
-            OK(snug_cuda_gated_delta_step(&cu, 1, Nk, Nv, dk, dv, q, k, v, g, b, S, o, &err));
-            t[i] = toc_ms();
-        }
-        double ms = median(t, REP), bytes = 2.0 * Nv * dk * dv * 4;
-        printf("delta step T=1 (27B shape): %8.1f us  state r+w %.0f GB/s\n", ms * 1e3,
-               bytes / (ms * 1e-3) / 1e9);
-        for (int i = 0; i < 3; i++) {
-            tic();
-            OK(snug_cuda_gated_delta_chunked(&cu, Tp, Nk, Nv, dk, dv, q, k, v, g, b, S, o, &err));
-            t[i] = toc_ms();
-        }
-        ms = median(t, 3);
-        printf("delta prompt T=%lld (27B shape): %8.2f ms  (%.0f tokens/s per layer)\n",
-               (long long)Tp, ms, Tp / (ms * 1e-3));
-        snug_cuda_dfree(q), snug_cuda_dfree(k), snug_cuda_dfree(v), snug_cuda_dfree(g),
-            snug_cuda_dfree(b), snug_cuda_dfree(S), snug_cuda_dfree(o);
-    }
+    bench_delta();
     OK(snug_cuda_sync(&cu, &err));
     snug_cuda_free(&cu);
     return 0;

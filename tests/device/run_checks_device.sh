@@ -2,7 +2,8 @@
 # run_checks_device.sh — the GPU's correctness checks in one device call, most telling first,
 # each part under its own time limit, stopping before the call's limit (BUDGET seconds, default
 # 540): 1. `test_cuda_ops attention` (every cache format pair and shape under each decode
-# kernel, and the prompt kernel); 2. `test_mtp_device` on the trained fixture and on a generated
+# kernel, and the prompt kernel), then `test_cuda_ops delta` (the recurrence and the chunked
+# prompt form against the CPU); 2. `test_mtp_device` on the trained fixture and on a generated
 # MoE with an MTP block (MTP logits against the reference, speculative greedy == plain greedy on
 # the GPU for both); 3. run_e2e_device.sh (the fixtures against the reference logits, every KV
 # format against the CPU backend); 4. `test_cuda_ops decode`, `step`, `moe`, `route` while time
@@ -42,6 +43,7 @@ part() {
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 part attention 220 "$D/test_cuda_ops" attention
+part ops_delta 120 "$D/test_cuda_ops" delta
 timeout 60 "$D/snug" gen --preset demo-moe --type f16 --set nextn_predict_layers=1 \
   -o "$T/moe_mtp.gguf" > "$O/gen.txt" 2>&1 || echo "(the MoE with MTP could not be generated)"
 part mtp 200 "$D/test_mtp_device" "$D/fx" "$T/moe_mtp.gguf"

@@ -629,6 +629,9 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
 }
 
 /* ---- gated delta rule --------------------------------------------------------------------- */
+/* chunked: 0 the step form; 1 the prompt form with work for the whole prompt (the WY kernels
+ * where the shape allows); 2 with work for two chunks (pieces of 128 tokens); 3 without work
+ * (the recurrence). */
 static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv) {
     float *q = rnd(T * Nk * dk, 1.0f), *k = rnd(T * Nk * dk, 1.0f), *v = rnd(T * Nv * dv, 1.0f);
     float *g = rnd(T * Nv, 1.0f), *beta = rnd(T * Nv, 1.0f), *S = rnd(Nv * dk * dv, 0.5f);
@@ -648,8 +651,13 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
         void *w = snug_malloc(snug_op_gated_delta_work_bytes(dk, dv, 1));
         snug_op_gated_delta_chunked(NULL, T, Nk, Nv, dk, dv, q, k, v, g, beta, S, ref, w);
         snug_free(w);
-        OK(snug_cuda_gated_delta_chunked(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout,
-                                         &err));
+        size_t wb = chunked == 3   ? 0
+                    : chunked == 2 ? snug_cuda_delta_chunk_work_bytes(128, Nv, dk, dv)
+                                   : snug_cuda_delta_chunk_work_bytes(T, Nv, dk, dv);
+        void *dw = wb ? dev_poison(wb) : NULL;
+        OK(snug_cuda_gated_delta_chunked(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout, dw,
+                                         wb, &err));
+        snug_cuda_dfree(dw);
     } else {
         snug_op_gated_delta_step(NULL, T, Nk, Nv, dk, dv, q, k, v, g, beta, S, ref);
         OK(snug_cuda_gated_delta_step(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout,
@@ -657,9 +665,9 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
     }
     float *got = get(dout, T * Nv * dv);
     char name[96];
-    snprintf(name, sizeof name, "delta %s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld",
-             chunked ? "chunked" : "step", (long long)T, (long long)Nk, (long long)Nv,
-             (long long)dk, (long long)dv);
+    static const char *form[] = {"step", "chunked", "chunked/pieces", "chunked/no work"};
+    snprintf(name, sizeof name, "delta %s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld", form[chunked],
+             (long long)T, (long long)Nk, (long long)Nv, (long long)dk, (long long)dv);
     cmp(name, got, ref, T * Nv * dv, 1e-4);
     snug_free(got);
     got = get(dS, Nv * dk * dv);
@@ -1281,6 +1289,24 @@ static void test_graph_replay(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D
     snug_cuda_dfree(w2), snug_cuda_dfree(dpos);
 }
 
+/* The step form, and the prompt form against the CPU's chunked one: chunk remainders, T below
+ * and at one chunk, pieces, dv not a multiple of the scan's 16 columns, every dk the WY kernels
+ * take, a dk they do not (96: the recurrence), the 27B's layer (Nk 16, Nv 48, 128). */
+static void test_delta_all(void) {
+    test_delta(0, 1, 2, 6, 128, 128);
+    test_delta(0, 5, 3, 3, 64, 96);
+    test_delta(0, 8, 2, 4, 32, 40);
+    test_delta(1, 133, 2, 6, 128, 128);
+    test_delta(1, 64, 1, 3, 32, 40);
+    test_delta(1, 40, 2, 6, 64, 64);
+    test_delta(1, 300, 2, 6, 64, 64);
+    test_delta(2, 300, 3, 6, 128, 128);
+    test_delta(2, 257, 2, 4, 32, 200);
+    test_delta(3, 133, 2, 6, 128, 128);
+    test_delta(1, 77, 3, 3, 96, 96);
+    test_delta(1, 1000, 16, 48, 128, 128);
+}
+
 /* The decode rows' fused recurrence against the CPU's separate ops (split, L2 norms, scale,
  * gates, step) token by token, each token's state against the rollback point it wrote. */
 static float softplus_ref(float x) {
@@ -1552,6 +1578,7 @@ int main(int argc, char **argv) {
         snug_cuda_attention_tune(-1);
     }
     if (only && !strcmp(only, "moe")) test_moe_all();
+    if (only && !strcmp(only, "delta")) test_delta_all();
     if (only && !strcmp(only, "route")) {
         g_route_only = 1;
         test_moe_all();
@@ -1681,10 +1708,7 @@ int main(int argc, char **argv) {
         test_kv_store_bytes(tqp[i][0], tqp[i][1], 2, 128, 300, 1);
     }
     test_moe_all();
-    test_delta(0, 1, 2, 6, 128, 128);
-    test_delta(0, 5, 3, 3, 64, 96);
-    test_delta(1, 133, 2, 6, 128, 128);
-    test_delta(1, 64, 1, 3, 32, 40);
+    test_delta_all();
     snug_cuda_free(&cu);
     return TEST_DONE();
 }

@@ -427,8 +427,10 @@ static void cb_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t 
                              int64_t dv, const float *q, const float *k, const float *v,
                              const float *g, const float *beta, float *state, float *out,
                              void *work) {
-    CK(snug_cuda_gated_delta_chunked(&CB(be)->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
-                                     err));
+    (void)work; /* the host-sized op work; the device form takes the op scratch */
+    struct cuda_be *c = CB(be);
+    CK(snug_cuda_gated_delta_chunked(&c->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
+                                     c->scratch, c->scratch_bytes, err));
 }
 static void cb_delta_decode(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                             int64_t dv, const float *qkv, const float *b, const float *alpha,

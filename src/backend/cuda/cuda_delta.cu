@@ -330,14 +330,283 @@ extern "C" int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t N
                         state, out, cd, cd, pp, err);
 }
 
-/* The prompt entry point. This first slice runs the same column-parallel recurrence as the
- * step form (state in registers for the whole chunk sequence, tokens staged through shared
- * memory); the WY tensor-core form of docs/qwen35.md §2.6 (chunks of 64) is the planned replacement
- * and must match this to float rounding. */
+/* ---- The chunked (WY) form for prompts, docs/qwen35.md §2.6 -------------------------------
+ * Chunks of DC = 64 tokens. Two launches per piece of the prompt:
+ *  k_dn_prep, one block per (chunk, value head), every chunk at once: the in-chunk cumulative
+ *    log-decay γ, A[r][s] = β_r e^{γ_r−γ_s} (k_r·k_s) (s < r), the forward substitution
+ *    X_r = rhs_r − Σ_{s<r} A[r][s] X_s for U (rhs β_r v_r) and W (rhs β_r e^{γ_r} k_r), one
+ *    column per thread with the column in registers, and P[r][s] = e^{γ_r−γ_s} (q_r·k_s)
+ *    (s ≤ r); it writes W, U, P and the decays e^{γ_r}, e^{γ_last−γ_r}, e^{γ_last} to `work`.
+ *  k_dn_scan, one block per (value head, DN_BV state columns), the chunks in order with the
+ *    state slice in shared memory: V' = U − W·S, O_r = e^{γ_r} (Sᵀq_r) + Σ_{s≤r} P[r][s] V'_s,
+ *    S ← e^{γ_last} S + Σ_r e^{γ_last−γ_r} k_r V'_rᵀ. Columns are independent, so the slices
+ *    need nothing from each other.
+ * A last partial chunk is padded with zero keys, β and g: its padded rows of W, U and V' are
+ * zero and γ stays at the last real token's, so every loop runs over all DC rows.
+ * f32 throughout (the CPU's chunked form in another summation order: they agree to rounding).
+ * The sequential part is DC-token steps of small products instead of single tokens (the
+ * recurrence kernel above: one dependent step per token). */
+#define DC        64  /* chunk length */
+#define DN_BV     16  /* state columns per k_dn_scan block */
+#define DN_PREP_T 256 /* k_dn_prep threads: one per column of [U | W] (dv + dk <= 256) */
+
+/* Floats of one (chunk, head) record in `work`: W [DC][dk], U [DC][dv], P [DC][DC], then three
+ * rows of DC: e^{γ_r}, e^{γ_last−γ_r}, e^{γ_last} (first entry). */
+static __host__ __device__ int64_t dn_rec_floats(int64_t dk, int64_t dv) {
+    return DC * (dk + dv + DC + 3);
+}
+
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+    return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, acc))));
+}
+
+/* q, k, v, g, beta start at the piece's first token; T is the piece's length. */
+template <int DK>
+__global__ void __launch_bounds__(DN_PREP_T)
+    k_dn_prep(int64_t T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+              const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ g,
+              const float *__restrict__ beta, float *__restrict__ work) {
+    extern __shared__ float4 dn_sm4[];
+    constexpr int KP = DK + 4; /* padded key row: float4 reads down the rows are conflict-free */
+    float *Ks = (float *)dn_sm4, *A = Ks + DC * KP, *gam = A + DC * DC, *bet = gam + DC;
+    float *eg = bet + DC; /* e^{γ_r} */
+    int64_t j = blockIdx.y, kh = j % Nk, t0 = (int64_t)blockIdx.x * DC;
+    int n = T - t0 < DC ? (int)(T - t0) : DC;
+    int64_t ldq = Nk * DK, ldv = Nv * dv;
+    float *Wo = work + ((int64_t)blockIdx.x * Nv + j) * dn_rec_floats(DK, dv);
+    float *Uo = Wo + DC * DK, *Po = Uo + DC * dv, *Eo = Po + DC * DC;
+    const float *kc = k + t0 * ldq + kh * DK, *qc = q + t0 * ldq + kh * DK;
+    for (int e = threadIdx.x; e < DC * (DK / 4); e += blockDim.x) {
+        int r = e / (DK / 4), i = 4 * (e % (DK / 4));
+        float4 x = r < n ? __ldg((const float4 *)(kc + r * ldq + i)) : make_float4(0, 0, 0, 0);
+        *(float4 *)(Ks + r * KP + i) = x;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (w == 0) { /* γ: inclusive scan of g over the chunk (padding g = 0) */
+        float g0 = lane < n ? g[(t0 + lane) * Nv + j] : 0.0f;
+        float g1 = lane + 32 < n ? g[(t0 + lane + 32) * Nv + j] : 0.0f;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            float a = __shfl_up_sync(0xffffffffu, g0, o), b = __shfl_up_sync(0xffffffffu, g1, o);
+            if (lane >= o) g0 += a, g1 += b;
+        }
+        g1 += __shfl_sync(0xffffffffu, g0, 31);
+        float last = __shfl_sync(0xffffffffu, g1, 31);
+        gam[lane] = g0, gam[lane + 32] = g1;
+        bet[lane] = lane < n ? beta[(t0 + lane) * Nv + j] : 0.0f;
+        bet[lane + 32] = lane + 32 < n ? beta[(t0 + lane + 32) * Nv + j] : 0.0f;
+        eg[lane] = expf(g0), eg[lane + 32] = expf(g1);
+        Eo[lane] = eg[lane], Eo[lane + 32] = eg[lane + 32];
+        Eo[DC + lane] = expf(last - g0), Eo[DC + lane + 32] = expf(last - g1);
+        if (lane == 0) Eo[2 * DC] = expf(last);
+    }
+    __syncthreads();
+    /* A and P: warp w rows r = w, w + 8, ...; lane columns s = lane, lane + 32 */
+    for (int r = w; r < DC; r += DN_PREP_T / 32) {
+        float a0 = 0.0f, a1 = 0.0f, p0 = 0.0f, p1 = 0.0f;
+        if (r < n) { /* (warp-uniform) */
+            const float *kr = Ks + r * KP, *k0 = Ks + lane * KP, *k1 = Ks + (lane + 32) * KP;
+            const float *qr = qc + r * ldq;
+#pragma unroll 8
+            for (int i = 0; i < DK; i += 4) {
+                float4 x = *(const float4 *)(kr + i), y = __ldg((const float4 *)(qr + i));
+                float4 u = *(const float4 *)(k0 + i), z = *(const float4 *)(k1 + i);
+                a0 = dot4(x, u, a0), a1 = dot4(x, z, a1);
+                p0 = dot4(y, u, p0), p1 = dot4(y, z, p1);
+            }
+        }
+        float gr = gam[r], br = bet[r];
+        float e0 = lane <= r ? expf(gr - gam[lane]) : 0.0f;
+        float e1 = lane + 32 <= r ? expf(gr - gam[lane + 32]) : 0.0f;
+        A[r * DC + lane] = lane < r ? br * e0 * a0 : 0.0f;
+        A[r * DC + lane + 32] = lane + 32 < r ? br * e1 * a1 : 0.0f;
+        Po[r * DC + lane] = e0 * p0;
+        Po[r * DC + lane + 32] = e1 * p1;
+    }
+    __syncthreads();
+    /* U (columns 0 .. dv-1) and W (dv .. dv+DK-1) by forward substitution, a column per thread */
+    int col = threadIdx.x;
+    if (col >= dv + DK) return;
+    bool is_u = col < dv;
+    const float *vc = v + t0 * ldv + j * dv + col;
+    float *dst = is_u ? Uo + col : Wo + (col - dv);
+    int64_t ld = is_u ? dv : DK;
+    float X[DC];
+#pragma unroll
+    for (int r = 0; r < DC; r++) {
+        float x =
+            is_u ? (r < n ? bet[r] * vc[r * ldv] : 0.0f) : bet[r] * eg[r] * Ks[r * KP + (col - dv)];
+#pragma unroll
+        for (int s = 0; s < r; s++) x = fmaf(-A[r * DC + s], X[s], x);
+        X[r] = x;
+        dst[r * ld] = x;
+    }
+}
+
+template <int DK>
+__global__ void
+__launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B resident at once */
+    k_dn_scan(int64_t T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+              const float *__restrict__ k, const float *__restrict__ work, float *state,
+              float *__restrict__ out) {
+    constexpr int RPT = DK / 8; /* state rows per thread in the update */
+    __shared__ float Ss[DK][DN_BV], Vp[DC][DN_BV], ex[3][DC];
+    int col = threadIdx.x % DN_BV, rg = threadIdx.x / DN_BV; /* rg: 0 .. 7 */
+    int64_t j = blockIdx.x, kh = j % Nk, ldq = Nk * DK, ldv = Nv * dv;
+    int64_t cc = (int64_t)blockIdx.y * DN_BV + col;
+    bool cin = cc < dv;
+    float *S = state + j * DK * dv;
+#pragma unroll
+    for (int ii = 0; ii < RPT; ii++) {
+        int i = rg * RPT + ii;
+        Ss[i][col] = cin ? S[i * dv + cc] : 0.0f;
+    }
+    __syncthreads();
+    int64_t nch = (T + DC - 1) / DC;
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t t0 = c * DC;
+        int n = T - t0 < DC ? (int)(T - t0) : DC;
+        const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
+        const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
+        const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
+        /* W·S and Sᵀq for rows r = rg + 8m */
+        float ws[DC / 8], qs[DC / 8];
+#pragma unroll
+        for (int m = 0; m < DC / 8; m++) ws[m] = qs[m] = 0.0f;
+#pragma unroll 1
+        for (int i = 0; i < DK; i += 4) {
+            float4 sv = make_float4(Ss[i][col], Ss[i + 1][col], Ss[i + 2][col], Ss[i + 3][col]);
+#pragma unroll
+            for (int m = 0; m < DC / 8; m++) {
+                int r = rg + 8 * m;
+                ws[m] = dot4(__ldg((const float4 *)(Wc + r * DK + i)), sv, ws[m]);
+                if (r < n) qs[m] = dot4(__ldg((const float4 *)(qc + r * ldq + i)), sv, qs[m]);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < DC / 8; m++) {
+            int r = rg + 8 * m;
+            Vp[r][col] = (cin ? __ldg(Uc + r * dv + cc) : 0.0f) - ws[m];
+        }
+        for (int e = threadIdx.x; e < 2 * DC + 1; e += blockDim.x) ex[e / DC][e % DC] = Ec[e];
+        __syncthreads();
+        /* O_r = e^{γ_r} (Sᵀq_r) + Σ_{s<=r} P[r][s] V'_s */
+#pragma unroll
+        for (int m = 0; m < DC / 8; m++) {
+            int r = rg + 8 * m;
+            if (r >= n) break;
+            float o = ex[0][r] * qs[m];
+            const float *pr = Pc + r * DC;
+            for (int s = 0; s <= r; s += 4) { /* P[r][s] = 0 past r */
+                float4 p = __ldg((const float4 *)(pr + s));
+                o = fmaf(p.x, Vp[s][col], o);
+                o = fmaf(p.y, Vp[s + 1][col], o);
+                o = fmaf(p.z, Vp[s + 2][col], o);
+                o = fmaf(p.w, Vp[s + 3][col], o);
+            }
+            if (cin) out[(t0 + r) * ldv + j * dv + cc] = o;
+        }
+        /* S ← e^{γ_last} S + Σ_r e^{γ_last−γ_r} k_r V'_rᵀ: rows rg·RPT .. of this column */
+        float acc[RPT], dl = ex[2][0];
+#pragma unroll
+        for (int ii = 0; ii < RPT; ii++) acc[ii] = dl * Ss[rg * RPT + ii][col];
+        for (int r = 0; r < n; r++) {
+            float vp = ex[1][r] * Vp[r][col];
+            const float *kr = kc + r * ldq + rg * RPT;
+#pragma unroll
+            for (int ii = 0; ii < RPT; ii += 4) {
+                float4 kv = __ldg((const float4 *)(kr + ii));
+                acc[ii] = fmaf(kv.x, vp, acc[ii]);
+                acc[ii + 1] = fmaf(kv.y, vp, acc[ii + 1]);
+                acc[ii + 2] = fmaf(kv.z, vp, acc[ii + 2]);
+                acc[ii + 3] = fmaf(kv.w, vp, acc[ii + 3]);
+            }
+        }
+#pragma unroll
+        for (int ii = 0; ii < RPT; ii++) Ss[rg * RPT + ii][col] = acc[ii];
+        __syncthreads();
+    }
+    if (cin)
+#pragma unroll
+        for (int ii = 0; ii < RPT; ii++) {
+            int i = rg * RPT + ii;
+            S[i * dv + cc] = Ss[i][col];
+        }
+}
+
+extern "C" size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_t dk, int64_t dv) {
+    return (size_t)((T + DC - 1) / DC) * (size_t)Nv * (size_t)dn_rec_floats(dk, dv) * sizeof(float);
+}
+
+/* k_dn_prep's dynamic shared memory: the padded keys, A, γ, β and e^{γ}. */
+static size_t dn_prep_smem(int64_t dk) {
+    return (size_t)(DC * (dk + 4) + DC * DC + 3 * DC) * sizeof(float);
+}
+
+/* Whether the chunked form serves this shape with `work_bytes` of work (else the recurrence):
+ * T of at least half a chunk, dk 32 / 64 / 128, dv + dk <= 256, q and k rows on 16 bytes. */
+static bool dn_wy_ok(const struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
+                     int64_t dv, const float *q, const float *k, const void *work,
+                     size_t work_bytes) {
+    return work && T >= DC / 2 && (dk == 32 || dk == 64 || dk == 128) && dv >= 1 &&
+           dv + dk <= DN_PREP_T && (((uintptr_t)q | (uintptr_t)k | (uintptr_t)work) & 15) == 0 &&
+           dn_prep_smem(dk) <= cu->smem_optin &&
+           snug_cuda_delta_chunk_work_bytes(DC, Nv, dk, dv) <= work_bytes;
+}
+
+template <int DK>
+static int dn_wy_launch(cudaStream_t s, int64_t T, int64_t Nk, int64_t Nv, int64_t dv,
+                        const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *state, float *out, float *work, size_t work_bytes,
+                        struct snug_err *err) {
+    /* set on every call: the attribute belongs to the current device (a prompt piece is
+     * thousands of tokens; the call costs microseconds of host time) */
+    size_t smem = dn_prep_smem(DK);
+    cudaError_t e =
+        cudaFuncSetAttribute(k_dn_prep<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda delta: shared memory attribute: %s",
+                            cudaGetErrorString(e));
+    /* pieces of whole chunks whose records fit the work memory */
+    int64_t per_chunk = (int64_t)snug_cuda_delta_chunk_work_bytes(DC, Nv, DK, dv);
+    int64_t piece = (int64_t)(work_bytes / (size_t)per_chunk) * DC;
+    int64_t ldq = Nk * DK, ldv = Nv * dv;
+    for (int64_t t0 = 0; t0 < T; t0 += piece) {
+        int64_t n = T - t0 < piece ? T - t0 : piece;
+        dim3 gp((unsigned)((n + DC - 1) / DC), (unsigned)Nv);
+        k_dn_prep<DK><<<gp, DN_PREP_T, smem, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq,
+                                                  v + t0 * ldv, g + t0 * Nv, beta + t0 * Nv, work);
+        int st = snug_cu_launched(err, "delta_prep");
+        if (st) return st;
+        dim3 gs((unsigned)Nv, (unsigned)((dv + DN_BV - 1) / DN_BV));
+        k_dn_scan<DK><<<gs, DN_BV * 8, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq, work,
+                                               state, out + t0 * ldv);
+        st = snug_cu_launched(err, "delta_scan");
+        if (st) return st;
+    }
+    return SNUG_OK;
+}
+
+/* The prompt entry point: the chunked form where the shape and the work memory allow, else the
+ * recurrence (the same numbers to float rounding). */
 extern "C" int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, int64_t Nk,
                                              int64_t Nv, int64_t dk, int64_t dv, const float *q,
                                              const float *k, const float *v, const float *g,
                                              const float *beta, float *state, float *out,
-                                             struct snug_err *err) {
-    return snug_cuda_gated_delta_step(cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, err);
+                                             void *work, size_t work_bytes, struct snug_err *err) {
+    if (!dn_wy_ok(cu, T, Nk, Nv, dk, dv, q, k, work, work_bytes))
+        return snug_cuda_gated_delta_step(cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, err);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    float *wk = (float *)work;
+    switch (dk) {
+    case 32:
+        return dn_wy_launch<32>(s, T, Nk, Nv, dv, q, k, v, g, beta, state, out, wk, work_bytes,
+                                err);
+    case 64:
+        return dn_wy_launch<64>(s, T, Nk, Nv, dv, q, k, v, g, beta, state, out, wk, work_bytes,
+                                err);
+    default:
+        return dn_wy_launch<128>(s, T, Nk, Nv, dv, q, k, v, g, beta, state, out, wk, work_bytes,
+                                 err);
+    }
 }

@@ -255,13 +255,17 @@ int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t 
                            int64_t dv, const float *qkv, const float *b, const float *alpha,
                            const float *a, const float *dt, float qscale, float eps, float *state,
                            float *out, float *snap, int64_t snap_stride, struct snug_err *err);
-/* The prompt form (ops.h: chunked, C = 64). In this first slice it runs the same
- * column-parallel recurrence as _step (state in registers, tokens staged in shared memory);
- * the WY tensor-core form is the planned replacement. dk in {32, 64, 96, 128}. */
+/* The prompt form (ops.h: chunked, C = 64): the WY form in two launches per piece of the prompt
+ * (cuda_delta.cu) where T >= 32, dk is 32, 64 or 128, dv + dk <= 256 and `work` (16-byte
+ * aligned) holds at least one chunk's records; pieces as long as `work_bytes` allows (the whole
+ * prompt with snug_cuda_delta_chunk_work_bytes(T, ...)). Otherwise, or with work NULL, the
+ * recurrence of _step (dk in {32, 64, 96, 128}). The two agree to float rounding. */
 int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv,
                                   int64_t dk, int64_t dv, const float *q, const float *k,
                                   const float *v, const float *g, const float *beta, float *state,
-                                  float *out, struct snug_err *err);
+                                  float *out, void *work, size_t work_bytes, struct snug_err *err);
+/* Work bytes for the chunked form over T tokens in one piece. */
+size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_t dk, int64_t dv);
 
 #ifdef __cplusplus
 }
