@@ -83,6 +83,8 @@ struct cuda_be {
     size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
     bool mv_f32;            /* SNUG_CUDA_MATVEC_F32=1: decode matvecs keep f32 activations */
+    bool
+        delta_wy; /* prompts' delta rule in the chunked WY form (DELTA_WY_DEFAULT, SNUG_DELTA_WY) */
     /* tensor parallelism (cuda_tp.h): the rank's communicator (borrowed; NULL: one device) and
      * the ops table with all_reduce that be.ops then points to */
     struct snug_cuda_comm *comm;
@@ -210,6 +212,10 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
  * 512 tokens on the f32 kernel). The products whose outputs feed decisions (routers, gates, β/α)
  * come through cb_matmul_precise instead and always keep f32 activations. */
 #define PRECISE_MAX_OUT 512
+/* The prompt's delta rule in the chunked WY form (cuda_delta.cu) instead of the recurrence: off
+ * until its first run on a GPU (test_cuda_ops delta, bench_cuda_ops delta); SNUG_DELTA_WY=1
+ * turns it on. */
+#define DELTA_WY_DEFAULT 0
 /* Whether the op scratch holds x's first n elements rounded to int8 (the qx_* record above):
  * the op just before rounded exactly this x (no op ran since, so nothing wrote x or the
  * scratch), and as many elements. The rounding is flat, so it is the rounded x of any product
@@ -427,10 +433,11 @@ static void cb_delta_chunked(struct snug_be *be, int64_t T, int64_t Nk, int64_t 
                              int64_t dv, const float *q, const float *k, const float *v,
                              const float *g, const float *beta, float *state, float *out,
                              void *work) {
-    (void)work; /* the host-sized op work; the device form takes the op scratch */
+    (void)work; /* the host-sized op work; the device's chunked form takes the op scratch */
     struct cuda_be *c = CB(be);
-    CK(snug_cuda_gated_delta_chunked(&c->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out,
-                                     c->scratch, c->scratch_bytes, err));
+    void *wy = c->delta_wy ? c->scratch : NULL; /* NULL: the recurrence */
+    CK(snug_cuda_gated_delta_chunked(&c->cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, wy,
+                                     wy ? c->scratch_bytes : 0, err));
 }
 static void cb_delta_decode(struct snug_be *be, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
                             int64_t dv, const float *qkv, const float *b, const float *alpha,
@@ -1127,6 +1134,8 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
         goto fail;
     }
     c->cu_ok = true;
+    const char *dw = getenv("SNUG_DELTA_WY");
+    c->delta_wy = dw && *dw ? strcmp(dw, "0") != 0 : DELTA_WY_DEFAULT;
     const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
     const char *ge = getenv("SNUG_CUDA_GRAPHS"); /* 0: every step eager (comparisons) */
