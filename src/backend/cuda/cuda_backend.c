@@ -83,8 +83,7 @@ struct cuda_be {
     size_t total;           /* device bytes this context uses (the shared weights included) */
     struct cuda_prof *prof; /* SNUG_CUDA_PROFILE=1: per-op timing (NULL: off, zero cost) */
     bool mv_f32;            /* SNUG_CUDA_MATVEC_F32=1: decode matvecs keep f32 activations */
-    bool
-        delta_wy; /* prompts' delta rule in the chunked WY form (DELTA_WY_DEFAULT, SNUG_DELTA_WY) */
+    bool delta_wy;          /* prompts' delta rule in the WY form (SNUG_DELTA_WY=0|1) */
     /* tensor parallelism (cuda_tp.h): the rank's communicator (borrowed; NULL: one device) and
      * the ops table with all_reduce that be.ops then points to */
     struct snug_cuda_comm *comm;
