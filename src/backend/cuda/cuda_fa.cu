@@ -517,15 +517,18 @@ int snug_cuda_fa_nsplit(int64_t Hq, int64_t T, int64_t nk) {
     return ns < 1 ? 1 : (int)ns;
 }
 
-/* Let kernel `fn` take `smem` bytes of dynamic shared memory (raised once per new maximum). */
-static int fa_smem_attr(const void *fn, size_t smem, size_t *set, struct snug_err *err) {
-    if (smem <= *set) return SNUG_OK;
+/* Let kernel `fn` take `smem` bytes of dynamic shared memory on the current device (raised once
+ * per new maximum; the attribute belongs to a device, so `set` holds one entry per device). */
+static int fa_smem_attr(const struct snug_cuda *cu, const void *fn, size_t smem,
+                        size_t set[SNUG_CUDA_MAX_DEVICES], struct snug_err *err) {
+    bool known = cu->device >= 0 && cu->device < SNUG_CUDA_MAX_DEVICES;
+    if (known && smem <= set[cu->device]) return SNUG_OK;
     cudaError_t e =
         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda fa: shared memory attribute: %s",
                             cudaGetErrorString(e));
-    *set = smem;
+    if (known) set[cu->device] = smem;
     return SNUG_OK;
 }
 
@@ -545,7 +548,7 @@ template <int D>
 static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf, int vf,
                      int64_t Hq, int64_t Hkv, int64_t pos0, int64_t T, const float *q, float scale,
                      float *out, void *work, struct snug_err *err) {
-    static size_t set_pipe = 0, set_plain = 0; /* per instantiation; one device per process */
+    static size_t set_pipe[SNUG_CUDA_MAX_DEVICES], set_plain[SNUG_CUDA_MAX_DEVICES];
     const int64_t kvb = kvf_vec_bytes(kf, D), vvb = kvf_vec_bytes(vf, D);
     size_t smem_pipe = (size_t)(FA_BM + 2 * 32) * D * sizeof(__half) +
                        (size_t)(32 * (raw_stride(kvb) + raw_stride(vvb)));
@@ -563,8 +566,8 @@ static int fa_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, int kf
         return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
                             "cuda fa: %zu bytes of shared memory (device allows %zu)", smem,
                             cu->smem_optin);
-    int rc = pipe ? fa_smem_attr((const void *)k_fa<D, 32, true>, smem, &set_pipe, err)
-                  : fa_smem_attr((const void *)k_fa<D, FA_BN, false>, smem, &set_plain, err);
+    int rc = pipe ? fa_smem_attr(cu, (const void *)k_fa<D, 32, true>, smem, set_pipe, err)
+                  : fa_smem_attr(cu, (const void *)k_fa<D, FA_BN, false>, smem, set_plain, err);
     if (rc) return rc;
     int64_t G = Hq / Hkv, nk = pos0 + T;
     int ns = snug_cuda_fa_nsplit(Hq, T, nk);
@@ -832,9 +835,9 @@ static int fa_dec_launch(struct snug_cuda *cu, const struct snug_cuda_kv *kv, in
                          int64_t Hq, int64_t Hkv, int64_t pos0, const int32_t *pos_dev, int64_t T,
                          const float *q, float scale, float *out, float *part, int ns,
                          struct snug_err *err) {
-    static size_t set = 0; /* per instantiation; one device per process */
+    static size_t set[SNUG_CUDA_MAX_DEVICES]; /* per instantiation and device */
     size_t smem = fd_smem(D, kvf_vec_bytes(kf, D), kvf_vec_bytes(vf, D));
-    int rc = fa_smem_attr((const void *)k_fa_dec<D>, smem, &set, err);
+    int rc = fa_smem_attr(cu, (const void *)k_fa_dec<D>, smem, set, err);
     if (rc) return rc;
     int64_t G = Hq / Hkv;
     dim3 grid((unsigned)ns, (unsigned)Hkv, (unsigned)((T * G + FD_ROWS - 1) / FD_ROWS));

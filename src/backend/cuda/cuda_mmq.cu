@@ -195,7 +195,10 @@ template <int TYPE>
 static int mmq_launch(struct snug_cuda *cu, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
                       const int8_t *qx, const float *xd, const uint8_t *xm, int64_t T, float *y,
                       struct snug_err *err) {
-    static int per_sm; /* per instantiation: resident blocks per SM, once the attribute is set */
+    /* per instantiation and device: resident blocks per SM, once the attribute is set there */
+    static int per_sm_of[SNUG_CUDA_MAX_DEVICES];
+    bool known = cu->device >= 0 && cu->device < SNUG_CUDA_MAX_DEVICES;
+    int per_sm = known ? per_sm_of[cu->device] : 0;
     constexpr size_t smem = mmq_smem<TYPE>();
     cudaStream_t s = SNUG_CU_STREAM(cu);
     if (!per_sm) {
@@ -207,6 +210,7 @@ static int mmq_launch(struct snug_cuda *cu, const uint8_t *w, size_t rb, int n_i
         if (e != cudaSuccess || per_sm < 1)
             return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda mmq: launch setup: %s",
                                 e != cudaSuccess ? cudaGetErrorString(e) : "no resident block");
+        if (known) per_sm_of[cu->device] = per_sm;
     }
     /* Few blocks for the card (the last wave mostly empty: 27B down/out projections at T = 512,
      * 320 blocks on 264 slots): split each row's super-blocks in two halves when that fills the

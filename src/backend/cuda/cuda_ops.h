@@ -22,6 +22,10 @@
 extern "C" {
 #endif
 
+/* Kernels' launch settings made once per device (shared memory opt-ins) are kept in arrays of
+ * this many devices; a device past them sets them at every launch. */
+#define SNUG_CUDA_MAX_DEVICES 16
+
 /* One device, one stream, one cuBLAS handle. */
 struct snug_cuda {
     int device;
@@ -266,6 +270,10 @@ int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, int64_t Nk, i
                                   float *out, void *work, size_t work_bytes, struct snug_err *err);
 /* Work bytes for the chunked form over T tokens in one piece. */
 size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_t dk, int64_t dv);
+/* Whether snug_cuda_gated_delta_chunked runs the WY form for this shape with `work_bytes` of
+ * work (given 16-byte aligned q, k and work); else it runs the recurrence. */
+bool snug_cuda_delta_wy(const struct snug_cuda *cu, int64_t T, int64_t Nv, int64_t dk, int64_t dv,
+                        size_t work_bytes);
 
 #ifdef __cplusplus
 }
