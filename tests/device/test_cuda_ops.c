@@ -648,6 +648,7 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
           *db = dup_dev(beta, T * Nv * 4), *dS = dup_dev(S, Nv * dk * dv * 4),
           *dout = dev_poison(T * Nv * dv * 4);
     float *ref = snug_malloc(T * Nv * dv * 4);
+    int wy = 0;
     if (chunked) {
         void *w = snug_malloc(snug_op_gated_delta_work_bytes(dk, dv, 1));
         snug_op_gated_delta_chunked(NULL, T, Nk, Nv, dk, dv, q, k, v, g, beta, S, ref, w);
@@ -656,6 +657,11 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
                     : chunked == 2 ? snug_cuda_delta_chunk_work_bytes(128, Nv, dk, dv)
                                    : snug_cuda_delta_chunk_work_bytes(T, Nv, dk, dv);
         void *dw = wb ? dev_poison(wb) : NULL;
+        /* the WY form must serve every shape it is meant for (else this compares the recurrence) */
+        wy = snug_cuda_delta_wy(&cu, T, Nv, dk, dv, wb);
+        int meant = wb && T >= 32 && dk != 96 && dv + dk <= 256;
+        CHECKF(wy == meant, "delta T=%lld dk=%lld dv=%lld work %zu: WY form %s", (long long)T,
+               (long long)dk, (long long)dv, wb, wy ? "ran where it should not" : "did not run");
         OK(snug_cuda_gated_delta_chunked(&cu, T, Nk, Nv, dk, dv, dq, dk_, dvv, dg, db, dS, dout, dw,
                                          wb, &err));
         snug_cuda_dfree(dw);
@@ -667,8 +673,9 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
     float *got = get(dout, T * Nv * dv);
     char name[96];
     static const char *form[] = {"step", "chunked", "chunked/pieces", "chunked/no work"};
-    snprintf(name, sizeof name, "delta %s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld", form[chunked],
-             (long long)T, (long long)Nk, (long long)Nv, (long long)dk, (long long)dv);
+    snprintf(name, sizeof name, "delta %s%s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld", form[chunked],
+             wy ? " (WY)" : "", (long long)T, (long long)Nk, (long long)Nv, (long long)dk,
+             (long long)dv);
     cmp(name, got, ref, T * Nv * dv, 1e-4);
     snug_free(got);
     got = get(dS, Nv * dk * dv);

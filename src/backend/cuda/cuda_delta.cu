@@ -349,6 +349,7 @@ extern "C" int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t N
 #define DC        64  /* chunk length */
 #define DN_BV     16  /* state columns per k_dn_scan block */
 #define DN_PREP_T 256 /* k_dn_prep threads: one per column of [U | W] (dv + dk <= 256) */
+static_assert(DN_BV * 8 == 2 * DC, "k_dn_scan's prefetch: a thread per query row and key row");
 
 /* Floats of one (chunk, head) record in `work`: W [DC][dk], U [DC][dv], P [DC][DC], then three
  * rows of DC: e^{γ_r}, e^{γ_last−γ_r}, e^{γ_last} (first entry). */
@@ -443,6 +444,16 @@ __global__ void __launch_bounds__(DN_PREP_T)
     }
 }
 
+/* Asks the L2 for `bytes` (a multiple of 16, 16-byte aligned) at p ahead of their use (sm_90:
+ * one bulk prefetch; before it, nothing). */
+__device__ __forceinline__ void dn_prefetch_l2(const void *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 template <int DK>
 __global__ void
 __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B resident at once */
@@ -469,6 +480,14 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
         const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
         const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
         const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
+        if (c + 1 < nch) { /* the next chunk's record, queries and keys into the L2 meanwhile */
+            int nn = T - t0 - DC < DC ? (int)(T - t0 - DC) : DC, r = threadIdx.x % DC;
+            if (threadIdx.x == 0)
+                dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
+                               (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
+            if (r < nn) /* (DN_BV * 8 = 2 DC threads: the first DC the queries, the rest keys) */
+                dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
+        }
         /* W·S and Sᵀq for rows r = rg + 8m */
         float ws[DC / 8], qs[DC / 8];
 #pragma unroll
@@ -497,7 +516,8 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
             if (r >= n) break;
             float o = ex[0][r] * qs[m];
             const float *pr = Pc + r * DC;
-            for (int s = 0; s <= r; s += 4) { /* P[r][s] = 0 past r */
+#pragma unroll
+            for (int s = 0; s < DC; s += 4) { /* P[r][s] = 0 past r: all loads issued at once */
                 float4 p = __ldg((const float4 *)(pr + s));
                 o = fmaf(p.x, Vp[s][col], o);
                 o = fmaf(p.y, Vp[s + 1][col], o);
@@ -510,6 +530,7 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
         float acc[RPT], dl = ex[2][0];
 #pragma unroll
         for (int ii = 0; ii < RPT; ii++) acc[ii] = dl * Ss[rg * RPT + ii][col];
+#pragma unroll 8
         for (int r = 0; r < n; r++) {
             float vp = ex[1][r] * Vp[r][col];
             const float *kr = kc + r * ldq + rg * RPT;
@@ -544,13 +565,11 @@ static size_t dn_prep_smem(int64_t dk) {
 }
 
 /* Whether the chunked form serves this shape with `work_bytes` of work (else the recurrence):
- * T of at least half a chunk, dk 32 / 64 / 128, dv + dk <= 256, q and k rows on 16 bytes. */
-static bool dn_wy_ok(const struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
-                     int64_t dv, const float *q, const float *k, const void *work,
-                     size_t work_bytes) {
-    return work && T >= DC / 2 && (dk == 32 || dk == 64 || dk == 128) && dv >= 1 &&
-           dv + dk <= DN_PREP_T && (((uintptr_t)q | (uintptr_t)k | (uintptr_t)work) & 15) == 0 &&
-           dn_prep_smem(dk) <= cu->smem_optin &&
+ * T of at least half a chunk, dk 32 / 64 / 128, dv + dk <= 256, room for one chunk's records. */
+extern "C" bool snug_cuda_delta_wy(const struct snug_cuda *cu, int64_t T, int64_t Nv, int64_t dk,
+                                   int64_t dv, size_t work_bytes) {
+    return work_bytes && T >= DC / 2 && (dk == 32 || dk == 64 || dk == 128) && dv >= 1 &&
+           dv + dk <= DN_PREP_T && dn_prep_smem(dk) <= cu->smem_optin &&
            snug_cuda_delta_chunk_work_bytes(DC, Nv, dk, dv) <= work_bytes;
 }
 
@@ -594,7 +613,8 @@ extern "C" int snug_cuda_gated_delta_chunked(struct snug_cuda *cu, int64_t T, in
                                              const float *k, const float *v, const float *g,
                                              const float *beta, float *state, float *out,
                                              void *work, size_t work_bytes, struct snug_err *err) {
-    if (!dn_wy_ok(cu, T, Nk, Nv, dk, dv, q, k, work, work_bytes))
+    if (!work || !snug_cuda_delta_wy(cu, T, Nv, dk, dv, work_bytes) ||
+        (((uintptr_t)q | (uintptr_t)k | (uintptr_t)work) & 15) != 0)
         return snug_cuda_gated_delta_step(cu, T, Nk, Nv, dk, dv, q, k, v, g, beta, state, out, err);
     cudaStream_t s = SNUG_CU_STREAM(cu);
     float *wk = (float *)work;
