@@ -31,16 +31,19 @@ __global__ void k_quant_x8(const float *__restrict__ x, int64_t nblk, int8_t *__
     warp_round_q8(x[b * 32 + lane], qx + b * 32 + lane, ds + b);
 }
 
-/* Four little-endian words starting at any byte address p (the words at p & ~3 and the next
- * four, funnel-shifted). Reads up to 3 bytes past p + 16: callers only use it where the block
- * continues (Q6_K: scales and d follow; Q8_0: the last word is read at most 2 bytes in). */
+/* n (<= 8) little-endian words starting at a 2-byte aligned address p (the words at p & ~3 and
+ * the next n, funnel-shifted). Reads nothing past p + 4n: when p is 2 bytes off a word, the last
+ * word is read as its low 16 bits (a Q8_0 block that ends its allocation stays inside it). */
 __device__ __forceinline__ void ld_words(const uint8_t *p, int n, uint32_t *o) {
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    uint32_t sh = (uint32_t)((uintptr_t)p & 3) * 8;
+    uint32_t sh = (uint32_t)((uintptr_t)p & 3) * 8; /* 0 or 16 */
     uint32_t w[9];
 #pragma unroll
     for (int i = 0; i <= 8; i++)
-        if (i <= n) w[i] = (i < n || sh) ? __ldg(a + i) : 0u;
+        if (i <= n)
+            w[i] = i < n ? __ldg(a + i)
+                   : sh  ? (uint32_t)__ldg((const unsigned short *)(a + i))
+                         : 0u;
 #pragma unroll
     for (int i = 0; i < 8; i++)
         if (i < n) o[i] = __funnelshift_r(w[i], w[i + 1], sh);
