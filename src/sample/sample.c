@@ -206,6 +206,99 @@ static float kth_largest(float *a, int32_t n, int32_t k) {
     }
 }
 
+/* The k-th largest value (1-based, k <= n) of a[0..n) without reordering a: a min-heap of the
+ * k largest seen so far in heap[0..k) (a value equal to the heap's least changes nothing: the
+ * multiset of the k largest is the same), so a pass costs one comparison per element and a
+ * sift for the few that enter. */
+static float kth_largest_heap(const float *a, int32_t n, int32_t k, float *heap) {
+    for (int32_t i = 0; i < k; i++) { /* sift up */
+        int32_t c = i;
+        float v = a[i];
+        while (c > 0 && heap[(c - 1) / 2] > v) {
+            heap[c] = heap[(c - 1) / 2];
+            c = (c - 1) / 2;
+        }
+        heap[c] = v;
+    }
+    for (int32_t i = k; i < n; i++) {
+        float v = a[i];
+        if (!(v > heap[0])) continue;
+        int32_t c = 0; /* replace the least and sift down */
+        for (;;) {
+            int32_t l = 2 * c + 1, m = c;
+            float mv = v;
+            if (l < k && heap[l] < mv) m = l, mv = heap[l];
+            if (l + 1 < k && heap[l + 1] < mv) m = l + 1, mv = heap[l + 1];
+            if (m == c) break;
+            heap[c] = heap[m];
+            c = m;
+        }
+        heap[c] = v;
+    }
+    return heap[0];
+}
+
+/* Floats as integers in the same order (-0 and +0 both 0), and back. */
+static int64_t float_order(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b & 0x80000000u ? -(int64_t)(b & 0x7fffffffu) : (int64_t)b;
+}
+static float order_float(int64_t o) {
+    uint32_t b = o < 0 ? 0x80000000u | (uint32_t)(-o) : (uint32_t)o;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* Top-k without the softmax over the whole vocabulary: exp is monotone, so the k-th largest
+ * probability is that of the k-th largest logit zk, and a probability can equal it only for a
+ * logit in the run of floats just below zk that round to the same exp (found by bisection).
+ * Candidates are the logits from the lowest of those up; only they get p. Fills cand[0..n)
+ * (increasing ids) exactly as the full computation would (the ones above the k-th probability, then
+ * ties at it by lowest id) and returns n, or -1 where that shortcut does not hold (the k-th
+ * probability underflows to 0, or the run below zk is wider than the logits' scale): the caller
+ * then takes the full path. */
+static int32_t top_k_direct(struct snug_sampler *s, float zmax, float inv_t, double *base) {
+    const int32_t V = s->n_vocab, k = s->par.top_k;
+    float zk = k <= 1024
+                   ? kth_largest_heap(s->z, V, k, s->fscr)
+                   : (memcpy(s->fscr, s->z, (size_t)V * sizeof(float)), kth_largest(s->fscr, V, k));
+    float pk = expf((zk - zmax) * inv_t);
+    if (!(pk > 0.0f) || zk == -INFINITY) return -1;
+    /* zlo, the lowest logit whose probability is still pk: below zk by a growing gap until the
+     * probability drops, then a bisection over the floats in between (as ordered integers) */
+    float scale = fmaxf(1.0f, fmaxf(fabsf(zk), fabsf(zmax))), gap = 1e-6f * scale, zbelow;
+    while (expf(((zbelow = zk - gap) - zmax) * inv_t) == pk)
+        if ((gap *= 16.0f) > scale) return -1;
+    int64_t lo = float_order(zbelow), hi = float_order(zk); /* p(lo) < pk = p(hi) */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (expf((order_float(mid) - zmax) * inv_t) == pk)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    float zlo = order_float(hi);
+    int32_t n_gt = 0, n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (s->z[i] >= zlo) {
+            float e = expf((s->z[i] - zmax) * inv_t);
+            s->p[i] = e;
+            n_gt += e > pk;
+        }
+    int32_t n_eq = k - n_gt; /* ties at the boundary: lowest ids first */
+    *base = 0.0;
+    for (int32_t i = 0; i < V; i++) {
+        if (s->z[i] < zlo) continue;
+        if (s->p[i] > pk || (s->p[i] == pk && n_eq-- > 0)) {
+            s->cand[n++] = i;
+            *base += s->p[i];
+        }
+    }
+    return n;
+}
+
 /* Stable bottom-up merge sort of cand[0..n) by p[] descending; since candidates are gathered
  * in increasing id order, equal probabilities stay in increasing id order. */
 static void sort_cand(struct snug_sampler *s, int32_t n) {
@@ -244,43 +337,45 @@ static int32_t prepare(struct snug_sampler *s, const float *logits, const snug_t
         return 1;
     }
 
-    /* temperature and unnormalised softmax */
     const float inv_t = 1.0f / q->temperature;
-    double total = 0.0;
-    for (int32_t i = 0; i < V; i++) {
-        float e = expf((s->z[i] - zmax) * inv_t);
-        s->p[i] = e;
-        total += e;
-    }
-
     const bool use_k = q->top_k > 0 && q->top_k < V;
     const bool use_p = q->top_p < 1.0f;
     const bool use_min = q->min_p > 0.0f;
-    int32_t n = 0;
-    double base; /* mass of the distribution top-p acts on */
-    if (use_k) {
-        memcpy(s->fscr, s->p, (size_t)V * sizeof(float));
-        float kth = kth_largest(s->fscr, V, q->top_k);
-        int32_t n_gt = 0;
-        for (int32_t i = 0; i < V; i++) n_gt += s->p[i] > kth;
-        int32_t n_eq = q->top_k - n_gt; /* ties at the boundary: lowest ids first */
-        base = 0.0;
+    double base = 0.0; /* mass of the distribution top-p acts on */
+    int32_t n = use_k ? top_k_direct(s, zmax, inv_t, &base) : -1;
+    if (n < 0) { /* the full path: the softmax over the whole vocabulary */
+        double total = 0.0;
         for (int32_t i = 0; i < V; i++) {
-            if (s->p[i] > kth || (s->p[i] == kth && n_eq-- > 0)) {
-                s->cand[n++] = i;
-                base += s->p[i];
-            }
+            float e = expf((s->z[i] - zmax) * inv_t);
+            s->p[i] = e;
+            total += e;
         }
-    } else {
-        /* Pre-filter: a threshold set is a prefix of the sorted order. Tokens below
-         * (1-p)/V of the total together hold < (1-p) of the mass, so the top-p prefix lies
-         * inside the kept set; tokens below min_p are dropped by min-p whatever top-p keeps. */
-        float thr = 0.0f;
-        if (use_p) thr = (float)((1.0 - (double)q->top_p) / (double)V * total);
-        if (use_min && q->min_p > thr) thr = q->min_p;
-        for (int32_t i = 0; i < V; i++)
-            if (s->p[i] > 0.0f && s->p[i] >= thr) s->cand[n++] = i;
-        base = total;
+        n = 0;
+        if (use_k) {
+            memcpy(s->fscr, s->p, (size_t)V * sizeof(float));
+            float kth = kth_largest(s->fscr, V, q->top_k);
+            int32_t n_gt = 0;
+            for (int32_t i = 0; i < V; i++) n_gt += s->p[i] > kth;
+            int32_t n_eq = q->top_k - n_gt; /* ties at the boundary: lowest ids first */
+            base = 0.0;
+            for (int32_t i = 0; i < V; i++) {
+                if (s->p[i] > kth || (s->p[i] == kth && n_eq-- > 0)) {
+                    s->cand[n++] = i;
+                    base += s->p[i];
+                }
+            }
+        } else {
+            /* Pre-filter: a threshold set is a prefix of the sorted order. Tokens below
+             * (1-p)/V of the total together hold < (1-p) of the mass, so the top-p prefix lies
+             * inside the kept set; tokens below min_p are dropped by min-p whatever top-p
+             * keeps. */
+            float thr = 0.0f;
+            if (use_p) thr = (float)((1.0 - (double)q->top_p) / (double)V * total);
+            if (use_min && q->min_p > thr) thr = q->min_p;
+            for (int32_t i = 0; i < V; i++)
+                if (s->p[i] > 0.0f && s->p[i] >= thr) s->cand[n++] = i;
+            base = total;
+        }
     }
     if (use_p) {
         sort_cand(s, n);

@@ -99,6 +99,99 @@ static void check_chain(const char *what, int n, float temp, int k, float tp, fl
     snug_sampler_free(s);
 }
 
+/* The top-k path as a softmax over the whole vocabulary, in the sampler's own float steps
+ * (p = expf((z - zmax) / T), the k-th largest p, ties at it by lowest id, top-p over the kept
+ * ones by a stable sort, min-p, probabilities p / mass): the sampler computes p only near the
+ * top (sample.c, top_k_direct), which must give these bits exactly. */
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+static void full_topk_ref(const float *logits, int n, float temp, int k, float tp, float mp,
+                          float *out) {
+    static float z[4096], p[4096], srt[4096];
+    static int cand[4096];
+    float zmax = -INFINITY, inv_t = 1.0f / temp;
+    for (int i = 0; i < n; i++) {
+        z[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+        zmax = z[i] > zmax ? z[i] : zmax;
+    }
+    for (int i = 0; i < n; i++) srt[i] = p[i] = expf((z[i] - zmax) * inv_t);
+    qsort(srt, (size_t)n, sizeof(float), cmp_desc);
+    float kth = srt[k - 1];
+    int n_gt = 0, nc = 0;
+    for (int i = 0; i < n; i++) n_gt += p[i] > kth;
+    int n_eq = k - n_gt;
+    double base = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i] > kth || (p[i] == kth && n_eq-- > 0)) cand[nc++] = i, base += p[i];
+    if (tp < 1.0f) {
+        for (int i = 1; i < nc; i++) { /* stable insertion sort, p descending */
+            int c = cand[i], j = i;
+            for (; j > 0 && p[cand[j - 1]] < p[c]; j--) cand[j] = cand[j - 1];
+            cand[j] = c;
+        }
+        double cum = 0;
+        for (int i = 0; i < nc; i++)
+            if ((cum += p[cand[i]]) >= (double)tp * base) {
+                nc = i + 1;
+                break;
+            }
+    }
+    int m = 0;
+    for (int i = 0; i < nc; i++)
+        if (!(mp > 0.0f) || p[cand[i]] >= mp) cand[m++] = cand[i];
+    double mass = 0;
+    for (int i = 0; i < m; i++) mass += p[cand[i]];
+    memset(out, 0, (size_t)n * sizeof(float));
+    for (int i = 0; i < m; i++) out[cand[i]] = (float)(p[cand[i]] / mass);
+}
+
+static void check_topk_bits(const char *what, const float *logits, int n, float temp, int k,
+                            float tp, float mp) {
+    static float got[4096], ref[4096];
+    struct snug_sampler_params q = plain();
+    q.temperature = temp, q.top_k = k, q.top_p = tp, q.min_p = mp;
+    struct snug_sampler *s;
+    struct snug_err err = {0};
+    CHECK(snug_sampler_init(&s, &q, n, &err) == SNUG_OK);
+    snug_sampler_probs(s, logits, NULL, 0, got);
+    full_topk_ref(logits, n, temp, k, tp, mp, ref);
+    int diff = 0, kept = 0;
+    for (int i = 0; i < n; i++) diff += got[i] != ref[i], kept += ref[i] > 0;
+    CHECKF(diff == 0, "top-k bits, %s (T %g, k %d, top-p %g, min-p %g): %d of %d differ (%d kept)",
+           what, (double)temp, k, (double)tp, (double)mp, diff, n, kept);
+    snug_sampler_free(s);
+}
+
+/* Logits that make the shortcut's edges happen: ties cut by k, logits near 0 under a large
+ * maximum (long runs of floats with one probability), probabilities that underflow, NaN and
+ * -inf, k past the heap's bound. */
+static void topk_bits_all(void) {
+    enum { V = 4000 };
+    static float l[V];
+    static const float temps[] = {0.8f, 0.05f, 1.0f, 7.0f, 300.0f};
+    static const int ks[] = {1, 2, 40, 41, 1000, 1500, V - 1};
+    for (int shape = 0; shape < 5; shape++) {
+        random_logits(l, V, 1000 + (uint64_t)shape, 1.0f);
+        for (int i = 0; i < V; i++) {
+            if (shape == 0) l[i] *= 20.0f;                           /* spread */
+            if (shape == 1) l[i] = roundf(l[i] * 4.0f) / 4.0f;       /* 9 values: ties */
+            if (shape == 2) l[i] = 1e-3f * l[i] + (i == 7 ? 20 : 0); /* near 0, one peak */
+            if (shape == 3) l[i] = 0.1f * l[i];                      /* flat */
+            if (shape == 4 && i % 97 == 0) l[i] = i % 2 ? NAN : -INFINITY;
+            if (shape == 4) l[i] *= 30.0f;
+        }
+        for (size_t t = 0; t < sizeof temps / sizeof *temps; t++)
+            for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
+                char what[32];
+                snprintf(what, sizeof what, "shape %d", shape);
+                check_topk_bits(what, l, V, temps[t], ks[j], 1.0f, 0.0f);
+                check_topk_bits(what, l, V, temps[t], ks[j], 0.95f, 0.05f);
+            }
+    }
+}
+
 int main(void) {
     struct snug_err err = {0};
 
@@ -183,6 +276,8 @@ int main(void) {
     check_chain("min-p big vocab", 3000, 1.0f, 0, 1.0f, 0.02f, 7, 8.0f);
     check_chain("chain", 200, 0.8f, 50, 0.9f, 0.05f, 8, 6.0f);
     check_chain("top-p+min-p", 3000, 0.8f, 0, 0.95f, 0.01f, 9, 8.0f);
+
+    topk_bits_all();
 
     /* top-k ties at the boundary keep the lowest ids */
     {
