@@ -65,7 +65,17 @@ def metrics(url):
 
 
 def folder_bytes(d):
-    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if ".snugpfx" in f)
+    """Bytes of the cache files in d; a live server may rename or remove a file between the
+    listing and its size (a temporary becoming a checkpoint): such a file is skipped."""
+    total = 0
+    for f in os.listdir(d):
+        if ".snugpfx" not in f:
+            continue
+        try:
+            total += os.path.getsize(os.path.join(d, f))
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def main():
