@@ -135,12 +135,12 @@ void snug_sampler_seed(struct snug_sampler *s, uint64_t seed) {
 
 /* Penalties over the last repeat_last_n tokens of recent[], applied to s->z in place.
  * Each distinct token is penalised once, with its occurrence count c:
- *   z = z > 0 ? z / rp : z * rp;   z -= c · frequency + presence. */
-static void apply_penalties(struct snug_sampler *s, const snug_token *recent, int32_t n_recent) {
+ *   z = z > 0 ? z / rp : z * rp;   z -= c · frequency + presence. Returns whether any were on. */
+static bool apply_penalties(struct snug_sampler *s, const snug_token *recent, int32_t n_recent) {
     const struct snug_sampler_params *q = &s->par;
     if (q->repeat_penalty == 1.0f && q->presence_penalty == 0.0f && q->frequency_penalty == 0.0f)
-        return;
-    if (!recent || n_recent <= 0) return;
+        return false;
+    if (!recent || n_recent <= 0) return false;
     int32_t start = 0;
     if (q->repeat_last_n >= 0 && n_recent > q->repeat_last_n) start = n_recent - q->repeat_last_n;
     for (int32_t i = start; i < n_recent; i++) {
@@ -157,6 +157,7 @@ static void apply_penalties(struct snug_sampler *s, const snug_token *recent, in
         s->z[t] = z;
         s->count[t] = 0;
     }
+    return true;
 }
 
 /* Index of the largest s->z (ties -> lowest id; NaN never wins). */
@@ -325,10 +326,15 @@ static int32_t prepare(struct snug_sampler *s, const float *logits, const snug_t
                        int32_t n_recent, double *mass) {
     const struct snug_sampler_params *q = &s->par;
     const int32_t V = s->n_vocab;
-    for (int32_t i = 0; i < V; i++) s->z[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    apply_penalties(s, recent, n_recent);
-
-    int32_t top = argmax_z(s);
+    /* NaN to -inf and the argmax in one pass (again after penalties, which move logits) */
+    int32_t top = 0;
+    float best = -INFINITY;
+    for (int32_t i = 0; i < V; i++) {
+        float x = isnan(logits[i]) ? -INFINITY : logits[i];
+        s->z[i] = x;
+        if (x > best) best = x, top = i;
+    }
+    if (apply_penalties(s, recent, n_recent)) top = argmax_z(s);
     float zmax = s->z[top];
     if (q->temperature <= 0.0f || q->top_k == 1 || zmax == -INFINITY || zmax == INFINITY) {
         s->cand[0] = top;
