@@ -527,19 +527,22 @@ static void bench_delta(void) {
     /* the recurrence (no work) against the chunked WY form (work for the whole prompt) */
     size_t wb = snug_cuda_delta_chunk_work_bytes(Tp, Nv, dk, dv);
     void *wk = dev_rand(wb, 0);
-    for (int form = 0; form < 2; form++) {
+    for (int form = 0; form < 3; form++) { /* the recurrence, WY (f32 scan), WY (tensor cores) */
+        snug_cuda_delta_tune(form == 2);
         for (int i = 0; i < 3; i++) {
             tic();
             OK(snug_cuda_gated_delta_chunked(&cu, Tp, Nk, Nv, dk, dv, q, k, v, g, b, S, o,
                                              form ? wk : NULL, form ? wb : 0, &err));
             t[i] = toc_ms();
         }
+        snug_cuda_delta_tune(0);
         ms = median(t, 3);
         printf("delta prompt T=%lld (27B shape), %s: %8.2f ms  (%.0f tokens/s per layer)\n",
                (long long)Tp,
-               !form                                         ? "recurrence"
-               : snug_cuda_delta_wy(&cu, Tp, Nv, dk, dv, wb) ? "chunked WY"
-                                                             : "WY form refused, recurrence",
+               !form                                          ? "recurrence"
+               : !snug_cuda_delta_wy(&cu, Tp, Nv, dk, dv, wb) ? "WY form refused, recurrence"
+               : form == 2                                    ? "chunked WY, tensor-core scan"
+                                                              : "chunked WY, f32 scan",
                ms, Tp / (ms * 1e-3));
     }
     snug_cuda_dfree(wk);

@@ -632,6 +632,7 @@ static void test_attention(int kf, int vf, int64_t Hq, int64_t Hkv, int64_t D, i
 /* chunked: 0 the step form; 1 the prompt form with work for the whole prompt (the WY kernels
  * where the shape allows); 2 with work for two chunks (pieces of 128 tokens); 3 without work
  * (the recurrence). */
+static int g_delta_tc; /* the WY form's scan on tensor cores (snug_cuda_delta_tune) */
 static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv) {
     float *q = rnd(T * Nk * dk, 1.0f), *k = rnd(T * Nk * dk, 1.0f), *v = rnd(T * Nv * dv, 1.0f);
     float *g = rnd(T * Nv, 1.0f), *beta = rnd(T * Nv, 1.0f), *S = rnd(Nv * dk * dv, 0.5f);
@@ -674,8 +675,10 @@ static void test_delta(int chunked, int64_t T, int64_t Nk, int64_t Nv, int64_t d
     char name[96];
     static const char *form[] = {"step", "chunked", "chunked/pieces", "chunked/no work"};
     snprintf(name, sizeof name, "delta %s%s T=%lld Nk=%lld Nv=%lld dk=%lld dv=%lld", form[chunked],
-             wy ? " (WY)" : "", (long long)T, (long long)Nk, (long long)Nv, (long long)dk,
-             (long long)dv);
+             !wy          ? ""
+             : g_delta_tc ? " (WY, tensor cores)"
+                          : " (WY)",
+             (long long)T, (long long)Nk, (long long)Nv, (long long)dk, (long long)dv);
     cmp(name, got, ref, T * Nv * dv, 1e-4);
     snug_free(got);
     got = get(dS, Nv * dk * dv);
@@ -1304,15 +1307,20 @@ static void test_delta_all(void) {
     test_delta(0, 1, 2, 6, 128, 128);
     test_delta(0, 5, 3, 3, 64, 96);
     test_delta(0, 8, 2, 4, 32, 40);
-    test_delta(1, 133, 2, 6, 128, 128);
-    test_delta(1, 64, 1, 3, 32, 40);
-    test_delta(1, 40, 2, 6, 64, 64);
-    test_delta(1, 300, 2, 6, 64, 64);
-    test_delta(2, 300, 3, 6, 128, 128);
-    test_delta(2, 257, 2, 4, 32, 200);
     test_delta(3, 133, 2, 6, 128, 128);
     test_delta(1, 77, 3, 3, 96, 96);
-    test_delta(1, 1000, 16, 48, 128, 128);
+    for (g_delta_tc = 0; g_delta_tc < 2; g_delta_tc++) { /* the f32 scan, then tensor cores */
+        snug_cuda_delta_tune(g_delta_tc);
+        test_delta(1, 133, 2, 6, 128, 128);
+        test_delta(1, 64, 1, 3, 32, 40);
+        test_delta(1, 40, 2, 6, 64, 64);
+        test_delta(1, 300, 2, 6, 64, 64);
+        test_delta(2, 300, 3, 6, 128, 128);
+        test_delta(2, 257, 2, 4, 32, 200);
+        test_delta(1, 1000, 16, 48, 128, 128);
+    }
+    g_delta_tc = 0;
+    snug_cuda_delta_tune(0);
 }
 
 /* The decode rows' fused recurrence against the CPU's separate ops (split, L2 norms, scale,

@@ -1135,6 +1135,7 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->cu_ok = true;
     const char *dw = getenv("SNUG_DELTA_WY");
     c->delta_wy = dw && *dw ? strcmp(dw, "0") != 0 : DELTA_WY_DEFAULT;
+    if (dw && strcmp(dw, "2") == 0) snug_cuda_delta_tune(1); /* the scan on tensor cores */
     const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
     const char *ge = getenv("SNUG_CUDA_GRAPHS"); /* 0: every step eager (comparisons) */

@@ -432,13 +432,23 @@ __global__ void __launch_bounds__(DN_PREP_T)
     const float *vc = v + t0 * ldv + j * dv + col;
     float *dst = is_u ? Uo + col : Wo + (col - dv);
     int64_t ld = is_u ? dv : DK;
+    /* A's row read 4 entries per (broadcast) load: its entries from r on are 0 and so are the
+     * X not yet solved, so the padded steps add exact zeros (the same bits as s < r alone) */
     float X[DC];
+#pragma unroll
+    for (int r = 0; r < DC; r++) X[r] = 0.0f;
 #pragma unroll
     for (int r = 0; r < DC; r++) {
         float x =
             is_u ? (r < n ? bet[r] * vc[r * ldv] : 0.0f) : bet[r] * eg[r] * Ks[r * KP + (col - dv)];
 #pragma unroll
-        for (int s = 0; s < r; s++) x = fmaf(-A[r * DC + s], X[s], x);
+        for (int s = 0; s < r; s += 4) {
+            float4 a = *(const float4 *)(A + r * DC + s);
+            x = fmaf(-a.x, X[s], x);
+            x = fmaf(-a.y, X[s + 1], x);
+            x = fmaf(-a.z, X[s + 2], x);
+            x = fmaf(-a.w, X[s + 3], x);
+        }
         X[r] = x;
         dst[r * ld] = x;
     }
@@ -555,8 +565,201 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
         }
 }
 
+/* ---- k_dn_scan on tensor cores (3xTF32) -----------------------------------------------------
+ * The same block shape and the same three products per chunk as k_dn_scan, as mma.m16n8k8
+ * (tf32 in, f32 accumulate), each product as three of them (a_hi·b_hi + a_hi·b_lo + a_lo·b_hi
+ * with x = hi + lo split to tf32: about f32's accuracy, so the results agree with the f32 scan to
+ * rounding). Warp w owns the chunk rows 16w .. 16w + 15 (A fragment rows g and g + 8, g = lane/4,
+ * t = lane%4); the 16 state columns are two n-tiles of 8.
+ * The k index inside each pair of k-steps is permuted so that a lane's A values are one float4
+ * of a row: k-step 2kk + h, fragment column t is element 16kk + 4t + 2h and column t + 4 is
+ * 16kk + 4t + 2h + 1 (the B rows use the same map; a dot product does not care about order).
+ *   1. V' = U − W·S and Sᵀq: A = W and q rows (float4 loads), B = the state slice (shared);
+ *      V' into shared memory.
+ *   2. O = e^{γ} ⊙ (Sᵀq) + P·V': A = P rows, B = V' (k-steps up to the warp's last row only: P
+ *      is lower triangular).
+ *   3. S ← e^{γ_last} S + Kᵀ·(e^{γ_last−γ} ⊙ V'): M = the dk state rows in tiles of 16, tile row
+ *      g ↔ state row 16m + 2g and g + 8 ↔ 16m + 2g + 1, so a lane's two A values per token are
+ *      one float2 of a key row. */
+#define DN_LD 18 /* floats per row of the shared slices: B fragment reads conflict-free */
+
+__device__ __forceinline__ uint32_t dn_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* x as hi + lo, both tf32 */
+__device__ __forceinline__ void dn_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = dn_tf32(x);
+    lo = dn_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void dn_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* c += a·b in 3xTF32: a = (a0 row g col t, a1 row g+8 col t, a2 row g col t+4, a3 row g+8
+ * col t+4), b = (row t, row t + 4) of column g. */
+__device__ __forceinline__ void dn_mma3(float *c, const float *a, float b0, float b1) {
+    uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+#pragma unroll
+    for (int i = 0; i < 4; i++) dn_split(a[i], ah[i], al[i]);
+    dn_split(b0, bh0, bl0);
+    dn_split(b1, bh1, bl1);
+    dn_mma(c, al, bh0, bh1);
+    dn_mma(c, ah, bl0, bl1);
+    dn_mma(c, ah, bh0, bh1);
+}
+
+template <int DK>
+__global__ void __launch_bounds__(128, 4)
+    k_dn_scan_tc(int64_t T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+                 const float *__restrict__ k, const float *__restrict__ work, float *state,
+                 float *__restrict__ out) {
+    static_assert(DK % 16 == 0, "k-steps in pairs of 8");
+    __shared__ float Ss[DK][DN_LD], Vp[DC][DN_LD], ex[3][DC];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int64_t j = blockIdx.x, kh = j % Nk, ldq = Nk * DK, ldv = Nv * dv;
+    int64_t c0 = (int64_t)blockIdx.y * DN_BV; /* first state column of the block */
+    float *S = state + j * DK * dv;
+    for (int e = threadIdx.x; e < DK * DN_BV; e += blockDim.x) {
+        int i = e / DN_BV, cl = e % DN_BV;
+        Ss[i][cl] = c0 + cl < dv ? S[i * dv + c0 + cl] : 0.0f;
+    }
+    const int R0 = 16 * w + g, R1 = R0 + 8; /* this lane's chunk rows in products 1 and 2 */
+    int64_t nch = (T + DC - 1) / DC;
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t t0 = c * DC;
+        int n = T - t0 < DC ? (int)(T - t0) : DC;
+        const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
+        const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
+        const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
+        if (c + 1 < nch) { /* the next chunk's record, queries and keys into the L2 meanwhile */
+            int nn = T - t0 - DC < DC ? (int)(T - t0 - DC) : DC, r = threadIdx.x % DC;
+            if (threadIdx.x == 0)
+                dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
+                               (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
+            if (r < nn)
+                dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
+        }
+        for (int e = threadIdx.x; e < 2 * DC + 1; e += blockDim.x) ex[e / DC][e % DC] = Ec[e];
+        __syncthreads(); /* the state slice (first chunk, or the last update) and the decays */
+        /* 1. W·S and q·S for rows R0, R1 */
+        float cw[2][4] = {}, cq[2][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < DK / 16; kk++) {
+            const int e0 = 16 * kk + 4 * t;
+            float4 w0 = __ldg((const float4 *)(Wc + R0 * DK + e0));
+            float4 w1 = __ldg((const float4 *)(Wc + R1 * DK + e0));
+            float4 q0 = R0 < n ? __ldg((const float4 *)(qc + R0 * ldq + e0))
+                               : make_float4(0, 0, 0, 0);
+            float4 q1 = R1 < n ? __ldg((const float4 *)(qc + R1 * ldq + e0))
+                               : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float aw[4] = {h ? w0.z : w0.x, h ? w1.z : w1.x, h ? w0.w : w0.y, h ? w1.w : w1.y};
+                float aq[4] = {h ? q0.z : q0.x, h ? q1.z : q1.x, h ? q0.w : q0.y, h ? q1.w : q1.y};
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    float b0 = Ss[e0 + 2 * h][8 * nt + g], b1 = Ss[e0 + 2 * h + 1][8 * nt + g];
+                    dn_mma3(cw[nt], aw, b0, b1);
+                    dn_mma3(cq[nt], aq, b0, b1);
+                }
+            }
+        }
+        /* V' = U − W·S into shared memory (C: rows R0 / R1, columns 8nt + 2t, + 1) */
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = i < 2 ? R0 : R1, cl = 8 * nt + 2 * t + (i & 1);
+                float u = c0 + cl < dv ? __ldg(Uc + r * dv + c0 + cl) : 0.0f;
+                Vp[r][cl] = u - cw[nt][i];
+            }
+        __syncthreads(); /* V' complete; every warp is done reading the old state */
+        /* 2. O = e^{γ} ⊙ (q·S) + P·V' for rows R0, R1 (tokens up to 16w + 15) */
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) cq[nt][i] *= ex[0][i < 2 ? R0 : R1];
+        for (int kk = 0; kk <= w; kk++) {
+            const int e0 = 16 * kk + 4 * t;
+            float4 p0 = __ldg((const float4 *)(Pc + R0 * DC + e0));
+            float4 p1 = __ldg((const float4 *)(Pc + R1 * DC + e0));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float ap[4] = {h ? p0.z : p0.x, h ? p1.z : p1.x, h ? p0.w : p0.y, h ? p1.w : p1.y};
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+                    dn_mma3(cq[nt], ap, Vp[e0 + 2 * h][8 * nt + g], Vp[e0 + 2 * h + 1][8 * nt + g]);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i += 2) {
+                int r = i < 2 ? R0 : R1, cl = 8 * nt + 2 * t;
+                if (r >= n) continue;
+                float *o = out + (t0 + r) * ldv + j * dv + c0 + cl;
+                if (c0 + cl < dv) o[0] = cq[nt][i];
+                if (c0 + cl + 1 < dv) o[1] = cq[nt][i + 1];
+            }
+        /* 3. S ← e^{γ_last} S + Kᵀ·(e^{γ_last−γ} ⊙ V'): state rows 16m + 2g (C rows g) and
+         * 16m + 2g + 1 (C rows g + 8) of tiles m = w, w + 4, ... */
+        const float dl = ex[2][0];
+        for (int m = w; m < DK / 16; m += 4) {
+            const int s0 = 16 * m + 2 * g;
+            float cs[2][4];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                int cl = 8 * nt + 2 * t;
+                cs[nt][0] = dl * Ss[s0][cl], cs[nt][1] = dl * Ss[s0][cl + 1];
+                cs[nt][2] = dl * Ss[s0 + 1][cl], cs[nt][3] = dl * Ss[s0 + 1][cl + 1];
+            }
+#pragma unroll 2
+            for (int kk = 0; kk < DC / 16; kk++) {
+                const int e0 = 16 * kk + 4 * t;
+                float2 kv[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    kv[i] = e0 + i < n ? __ldg((const float2 *)(kc + (e0 + i) * ldq + s0))
+                                       : make_float2(0.0f, 0.0f);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    /* tokens e0 + 2h (fragment column t) and e0 + 2h + 1 (column t + 4) */
+                    float ak[4] = {kv[2 * h].x, kv[2 * h].y, kv[2 * h + 1].x, kv[2 * h + 1].y};
+                    float x0 = ex[1][e0 + 2 * h], x1 = ex[1][e0 + 2 * h + 1];
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+                        dn_mma3(cs[nt], ak, x0 * Vp[e0 + 2 * h][8 * nt + g],
+                                x1 * Vp[e0 + 2 * h + 1][8 * nt + g]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                int cl = 8 * nt + 2 * t;
+                Ss[s0][cl] = cs[nt][0], Ss[s0][cl + 1] = cs[nt][1];
+                Ss[s0 + 1][cl] = cs[nt][2], Ss[s0 + 1][cl + 1] = cs[nt][3];
+            }
+        }
+        __syncthreads(); /* the new state before the next chunk's products; V' and ex free */
+    }
+    for (int e = threadIdx.x; e < DK * DN_BV; e += blockDim.x) {
+        int i = e / DN_BV, cl = e % DN_BV;
+        if (c0 + cl < dv) S[i * dv + c0 + cl] = Ss[i][cl];
+    }
+}
+
 extern "C" size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_t dk, int64_t dv) {
     return (size_t)((T + DC - 1) / DC) * (size_t)Nv * (size_t)dn_rec_floats(dk, dv) * sizeof(float);
+}
+
+/* Which scan the WY form runs: 0 the f32 one (k_dn_scan), 1 the tensor-core one
+ * (k_dn_scan_tc); snug_cuda_delta_tune sets it (tests and the benchmark run both). */
+static int g_dn_scan_tc = 0;
+extern "C" void snug_cuda_delta_tune(int scan) {
+    g_dn_scan_tc = scan == 1;
 }
 
 /* k_dn_prep's dynamic shared memory: the padded keys, A, γ, β and e^{γ}. */
@@ -598,8 +801,12 @@ static int dn_wy_launch(cudaStream_t s, int64_t T, int64_t Nk, int64_t Nv, int64
         int st = snug_cu_launched(err, "delta_prep");
         if (st) return st;
         dim3 gs((unsigned)Nv, (unsigned)((dv + DN_BV - 1) / DN_BV));
-        k_dn_scan<DK><<<gs, DN_BV * 8, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq, work,
-                                               state, out + t0 * ldv);
+        if (g_dn_scan_tc)
+            k_dn_scan_tc<DK><<<gs, 128, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq, work,
+                                                state, out + t0 * ldv);
+        else
+            k_dn_scan<DK><<<gs, DN_BV * 8, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq,
+                                                   work, state, out + t0 * ldv);
         st = snug_cu_launched(err, "delta_scan");
         if (st) return st;
     }
