@@ -73,6 +73,14 @@ class Server:
         with self.post(body) as r:
             return json.load(r)
 
+    def n_tokens(self, text):
+        """Tokens the server's tokenizer makes of text (POST /tokenize)."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/tokenize",
+                                     data=json.dumps({"content": text}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return len(json.load(r)["tokens"])
+
     def stream(self, body, stamps=None):
         """Streamed completion: the text and (when given) the arrival time of each chunk."""
         body = dict(body, stream=True)
@@ -231,9 +239,13 @@ def main():
                 random.seed(1)
                 words = ["".join(random.choice("abcdefghijklmnopqrstuvwxyz")
                                  for _ in range(random.randint(2, 8))) for _ in range(4000)]
-                # random 2-8 letter words: about 6 tokens each with the vocabulary `snug gen`
-                # builds in (8192 words were 48475 tokens); the usage line gives the real count
-                long_prompt = " ".join(random.choice(words) for _ in range(n_prefill * 10 // 59))
+                # random 2-8 letter words: tokens per word from the server's own tokenizer on a
+                # sample (about 6 with the byte vocabulary `snug gen` builds in, under 3 with
+                # the real one); the usage line gives the real count
+                sample = " ".join(random.choice(words) for _ in range(2000))
+                per_word = max(gpu.n_tokens(sample) / 2000, 0.5)
+                long_prompt = " ".join(random.choice(words)
+                                       for _ in range(int(n_prefill / per_word)))
                 busy, ttft = itl_run(gpu, a.slots - 1, 4 * a.tokens, long_prompt)
                 print(f"inter-token latency, {a.slots - 1} streams: idle p50 "
                       f"{1e3 * pct(idle, 50):.1f} ms p99 {1e3 * pct(idle, 99):.1f} ms "

@@ -19,7 +19,8 @@
 #      1 (>= 3x), inter-token latency p99 of 3 streams while a 32K prompt prefills vs their idle
 #      p99 (<= 2x), with the default cache on (bench/server_gpu.py).
 # Prints a PASS/FAIL table at the end (OUTDIR/results.txt). About 4-5 minutes of device time
-# (a: ~30 s; the 27B file ~30 s; b: ~160 s; c: ~60 s); SKIP27=1 runs part a alone.
+# (a: ~30 s; the 27B file ~30 s; b: ~160 s; c: ~60 s); SKIP27=1 runs part a alone; PARTS
+# (default abc) picks parts, e.g. PARTS=c (the 27B file is made for b or c).
 # Usage on the device: sh tests/device/run_prefix_device.sh D [OUTDIR]
 T=${TMPDIR:-/tmp} # scratch files
 D=${1:-devcarry/prefix}
@@ -34,11 +35,15 @@ el() { echo "[t+$(($(date +%s) - T0))s] $*"; }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 free -g | head -2
 
-el "a: trained fixture, agent replay: CPU / CUDA without the cache / CUDA with it / restarted"
-timeout 180 python3 tests/device/prefix_device.py trained "$S" "$O" \
-  "$PWD/$D/fx/trained/trained-f16.gguf" > "$O/a.txt" 2>&1 || echo "part a: rc=$?"
-grep -E "RESULT|cached per turn|Error|rror:" "$O/a.txt"
-if [ -x "$D/test_prefix_mtp" ]; then
+PARTS=${PARTS:-abc}
+case $PARTS in *a*) ;; *) SKIPA=1 ;; esac
+[ "${SKIPA:-0}" = 1 ] || {
+  el "a: trained fixture, agent replay: CPU / CUDA without the cache / CUDA with it / restarted"
+  timeout 180 python3 tests/device/prefix_device.py trained "$S" "$O" \
+    "$PWD/$D/fx/trained/trained-f16.gguf" > "$O/a.txt" 2>&1 || echo "part a: rc=$?"
+  grep -E "RESULT|cached per turn|Error|rror:" "$O/a.txt"
+}
+if [ "${SKIPA:-0}" != 1 ] && [ -x "$D/test_prefix_mtp" ]; then
   el "a: test_prefix_mtp cuda (device checkpoints with MTP: restored = cold, byte for byte)"
   SNUG_FIXTURES="$PWD/$D/fx" timeout 120 "$D/test_prefix_mtp" cuda > "$O/test_prefix_mtp.txt" 2>&1
   rc=$?
@@ -52,12 +57,18 @@ if [ "${SKIP27:-0}" != 1 ]; then
   [ -f $M ] || timeout 240 "$S" gen --preset qwen3.6-27b --type q4_k_m \
     --vocab-from "$D/fx/tokenizer/ggml-vocab-qwen35.gguf" -o $M || echo "gen failed rc=$?"
   ls -la $M
-  el "b: agent conversation, ${HIST:-100000} history tokens"
-  CA=""
-  [ "${COLD:-0}" = 1 ] && CA=--cold
-  timeout ${TB:-420} python3 tests/device/prefix_device.py agent27b "$S" "$O" $M \
-    --hist "${HIST:-100000}" $CA > "$O/b.txt" 2>&1 || echo "part b: rc=$?"
-  grep -E "RESULT|^  [ABC]|cold prefill|rror" "$O/b.txt"
+  case $PARTS in *b*)
+    el "b: agent conversation, ${HIST:-100000} history tokens"
+    CA=""
+    [ "${COLD:-0}" = 1 ] && CA=--cold
+    timeout ${TB:-420} python3 tests/device/prefix_device.py agent27b "$S" "$O" $M \
+      --hist "${HIST:-100000}" $CA > "$O/b.txt" 2>&1 || echo "part b: rc=$?"
+    grep -E "RESULT|^  [ABC]|cold prefill|rror" "$O/b.txt"
+    ;;
+  esac
+  case $PARTS in *c*) ;; *) SKIPC=1 ;; esac
+fi
+if [ "${SKIP27:-0}" != 1 ] && [ "${SKIPC:-0}" != 1 ]; then
   el "c: 4 slots: aggregate decode, inter-token latency under a 32K prefill"
   timeout ${TC:-300} python3 bench/server_gpu.py "$S" $M --slots 4 --ctx 36864 --kv tq4 \
     --vram-budget 23.5GiB --tokens 64 --prefill 32768 > "$O/c.txt" 2>&1 || echo "part c: rc=$?"
