@@ -8,7 +8,8 @@
 # the GPU for both); 3. run_e2e_device.sh (the fixtures against the reference logits, every KV
 # format against the CPU backend); 4. `test_cuda_ops decode`, `step`, `moe`, `route` while time
 # is left. Each part prints "check NAME: PASS|FAIL|SKIPPED (no time left)" and the script ends
-# with "device checks: PASS|FAIL" (FAIL when any part that ran failed).
+# with "device checks: PASS|FAIL" (FAIL when any part that ran failed). SKIP="attention ops_moe"
+# leaves those parts out.
 # Not in ctest (needs a GPU). Carry: D/lib.tar.xz from tests/device/pack_devcarry.sh (BINS="snug
 # libsnug_cuda.so test_cuda_ops test_mtp_device"), D/fx/{trained,moe} with the fixture files.
 # Usage on the device, from the repository root: sh tests/device/run_checks_device.sh [D] [OUT]
@@ -27,6 +28,11 @@ left() { echo $((BUDGET - ($(date +%s) - T0))); }
 part() {
   name=$1 lim=$2
   shift 2
+  case " ${SKIP:-} " in *" $name "*)
+    echo "check $name: SKIPPED (SKIP)"
+    return
+    ;;
+  esac
   l=$(left)
   [ "$l" -lt "$lim" ] && lim=$l
   if [ "$lim" -lt 20 ]; then
