@@ -19,8 +19,9 @@ struct snug_sampler {
     int32_t n_vocab;
     struct snug_rng rng;
     float *z;       /* [n_vocab] penalised, tempered logits */
-    float *p;       /* [n_vocab] unnormalised probabilities exp(z - zmax) */
-    float *fscr;    /* [n_vocab] scratch for top-k selection */
+    float *p;       /* [n_vocab] unnormalised probabilities exp(z - zmax) (top-k: its
+                     * candidates' only; read for candidates alone) */
+    float *fscr;    /* [n_vocab] scratch for top-k selection (a heap of k, or a copy) */
     int32_t *cand;  /* [n_vocab] candidate ids */
     int32_t *tmp;   /* [n_vocab] merge-sort scratch */
     int32_t *count; /* [n_vocab] occurrences in the penalty window; all zero between calls */
