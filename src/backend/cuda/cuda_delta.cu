@@ -464,6 +464,20 @@ __device__ __forceinline__ void dn_prefetch_l2(const void *p, unsigned bytes) {
 #endif
 }
 
+/* The next chunk's record, queries and keys asked into the L2 while this chunk computes, by a
+ * block of 2·DC threads (the first DC a query row each, the rest a key row; thread 0 also the
+ * record). left: tokens after this chunk; Wc, qc, kc: this chunk's record, queries, keys. */
+template <int DK>
+__device__ __forceinline__ void dn_prefetch_next(int64_t left, int64_t Nv, int64_t dv, int64_t ldq,
+                                                 const float *Wc, const float *qc,
+                                                 const float *kc) {
+    int nn = left < DC ? (int)left : DC, r = threadIdx.x % DC;
+    if (threadIdx.x == 0)
+        dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
+                       (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
+    if (r < nn) dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
+}
+
 template <int DK>
 __global__ void
 __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B resident at once */
@@ -490,14 +504,7 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
         const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
         const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
         const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
-        if (c + 1 < nch) { /* the next chunk's record, queries and keys into the L2 meanwhile */
-            int nn = T - t0 - DC < DC ? (int)(T - t0 - DC) : DC, r = threadIdx.x % DC;
-            if (threadIdx.x == 0)
-                dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
-                               (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
-            if (r < nn) /* (DN_BV * 8 = 2 DC threads: the first DC the queries, the rest keys) */
-                dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
-        }
+        if (c + 1 < nch) dn_prefetch_next<DK>(T - t0 - DC, Nv, dv, ldq, Wc, qc, kc);
         /* W·S and Sᵀq for rows r = rg + 8m */
         float ws[DC / 8], qs[DC / 8];
 #pragma unroll
@@ -635,14 +642,7 @@ __global__ void __launch_bounds__(128, 4)
         const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
         const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
         const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
-        if (c + 1 < nch) { /* the next chunk's record, queries and keys into the L2 meanwhile */
-            int nn = T - t0 - DC < DC ? (int)(T - t0 - DC) : DC, r = threadIdx.x % DC;
-            if (threadIdx.x == 0)
-                dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
-                               (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
-            if (r < nn)
-                dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
-        }
+        if (c + 1 < nch) dn_prefetch_next<DK>(T - t0 - DC, Nv, dv, ldq, Wc, qc, kc);
         for (int e = threadIdx.x; e < 2 * DC + 1; e += blockDim.x) ex[e / DC][e % DC] = Ec[e];
         __syncthreads(); /* the state slice (first chunk, or the last update) and the decays */
         /* 1. W·S and q·S for rows R0, R1 */
@@ -652,10 +652,10 @@ __global__ void __launch_bounds__(128, 4)
             const int e0 = 16 * kk + 4 * t;
             float4 w0 = __ldg((const float4 *)(Wc + R0 * DK + e0));
             float4 w1 = __ldg((const float4 *)(Wc + R1 * DK + e0));
-            float4 q0 = R0 < n ? __ldg((const float4 *)(qc + R0 * ldq + e0))
-                               : make_float4(0, 0, 0, 0);
-            float4 q1 = R1 < n ? __ldg((const float4 *)(qc + R1 * ldq + e0))
-                               : make_float4(0, 0, 0, 0);
+            float4 q0 =
+                R0 < n ? __ldg((const float4 *)(qc + R0 * ldq + e0)) : make_float4(0, 0, 0, 0);
+            float4 q1 =
+                R1 < n ? __ldg((const float4 *)(qc + R1 * ldq + e0)) : make_float4(0, 0, 0, 0);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float aw[4] = {h ? w0.z : w0.x, h ? w1.z : w1.x, h ? w0.w : w0.y, h ? w1.w : w1.y};
@@ -805,8 +805,8 @@ static int dn_wy_launch(cudaStream_t s, int64_t T, int64_t Nk, int64_t Nv, int64
             k_dn_scan_tc<DK><<<gs, 128, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq, work,
                                                 state, out + t0 * ldv);
         else
-            k_dn_scan<DK><<<gs, DN_BV * 8, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq,
-                                                   work, state, out + t0 * ldv);
+            k_dn_scan<DK><<<gs, DN_BV * 8, 0, s>>>(n, Nk, Nv, dv, q + t0 * ldq, k + t0 * ldq, work,
+                                                   state, out + t0 * ldv);
         st = snug_cu_launched(err, "delta_scan");
         if (st) return st;
     }
