@@ -464,18 +464,36 @@ __device__ __forceinline__ void dn_prefetch_l2(const void *p, unsigned bytes) {
 #endif
 }
 
-/* The next chunk's record, queries and keys asked into the L2 while this chunk computes, by a
- * block of 2·DC threads (the first DC a query row each, the rest a key row; thread 0 also the
- * record). left: tokens after this chunk; Wc, qc, kc: this chunk's record, queries, keys. */
+/* Chunk c of a scan over the piece (both scans): its first token, its length, its record (W, U,
+ * P, the decays E) and the head's query and key rows. Before the chunk is used, the next one's
+ * record, queries and keys are asked into the L2, by a block of 2·DC threads (the first DC a
+ * query row each, the rest a key row; thread 0 also the record). */
+struct dn_chunk {
+    int64_t t0;
+    int n;
+    const float *W, *U, *P, *E, *q, *k;
+};
 template <int DK>
-__device__ __forceinline__ void dn_prefetch_next(int64_t left, int64_t Nv, int64_t dv, int64_t ldq,
-                                                 const float *Wc, const float *qc,
-                                                 const float *kc) {
-    int nn = left < DC ? (int)left : DC, r = threadIdx.x % DC;
-    if (threadIdx.x == 0)
-        dn_prefetch_l2(Wc + Nv * dn_rec_floats(DK, dv),
-                       (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
-    if (r < nn) dn_prefetch_l2((threadIdx.x < DC ? qc : kc) + (DC + r) * ldq, DK * sizeof(float));
+__device__ __forceinline__ dn_chunk dn_chunk_at(int64_t c, int64_t nch, int64_t T, int64_t Nk,
+                                                int64_t Nv, int64_t dv, int64_t j, const float *q,
+                                                const float *k, const float *work) {
+    dn_chunk ch;
+    int64_t ldq = Nk * DK;
+    ch.t0 = c * DC;
+    ch.n = T - ch.t0 < DC ? (int)(T - ch.t0) : DC;
+    ch.W = work + (c * Nv + j) * dn_rec_floats(DK, dv);
+    ch.U = ch.W + DC * DK, ch.P = ch.U + DC * dv, ch.E = ch.P + DC * DC;
+    ch.q = q + ch.t0 * ldq + (j % Nk) * DK, ch.k = k + ch.t0 * ldq + (j % Nk) * DK;
+    if (c + 1 < nch) {
+        int64_t left = T - ch.t0 - DC;
+        int nn = left < DC ? (int)left : DC, r = threadIdx.x % DC;
+        if (threadIdx.x == 0)
+            dn_prefetch_l2(ch.W + Nv * dn_rec_floats(DK, dv),
+                           (unsigned)(dn_rec_floats(DK, dv) * sizeof(float)));
+        if (r < nn)
+            dn_prefetch_l2((threadIdx.x < DC ? ch.q : ch.k) + (DC + r) * ldq, DK * sizeof(float));
+    }
+    return ch;
 }
 
 template <int DK>
@@ -487,7 +505,7 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
     constexpr int RPT = DK / 8; /* state rows per thread in the update */
     __shared__ float Ss[DK][DN_BV], Vp[DC][DN_BV], ex[3][DC];
     int col = threadIdx.x % DN_BV, rg = threadIdx.x / DN_BV; /* rg: 0 .. 7 */
-    int64_t j = blockIdx.x, kh = j % Nk, ldq = Nk * DK, ldv = Nv * dv;
+    int64_t j = blockIdx.x, ldq = Nk * DK, ldv = Nv * dv;
     int64_t cc = (int64_t)blockIdx.y * DN_BV + col;
     bool cin = cc < dv;
     float *S = state + j * DK * dv;
@@ -499,12 +517,10 @@ __launch_bounds__(DN_BV * 8, 4) /* at most 128 registers: 384 blocks of the 27B 
     __syncthreads();
     int64_t nch = (T + DC - 1) / DC;
     for (int64_t c = 0; c < nch; c++) {
-        int64_t t0 = c * DC;
-        int n = T - t0 < DC ? (int)(T - t0) : DC;
-        const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
-        const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
-        const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
-        if (c + 1 < nch) dn_prefetch_next<DK>(T - t0 - DC, Nv, dv, ldq, Wc, qc, kc);
+        const struct dn_chunk ch = dn_chunk_at<DK>(c, nch, T, Nk, Nv, dv, j, q, k, work);
+        const int64_t t0 = ch.t0;
+        const int n = ch.n;
+        const float *Wc = ch.W, *Uc = ch.U, *Pc = ch.P, *Ec = ch.E, *qc = ch.q, *kc = ch.k;
         /* W·S and Sᵀq for rows r = rg + 8m */
         float ws[DC / 8], qs[DC / 8];
 #pragma unroll
@@ -627,7 +643,7 @@ __global__ void __launch_bounds__(128, 4)
     static_assert(DK % 16 == 0, "k-steps in pairs of 8");
     __shared__ float Ss[DK][DN_LD], Vp[DC][DN_LD], ex[3][DC];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int64_t j = blockIdx.x, kh = j % Nk, ldq = Nk * DK, ldv = Nv * dv;
+    int64_t j = blockIdx.x, ldq = Nk * DK, ldv = Nv * dv;
     int64_t c0 = (int64_t)blockIdx.y * DN_BV; /* first state column of the block */
     float *S = state + j * DK * dv;
     for (int e = threadIdx.x; e < DK * DN_BV; e += blockDim.x) {
@@ -637,12 +653,10 @@ __global__ void __launch_bounds__(128, 4)
     const int R0 = 16 * w + g, R1 = R0 + 8; /* this lane's chunk rows in products 1 and 2 */
     int64_t nch = (T + DC - 1) / DC;
     for (int64_t c = 0; c < nch; c++) {
-        int64_t t0 = c * DC;
-        int n = T - t0 < DC ? (int)(T - t0) : DC;
-        const float *Wc = work + (c * Nv + j) * dn_rec_floats(DK, dv);
-        const float *Uc = Wc + DC * DK, *Pc = Uc + DC * dv, *Ec = Pc + DC * DC;
-        const float *qc = q + t0 * ldq + kh * DK, *kc = k + t0 * ldq + kh * DK;
-        if (c + 1 < nch) dn_prefetch_next<DK>(T - t0 - DC, Nv, dv, ldq, Wc, qc, kc);
+        const struct dn_chunk ch = dn_chunk_at<DK>(c, nch, T, Nk, Nv, dv, j, q, k, work);
+        const int64_t t0 = ch.t0;
+        const int n = ch.n;
+        const float *Wc = ch.W, *Uc = ch.U, *Pc = ch.P, *Ec = ch.E, *qc = ch.q, *kc = ch.k;
         for (int e = threadIdx.x; e < 2 * DC + 1; e += blockDim.x) ex[e / DC][e % DC] = Ec[e];
         __syncthreads(); /* the state slice (first chunk, or the last update) and the decays */
         /* 1. W·S and q·S for rows R0, R1 */
