@@ -23,7 +23,7 @@ struct snug_sampler {
                      * candidates' only; read for candidates alone) */
     float *fscr;    /* [n_vocab] scratch for top-k selection (a heap of k, or a copy) */
     int32_t *cand;  /* [n_vocab] candidate ids */
-    int32_t *tmp;   /* [n_vocab] merge-sort scratch */
+    int32_t *tmp;   /* [n_vocab] merge-sort scratch; top-k's logits near the top */
     int32_t *count; /* [n_vocab] occurrences in the penalty window; all zero between calls */
 };
 
@@ -282,17 +282,18 @@ static int32_t top_k_direct(struct snug_sampler *s, float zmax, float inv_t, dou
             lo = mid;
     }
     float zlo = order_float(hi);
-    int32_t n_gt = 0, n = 0;
+    int32_t n_gt = 0, m = 0, n = 0; /* tmp[0..m): the logits from zlo up, in id order */
     for (int32_t i = 0; i < V; i++)
         if (s->z[i] >= zlo) {
             float e = expf((s->z[i] - zmax) * inv_t);
             s->p[i] = e;
             n_gt += e > pk;
+            s->tmp[m++] = i;
         }
     int32_t n_eq = k - n_gt; /* ties at the boundary: lowest ids first */
     *base = 0.0;
-    for (int32_t i = 0; i < V; i++) {
-        if (s->z[i] < zlo) continue;
+    for (int32_t c = 0; c < m; c++) {
+        int32_t i = s->tmp[c];
         if (s->p[i] > pk || (s->p[i] == pk && n_eq-- > 0)) {
             s->cand[n++] = i;
             *base += s->p[i];
