@@ -11,8 +11,10 @@
  * and after it the MTP drafts to verify: snug_seq_rows), then ONE snug_step evaluates all of
  * them and a prompt chunk of each prefilling slot (at most the per-step prompt budget) — the
  * verifications of every speculative slot included — in one forward (weights read once per step
- * for all slots), so a long prompt does not freeze the other slots' streams; then each slot
- * takes its logits rows (snug_seq_take: pick or accept, roll back, emit, stop). The prompt
+ * for all slots), so a long prompt does not freeze the other slots' streams; then the plain
+ * rows' picks run on the thread pool (snug_seq_pick: each slot's own sampler over 248K logits,
+ * idle threads on a device backend) and each slot takes its logits rows in turn
+ * (snug_seq_take: pick or accept, roll back, emit, stop). The prompt
  * budget is --step-prompt N, or under auto (the default) a time budget while other slots decode:
  * every batched step is timed and the rows follow step_budget.h's rule (prefill_len).
  * Prefix cache (src/prefix, docs/prefix-cache.md; CPU contexts, with or without speculation):
@@ -40,6 +42,7 @@
 #include "prefix/prefix_sched.h"
 
 #include "core/core.h"
+#include "core/threadpool.h"
 #include "engine/sequence.h"
 #include "engine/slots.h"
 #include "engine/step_budget.h"
@@ -585,6 +588,21 @@ static void step_stats_locked(struct snug_engine *e) {
  * that would not fit the step beside the other rows (n_chunk) runs in a step of its own. A
  * refused step (it changes nothing) is run again slot by slot so only the slot at fault ends
  * with an error. */
+/* The plain rows' picks of a step, thread ith of nth taking decode runs ith, ith + nth, ...
+ * (each sequence's own sampler and constraint; verifications roll their context back on the
+ * shared backend instance and wait for snug_seq_take, in turn). */
+struct pick_task {
+    struct snug_engine *e;
+    int32_t n_dec;
+};
+static void pick_rows(void *arg, int ith, int nth) {
+    const struct pick_task *pt = arg;
+    struct snug_engine *e = pt->e;
+    for (int32_t r = ith; r < pt->n_dec; r += nth)
+        if (e->b_nrows[r] == 1)
+            snug_seq_pick(&e->b_slot[r]->seq, e->b_logits + (int64_t)e->b_row0[r] * e->V);
+}
+
 static void engine_step(struct snug_engine *e) {
     struct snug_step_row *rows = e->b_rows;
     int32_t n = 0, n_dec = 0, n_pre = 0, n_verify = 0;
@@ -646,6 +664,10 @@ static void engine_step(struct snug_engine *e) {
     int rc = snug_step(rows, n, e->b_logits, &err);
     double t1 = snug_time_s();
     if (rc == SNUG_OK) snug_step_cost_note(&e->cost, t1 - t0, n_dec_rows, n - n_dec_rows);
+    if (rc == SNUG_OK && n_dec - n_verify > 1) { /* the picks on the pool, the emissions below */
+        struct pick_task pt = {e, n_dec};
+        snug_pool_run(snug_slots_pool(e->pool), pick_rows, &pt);
+    }
     for (int32_t r = 0; r < n_dec; r++) {
         struct slot *s = e->b_slot[r];
         float *lg = e->b_logits + (int64_t)e->b_row0[r] * e->V;

@@ -51,6 +51,7 @@ int snug_seq_begin(struct snug_seq *s, const struct snug_seq_params *p, struct s
     s->n_gen = 0;
     s->script_pos = 0;
     s->k = 0;
+    s->picked = false;
     s->state = SNUG_SEQ_IDLE;
     snug_detok_reset(&s->detok);
     snug_sampler_free(s->smp);
@@ -187,6 +188,14 @@ int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t ca
     return s->k + 1;
 }
 
+void snug_seq_pick(struct snug_seq *s, float *logits) {
+    if (s->state != SNUG_SEQ_RUNNING || s->k != 0 || s->picked) return;
+    s->t_pick = snug_time_s();
+    s->n_toks++;
+    s->pick_go = pick(s, logits);
+    s->picked = true;
+}
+
 void snug_seq_untake(struct snug_seq *s) {
     s->k = 0;
     s->step_given = false;
@@ -214,9 +223,16 @@ int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err) {
     int32_t k = s->k;
     s->k = 0;
     if (k == 0) { /* a plain decode row: the pending token is in the context now */
-        s->n_toks++;
         float *row = logits;
-        bool go = pick(s, row);
+        bool go;
+        if (s->picked) { /* (snug_seq_pick did it) */
+            s->picked = false;
+            t_take = s->t_pick;
+            go = s->pick_go;
+        } else {
+            s->n_toks++;
+            go = pick(s, row);
+        }
         if (s->p.speculate) note_step(s, 0, 0, t_take);
         if (go) emit(s, s->n_toks, row);
         return SNUG_OK;

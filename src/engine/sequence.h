@@ -95,6 +95,9 @@ struct snug_seq {
     struct snug_spec_adapt adapt;
     double t_rows0, t_rows1, t_step;
     bool step_given;
+    /* a plain row's pick made ahead of snug_seq_take (snug_seq_pick): its clock and result */
+    bool picked, pick_go;
+    double t_pick;
 };
 
 /* Bind a sequence to a context of model m (both borrowed; the model's tokenizer detokenizes):
@@ -128,6 +131,11 @@ int32_t snug_seq_rows(struct snug_seq *s, struct snug_step_row *rows, int32_t ca
  * a stop inside a verification's tokens ends the generation, so nothing reads it again).
  * Returns SNUG_OK, or the rollback's error. */
 int snug_seq_take(struct snug_seq *s, float *logits, struct snug_err *err);
+/* The pick of snug_seq_take for a plain row (no drafts), ahead of it and without emitting:
+ * touches only this sequence, its sampler and its constraint, so the sequences of one step may
+ * pick on separate threads (the engine's pool) while the emissions stay in order. No-op for a
+ * verification or a sequence that is not running. */
+void snug_seq_pick(struct snug_seq *s, float *logits);
 /* The rows were not evaluated after all (the step failed): forget the drafts, keep pending. */
 void snug_seq_untake(struct snug_seq *s);
 /* Between snug_seq_rows and snug_seq_take of a speculative sequence: the step that evaluated the

@@ -210,6 +210,29 @@ def test_real(res, A, fx, tmp):
     kw = dict(model="trained-f16.gguf", prompt="class ", max_tokens=12, temperature=1.0, seed=42)
     res.check(cl.completions.create(**kw).choices[0].text == cl.completions.create(**kw).choices[0].text,
               "same seed, same sample")
+    # two seeded samples at once (both slots decode in one step and pick on the thread pool;
+    # logprobs: plain rows, no speculation) equal each alone; sent together until a try
+    # overlaps them (both in flight together)
+    kws = [dict(kw, prompt=p, max_tokens=48, seed=sd, top_p=0.95, logprobs=1,
+                extra_body={"top_k": 40})
+           for p, sd in (("class ", 7), ("def ", 8))]
+    alone = [cl.completions.create(**k).choices[0].text for k in kws]
+    together, overlapped = [None, None], False
+    for _ in range(5):
+        spans = [None, None]
+
+        def one(i):
+            t0 = time.time()
+            together[i] = cl.completions.create(**kws[i]).choices[0].text
+            spans[i] = (t0, time.time())
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+        [t.start() for t in ths]
+        [t.join() for t in ths]
+        overlapped = spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+        if overlapped:
+            break
+    res.check(overlapped and together == alone,
+              f"two seeded samples at once = each alone (overlapped {overlapped})")
 
     # logprobs: greedy token = top-1, logprobs <= 0, one entry per token
     c = cl.chat.completions.create(model="trained-f16.gguf", messages=msgs, max_tokens=6,
