@@ -17,7 +17,6 @@
 #ifndef SNUG_BACKEND_H
 #define SNUG_BACKEND_H
 
-#include "backend/cuda/cuda_split.h"
 #include "kv/kv_view.h"
 #include "core/core.h"
 #include "core/threadpool.h"
@@ -348,11 +347,10 @@ static inline size_t snug_backend_plan_host_work_bytes(int64_t n_chunk, int64_t 
     return rows + (n_expert > 0 ? 3 * offs : 0);
 }
 
-/* A device instance's copy of a step's inputs, positions then token ids, [2][n_chunk] int32,
- * then the split tensor-core products' counters (cuda/cuda_split.h; zero between launches)
- * (the plan's "step inputs (device)"; cuda_backend.c allocates by this). */
+/* A device instance's copy of a step's inputs, positions then token ids, [2][n_chunk] int32
+ * (the plan's "step inputs (device)"; cuda_backend.c allocates n_chunk · 8 bytes). */
 static inline size_t snug_backend_plan_step_input_bytes(int64_t n_chunk) {
-    return (size_t)n_chunk * 2 * sizeof(int32_t) + (size_t)SNUG_CUDA_SPLIT_COUNT_BYTES;
+    return (size_t)n_chunk * 2 * sizeof(int32_t);
 }
 
 /* The CUDA op scratch (matmul bf16 tiles, split attention partials) for a model whose largest

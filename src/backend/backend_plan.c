@@ -36,10 +36,9 @@ static size_t align256(size_t x) {
 }
 
 static size_t matmul_bytes(int64_t n_in, int64_t n_out, int64_t T) {
-    if (T <= MATVEC_MAX_T) { /* int8 activations + per-32 scales (float2) + split partials */
+    if (T <= MATVEC_MAX_T) { /* int8 activations + per-32 scales (float2) */
         int64_t t = T < 1 ? 1 : T;
-        return align256((size_t)(t * n_in)) + align256((size_t)(t * (n_in / 32)) * 8) + 256 +
-               (size_t)SNUG_CUDA_SPLIT_PART_BYTES;
+        return align256((size_t)(t * n_in)) + align256((size_t)(t * (n_in / 32)) * 8) + 256;
     }
     int64_t rows = n_out < GEMM_TILE_ROWS ? n_out : GEMM_TILE_ROWS;
     return align256((size_t)(T * n_in) * 2) + align256((size_t)(rows * n_in) * 2) + 256;

@@ -554,10 +554,6 @@ static void bench_delta(void) {
 int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att, delta or moe (only
                                    * that part) */
     OK(snug_cuda_init(&cu, 0, &err));
-    void
-        *split_count; /* the split products' counters (the backend keeps them in its step inputs) */
-    OK(snug_cuda_malloc(&split_count, SNUG_CUDA_SPLIT_COUNT_BYTES, &err));
-    OK(snug_cuda_split_init(&cu, split_count, &err));
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     printf("device: %s (sm_%d%d, %d SMs)\n", cu.name, cu.cc_major, cu.cc_minor, cu.sm_count);
     enum { REP = 20 };
@@ -628,20 +624,19 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 16; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
+            for (int v = 0; v < 12; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
                                               rows 4; T=4 (a verification of 3 drafts) rows 1,
-                                              2, 4; tensor cores (q4_K/q6_K, every shape):
-                                              the split form (k_mmv_split) T=1, 2, 4, 8, then
-                                              the per-tile grid (k_mmv) T=1, 2, 4, 8 */
+                                              2, 4; tensor cores (k_mmv, q4_K/q6_K, every
+                                              shape): T=1, 2, 4, 8 */
                 static const int mma_t[4] = {1, 2, 4, 8};
-                int mma = v >= 8, tiles = v >= 12;
+                int mma = v >= 8;
                 if (mma && mt[ti] == SNUG_DTYPE_Q8_0) continue;
-                int T = mma ? mma_t[(v - 8) % 4] : v == 1 ? 8 : v >= 5 ? 4 : 1;
+                int T = mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 ? 4 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
                 int rows = v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
                 snug_cuda_matvec_tune(rows);
-                snug_cuda_matvec_mma(mma ? 31 | (tiles ? 32 : 0) : 0);
+                snug_cuda_matvec_mma(mma ? 31 : 0);
                 for (int i = 0; i < NCOPY; i++)
                     OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, wk, &err));
                 for (int i = 0; i < REP; i++) {
@@ -654,8 +649,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
                 printf("matvec %-5s %-4s %s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
                        snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
-                       tiles       ? "mmaT"
-                       : mma       ? "mmaS"
+                       mma         ? "mma"
                        : rows == 1 ? "r1 "
                        : rows == 2 ? "r2 "
                                    : "r4 ",

@@ -83,7 +83,6 @@ static void cmp(const char *what, const float *got, const float *ref, int64_t n,
 /* ---- matrix products ---------------------------------------------------------------------- */
 static int g_nowork; /* 1: pass no work memory (the f32-activation matvec); 2: the same through
                         snug_cuda_matmul_f32x, any T */
-static int g_twice;  /* run the product twice: the same bits (the split form's fixed order) */
 /* The 1-3 bit i-quants: lattice points indexed in a grid table (quant_grids.h). */
 static int is_lattice_type(uint32_t type) {
     return type == SNUG_DTYPE_IQ3_XXS || type == SNUG_DTYPE_IQ3_S || type == SNUG_DTYPE_IQ2_XXS ||
@@ -141,19 +140,6 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
     else
         OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
     float *got = get(dy, T * n_out);
-    if (g_twice) {
-        void *dy2 = dev_poison((size_t)(T * n_out) * 4);
-        OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy2, dwork, &err));
-        float *again = get(dy2, T * n_out);
-        int64_t same = 0;
-        for (int64_t i = 0; i < T * n_out; i++) same += !memcmp(&got[i], &again[i], 4);
-        printf("  again: %lld/%lld outputs the same bits %s\n", (long long)same,
-               (long long)(T * n_out), same == T * n_out ? "PASS" : "FAIL");
-        CHECKF(same == T * n_out, "matmul %s %lldx%lld T=%lld twice", ti->name, (long long)n_out,
-               (long long)n_in, (long long)T);
-        snug_free(again);
-        snug_cuda_dfree(dy2);
-    }
     /* The exact product: the reference decoder's weights, double accumulation. (The CPU op
      * quantises x to int8 for the block types, so it is itself only within ~1e-2.) The int8
      * matvec (cuda_matvec.cu) is compared with the exact product of the same int8-rounded x
@@ -1583,10 +1569,7 @@ int main(int argc, char **argv) {
     rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
     if (!rng) rng = 88172645463325252ull;
     printf("seed %llu\n", (unsigned long long)rng);
-    void *split_count = NULL; /* the split products' counters (the backend's step inputs) */
-    if (snug_cuda_init(&cu, 0, &err) != SNUG_OK ||
-        snug_cuda_malloc(&split_count, SNUG_CUDA_SPLIT_COUNT_BYTES, &err) != SNUG_OK ||
-        snug_cuda_split_init(&cu, split_count, &err) != SNUG_OK) {
+    if (snug_cuda_init(&cu, 0, &err) != SNUG_OK) {
         fprintf(stderr, "no usable CUDA device: %s\n", err.msg);
         return 1;
     }
@@ -1650,35 +1633,23 @@ int main(int argc, char **argv) {
             test_matmul_pair_as(i8[i], 2048, 512, 301, 4, true);
             test_matmul_pair_as(i8[i], 1024, 77, 130, 8, true);
         }
-        /* the tensor-core form of the Q4_K / Q6_K products (Q4_K's default for 2..8 tokens, the
-         * rest when asked): rows not a multiple of 16, 1..36 super-blocks per row (36: the
-         * 8-warp form of the per-tile grid), every token count of a verification; in the split
-         * form (k_mmv_split) with the device's warps and with a few forced (3, 7, 64: tiles cut
-         * between warps, a tile added up from up to 12 warps' slots), each run twice for the
-         * same bits, and in the per-tile grid (k_mmv, mask bit 32) */
+        /* the tensor-core form of the Q4_K / Q6_K products (k_mmv; Q4_K's default for 2..8
+         * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
+         * (36: the 8-warp form), every token count of a verification */
         uint32_t mmv[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
-        static const int split_w[] = {0, 3, 7, 64, -1};
-        for (size_t i = 0; i < 2; i++)
-            for (size_t v = 0; v < sizeof split_w / sizeof split_w[0]; v++) {
-                int tiles = split_w[v] < 0 ? 32 : 0;
-                printf("tensor-core products (%s), %s:\n",
-                       tiles ? "k_mmv, per tile" : "k_mmv_split", snug_dtype_info(mmv[i])->name);
-                snug_cuda_matvec_split(split_w[v] > 0 ? split_w[v] : 0);
-                g_twice = !tiles;
-                snug_cuda_matvec_mma(31 | tiles);
-                test_matmul(mmv[i], 256, 7, 1);
-                test_matmul(mmv[i], 2304, 45, 1);
-                snug_cuda_matvec_mma(21 | tiles); /* (every shape: 9216 -> 33 too) */
-                for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
-                test_matmul(mmv[i], 256, 16, 8);
-                test_matmul(mmv[i], 9216, 33, 3);
-                test_matmul(mmv[i], 5120, 301, 4);
-                snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
-                test_matmul(mmv[i], 768, 37, 4);
-                snug_cuda_matvec_mma(-1);
-                snug_cuda_matvec_split(0);
-                g_twice = 0;
-            }
+        for (size_t i = 0; i < 2; i++) {
+            printf("tensor-core products (k_mmv), %s:\n", snug_dtype_info(mmv[i])->name);
+            snug_cuda_matvec_mma(31);
+            test_matmul(mmv[i], 256, 7, 1);
+            test_matmul(mmv[i], 2304, 45, 1);
+            snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
+            for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
+            test_matmul(mmv[i], 256, 16, 8);
+            test_matmul(mmv[i], 9216, 33, 3);
+            snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
+            test_matmul(mmv[i], 768, 37, 4);
+            snug_cuda_matvec_mma(-1);
+        }
         test_basic();
         test_step();
         test_delta(0, 1, 2, 6, 128, 128);

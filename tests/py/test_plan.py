@@ -234,9 +234,6 @@ def test_host_items():
 
 
 # The vision tower's host items (with --vision-backend cuda also the instance's staging).
-# the split tensor-core products' counters after a device instance's step inputs
-# (src/backend/cuda/cuda_split.h: SNUG_CUDA_SPLIT_WARPS int32)
-SPLIT_COUNTERS = 3072 * 4
 VISION_HOST = ("vision weights (mmproj)", "vision encoder work (largest image)",
                "vision image buffers (largest)", "vision source (decode+resize)",
                "vision cuda staging (host)")
@@ -245,8 +242,8 @@ VISION_HOST = ("vision weights (mmproj)", "vision encoder work (largest image)",
 def test_vision_items():
     """The vision tower's backend instance (src/vision/vision_backend.c) opens the CUDA backend
     with n_chunk = min(patches, 4096) rows and n_embd 1: its embedding staging (host) and step
-    inputs (device) are n_chunk x 4 and n_chunk x 8 bytes plus the split products' counters
-    (backend.h's formulas, which cuda_backend.c allocates by), its one slot an empty cache shape (snug_kv_bytes: the view
+    inputs (device) are n_chunk x 4 and n_chunk x 8 bytes (backend.h's formulas, which
+    cuda_backend.c allocates by), its one slot an empty cache shape (snug_kv_bytes: the view
     table of one 40-byte view, 64-aligned, + 64). Each is a plan item, to the byte, and in the
     host / device totals; none with the tower on the CPU."""
     base = ["--preset", "qwen3.6-27b", "--weights", "q4_k_m", "--ctx", "32768", "--backend",
@@ -264,10 +261,10 @@ def test_vision_items():
         check(vis["image_patches"] == patches, f"{tag}: patches {vis['image_patches']}")
         check(it.get("vision cuda staging (host)") == rows * 4 == vis["host_stage_bytes"],
               f"{tag}: staging {it.get('vision cuda staging (host)')} = rows x 1 x 4")
-        check(it.get("vision step inputs + slot (gpu)") == rows * 8 + SPLIT_COUNTERS + slot ==
+        check(it.get("vision step inputs + slot (gpu)") == rows * 8 + slot ==
               vis["device_inputs_bytes"],
               f"{tag}: step inputs + slot {it.get('vision step inputs + slot (gpu)')} = "
-              f"{rows} x 8 + {SPLIT_COUNTERS} + {slot}")
+              f"{rows} x 8 + {slot}")
         host = sum(v for n, v in it.items() if n in HOST_ITEMS or n in VISION_HOST)
         check(g["all_bytes"] - g["total_bytes"] == host,
               f"{tag}: host total {g['all_bytes'] - g['total_bytes']} = the host items {host}")

@@ -1186,7 +1186,6 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     if ((rc = dmalloc(c, (void **)&c->pos, snug_backend_plan_step_input_bytes(lim->n_chunk),
                       "step inputs", err)))
         goto fail;
-    if ((rc = snug_cuda_split_init(&c->cu, c->pos + 2 * lim->n_chunk, err))) goto fail;
     /* host side, the plan's host items: the embedding staging and the host work arena (MoE
      * expert offsets, hook copies), sized by backend.h's formulas */
     c->stage_floats = (int64_t)lim->n_chunk * lim->n_embd;

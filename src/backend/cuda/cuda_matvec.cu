@@ -8,16 +8,13 @@
  * the first three (one launch over the tiles of slots grouped by expert that moe_route wrote
  * on the device): k_mvq_moe1 (dp4a, one slot per tile: decode), k_mvq_moe (dp4a, tiles of
  * several slots: q8_0) and
- * k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of several slots); the dense tensor-core
- * products k_mmv (a block per 16 rows) and k_mmv_split (a warp per equal share of the
- * product's 16-row × 256-element units, cuda_split.h).
+ * k_mmq_moe<q4_K / q6_K> (int8 tensor cores, tiles of several slots).
  * Invariant: one pass over W; no allocation; results equal Σ w·x̃ with x̃ the int8-rounded x
  * (the CPU op's rounding too).
  * Read next: cuda_common.cuh (block layouts), cuda_matmul.cu (the dispatch and the f32 path),
  * docs/perf/cuda-kernels.md (versions and measurements). */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_split.h"
 
 #include <stdlib.h>
 
@@ -435,23 +432,14 @@ extern "C" bool snug_cuda_matvec_int8(uint32_t type) {
     return snug_cu_mvq_supported(type);
 }
 
-/* x rounded (qx, ds), then the split product's partial slots (cuda_split.h). */
 extern "C" size_t snug_cu_mvq_work_bytes(int64_t n_in, int64_t T) {
-    return al256((size_t)(T * n_in)) + al256((size_t)(T * (n_in / 32)) * sizeof(float2)) + 256 +
-           SNUG_CUDA_SPLIT_PART_BYTES;
+    return al256((size_t)(T * n_in)) + al256((size_t)(T * (n_in / 32)) * sizeof(float2)) + 256;
 }
 
 extern "C" void snug_cu_mvq_x(void *work, int64_t n_in, int64_t T, int8_t **qx, float2 **ds) {
     uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
     *qx = (int8_t *)wk;
     *ds = (float2 *)(wk + al256((size_t)(T * n_in)));
-}
-
-/* The partial slots of a split product in that work memory (after qx and ds). */
-static float *mvq_part(void *work, int64_t n_in, int64_t T) {
-    uint8_t *wk = (uint8_t *)(((uintptr_t)work + 255) & ~(uintptr_t)255);
-    return (float *)(wk + al256((size_t)(T * n_in)) +
-                     al256((size_t)(T * (n_in / 32)) * sizeof(float2)));
 }
 
 /* Warps per block for a row of nu units: the count in 2..8 that leaves the fewest idle thread
@@ -514,9 +502,8 @@ static void mvq_launch(int threads, cudaStream_t s, const mvq_mats &m, size_t rb
         mvq_launch_r<TYPE, 2>(threads, s, m, rb, n_in, qx, ds, T);
 }
 
-static void mmv_launch(uint32_t type, const struct snug_cuda *cu, bool tiles, const uint8_t *w,
-                       size_t rb, int n_in, int64_t n_out, const int8_t *qx, const float2 *ds,
-                       int T, float *y, float *part);
+static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y);
 
 /* Which Q4_K / Q6_K products take the tensor-core kernel k_mmv instead of the dp4a one, a mask:
  * 1 Q4_K with 2..8 tokens, 2 Q4_K with one, 4 Q6_K with 2..8, 8 Q6_K with one; 16 on every
@@ -527,10 +514,9 @@ static void mmv_launch(uint32_t type, const struct snug_cuda *cu, bool tiles, co
  * 1.26-1.47x; Q6_K 1.07-1.17x at T = 4. */
 #define MVQ_MMA_DEFAULT 1
 #define MVQ_MMA_ANY     16
-#define MVQ_MMA_TILES   32 /* the one-block-per-16-rows grid instead of the split form */
 static int g_mvq_mma = -1;
 extern "C" void snug_cuda_matvec_mma(int mask) {
-    g_mvq_mma = mask >= 0 && mask <= 63 ? mask : -1;
+    g_mvq_mma = mask >= 0 && mask <= 31 ? mask : -1;
 }
 
 /* x (T × n_in f32, device) to int8 blocks in `work`, then the dp4a matvec of w, and of w2 too
@@ -560,7 +546,7 @@ extern "C" int snug_cu_mvq2(struct snug_cuda *cu, uint32_t type, const void *w, 
     if (g_mvq_mma < 0) {
         const char *e = getenv("SNUG_MVQ_MMA");
         int m = e ? atoi(e) : MVQ_MMA_DEFAULT;
-        g_mvq_mma = m >= 0 && m <= 63 ? m : MVQ_MMA_DEFAULT;
+        g_mvq_mma = m >= 0 && m <= 31 ? m : MVQ_MMA_DEFAULT;
     }
     size_t rb = snug_dtype_row_bytes(type, (uint64_t)n_in);
     int ni = (int)n_in;
@@ -570,10 +556,8 @@ extern "C" int snug_cu_mvq2(struct snug_cuda *cu, uint32_t type, const void *w, 
     bool mma = (g_mvq_mma & mma_bit) != 0, any = (g_mvq_mma & MVQ_MMA_ANY) != 0;
     bool mma1 = mma && (any || n_in <= 2 * n_out), mma2 = w2 && mma && (any || n_in <= 2 * n_out2);
     const uint8_t *wb = (const uint8_t *)w, *wb2 = (const uint8_t *)w2;
-    bool tiles = (g_mvq_mma & MVQ_MMA_TILES) != 0;
-    float *part = mvq_part(work, n_in, T); /* (one product at a time: the stream orders them) */
-    if (mma1) mmv_launch(type, cu, tiles, wb, rb, ni, n_out, qx, ds, T, y, part);
-    if (mma2) mmv_launch(type, cu, tiles, wb2, rb, ni, n_out2, qx, ds, T, y2, part);
+    if (mma1) mmv_launch(type, s, wb, rb, ni, n_out, qx, ds, T, y);
+    if (mma2) mmv_launch(type, s, wb2, rb, ni, n_out2, qx, ds, T, y2);
     mvq_mats m;
     if (!mma1 && w2 && !mma2)
         m = {wb, wb2, n_out, n_out2, y, y2};
@@ -815,121 +799,23 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) /* at most 128 registers */
     f.store(acc, n_out, T, y);
 }
 
-/* The split form of the same product (cuda_split.h): a grid of as many warps as the device
- * holds at once (W), warp g taking the units [u0(g), u0(g + 1)) of tiles × super-blocks in
- * order, so every warp has the same work whatever the shape; the one-block-per-tile grid above
- * runs in whole rounds of equal blocks (1,088 blocks in 528 places: 3 rounds for 2.06 of work).
- * A tile cut by a warp boundary is added up by the last of its warps to finish, in warp order,
- * from the partial slots `part` (cuda_split.h); `cnt` are the counters, zero between launches.
- * No shared memory, no block barrier: warps of a block are independent. */
+/* The dense tensor-core product (k_mmv) for Q4_K / Q6_K: 4 warps per 16 rows, 8 for rows of
+ * more than 32 super-blocks. */
 template <int TYPE>
-__global__ void __launch_bounds__(128, 4) /* at most 128 registers */
-    k_mmv_split(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
-                const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-                float *__restrict__ y, float *__restrict__ part, int32_t *__restrict__ cnt, int W) {
-    int lane = threadIdx.x & 31;
-    int64_t g = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (g >= W) return; /* whole warps leave together */
-    int nsb = n_in >> 8;
-    int64_t U = (n_out + 15) / 16 * nsb;
-    int64_t u = snug_split_u0(g, U, W), u1 = snug_split_u0(g + 1, U, W);
-    constexpr int UN = mmq_sb<TYPE>::UNROLL;
-    while (u < u1) {
-        int64_t t = u / nsb, x0 = t * nsb;
-        int sb0 = (int)(u - x0), sb1 = (int)((u1 < x0 + nsb ? u1 : x0 + nsb) - x0);
-        u = x0 + sb1;
-        const mmq_frag f(w, row_bytes, n_in, n_out, qx, ds, T, t * 16);
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll UN
-        for (int sb = sb0; sb < sb1; sb++) f.step<TYPE>(sb, acc);
-        if (sb0 == 0 && sb1 == nsb) { /* the whole tile */
-            f.store(acc, n_out, T, y);
-            continue;
-        }
-        int64_t gf = snug_split_warp_of(x0, U, W), gl = snug_split_warp_of(x0 + nsb - 1, U, W);
-        float *mine = part + snug_split_slot(g, x0, U, W) * SNUG_CUDA_SPLIT_SLOT_FLOATS;
-#pragma unroll
-        for (int i = 0; i < 4; i++) mine[32 * i + lane] = acc[i];
-        __threadfence(); /* the slot visible device-wide before the count says it is there */
-        __syncwarp();
-        int old = 0;
-        if (lane == 0) old = atomicAdd(cnt + gf, 1);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old != (int)(gl - gf)) continue; /* not the last of the tile's warps */
-        __threadfence();
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int64_t h = gf; h <= gl; h++) { /* in warp order: the same bits every launch */
-            const float *p = part + snug_split_slot(h, x0, U, W) * SNUG_CUDA_SPLIT_SLOT_FLOATS;
-#pragma unroll
-            for (int i = 0; i < 4; i++) sum[i] += __ldcg(p + 32 * i + lane);
-        }
-        f.store(sum, n_out, T, y);
-        if (lane == 0) cnt[gf] = 0; /* (no other warp counts on it in this launch) */
-    }
-}
-
-/* Warps for a split product: the device's resident warps of k_mmv_split (occupancy, found once
- * per device and type), at most SNUG_CUDA_SPLIT_WARPS and the product's units; or the count
- * set by snug_cuda_matvec_split. */
-static int g_split_warps;
-extern "C" void snug_cuda_matvec_split(int warps) {
-    g_split_warps = warps > 0 ? warps : 0;
-}
-template <int TYPE> static int split_resident(const struct snug_cuda *cu) {
-    static int per_sm[SNUG_CUDA_MAX_DEVICES]; /* blocks per SM, 0 = not asked yet */
-    bool known = cu->device >= 0 && cu->device < SNUG_CUDA_MAX_DEVICES;
-    int nb = known ? per_sm[cu->device] : 0;
-    if (nb == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mmv_split<TYPE>, 128, 0) !=
-                cudaSuccess ||
-            nb < 1) {
-            (void)cudaGetLastError();
-            nb = 1;
-        }
-        if (known) per_sm[cu->device] = nb;
-    }
-    return nb * 4 * (cu->sm_count > 0 ? cu->sm_count : 1);
-}
-
-/* The dense tensor-core product (k_mmv) for Q4_K / Q6_K: the split form where the instance has
- * its counters (snug_cuda_split_init) and the mask does not ask for the per-tile grid; else
- * 4 warps per 16 rows, 8 for rows of more than 32 super-blocks. */
-template <int TYPE>
-static void mmv_launch_t(const struct snug_cuda *cu, bool tiles, const uint8_t *w, size_t rb,
-                         int n_in, int64_t n_out, const int8_t *qx, const float2 *ds, int T,
-                         float *y, float *part) {
-    cudaStream_t s = SNUG_CU_STREAM(cu);
-    if (cu->split_count && !tiles) {
-        int64_t U = (n_out + 15) / 16 * (n_in >> 8);
-        int64_t W = g_split_warps ? g_split_warps : split_resident<TYPE>(cu);
-        if (W > SNUG_CUDA_SPLIT_WARPS) W = SNUG_CUDA_SPLIT_WARPS;
-        if (W > U) W = U;
-        k_mmv_split<TYPE><<<(unsigned)((W + 3) / 4), 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y,
-                                                                  part, cu->split_count, (int)W);
-        return;
-    }
+static void mmv_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
+                         const int8_t *qx, const float2 *ds, int T, float *y) {
     unsigned blocks = (unsigned)((n_out + 15) / 16);
     if (n_in / 256 > 32)
         k_mmv<TYPE, 8><<<blocks, 256, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
     else
         k_mmv<TYPE, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
 }
-static void mmv_launch(uint32_t type, const struct snug_cuda *cu, bool tiles, const uint8_t *w,
-                       size_t rb, int n_in, int64_t n_out, const int8_t *qx, const float2 *ds,
-                       int T, float *y, float *part) {
+static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
+                       int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
     if (type == SNUG_DTYPE_Q4_K)
-        mmv_launch_t<SNUG_DTYPE_Q4_K>(cu, tiles, w, rb, n_in, n_out, qx, ds, T, y, part);
+        mmv_launch_t<SNUG_DTYPE_Q4_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
     else
-        mmv_launch_t<SNUG_DTYPE_Q6_K>(cu, tiles, w, rb, n_in, n_out, qx, ds, T, y, part);
-}
-
-extern "C" int snug_cuda_split_init(struct snug_cuda *cu, void *counters, struct snug_err *err) {
-    cudaError_t e = cudaMemset(counters, 0, SNUG_CUDA_SPLIT_COUNT_BYTES);
-    if (e != cudaSuccess)
-        return snug_err_set(err, SNUG_ERR_INTERNAL, "cuda: clearing the split counters: %s",
-                            cudaGetErrorString(e));
-    cu->split_count = (int32_t *)counters;
-    return SNUG_OK;
+        mmv_launch_t<SNUG_DTYPE_Q6_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* ---- MoE expert products (backend.h moe_matmul) ------------------------------------------- */

@@ -33,8 +33,7 @@ struct snug_cuda {
     void *cublas; /* cublasHandle_t */
     int sm_count;
     int cc_major, cc_minor;
-    size_t smem_optin;    /* largest dynamic shared memory a block may opt into */
-    int32_t *split_count; /* the split products' counters (snug_cuda_split_init); NULL: none */
+    size_t smem_optin; /* largest dynamic shared memory a block may opt into */
     char name[256];
 };
 
@@ -68,18 +67,10 @@ bool snug_cuda_matvec_int8(uint32_t type);
 void snug_cuda_matvec_tune(int rows);
 /* Which Q4_K / Q6_K products of T <= SNUG_CUDA_MATVEC_MAX_T tokens run on int8 tensor cores
  * instead of dp4a, a mask: 1 Q4_K with T >= 2 (the default), 2 Q4_K with T = 1, 4 Q6_K with
- * T >= 2, 8 Q6_K with T = 1, 16 on every shape (else only where n_in <= 2·n_out), 32 the
- * one-block-per-16-rows grid instead of the split form; -1 the env's or the default. A tuning
- * knob for tests and benchmarks (env SNUG_MVQ_MMA sets it at the first call). Same int8
- * rounding of x either way. */
+ * T >= 2, 8 Q6_K with T = 1, 16 on every shape (else only where n_in <= 2·n_out); -1 the env's
+ * or the default. A tuning knob for tests and benchmarks
+ * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
 void snug_cuda_matvec_mma(int mask);
-/* The warps of the split tensor-core product (cuda_split.h; 0: as many as the device holds at
- * once). A knob for tests, which force a few so that tiles are cut between warps. */
-void snug_cuda_matvec_split(int warps);
-/* Give the instance its split-product counters: SNUG_CUDA_SPLIT_COUNT_BYTES of device memory
- * (cuda_split.h), zeroed here (synchronously; at open). Without them the tensor-core products
- * take the one-block-per-16-rows grid. */
-int snug_cuda_split_init(struct snug_cuda *cu, void *counters, struct snug_err *err);
 /* The same kind of knobs for the decode attention (3 = tensor cores where the formats allow,
  * 1 = grouped per KV head, 2 = its branch-free candidate form, 0 = per query head) and the
  * prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the default
