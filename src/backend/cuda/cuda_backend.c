@@ -211,10 +211,11 @@ static const void *cb_weight(struct snug_be *be, const struct snug_gguf_tensor *
  * 512 tokens on the f32 kernel). The products whose outputs feed decisions (routers, gates, β/α)
  * come through cb_matmul_precise instead and always keep f32 activations. */
 #define PRECISE_MAX_OUT 512
-/* The prompt's delta rule in the chunked WY form (cuda_delta.cu) instead of the recurrence: off
- * until its first run on a GPU (test_cuda_ops delta, bench_cuda_ops delta); SNUG_DELTA_WY=1
- * turns it on. */
-#define DELTA_WY_DEFAULT 0
+/* The prompt's delta rule in the chunked WY form (cuda_delta.cu) instead of the recurrence, its
+ * scan on tensor cores: 3.98 ms a layer at the 27B's shape and 8,192 tokens against 9.13 for
+ * the recurrence (H100, docs/perf/cuda-kernels.md); SNUG_DELTA_WY=0 the recurrence, =1 the
+ * f32 scan. */
+#define DELTA_WY_DEFAULT 1
 /* Whether the op scratch holds x's first n elements rounded to int8 (the qx_* record above):
  * the op just before rounded exactly this x (no op ran since, so nothing wrote x or the
  * scratch), and as many elements. The rounding is flat, so it is the rounded x of any product
@@ -1135,7 +1136,7 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->cu_ok = true;
     const char *dw = getenv("SNUG_DELTA_WY");
     c->delta_wy = dw && *dw ? strcmp(dw, "0") != 0 : DELTA_WY_DEFAULT;
-    if (dw && strcmp(dw, "2") == 0) snug_cuda_delta_tune(1); /* the scan on tensor cores */
+    if (dw && strcmp(dw, "1") == 0) snug_cuda_delta_tune(0); /* the f32 scan */
     const char *mf = getenv("SNUG_CUDA_MATVEC_F32");
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
     const char *ge = getenv("SNUG_CUDA_GRAPHS"); /* 0: every step eager (comparisons) */
