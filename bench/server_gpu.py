@@ -200,6 +200,9 @@ def main():
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--step-prompt", type=int, default=0,
                     help="serve --step-prompt: prompt tokens a prefilling slot adds per step")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for the measured server (repeatable), e.g. "
+                         "--serve-arg=--cache-ram --serve-arg=0")
     a = ap.parse_args()
     common = ["--slots", str(a.slots), "--spec-draft", str(a.spec_draft),
               "--spec-adapt", a.spec_adapt]
@@ -212,6 +215,7 @@ def main():
     gpu_args = ["--backend", a.backend, *common]
     if a.vram_budget:
         gpu_args += ["--vram-budget", a.vram_budget]
+    gpu_args += a.serve_arg
     with tempfile.TemporaryDirectory() as tmp:
         gpu = Server(a.snug, a.model, tmp, "gpu", gpu_args)
         try:
