@@ -20,6 +20,8 @@ carrying the MTP block's state):
    fewer), with the cold server's output.
 5. Corrupted files (payload bytes flipped, one truncated): refused, the request still answers
    with the cold server's output; /metrics counts the refusals.
+6. The checkpoint at the end of generation (check_end_checkpoint): a prompt that repeats a
+   finished request's prompt and generated tokens reuses both after the slot was taken over.
 Runnable as a script; prints "N passed, N failed".
 """
 import json
@@ -122,6 +124,42 @@ def same_output(stream_out, got):
             stream_out["content"].strip() == got["content"].strip() and calls == got["tool_calls"])
 
 
+def post(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())
+
+
+def check_end_checkpoint(res, model, tmp, spec):
+    """6. The checkpoint at the end of generation: one slot generates 12 tokens after a prompt,
+    another prompt takes the slot over, then a prompt of the first prompt's and the generated
+    tokens (ids: the pieces logprobs returns, each one token) reuses the generated part too —
+    only that checkpoint holds it (the others end at the prompt's end)."""
+    p, url = start(model, tmp, "endck", ["--slots", "1"], spec)
+    try:
+        ids = post(url, "/tokenize", {"content": "def fibonacci(n):\n    "})["tokens"]
+        a = post(url, "/v1/completions", {"prompt": ids, "max_tokens": 12, "temperature": 0,
+                                           "logprobs": 1})
+        pieces = a["choices"][0]["logprobs"]["tokens"]
+        gen = []
+        for piece in pieces:
+            t = post(url, "/tokenize", {"content": piece, "parse_special": True})["tokens"]
+            gen += t if len(t) == 1 else [None]
+        if None in gen or len(gen) != 12:
+            res.check(False, f"end checkpoint: the generated pieces map to single tokens ({pieces})")
+            return
+        post(url, "/v1/completions", {"prompt": "class Stack:\n", "max_tokens": 4,
+                                      "temperature": 0})
+        b = post(url, "/v1/completions", {"prompt": ids + gen + ids[:1], "max_tokens": 1,
+                                          "temperature": 0})
+        cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+        res.check(cached >= len(ids) + len(gen) - 1,
+                  f"end checkpoint: {cached} tokens reused of {len(ids)} prompt + {len(gen)} "
+                  f"generated (at least {len(ids) + len(gen) - 1})")
+    finally:
+        stop(p)
+
+
 def main(spec=0):
     """spec: the --spec-draft of every server (0: none)."""
     res = Results()
@@ -132,6 +170,7 @@ def main(spec=0):
     doc = json.load(open(REPLAY))
     reqs = requests_of(doc)
     with tempfile.TemporaryDirectory() as tmp:
+        check_end_checkpoint(res, model, tmp, spec)
         cache = os.path.join(tmp, "cache")
         flags = ["--cache-ram", "64MiB", "--cache-dir", cache]
 
