@@ -596,18 +596,6 @@ static void step_stats_locked(struct snug_engine *e) {
     e->stats.step_prompt_row_s = e->cost.c_row;
 }
 
-/* One step of the engine: the rows of every generating slot (its pending token, and for a
- * speculative slot the MTP drafts after it as verification rows: snug_seq_rows) and a prompt
- * chunk of every prefilling slot (prefill_len: at most the per-step prompt budget — under auto
- * step_budget.h's rows for this step: a time budget while another slot decodes in it), as rows
- * of ONE snug_step: the matrix products run over all of them at once, so a long prompt being
- * admitted advances by a bounded chunk per step while the other slots keep streaming, and the
- * verifications of all speculative slots share one forward. The step is timed and noted in
- * e->cost (the next steps' budget). Then each generating slot takes its logits rows
- * (snug_seq_take: the next token, or the accepted drafts and the rollback) and emits. A chunk
- * that would not fit the step beside the other rows (n_chunk) runs in a step of its own. A
- * refused step (it changes nothing) is run again slot by slot so only the slot at fault ends
- * with an error. */
 /* The plain rows' picks of a step, thread ith of nth taking decode runs ith, ith + nth, ...
  * (each sequence's own sampler and constraint; verifications roll their context back on the
  * shared backend instance and wait for snug_seq_take, in turn). */
@@ -623,6 +611,18 @@ static void pick_rows(void *arg, int ith, int nth) {
             snug_seq_pick(&e->b_slot[r]->seq, e->b_logits + (int64_t)e->b_row0[r] * e->V);
 }
 
+/* One step of the engine: the rows of every generating slot (its pending token, and for a
+ * speculative slot the MTP drafts after it as verification rows: snug_seq_rows) and a prompt
+ * chunk of every prefilling slot (prefill_len: at most the per-step prompt budget — under auto
+ * step_budget.h's rows for this step: a time budget while another slot decodes in it), as rows
+ * of ONE snug_step: the matrix products run over all of them at once, so a long prompt being
+ * admitted advances by a bounded chunk per step while the other slots keep streaming, and the
+ * verifications of all speculative slots share one forward. The step is timed and noted in
+ * e->cost (the next steps' budget). Then each generating slot takes its logits rows
+ * (snug_seq_take: the next token, or the accepted drafts and the rollback) and emits. A chunk
+ * that would not fit the step beside the other rows (n_chunk) runs in a step of its own. A
+ * refused step (it changes nothing) is run again slot by slot so only the slot at fault ends
+ * with an error. */
 static void engine_step_rows(struct snug_engine *e) {
     struct snug_step_row *rows = e->b_rows;
     int32_t n = 0, n_dec = 0, n_pre = 0, n_verify = 0;
