@@ -732,6 +732,7 @@ static void engine_step_rows(struct snug_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The step (engine_step_rows), then the checkpoints of the jobs it ended (flush_stores). */
 static void engine_step(struct snug_engine *e) {
     engine_step_rows(e);
     flush_stores(e);
