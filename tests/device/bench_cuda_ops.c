@@ -178,8 +178,8 @@ static double gemm_ceiling(void) {
 }
 
 /* `bench_cuda_ops mmq`: prompt products of q4_K / q6_K weights at the 27B's shapes (and three of
- * the 35B-A3B's) for T = 512 and 2048 tokens, on the int8 tensor-core kernel (cuda_mmq.cu) and
- * on the bf16 path (dequantise 4096-row tiles + cuBLAS, snug_cuda_mmq_tune(0)), each through
+ * the 35B-A3B's) for T = 12, 32, 512 and 2048 tokens, on the int8 tensor-core kernel (cuda_mmq.cu)
+ * and on the bf16 path (dequantise 4096-row tiles + cuBLAS, snug_cuda_mmq_tune(0)), each through
  * snug_cuda_matmul as the engine calls it (x quantised / converted inside). Weights rotate over
  * copies totalling >= 160 MB (more than L2), CUDA events, median of 9 passes over the copies;
  * 2·T·n_in·n_out operations over the time (TOPS for int8, TFLOP/s for bf16), and the ratio
@@ -196,7 +196,9 @@ static void bench_mmq(double gemm_rate) {
               {"27B delta z", 5120, 6144, 0},        {"35B attn q+gate", 2048, 8192, 1},
               {"35B attn/delta out", 4096, 2048, 1}, {"35B delta z", 2048, 4096, 1}};
     uint32_t ty[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
-    int64_t Ts[2] = {512, 2048};
+    /* 12 and 32: a step of decode rows with a short prompt piece beside them, or of several
+     * slots' verifications (more than SNUG_CUDA_MATVEC_MAX_T rows: a prompt product) */
+    int64_t Ts[4] = {12, 32, 512, 2048};
     enum { MAXC = 64, REP = 9 };
     printf("%-20s %-5s %-13s %5s | %-22s | %-22s | %s\n", "shape", "type", "n_in->n_out", "T",
            "int8 mmq", "bf16 dequant+cuBLAS", "int8/bf16");
@@ -212,7 +214,7 @@ static void bench_mmq(double gemm_rate) {
             float *x = dev_rand((size_t)(Tmax * n_in) * 4, 1), *y;
             OK(snug_cuda_malloc((void **)&y, (size_t)(Tmax * n_out) * 4, &err));
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, Tmax), &err));
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 4; k++) {
                 int64_t T = Ts[k];
                 if (T > Tmax) continue;
                 double ms[2], t[REP];
