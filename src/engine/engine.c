@@ -606,9 +606,8 @@ struct pick_task {
 static void pick_rows(void *arg, int ith, int nth) {
     const struct pick_task *pt = arg;
     struct snug_engine *e = pt->e;
-    for (int32_t r = ith; r < pt->n_dec; r += nth)
-        if (e->b_nrows[r] == 1)
-            snug_seq_pick(&e->b_slot[r]->seq, e->b_logits + (int64_t)e->b_row0[r] * e->V);
+    for (int32_t r = ith; r < pt->n_dec; r += nth) /* (a verification's pick is a no-op) */
+        snug_seq_pick(&e->b_slot[r]->seq, e->b_logits + (int64_t)e->b_row0[r] * e->V);
 }
 
 /* One step of the engine: the rows of every generating slot (its pending token, and for a

@@ -537,7 +537,7 @@ static void bench_delta(void) {
                                              form ? wk : NULL, form ? wb : 0, &err));
             t[i] = toc_ms();
         }
-        snug_cuda_delta_tune(1); /* (the default) */
+        snug_cuda_delta_tune(-1);
         ms = median(t, 3);
         printf("delta prompt T=%lld (27B shape), %s: %8.2f ms  (%.0f tokens/s per layer)\n",
                (long long)Tp,

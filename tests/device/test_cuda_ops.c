@@ -1320,7 +1320,7 @@ static void test_delta_all(void) {
         test_delta(1, 1000, 16, 48, 128, 128);
     }
     g_delta_tc = 0;
-    snug_cuda_delta_tune(1); /* (the default) */
+    snug_cuda_delta_tune(-1);
 }
 
 /* The decode rows' fused recurrence against the CPU's separate ops (split, L2 norms, scale,

@@ -772,9 +772,10 @@ extern "C" size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_
 /* Which scan the WY form runs: 0 the f32 one (k_dn_scan), 1 the tensor-core one (k_dn_scan_tc,
  * the default: with the prep, 3.98 against 6.68 ms a layer at the 27B's shape and 8,192 tokens
  * on an H100); snug_cuda_delta_tune sets it (tests and the benchmark run both). */
-static int g_dn_scan_tc = 1;
+#define DN_SCAN_TC_DEFAULT 1
+static int g_dn_scan_tc = DN_SCAN_TC_DEFAULT;
 extern "C" void snug_cuda_delta_tune(int scan) {
-    g_dn_scan_tc = scan == 1;
+    g_dn_scan_tc = scan < 0 ? DN_SCAN_TC_DEFAULT : scan == 1;
 }
 
 /* k_dn_prep's dynamic shared memory: the padded keys, A, γ, β and e^{γ}. */

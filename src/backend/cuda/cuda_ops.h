@@ -274,8 +274,8 @@ size_t snug_cuda_delta_chunk_work_bytes(int64_t T, int64_t Nv, int64_t dk, int64
  * work (given 16-byte aligned q, k and work); else it runs the recurrence. */
 bool snug_cuda_delta_wy(const struct snug_cuda *cu, int64_t T, int64_t Nv, int64_t dk, int64_t dv,
                         size_t work_bytes);
-/* The WY form's scan over the chunks: 1 on tensor cores (3xTF32, the default), anything else
- * the f32 one. For tests and benchmarks; not thread-safe. */
+/* The WY form's scan over the chunks: 1 on tensor cores (3xTF32, the default), -1 the default,
+ * anything else the f32 one. For tests and benchmarks; not thread-safe. */
 void snug_cuda_delta_tune(int scan);
 
 #ifdef __cplusplus
