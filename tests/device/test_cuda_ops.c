@@ -1637,19 +1637,31 @@ int main(int argc, char **argv) {
          * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
          * (36: the 8-warp form), every token count of a verification */
         uint32_t mmv[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
-        for (size_t i = 0; i < 2; i++) {
-            printf("tensor-core products (k_mmv), %s:\n", snug_dtype_info(mmv[i])->name);
-            snug_cuda_matvec_mma(31);
-            test_matmul(mmv[i], 256, 7, 1);
-            test_matmul(mmv[i], 2304, 45, 1);
-            snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
-            for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
-            test_matmul(mmv[i], 256, 16, 8);
-            test_matmul(mmv[i], 9216, 33, 3);
-            snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
-            test_matmul(mmv[i], 768, 37, 4);
-            snug_cuda_matvec_mma(-1);
-        }
+        for (int stream = 0; stream < 2; stream++) /* weights via registers, then shared memory */
+            for (size_t i = 0; i < 2; i++) {
+                printf("tensor-core products (%s), %s:\n", stream ? "k_mvs" : "k_mmv",
+                       snug_dtype_info(mmv[i])->name);
+                snug_cuda_matvec_stream(stream, 0, 0);
+                snug_cuda_matvec_mma(31);
+                test_matmul(mmv[i], 256, 7, 1);
+                test_matmul(mmv[i], 2304, 45, 1);
+                snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
+                for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
+                test_matmul(mmv[i], 256, 16, 8);
+                test_matmul(mmv[i], 9216, 33, 3);
+                /* k_mvs: every warps-per-tile and ring depth, super-blocks not a multiple of
+                 * the warps (10 over 4 and 8), fewer super-blocks than the ring (2 over 1) */
+                for (int nw = 1; stream && nw <= 8; nw *= 2)
+                    for (int depth = 2; depth <= 4; depth += 2) {
+                        snug_cuda_matvec_stream(1, nw, depth);
+                        test_matmul(mmv[i], 2560, 45, 4);
+                        test_matmul(mmv[i], 512, 19, 1 + nw % 5);
+                    }
+                snug_cuda_matvec_stream(-1, 0, 0);
+                snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
+                test_matmul(mmv[i], 768, 37, 4);
+                snug_cuda_matvec_mma(-1);
+            }
         test_basic();
         test_step();
         test_delta(0, 1, 2, 6, 128, 128);

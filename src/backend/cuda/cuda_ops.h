@@ -71,6 +71,11 @@ void snug_cuda_matvec_tune(int rows);
  * or the default. A tuning knob for tests and benchmarks
  * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
 void snug_cuda_matvec_mma(int mask);
+/* Where that mask picks the tensor cores: mode 1 streams the weights through shared memory
+ * (k_mvs, cp.async rings), 0 loads them into registers (k_mvq's tensor-core form k_mmv), -1 the
+ * env's (SNUG_MVS) or the default (0); nw (1, 2, 4, 8 warps per 16-row tile) and depth (2 or 4
+ * stages) force the shape's choice, 0 = chosen per shape. A knob for tests and benchmarks. */
+void snug_cuda_matvec_stream(int mode, int nw, int depth);
 /* The same kind of knobs for the decode attention (3 = tensor cores where the formats allow,
  * 1 = grouped per KV head, 2 = its branch-free candidate form, 0 = per query head) and the
  * prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the default
