@@ -867,18 +867,30 @@ __global__ void __launch_bounds__(NW * 32)
     const uint8_t *end = w + (size_t)n_out * row_bytes;
     const mmq_frag f(w, row_bytes, n_in, n_out, qx, ds, T, r0);
     int mine = wid < nsb ? (nsb - 1 - wid) / NW + 1 : 0; /* super-blocks wid, wid + NW, ... */
-    /* stage s: super-block wid + s·NW of the 16 rows (rows past n_out: the last) into slot s % D */
+    /* this lane's pieces of every stage: piece lane + 32k is piece p of stage row r (rows past
+     * n_out: the last), from its row's start (src) to the stage's byte dst */
+    constexpr int K = (16 * L::PIECES + 31) / 32;
+    uintptr_t src[K];
+    int dst[K], pc[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int i = lane + 32 * k, r = i / L::PIECES;
+        int64_t row = r0 + r < n_out ? r0 + r : n_out - 1;
+        src[k] = (uintptr_t)(w + (size_t)row * row_bytes);
+        pc[k] = 16 * (i % L::PIECES);
+        dst[k] = i < 16 * L::PIECES ? r * L::ROW + pc[k] : -1;
+    }
+    /* stage s: super-block wid + s·NW of the 16 rows into slot s % D */
     auto issue = [&](int s) {
         size_t off = (size_t)(wid + s * NW) * L::B;
-        uint8_t *dst = ring + (s % D) * L::STAGE;
-        for (int i = lane; i < 16 * L::PIECES; i += 32) {
-            int r = i / L::PIECES, p = i % L::PIECES;
-            int64_t row = r0 + r < n_out ? r0 + r : n_out - 1;
-            uintptr_t src = (uintptr_t)(w + (size_t)row * row_bytes + off);
-            const uint8_t *a = (const uint8_t *)((src & ~(uintptr_t)15) + 16 * (uintptr_t)p);
+        uint8_t *slot = ring + (s % D) * L::STAGE;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (dst[k] < 0) break;
+            const uint8_t *a = (const uint8_t *)(((src[k] + off) & ~(uintptr_t)15) + pc[k]);
             ptrdiff_t left = end - a;
             int n = left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            cp_async16(dst + r * L::ROW + 16 * p, n ? a : w, n);
+            cp_async16(slot + dst[k], n ? a : w, n);
         }
     };
 #pragma unroll
