@@ -939,19 +939,16 @@ template <int TYPE, int NW, int D>
 static void mvs_go(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
                    const int8_t *qx, const float2 *ds, int T, float *y) {
     size_t smem = (size_t)NW * D * mvs_layout<TYPE>::STAGE;
-    static bool attr; /* (per instantiation: the shared memory past 48 KiB is asked for once) */
-    if (!attr) {
+    if (smem > 48 * 1024) /* (only forced shapes: the chosen ones stay within 48 KiB) */
         cudaFuncSetAttribute(k_mvs<TYPE, NW, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
-        attr = true;
-    }
     unsigned blocks = (unsigned)((n_out + 15) / 16);
     k_mvs<TYPE, NW, D><<<blocks, NW * 32, smem, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
 }
 
 /* Warps per tile: doubled (up to 8) while the tiles' warps are fewer than 12 per multiprocessor
- * and each warp keeps at least 2 super-blocks; the ring 4 deep, 2 where 4 stages of the block's
- * warps would leave fewer than 4 blocks a multiprocessor. */
+ * and each warp keeps at least 4 super-blocks; the ring 4 deep, or 2 where 4 stages of the
+ * block's warps pass 48 KiB (and half the warps where 2 still do). */
 template <int TYPE>
 static void mvs_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
                          const int8_t *qx, const float2 *ds, int T, float *y) {
@@ -966,7 +963,11 @@ static void mvs_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, 
     int nw = g_mvs_nw, d = g_mvs_depth;
     if (!nw)
         for (nw = 1; nw < 8 && tiles * nw < 12 * (int64_t)sms && nsb >= 4 * nw;) nw *= 2;
-    if (!d) d = (size_t)nw * 4 * mvs_layout<TYPE>::STAGE <= 56 * 1024 ? 4 : 2;
+    const size_t cap = 48 * 1024, stage = mvs_layout<TYPE>::STAGE;
+    if (!d) {
+        while (nw > 1 && (size_t)nw * 2 * stage > cap) nw /= 2;
+        d = (size_t)nw * 4 * stage <= cap ? 4 : 2;
+    }
 #define MVS_GO(NW)                                                                                 \
     (d == 4 ? mvs_go<TYPE, NW, 4>(s, w, rb, n_in, n_out, qx, ds, T, y)                            \
             : mvs_go<TYPE, NW, 2>(s, w, rb, n_in, n_out, qx, ds, T, y))
