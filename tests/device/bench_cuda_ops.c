@@ -196,9 +196,11 @@ static void bench_mmq(double gemm_rate) {
               {"27B delta z", 5120, 6144, 0},        {"35B attn q+gate", 2048, 8192, 1},
               {"35B attn/delta out", 4096, 2048, 1}, {"35B delta z", 2048, 4096, 1}};
     uint32_t ty[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
-    /* 12 and 32: a step of decode rows with a short prompt piece beside them, or of several
-     * slots' verifications (more than SNUG_CUDA_MATVEC_MAX_T rows: a prompt product) */
-    int64_t Ts[4] = {12, 32, 512, 2048};
+    /* 12 .. 256: a step of decode rows with a short prompt piece beside them, or of several
+     * slots' verifications, or a short prompt (more than SNUG_CUDA_MATVEC_MAX_T rows: a prompt
+     * product); 512, 2048: prompt chunks */
+    enum { NT = 7 };
+    int64_t Ts[NT] = {12, 32, 64, 128, 256, 512, 2048};
     enum { MAXC = 64, REP = 9 };
     printf("%-20s %-5s %-13s %5s | %-22s | %-22s | %s\n", "shape", "type", "n_in->n_out", "T",
            "int8 mmq", "bf16 dequant+cuBLAS", "int8/bf16");
@@ -214,7 +216,7 @@ static void bench_mmq(double gemm_rate) {
             float *x = dev_rand((size_t)(Tmax * n_in) * 4, 1), *y;
             OK(snug_cuda_malloc((void **)&y, (size_t)(Tmax * n_out) * 4, &err));
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, Tmax), &err));
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < NT; k++) {
                 int64_t T = Ts[k];
                 if (T > Tmax) continue;
                 double ms[2], t[REP];
@@ -232,7 +234,7 @@ static void bench_mmq(double gemm_rate) {
                     ms[path] = median(t, REP);
                 }
                 snug_cuda_mmq_tune(-1);
-                int dflt = snug_cuda_matmul_mmq(&cu, ty[ti], n_in, T);
+                int dflt = snug_cuda_matmul_mmq(&cu, ty[ti], n_in, n_out, T);
                 double op = 2.0 * T * n_in * n_out;
                 printf("%-20s %-5s %5lld->%-6lld %5lld | %8.1f us %6.1f TOPS | %8.1f us %6.1f "
                        "TFLOP/s | %.2f (default: %s)\n",
@@ -626,22 +628,14 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 32; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
+            for (int v = 0; v < 12; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
                                               rows 4; T=4 (a verification of 3 drafts) rows 1,
                                               2, 4; tensor cores (k_mmv, q4_K/q6_K, every
-                                              shape): T=1, 2, 4, 8; the same with the weights
-                                              streamed through shared memory (k_mvs, its
-                                              shape's choice); k_mvs at T=1 and 4 with each
-                                              warps per tile (1, 2, 4, 8) and ring depth (2, 4) */
+                                              shape): T=1, 2, 4, 8 */
                 static const int mma_t[4] = {1, 2, 4, 8};
-                int mma = v >= 8, stream = v >= 12, nw = 0, depth = 0;
+                int mma = v >= 8;
                 if (mma && mt[ti] == SNUG_DTYPE_Q8_0) continue;
-                int T = mma ? mma_t[(v - 8) % 4] : v == 1 ? 8 : v >= 5 ? 4 : 1;
-                if (v >= 16) {
-                    nw = 1 << ((v - 16) / 4), depth = 2 + 2 * ((v - 16) / 2 % 2);
-                    T = v % 2 ? 4 : 1;
-                }
-                snug_cuda_matvec_stream(stream, nw, depth);
+                int T = mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 ? 4 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
                 int rows = v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
@@ -656,25 +650,18 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
                     t[i] = toc_ms() / NCOPY;
                 }
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
-                char form[16];
-                if (stream && nw)
-                    snprintf(form, sizeof form, "mvs%d.%d", nw, depth);
-                else
-                    snprintf(form, sizeof form, "%s",
-                             stream      ? "mvs"
-                             : mma       ? "mma"
-                             : rows == 1 ? "r1"
-                             : rows == 2 ? "r2"
-                                         : "r4");
-                printf("matvec %-5s %-4s %-6s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
+                printf("matvec %-5s %-4s %s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", form, (long long)n_in,
-                       (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
+                       mma         ? "mma"
+                       : rows == 1 ? "r1 "
+                       : rows == 2 ? "r2 "
+                                   : "r4 ",
+                       (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }
             snug_cuda_matvec_tune(0);
             snug_cuda_matvec_mma(-1);
-            snug_cuda_matvec_stream(-1, 0, 0);
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }
@@ -745,7 +732,7 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
                "bf16 cuBLAS rate (x f32->bf16 conversion included)%s\n",
                snug_dtype_info(gt[g])->name, (long long)T, (long long)n_in, (long long)n_out, ms,
                rate, 100 * rate / gemm_rate,
-               snug_cuda_matmul_mmq(&cu, gt[g], n_in, T) ? " [int8 mmq]" : "");
+               snug_cuda_matmul_mmq(&cu, gt[g], n_in, n_out, T) ? " [int8 mmq]" : "");
         snug_cuda_dfree(w), snug_cuda_dfree(work);
     }
     snug_cuda_dfree(x), snug_cuda_dfree(y);

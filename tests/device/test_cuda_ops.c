@@ -146,7 +146,7 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
      * (d = max|x|/127 per 32, q = round-half-even(x/d)): only the f32 sums may differ. */
     int i8 = T <= SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matvec_int8(type);
     /* the prompt product on int8 tensor cores (cuda_mmq.cu) rounds x per 256 as the CPU's A256 */
-    int mmq = T > SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matmul_mmq(&cu, type, n_in, T);
+    int mmq = T > SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matmul_mmq(&cu, type, n_in, n_out, T);
     float *xe = snug_malloc((size_t)(T * n_in) * 4);
     memcpy(xe, x, (size_t)(T * n_in) * 4);
     if (mmq) a256_round(type, x, T, n_in, xe, NULL);
@@ -261,7 +261,7 @@ static void test_mmq(uint32_t type, int64_t n_in, int64_t n_out, int64_t T, int6
     void *dw = dup_dev(w, rb * n_out), *dx = dup_dev(x, (size_t)(T * n_in) * 4);
     void *dy = dev_poison((size_t)(T * n_out) * 4);
     void *dwork = dup_dev(NULL, snug_cuda_matmul_work_bytes(n_in, n_out, T));
-    int on = snug_cuda_matmul_mmq(&cu, type, n_in, T);
+    int on = snug_cuda_matmul_mmq(&cu, type, n_in, n_out, T);
     CHECKF(on, "mmq %s: snug_cuda_matmul_mmq says no on this device (sm_%d%d)", ti->name,
            cu.cc_major, cu.cc_minor);
     OK(snug_cuda_matmul(&cu, type, dw, n_in, n_out, dx, T, dy, dwork, &err));
@@ -330,6 +330,17 @@ static void test_mmq_all(void) {
         snug_cuda_mmq_tune(0); /* switched off: the bf16 cuBLAS path (test_matmul says which) */
         test_matmul(ty[i], 1280, 301, 37);
         snug_cuda_mmq_tune(-1);
+        /* the default table: steps of up to 32 rows with many outputs take the kernel, narrow
+         * outputs and prompt chunks the bf16 path; a product of each through the dispatch */
+        CHECKF(snug_cuda_matmul_mmq(&cu, ty[i], 5120, 17408, 12) &&
+                   snug_cuda_matmul_mmq(&cu, ty[i], 5120, 6144, 32) &&
+                   !snug_cuda_matmul_mmq(&cu, ty[i], 5120, 1024, 12) &&
+                   !snug_cuda_matmul_mmq(&cu, ty[i], 5120, 17408, 33) &&
+                   !snug_cuda_matmul_mmq(&cu, ty[i], 5120, 17408, 8),
+               "mmq %s: the default table takes 9..32 rows of >= 6144 outputs only",
+               snug_dtype_info(ty[i])->name);
+        test_matmul(ty[i], 512, 6200, 12);
+        test_matmul(ty[i], 512, 1031, 12);
     }
 }
 
@@ -1637,31 +1648,19 @@ int main(int argc, char **argv) {
          * tokens, the rest when asked): rows not a multiple of 16, 1..36 super-blocks per row
          * (36: the 8-warp form), every token count of a verification */
         uint32_t mmv[] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
-        for (int stream = 0; stream < 2; stream++) /* weights via registers, then shared memory */
-            for (size_t i = 0; i < 2; i++) {
-                printf("tensor-core products (%s), %s:\n", stream ? "k_mvs" : "k_mmv",
-                       snug_dtype_info(mmv[i])->name);
-                snug_cuda_matvec_stream(stream, 0, 0);
-                snug_cuda_matvec_mma(31);
-                test_matmul(mmv[i], 256, 7, 1);
-                test_matmul(mmv[i], 2304, 45, 1);
-                snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
-                for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
-                test_matmul(mmv[i], 256, 16, 8);
-                test_matmul(mmv[i], 9216, 33, 3);
-                /* k_mvs: every warps-per-tile and ring depth, super-blocks not a multiple of
-                 * the warps (10 over 4 and 8), fewer super-blocks than the ring (2 over 1) */
-                for (int nw = 1; stream && nw <= 8; nw *= 2)
-                    for (int depth = 2; depth <= 4; depth += 2) {
-                        snug_cuda_matvec_stream(1, nw, depth);
-                        test_matmul(mmv[i], 2560, 45, 4);
-                        test_matmul(mmv[i], 512, 19, 1 + nw % 5);
-                    }
-                snug_cuda_matvec_stream(-1, 0, 0);
-                snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
-                test_matmul(mmv[i], 768, 37, 4);
-                snug_cuda_matvec_mma(-1);
-            }
+        for (size_t i = 0; i < 2; i++) {
+            printf("tensor-core products (k_mmv), %s:\n", snug_dtype_info(mmv[i])->name);
+            snug_cuda_matvec_mma(31);
+            test_matmul(mmv[i], 256, 7, 1);
+            test_matmul(mmv[i], 2304, 45, 1);
+            snug_cuda_matvec_mma(21); /* (every shape: 9216 -> 33 too) */
+            for (int64_t T = 2; T <= 8; T++) test_matmul(mmv[i], 768, 37, T);
+            test_matmul(mmv[i], 256, 16, 8);
+            test_matmul(mmv[i], 9216, 33, 3);
+            snug_cuda_matvec_mma(0); /* the dp4a kernel at T > 1 still right */
+            test_matmul(mmv[i], 768, 37, 4);
+            snug_cuda_matvec_mma(-1);
+        }
         test_basic();
         test_step();
         test_delta(0, 1, 2, 6, 128, 128);

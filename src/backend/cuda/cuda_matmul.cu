@@ -447,7 +447,7 @@ extern "C" int snug_cuda_matmul(struct snug_cuda *cu, uint32_t type, const void 
     if (T <= SNUG_CUDA_MATVEC_MAX_T && work && snug_cu_mvq_supported(type))
         return snug_cu_mvq(cu, type, w, n_in, n_out, x, (int)T, y, work, err);
     if (T <= SNUG_CUDA_MATVEC_MAX_T) return mv_f32x(cu, &f, w, rb, n_in, n_out, x, T, y, err);
-    if (work && snug_cu_mmq_use(cu, type, n_in, T))
+    if (work && snug_cu_mmq_use(cu, type, n_in, n_out, T))
         return snug_cu_mmq(cu, type, w, n_in, n_out, x, T, y, work, err);
     if (n_in > INT32_MAX || n_out > INT32_MAX || T > INT32_MAX)
         return snug_err_set(err, SNUG_ERR_INVALID, "cuda matmul: dimensions exceed int32");

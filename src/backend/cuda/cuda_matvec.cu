@@ -34,14 +34,6 @@ __global__ void k_quant_x8(const float *__restrict__ x, int64_t nblk, int8_t *__
 /* n (<= 8) little-endian words starting at a 2-byte aligned address p (the words at p & ~3 and
  * the next n, funnel-shifted). Reads nothing past p + 4n: when p is 2 bytes off a word, the last
  * word is read as its low 16 bits (a Q8_0 block that ends its allocation stays inside it). */
-/* Weight loads: through the read-only cache from global memory, or (SH) plain loads of a copy
- * in shared memory (k_mvs). */
-template <bool SH, typename V> __device__ __forceinline__ V wld(const V *p) {
-    if (SH) return *p;
-    return __ldg(p);
-}
-
-template <bool SH = false>
 __device__ __forceinline__ void ld_words(const uint8_t *p, int n, uint32_t *o) {
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     uint32_t sh = (uint32_t)((uintptr_t)p & 3) * 8; /* 0 or 16 */
@@ -49,8 +41,8 @@ __device__ __forceinline__ void ld_words(const uint8_t *p, int n, uint32_t *o) {
 #pragma unroll
     for (int i = 0; i <= 8; i++)
         if (i <= n)
-            w[i] = i < n ? wld<SH>(a + i)
-                   : sh  ? (uint32_t)wld<SH>((const unsigned short *)(a + i))
+            w[i] = i < n ? __ldg(a + i)
+                   : sh  ? (uint32_t)__ldg((const unsigned short *)(a + i))
                          : 0u;
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -633,16 +625,15 @@ template <int TYPE> struct mmq_sb;
  * 2c, high: 2c + 1) and one of x̃ per sub-block, four lanes covering a 32-byte sector. */
 template <> struct mmq_sb<SNUG_DTYPE_Q4_K> {
     static constexpr int BYTES = 144, UNROLL = 2; /* super-blocks per step of k_mmv's loop */
-    template <bool SH = false>
     __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
                                                const int8_t *xr, const float2 *ds0,
                                                const float2 *ds1, int sb, int q, float *acc) {
-        uint4 ha = wld<SH>((const uint4 *)ba), hb = wld<SH>((const uint4 *)bb);
+        uint4 ha = __ldg((const uint4 *)ba), hb = __ldg((const uint4 *)bb);
         uint2 wa[4], wb[4], xa[4], xb[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            wa[c] = wld<SH>((const uint2 *)(ba + 16 + 32 * c + 8 * q));
-            wb[c] = wld<SH>((const uint2 *)(bb + 16 + 32 * c + 8 * q));
+            wa[c] = __ldg((const uint2 *)(ba + 16 + 32 * c + 8 * q));
+            wb[c] = __ldg((const uint2 *)(bb + 16 + 32 * c + 8 * q));
             const int8_t *xp = xr + 256 * sb + 64 * c + 8 * q;
             xa[c] = xr ? __ldg((const uint2 *)xp) : make_uint2(0u, 0u);
             xb[c] = xr ? __ldg((const uint2 *)(xp + 32)) : make_uint2(0u, 0u);
@@ -684,18 +675,16 @@ __device__ __forceinline__ void mma_s8_16816(int &c0, int &c1, int &c2, int &c3,
                  : "+r"(c0), "+r"(c1), "+r"(c2), "+r"(c3)
                  : "r"(a0), "r"(a1), "r"(b0));
 }
-template <bool SH = false>
 __device__ __forceinline__ uint32_t q6k_word(const uint8_t *b, int h, int qq, int l) {
     uint32_t ql, qh;
-    ld_words<SH>(b + 64 * h + 32 * (qq & 1) + l, 1, &ql);
-    ld_words<SH>(b + 128 + 32 * h + l, 1, &qh);
+    ld_words(b + 64 * h + 32 * (qq & 1) + l, 1, &ql);
+    ld_words(b + 128 + 32 * h + l, 1, &qh);
     uint32_t v = ((ql >> (4 * (qq >> 1))) & 0x0f0f0f0fu) | (((qh >> (2 * qq)) & 0x03030303u) << 4);
     return __vsub4(v, 0x20202020u);
 }
 
 template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
     static constexpr int BYTES = 210, UNROLL = 1;
-    template <bool SH = false>
     __device__ __forceinline__ static void run(const uint8_t *ba, const uint8_t *bb,
                                                const int8_t *xr, const float2 *ds0,
                                                const float2 *ds1, int sb, int q, float *acc) {
@@ -709,11 +698,11 @@ template <> struct mmq_sb<SNUG_DTYPE_Q6_K> {
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 int l = 16 * half + 4 * q;
-                uint32_t a0 = q6k_word<SH>(ba, h, qq, l), a1 = q6k_word<SH>(bb, h, qq, l);
+                uint32_t a0 = q6k_word(ba, h, qq, l), a1 = q6k_word(bb, h, qq, l);
                 uint32_t b0 = xr ? __ldg((const uint32_t *)(xr + ke + 16 * half + 4 * q)) : 0u;
                 int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
                 mma_s8_16816(c0, c1, c2, c3, a0, a1, b0);
-                float sa = da * (float)wld<SH>(sca + half), sbv = db * (float)wld<SH>(scb + half);
+                float sa = da * (float)__ldg(sca + half), sbv = db * (float)__ldg(scb + half);
                 acc[0] += sa * x0.x * (float)c0;
                 acc[1] += sa * x1.x * (float)c1;
                 acc[2] += sbv * x0.x * (float)c2;
@@ -821,181 +810,10 @@ static void mmv_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, 
     else
         k_mmv<TYPE, 4><<<blocks, 128, 0, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
 }
-
-/* ---- the tensor-core product with its weights streamed through shared memory (k_mvs) --------
- * k_mmv's weight fragments are loaded into registers, and registers bound the bytes a
- * multiprocessor has in flight (128 a thread, 16 warps). Here each warp keeps a ring of D
- * stages in shared memory: a stage is one super-block of the tile's 16 rows, copied with
- * cp.async (16-byte pieces, no register holds them in flight), and the warp computes stage s
- * from shared memory while stages s + 1 .. s + D − 1 are on their way. A row's super-block is
- * copied as the 16-byte aligned pieces that cover it (Q4_K: 9, its 144 bytes exactly; Q6_K: 14,
- * its 210 bytes start 2-byte aligned), so a stage row keeps the byte's offset within 16; the
- * last piece of the matrix copies only the bytes inside it (cp.async's source size: the rest is
- * zeros). NW warps of a block split the tile's super-blocks as in k_mmv and meet in shared
- * memory. Same super-block step (mmq_sb), same sums in the same order per warp: the results are
- * k_mmv's for NW = its warps. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-template <int TYPE> struct mvs_layout {
-    static constexpr int B = mmq_sb<TYPE>::BYTES;
-    static constexpr int PIECES = TYPE == SNUG_DTYPE_Q4_K ? 9 : 14; /* 16-byte pieces a row */
-    static constexpr int ROW = 16 * PIECES;                         /* a stage row's bytes */
-    static constexpr int STAGE = 16 * ROW;                          /* 16 rows */
-};
-
-template <int TYPE, int NW, int D>
-__global__ void __launch_bounds__(NW * 32)
-    k_mvs(const uint8_t *__restrict__ w, size_t row_bytes, int n_in, int64_t n_out,
-          const int8_t *__restrict__ qx, const float2 *__restrict__ ds, int T,
-          float *__restrict__ y) {
-    using L = mvs_layout<TYPE>;
-    extern __shared__ __align__(16) uint8_t mvs_ring[]; /* [NW][D][16 rows][ROW] */
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nsb = n_in >> 8;
-    int64_t r0 = (int64_t)blockIdx.x * 16;
-    uint8_t *ring = mvs_ring + (size_t)wid * D * L::STAGE;
-    const uint8_t *end = w + (size_t)n_out * row_bytes;
-    const mmq_frag f(w, row_bytes, n_in, n_out, qx, ds, T, r0);
-    int mine = wid < nsb ? (nsb - 1 - wid) / NW + 1 : 0; /* super-blocks wid, wid + NW, ... */
-    /* this lane's pieces of every stage: piece lane + 32k is piece p of stage row r (rows past
-     * n_out: the last), from its row's start (src) to the stage's byte dst */
-    constexpr int K = (16 * L::PIECES + 31) / 32;
-    uintptr_t src[K];
-    int dst[K], pc[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = lane + 32 * k, r = i / L::PIECES;
-        int64_t row = r0 + r < n_out ? r0 + r : n_out - 1;
-        src[k] = (uintptr_t)(w + (size_t)row * row_bytes);
-        pc[k] = 16 * (i % L::PIECES);
-        dst[k] = i < 16 * L::PIECES ? r * L::ROW + pc[k] : -1;
-    }
-    /* stage s: super-block wid + s·NW of the 16 rows into slot s % D */
-    auto issue = [&](int s) {
-        size_t off = (size_t)(wid + s * NW) * L::B;
-        uint8_t *slot = ring + (s % D) * L::STAGE;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            if (dst[k] < 0) break;
-            const uint8_t *a = (const uint8_t *)(((src[k] + off) & ~(uintptr_t)15) + pc[k]);
-            ptrdiff_t left = end - a;
-            int n = left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            cp_async16(slot + dst[k], n ? a : w, n);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < D; s++) {
-        if (s < mine) issue(s);
-        cp_async_commit();
-    }
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    int grp = lane >> 2;
-    for (int s = 0; s < mine; s++) {
-        cp_async_wait<D - 1>();
-        __syncwarp();
-        int sb = wid + s * NW;
-        const uint8_t *st = ring + (s % D) * L::STAGE;
-        uintptr_t oa = ((uintptr_t)f.wa + (size_t)sb * L::B) & 15;
-        uintptr_t ob = ((uintptr_t)f.wb + (size_t)sb * L::B) & 15;
-        mmq_sb<TYPE>::template run<true>(st + grp * L::ROW + oa, st + (grp + 8) * L::ROW + ob,
-                                         f.xr, f.ds0, f.ds1, sb, f.q, acc);
-        __syncwarp();
-        if (s + D < mine) issue(s + D);
-        cp_async_commit();
-    }
-    __shared__ float part[NW][4][32];
-    if (NW > 1) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) part[wid][i][lane] = acc[i];
-        __syncthreads();
-        if (wid) return;
-        for (int k = 1; k < NW; k++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[i] += part[k][i][lane];
-    }
-    f.store(acc, n_out, T, y);
-}
-
-/* k_mvs's form (snug_cuda_matvec_stream): 0 off (k_mmv), 1 on where the mask picks the tensor
- * cores; warps per tile and ring depth forced by nw / depth (0: chosen per shape). */
-static int g_mvs = -1, g_mvs_nw, g_mvs_depth;
-extern "C" void snug_cuda_matvec_stream(int mode, int nw, int depth) {
-    g_mvs = mode >= 0 ? mode : -1;
-    g_mvs_nw = nw == 1 || nw == 2 || nw == 4 || nw == 8 ? nw : 0;
-    g_mvs_depth = depth == 2 || depth == 4 ? depth : 0;
-}
-
-template <int TYPE, int NW, int D>
-static void mvs_go(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
-                   const int8_t *qx, const float2 *ds, int T, float *y) {
-    size_t smem = (size_t)NW * D * mvs_layout<TYPE>::STAGE;
-    if (smem > 48 * 1024) /* (only forced shapes: the chosen ones stay within 48 KiB) */
-        cudaFuncSetAttribute(k_mvs<TYPE, NW, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-    unsigned blocks = (unsigned)((n_out + 15) / 16);
-    k_mvs<TYPE, NW, D><<<blocks, NW * 32, smem, s>>>(w, rb, n_in, n_out, qx, ds, T, y);
-}
-
-/* Warps per tile: doubled (up to 8) while the tiles' warps are fewer than 12 per multiprocessor
- * and each warp keeps at least 4 super-blocks; the ring 4 deep, or 2 where 4 stages of the
- * block's warps pass 48 KiB (and half the warps where 2 still do). */
-template <int TYPE>
-static void mvs_launch_t(cudaStream_t s, const uint8_t *w, size_t rb, int n_in, int64_t n_out,
-                         const int8_t *qx, const float2 *ds, int T, float *y) {
-    static int sms;
-    if (!sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (sms <= 0) sms = 1;
-    }
-    int64_t tiles = (n_out + 15) / 16, nsb = n_in / 256;
-    int nw = g_mvs_nw, d = g_mvs_depth;
-    if (!nw)
-        for (nw = 1; nw < 8 && tiles * nw < 12 * (int64_t)sms && nsb >= 4 * nw;) nw *= 2;
-    const size_t cap = 48 * 1024, stage = mvs_layout<TYPE>::STAGE;
-    if (!d) {
-        while (nw > 1 && (size_t)nw * 2 * stage > cap) nw /= 2;
-        d = (size_t)nw * 4 * stage <= cap ? 4 : 2;
-    }
-#define MVS_GO(NW)                                                                                 \
-    (d == 4 ? mvs_go<TYPE, NW, 4>(s, w, rb, n_in, n_out, qx, ds, T, y)                            \
-            : mvs_go<TYPE, NW, 2>(s, w, rb, n_in, n_out, qx, ds, T, y))
-    if (nw == 1)
-        MVS_GO(1);
-    else if (nw == 2)
-        MVS_GO(2);
-    else if (nw == 4)
-        MVS_GO(4);
-    else
-        MVS_GO(8);
-#undef MVS_GO
-}
-
 static void mmv_launch(uint32_t type, cudaStream_t s, const uint8_t *w, size_t rb, int n_in,
                        int64_t n_out, const int8_t *qx, const float2 *ds, int T, float *y) {
-    if (g_mvs < 0) {
-        const char *e = getenv("SNUG_MVS");
-        g_mvs = e ? atoi(e) != 0 : 0;
-    }
-    /* (the streamed form needs 16-byte aligned weights and, for Q4_K, 16-byte rows) */
-    bool stream = g_mvs > 0 && ((uintptr_t)w & 15) == 0;
-    if (type == SNUG_DTYPE_Q4_K && stream && rb % 16 == 0)
-        mvs_launch_t<SNUG_DTYPE_Q4_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
-    else if (type == SNUG_DTYPE_Q4_K)
+    if (type == SNUG_DTYPE_Q4_K)
         mmv_launch_t<SNUG_DTYPE_Q4_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
-    else if (stream)
-        mvs_launch_t<SNUG_DTYPE_Q6_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
     else
         mmv_launch_t<SNUG_DTYPE_Q6_K>(s, w, rb, n_in, n_out, qx, ds, T, y);
 }

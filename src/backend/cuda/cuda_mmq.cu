@@ -136,13 +136,17 @@ template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(cons
 }
 
 /* ---- host side ----------------------------------------------------------------------------- */
-/* Where the kernel runs by default: prompt chunks of at most this many tokens, per type. Off:
- * measured on an H100 (`bench_cuda_ops mmq`, docs/perf/cuda-kernels.md "Prompt products on int8
- * tensor cores"), the kernel ran at 0.62-0.79x of dequantise + cuBLAS for q4_K at T = 512 and
- * 0.41-0.63x at 2048, q6_K at 0.23-0.54x: the bf16 path stays the default until a version beats
- * it (SNUG_CUDA_MMQ=1 follows this table, 2 forces the kernel). */
-#define MMQ_MAX_T_Q4K 0
-#define MMQ_MAX_T_Q6K 0
+/* Where the kernel runs by default (SNUG_CUDA_MMQ=1 follows this table, 2 forces the kernel):
+ * products of at most MMQ_MAX_T tokens with at least MMQ_MIN_OUT_* outputs, per type. Measured
+ * on an H100 (`bench_cuda_ops mmq`, docs/perf/cuda-kernels.md "Prompt products on int8 tensor
+ * cores"): at T = 12 and 32 (a step of several slots' rows, a short prompt) the kernel takes
+ * 0.48-0.69x the time of dequantise + cuBLAS for q4_K on the 27B's shapes with 5,120 or more
+ * outputs, 0.71-0.92x for q6_K with 6,144 or more (about 1.0x at 5,120); with 1,024 outputs
+ * (attention k/v: 8 row tiles) it takes 2x. At T = 512 and 2048 it is behind everywhere (q4_K
+ * 1.3-2.4x, q6_K 1.9-4.3x the time). */
+#define MMQ_MAX_T          32
+#define MMQ_MIN_OUT_Q4K 4096
+#define MMQ_MIN_OUT_Q6K 6144
 /* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 the table above; 2 every
  * product the kernel can take; 3 the same with every row's super-blocks split over two blocks
  * (tests). */
@@ -165,17 +169,17 @@ static size_t mmq_smem_of(uint32_t type) {
 }
 
 extern "C" bool snug_cu_mmq_use(const struct snug_cuda *cu, uint32_t type, int64_t n_in,
-                                int64_t T) {
+                                int64_t n_out, int64_t T) {
     size_t smem = mmq_smem_of(type);
     int mode = mmq_mode();
+    int64_t min_out = type == SNUG_DTYPE_Q4_K ? MMQ_MIN_OUT_Q4K : MMQ_MIN_OUT_Q6K;
     return smem && T > SNUG_CUDA_MATVEC_MAX_T && n_in > 0 && n_in % 256 == 0 &&
            n_in <= INT32_MAX / 2 && cu->cc_major >= 8 && smem <= cu->smem_optin &&
-           (mode >= 2 ||
-            (mode == 1 && T <= (type == SNUG_DTYPE_Q4_K ? MMQ_MAX_T_Q4K : MMQ_MAX_T_Q6K)));
+           (mode >= 2 || (mode == 1 && T <= MMQ_MAX_T && n_out >= min_out));
 }
 extern "C" bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in,
-                                     int64_t T) {
-    return snug_cu_mmq_use(cu, type, n_in, T);
+                                     int64_t n_out, int64_t T) {
+    return snug_cu_mmq_use(cu, type, n_in, n_out, T);
 }
 
 static size_t al256(size_t x) {

@@ -16,8 +16,9 @@ extern "C" {
 
 /* Whether snug_cuda_matmul sends this product to snug_cu_mmq: a weight type the kernel has,
  * T > SNUG_CUDA_MATVEC_MAX_T, n_in a multiple of 256, the device's shared memory, and the
- * switch (snug_cuda_mmq_tune / SNUG_CUDA_MMQ) with its per-type table of T. */
-bool snug_cu_mmq_use(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t T);
+ * switch (snug_cuda_mmq_tune / SNUG_CUDA_MMQ) with its table of T and outputs per type. */
+bool snug_cu_mmq_use(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t n_out,
+                     int64_t T);
 /* Work bytes: the int8 rows, their per-256 scales and the Q4_K min planes. */
 size_t snug_cu_mmq_work_bytes(int64_t n_in, int64_t T);
 /* y[T][n_out] = x̃ · Wᵀ with x̃ = x rounded to int8 per 256 (snug_cuda_matmul_mmq in cuda_ops.h).

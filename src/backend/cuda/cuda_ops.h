@@ -71,11 +71,6 @@ void snug_cuda_matvec_tune(int rows);
  * or the default. A tuning knob for tests and benchmarks
  * (env SNUG_MVQ_MMA sets it at the first call). Same int8 rounding of x either way. */
 void snug_cuda_matvec_mma(int mask);
-/* Where that mask picks the tensor cores: mode 1 streams the weights through shared memory
- * (k_mvs, cp.async rings), 0 loads them into registers (k_mvq's tensor-core form k_mmv), -1 the
- * env's (SNUG_MVS) or the default (0); nw (1, 2, 4, 8 warps per 16-row tile) and depth (2 or 4
- * stages) force the shape's choice, 0 = chosen per shape. A knob for tests and benchmarks. */
-void snug_cuda_matvec_stream(int mode, int nw, int depth);
 /* The same kind of knobs for the decode attention (3 = tensor cores where the formats allow,
  * 1 = grouped per KV head, 2 = its branch-free candidate form, 0 = per query head) and the
  * prompt attention's tile loader (1 = pipelined, 0 = plain); anything else = the default
@@ -127,10 +122,12 @@ int snug_cuda_matmul_f32x_pair(struct snug_cuda *cu, uint32_t type, const void *
                                int64_t T, float *y, float *y2, struct snug_err *err);
 /* Whether snug_cuda_matmul (with work memory) runs this product on the int8 tensor-core kernel
  * (cuda_mmq.cu): q4_K or q6_K, T > SNUG_CUDA_MATVEC_MAX_T, n_in % 256 == 0, a device with the
- * shared memory, and the switch (snug_cuda_mmq_tune) says so for this T. */
-bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t T);
+ * shared memory, and the switch (snug_cuda_mmq_tune) says so for this T and n_out. */
+bool snug_cuda_matmul_mmq(const struct snug_cuda *cu, uint32_t type, int64_t n_in, int64_t n_out,
+                          int64_t T);
 /* The switch: 0 = the bf16 cuBLAS path for every prompt product; 1 = the int8 tensor-core kernel
- * where its table says it is the faster (the default; cuda_mmq.cu MMQ_MAX_T_*); 2 = the kernel
+ * where its table says it is the faster (the default: small steps with many outputs, cuda_mmq.cu
+ * MMQ_MAX_T, MMQ_MIN_OUT_*); 2 = the kernel
  * for every product it can take; 3 = the same with every row's super-blocks split over two
  * blocks (a form it otherwise takes only for grids that fill the card badly; tests); anything
  * else = the default or env SNUG_CUDA_MMQ=0..3 (read at the first call; docs/debugging.md).
