@@ -146,7 +146,8 @@ static void test_matmul(uint32_t type, int64_t n_in, int64_t n_out, int64_t T) {
      * (d = max|x|/127 per 32, q = round-half-even(x/d)): only the f32 sums may differ. */
     int i8 = T <= SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matvec_int8(type);
     /* the prompt product on int8 tensor cores (cuda_mmq.cu) rounds x per 256 as the CPU's A256 */
-    int mmq = T > SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matmul_mmq(&cu, type, n_in, n_out, T);
+    int mmq =
+        T > SNUG_CUDA_MATVEC_MAX_T && dwork && snug_cuda_matmul_mmq(&cu, type, n_in, n_out, T);
     float *xe = snug_malloc((size_t)(T * n_in) * 4);
     memcpy(xe, x, (size_t)(T * n_in) * 4);
     if (mmq) a256_round(type, x, T, n_in, xe, NULL);

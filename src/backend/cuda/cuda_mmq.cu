@@ -144,7 +144,7 @@ template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(cons
  * outputs, 0.71-0.92x for q6_K with 6,144 or more (about 1.0x at 5,120); with 1,024 outputs
  * (attention k/v: 8 row tiles) it takes 2x. At T = 512 and 2048 it is behind everywhere (q4_K
  * 1.3-2.4x, q6_K 1.9-4.3x the time). */
-#define MMQ_MAX_T          32
+#define MMQ_MAX_T       32
 #define MMQ_MIN_OUT_Q4K 4096
 #define MMQ_MIN_OUT_Q6K 6144
 /* -2: not decided yet (SNUG_CUDA_MMQ read at the first call); 0 off; 1 the table above; 2 every
