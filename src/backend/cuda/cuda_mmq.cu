@@ -140,10 +140,11 @@ template <int TYPE> __global__ void __launch_bounds__(MMQ_THREADS, 2) k_mmq(cons
  * products of at most MMQ_MAX_T tokens with at least MMQ_MIN_OUT_* outputs, per type. Measured
  * on an H100 (`bench_cuda_ops mmq`, docs/perf/cuda-kernels.md "Prompt products on int8 tensor
  * cores"): at T = 12 and 32 (a step of several slots' rows, a short prompt) the kernel takes
- * 0.48-0.69x the time of dequantise + cuBLAS for q4_K on the 27B's shapes with 5,120 or more
+ * 0.48-0.68x the time of dequantise + cuBLAS for q4_K on the 27B's shapes with 5,120 or more
  * outputs, 0.71-0.92x for q6_K with 6,144 or more (about 1.0x at 5,120); with 1,024 outputs
  * (attention k/v: 8 row tiles) it takes 2x. At T = 512 and 2048 it is behind everywhere (q4_K
- * 1.3-2.4x, q6_K 1.9-4.3x the time). */
+ * 1.3-2.4x, q6_K 1.9-4.3x the time). Q4_K's bound of 4,096 lies between the measured widths
+ * (1,024 slower, 5,120 faster); no width in between was measured. */
 #define MMQ_MAX_T       32
 #define MMQ_MIN_OUT_Q4K 4096
 #define MMQ_MIN_OUT_Q6K 6144
