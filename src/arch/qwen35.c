@@ -57,7 +57,8 @@ struct trunk_bufs {
 };
 
 /* Logits rows computed per slice on a device backend before they are copied to the host. */
-#define LG_ROWS SNUG_FWD_LG_ROWS
+#define LG_ROWS   SNUG_FWD_LG_ROWS
+#define RUN_BATCH 16 /* runs per conv_silu_runs / delta_decode_runs call */
 
 /* Scratch bytes any ops.h call of the trunk or FFN of a step of T tokens may need (matmul,
  * attention, delta, the MoE expert products over T·k rows). */
@@ -460,28 +461,56 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     matmul(f, L->ssm_qkv, B->xn, T, B->mix);
     matmul(f, L->ssm_z, B->xn, T, B->z);
     snug_qwen35_matmul_precise(f, L->ssm_beta, L->ssm_alpha, B->xn, T, B->bb, B->aa);
+    /* the conv of every run without snapshots: in batches through conv_silu_runs where the
+     * backend has it and the step has several runs, else one call per run */
+    bool conv_batch = be->ops->conv_silu_runs && f->n_runs > 1;
+    struct snug_be_run br[RUN_BATCH];
+    int32_t nb = 0;
     for (int32_t r = 0; r < f->n_runs; r++) {
         const struct snug_fwd_run *run = &f->runs[r];
         int64_t r0 = run->row0;
+        float *conv = snug_kv_conv_state(run->kv, L->rec_idx);
         if (run->snapshot) /* token by token, saving the conv state after each */
             conv_snapshots(f, L, B, run, convw);
+        else if (conv_batch)
+            br[nb++] = (struct snug_be_run){.row0 = r0, .T = run->T, .state = conv};
         else
-            OP(conv_silu, B->mix + r0 * cd, run->T, cd, hp->conv_kernel, convw,
-               snug_kv_conv_state(run->kv, L->rec_idx), B->u + r0 * cd);
+            OP(conv_silu, B->mix + r0 * cd, run->T, cd, hp->conv_kernel, convw, conv,
+               B->u + r0 * cd);
+        if (nb == RUN_BATCH || (nb > 0 && r == f->n_runs - 1)) {
+            OP(conv_silu_runs, nb, br, B->mix, cd, hp->conv_kernel, convw, B->u);
+            nb = 0;
+        }
     }
     float qscale = 1.0f / sqrtf((float)dk);
     if (be->ops->delta_decode && T <= SNUG_FWD_LG_ROWS) {
         /* decode-sized steps: the split, norms, scale and gates inside the recurrence's own
-         * launch, which also writes a verification's rollback points */
+         * launch, which also writes a verification's rollback points; several runs in
+         * batches through delta_decode_runs where the backend has it */
+        bool batch = be->ops->delta_decode_runs && f->n_runs > 1;
         for (int32_t r = 0; r < f->n_runs; r++) {
             const struct snug_fwd_run *run = &f->runs[r];
             int64_t r0 = run->row0;
             struct snug_kv *kv = run->kv;
             float *snap = run->snapshot ? snug_kv_snap_delta(kv, 0, L->rec_idx) : NULL;
+            float *S = snug_kv_delta_state(kv, L->rec_idx);
             SNUG_ASSERT(!run->snapshot || run->T <= kv->n_snap);
-            OP(delta_decode, run->T, Nk, Nv, dk, dv, B->u + r0 * cd, B->bb + r0 * Nv,
-               B->aa + r0 * Nv, f32(f, L->ssm_a), f32(f, L->ssm_dt), qscale, 1e-6f,
-               snug_kv_delta_state(kv, L->rec_idx), B->o + r0 * di, snap, (int64_t)kv->snap_stride);
+            if (!batch) {
+                OP(delta_decode, run->T, Nk, Nv, dk, dv, B->u + r0 * cd, B->bb + r0 * Nv,
+                   B->aa + r0 * Nv, f32(f, L->ssm_a), f32(f, L->ssm_dt), qscale, 1e-6f, S,
+                   B->o + r0 * di, snap, (int64_t)kv->snap_stride);
+                continue;
+            }
+            br[nb++] = (struct snug_be_run){.row0 = r0,
+                                            .T = run->T,
+                                            .state = S,
+                                            .snap = snap,
+                                            .snap_stride = (int64_t)kv->snap_stride};
+            if (nb == RUN_BATCH || r == f->n_runs - 1) {
+                OP(delta_decode_runs, nb, br, Nk, Nv, dk, dv, B->u, B->bb, B->aa, f32(f, L->ssm_a),
+                   f32(f, L->ssm_dt), qscale, 1e-6f, B->o);
+                nb = 0;
+            }
         }
     } else {
         deltanet_rule(f, L, B, qscale);

@@ -35,6 +35,14 @@
 
 struct snug_be;
 
+/* One run of a batched step for the multi-run ops (conv_silu_runs, delta_decode_runs). */
+struct snug_be_run {
+    int64_t row0, T;     /* the run's rows of the step */
+    float *state;        /* its conv state or DeltaNet state */
+    float *snap;         /* delta_decode_runs: NULL, or its rollback points */
+    int64_t snap_stride; /* floats between consecutive rollback points */
+};
+
 /* Pointers below (x, y, w, state, kv views, idx...) are in the backend's memory unless the
  * parameter is named host_*. Semantics: ops.h, except the additions documented here. */
 struct snug_backend_ops {
@@ -227,6 +235,17 @@ struct snug_backend_ops {
                          int64_t dv, const float *qkv, const float *b, const float *alpha,
                          const float *a, const float *dt, float qscale, float eps, float *state,
                          float *out, float *snap, int64_t snap_stride);
+    /* conv_silu and delta_decode for the n runs of a batched step at once (the slots' decode
+     * rows: one launch on a device instead of one per run): run i owns rows [row0, row0 + T)
+     * of the step's x / qkv, b, alpha, y / out and its own state (and, delta_decode_runs,
+     * rollback points snap, as delta_decode). The same numbers as one call per run. NULL: the
+     * forward calls the per-run op. */
+    void (*conv_silu_runs)(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
+                           const float *x, int64_t C, int64_t K, const float *w, float *y);
+    void (*delta_decode_runs)(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
+                              int64_t Nk, int64_t Nv, int64_t dk, int64_t dv, const float *qkv,
+                              const float *b, const float *alpha, const float *a, const float *dt,
+                              float qscale, float eps, float *out);
 };
 enum { SNUG_STEP_EAGER = 0, SNUG_STEP_RECORDING = 1, SNUG_STEP_REPLAYED = 2 };
 

@@ -77,6 +77,12 @@ static void cpu_conv_silu(struct snug_be *be, const float *x, int64_t T, int64_t
                           const float *w, float *st, float *y) {
     snug_op_conv_silu(be->pool, x, T, C, K, w, st, y);
 }
+static void cpu_conv_silu_runs(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
+                               const float *x, int64_t C, int64_t K, const float *w, float *y) {
+    for (int32_t i = 0; i < n; i++)
+        snug_op_conv_silu(be->pool, x + runs[i].row0 * C, runs[i].T, C, K, w, runs[i].state,
+                          y + runs[i].row0 * C);
+}
 static void cpu_kv_store(struct snug_be *be, struct snug_kv_view *kv, int64_t Hkv, int64_t D,
                          int64_t pos0, const int32_t *pos_be, int64_t T, const float *k,
                          const float *v) {
@@ -314,6 +320,7 @@ static const struct snug_backend_ops CPU_OPS = {
     .snapshot = cpu_snapshot,
     .sync = cpu_sync,
     .bytes = cpu_bytes,
+    .conv_silu_runs = cpu_conv_silu_runs,
 };
 
 void snug_backend_cpu_init(struct snug_be *be, struct snug_pool *pool) {

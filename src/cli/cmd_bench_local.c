@@ -13,6 +13,7 @@
 #include "cli.h"
 
 #include "core/core.h"
+#include "engine/slots.h"
 #include "gguf/gguf.h"
 #include "kv/kvfmt.h"
 #include "plan/plan_auto.h"
@@ -114,7 +115,54 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-enum { O_MODEL = 1, O_PROMPT, O_GEN, O_DEPTH, O_THREADS, O_REPS, O_VERIFY, O_ACCEPT, O_LOCAL };
+/* tg with every slot at once: each repetition resets the slots, fills each to depth n_d
+ * (untimed), then times n_g batched steps of one token per slot (snug_ctx_eval_batch). Prints
+ * the aggregate rate and, beside it, its ratio to the one-sequence rate tg_one. */
+static int tg_parallel(struct snug_slots *slots, const snug_token *fill, long n_d, long n_g,
+                       long reps, int32_t V, const char *at, double tg_one, struct snug_err *err) {
+    int32_t n = snug_slots_n(slots);
+    struct snug_ctx **ctxs = calloc((size_t)n, sizeof *ctxs);
+    snug_token *tok = calloc((size_t)n, sizeof *tok);
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)n);
+    double *v = calloc((size_t)reps, sizeof(double));
+    int rc =
+        ctxs && tok && logits && v ? SNUG_OK : snug_err_set(err, SNUG_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; !rc && i < n; i++) ctxs[i] = snug_slots_ctx(slots, i);
+    for (long r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
+        for (int32_t i = 0; i < n && !rc; i++) {
+            snug_ctx_reset(ctxs[i]);
+            if (n_d > 0)
+                rc = snug_ctx_eval(ctxs[i], fill, (int32_t)n_d, NULL, SNUG_EVAL_LOGITS_LAST, err);
+            tok[i] = (snug_token)((7 + 13 * i) % V); /* a different token in each */
+        }
+        double t0 = snug_time_s();
+        for (long k = 0; k < n_g && !rc; k++) {
+            rc = snug_ctx_eval_batch(ctxs, tok, n, logits, err);
+            for (int32_t i = 0; i < n; i++) tok[i] = (snug_token)((tok[i] * 31 + 7) % V);
+        }
+        if (r >= 0 && !rc) v[r] = (double)(n_g * n) / (snug_time_s() - t0);
+    }
+    double mean, sd;
+    stats(v, (int)reps, &mean, &sd);
+    if (!rc)
+        printf("tg%ld%s x%d: %.2f ± %.2f t/s (all sequences; %.2f each), %.2fx one sequence\n", n_g,
+               at, (int)n, mean, sd, mean / n, tg_one > 0 ? mean / tg_one : 0.0);
+    free(ctxs), free(tok), free(logits), free(v);
+    return rc;
+}
+
+enum {
+    O_MODEL = 1,
+    O_PROMPT,
+    O_GEN,
+    O_DEPTH,
+    O_THREADS,
+    O_REPS,
+    O_PARALLEL,
+    O_VERIFY,
+    O_ACCEPT,
+    O_LOCAL
+};
 static const struct cli_opt OPTS[] = {
     {.id = O_MODEL,
      .names = "-m, --model",
@@ -162,6 +210,16 @@ static const struct cli_opt OPTS[] = {
      .hi = 100,
      .def = "5",
      .help = "measured repetitions after one warm-up (mean ± sd)"},
+    {.id = O_PARALLEL,
+     .names = "--parallel, -np",
+     .kind = CLI_INT,
+     .meta = "N",
+     .lo = 1,
+     .hi = 256,
+     .def = "1",
+     .help = "tg<N> also with N sequences at once (slots of one instance, the server's "
+             "`--slots`): every step decodes one token of each in one batched forward; prints "
+             "their aggregate tokens/s and its ratio to the one-sequence tg of the same run"},
     CLI_OPTS_CHUNK,
     CLI_OPTS_KV,
     {.id = O_VERIFY,
@@ -186,8 +244,8 @@ static const struct cli_opt OPTS[] = {
 const struct cli_command cli_cmd_bench_local = {
     .name = "bench-local",
     .run = cmd_bench_local,
-    .usage = "-m M.gguf [-p 512] [-n 128] [-d 0] [-t 2] [--reps 5] [--chunk N|auto] [--kv F] "
-             "[--backend cpu|cuda]\n"
+    .usage = "-m M.gguf [-p 512] [-n 128] [-d 0] [-t 2] [--reps 5] [-np N] [--chunk N|auto] "
+             "[--kv F] [--backend cpu|cuda]\n"
              "-m M.gguf --verify [--accept L] [--backend cpu|cuda]",
     .summary = "prompt and generation speed on this machine",
     .about = "prompt and generation speed on this CPU, or the GPU with --backend cuda, in the "
@@ -202,7 +260,7 @@ const struct cli_command cli_cmd_bench_local = {
 
 int cmd_bench_local(int argc, char **argv) {
     const char *path = NULL;
-    long n_p = 512, n_g = 128, n_d = 0, n_t = 2, reps = 5;
+    long n_p = 512, n_g = 128, n_d = 0, n_t = 2, reps = 5, n_par = 1;
     int verify = 0;
     double accept = 0;
     struct cli_backend bk = {0};
@@ -235,6 +293,9 @@ int cmd_bench_local(int argc, char **argv) {
         case O_REPS:
             reps = (long)val.i;
             break;
+        case O_PARALLEL:
+            n_par = (long)val.i;
+            break;
         case O_VERIFY:
             verify = 1;
             break;
@@ -248,6 +309,8 @@ int cmd_bench_local(int argc, char **argv) {
     if (verify && (n_d > 0 || kv.k != SNUG_KV_F16 || kv.v != SNUG_KV_F16))
         return cli_usage_error(&cli_cmd_bench_local,
                                "-d and --kv apply to the pp/tg tests, not to --verify");
+    if (verify && n_par > 1)
+        return cli_usage_error(&cli_cmd_bench_local, "--parallel applies to tg, not to --verify");
     if (verify) return cli_bench_verify(path, (int)n_t, (int)reps, n_p, chunk, &bk, accept);
     if (n_d + SNUG_MAX(n_p, n_g) + 16 > (1L << 30))
         return cli_usage_error(&cli_cmd_bench_local,
@@ -263,11 +326,18 @@ int cmd_bench_local(int argc, char **argv) {
     cli_backend_params(&bk, &cp);
     cp.n_chunk =
         cli_chunk_resolve("bench-local", m, &cp, chunk, cp.backend == 1 ? bk.vram_budget : 0);
+    /* with --parallel N the tests run on slot 0 of an instance of N slots, the N-sequence tg
+     * on all of them */
     struct snug_ctx *ctx = NULL;
-    if (snug_ctx_init(&ctx, m, &cp, &err) != SNUG_OK) {
+    struct snug_slots *slots = NULL;
+    if (n_par > 1 && cp.n_chunk < n_par) cp.n_chunk = (int32_t)n_par; /* one step holds them */
+    int irc = n_par > 1 ? snug_slots_init(&slots, m, &cp, (int32_t)n_par, &err)
+                        : snug_ctx_init(&ctx, m, &cp, &err);
+    if (irc != SNUG_OK) {
         snug_model_free(m);
         return cli_fail("bench-local", &err);
     }
+    if (slots) ctx = snug_slots_ctx(slots, 0);
     char kvname[32];
     snug_kvfmt_code_name(cli_kv_code(&kv), kvname, sizeof kvname);
     fprintf(stderr, "snug bench-local: backend %s, kv %s, context %d, chunk %d, depth %ld\n",
@@ -285,7 +355,8 @@ int cmd_bench_local(int argc, char **argv) {
         ids[i] = (snug_token)((rng >> 33) % (uint64_t)V);
     }
     const snug_token *fill = ids + SNUG_MAX(n_p, 1);
-    char at[48] = ""; /* the test names' depth, as llama-bench writes it */
+    double tg_one = 0; /* the one-sequence tg rate, for --parallel's ratio */
+    char at[48] = "";  /* the test names' depth, as llama-bench writes it */
     if (n_d > 0) snprintf(at, sizeof at, " @ d%ld", n_d);
     if (cp.backend == 1)
         printf("model: %s  backend: cuda  kv: %s  chunk: %d\n", path, kvname, cp.n_chunk);
@@ -323,6 +394,7 @@ int cmd_bench_local(int argc, char **argv) {
         double mean, sd;
         stats(v, (int)reps, &mean, &sd);
         if (!rc) printf("tg%ld%s: %.2f ± %.2f t/s\n", n_g, at, mean, sd);
+        tg_one = mean;
         if (!rc && cp.backend != 1) { /* the ceiling of this CPU's memory bandwidth */
             uint64_t bpt = bytes_per_token(path, &err);
             double bw = memcpy_bandwidth((int)n_t);
@@ -333,8 +405,12 @@ int cmd_bench_local(int argc, char **argv) {
                        100.0 * mean / (bw / (double)bpt));
         }
     }
+    if (slots && n_g > 0 && !rc) rc = tg_parallel(slots, fill, n_d, n_g, reps, V, at, tg_one, &err);
     free(v), free(ids), free(logits);
-    snug_ctx_free(ctx);
+    if (slots)
+        snug_slots_free(slots);
+    else
+        snug_ctx_free(ctx);
     snug_model_free(m);
     return rc ? cli_fail("bench-local", &err) : 0;
 }

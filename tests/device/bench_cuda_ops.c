@@ -628,19 +628,24 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
             float *x = dev_rand((size_t)n_in * 4 * 8, 1), *y = dev_rand((size_t)n_out * 4 * 8, 1);
             OK(snug_cuda_malloc(&work, snug_cuda_matmul_work_bytes(n_in, n_out, 8), &err));
             double bytes = (double)snug_dtype_row_bytes(mt[ti], (uint64_t)n_in) * n_out;
-            for (int v = 0; v < 12; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
+            for (int v = 0; v < 17; v++) { /* dp4a: int8 T=1 rows 2, T=8, f32 T=1, rows 1,
                                               rows 4; T=4 (a verification of 3 drafts) rows 1,
                                               2, 4; tensor cores (k_mmv, q4_K/q6_K, every
-                                              shape): T=1, 2, 4, 8 */
+                                              shape): T=1, 2, 4, 8; dp4a with L lanes per unit
+                                              (q4_K/q6_K): T=4 r4 L4, r4 L2, r2 L4, T=8 r2 L4,
+                                              T=2 r4 L2 */
                 static const int mma_t[4] = {1, 2, 4, 8};
-                int mma = v >= 8;
-                if (mma && mt[ti] == SNUG_DTYPE_Q8_0) continue;
-                int T = mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 ? 4 : 1;
+                static const int ln_t[5] = {4, 4, 4, 8, 2}, ln_r[5] = {4, 4, 2, 2, 4},
+                                 ln_l[5] = {4, 2, 4, 4, 2};
+                int mma = v >= 8 && v < 12, ln = v >= 12 ? v - 12 : -1;
+                if ((mma || ln >= 0) && mt[ti] == SNUG_DTYPE_Q8_0) continue;
+                int T = ln >= 0 ? ln_t[ln] : mma ? mma_t[v - 8] : v == 1 ? 8 : v >= 5 ? 4 : 1;
                 void *wk = v == 2 ? NULL : work;
                 if (v == 2 && si >= 2) continue; /* f32 path: the two FFN shapes only */
-                int rows = v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
+                int rows = ln >= 0 ? ln_r[ln] : v == 3 || v == 5 ? 1 : v == 4 || v == 7 ? 4 : 2;
                 snug_cuda_matvec_tune(rows);
                 snug_cuda_matvec_mma(mma ? 31 : 0);
+                snug_cuda_matvec_lanes(ln >= 0 ? ln_l[ln] : 1);
                 for (int i = 0; i < NCOPY; i++)
                     OK(snug_cuda_matmul(&cu, mt[ti], w[i], n_in, n_out, x, T, y, wk, &err));
                 for (int i = 0; i < REP; i++) {
@@ -650,18 +655,22 @@ int main(int argc, char **argv) { /* argv[1]: ceilings, matvec, mmq, attdec, att
                     t[i] = toc_ms() / NCOPY;
                 }
                 double ms = median(t, REP), bw = bytes / (ms * 1e-3) / 1e9;
-                printf("matvec %-5s %-4s %s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
+                char form[8];
+                snprintf(form, sizeof form, "%s",
+                         mma         ? "mma"
+                         : rows == 1 ? "r1"
+                         : rows == 2 ? "r2"
+                                     : "r4");
+                if (ln >= 0) snprintf(form + 2, sizeof form - 2, "l%d", ln_l[ln]);
+                printf("matvec %-5s %-4s %-4s n_in=%-6lld n_out=%-6lld T=%d: %8.1f us  %6.0f GB/s  "
                        "%5.1f%% of copy (floor %.1f us)\n",
-                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32",
-                       mma         ? "mma"
-                       : rows == 1 ? "r1 "
-                       : rows == 2 ? "r2 "
-                                   : "r4 ",
-                       (long long)n_in, (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
+                       snug_dtype_info(mt[ti])->name, wk ? "int8" : "f32", form, (long long)n_in,
+                       (long long)n_out, T, ms * 1e3, bw, 100 * bw / copy_bw,
                        bytes / copy_bw / 1e3);
             }
             snug_cuda_matvec_tune(0);
             snug_cuda_matvec_mma(-1);
+            snug_cuda_matvec_lanes(1);
             for (int c = 0; c < NCOPY; c++) snug_cuda_dfree(w[c]);
             snug_cuda_dfree(x), snug_cuda_dfree(y), snug_cuda_dfree(work);
         }

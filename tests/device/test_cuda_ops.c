@@ -1397,6 +1397,84 @@ static void test_delta_decode(int64_t T, int64_t Nk, int64_t Nv, int64_t dk, int
     snug_cuda_dfree(ddt), snug_cuda_dfree(dS), snug_cuda_dfree(dout), snug_cuda_dfree(dsnap);
 }
 
+/* The multi-run forms of a batched step (snug_cuda_conv_silu_runs, snug_cuda_delta_decode_runs)
+ * against one call per run: the same bits, for runs of 1..8 rows with and without rollback
+ * points, in more runs than one launch takes (SNUG_CUDA_RUNS_MAX). */
+#define DS_SNAPS 11 /* rollback points kept per run in test_runs (its longest run) */
+static int dev_same_bits(const char *what, const float *d1, const float *d2, int64_t n) {
+    float *a = get(d1, n), *b = get(d2, n);
+    int same = memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+    snug_free(a), snug_free(b);
+    if (!same) printf("  %s differs\n", what);
+    return same;
+}
+static void test_runs(int32_t n, const int64_t *Ts, int64_t Nk, int64_t Nv, int64_t dk, int64_t dv,
+                      int64_t K) {
+    int64_t kd = Nk * dk, di = Nv * dv, cd = 2 * kd + di, ns = Nv * dk * dv, rows = 0;
+    struct snug_cuda_run *ra = snug_malloc(sizeof *ra * (size_t)n),
+                         *rb = snug_malloc(sizeof *rb * (size_t)n);
+    int64_t stride = ns + 64;
+    for (int32_t i = 0; i < n; i++) rows += Ts[i];
+    float *mix = rnd(rows * cd, 1.5f), *cw = rnd(cd * K, 0.5f), *cst = rnd(n * (K - 1) * cd, 1.0f);
+    float *b = rnd(rows * Nv, 3.0f), *al = rnd(rows * Nv, 3.0f), *a = rnd(Nv, 1.0f);
+    float *dt = rnd(Nv, 1.0f), *S = rnd(n * ns, 0.5f);
+    for (int64_t j = 0; j < Nv; j++) a[j] = -fabsf(a[j]) - 0.1f;
+    float *dmix = dup_dev(mix, (size_t)(rows * cd) * 4), *dcw = dup_dev(cw, (size_t)(cd * K) * 4);
+    float *db = dup_dev(b, (size_t)(rows * Nv) * 4), *dal = dup_dev(al, (size_t)(rows * Nv) * 4);
+    float *da = dup_dev(a, (size_t)Nv * 4), *ddt = dup_dev(dt, (size_t)Nv * 4);
+    float *cs1 = dup_dev(cst, (size_t)(n * (K - 1) * cd) * 4),
+          *cs2 = dup_dev(cst, (size_t)(n * (K - 1) * cd) * 4);
+    float *S1 = dup_dev(S, (size_t)(n * ns) * 4), *S2 = dup_dev(S, (size_t)(n * ns) * 4);
+    float *u1 = dev_poison((size_t)(rows * cd) * 4), *u2 = dev_poison((size_t)(rows * cd) * 4);
+    float *o1 = dev_poison((size_t)(rows * di) * 4), *o2 = dev_poison((size_t)(rows * di) * 4);
+    float *sn1 = dev_poison((size_t)(n * DS_SNAPS * stride) * 4),
+          *sn2 = dev_poison((size_t)(n * DS_SNAPS * stride) * 4);
+    float qscale = 1.0f / sqrtf((float)dk);
+    int64_t r0 = 0;
+    for (int32_t i = 0; i < n; i++) { /* odd runs keep rollback points */
+        float *snap1 = i % 2 ? sn1 + i * DS_SNAPS * stride : NULL;
+        ra[i] = (struct snug_cuda_run){r0, Ts[i], cs2 + i * (K - 1) * cd, NULL, 0};
+        rb[i] = (struct snug_cuda_run){r0, Ts[i], S2 + i * ns,
+                                       i % 2 ? sn2 + i * DS_SNAPS * stride : NULL, stride};
+        OK(snug_cuda_conv_silu(&cu, dmix + r0 * cd, Ts[i], cd, K, dcw, cs1 + i * (K - 1) * cd,
+                               u1 + r0 * cd, &err));
+        OK(snug_cuda_delta_decode(&cu, Ts[i], Nk, Nv, dk, dv, u1 + r0 * cd, db + r0 * Nv,
+                                  dal + r0 * Nv, da, ddt, qscale, 1e-6f, S1 + i * ns, o1 + r0 * di,
+                                  snap1, stride, &err));
+        r0 += Ts[i];
+    }
+    OK(snug_cuda_conv_silu_runs(&cu, n, ra, dmix, cd, K, dcw, u2, &err));
+    OK(snug_cuda_delta_decode_runs(&cu, n, rb, Nk, Nv, dk, dv, u2, db, dal, da, ddt, qscale, 1e-6f,
+                                   o2, &err));
+    int same = dev_same_bits("conv output", u1, u2, rows * cd);
+    same &= dev_same_bits("conv states", cs1, cs2, n * (K - 1) * cd);
+    same &= dev_same_bits("delta output", o1, o2, rows * di);
+    same &= dev_same_bits("delta states", S1, S2, n * ns);
+    for (int32_t i = 1; i < n; i += 2)
+        same &= dev_same_bits("rollback points", sn1 + i * DS_SNAPS * stride,
+                              sn2 + i * DS_SNAPS * stride, Ts[i] * stride);
+    printf("runs n=%-3d Nk=%lld Nv=%lld dk=%lld dv=%lld K=%lld: %s %s\n", (int)n, (long long)Nk,
+           (long long)Nv, (long long)dk, (long long)dv, (long long)K,
+           same ? "the bits of one call per run" : "differs from one call per run",
+           same ? "PASS" : "FAIL");
+    CHECKF(same, "runs n=%d dk=%lld", (int)n, (long long)dk);
+    snug_free(ra), snug_free(rb), snug_free(mix), snug_free(cw), snug_free(cst), snug_free(b);
+    snug_free(al), snug_free(a), snug_free(dt), snug_free(S);
+    float *dv_[] = {dmix, dcw, db, dal, da, ddt, cs1, cs2, S1, S2, u1, u2, o1, o2, sn1, sn2};
+    for (size_t i = 0; i < sizeof dv_ / sizeof dv_[0]; i++) snug_cuda_dfree(dv_[i]);
+}
+static void test_runs_all(void) {
+    const int64_t one[4] = {1, 1, 1, 1}, mixed[5] = {1, 4, 1, 3, 8};
+    int64_t many[19];
+    for (int i = 0; i < 19; i++) many[i] = 1 + (i % 3 == 1 ? 3 : 0); /* 16 + 3 runs */
+    test_runs(4, one, 16, 48, 128, 128, 4);   /* 4 slots of the 27B decoding */
+    test_runs(5, mixed, 16, 48, 128, 128, 4); /* verifications beside decode rows */
+    test_runs(19, many, 2, 6, 64, 64, 4);     /* the fixtures' shape, two launches */
+    test_runs(3, mixed, 3, 9, 32, 40, 3);     /* dv not a multiple of 32 */
+    const int64_t longer[2] = {2, 11};        /* a run longer than the small kernel's: per run */
+    test_runs(2, longer, 2, 6, 64, 64, 4);
+}
+
 /* The draft's argmax (snug_cuda_argmax) against the host scan `x[i] > x[best]` from best = 0:
  * rows of n floats with planted ties (the lowest index wins), a NaN planted before the maximum
  * (never taken), a NaN at index 0 (taken: the scan's rule), a row of -inf (0); an odd n puts
@@ -1435,6 +1513,31 @@ static void test_argmax(int64_t rows, int64_t n) {
     snug_free(x), snug_free(got), snug_cuda_dfree(dx), snug_cuda_dfree(dout);
 }
 
+/* The dp4a matvec with L lanes per unit (snug_cuda_matvec_lanes) against the CPU, as the
+ * default form is checked: Q4_K and Q6_K at 2..8 tokens with 2 and 4 rows per block, the
+ * 27B's row lengths, odd row counts; two matrices in one launch (an FFN's gate and up). */
+static void test_lanes(void) {
+    uint32_t lt[2] = {SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K};
+    int64_t Ts[5] = {2, 3, 4, 5, 8};
+    for (int L = 2; L <= 4; L += 2) {
+        snug_cuda_matvec_lanes(L);
+        for (int rows = 2; rows <= 4; rows += 2) {
+            snug_cuda_matvec_tune(rows);
+            snug_cuda_matvec_mma(0); /* the dp4a kernel everywhere */
+            for (int i = 0; i < 2; i++) {
+                for (int j = 0; j < 5; j++) test_matmul(lt[i], 5120, 301, Ts[j]);
+                test_matmul(lt[i], 17408, 45, 4);
+                test_matmul(lt[i], 2304, 7, 3);
+                test_matmul_pair_as(lt[i], 5120, 301, 77, 4, true);
+            }
+        }
+        printf("(the forms above: %d lanes per unit)\n", L);
+    }
+    snug_cuda_matvec_lanes(1);
+    snug_cuda_matvec_tune(0);
+    snug_cuda_matvec_mma(-1);
+}
+
 static void test_step(void) {
     test_argmax(1, 248320); /* the Qwen3.5 vocabulary */
     test_argmax(8, 248320);
@@ -1444,6 +1547,7 @@ static void test_step(void) {
     test_delta_decode(4, 16, 48, 128, 128, 1); /* a verification of 3 drafts */
     test_delta_decode(3, 2, 6, 64, 64, 1);     /* the fixtures' shape */
     test_delta_decode(5, 3, 9, 32, 40, 0);     /* dv not a multiple of the block's columns */
+    test_runs_all();
     test_add_rmsnorm(1, 5120);
     test_add_rmsnorm(7, 2048);
     test_add_rmsnorm(3, 1000);
@@ -1611,7 +1715,9 @@ int main(int argc, char **argv) {
         g_route_only = 1;
         test_moe_all();
     }
+    if (only && !strcmp(only, "lanes")) test_lanes();
     if (only && !strcmp(only, "decode")) { /* what a decode step runs: products, norms, delta */
+        test_lanes();
         uint32_t dt[] = {SNUG_DTYPE_F16, SNUG_DTYPE_Q4_K, SNUG_DTYPE_Q6_K, SNUG_DTYPE_Q8_0,
                          SNUG_DTYPE_IQ4_XS};
         for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
@@ -1722,6 +1828,7 @@ int main(int argc, char **argv) {
     test_matmul(SNUG_DTYPE_Q8_0, 768, 301, 129);
     test_matmul(SNUG_DTYPE_BF16, 768, 301, 9);
     test_matmul(SNUG_DTYPE_F32, 2048, 256, 133); /* the router's prompt shape: f32 GEMM */
+    test_lanes();
     test_basic();
     test_step();
     test_attention_all();

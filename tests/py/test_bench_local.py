@@ -8,9 +8,11 @@
    the stand-in's own device line (so the run went through the device backend, not the CPU), no
    memcpy / ceiling lines; with SNUG_CUDA_LIB naming a missing file it fails, non-zero, naming
    it (never falling back to the CPU).
-3. `-d` with `--verify` is refused (exit 2).
+3. `-d` or `--parallel` with `--verify` is refused (exit 2).
 4. bench/gpu_table.py reads these lines as gpu.sh writes them (tagged `warm`) next to a cold
    `snug run` summary and llama-bench's jsonl: rows "(warm)" with their ratio to llama.cpp.
+5. `--parallel 3` on the CPU and through the stand-in: "tgG @ d5 x3: A ± s t/s (all sequences;
+   A/3 each), A/tg× one sequence" beside the one-sequence "tgG @ d5" line of the same run.
 Model: the demo model (data/demo/snug-demo-q8_0.gguf). Runnable as a script; prints
 "N passed, N failed".
 """
@@ -28,6 +30,8 @@ MODEL = os.path.join(SRC, "data", "demo", "snug-demo-q8_0.gguf")
 FAKE = os.path.join(os.path.dirname(os.path.abspath(SNUG)), "libsnug_fakedev.so")
 LINE = re.compile(r"^(pp|tg)(\d+)(?: @ d(\d+))?: ([0-9.]+) ± ([0-9.]+) t/s$", re.M)
 P, G, D = 24, 8, 40
+PAR = re.compile(r"^tg(\d+) @ d5 x3: ([0-9.]+) ± ([0-9.]+) t/s \(all sequences; ([0-9.]+) each\), "
+                 r"([0-9.]+)x one sequence$", re.M)
 
 
 def bench(*args, env=None):
@@ -122,10 +126,31 @@ def main():
     r.check(m.returncode != 0 and missing in m.stderr and not LINE.search(m.stdout),
             f"cuda without the library: fails naming {missing}, nothing measured on the CPU "
             f"(rc {m.returncode}: {m.stderr.strip()[-200:]})")
-    # 3. --verify takes no depth
+    # 3. --verify takes no depth, nor --parallel
     v = bench("--verify", "-d", D)
     r.check(v.returncode == 2 and "-d and --kv apply to the pp/tg tests" in v.stderr,
             f"--verify -d is refused ({v.returncode}: {v.stderr.strip()[:120]})")
+    v = bench("--verify", "--parallel", 3)
+    r.check(v.returncode == 2 and "--parallel applies to tg" in v.stderr,
+            f"--verify --parallel is refused ({v.returncode}: {v.stderr.strip()[:120]})")
+    # 5. --parallel N: tg with N slots at once beside the one-sequence tg, on the CPU and
+    #    through the device stand-in (the batched step's device paths: one conv launch for the
+    #    slots' runs)
+    runs = [("cpu", None)]
+    if os.path.exists(FAKE):
+        runs.append(("cuda", dict(os.environ, SNUG_CUDA_LIB=FAKE)))
+    for backend, env in runs:
+        p = bench("--backend", backend, "-p", 0, "-n", G, "-d", 5, "--parallel", 3, env=env)
+        one = results(p.stdout).get(("tg", G))
+        par = PAR.search(p.stdout)
+        ok = p.returncode == 0 and one and par and par.group(1) == str(G)
+        r.check(ok and float(par.group(2)) > 0
+                and abs(float(par.group(4)) - float(par.group(2)) / 3) < 0.01 * float(par.group(2))
+                + 0.01
+                and abs(float(par.group(5)) - float(par.group(2)) / one[1]) < 0.02,
+                f"{backend} --parallel 3: 'tg{G} @ d5 x3' with the aggregate, the per-sequence "
+                f"rate and the ratio to tg{G} @ d5 ({p.stdout.strip()[-300:]}"
+                + ("" if p.returncode == 0 else p.stderr[-400:]) + ")")
     r.done()
 
 

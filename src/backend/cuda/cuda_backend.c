@@ -446,6 +446,36 @@ static void cb_delta_decode(struct snug_be *be, int64_t T, int64_t Nk, int64_t N
     CK(snug_cuda_delta_decode(&CB(be)->cu, T, Nk, Nv, dk, dv, qkv, b, alpha, a, dt, qscale, eps,
                               state, out, snap, snap_stride, err));
 }
+/* The runs in the kernels' form (the two structs have the same fields). */
+static void cuda_runs(int32_t n, const struct snug_be_run *runs, struct snug_cuda_run *out) {
+    for (int32_t i = 0; i < n; i++)
+        out[i] = (struct snug_cuda_run){.row0 = runs[i].row0,
+                                        .T = runs[i].T,
+                                        .state = runs[i].state,
+                                        .snap = runs[i].snap,
+                                        .snap_stride = runs[i].snap_stride};
+}
+static void cb_conv_silu_runs(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
+                              const float *x, int64_t C, int64_t K, const float *w, float *y) {
+    struct snug_cuda_run cr[SNUG_CUDA_RUNS_MAX];
+    for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
+        int32_t m = SNUG_MIN(n - i0, SNUG_CUDA_RUNS_MAX);
+        cuda_runs(m, runs + i0, cr);
+        CK(snug_cuda_conv_silu_runs(&CB(be)->cu, m, cr, x, C, K, w, y, err));
+    }
+}
+static void cb_delta_decode_runs(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
+                                 int64_t Nk, int64_t Nv, int64_t dk, int64_t dv, const float *qkv,
+                                 const float *b, const float *alpha, const float *a,
+                                 const float *dt, float qscale, float eps, float *out) {
+    struct snug_cuda_run cr[SNUG_CUDA_RUNS_MAX];
+    for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
+        int32_t m = SNUG_MIN(n - i0, SNUG_CUDA_RUNS_MAX);
+        cuda_runs(m, runs + i0, cr);
+        CK(snug_cuda_delta_decode_runs(&CB(be)->cu, m, cr, Nk, Nv, dk, dv, qkv, b, alpha, a, dt,
+                                       qscale, eps, out, err));
+    }
+}
 static void cb_add(struct snug_be *be, float *x, const float *y, int64_t n) {
     CK(snug_cuda_add(&CB(be)->cu, x, y, n, err));
 }
@@ -1096,6 +1126,8 @@ static const struct snug_backend_ops CUDA_OPS = {
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
     .delta_decode = cb_delta_decode,
+    .conv_silu_runs = cb_conv_silu_runs,
+    .delta_decode_runs = cb_delta_decode_runs,
 };
 
 /* Tensor parallelism: the rank's partial sums added over the ranks, in place, on this

@@ -175,8 +175,8 @@ __global__ void k_gated_rmsnorm(const float *o, const float *z, const float *w, 
 /* One thread per channel: the window (last K-1 inputs) lives in registers, so the carried
  * state is read once and written once whatever T is. */
 template <int K>
-__global__ void k_conv_silu(const float *x, int64_t T, int64_t C, const float *w, float *state,
-                            float *y) {
+__device__ __forceinline__ void conv_silu(const float *x, int64_t T, int64_t C, const float *w,
+                                          float *state, float *y) {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float win[K], wc[K];
@@ -195,6 +195,23 @@ __global__ void k_conv_silu(const float *x, int64_t T, int64_t C, const float *w
     }
 #pragma unroll
     for (int j = 0; j < K - 1; j++) state[j * C + c] = win[j];
+}
+template <int K>
+__global__ void k_conv_silu(const float *x, int64_t T, int64_t C, const float *w, float *state,
+                            float *y) {
+    conv_silu<K>(x, T, C, w, state, y);
+}
+/* The runs of a batched step (snug_cuda_conv_silu_runs), by value: blockIdx.y is the run, its
+ * rows start at row0 of x and y, its state is its own; each does what k_conv_silu does. */
+struct conv_runs {
+    int64_t row0[SNUG_CUDA_RUNS_MAX], T[SNUG_CUDA_RUNS_MAX];
+    float *state[SNUG_CUDA_RUNS_MAX];
+};
+template <int K>
+__global__ void k_conv_silu_runs(const float *x, int64_t C, const float *w, float *y,
+                                 const conv_runs rs) {
+    int z = blockIdx.y;
+    conv_silu<K>(x + rs.row0[z] * C, rs.T[z], C, w, rs.state[z], y + rs.row0[z] * C);
 }
 
 static unsigned nblk(int64_t n, int b) {
@@ -383,4 +400,39 @@ extern "C" int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t
                             (long long)K, CONV_KMAX);
     }
     return snug_cu_launched(err, "conv_silu");
+}
+
+extern "C" int snug_cuda_conv_silu_runs(struct snug_cuda *cu, int32_t n,
+                                        const struct snug_cuda_run *runs, const float *x, int64_t C,
+                                        int64_t K, const float *w, float *y, struct snug_err *err) {
+    if (K < 2 || K > CONV_KMAX)
+        return snug_err_set(err, SNUG_ERR_UNSUPPORTED,
+                            "cuda conv: kernel size %lld (2..%d supported)", (long long)K,
+                            CONV_KMAX);
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
+        int m = n - i0 < SNUG_CUDA_RUNS_MAX ? n - i0 : SNUG_CUDA_RUNS_MAX;
+        conv_runs rs = {};
+        for (int i = 0; i < m; i++)
+            rs.row0[i] = runs[i0 + i].row0, rs.T[i] = runs[i0 + i].T,
+            rs.state[i] = runs[i0 + i].state;
+        dim3 g(nblk(C, 128), (unsigned)m);
+#define CONV_GO(KK)                                                                                \
+    case KK:                                                                                       \
+        k_conv_silu_runs<KK><<<g, 128, 0, s>>>(x, C, w, y, rs);                                    \
+        break
+        switch (K) {
+            CONV_GO(2);
+            CONV_GO(3);
+            CONV_GO(4);
+            CONV_GO(5);
+            CONV_GO(6);
+            CONV_GO(7);
+            CONV_GO(8);
+        }
+#undef CONV_GO
+        int st = snug_cu_launched(err, "conv_silu_runs");
+        if (st) return st;
+    }
+    return SNUG_OK;
 }

@@ -166,11 +166,11 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
 #define DS_MAXT 8
 #define DS_RPT  16
 template <int DK, bool PREP>
-__global__ void __launch_bounds__(DK / DS_RPT * 32)
-    k_delta_small(int T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
-                  const float *__restrict__ k, const float *__restrict__ v,
-                  const float *__restrict__ g, const float *__restrict__ beta, float *state,
-                  float *out, int64_t qs, int64_t vs, delta_prep pp) {
+__device__ __forceinline__ void
+delta_small(int T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+            const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ g,
+            const float *__restrict__ beta, float *state, float *out, int64_t qs, int64_t vs,
+            const delta_prep &pp) {
     constexpr int W = DK / DS_RPT;
     __shared__ float sk[DS_MAXT][DK], sq[DS_MAXT][DK];
     __shared__ float sg[DS_MAXT], sb[DS_MAXT], skq[DS_MAXT];
@@ -241,6 +241,35 @@ __global__ void __launch_bounds__(DK / DS_RPT * 32)
     if (cin)
 #pragma unroll
         for (int r = 0; r < DS_RPT; r++) S[(int64_t)(row0 + r) * dv + c] = st[r];
+}
+template <int DK, bool PREP>
+__global__ void __launch_bounds__(DK / DS_RPT * 32)
+    k_delta_small(int T, int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+                  const float *__restrict__ k, const float *__restrict__ v,
+                  const float *__restrict__ g, const float *__restrict__ beta, float *state,
+                  float *out, int64_t qs, int64_t vs, delta_prep pp) {
+    delta_small<DK, PREP>(T, Nk, Nv, dv, q, k, v, g, beta, state, out, qs, vs, pp);
+}
+
+/* The runs of a batched step (snug_cuda_delta_decode_runs), passed by value: blockIdx.z is the
+ * run; its rows start at row0 of the step's q/k/v/g/β/out and it has its own state and
+ * rollback points. Each run's blocks do what k_delta_small does for that run alone. */
+struct delta_runs {
+    int T[SNUG_CUDA_RUNS_MAX];
+    int64_t row0[SNUG_CUDA_RUNS_MAX], snap_stride[SNUG_CUDA_RUNS_MAX];
+    float *state[SNUG_CUDA_RUNS_MAX], *snap[SNUG_CUDA_RUNS_MAX];
+};
+template <int DK>
+__global__ void __launch_bounds__(DK / DS_RPT * 32)
+    k_delta_small_runs(int64_t Nk, int64_t Nv, int64_t dv, const float *__restrict__ q,
+                       const float *__restrict__ k, const float *__restrict__ v,
+                       const float *__restrict__ g, const float *__restrict__ beta, float *out,
+                       int64_t qs, int64_t vs, delta_prep pp, const delta_runs rs) {
+    int z = blockIdx.z;
+    int64_t r0 = rs.row0[z];
+    pp.snap = rs.snap[z], pp.snap_stride = rs.snap_stride[z];
+    delta_small<DK, true>(rs.T[z], Nk, Nv, dv, q + r0 * qs, k + r0 * qs, v + r0 * vs, g + r0 * Nv,
+                          beta + r0 * Nv, rs.state[z], out + r0 * Nv * dv, qs, vs, pp);
 }
 
 static int delta_launch(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t Nv, int64_t dk,
@@ -328,6 +357,59 @@ extern "C" int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t N
     delta_prep pp = {a, dt, qscale, eps, snap, snap_stride};
     return delta_launch(cu, T, Nk, Nv, dk, dv, qkv, qkv + Nk * dk, qkv + 2 * Nk * dk, alpha, b,
                         state, out, cd, cd, pp, err);
+}
+
+extern "C" int snug_cuda_delta_decode_runs(struct snug_cuda *cu, int32_t n,
+                                           const struct snug_cuda_run *runs, int64_t Nk, int64_t Nv,
+                                           int64_t dk, int64_t dv, const float *qkv, const float *b,
+                                           const float *alpha, const float *a, const float *dt,
+                                           float qscale, float eps, float *out,
+                                           struct snug_err *err) {
+    if (!a || !dt)
+        return snug_err_set(err, SNUG_ERR_INVALID, "cuda delta_decode: the gate vectors a, dt");
+    if (Nk <= 0 || Nv <= 0 || dv <= 0 || n < 0)
+        return snug_err_set(err, SNUG_ERR_INVALID,
+                            "cuda delta_decode_runs: Nk %lld, Nv %lld, dv %lld, %d runs",
+                            (long long)Nk, (long long)Nv, (long long)dv, (int)n);
+    int64_t cd = 2 * Nk * dk + Nv * dv;
+    bool small = dk == 32 || dk == 64 || dk == 128;
+    for (int32_t i = 0; i < n; i++) small = small && runs[i].T >= 1 && runs[i].T <= DS_MAXT;
+    if (!small) { /* one launch per run (the kernel for longer runs, or another dk) */
+        for (int32_t i = 0; i < n; i++) {
+            const struct snug_cuda_run *r = &runs[i];
+            int st = snug_cuda_delta_decode(cu, r->T, Nk, Nv, dk, dv, qkv + r->row0 * cd,
+                                            b + r->row0 * Nv, alpha + r->row0 * Nv, a, dt, qscale,
+                                            eps, r->state, out + r->row0 * Nv * dv, r->snap,
+                                            r->snap_stride, err);
+            if (st) return st;
+        }
+        return SNUG_OK;
+    }
+    cudaStream_t s = SNUG_CU_STREAM(cu);
+    delta_prep pp = {a, dt, qscale, eps, NULL, 0};
+    for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
+        int m = n - i0 < SNUG_CUDA_RUNS_MAX ? n - i0 : SNUG_CUDA_RUNS_MAX;
+        delta_runs rs = {};
+        for (int i = 0; i < m; i++) {
+            const struct snug_cuda_run *r = &runs[i0 + i];
+            rs.T[i] = (int)r->T, rs.row0[i] = r->row0, rs.state[i] = r->state;
+            rs.snap[i] = r->snap, rs.snap_stride[i] = r->snap_stride;
+        }
+        dim3 gs((unsigned)Nv, (unsigned)((dv + 31) / 32), (unsigned)m);
+        const float *q = qkv, *k = qkv + Nk * dk, *v = qkv + 2 * Nk * dk;
+        if (dk == 32)
+            k_delta_small_runs<32><<<gs, 32 / DS_RPT * 32, 0, s>>>(Nk, Nv, dv, q, k, v, alpha, b,
+                                                                   out, cd, cd, pp, rs);
+        else if (dk == 64)
+            k_delta_small_runs<64><<<gs, 64 / DS_RPT * 32, 0, s>>>(Nk, Nv, dv, q, k, v, alpha, b,
+                                                                   out, cd, cd, pp, rs);
+        else
+            k_delta_small_runs<128><<<gs, 128 / DS_RPT * 32, 0, s>>>(Nk, Nv, dv, q, k, v, alpha, b,
+                                                                     out, cd, cd, pp, rs);
+        int st = snug_cu_launched(err, "delta_decode_runs");
+        if (st) return st;
+    }
+    return SNUG_OK;
 }
 
 /* ---- The chunked (WY) form for prompts, docs/qwen35.md §2.6 -------------------------------

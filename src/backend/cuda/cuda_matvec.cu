@@ -277,46 +277,59 @@ template <> struct mvq_unit<SNUG_DTYPE_IQ4_XS> {
 };
 
 /* y[t][row] = Σ_e W[row][e] x̃[t][e], t < T <= NT, for the R rows from row0. A block of
- * blockDim.x (32..256) threads owns R rows; thread i takes units i, i + blockDim.x, ... of each
- * row (adjacent threads read adjacent weight bytes), loads all R rows' units before using them
- * (bytes in flight), then per token loads that token's x over the unit once and multiplies it
- * with every row's unit. Partial sums meet in shared memory. */
-template <int TYPE, int NT, int R>
+ * blockDim.x (32..256) threads owns R rows; L = 1: thread i takes units i, i + blockDim.x, ...
+ * of each row (adjacent threads read adjacent weight bytes), loads all R rows' units before
+ * using them (bytes in flight), then per token loads that token's x over the unit once and
+ * multiplies it with every row's unit. L = 2 or 4 (2..8 tokens): L adjacent lanes take the same
+ * unit (one load instruction: the same addresses, no extra traffic) and split the tokens, lane
+ * sub taking tokens sub, sub + L, ..., so a thread keeps the x and sums of NT / L tokens instead
+ * of NT (the registers of a T = 1 thread at L = NT). Partial sums meet in shared memory. */
+template <int TYPE, int NT, int R, int L>
 __device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, int n_in,
                                          int64_t n_out, const int8_t *__restrict__ qx,
                                          const float2 *__restrict__ ds, int T,
                                          float *__restrict__ y, int64_t row0) {
+    static_assert(NT % L == 0, "tokens split evenly over a unit's lanes");
+    constexpr int TPL = NT / L; /* tokens per lane */
     const uint8_t *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past the end re-read the last row, unused */
         wr[r] = w + (size_t)(row0 + r < n_out ? row0 + r : n_out - 1) * row_bytes;
-    float acc[NT][R];
+    float acc[TPL][R];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int k = 0; k < TPL; k++)
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
     int nu = n_in / mvq_unit<TYPE>::EPU, nb = n_in >> 5;
-    for (int u = threadIdx.x; u < nu; u += blockDim.x) {
+    int sub = L > 1 ? (int)(threadIdx.x % L) : 0;
+    for (int u = threadIdx.x / L; u < nu; u += blockDim.x / L) {
         mvq_unit<TYPE> wu[R];
 #pragma unroll
         for (int r = 0; r < R; r++) wu[r].load(wr[r], u);
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
+        for (int k = 0; k < TPL; k++) {
+            int t = sub + k * L;
             if (NT > 1 && t >= T) break;
             typename mvq_unit<TYPE>::xs xt;
             mvq_unit<TYPE>::load_x(qx + (size_t)t * n_in, ds + (size_t)t * nb, wu[0].e0, xt);
 #pragma unroll
-            for (int r = 0; r < R; r++) acc[t][r] += wu[r].dot(xt);
+            for (int r = 0; r < R; r++) acc[k][r] += wu[r].dot(xt);
         }
     }
     __shared__ float part[MVQ_MAX_WARPS][NT][R];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int k = 0; k < TPL; k++)
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float s = warp_sum(acc[t][r]);
-            if (lane == 0) part[wid][t][r] = s;
+            float s = acc[k][r];
+            if (L == 1) {
+                s = warp_sum(s);
+            } else { /* over the lanes of the same token */
+#pragma unroll
+                for (int o = 16; o >= L; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            }
+            if (lane < L) part[wid][sub + k * L][r] = s;
         }
     __syncthreads();
     if (threadIdx.x < NT * R) {
@@ -332,16 +345,16 @@ __device__ __forceinline__ void mvq_rows(const uint8_t *__restrict__ w, size_t r
 /* One matrix (blocks 0 .. nb1-1 over w's n_out rows), or two of one type and n_in over the same
  * x in one launch (blocks from nb1 over w2's n_out2 rows into y2): each block's rows are the
  * single-matrix launch's, so the results are its bits. */
-template <int TYPE, int NT, int R>
+template <int TYPE, int NT, int R, int L = 1>
 __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w2, unsigned nb1,
           size_t row_bytes, int n_in, int64_t n_out, int64_t n_out2, const int8_t *__restrict__ qx,
           const float2 *__restrict__ ds, int T, float *__restrict__ y, float *__restrict__ y2) {
     if (blockIdx.x < nb1)
-        mvq_rows<TYPE, NT, R>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
+        mvq_rows<TYPE, NT, R, L>(w, row_bytes, n_in, n_out, qx, ds, T, y, (int64_t)blockIdx.x * R);
     else
-        mvq_rows<TYPE, NT, R>(w2, row_bytes, n_in, n_out2, qx, ds, T, y2,
-                              (int64_t)(blockIdx.x - nb1) * R);
+        mvq_rows<TYPE, NT, R, L>(w2, row_bytes, n_in, n_out2, qx, ds, T, y2,
+                                 (int64_t)(blockIdx.x - nb1) * R);
 }
 
 /* The MoE expert products: blockIdx.y is a tile of the table moe_route wrote (expert e, first
@@ -367,8 +380,8 @@ __global__ void __launch_bounds__(MVQ_MAX_WARPS * 32)
     if (!moe_tile(tiles, &e, &s0, &n)) return;
     int nb = n_in >> 5;
     size_t xs = (size_t)s0 * xrow; /* xrow 0: every slot reads the one token's row */
-    mvq_rows<TYPE, NT, R>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out, qx + xs * n_in,
-                          ds + xs * nb, n, y + (size_t)s0 * n_out, (int64_t)blockIdx.x * R);
+    mvq_rows<TYPE, NT, R, 1>(w + (uint64_t)e * expert_bytes, row_bytes, n_in, n_out, qx + xs * n_in,
+                             ds + xs * nb, n, y + (size_t)s0 * n_out, (int64_t)blockIdx.x * R);
 }
 
 /* One token per tile (decode: the chosen experts' rows times one x): a group of L lanes (8, 16
@@ -461,22 +474,48 @@ struct mvq_mats {
     float *y, *y2;
 };
 
+/* Lanes per unit for 2..8 tokens (mvq_rows' L; 1 = one lane per unit, the default): 2 or 4
+ * for the Q4_K and Q6_K products with 2 or 4 rows per block (snug_cuda_matvec_lanes, env
+ * SNUG_MVQ_LANES at the first call; docs/perf/cuda-kernels.md). */
+static int g_mvq_lanes; /* 0: not set yet (env SNUG_MVQ_LANES at the first call) */
+extern "C" void snug_cuda_matvec_lanes(int lanes) {
+    g_mvq_lanes = lanes == 2 || lanes == 4 ? lanes : 1;
+}
+
 template <int TYPE, int R>
 static void mvq_launch_r(int threads, cudaStream_t s, const mvq_mats &m, size_t rb, int n_in,
                          const int8_t *qx, const float2 *ds, int T) {
     unsigned nb1 = (unsigned)((m.n_out + R - 1) / R);
     unsigned blocks = nb1 + (m.w2 ? (unsigned)((m.n_out2 + R - 1) / R) : 0u);
-#define MVQ_GO(NT, TT)                                                                             \
-    k_mvq<TYPE, NT, R><<<blocks, threads, 0, s>>>(m.w, m.w2, nb1, rb, n_in, m.n_out, m.n_out2, qx, \
-                                                  ds, TT, m.y, m.y2)
+#define MVQ_GO(NT, TT, LL)                                                                         \
+    k_mvq<TYPE, NT, R, LL><<<blocks, threads, 0, s>>>(m.w, m.w2, nb1, rb, n_in, m.n_out, m.n_out2, \
+                                                      qx, ds, TT, m.y, m.y2)
+    constexpr bool lanes_ok = (TYPE == SNUG_DTYPE_Q4_K || TYPE == SNUG_DTYPE_Q6_K) && R >= 2;
+    int L = lanes_ok && T > 1 ? (T == 2 && g_mvq_lanes > 2 ? 2 : g_mvq_lanes) : 1;
+    if (L > 1) /* L lanes per unit: the threads for nu · L unit-lanes */
+        threads = 32 * mvq_warps(n_in / mvq_unit<TYPE>::EPU * L);
     if (T == 1)
-        MVQ_GO(1, 1);
-    else if (T == 2)
-        MVQ_GO(2, 2);
-    else if (T <= 4)
-        MVQ_GO(4, T);
-    else
-        MVQ_GO(8, T);
+        MVQ_GO(1, 1, 1);
+    else if (T == 2) {
+        if (lanes_ok && L == 2)
+            MVQ_GO(2, 2, lanes_ok ? 2 : 1);
+        else
+            MVQ_GO(2, 2, 1);
+    } else if (T <= 4) {
+        if (lanes_ok && L == 4)
+            MVQ_GO(4, T, lanes_ok ? 4 : 1);
+        else if (lanes_ok && L == 2)
+            MVQ_GO(4, T, lanes_ok ? 2 : 1);
+        else
+            MVQ_GO(4, T, 1);
+    } else {
+        if (lanes_ok && L == 4)
+            MVQ_GO(8, T, lanes_ok ? 4 : 1);
+        else if (lanes_ok && L == 2)
+            MVQ_GO(8, T, lanes_ok ? 2 : 1);
+        else
+            MVQ_GO(8, T, 1);
+    }
 #undef MVQ_GO
 }
 
@@ -542,6 +581,10 @@ extern "C" int snug_cu_mvq2(struct snug_cuda *cu, uint32_t type, const void *w, 
     if (!g_mvq_rows) {
         const char *e = getenv("SNUG_MVQ_ROWS");
         snug_cuda_matvec_tune(e ? atoi(e) : MVQ_ROWS);
+    }
+    if (!g_mvq_lanes) {
+        const char *e = getenv("SNUG_MVQ_LANES");
+        snug_cuda_matvec_lanes(e ? atoi(e) : 1);
     }
     if (g_mvq_mma < 0) {
         const char *e = getenv("SNUG_MVQ_MMA");

@@ -65,6 +65,10 @@ bool snug_cuda_matvec_int8(uint32_t type);
 /* Rows per block of that int8 matvec (1, 2 or 4; anything else: the default, 4). A process-wide
  * tuning knob for tests and benchmarks; env SNUG_MVQ_ROWS sets it at the first call. */
 void snug_cuda_matvec_tune(int rows);
+/* Lanes per weight unit of that dp4a matvec with 2..8 tokens (1, 2 or 4; anything else: 1, the
+ * default): L lanes read the same unit and split the tokens. Q4_K and Q6_K with 2 or 4 rows per
+ * block; a tuning knob for tests and benchmarks. */
+void snug_cuda_matvec_lanes(int lanes);
 /* Which Q4_K / Q6_K products of T <= SNUG_CUDA_MATVEC_MAX_T tokens run on int8 tensor cores
  * instead of dp4a, a mask: 1 Q4_K with T >= 2 (the default), 2 Q4_K with T = 1, 4 Q6_K with
  * T >= 2, 8 Q6_K with T = 1, 16 on every shape (else only where n_in <= 2·n_out); -1 the env's
@@ -211,9 +215,23 @@ int snug_cuda_sigmoid_mul_q8(struct snug_cuda *cu, const float *x, const float *
 int snug_cuda_gated_rmsnorm_q8(struct snug_cuda *cu, const float *o, const float *z, const float *w,
                                float eps, int64_t T, int64_t Nv, int64_t dv, float *y, void *work,
                                struct snug_err *err);
+/* One run of a batched step for the multi-run forms below (conv_silu_runs, delta_decode_runs):
+ * its rows [row0, row0 + T) of the step's inputs and outputs, its own state (conv or delta),
+ * and for delta_decode_runs its rollback points (snap NULL: none; as snug_cuda_delta_decode). */
+#define SNUG_CUDA_RUNS_MAX 16 /* runs per launch (more go in further launches) */
+struct snug_cuda_run {
+    int64_t row0, T;
+    float *state, *snap;
+    int64_t snap_stride;
+};
 /* y must not overlap x or conv_state (as on the CPU). */
 int snug_cuda_conv_silu(struct snug_cuda *cu, const float *x, int64_t T, int64_t C, int64_t K,
                         const float *w, float *conv_state, float *y, struct snug_err *err);
+/* snug_cuda_conv_silu for n runs in one launch per SNUG_CUDA_RUNS_MAX of them: run i over rows
+ * runs[i].row0 .. of x and y with its state runs[i].state; the same bits as one call per run. */
+int snug_cuda_conv_silu_runs(struct snug_cuda *cu, int32_t n, const struct snug_cuda_run *runs,
+                             const float *x, int64_t C, int64_t K, const float *w, float *y,
+                             struct snug_err *err);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 /* Same layout as struct snug_kv_view (ops.h), device pointers: type F32 or F16 (both K and V
@@ -261,6 +279,14 @@ int snug_cuda_delta_decode(struct snug_cuda *cu, int64_t T, int64_t Nk, int64_t 
                            int64_t dv, const float *qkv, const float *b, const float *alpha,
                            const float *a, const float *dt, float qscale, float eps, float *state,
                            float *out, float *snap, int64_t snap_stride, struct snug_err *err);
+/* snug_cuda_delta_decode for n runs of a batched step: run i's rows runs[i].row0 .. of qkv, b,
+ * alpha and out, its state and rollback points; one launch per SNUG_CUDA_RUNS_MAX runs when
+ * every run has at most 8 rows and dk is 32, 64 or 128 (else one call per run). The same bits
+ * as one call per run. */
+int snug_cuda_delta_decode_runs(struct snug_cuda *cu, int32_t n, const struct snug_cuda_run *runs,
+                                int64_t Nk, int64_t Nv, int64_t dk, int64_t dv, const float *qkv,
+                                const float *b, const float *alpha, const float *a, const float *dt,
+                                float qscale, float eps, float *out, struct snug_err *err);
 /* The prompt form (ops.h: chunked, C = 64): the WY form in two launches per piece of the prompt
  * (cuda_delta.cu) where T >= 32, dk is 32, 64 or 128, dv + dk <= 256 and `work` (16-byte
  * aligned) holds at least one chunk's records; pieces as long as `work_bytes` allows (the whole
