@@ -367,8 +367,8 @@ static void attention(struct snug_fwd *f, const struct snug_layer *L, struct tru
     int64_t T = f->T, Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int32_t *pos = f->pos_be ? f->pos_be : f->pos;
     float scale = 1.0f / sqrtf((float)D);
-    matmul(f, L->wq, B->xn, T, B->qg);
-    matmul(f, L->wk, B->xn, T, B->k);
+    /* q|gate and k over the same x: one launch where the two share a type (decode rows) */
+    snug_qwen35_matmul_pair(f, L->wq, L->wk, B->xn, T, B->qg, B->k);
     matmul(f, L->wv, B->xn, T, B->v);
     OP(copy2d, B->q, D, B->qg, 2 * D, D, T * Hq); /* the query half of each head */
     OP(rmsnorm, B->q, f32(f, L->q_norm), hp->rms_eps, T * Hq, D, B->q);
@@ -458,8 +458,8 @@ static void deltanet(struct snug_fwd *f, const struct snug_layer *L, struct trun
     int64_t T = f->T, Nk = hp->ssm_n_group, Nv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
     int64_t dv = dk, cd = snug_hp_conv_dim(hp), di = hp->ssm_d_inner;
     const float *convw = f32(f, L->ssm_conv);
-    matmul(f, L->ssm_qkv, B->xn, T, B->mix);
-    matmul(f, L->ssm_z, B->xn, T, B->z);
+    /* [q|k|v] and z over the same x: one launch where the two share a type (decode rows) */
+    snug_qwen35_matmul_pair(f, L->ssm_qkv, L->ssm_z, B->xn, T, B->mix, B->z);
     snug_qwen35_matmul_precise(f, L->ssm_beta, L->ssm_alpha, B->xn, T, B->bb, B->aa);
     /* the conv of every run without snapshots: in batches through conv_silu_runs where the
      * backend has it and the step has several runs, else one call per run */
