@@ -3,7 +3,8 @@
  * block, in the op's `work`), then every weight type here is multiplied with dp4a (four
  * int8 products per instruction) straight from its packed bytes: one thread owns 32 or 64
  * weights of a row (one "unit") and reads them with 16-byte (Q4_K), 8-byte (IQ4_XS) or 4-byte
- * funnel-shifted loads (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned).
+ * funnel-shifted loads (the 210-/34-byte blocks of Q6_K / Q8_0 are only 2-byte aligned); with
+ * 2..8 tokens, optionally 2 or 4 lanes share a unit and split the tokens (snug_cuda_matvec_lanes).
  * Owns: k_quant_x8, the k_mvq kernels for q4_K, q6_K, q8_0 and iq4_xs, and the MoE forms of
  * the first three (one launch over the tiles of slots grouped by expert that moe_route wrote
  * on the device): k_mvq_moe1 (dp4a, one slot per tile: decode), k_mvq_moe (dp4a, tiles of
