@@ -317,7 +317,7 @@ struct snug_backend_limits {
 
 /* Bumped whenever struct snug_backend_ops, snug_be, snug_backend_limits or the module change:
  * the loader refuses a libsnug_cuda.so built from other headers. */
-#define SNUG_BACKEND_ABI 8u
+#define SNUG_BACKEND_ABI 9u
 
 struct snug_backend_module {
     uint32_t abi; /* SNUG_BACKEND_ABI of the headers it was built with */

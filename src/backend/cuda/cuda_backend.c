@@ -109,6 +109,9 @@ struct cuda_be {
     const void *mqx_work;
     /* recorded steps (SNUG_CUDA_GRAPHS=0 turns them off, for comparisons) */
     bool graphs_on;
+    /* conv_silu_runs / delta_decode_runs as one launch per batch of runs (SNUG_CUDA_RUNS=1);
+     * off by default, one launch per run, until measured on a device (docs/perf/server.md) */
+    bool runs_on;
     struct cuda_graph graphs[GRAPH_MAX];
     uint64_t graph_clock;
     struct cuda_graph *rec; /* the step being recorded (NULL: none) */
@@ -457,6 +460,12 @@ static void cuda_runs(int32_t n, const struct snug_be_run *runs, struct snug_cud
 }
 static void cb_conv_silu_runs(struct snug_be *be, int32_t n, const struct snug_be_run *runs,
                               const float *x, int64_t C, int64_t K, const float *w, float *y) {
+    if (!CB(be)->runs_on) {
+        for (int32_t i = 0; i < n; i++)
+            cb_conv_silu(be, x + runs[i].row0 * C, runs[i].T, C, K, w, runs[i].state,
+                         y + runs[i].row0 * C);
+        return;
+    }
     struct snug_cuda_run cr[SNUG_CUDA_RUNS_MAX];
     for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
         int32_t m = SNUG_MIN(n - i0, SNUG_CUDA_RUNS_MAX);
@@ -468,6 +477,16 @@ static void cb_delta_decode_runs(struct snug_be *be, int32_t n, const struct snu
                                  int64_t Nk, int64_t Nv, int64_t dk, int64_t dv, const float *qkv,
                                  const float *b, const float *alpha, const float *a,
                                  const float *dt, float qscale, float eps, float *out) {
+    if (!CB(be)->runs_on) {
+        for (int32_t i = 0; i < n; i++) {
+            const struct snug_be_run *r = &runs[i];
+            int64_t cd = 2 * Nk * dk + Nv * dv;
+            cb_delta_decode(be, r->T, Nk, Nv, dk, dv, qkv + r->row0 * cd, b + r->row0 * Nv,
+                            alpha + r->row0 * Nv, a, dt, qscale, eps, r->state,
+                            out + r->row0 * Nv * dv, r->snap, r->snap_stride);
+        }
+        return;
+    }
     struct snug_cuda_run cr[SNUG_CUDA_RUNS_MAX];
     for (int32_t i0 = 0; i0 < n; i0 += SNUG_CUDA_RUNS_MAX) {
         int32_t m = SNUG_MIN(n - i0, SNUG_CUDA_RUNS_MAX);
@@ -1173,6 +1192,8 @@ static int cuda_open(struct snug_be **out, const struct snug_gguf *g,
     c->mv_f32 = mf && *mf && strcmp(mf, "0") != 0;
     const char *ge = getenv("SNUG_CUDA_GRAPHS"); /* 0: every step eager (comparisons) */
     c->graphs_on = !(ge && strcmp(ge, "0") == 0);
+    const char *re = getenv("SNUG_CUDA_RUNS"); /* 1: the multi-run launches (comparisons) */
+    c->runs_on = re && strcmp(re, "1") == 0;
     const char *pe = getenv("SNUG_CUDA_PROFILE"); /* the debugging override of --cuda-profile */
     if (lim->profile || (pe && *pe && strcmp(pe, "0") != 0)) {
         c->prof = snug_calloc(1, sizeof *c->prof);
