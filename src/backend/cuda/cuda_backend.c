@@ -478,9 +478,9 @@ static void cb_delta_decode_runs(struct snug_be *be, int32_t n, const struct snu
                                  const float *b, const float *alpha, const float *a,
                                  const float *dt, float qscale, float eps, float *out) {
     if (!CB(be)->runs_on) {
+        int64_t cd = 2 * Nk * dk + Nv * dv; /* a row of qkv */
         for (int32_t i = 0; i < n; i++) {
             const struct snug_be_run *r = &runs[i];
-            int64_t cd = 2 * Nk * dk + Nv * dv;
             cb_delta_decode(be, r->T, Nk, Nv, dk, dv, qkv + r->row0 * cd, b + r->row0 * Nv,
                             alpha + r->row0 * Nv, a, dt, qscale, eps, r->state,
                             out + r->row0 * Nv * dv, r->snap, r->snap_stride);

@@ -495,28 +495,28 @@ static void mvq_launch_r(int threads, cudaStream_t s, const mvq_mats &m, size_t 
     int L = lanes_ok && T > 1 ? (T == 2 && g_mvq_lanes > 2 ? 2 : g_mvq_lanes) : 1;
     if (L > 1) /* L lanes per unit: the threads for nu · L unit-lanes */
         threads = 32 * mvq_warps(n_in / mvq_unit<TYPE>::EPU * L);
+    /* (the lanes forms exist only where lanes_ok; elsewhere L is 1 and L2 / L4 name 1 too) */
+    constexpr int L2 = lanes_ok ? 2 : 1, L4 = lanes_ok ? 4 : 1;
+#define MVQ_GO_L(NT, TT)                                                                           \
+    do {                                                                                           \
+        if (L == 4)                                                                                \
+            MVQ_GO(NT, TT, L4);                                                                    \
+        else if (L == 2)                                                                           \
+            MVQ_GO(NT, TT, L2);                                                                    \
+        else                                                                                       \
+            MVQ_GO(NT, TT, 1);                                                                     \
+    } while (0)
     if (T == 1)
         MVQ_GO(1, 1, 1);
-    else if (T == 2) {
-        if (lanes_ok && L == 2)
-            MVQ_GO(2, 2, lanes_ok ? 2 : 1);
-        else
-            MVQ_GO(2, 2, 1);
-    } else if (T <= 4) {
-        if (lanes_ok && L == 4)
-            MVQ_GO(4, T, lanes_ok ? 4 : 1);
-        else if (lanes_ok && L == 2)
-            MVQ_GO(4, T, lanes_ok ? 2 : 1);
-        else
-            MVQ_GO(4, T, 1);
-    } else {
-        if (lanes_ok && L == 4)
-            MVQ_GO(8, T, lanes_ok ? 4 : 1);
-        else if (lanes_ok && L == 2)
-            MVQ_GO(8, T, lanes_ok ? 2 : 1);
-        else
-            MVQ_GO(8, T, 1);
-    }
+    else if (T == 2 && L == 2)
+        MVQ_GO(2, 2, L2);
+    else if (T == 2)
+        MVQ_GO(2, 2, 1);
+    else if (T <= 4)
+        MVQ_GO_L(4, T);
+    else
+        MVQ_GO_L(8, T);
+#undef MVQ_GO_L
 #undef MVQ_GO
 }
 
